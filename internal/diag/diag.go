@@ -1,0 +1,169 @@
+// Package diag holds the diagnosis model: rules, findings and the engine
+// that runs rules over snapshots.
+package diag
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+)
+
+// Severity orders findings.
+type Severity int
+
+const (
+	Info Severity = 1 + iota
+	Warning
+	Critical
+)
+
+var sevNames = map[Severity][2]string{
+	Info: {"info", "INFO"}, Warning: {"warning", "WARN"}, Critical: {"critical", "CRIT"},
+}
+
+// String is the JSON name: info, warning, critical.
+func (s Severity) String() string { return sevNames[s][0] }
+
+// Label is the short upper-case label for text output.
+func (s Severity) Label() string { return sevNames[s][1] }
+
+// MarshalText writes the JSON name.
+func (s Severity) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// UnmarshalText reads info, warning or critical.
+func (s *Severity) UnmarshalText(b []byte) error {
+	v, err := ParseSeverity(string(b))
+	*s = v
+	return err
+}
+
+// ParseSeverity reads info, warning or critical (also warn, crit).
+func ParseSeverity(name string) (Severity, error) {
+	switch name {
+	case "info":
+		return Info, nil
+	case "warning", "warn":
+		return Warning, nil
+	case "critical", "crit":
+		return Critical, nil
+	}
+	return 0, fmt.Errorf("unknown severity %q (want info, warning or critical)", name)
+}
+
+// Subject says what a finding is about. Empty fields do not apply.
+type Subject struct {
+	Netns   string `json:"netns,omitempty"`
+	Local   string `json:"local,omitempty"`
+	Remote  string `json:"remote,omitempty"`
+	Pid     int    `json:"pid,omitempty"`
+	Command string `json:"command,omitempty"`
+}
+
+// Evidence is one value behind a finding: what, how much, from where, and
+// the threshold it crossed.
+type Evidence struct {
+	Name      string `json:"name"`
+	Value     string `json:"value"`
+	Source    string `json:"source"`
+	Threshold string `json:"threshold,omitempty"`
+}
+
+// Fix is one remedy with its values worked out.
+type Fix struct {
+	// Scope is "application" or "kernel".
+	Scope string `json:"scope"`
+	// Target names what to change: "netty", "nginx", "java", "go", "sysctl"...
+	Target string `json:"target,omitempty"`
+	Text   string `json:"text"`
+	// Command is the exact command or setting, with computed values.
+	Command string `json:"command,omitempty"`
+	Risk    string `json:"risk,omitempty"`
+}
+
+// Finding is one diagnosis.
+type Finding struct {
+	Rule     string     `json:"rule"`
+	Severity Severity   `json:"severity"`
+	Subject  Subject    `json:"subject"`
+	Summary  string     `json:"summary"`
+	Evidence []Evidence `json:"evidence"`
+	Fixes    []Fix      `json:"fixes"`
+}
+
+// Options are user inputs some rules use.
+type Options struct {
+	// Bandwidth is the path rate in bits per second given by --bandwidth;
+	// 0 means unknown (rules estimate from delivery rate).
+	Bandwidth float64
+}
+
+// Input is what a rule sees: the current snapshot of one netns and,
+// when the window is non-zero, the one before it.
+type Input struct {
+	Prev    *snapshot.Snapshot // nil for a single snapshot
+	Cur     *snapshot.Snapshot
+	Options Options
+	prevBy  map[uint64]*snapshot.Socket
+}
+
+// NewInput builds an Input and indexes the previous sockets by cookie.
+func NewInput(prev, cur *snapshot.Snapshot, opts Options) *Input {
+	in := &Input{Prev: prev, Cur: cur, Options: opts}
+	if prev != nil {
+		in.prevBy = make(map[uint64]*snapshot.Socket, len(prev.Sockets))
+		for i := range prev.Sockets {
+			in.prevBy[prev.Sockets[i].Cookie] = &prev.Sockets[i]
+		}
+	}
+	return in
+}
+
+// Window is the time between the two snapshots, 0 without a previous one.
+func (in *Input) Window() time.Duration {
+	if in.Prev == nil {
+		return 0
+	}
+	return in.Cur.Taken.Sub(in.Prev.Taken)
+}
+
+// PrevSocket returns the same connection in the previous snapshot.
+func (in *Input) PrevSocket(cookie uint64) *snapshot.Socket {
+	return in.prevBy[cookie]
+}
+
+// CounterDelta returns how much a counter moved over the window. ok is
+// false without a previous snapshot or when either lacks the counter.
+func (in *Input) CounterDelta(name string) (int64, bool) {
+	if in.Prev == nil {
+		return 0, false
+	}
+	a, ok1 := in.Prev.Counter(name)
+	b, ok2 := in.Cur.Counter(name)
+	if !ok1 || !ok2 {
+		return 0, false
+	}
+	return b - a, true
+}
+
+// Rule is one diagnosis. Check must be a pure function of its input: no
+// I/O and no clock. It returns ErrUnknown-wrapped errors when its inputs
+// are missing, so the engine reports "unknown" rather than healthy.
+type Rule struct {
+	ID         string
+	Title      string
+	NeedsDelta bool
+	Check      func(in *Input) ([]Finding, error)
+}
+
+// Unknown records a rule that could not run, with the reason.
+type Unknown struct {
+	Rule   string `json:"rule"`
+	Netns  string `json:"netns,omitempty"`
+	Reason string `json:"reason"`
+}
+
+// Unknownf builds the error a rule returns when it cannot decide.
+func Unknownf(format string, args ...any) error {
+	return fmt.Errorf(format, args...)
+}

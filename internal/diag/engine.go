@@ -1,0 +1,98 @@
+package diag
+
+import (
+	"fmt"
+	"sort"
+)
+
+// Result is the outcome of running rules over one or more namespaces.
+type Result struct {
+	Findings []Finding `json:"findings"`
+	Unknown  []Unknown `json:"unknown"`
+	// Ran lists the ids of the rules that ran in at least one namespace.
+	Ran []string `json:"rules_run"`
+}
+
+// Run runs every rule on in and appends to res. Rules that need a delta
+// are reported unknown without a previous snapshot. A rule that panics is
+// reported unknown with the panic, so one bad rule cannot hide the rest.
+func Run(rules []Rule, in *Input, res *Result) {
+	ns := in.Cur.Netns.Name
+	for _, r := range rules {
+		if r.NeedsDelta && in.Prev == nil {
+			res.Unknown = append(res.Unknown, Unknown{Rule: r.ID, Netns: ns, Reason: "needs two samples (--interval > 0)"})
+			continue
+		}
+		fs, err := safeCheck(r, in)
+		if err != nil {
+			res.Unknown = append(res.Unknown, Unknown{Rule: r.ID, Netns: ns, Reason: err.Error()})
+		}
+		for i := range fs {
+			fs[i].Rule = r.ID
+			if fs[i].Subject.Netns == "" {
+				fs[i].Subject.Netns = ns
+			}
+		}
+		res.Findings = append(res.Findings, fs...)
+		if !contains(res.Ran, r.ID) {
+			res.Ran = append(res.Ran, r.ID)
+		}
+	}
+}
+
+// Sort orders findings most severe first, then by rule and subject, so
+// output is stable.
+func (res *Result) Sort() {
+	sort.SliceStable(res.Findings, func(i, j int) bool {
+		a, b := res.Findings[i], res.Findings[j]
+		if a.Severity != b.Severity {
+			return a.Severity > b.Severity
+		}
+		if a.Rule != b.Rule {
+			return a.Rule < b.Rule
+		}
+		if a.Subject.Netns != b.Subject.Netns {
+			return a.Subject.Netns < b.Subject.Netns
+		}
+		if a.Subject.Local != b.Subject.Local {
+			return a.Subject.Local < b.Subject.Local
+		}
+		return a.Subject.Remote < b.Subject.Remote
+	})
+	sort.SliceStable(res.Unknown, func(i, j int) bool {
+		if res.Unknown[i].Rule != res.Unknown[j].Rule {
+			return res.Unknown[i].Rule < res.Unknown[j].Rule
+		}
+		return res.Unknown[i].Netns < res.Unknown[j].Netns
+	})
+	sort.Strings(res.Ran)
+}
+
+// Worst returns the highest severity found, 0 if none.
+func (res *Result) Worst() Severity {
+	var w Severity
+	for _, f := range res.Findings {
+		if f.Severity > w {
+			w = f.Severity
+		}
+	}
+	return w
+}
+
+func safeCheck(r Rule, in *Input) (fs []Finding, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			fs, err = nil, fmt.Errorf("rule panicked: %v", p)
+		}
+	}()
+	return r.Check(in)
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}

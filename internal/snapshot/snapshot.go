@@ -1,0 +1,196 @@
+// Package snapshot is tcpdoctor's data model: one picture of one network
+// namespace's TCP state at one instant. Sources fill it; rules read it.
+package snapshot
+
+import (
+	"net/netip"
+	"time"
+)
+
+// Snapshot is everything collected from one network namespace at one time.
+// Absent data is absent (nil pointer, missing map key), never zero.
+type Snapshot struct {
+	Taken  time.Time `json:"taken"`
+	Host   string    `json:"host,omitempty"`
+	Kernel string    `json:"kernel,omitempty"`
+	Netns  Netns     `json:"netns"`
+
+	Sockets []Socket `json:"sockets"`
+	// Counters holds every /proc/net/netstat and /proc/net/snmp value,
+	// keyed "Group.Name", e.g. "TcpExt.ListenOverflows", "Tcp.ActiveOpens".
+	Counters map[string]int64 `json:"counters,omitempty"`
+	// Sockstat holds /proc/net/sockstat and sockstat6, keyed "PROTO.field",
+	// e.g. "TCP.tw", "TCP6.inuse", "sockets.used".
+	Sockstat map[string]int64 `json:"sockstat,omitempty"`
+	// Sysctls holds raw values (whitespace folded to one space) keyed by
+	// dotted name, e.g. "net.core.somaxconn". A setting the kernel lacks
+	// has no key.
+	Sysctls map[string]string `json:"sysctls,omitempty"`
+	// Procs holds the processes that own at least one socket, by pid.
+	Procs map[int]*Proc `json:"procs,omitempty"`
+
+	// Errors lists every source that failed or was partial; collection
+	// carries on past them.
+	Errors []SourceError `json:"errors,omitempty"`
+	// Sources lists every source attempted, with timing.
+	Sources []SourceStat `json:"sources,omitempty"`
+}
+
+// Netns identifies a network namespace.
+type Netns struct {
+	// Name is the `ip netns` name, "host" for the collector's own
+	// namespace when not named, or "pid:N" for one found via a process.
+	Name  string `json:"name"`
+	Inode uint64 `json:"inode,omitempty"`
+}
+
+// SourceError records a source that failed or was incomplete.
+type SourceError struct {
+	Source string `json:"source"`
+	Err    string `json:"error"`
+}
+
+// SourceStat records one source's outcome and cost.
+type SourceStat struct {
+	Source   string        `json:"source"`
+	OK       bool          `json:"ok"`
+	Duration time.Duration `json:"duration_ns"`
+}
+
+// Socket is one TCP socket as sock_diag reports it, plus its owners.
+type Socket struct {
+	Family  uint8          `json:"family"` // 2 (AF_INET) or 10 (AF_INET6)
+	State   State          `json:"state"`
+	Local   netip.AddrPort `json:"local"`
+	Remote  netip.AddrPort `json:"remote"`
+	RecvQ   uint32         `json:"recv_q"`
+	SendQ   uint32         `json:"send_q"`
+	UID     uint32         `json:"uid"`
+	Inode   uint32         `json:"inode"`
+	Cookie  uint64         `json:"cookie"`
+	IfIndex uint32         `json:"ifindex,omitempty"`
+	Timer   uint8          `json:"timer,omitempty"`
+	Expires uint32         `json:"expires_ms,omitempty"`
+	// Retrans is idiag_retrans: retransmits outstanding (or, for
+	// listeners, unused).
+	Retrans uint8  `json:"retrans,omitempty"`
+	CC      string `json:"cc,omitempty"`
+	// Shutdown is the INET_DIAG_SHUTDOWN bits (1 rcv, 2 snd), if sent.
+	Shutdown *uint8   `json:"shutdown,omitempty"`
+	Info     *TCPInfo `json:"tcp_info,omitempty"`
+	Mem      *MemInfo `json:"mem,omitempty"`
+	// Pids owning this socket (sharing its file); empty when unknown.
+	Pids []int `json:"pids,omitempty"`
+	// BufLock is SO_BUF_LOCK as read from the owner (bit 0 SNDBUF, bit 1
+	// RCVBUF pinned by the application); nil when not probed.
+	BufLock *uint8 `json:"buf_lock,omitempty"`
+}
+
+// MemInfo is INET_DIAG_SKMEMINFO (SK_MEMINFO_*), in bytes.
+type MemInfo struct {
+	RmemAlloc  uint32 `json:"rmem_alloc"`
+	Rcvbuf     uint32 `json:"rcvbuf"`
+	WmemAlloc  uint32 `json:"wmem_alloc"`
+	Sndbuf     uint32 `json:"sndbuf"`
+	FwdAlloc   uint32 `json:"fwd_alloc"`
+	WmemQueued uint32 `json:"wmem_queued"`
+	Optmem     uint32 `json:"optmem"`
+	Backlog    uint32 `json:"backlog"`
+	Drops      uint32 `json:"drops"`
+}
+
+// Proc is one process that owns sockets.
+type Proc struct {
+	Pid     int    `json:"pid"`
+	Command string `json:"command"`
+	// FDs is the number of open file descriptors; -1 when unknown.
+	FDs int `json:"fds"`
+	// NofileSoft/Hard are RLIMIT_NOFILE; -1 means unlimited, nil unknown.
+	NofileSoft *int64 `json:"nofile_soft,omitempty"`
+	NofileHard *int64 `json:"nofile_hard,omitempty"`
+}
+
+// State is a TCP state as numbered by the kernel (include/net/tcp_states.h).
+type State uint8
+
+const (
+	Established State = 1 + iota
+	SynSent
+	SynRecv
+	FinWait1
+	FinWait2
+	TimeWait
+	Close
+	CloseWait
+	LastAck
+	Listen
+	Closing
+	NewSynRecv
+	BoundInactive
+)
+
+var stateNames = [...]string{
+	Established: "ESTAB", SynSent: "SYN-SENT", SynRecv: "SYN-RECV",
+	FinWait1: "FIN-WAIT-1", FinWait2: "FIN-WAIT-2", TimeWait: "TIME-WAIT",
+	Close: "CLOSE", CloseWait: "CLOSE-WAIT", LastAck: "LAST-ACK",
+	Listen: "LISTEN", Closing: "CLOSING", NewSynRecv: "NEW-SYN-RECV",
+	BoundInactive: "BOUND-INACTIVE",
+}
+
+// String returns the ss-style name.
+func (s State) String() string {
+	if int(s) < len(stateNames) && stateNames[s] != "" {
+		return stateNames[s]
+	}
+	return "UNKNOWN"
+}
+
+// ParseState accepts ss-style names, case-insensitively, with '-' or '_'.
+func ParseState(name string) (State, bool) {
+	n := normState(name)
+	for i, s := range stateNames {
+		if s != "" && normState(s) == n {
+			return State(i), true
+		}
+	}
+	switch n {
+	case "established":
+		return Established, true
+	case "synrecv", "synreceived":
+		return SynRecv, true
+	}
+	return 0, false
+}
+
+func normState(s string) string {
+	b := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c == '-' || c == '_' {
+			continue
+		}
+		if c >= 'A' && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		b = append(b, c)
+	}
+	return string(b)
+}
+
+// MarshalText makes states readable in JSON.
+func (s State) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// UnmarshalText parses a state name.
+func (s *State) UnmarshalText(b []byte) error {
+	v, ok := ParseState(string(b))
+	if !ok {
+		return &UnknownStateError{Name: string(b)}
+	}
+	*s = v
+	return nil
+}
+
+// UnknownStateError is returned for a state name tcpdoctor does not know.
+type UnknownStateError struct{ Name string }
+
+func (e *UnknownStateError) Error() string { return "snapshot: unknown tcp state " + quote(e.Name) }
