@@ -13,6 +13,7 @@ import (
 func All() []diag.Rule {
 	rs := []diag.Rule{
 		// One line per rule; keep this list explicit.
+		listenOverflow(),
 	}
 	sort.Slice(rs, func(i, j int) bool { return rs[i].ID < rs[j].ID })
 	return rs

@@ -1,0 +1,285 @@
+package rules
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/diag"
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+)
+
+const (
+	// listenNearFull: a listener whose accept queue reached this share of
+	// its backlog in either sample can explain an overflow.
+	listenNearFull = 0.9
+	// listenCritRate: overflows per second at which the finding is
+	// critical (clients are being dropped every second).
+	listenCritRate = 10.0
+	// listenMaxFindings caps per-listener findings; the rest are summed up.
+	listenMaxFindings = 10
+)
+
+func listenOverflow() diag.Rule {
+	return diag.Rule{ID: "listen-overflow", Title: "Accept queue overflow", Check: checkListenOverflow}
+}
+
+// listener is one LISTEN socket with its queue in both samples.
+type listener struct {
+	sk       *snapshot.Socket
+	prevQ    uint32
+	hasPrev  bool
+	peak     uint32 // largest Recv-Q seen in either sample
+	fullNow  bool   // Recv-Q >= backlog now
+	nearFull bool   // peak >= listenNearFull x backlog
+}
+
+func (l *listener) fill() float64 {
+	if l.sk.SendQ == 0 {
+		return float64(l.peak)
+	}
+	return float64(l.peak) / float64(l.sk.SendQ)
+}
+
+// listeners returns the LISTEN sockets of in.Cur, fullest first.
+func listeners(in *diag.Input) []listener {
+	var out []listener
+	for i := range in.Cur.Sockets {
+		sk := &in.Cur.Sockets[i]
+		if sk.State != snapshot.Listen {
+			continue
+		}
+		l := listener{sk: sk, peak: sk.RecvQ}
+		if p := in.PrevSocket(sk.Cookie); p != nil && in.Prev != nil {
+			l.prevQ, l.hasPrev = p.RecvQ, true
+			l.peak = max(l.peak, p.RecvQ)
+		}
+		l.fullNow = sk.RecvQ > 0 && sk.RecvQ >= sk.SendQ
+		l.nearFull = l.peak > 0 && float64(l.peak) >= listenNearFull*float64(sk.SendQ)
+		out = append(out, l)
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].fill() > out[j].fill() })
+	return out
+}
+
+func checkListenOverflow(in *diag.Input) ([]diag.Finding, error) {
+	cur := in.Cur
+	if msg, failed := cur.Failed(snapshot.SourceSockdiag); failed && len(cur.Sockets) == 0 {
+		return nil, diag.Unknownf("no listeners: sock_diag failed: %s", msg)
+	}
+	ls := listeners(in)
+	over, hasOver := in.CounterDelta("TcpExt.ListenOverflows")
+	drops, hasDrops := in.CounterDelta("TcpExt.ListenDrops")
+	var notes []diag.Evidence
+	if hasOver && over < 0 {
+		hasOver = false
+		notes = append(notes, diag.Evidence{Name: "ListenOverflows", Value: fmt.Sprintf("went backwards by %d (netns recreated?): window ignored", -over), Source: "/proc/net/netstat TcpExt.ListenOverflows"})
+	}
+	if hasDrops && drops < 0 {
+		hasDrops = false
+	}
+	var fs []diag.Finding
+	switch {
+	case hasOver && over > 0:
+		var explain []listener
+		for _, l := range ls {
+			if l.nearFull {
+				explain = append(explain, l)
+			}
+		}
+		if len(explain) == 0 {
+			fs = append(fs, transientOverflow(in, ls, over, drops, hasDrops))
+			break
+		}
+		for i, l := range explain {
+			if i == listenMaxFindings {
+				fs = append(fs, moreListeners(cur, explain[i:]))
+				break
+			}
+			fs = append(fs, listenerFinding(in, l, over, drops, hasDrops, len(explain), notes))
+		}
+	case in.Prev == nil || hasOver:
+		// No overflow in the window (or a single sample): a listener full
+		// now still refuses the next connection.
+		n := 0
+		for _, l := range ls {
+			if !l.fullNow {
+				continue
+			}
+			if n == listenMaxFindings {
+				var rest []listener
+				for _, r := range ls {
+					if r.fullNow {
+						rest = append(rest, r)
+					}
+				}
+				fs = append(fs, moreListeners(cur, rest[n:]))
+				break
+			}
+			fs = append(fs, listenerFinding(in, l, 0, 0, false, 0, notes))
+			n++
+		}
+		if in.Prev == nil {
+			if f, ok := overflowsSinceBoot(cur, ls); ok {
+				fs = append(fs, f)
+			}
+		}
+	default:
+		// Two samples but no usable counter: say so rather than pass.
+		for _, l := range ls {
+			if l.fullNow {
+				fs = append(fs, listenerFinding(in, l, 0, 0, false, 0, notes))
+			}
+		}
+		if len(fs) == 0 {
+			return nil, diag.Unknownf("TcpExt.ListenOverflows missing or reset in the window and no listener is full")
+		}
+	}
+	return fs, nil
+}
+
+// listenerFinding describes one listener that can explain the overflows
+// (over > 0) or whose queue is full now (over == 0).
+func listenerFinding(in *diag.Input, l listener, over, drops int64, hasDrops bool, sharing int, notes []diag.Evidence) diag.Finding {
+	cur := in.Cur
+	sk := l.sk
+	sub := subject(cur, sk)
+	somax, hasSomax := cur.SysctlInt("net.core.somaxconn")
+	binding, why := backlogBinding(int64(sk.SendQ), somax, hasSomax)
+	target := backlogTarget(int64(l.peak), int64(sk.SendQ))
+
+	qv := fmt.Sprintf("%d now", sk.RecvQ)
+	if l.hasPrev {
+		qv += fmt.Sprintf(", %d in the previous sample", l.prevQ)
+	}
+	ev := []diag.Evidence{
+		{Name: "accept queue (Recv-Q)", Value: qv, Source: "sock_diag LISTEN idiag_rqueue", Threshold: fmt.Sprintf(">= %.0f%% of backlog %d", listenNearFull*100, sk.SendQ)},
+		{Name: "effective backlog (Send-Q)", Value: fmt.Sprint(sk.SendQ), Source: "sock_diag LISTEN idiag_wqueue = min(listen() backlog, somaxconn)"},
+		somaxEvidence(somax, hasSomax),
+		{Name: "binding limit", Value: why, Source: "derived: Send-Q against net.core.somaxconn"},
+		{Name: "owner", Value: owners(cur, sk.Pids), Source: "/proc/PID/fd socket inodes"},
+	}
+	var summary string
+	sev := diag.Warning
+	port := sk.Local.Port()
+	who := sub.Command
+	if who == "" {
+		who = "unknown owner"
+	} else {
+		who = fmt.Sprintf("%s pid %d", who, sub.Pid)
+	}
+	if over > 0 {
+		rate := float64(over) / in.Window().Seconds()
+		if rate >= listenCritRate {
+			sev = diag.Critical
+		}
+		shared := "netns-wide counter"
+		if sharing > 1 {
+			shared = fmt.Sprintf("netns-wide counter, %d listeners near full", sharing)
+		}
+		ev = append(ev, diag.Evidence{Name: "ListenOverflows", Value: fmt.Sprintf("+%d in %s (%.1f/s, %s)", over, fmtDur(in.Window()), rate, shared), Source: "/proc/net/netstat TcpExt.ListenOverflows", Threshold: fmt.Sprintf("> 0; critical at >= %.0f/s", listenCritRate)})
+		if hasDrops {
+			ev = append(ev, diag.Evidence{Name: "ListenDrops", Value: fmt.Sprintf("+%d in %s", drops, fmtDur(in.Window())), Source: "/proc/net/netstat TcpExt.ListenDrops"})
+		}
+		summary = fmt.Sprintf("listener :%d (%s) overflowed its accept queue %d times in %s; queue %d/%d, backlog %d is %s",
+			port, who, over, fmtDur(in.Window()), l.peak, sk.SendQ, sk.SendQ, binding)
+	} else {
+		summary = fmt.Sprintf("listener :%d (%s) has a full accept queue (%d/%d): the next connections overflow; backlog %d is %s",
+			port, who, sk.RecvQ, sk.SendQ, sk.SendQ, binding)
+	}
+	ev = append(ev, abortOnOverflowEvidence(cur))
+	ev = append(ev, notes...)
+	return diag.Finding{Severity: sev, Subject: sub, Summary: summary, Evidence: ev, Fixes: backlogFixes(cur, sk, target, somax, hasSomax)}
+}
+
+// transientOverflow is the finding when counters moved but no listener
+// was seen near full: the queue filled and drained between samples.
+func transientOverflow(in *diag.Input, ls []listener, over, drops int64, hasDrops bool) diag.Finding {
+	cur := in.Cur
+	rate := float64(over) / in.Window().Seconds()
+	sev := diag.Warning
+	if rate >= listenCritRate {
+		sev = diag.Critical
+	}
+	var names []string
+	var largest int64
+	for i, l := range ls {
+		if i == 5 {
+			names = append(names, fmt.Sprintf("and %d more", len(ls)-5))
+			break
+		}
+		names = append(names, fmt.Sprintf(":%d %s backlog %d queue %d", l.sk.Local.Port(), owners(cur, l.sk.Pids), l.sk.SendQ, l.peak))
+		largest = max(largest, int64(l.sk.SendQ))
+	}
+	listed := "none"
+	if len(names) > 0 {
+		listed = strings.Join(names, "; ")
+	}
+	somax, hasSomax := cur.SysctlInt("net.core.somaxconn")
+	ev := []diag.Evidence{
+		{Name: "ListenOverflows", Value: fmt.Sprintf("+%d in %s (%.1f/s, netns-wide)", over, fmtDur(in.Window()), rate), Source: "/proc/net/netstat TcpExt.ListenOverflows", Threshold: fmt.Sprintf("> 0; critical at >= %.0f/s", listenCritRate)},
+		{Name: "listeners (fullest first)", Value: listed, Source: "sock_diag LISTEN Recv-Q/Send-Q", Threshold: fmt.Sprintf("none at >= %.0f%% of its backlog in either sample", listenNearFull*100)},
+		somaxEvidence(somax, hasSomax),
+		abortOnOverflowEvidence(cur),
+	}
+	if hasDrops {
+		ev = append(ev, diag.Evidence{Name: "ListenDrops", Value: fmt.Sprintf("+%d in %s", drops, fmtDur(in.Window())), Source: "/proc/net/netstat TcpExt.ListenDrops"})
+	}
+	target := backlogTarget(0, largest)
+	fixes := []diag.Fix{{
+		Scope: "application", Target: "diagnosis",
+		Text:    "the overflow was transient (the queue filled and drained between samples); sample faster during the burst to see which listener fills",
+		Command: "tcpdoctor check --interval 1s",
+	}}
+	if !hasSomax || somax < target {
+		fixes = append(fixes, somaxconnFix(target))
+	}
+	return diag.Finding{
+		Severity: sev,
+		Subject:  diag.Subject{Netns: cur.Netns.Name},
+		Summary: fmt.Sprintf("accept queues overflowed %d times in %s (%.1f/s) but no listener was seen near full: transient, the queue filled and drained between samples (%d listeners)",
+			over, fmtDur(in.Window()), rate, len(ls)),
+		Evidence: ev,
+		Fixes:    fixes,
+	}
+}
+
+// overflowsSinceBoot reports the counters' totals as context for a
+// single snapshot, when they are non-zero.
+func overflowsSinceBoot(cur *snapshot.Snapshot, ls []listener) (diag.Finding, bool) {
+	over, ok := cur.Counter("TcpExt.ListenOverflows")
+	if !ok || over == 0 {
+		return diag.Finding{}, false
+	}
+	ev := []diag.Evidence{{Name: "ListenOverflows", Value: fmt.Sprintf("%d since the netns was created", over), Source: "/proc/net/netstat TcpExt.ListenOverflows"}}
+	if d, ok := cur.Counter("TcpExt.ListenDrops"); ok {
+		ev = append(ev, diag.Evidence{Name: "ListenDrops", Value: fmt.Sprintf("%d since the netns was created", d), Source: "/proc/net/netstat TcpExt.ListenDrops"})
+	}
+	return diag.Finding{
+		Severity: diag.Info,
+		Subject:  diag.Subject{Netns: cur.Netns.Name},
+		Summary:  fmt.Sprintf("accept queues have overflowed %d times since boot (one sample: cannot tell whether it is happening now; %d listeners)", over, len(ls)),
+		Evidence: ev,
+		Fixes: []diag.Fix{{Scope: "application", Target: "diagnosis",
+			Text: "take two samples to see whether the counter still moves", Command: "tcpdoctor check --interval 5s"}},
+	}, true
+}
+
+// moreListeners sums up the listeners beyond the cap.
+func moreListeners(cur *snapshot.Snapshot, rest []listener) diag.Finding {
+	var ports []string
+	for i, l := range rest {
+		if i == 20 {
+			ports = append(ports, "...")
+			break
+		}
+		ports = append(ports, fmt.Sprintf(":%d", l.sk.Local.Port()))
+	}
+	return diag.Finding{
+		Severity: diag.Warning,
+		Subject:  diag.Subject{Netns: cur.Netns.Name},
+		Summary:  fmt.Sprintf("%d more listeners with a full or nearly full accept queue", len(rest)),
+		Evidence: []diag.Evidence{{Name: "listeners", Value: strings.Join(ports, " "), Source: "sock_diag LISTEN Recv-Q/Send-Q", Threshold: fmt.Sprintf(">= %.0f%% of backlog", listenNearFull*100)}},
+		Fixes:    []diag.Fix{{Scope: "application", Target: "diagnosis", Text: "list every listener's queue and backlog", Command: "ss -lnt"}},
+	}
+}

@@ -1,0 +1,109 @@
+package rules
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/diag"
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+)
+
+func TestBacklogTarget(t *testing.T) {
+	for _, c := range []struct{ peak, backlog, want int64 }{
+		{0, 0, 4096},
+		{129, 128, 4096},
+		{4097, 4096, 16384},
+		{3000, 511, 8192},
+		{-5, -1, 4096},
+	} {
+		if got := backlogTarget(c.peak, c.backlog); got != c.want {
+			t.Errorf("backlogTarget(%d, %d) = %d, want %d", c.peak, c.backlog, got, c.want)
+		}
+	}
+}
+
+func TestBacklogBinding(t *testing.T) {
+	for _, c := range []struct {
+		backlog, somax int64
+		has            bool
+		want           string
+	}{
+		{128, 4096, true, "application"},
+		{4096, 4096, true, "capped by net.core.somaxconn"},
+		{4096, 128, true, "above today"},
+		{128, 0, false, "unknown"},
+	} {
+		if s, _ := backlogBinding(c.backlog, c.somax, c.has); !strings.Contains(s, c.want) {
+			t.Errorf("backlogBinding(%d, %d, %v) = %q, want it to mention %q", c.backlog, c.somax, c.has, s, c.want)
+		}
+	}
+}
+
+func listenSnap(at time.Time, q, backlog uint32, overflows int64, withCounter bool) *snapshot.Snapshot {
+	s := &snapshot.Snapshot{
+		Taken: at, Netns: snapshot.Netns{Name: "t"},
+		Sockets: []snapshot.Socket{{State: snapshot.Listen, Local: netip.MustParseAddrPort("0.0.0.0:9000"),
+			RecvQ: q, SendQ: backlog, Cookie: 7, Pids: []int{10}}},
+		Sysctls: map[string]string{"net.core.somaxconn": "4096"},
+		Procs:   map[int]*snapshot.Proc{10: {Pid: 10, Command: "nginx", FDs: 10}},
+	}
+	if withCounter {
+		s.Counters = map[string]int64{"TcpExt.ListenOverflows": overflows, "TcpExt.ListenDrops": overflows}
+	}
+	return s
+}
+
+func TestListenOverflowCases(t *testing.T) {
+	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	t1 := t0.Add(5 * time.Second)
+	type want struct {
+		sevs    []diag.Severity
+		unknown bool
+		text    string
+	}
+	for name, c := range map[string]struct {
+		prev, cur *snapshot.Snapshot
+		want      want
+	}{
+		"single snapshot, full now, totals": {nil, listenSnap(t1, 512, 511, 40, true),
+			want{sevs: []diag.Severity{diag.Warning, diag.Info}, text: "listen 9000 backlog=4096;"}},
+		"single snapshot, empty queue, no overflows": {nil, listenSnap(t1, 0, 511, 0, true), want{}},
+		"single snapshot, no counters": {nil, listenSnap(t1, 0, 511, 0, false), want{}},
+		"overflow, listener near full": {listenSnap(t0, 10, 511, 0, true), listenSnap(t1, 500, 511, 20, true),
+			want{sevs: []diag.Severity{diag.Warning}, text: "overflowed its accept queue 20 times"}},
+		"overflow, critical rate": {listenSnap(t0, 10, 511, 0, true), listenSnap(t1, 512, 511, 100, true),
+			want{sevs: []diag.Severity{diag.Critical}}},
+		"overflow, transient": {listenSnap(t0, 0, 511, 0, true), listenSnap(t1, 3, 511, 20, true),
+			want{sevs: []diag.Severity{diag.Warning}, text: "transient"}},
+		"counter went backwards, queue empty": {listenSnap(t0, 0, 511, 50, true), listenSnap(t1, 0, 511, 2, true),
+			want{unknown: true}},
+		"counter absent in one sample, queue full": {listenSnap(t0, 0, 511, 0, false), listenSnap(t1, 512, 511, 9, true),
+			want{sevs: []diag.Severity{diag.Warning}}},
+		"backlog zero, empty": {listenSnap(t0, 0, 0, 0, true), listenSnap(t1, 0, 0, 0, true), want{}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			fs, err := checkListenOverflow(diag.NewInput(c.prev, c.cur, diag.Options{}))
+			if (err != nil) != c.want.unknown {
+				t.Fatalf("err = %v, want unknown %v", err, c.want.unknown)
+			}
+			if len(fs) != len(c.want.sevs) {
+				t.Fatalf("got %d findings, want %d: %+v", len(fs), len(c.want.sevs), fs)
+			}
+			all := ""
+			for i, f := range fs {
+				if f.Severity != c.want.sevs[i] {
+					t.Errorf("finding %d severity %v, want %v", i, f.Severity, c.want.sevs[i])
+				}
+				all += f.Summary
+				for _, x := range f.Fixes {
+					all += " " + x.Command
+				}
+			}
+			if !strings.Contains(all, c.want.text) {
+				t.Errorf("findings do not mention %q: %s", c.want.text, all)
+			}
+		})
+	}
+}
