@@ -1,0 +1,45 @@
+package workload
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// startServer runs a server in the background and returns its address and
+// a func that stops it and returns its result.
+func startServer[R any](t *testing.T, run func(ctx context.Context, ready func(string)) (R, error)) (string, func() R) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	addrc := make(chan string, 1)
+	type out struct {
+		r   R
+		err error
+	}
+	done := make(chan out, 1)
+	go func() {
+		r, err := run(ctx, func(a string) { addrc <- a })
+		done <- out{r, err}
+	}()
+	select {
+	case a := <-addrc:
+		var res *R
+		stop := func() R {
+			if res == nil {
+				cancel()
+				o := <-done
+				if o.err != nil {
+					t.Errorf("server: %v", o.err)
+				}
+				res = &o.r
+			}
+			return *res
+		}
+		t.Cleanup(func() { stop() })
+		return a, stop
+	case o := <-done:
+		cancel()
+		t.Fatalf("server did not start: %v", o.err)
+		return "", nil
+	}
+}
