@@ -342,3 +342,165 @@ func backlogFixes(s *snapshot.Snapshot, sk *snapshot.Socket, n, somax int64, has
 		Risk: "none for correctness; more workers use more memory"})
 	return fixes
 }
+
+// Buffers and windows, shared by sndbuf-limited, rwnd-limited,
+// slow-reader, connection-bottleneck and buffer-limits.
+
+// rttOf is the smoothed RTT of a connection; 0 when unknown.
+func rttOf(ti *snapshot.TCPInfo) time.Duration {
+	if ti == nil {
+		return 0
+	}
+	return time.Duration(ti.RTT) * time.Microsecond
+}
+
+// bufPin is the verdict on whether a socket buffer was set by the
+// application (SO_SNDBUF/SO_RCVBUF, which stop autotuning) and why.
+type bufPin struct {
+	Pinned bool   // proven or hinted
+	Proof  bool   // read from the owner with SO_BUF_LOCK
+	Capped bool   // the size is 2 x the net.core.*mem_max cap
+	Why    string // the evidence used, for people
+}
+
+// bufLimits are a netns's limits for one direction, from sysctls (0 when
+// not collected): core is net.core.wmem_max/rmem_max, initial and auto
+// are tcp_wmem/tcp_rmem [1] and [2].
+type bufLimits struct{ core, initial, auto int64 }
+
+func sndLimits(s *snapshot.Snapshot) bufLimits {
+	return limitsOf(s, "net.core.wmem_max", "net.ipv4.tcp_wmem")
+}
+func rcvLimits(s *snapshot.Snapshot) bufLimits {
+	return limitsOf(s, "net.core.rmem_max", "net.ipv4.tcp_rmem")
+}
+
+func limitsOf(s *snapshot.Snapshot, core, tcp string) bufLimits {
+	var l bufLimits
+	l.core, _ = s.SysctlInt(core)
+	if v, ok := s.SysctlInts(tcp); ok && len(v) == 3 {
+		l.initial, l.auto = v[1], v[2]
+	}
+	return l
+}
+
+// judgeBuf decides whether a buffer of size bytes (the kernel's doubled
+// value) was pinned. lock is SO_BUF_LOCK when probed and bit the bit for
+// this direction (1 send, 2 receive); prev is the size in the previous
+// sample (0 when none). Without the lock bit the verdict is a hint: a
+// size of exactly 2 x the cap, 2 x a power of two (the kernel doubles
+// requests; autotuned sizes are not round), or unchanged while below the
+// autotuning maximum.
+func judgeBuf(size, prev uint32, lock *uint8, bit uint8, lim bufLimits) bufPin {
+	sz := int64(size)
+	capped := lim.core > 0 && sz == 2*lim.core
+	if lock != nil {
+		p := bufPin{Proof: true, Pinned: *lock&bit != 0}
+		p.Capped = p.Pinned && capped
+		if p.Pinned {
+			p.Why = "SO_BUF_LOCK read from the owner via pidfd_getfd: set by the application"
+		} else {
+			p.Why = "SO_BUF_LOCK read from the owner via pidfd_getfd: not set (autotuned)"
+		}
+		return p
+	}
+	var why []string
+	if capped {
+		why = append(why, fmt.Sprintf("equals 2 x the %s cap", fmtBytes(float64(lim.core))))
+	}
+	half := sz / 2
+	if !capped && sz%2 == 0 && half >= 2048 && half&(half-1) == 0 && sz != lim.initial && sz != lim.auto {
+		why = append(why, fmt.Sprintf("equals 2 x %s (the kernel doubles SO_SNDBUF/SO_RCVBUF requests)", fmtBytes(float64(half))))
+	}
+	if len(why) > 0 && prev != 0 && prev == size {
+		why = append(why, "unchanged across samples")
+	}
+	if len(why) == 0 {
+		return bufPin{}
+	}
+	return bufPin{Pinned: true, Capped: capped, Why: strings.Join(why, ", ") + " (a hint, not proof: SO_BUF_LOCK not read)"}
+}
+
+// tuple is a connection's (local, remote) pair.
+type tuple struct{ local, remote netip.AddrPort }
+
+// byTuple indexes the connected sockets of s by (local, remote), so that a
+// local peer is found by looking up the reverse tuple.
+func byTuple(s *snapshot.Snapshot) map[tuple]*snapshot.Socket {
+	m := make(map[tuple]*snapshot.Socket)
+	for i := range s.Sockets {
+		sk := &s.Sockets[i]
+		if sk.State == snapshot.Listen || sk.State == snapshot.TimeWait {
+			continue
+		}
+		m[tuple{sk.Local, sk.Remote}] = sk
+	}
+	return m
+}
+
+// localPeer returns the other end of sk when it lives in the same netns.
+func localPeer(idx map[tuple]*snapshot.Socket, sk *snapshot.Socket) *snapshot.Socket {
+	return idx[tuple{sk.Remote, sk.Local}]
+}
+
+// peerRates is the best delivery rate (bytes/s) seen towards each remote
+// address: what the path has been shown to carry.
+func peerRates(s *snapshot.Snapshot) map[netip.Addr]float64 {
+	m := make(map[netip.Addr]float64)
+	for i := range s.Sockets {
+		sk := &s.Sockets[i]
+		if sk.State != snapshot.Established || !sk.Info.Has(snapshot.EndDeliveryRate) {
+			continue
+		}
+		a := sk.Remote.Addr().Unmap()
+		if r := float64(sk.Info.DeliveryRate); r > m[a] {
+			m[a] = r
+		}
+	}
+	return m
+}
+
+// pathRate is the rate (bytes/s) to judge a connection's path by and where
+// it came from: --bandwidth when given, else the best delivery rate to the
+// same peer when clearly above own (another connection shows the path can
+// do more); 0 when unknown.
+func pathRate(in *diag.Input, rates map[netip.Addr]float64, sk *snapshot.Socket, own float64) (float64, string) {
+	if in.Options.Bandwidth > 0 {
+		return in.Options.Bandwidth / 8, "--bandwidth"
+	}
+	if r := rates[sk.Remote.Addr().Unmap()]; r > 1.5*own && r > 0 {
+		return r, "best tcp_info.delivery_rate to " + sk.Remote.Addr().String()
+	}
+	return 0, ""
+}
+
+// sockdiagReady returns an unknown error when sock_diag failed or gave no
+// tcp_info for any established socket (so a rule cannot judge them).
+func sockdiagReady(s *snapshot.Snapshot) error {
+	if e, bad := s.Failed(snapshot.SourceSockdiag); bad {
+		return diag.Unknownf("sock_diag failed: %s", e)
+	}
+	est, info := 0, 0
+	for i := range s.Sockets {
+		if s.Sockets[i].State == snapshot.Established {
+			est++
+			if s.Sockets[i].Info != nil {
+				info++
+			}
+		}
+	}
+	if est > 0 && info == 0 {
+		return diag.Unknownf("no tcp_info for any of %d established sockets", est)
+	}
+	return nil
+}
+
+// capFindings keeps the first n findings (already ordered worst first) and
+// replaces the rest with one summary finding built by more(count).
+func capFindings(fs []diag.Finding, n int, more func(int) diag.Finding) []diag.Finding {
+	if len(fs) <= n {
+		return fs
+	}
+	rest := len(fs) - n
+	return append(fs[:n:n], more(rest))
+}
