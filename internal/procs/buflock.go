@@ -1,0 +1,61 @@
+package procs
+
+import (
+	"errors"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+)
+
+// SO_BUF_LOCK bits.
+const (
+	BufLockSnd uint8 = 1 << 0 // SO_SNDBUF set by the application
+	BufLockRcv uint8 = 1 << 1 // SO_RCVBUF set by the application
+)
+
+// BufLock reads SO_BUF_LOCK of the socket behind (pid, fd) by duplicating the
+// fd with pidfd_getfd (Linux >= 5.6, CAP_SYS_PTRACE over the target) and
+// calling getsockopt(SOL_SOCKET, SO_BUF_LOCK) (Linux >= 5.14) on the copy.
+func BufLock(ref FDRef) (uint8, error) {
+	where := "procs: buflock pid " + strconv.Itoa(ref.Pid) + " fd " + strconv.Itoa(ref.FD) + ": "
+	if ref.Pid <= 0 || ref.FD < 0 {
+		return 0, errors.New(where + "invalid pid or fd")
+	}
+	pidfd, err := unix.PidfdOpen(ref.Pid, 0)
+	if err != nil {
+		switch {
+		case errors.Is(err, unix.ENOSYS):
+			return 0, errors.New(where + "pidfd_open not supported by this kernel (needs Linux >= 5.3)")
+		case errors.Is(err, unix.ESRCH):
+			return 0, errors.New(where + "no such process")
+		}
+		return 0, errors.New(where + "pidfd_open: " + err.Error())
+	}
+	defer unix.Close(pidfd)
+	fd, err := unix.PidfdGetfd(pidfd, ref.FD, 0)
+	if err != nil {
+		switch {
+		case errors.Is(err, unix.ENOSYS):
+			return 0, errors.New(where + "pidfd_getfd not supported by this kernel (needs Linux >= 5.6)")
+		case errors.Is(err, unix.EPERM), errors.Is(err, unix.EACCES):
+			return 0, errors.New(where + "pidfd_getfd: operation not permitted (needs CAP_SYS_PTRACE over the process)")
+		case errors.Is(err, unix.EBADF):
+			return 0, errors.New(where + "no such open fd")
+		case errors.Is(err, unix.ESRCH):
+			return 0, errors.New(where + "process exited")
+		}
+		return 0, errors.New(where + "pidfd_getfd: " + err.Error())
+	}
+	defer unix.Close(fd)
+	v, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_BUF_LOCK)
+	if err != nil {
+		switch {
+		case errors.Is(err, unix.ENOPROTOOPT):
+			return 0, errors.New(where + "SO_BUF_LOCK not supported by this kernel (needs Linux >= 5.14)")
+		case errors.Is(err, unix.ENOTSOCK):
+			return 0, errors.New(where + "not a socket")
+		}
+		return 0, errors.New(where + "getsockopt SO_BUF_LOCK: " + err.Error())
+	}
+	return uint8(v & int(BufLockSnd|BufLockRcv)), nil
+}

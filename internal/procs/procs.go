@@ -1,0 +1,338 @@
+// Package procs maps socket inodes to the processes holding them, with each
+// owner's command, open fd count and RLIMIT_NOFILE, by walking /proc/PID/fd.
+package procs
+
+import (
+	"errors"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+)
+
+// Scanner reads process information below Root ("/proc" in production).
+type Scanner struct{ Root string }
+
+// FDRef is one file descriptor that refers to a socket.
+type FDRef struct{ Pid, FD int }
+
+// Owners is the result of one Scan.
+type Owners struct {
+	// ByInode maps a socket inode to every (pid, fd) holding it.
+	ByInode map[uint32][]FDRef
+	// Procs holds every pid seen holding a kept socket.
+	Procs map[int]*snapshot.Proc
+}
+
+// Scan walks Root/[0-9]*/fd once. Processes that vanish mid-scan are skipped;
+// unreadable ones are counted and reported as one error next to the partial
+// result. want, if non-nil, limits which inodes are kept; fd counts always
+// count every fd.
+func (s Scanner) Scan(want func(inode uint32) bool) (*Owners, error) {
+	root := s.Root
+	if root == "" {
+		root = "/proc"
+	}
+	pids, err := listPids(root)
+	if err != nil {
+		return nil, err
+	}
+	// Processes are walked in parallel: readlink on /proc/PID/fd costs
+	// microseconds and different processes do not contend in the kernel.
+	workers := min(runtime.GOMAXPROCS(0), maxWorkers, len(pids))
+	ws := make([]walker, max(workers, 1))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for i := range ws {
+		w := &ws[i]
+		w.dents, w.link, w.want = make([]byte, 32<<10), make([]byte, 64), want
+		wg.Go(func() {
+			for {
+				k := int(next.Add(1)) - 1
+				if k >= len(pids) {
+					return
+				}
+				w.note(w.proc(root, pids[k]))
+			}
+		})
+	}
+	wg.Wait()
+
+	out := &Owners{Procs: make(map[int]*snapshot.Proc)}
+	var denied, failed, total int
+	var firstFail error
+	for i := range ws {
+		w := &ws[i]
+		denied += w.denied
+		failed += w.failed
+		if firstFail == nil {
+			firstFail = w.firstFail
+		}
+		total += len(w.refs)
+		for _, p := range w.procs {
+			out.Procs[p.Pid] = p
+		}
+	}
+	// One slab backs every single-holder inode's slice: no allocation per
+	// socket. A second holder's append copies out of the slab.
+	out.ByInode = make(map[uint32][]FDRef, total)
+	slab := make([]FDRef, total)
+	var shared []uint32
+	n := 0
+	for i := range ws {
+		for _, e := range ws[i].refs {
+			refs, ok := out.ByInode[e.ino]
+			if !ok {
+				slab[n] = e.ref
+				out.ByInode[e.ino] = slab[n : n+1 : n+1]
+				n++
+				continue
+			}
+			if len(refs) == 1 {
+				shared = append(shared, e.ino)
+			}
+			out.ByInode[e.ino] = append(refs, e.ref)
+		}
+	}
+	for _, ino := range shared {
+		slices.SortFunc(out.ByInode[ino], func(a, b FDRef) int {
+			if a.Pid != b.Pid {
+				return a.Pid - b.Pid
+			}
+			return a.FD - b.FD
+		})
+	}
+	var errs []error
+	if denied > 0 {
+		errs = append(errs, errors.New("procs: "+strconv.Itoa(denied)+" processes unreadable: permission denied"))
+	}
+	if failed > 0 {
+		errs = append(errs, errors.New("procs: "+strconv.Itoa(failed)+" processes unreadable: "+firstFail.Error()))
+	}
+	return out, errors.Join(errs...)
+}
+
+// listPids returns the numeric entries of root.
+func listPids(root string) ([]int, error) {
+	d, err := os.Open(root)
+	if err != nil {
+		return nil, errors.New("procs: " + err.Error())
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(-1)
+	if err != nil {
+		return nil, errors.New("procs: list " + root + ": " + err.Error())
+	}
+	pids := make([]int, 0, len(names))
+	for _, n := range names {
+		if pid, ok := atoi(n); ok {
+			pids = append(pids, pid)
+		}
+	}
+	slices.Sort(pids)
+	return pids, nil
+}
+
+// maxWorkers bounds the parallel walk; more threads only contend.
+const maxWorkers = 4
+
+// walker is one worker's buffers, reused across processes, and its results.
+type walker struct {
+	dents []byte
+	link  []byte
+	want  func(uint32) bool
+
+	refs  []inodeRef
+	procs []*snapshot.Proc
+
+	denied, failed int
+	firstFail      error
+}
+
+type inodeRef struct {
+	ino uint32
+	ref FDRef
+}
+
+// note classifies one process's walk error.
+func (w *walker) note(err error) {
+	switch {
+	case err == nil:
+	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ESRCH):
+		// vanished mid-scan
+	case errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM):
+		w.denied++
+	default:
+		w.failed++
+		if w.firstFail == nil {
+			w.firstFail = err
+		}
+	}
+}
+
+// proc walks one process's fd directory, then reads comm and limits if it
+// holds a kept socket.
+func (w *walker) proc(root string, pid int) error {
+	dir := root + "/" + strconv.Itoa(pid)
+	dfd, err := unix.Open(dir+"/fd", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dfd)
+	fds, kept := 0, 0
+	for {
+		n, err := unix.Getdents(dfd, w.dents)
+		if err != nil {
+			return err
+		}
+		if n <= 0 {
+			break
+		}
+		for off := 0; off < n; {
+			// struct linux_dirent64: ino u64, off s64, reclen u16, type u8, name.
+			reclen := int(*(*uint16)(unsafe.Pointer(&w.dents[off+16])))
+			if reclen <= 19 || off+reclen > n {
+				break
+			}
+			name := w.dents[off+19 : off+reclen] // NUL-terminated, padded
+			off += reclen
+			fd, ok := atoiNul(name)
+			if !ok {
+				continue // "." and ".."
+			}
+			fds++
+			// The name is already NUL-terminated in the buffer: pass it
+			// straight to readlinkat to avoid a string per fd.
+			r, _, errno := unix.Syscall6(unix.SYS_READLINKAT, uintptr(dfd),
+				uintptr(unsafe.Pointer(&name[0])),
+				uintptr(unsafe.Pointer(&w.link[0])), uintptr(len(w.link)), 0, 0)
+			if errno != 0 {
+				if errno == unix.ENOENT {
+					continue // closed since listing
+				}
+				return errno
+			}
+			ino, ok := parseSocketLink(w.link[:r])
+			if !ok || (w.want != nil && !w.want(ino)) {
+				continue
+			}
+			kept++
+			w.refs = append(w.refs, inodeRef{ino, FDRef{Pid: pid, FD: fd}})
+		}
+	}
+	if kept == 0 {
+		return nil
+	}
+	p := &snapshot.Proc{Pid: pid, FDs: fds}
+	if b, err := os.ReadFile(dir + "/comm"); err == nil {
+		if len(b) > 0 && b[len(b)-1] == '\n' {
+			b = b[:len(b)-1]
+		}
+		p.Command = string(b)
+	}
+	if f, err := os.Open(dir + "/limits"); err == nil {
+		lim, _ := parseLimits(f) // a malformed other line does not spoil nofile
+		f.Close()
+		if l, ok := lim["Max open files"]; ok {
+			p.NofileSoft, p.NofileHard = &l.Soft, &l.Hard
+		}
+	}
+	w.procs = append(w.procs, p)
+	return nil
+}
+
+// parseSocketLink decodes a "socket:[12345]" fd link target.
+func parseSocketLink(b []byte) (uint32, bool) {
+	const prefix = "socket:["
+	if len(b) < len(prefix)+2 || string(b[:len(prefix)]) != prefix || b[len(b)-1] != ']' {
+		return 0, false
+	}
+	var v uint64
+	digits := b[len(prefix) : len(b)-1]
+	if len(digits) > 10 {
+		return 0, false
+	}
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		v = v*10 + uint64(c-'0')
+	}
+	if v > 1<<32-1 {
+		return 0, false
+	}
+	return uint32(v), true
+}
+
+// atoiNul parses a NUL-terminated decimal name; false for anything else.
+func atoiNul(b []byte) (int, bool) {
+	v, n := 0, 0
+	for _, c := range b {
+		if c == 0 {
+			break
+		}
+		if c < '0' || c > '9' || n >= 10 {
+			return 0, false
+		}
+		v = v*10 + int(c-'0')
+		n++
+	}
+	return v, n > 0
+}
+
+func atoi(s string) (int, bool) {
+	if len(s) == 0 || len(s) > 10 {
+		return 0, false
+	}
+	v := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		v = v*10 + int(c-'0')
+	}
+	return v, true
+}
+
+// Attach sets sk.Pids for every socket in snap (sorted, unique) and adds
+// those owners, and only those, to snap.Procs.
+func (o *Owners) Attach(snap *snapshot.Snapshot) {
+	if o == nil || snap == nil {
+		return
+	}
+	for i := range snap.Sockets {
+		sk := &snap.Sockets[i]
+		refs := o.ByInode[sk.Inode]
+		if sk.Inode == 0 || len(refs) == 0 {
+			continue
+		}
+		pids := make([]int, 0, len(refs))
+		for _, r := range refs {
+			pids = append(pids, r.Pid)
+		}
+		slices.Sort(pids)
+		pids = slices.Compact(pids)
+		sk.Pids = pids
+		for _, pid := range pids {
+			p, ok := o.Procs[pid]
+			if !ok {
+				continue
+			}
+			if snap.Procs == nil {
+				snap.Procs = make(map[int]*snapshot.Proc)
+			}
+			if _, done := snap.Procs[pid]; !done {
+				c := *p
+				snap.Procs[pid] = &c
+			}
+		}
+	}
+}

@@ -1,0 +1,474 @@
+package procs
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+)
+
+const limitsNginx = `Limit                     Soft Limit           Hard Limit           Units     
+Max cpu time              unlimited            unlimited            seconds   
+Max open files            1024                 524288               files     
+Max nice priority         0                    0                    
+`
+
+const limitsUnlimited = `Limit                     Soft Limit           Hard Limit           Units     
+Max open files            unlimited            unlimited            files     
+`
+
+// fakeProc builds root/PID with fd symlinks, comm and limits (empty strings
+// leave a file out).
+func fakeProc(t *testing.T, root string, pid int, comm, limits string, fds map[int]string) {
+	t.Helper()
+	dir := filepath.Join(root, strconv.Itoa(pid))
+	if err := os.MkdirAll(filepath.Join(dir, "fd"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for fd, target := range fds {
+		if err := os.Symlink(target, filepath.Join(dir, "fd", strconv.Itoa(fd))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if comm != "" {
+		if err := os.WriteFile(filepath.Join(dir, "comm"), []byte(comm+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if limits != "" {
+		if err := os.WriteFile(filepath.Join(dir, "limits"), []byte(limits), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func i64(v int64) *int64 { return &v }
+
+func TestScanFakeTree(t *testing.T) {
+	root := t.TempDir()
+	fakeProc(t, root, 100, "nginx", limitsNginx, map[int]string{
+		0: "/dev/null", 1: "pipe:[99]", 3: "socket:[111]", 4: "socket:[222]", 5: "anon_inode:[eventpoll]",
+	})
+	// 200 shares socket 111 (forked worker) and holds one unwanted socket.
+	fakeProc(t, root, 200, "nginx", limitsUnlimited, map[int]string{3: "socket:[111]", 7: "socket:[333]"})
+	// 300 holds no socket: it must not appear in Procs.
+	fakeProc(t, root, 300, "bash", limitsNginx, map[int]string{0: "/dev/pts/0", 1: "/dev/pts/0"})
+	// 400 holds a socket but has no comm or limits.
+	fakeProc(t, root, 400, "", "", map[int]string{9: "socket:[444]"})
+	// Malformed targets are not sockets.
+	fakeProc(t, root, 500, "odd", "", map[int]string{
+		1: "socket:[]", 2: "socket:[12a]", 3: "socket:[99999999999]", 4: "socket:[5", 5: "xsocket:[5]",
+	})
+	// Non-pid entries are ignored.
+	if err := os.MkdirAll(filepath.Join(root, "self", "fd"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("socket:[111]", filepath.Join(root, "self", "fd", "3")); err != nil {
+		t.Fatal(err)
+	}
+
+	want := func(ino uint32) bool { return ino != 333 }
+	o, err := Scanner{Root: root}.Scan(want)
+	if err != nil {
+		t.Fatalf("Scan: %v", err)
+	}
+	gotInodes := make([]uint32, 0, len(o.ByInode))
+	for ino := range o.ByInode {
+		gotInodes = append(gotInodes, ino)
+	}
+	slices.Sort(gotInodes)
+	if !slices.Equal(gotInodes, []uint32{111, 222, 444}) {
+		t.Errorf("inodes = %v, want [111 222 444]", gotInodes)
+	}
+	refs := slices.Clone(o.ByInode[111])
+	slices.SortFunc(refs, func(a, b FDRef) int { return a.Pid - b.Pid })
+	if !slices.Equal(refs, []FDRef{{100, 3}, {200, 3}}) {
+		t.Errorf("ByInode[111] = %v", refs)
+	}
+	if got := o.ByInode[444]; !slices.Equal(got, []FDRef{{400, 9}}) {
+		t.Errorf("ByInode[444] = %v", got)
+	}
+
+	p := o.Procs[100]
+	if p == nil || p.Command != "nginx" || p.FDs != 5 || p.NofileSoft == nil || *p.NofileSoft != 1024 || *p.NofileHard != 524288 {
+		t.Errorf("Procs[100] = %+v", p)
+	}
+	p = o.Procs[200]
+	if p == nil || p.FDs != 2 || p.NofileSoft == nil || *p.NofileSoft != -1 || *p.NofileHard != -1 {
+		t.Errorf("Procs[200] = %+v (fds count unwanted sockets too; unlimited is -1)", p)
+	}
+	if p := o.Procs[400]; p == nil || p.Command != "" || p.FDs != 1 || p.NofileSoft != nil || p.NofileHard != nil {
+		t.Errorf("Procs[400] = %+v, want absent comm and limits", p)
+	}
+	for _, pid := range []int{300, 500} {
+		if _, ok := o.Procs[pid]; ok {
+			t.Errorf("Procs[%d] present, holds no kept socket", pid)
+		}
+	}
+}
+
+func TestScanBadRoot(t *testing.T) {
+	_, err := Scanner{Root: filepath.Join(t.TempDir(), "nope")}.Scan(nil)
+	if err == nil || !strings.HasPrefix(err.Error(), "procs: ") {
+		t.Fatalf("err = %v, want procs: ...", err)
+	}
+}
+
+func TestScanOtherErrorsSummarised(t *testing.T) {
+	root := t.TempDir()
+	fakeProc(t, root, 10, "ok", "", map[int]string{1: "socket:[7]"})
+	// fd is a file, not a directory.
+	if err := os.MkdirAll(filepath.Join(root, "11"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "11", "fd"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// 12 has vanished: no fd directory at all. Skipped silently.
+	if err := os.MkdirAll(filepath.Join(root, "12"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	o, err := Scanner{Root: root}.Scan(nil)
+	if err == nil || err.Error() != "procs: 1 processes unreadable: not a directory" {
+		t.Fatalf("err = %v", err)
+	}
+	if o == nil || len(o.ByInode[7]) != 1 {
+		t.Fatalf("partial result lost: %+v", o)
+	}
+}
+
+// TestScanPermissionDenied runs the scan in a child without
+// CAP_DAC_OVERRIDE/CAP_DAC_READ_SEARCH when root, so mode 000 bites.
+func TestScanPermissionDenied(t *testing.T) {
+	if root := os.Getenv("PROCS_TEST_DENIED_ROOT"); root != "" {
+		o, err := Scanner{Root: root}.Scan(nil)
+		if err == nil {
+			t.Fatal("no error")
+		}
+		os.Stdout.WriteString("RESULT " + err.Error() + " | " + strconv.Itoa(len(o.ByInode[7])) + "\n")
+		return
+	}
+	root := t.TempDir()
+	fakeProc(t, root, 10, "ok", "", map[int]string{1: "socket:[7]"})
+	fakeProc(t, root, 11, "secret", "", map[int]string{1: "socket:[8]"})
+	fakeProc(t, root, 12, "secret", "", map[int]string{1: "socket:[9]"})
+	for _, pid := range []string{"11", "12"} {
+		if err := os.Chmod(filepath.Join(root, pid, "fd"), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := "procs: 2 processes unreadable: permission denied | 1"
+	if os.Geteuid() != 0 {
+		o, err := Scanner{Root: root}.Scan(nil)
+		if got := errString(err) + " | " + strconv.Itoa(len(o.ByInode[7])); got != want {
+			t.Fatalf("got %q, want %q", got, want)
+		}
+		return
+	}
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		t.Skip("root and no setpriv to drop CAP_DAC_OVERRIDE")
+	}
+	cmd := exec.Command(setpriv, "--inh-caps=-all", "--bounding-set=-dac_override,-dac_read_search",
+		os.Args[0], "-test.run=^TestScanPermissionDenied$", "-test.v")
+	cmd.Env = append(os.Environ(), "PROCS_TEST_DENIED_ROOT="+root)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+	var got string
+	for _, l := range strings.Split(string(out), "\n") {
+		if s, ok := strings.CutPrefix(l, "RESULT "); ok {
+			got = s
+		}
+	}
+	if got != want {
+		t.Fatalf("got %q, want %q\n%s", got, want, out)
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "<nil>"
+	}
+	return err.Error()
+}
+
+func TestParseSocketLink(t *testing.T) {
+	for in, want := range map[string]int64{
+		"socket:[0]": 0, "socket:[12345]": 12345, "socket:[4294967295]": 4294967295,
+		"socket:[4294967296]": -1, "socket:[]": -1, "socket:[1": -1, "socket:1]": -1,
+		"pipe:[12]": -1, "socket:[-1]": -1, "socket:[ 1]": -1, "": -1,
+	} {
+		v, ok := parseSocketLink([]byte(in))
+		if (want < 0) == ok || (ok && int64(v) != want) {
+			t.Errorf("parseSocketLink(%q) = %d, %v; want %d", in, v, ok, want)
+		}
+	}
+}
+
+func TestParseLimits(t *testing.T) {
+	f, err := os.Open("/proc/self/limits")
+	if err != nil {
+		t.Skip(err)
+	}
+	defer f.Close()
+	lim, err := parseLimits(f)
+	if err != nil {
+		t.Fatalf("parseLimits(/proc/self/limits): %v", err)
+	}
+	var rl unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err != nil {
+		t.Fatal(err)
+	}
+	l, ok := lim["Max open files"]
+	if !ok || uint64(l.Soft) != rl.Cur || uint64(l.Hard) != rl.Max {
+		t.Errorf("Max open files = %+v, %v; getrlimit %d/%d", l, ok, rl.Cur, rl.Max)
+	}
+	if l := lim["Max nice priority"]; l != (Limit{0, 0}) {
+		t.Errorf("Max nice priority (no units) = %+v", l)
+	}
+	if len(lim) < 10 {
+		t.Errorf("only %d limits parsed", len(lim))
+	}
+
+	lim, err = parseLimits(strings.NewReader("Max open files  1024\nMax bogus x y\nMax open files2 5 unlimited\n"))
+	if err == nil || err.Error() != "procs: limits: malformed line 1, 2" {
+		t.Errorf("err = %v", err)
+	}
+	if l := lim["Max open files2"]; l != (Limit{5, -1}) {
+		t.Errorf("good line after bad ones = %+v", l)
+	}
+}
+
+func FuzzParseLimits(f *testing.F) {
+	f.Add(limitsNginx)
+	f.Add(limitsUnlimited)
+	f.Add("Max open files 99999999999999999999 1\n")
+	f.Add("\x00 1 2\n")
+	f.Fuzz(func(t *testing.T, s string) {
+		lim, _ := parseLimits(strings.NewReader(s))
+		for name, l := range lim {
+			if name == "" || l.Soft < -1 || l.Hard < -1 {
+				t.Fatalf("bad limit %q = %+v", name, l)
+			}
+		}
+	})
+}
+
+func FuzzParseSocketLink(f *testing.F) {
+	f.Add([]byte("socket:[12345]"))
+	f.Add([]byte("socket:[4294967296]"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		v, ok := parseSocketLink(b)
+		digits, isSock := strings.CutPrefix(string(b), "socket:[")
+		digits, closed := strings.CutSuffix(digits, "]")
+		ref, err := strconv.ParseUint(digits, 10, 32)
+		wantOK := isSock && closed && err == nil && !strings.HasPrefix(digits, "+") && len(digits) <= 10
+		if ok != wantOK || (ok && uint64(v) != ref) {
+			t.Fatalf("parseSocketLink(%q) = %d, %v; strconv says %d, %v", b, v, ok, ref, wantOK)
+		}
+	})
+}
+
+// openSockets opens n unconnected TCP sockets and returns their fds and
+// inodes; they are closed at cleanup.
+func openSockets(tb testing.TB, n int) ([]int, []uint32) {
+	tb.Helper()
+	fds := make([]int, 0, n)
+	inos := make([]uint32, 0, n)
+	tb.Cleanup(func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	})
+	for i := 0; i < n; i++ {
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			tb.Fatalf("socket %d: %v", i, err)
+		}
+		fds = append(fds, fd)
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			tb.Fatal(err)
+		}
+		inos = append(inos, uint32(st.Ino))
+	}
+	return fds, inos
+}
+
+func TestScanReal(t *testing.T) {
+	fds, inos := openSockets(t, 5)
+	wanted := make(map[uint32]bool)
+	for _, ino := range inos {
+		wanted[ino] = true
+	}
+	o, err := Scanner{Root: "/proc"}.Scan(func(ino uint32) bool { return wanted[ino] })
+	// Even root may be refused some processes (e.g. by an LSM or a
+	// foreign user namespace); anything else is a failure.
+	if err != nil && !strings.HasSuffix(err.Error(), "processes unreadable: permission denied") {
+		t.Fatalf("Scan: %v", err)
+	}
+	pid := os.Getpid()
+	for i, ino := range inos {
+		if !slices.Contains(o.ByInode[ino], (FDRef{pid, fds[i]})) {
+			t.Errorf("inode %d: refs %v lack {%d %d}", ino, o.ByInode[ino], pid, fds[i])
+		}
+	}
+	if len(o.ByInode) != len(inos) {
+		t.Errorf("kept %d inodes, want %d", len(o.ByInode), len(inos))
+	}
+	comm, _ := os.ReadFile("/proc/self/comm")
+	p := o.Procs[pid]
+	if p == nil {
+		t.Fatal("own process missing from Procs")
+	}
+	if p.Command != strings.TrimSpace(string(comm)) || p.FDs < len(fds) || p.NofileSoft == nil {
+		t.Errorf("Procs[self] = %+v", p)
+	}
+	if len(o.Procs) != 1 {
+		t.Errorf("Procs has %d entries, want only self", len(o.Procs))
+	}
+}
+
+func TestAttach(t *testing.T) {
+	o := &Owners{
+		ByInode: map[uint32][]FDRef{
+			111: {{200, 3}, {100, 3}, {200, 9}},
+			222: {{100, 4}},
+			333: {{300, 1}},
+		},
+		Procs: map[int]*snapshot.Proc{
+			100: {Pid: 100, Command: "a", FDs: 5, NofileSoft: i64(1024)},
+			200: {Pid: 200, Command: "b", FDs: 3},
+			300: {Pid: 300, Command: "c", FDs: 1},
+		},
+	}
+	snap := &snapshot.Snapshot{Sockets: []snapshot.Socket{{Inode: 111}, {Inode: 0}, {Inode: 999}, {Inode: 222}}}
+	o.Attach(snap)
+	if got := snap.Sockets[0].Pids; !slices.Equal(got, []int{100, 200}) {
+		t.Errorf("Pids = %v, want [100 200]", got)
+	}
+	if snap.Sockets[1].Pids != nil || snap.Sockets[2].Pids != nil {
+		t.Error("unknown sockets got pids")
+	}
+	if got := snap.Sockets[3].Pids; !slices.Equal(got, []int{100}) {
+		t.Errorf("Pids = %v", got)
+	}
+	if len(snap.Procs) != 2 || snap.Procs[100].Command != "a" || snap.Procs[200] == nil {
+		t.Errorf("Procs = %v, want 100 and 200 only", snap.Procs)
+	}
+	var nilOwners *Owners
+	nilOwners.Attach(snap) // must not panic
+}
+
+func TestBufLock(t *testing.T) {
+	fds, _ := openSockets(t, 4)
+	if err := unix.SetsockoptInt(fds[0], unix.SOL_SOCKET, unix.SO_SNDBUF, 16384); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.SetsockoptInt(fds[1], unix.SOL_SOCKET, unix.SO_RCVBUF, 16384); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []int{unix.SO_SNDBUF, unix.SO_RCVBUF} {
+		if err := unix.SetsockoptInt(fds[2], unix.SOL_SOCKET, o, 65536); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pid := os.Getpid()
+	for i, want := range []uint8{BufLockSnd, BufLockRcv, BufLockSnd | BufLockRcv, 0} {
+		got, err := BufLock(FDRef{pid, fds[i]})
+		if err != nil {
+			t.Fatalf("BufLock(self, %d): %v", fds[i], err)
+		}
+		if got != want {
+			t.Errorf("socket %d: BufLock = %b, want %b", i, got, want)
+		}
+	}
+
+	f, err := os.Open("/dev/null")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := BufLock(FDRef{pid, int(f.Fd())}); err == nil || !strings.HasSuffix(err.Error(), "not a socket") {
+		t.Errorf("non-socket: err = %v", err)
+	}
+	if _, err := BufLock(FDRef{pid, 1 << 20}); err == nil || !strings.HasSuffix(err.Error(), "no such open fd") {
+		t.Errorf("bad fd: err = %v", err)
+	}
+	if _, err := BufLock(FDRef{0, 1}); err == nil {
+		t.Error("pid 0 accepted")
+	}
+}
+
+// TestBufLockOtherProcess needs CAP_SYS_PTRACE over a child: root only.
+func TestBufLockOtherProcess(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (CAP_SYS_PTRACE) to pidfd_getfd from another process")
+	}
+	fds, _ := openSockets(t, 1)
+	if err := unix.SetsockoptInt(fds[0], unix.SOL_SOCKET, unix.SO_SNDBUF, 16384); err != nil {
+		t.Fatal(err)
+	}
+	f := os.NewFile(uintptr(fds[0]), "sock")
+	cmd := exec.Command("sleep", "30")
+	cmd.ExtraFiles = []*os.File{f} // fd 3 in the child
+	if err := cmd.Start(); err != nil {
+		t.Skip(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	got, err := BufLock(FDRef{cmd.Process.Pid, 3})
+	if err != nil || got != BufLockSnd {
+		t.Fatalf("BufLock(child, 3) = %b, %v; want %b", got, err, BufLockSnd)
+	}
+}
+
+func benchScan(b *testing.B, n int) {
+	if n > 10000 {
+		var rl unix.Rlimit
+		if unix.Getrlimit(unix.RLIMIT_NOFILE, &rl) == nil && rl.Cur < uint64(n+100) {
+			rl.Cur = uint64(n + 1000)
+			if rl.Max < rl.Cur {
+				rl.Max = rl.Cur
+			}
+			if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &rl); err != nil {
+				b.Skipf("cannot raise RLIMIT_NOFILE for %d sockets: %v", n, err)
+			}
+		}
+	}
+	_, inos := openSockets(b, n)
+	// A root holding only this process, so ns/fd is about our walk.
+	root := b.TempDir()
+	pid := strconv.Itoa(os.Getpid())
+	if err := os.Symlink("/proc/"+pid, filepath.Join(root, pid)); err != nil {
+		b.Fatal(err)
+	}
+	wanted := make(map[uint32]struct{}, n)
+	for _, ino := range inos {
+		wanted[ino] = struct{}{}
+	}
+	want := func(ino uint32) bool { _, ok := wanted[ino]; return ok }
+	var fds int
+	b.ResetTimer()
+	for b.Loop() {
+		o, err := Scanner{Root: root}.Scan(want)
+		if err != nil || len(o.ByInode) != n {
+			b.Fatalf("scan: %v, %d inodes", err, len(o.ByInode))
+		}
+		fds = o.Procs[os.Getpid()].FDs
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(fds), "ns/fd")
+}
+
+func BenchmarkScan(b *testing.B) {
+	b.Run("10k", func(b *testing.B) { benchScan(b, 10000) })
+	b.Run("40k", func(b *testing.B) { benchScan(b, 40000) })
+}
