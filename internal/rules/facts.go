@@ -3,6 +3,7 @@ package rules
 import (
 	"fmt"
 	"net/netip"
+	"sort"
 	"strings"
 	"time"
 
@@ -503,4 +504,233 @@ func capFindings(fs []diag.Finding, n int, more func(int) diag.Finding) []diag.F
 	}
 	rest := len(fs) - n
 	return append(fs[:n:n], more(rest))
+}
+
+// destAgg is one destination's ephemeral port use and the processes
+// holding its open sockets (TIME_WAIT sockets have no owner).
+type destAgg struct {
+	use  portUse
+	pids []int // in first-seen order, at most 8
+	n    []int // open sockets per pid
+}
+
+func (a *destAgg) addOwner(pid int) {
+	for i, p := range a.pids {
+		if p == pid {
+			a.n[i]++
+			return
+		}
+	}
+	if len(a.pids) < 8 {
+		a.pids = append(a.pids, pid)
+		a.n = append(a.n, 1)
+	}
+}
+
+// topPid returns the pid holding most open sockets, 0 if none known.
+func (a *destAgg) topPid() int {
+	best, pid := 0, 0
+	for i, p := range a.pids {
+		if a.n[i] > best {
+			best, pid = a.n[i], p
+		}
+	}
+	return pid
+}
+
+// ownerList prints "nginx(pid 900) 812 sockets, ..." or why it is empty.
+func (a *destAgg) ownerList(s *snapshot.Snapshot) string {
+	if len(a.pids) == 0 {
+		return "unknown: no open socket to this destination has a known owner (TIME_WAIT sockets belong to no process)"
+	}
+	parts := make([]string, len(a.pids))
+	for i, p := range a.pids {
+		parts[i] = fmt.Sprintf("%s %d open", owners(s, []int{p}), a.n[i])
+	}
+	return strings.Join(parts, ", ")
+}
+
+// destUsage groups the current outgoing sockets by (src, dst, dport) in
+// one pass, and counts the previous sample's use of the same destinations.
+func destUsage(in *diag.Input, e *ephemeral) map[destKey]*destAgg {
+	m := map[destKey]*destAgg{}
+	for i := range in.Cur.Sockets {
+		sk := &in.Cur.Sockets[i]
+		if !e.outgoing(sk) {
+			continue
+		}
+		k := destKey{src: sk.Local.Addr(), dst: sk.Remote}
+		a := m[k]
+		if a == nil {
+			a = &destAgg{}
+			m[k] = a
+		}
+		var prev *snapshot.Socket
+		if in.Prev != nil {
+			prev = in.PrevSocket(sk.Cookie)
+		}
+		a.use.add(sk, prev)
+		if sk.State != snapshot.TimeWait && len(sk.Pids) > 0 {
+			a.addOwner(sk.Pids[0])
+		}
+	}
+	if in.Prev != nil {
+		for i := range in.Prev.Sockets {
+			sk := &in.Prev.Sockets[i]
+			if !e.outgoing(sk) {
+				continue
+			}
+			if a := m[destKey{src: sk.Local.Addr(), dst: sk.Remote}]; a != nil {
+				a.use.prevUsed++
+			}
+		}
+	}
+	return m
+}
+
+// commandOf returns the command of pid, "" if unknown.
+func commandOf(s *snapshot.Snapshot, pid int) string {
+	if p := s.Procs[pid]; p != nil {
+		return p.Command
+	}
+	return ""
+}
+
+// portEvidence is the shared evidence for a destination's port use.
+func portEvidence(e *ephemeral, u portUse, f portForecast, window time.Duration, threshold string) []diag.Evidence {
+	ev := []diag.Evidence{
+		{Name: "ephemeral ports in use to this destination", Value: fmt.Sprintf("%d of %d usable (%s): %d in TIME_WAIT, %d in other states", u.used, e.usable(), pct(f.frac), u.tw, u.used-u.tw),
+			Source: "sock_diag sockets with an ephemeral local port, grouped by (source, destination, port)", Threshold: threshold},
+		{Name: "usable ephemeral ports", Value: fmt.Sprintf("%d = %d-%d (%d ports) minus %d reserved", e.usable(), e.lo, e.hi, e.size(), e.nReserved),
+			Source: "sysctl net.ipv4.ip_local_port_range, net.ipv4.ip_local_reserved_ports"},
+	}
+	if !f.hasRate {
+		return ev
+	}
+	w := fmtDur(window)
+	ev = append(ev,
+		diag.Evidence{Name: "new connections", Value: fmt.Sprintf("%.1f/s (%d sockets new in %s; connections opened and gone within the window are not seen)", f.connRate, u.newConns, w), Source: "sock_diag cookies absent from the previous sample"},
+		diag.Evidence{Name: "closed first by this host", Value: fmt.Sprintf("%.1f/s (%d entered TIME_WAIT in %s; each holds its port %s)", f.closeRate, u.newTW, w, fmtDur(timeWaitLen)), Source: "sock_diag TIME-WAIT sockets not in TIME-WAIT in the previous sample"},
+		diag.Evidence{Name: "growth", Value: fmt.Sprintf("%+.1f ports/s (%d -> %d)", f.growth, u.prevUsed, u.used), Source: "sock_diag, previous and current sample"},
+		forecastEvidence(f, e.usable()),
+	)
+	return ev
+}
+
+func forecastEvidence(f portForecast, usable int) diag.Evidence {
+	ev := diag.Evidence{Name: "forecast", Source: "derived: open sockets + close rate x 60 s (TIME_WAIT length) against usable ports"}
+	switch {
+	case f.full:
+		ev.Value = "exhausted now: the next connect() to this destination fails with EADDRNOTAVAIL"
+	case f.exhausts:
+		ev.Value = fmt.Sprintf("exhausted in about %s at %+.1f ports/s (this rate needs about %.0f ports, more than %d)", fmtDur(f.eta), f.growth, f.plateau, usable)
+	default:
+		ev.Value = fmt.Sprintf("at this rate use levels off near %.0f ports (%s of the range)", f.plateau, pct(f.plateau/float64(usable)))
+	}
+	return ev
+}
+
+// portPeak is the number of ports a destination needs: what it uses now
+// or the level its churn settles at, whichever is larger.
+func portPeak(u portUse, f portForecast) int {
+	p := u.used
+	if f.hasRate && int(f.plateau+0.5) > p {
+		p = int(f.plateau + 0.5)
+	}
+	return p
+}
+
+// portFixKeepBelow is the share of the usable range that fixes aim to
+// keep each destination under: the warning threshold of port-exhaustion.
+const portFixKeepBelow = 0.7
+
+// reuseFix is the first fix for outgoing churn: keep connections open.
+func reuseFix(cmd string, dst netip.AddrPort) diag.Fix {
+	f := diag.Fix{Scope: "application", Target: "connection-pool",
+		Text: fmt.Sprintf("reuse connections to %s instead of opening one per request: a pool with keep-alive (HTTP keep-alive, JDBC/Redis pools, SMTP: keep the session and send RSET between mails)", dst),
+		Risk: "pooled connections must be health-checked and evicted when idle, or they fail when the peer closes them"}
+	switch {
+	case strings.HasPrefix(cmd, "nginx"):
+		f.Target = "nginx"
+		f.Command = fmt.Sprintf("upstream backend { server %s; keepalive 64; }  location / { proxy_pass http://backend; proxy_http_version 1.1; proxy_set_header Connection \"\"; }", dst)
+	case strings.HasPrefix(cmd, "java"):
+		f.Target = "java"
+		f.Command = "one shared client with a pool: Apache HttpClient PoolingHttpClientConnectionManager, OkHttp ConnectionPool, JavaMail: keep the Transport connected"
+	}
+	return f
+}
+
+// spreadFix computes how many destination ports, destination addresses
+// or source addresses keep each 4-tuple space below portFixKeepBelow.
+func spreadFix(peak, usable int) diag.Fix {
+	k := max(2, ceilDiv(peak, int(float64(usable)*portFixKeepBelow)))
+	return diag.Fix{Scope: "application", Target: "topology",
+		Text:    fmt.Sprintf("each (source, destination, port) has its own %d ports; this destination needs about %d -> spread over %d destination ports or addresses (e.g. the backend listening on %d ports, or %d backend IPs), or %d source addresses", usable, peak, k, k, k, k),
+		Command: "setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, 1); bind(fd, {src_i, port 0}); connect(fd, dst)  (nginx: proxy_bind $src sets it itself)",
+		Risk:    "bind() to a source address without IP_BIND_ADDRESS_NO_PORT picks the port at bind time for every destination at once, and exhausts the range sooner"}
+}
+
+// widenRangeFix computes an ip_local_port_range that keeps peak below
+// portFixKeepBelow, and the listener ports it must then reserve.
+func widenRangeFix(e *ephemeral, peak int) (diag.Fix, bool) {
+	need := int(float64(peak)/portFixKeepBelow+0.5) + e.nReserved
+	hi := max(e.hi, 65535)
+	lo := min(e.lo, max(1024, hi-need+1))
+	if lo == e.lo && hi == e.hi {
+		return diag.Fix{}, false
+	}
+	f := diag.Fix{Scope: "kernel", Target: "sysctl",
+		Text:    fmt.Sprintf("widen the ephemeral range from %d ports to %d", e.size(), hi-lo+1),
+		Command: fmt.Sprintf("sysctl -w net.ipv4.ip_local_port_range=\"%d %d\"", lo, hi),
+		Risk:    "a port in the range can be taken by an outgoing connection before a service binds it: reserve the ports services listen on (ip_local_reserved_ports); per network namespace"}
+	if hi-lo+1-e.nReserved < need-e.nReserved {
+		f.Text += fmt.Sprintf(" (still short of the %d needed: spread destinations too)", need-e.nReserved)
+	}
+	var res []string
+	for p := range e.listen {
+		if int(p) >= lo && int(p) <= hi && !e.isReserved(int(p)) {
+			res = append(res, fmt.Sprint(p))
+		}
+	}
+	if len(res) > 0 {
+		sort.Slice(res, func(i, j int) bool { return len(res[i]) < len(res[j]) || len(res[i]) == len(res[j]) && res[i] < res[j] })
+		for _, r := range e.reserved {
+			if r[0] == r[1] {
+				res = append(res, fmt.Sprint(r[0]))
+			} else {
+				res = append(res, fmt.Sprintf("%d-%d", r[0], r[1]))
+			}
+		}
+		f.Command += fmt.Sprintf(" && sysctl -w net.ipv4.ip_local_reserved_ports=%s", strings.Join(res, ","))
+	}
+	f.Command += "  (persist in /etc/sysctl.d/)"
+	return f, true
+}
+
+func (e *ephemeral) isReserved(p int) bool {
+	for _, r := range e.reserved {
+		if p >= r[0] && p <= r[1] {
+			return true
+		}
+	}
+	return false
+}
+
+// twReuseFix proposes tcp_tw_reuse=1 unless it is already 1.
+func twReuseFix(s *snapshot.Snapshot) (diag.Fix, bool) {
+	v, ok := s.SysctlInt("net.ipv4.tcp_tw_reuse")
+	if ok && v == 1 {
+		return diag.Fix{}, false
+	}
+	now := "unknown"
+	if ok {
+		now = fmt.Sprint(v)
+		if v == 2 {
+			now = "2 (loopback only)"
+		}
+	}
+	return diag.Fix{Scope: "kernel", Target: "sysctl",
+		Text:    fmt.Sprintf("let connect() reuse a port held by TIME_WAIT to the same destination (now %s); helps outgoing connections only", now),
+		Command: "sysctl -w net.ipv4.tcp_tw_reuse=1",
+		Risk:    "needs TCP timestamps on both ends (net.ipv4.tcp_timestamps=1); does nothing for connections the peer opened; tcp_tw_recycle is gone since Linux 4.12 and tcp_fin_timeout does not shorten TIME_WAIT"}, true
 }

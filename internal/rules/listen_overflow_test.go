@@ -70,7 +70,7 @@ func TestListenOverflowCases(t *testing.T) {
 		"single snapshot, full now, totals": {nil, listenSnap(t1, 512, 511, 40, true),
 			want{sevs: []diag.Severity{diag.Warning, diag.Info}, text: "listen 9000 backlog=4096;"}},
 		"single snapshot, empty queue, no overflows": {nil, listenSnap(t1, 0, 511, 0, true), want{}},
-		"single snapshot, no counters": {nil, listenSnap(t1, 0, 511, 0, false), want{}},
+		"single snapshot, no counters":               {nil, listenSnap(t1, 0, 511, 0, false), want{}},
 		"overflow, listener near full": {listenSnap(t0, 10, 511, 0, true), listenSnap(t1, 500, 511, 20, true),
 			want{sevs: []diag.Severity{diag.Warning}, text: "overflowed its accept queue 20 times"}},
 		"overflow, critical rate": {listenSnap(t0, 10, 511, 0, true), listenSnap(t1, 512, 511, 100, true),

@@ -14,6 +14,7 @@ func All() []diag.Rule {
 	rs := []diag.Rule{
 		// One line per rule; keep this list explicit.
 		listenOverflow(),
+		portExhaustion(),
 	}
 	sort.Slice(rs, func(i, j int) bool { return rs[i].ID < rs[j].ID })
 	return rs
