@@ -1,0 +1,303 @@
+package rules
+
+import (
+	"fmt"
+	"net/netip"
+	"sort"
+	"time"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/bdp"
+	"github.com/tcpdoctor/tcpdoctor/internal/diag"
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+)
+
+const (
+	// sndbufInflightFrac: data in flight (unacked x mss) at least this share
+	// of sndbuf. Autotuning keeps sndbuf several times what is in flight
+	// (about 2 x cwnd x per-segment truesize), so a healthy sender sits far
+	// below; a pinned 32K buffer measured about 2 x sndbuf in flight.
+	sndbufInflightFrac = 0.5
+	// sndbufQueuedFrac: wmem_queued at least this share of sndbuf, i.e. the
+	// buffer is full and the application is blocked writing.
+	sndbufQueuedFrac = 0.75
+	// sndbufHeadroom: cwnd x mss and the peer's window must each exceed the
+	// data in flight by this factor, so neither is the limit.
+	sndbufHeadroom = 1.5
+	// sndbufBusyShare: share of the window the connection had data
+	// outstanding (tcp_info.busy_time), so it wanted to send.
+	sndbufBusyShare = 0.5
+	// sndbufCritShortfall: critical when the connection moves less than
+	// this share of what its path is known to carry.
+	sndbufCritShortfall = 0.5
+	// sndbufAutoShortfall: a sender at the tcp_wmem maximum (not pinned) is
+	// reported only when it moves this much less than its path is known
+	// to carry; a healthy gigabit transfer may sit at the maximum.
+	sndbufAutoShortfall = 0.2
+	sndbufMaxFindings   = 10
+)
+
+func sndbufLimited() diag.Rule {
+	return diag.Rule{ID: "sndbuf-limited", Title: "Throughput capped by the send buffer", Check: checkSndbufLimited}
+}
+
+// sndbufLook is the instantaneous evidence from one sample.
+type sndbufLook struct {
+	inflight, cwnd, wnd, sndbuf, queued float64
+	hasWnd                              bool
+}
+
+// lookSndbuf measures one sample; ok is false without tcp_info or meminfo.
+func lookSndbuf(sk *snapshot.Socket) (sndbufLook, bool) {
+	ti, m := sk.Info, sk.Mem
+	if ti == nil || m == nil || ti.SndMSS == 0 || m.Sndbuf == 0 {
+		return sndbufLook{}, false
+	}
+	mss := float64(ti.SndMSS)
+	return sndbufLook{
+		inflight: float64(ti.Unacked) * mss,
+		cwnd:     float64(ti.SndCwnd) * mss,
+		wnd:      float64(ti.SndWnd),
+		hasWnd:   ti.Has(snapshot.EndSndWnd),
+		sndbuf:   float64(m.Sndbuf),
+		queued:   float64(m.WmemQueued),
+	}, true
+}
+
+// limited: in flight near the buffer, buffer full, cwnd and the peer's
+// window well above what is in flight.
+func (l sndbufLook) limited() bool {
+	return l.inflight > 0 &&
+		l.inflight >= sndbufInflightFrac*l.sndbuf &&
+		l.queued >= sndbufQueuedFrac*l.sndbuf &&
+		l.cwnd >= sndbufHeadroom*l.inflight &&
+		(!l.hasWnd || l.wnd >= sndbufHeadroom*l.inflight)
+}
+
+type sndbufHit struct {
+	f         diag.Finding
+	shortfall float64 // share of the path rate not used; 0 when unknown
+}
+
+func checkSndbufLimited(in *diag.Input) ([]diag.Finding, error) {
+	cur := in.Cur
+	if err := sockdiagReady(cur); err != nil {
+		return nil, err
+	}
+	window := in.Window()
+	rates := peerRates(cur)
+	lim := sndLimits(cur)
+	var hits []sndbufHit
+	for i := range cur.Sockets {
+		sk := &cur.Sockets[i]
+		if sk.State != snapshot.Established {
+			continue
+		}
+		look, ok := lookSndbuf(sk)
+		if !ok || !look.limited() {
+			continue
+		}
+		rtt := rttOf(sk.Info)
+		if rtt <= 0 {
+			continue
+		}
+		var prev *snapshot.Socket
+		if in.Prev != nil {
+			prev = in.PrevSocket(sk.Cookie)
+		}
+		if h, ok := sndbufFinding(in, sk, prev, look, rtt, window, rates, lim); ok {
+			hits = append(hits, h)
+		}
+	}
+	sort.SliceStable(hits, func(i, j int) bool {
+		if hits[i].f.Severity != hits[j].f.Severity {
+			return hits[i].f.Severity > hits[j].f.Severity
+		}
+		return hits[i].shortfall > hits[j].shortfall
+	})
+	fs := make([]diag.Finding, len(hits))
+	for i := range hits {
+		fs[i] = hits[i].f
+	}
+	return capFindings(fs, sndbufMaxFindings, func(n int) diag.Finding {
+		return diag.Finding{Severity: diag.Info, Subject: diag.Subject{Netns: cur.Netns.Name},
+			Summary:  fmt.Sprintf("%d more connections look send-buffer-limited", n),
+			Evidence: []diag.Evidence{{Name: "connections not shown", Value: fmt.Sprint(n), Source: "sock_diag"}},
+			Fixes:    []diag.Fix{{Scope: "application", Text: "see the findings above; the same fix applies"}}}
+	}), nil
+}
+
+func sndbufFinding(in *diag.Input, sk, prev *snapshot.Socket, look sndbufLook, rtt, window time.Duration,
+	rates map[netip.Addr]float64, lim bufLimits) (sndbufHit, bool) {
+	ti := sk.Info
+	ev := []diag.Evidence{}
+	confident := false // two samples agree
+	var thr float64    // observed bytes/s over the window, 0 when unknown
+	busyShare := -1.0
+	if prev != nil && window > 0 {
+		busy := -1.0
+		if sh, ok := snapshot.ChronoShares(prev.Info, ti, window); ok {
+			busy = snapshot.Frac(sh.Busy, window)
+			ev = append(ev, diag.Evidence{Name: "busy", Value: pct(busy) + " of the " + fmtDur(window) + " window",
+				Source: "sock_diag tcp_info.busy_time (delta)", Threshold: ">= " + pct(sndbufBusyShare)})
+			if sh.Busy > 0 {
+				v := pct(snapshot.Frac(sh.Sndbuf, sh.Busy)) + " of busy time"
+				if sh.Sndbuf == 0 {
+					v += " (this chronograph misses pinned buffers on current kernels; derived instead)"
+				}
+				ev = append(ev, diag.Evidence{Name: "kernel sndbuf_limited", Value: v, Source: "sock_diag tcp_info.sndbuf_limited (delta)"})
+			}
+		}
+		if prev.Info != nil && ti.BytesAcked >= prev.Info.BytesAcked {
+			thr = float64(ti.BytesAcked-prev.Info.BytesAcked) / window.Seconds()
+		}
+		if busy >= 0 && busy < sndbufBusyShare {
+			return sndbufHit{}, false
+		}
+		if busy < 0 && thr == 0 {
+			return sndbufHit{}, false
+		}
+		pl, ok := lookSndbuf(prev)
+		confident = ok && pl.limited()
+		busyShare = busy
+	}
+	if thr > 0 {
+		ev = append(ev, diag.Evidence{Name: "throughput", Value: fmtRate(thr), Source: "sock_diag tcp_info.bytes_acked (delta / window)"})
+	}
+	if ti.Has(snapshot.EndDeliveryRate) && ti.DeliveryRate > 0 {
+		ev = append(ev, diag.Evidence{Name: "delivery rate", Value: fmtRate(float64(ti.DeliveryRate)), Source: "sock_diag tcp_info.delivery_rate"})
+	}
+	own := thr
+	if own == 0 {
+		own = float64(ti.DeliveryRate)
+	}
+	ev = append(ev,
+		diag.Evidence{Name: "in flight", Value: fmt.Sprintf("%d segments x %d = %s (%.1f x sndbuf)", ti.Unacked, ti.SndMSS, fmtBytes(look.inflight), look.inflight/look.sndbuf),
+			Source: "sock_diag tcp_info.unacked x snd_mss", Threshold: ">= " + pct(sndbufInflightFrac) + " of sndbuf"},
+		diag.Evidence{Name: "send buffer", Value: fmt.Sprintf("sndbuf %s, queued %s", fmtBytes(look.sndbuf), fmtBytes(look.queued)),
+			Source: "sock_diag SK_MEMINFO sndbuf, wmem_queued", Threshold: "queued >= " + pct(sndbufQueuedFrac) + " of sndbuf (full)"},
+		diag.Evidence{Name: "congestion window", Value: fmt.Sprintf("%d x %d = %s (%.1f x in flight)", ti.SndCwnd, ti.SndMSS, fmtBytes(look.cwnd), look.cwnd/look.inflight),
+			Source: "sock_diag tcp_info.snd_cwnd", Threshold: fmt.Sprintf(">= %.1f x in flight: not the limit", sndbufHeadroom)},
+	)
+	if look.hasWnd {
+		ev = append(ev, diag.Evidence{Name: "peer window", Value: fmt.Sprintf("%s (%.1f x in flight)", fmtBytes(look.wnd), look.wnd/look.inflight),
+			Source: "sock_diag tcp_info.snd_wnd", Threshold: fmt.Sprintf(">= %.1f x in flight: not the limit", sndbufHeadroom)})
+	}
+	if ti.NotsentBytes > 0 {
+		ev = append(ev, diag.Evidence{Name: "not yet sent", Value: fmtBytes(float64(ti.NotsentBytes)), Source: "sock_diag tcp_info.notsent_bytes"})
+	}
+	ceil := look.sndbuf / rtt.Seconds() // bytes/s
+	ev = append(ev, diag.Evidence{Name: "buffer ceiling", Value: fmt.Sprintf("%s / %s = %s (current kernels let up to about 2x that into flight)", fmtBytes(look.sndbuf), fmtDur(rtt), fmtRate(ceil)),
+		Source: "SK_MEMINFO sndbuf / tcp_info.rtt"})
+
+	var prevSize uint32
+	if prev != nil && prev.Mem != nil {
+		prevSize = prev.Mem.Sndbuf
+	}
+	pin := judgeBuf(sk.Mem.Sndbuf, prevSize, sk.BufLock, 1, lim)
+	atAuto := lim.auto > 0 && int64(sk.Mem.Sndbuf) >= lim.auto
+	switch {
+	case pin.Pinned:
+		ev = append(ev, diag.Evidence{Name: "pinned", Value: "SO_SNDBUF set by the application: " + pin.Why, Source: bufLockSource(pin)})
+	case atAuto:
+		ev = append(ev, diag.Evidence{Name: "autotuning maximum", Value: fmt.Sprintf("sndbuf at tcp_wmem[2] %s", fmtBytes(float64(lim.auto))), Source: "sysctl net.ipv4.tcp_wmem"})
+	case pin.Proof:
+		ev = append(ev, diag.Evidence{Name: "pinned", Value: pin.Why, Source: bufLockSource(pin)})
+	}
+
+	path, pathSrc := pathRate(in, rates, sk, own)
+	var plan bdp.Plan
+	short := 0.0
+	if path > 0 {
+		plan = bdp.For(rtt, path*8, in.Cur)
+		ev = append(ev, diag.Evidence{Name: "path", Value: fmt.Sprintf("%s x %s = BDP %s", fmtRate(path), fmtDur(rtt), fmtBytes(plan.BDP)), Source: pathSrc + ", tcp_info.rtt"})
+		if own > 0 && own < path {
+			short = 1 - own/path
+		}
+	}
+	if !confident {
+		ev = append(ev, diag.Evidence{Name: "confidence", Value: "instantaneous evidence from one sample", Source: "sock_diag", Threshold: "two samples agreeing for full confidence"})
+	}
+
+	// A pinned buffer is the finding. Autotuning at its maximum matters
+	// only when the path is known to carry clearly more; anything else is
+	// autotuning still catching up, worth a note at most.
+	sev := diag.Warning
+	switch {
+	case pin.Pinned && confident && short >= 1-sndbufCritShortfall:
+		sev = diag.Critical
+	case pin.Pinned:
+	case atAuto && short >= sndbufAutoShortfall:
+	case atAuto:
+		return sndbufHit{}, false
+	default:
+		sev = diag.Info
+	}
+	how := "in one sample"
+	if confident {
+		how = "in both samples"
+	}
+	if busyShare >= 0 {
+		how = fmt.Sprintf("busy %s of the window and limited %s", pct(busyShare), how)
+	} else {
+		how = "limited " + how
+	}
+	what := fmt.Sprintf("its send buffer is %s", fmtBytes(look.sndbuf))
+	switch {
+	case pin.Pinned && pin.Capped:
+		what = fmt.Sprintf("its send buffer is pinned at %s (SO_SNDBUF capped by net.core.wmem_max)", fmtBytes(look.sndbuf))
+	case pin.Pinned:
+		what = fmt.Sprintf("its send buffer is pinned at %s (SO_SNDBUF %s)", fmtBytes(look.sndbuf), fmtBytes(look.sndbuf/2))
+	case atAuto:
+		what = fmt.Sprintf("its send buffer is at the tcp_wmem maximum %s", fmtBytes(look.sndbuf))
+	}
+	sum := fmt.Sprintf("send-buffer-limited (%s): %s; at RTT %s that caps it at about %s", how, what, fmtDur(rtt), fmtRate(ceil))
+	if own > 0 {
+		sum += fmt.Sprintf(" (moving %s)", fmtRate(own))
+	}
+	if path > 0 {
+		sum += fmt.Sprintf("; the path needs BDP %s for %s", fmtBytes(plan.BDP), fmtRate(path))
+	}
+	return sndbufHit{f: diag.Finding{Severity: sev, Subject: subject(in.Cur, sk), Summary: sum, Evidence: ev,
+		Fixes: sndbufFixes(in.Cur, plan, pin.Pinned, atAuto, rtt)}, shortfall: short}, true
+}
+
+func bufLockSource(p bufPin) string {
+	if p.Proof {
+		return "getsockopt(SO_BUF_LOCK) via pidfd_getfd"
+	}
+	return "SK_MEMINFO size pattern and sysctls (hint)"
+}
+
+func sndbufFixes(s *snapshot.Snapshot, plan bdp.Plan, pinned, atAuto bool, rtt time.Duration) []diag.Fix {
+	ask := "at least the path's BDP (rate x RTT: tcpdoctor bdp --rtt " + fmtDur(rtt) + " --bandwidth <link rate>)"
+	if plan.BDP > 0 {
+		ask = fmt.Sprint(int64(plan.AskSndBuf))
+	}
+	var fs []diag.Fix
+	if !atAuto || pinned {
+		fs = append(fs,
+			diag.Fix{Scope: "application", Text: "stop pinning the send buffer so autotuning (up to tcp_wmem[2]) sizes it: remove Java socket.setSendBufferSize, Netty ChannelOption.SO_SNDBUF, Go (*net.TCPConn).SetWriteBuffer, nginx listen/proxy sndbuf=, setsockopt(SO_SNDBUF)",
+				Risk: "more memory per busy connection (bounded by tcp_wmem and tcp_mem)"},
+			diag.Fix{Scope: "application", Text: "or set the send buffer to " + ask + " bytes, e.g. Java socket.setSendBufferSize(" + ask + ")",
+				Command: "SO_SNDBUF=" + ask, Risk: "a fixed size is wrong again when RTT or rate change; requests above net.core.wmem_max are silently capped"})
+	}
+	for _, c := range plan.Checks {
+		if c.OK || c.Command == "" {
+			continue
+		}
+		if c.Setting == "net.core.wmem_max" || c.Setting == "net.ipv4.tcp_wmem[2]" {
+			fs = append(fs, diag.Fix{Scope: "kernel", Target: "sysctl", Text: fmt.Sprintf("raise %s from %s to %d (%s)", c.Setting, c.Current, c.Needed, c.Note),
+				Command: c.Command, Risk: "host-wide; persist in /etc/sysctl.d/ once verified"})
+		}
+	}
+	if atAuto && plan.BDP == 0 {
+		w, _ := s.SysctlInts("net.ipv4.tcp_wmem")
+		cmd := ""
+		if len(w) == 3 {
+			cmd = fmt.Sprintf("sysctl -w net.ipv4.tcp_wmem='%d %d %d'", w[0], w[1], 2*w[2])
+		}
+		fs = append(fs, diag.Fix{Scope: "kernel", Target: "sysctl", Text: "autotuning is at its maximum: raise tcp_wmem[2] to at least the path's BDP (doubling shown; give --bandwidth to compute it)",
+			Command: cmd, Risk: "host-wide memory per busy connection"})
+	}
+	return fs
+}
