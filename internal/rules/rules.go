@@ -15,6 +15,7 @@ func All() []diag.Rule {
 		// One line per rule; keep this list explicit.
 		listenOverflow(),
 		portExhaustion(),
+		timeWaitChurn(),
 		sndbufLimited(),
 	}
 	sort.Slice(rs, func(i, j int) bool { return rs[i].ID < rs[j].ID })

@@ -1,0 +1,205 @@
+package rules
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/diag"
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+)
+
+const (
+	// twWarnFrac: TIME_WAIT sockets to one destination holding this share
+	// of the usable ephemeral ports, now or once the close rate levels off.
+	twWarnFrac = 0.5
+	// twCritFrac: the same share at which the finding is critical.
+	twCritFrac = 0.8
+	// twBucketsWarn: TIME_WAIT sockets in the netns against
+	// tcp_max_tw_buckets.
+	twBucketsWarn = 0.8
+	// twMaxFindings caps per-destination findings.
+	twMaxFindings = 10
+)
+
+func timeWaitChurn() diag.Rule {
+	return diag.Rule{ID: "time-wait-churn", Title: "TIME_WAIT churn from short connections", Check: checkTimeWaitChurn}
+}
+
+func twSeverity(u portUse, f portForecast, usable int) diag.Severity {
+	tw := float64(u.tw) / float64(max(usable, 1))
+	settled := 0.0
+	if f.hasRate {
+		settled = f.closeRate * timeWaitLen.Seconds() / float64(max(usable, 1))
+	}
+	switch {
+	case u.tw == 0:
+		return 0
+	case f.full || f.exhausts && f.eta <= portCritETA || tw >= twCritFrac || settled >= 1:
+		return diag.Critical
+	case tw >= twWarnFrac || settled >= twWarnFrac || f.exhausts:
+		return diag.Warning
+	}
+	return 0
+}
+
+func checkTimeWaitChurn(in *diag.Input) ([]diag.Finding, error) {
+	cur := in.Cur
+	if msg, failed := cur.Failed(snapshot.SourceSockdiag); failed && len(cur.Sockets) == 0 {
+		return nil, diag.Unknownf("sock_diag failed: %s", msg)
+	}
+	e, err := ephemeralPorts(cur)
+	if err != nil {
+		return nil, err
+	}
+	var hits []destFinding
+	for k, a := range destUsage(in, e) {
+		f := forecastPorts(a.use, e.usable(), in.Window())
+		if sev := twSeverity(a.use, f, e.usable()); sev > 0 {
+			hits = append(hits, destFinding{k, a, f, sev})
+		}
+	}
+	sort.Slice(hits, func(i, j int) bool {
+		if hits[i].sev != hits[j].sev {
+			return hits[i].sev > hits[j].sev
+		}
+		if hits[i].agg.use.tw != hits[j].agg.use.tw {
+			return hits[i].agg.use.tw > hits[j].agg.use.tw
+		}
+		return hits[i].key.dst.String() < hits[j].key.dst.String()
+	})
+	var fs []diag.Finding
+	for i, h := range hits {
+		if i == twMaxFindings {
+			fs = append(fs, moreDestinations(cur, hits[i:]))
+			break
+		}
+		fs = append(fs, twFinding(in, e, h))
+	}
+	if f, ok := twBuckets(in, e); ok {
+		fs = append(fs, f)
+	}
+	if f, ok := twRecycle(cur); ok {
+		fs = append(fs, f)
+	}
+	return fs, nil
+}
+
+func twFinding(in *diag.Input, e *ephemeral, h destFinding) diag.Finding {
+	cur := in.Cur
+	u, f := h.agg.use, h.f
+	pid := h.agg.topPid()
+	cmd := commandOf(cur, pid)
+	who := "process unknown (TIME_WAIT sockets have no owner and no open connection to it was seen)"
+	if pid != 0 {
+		who = fmt.Sprintf("%s (pid %d)", cmd, pid)
+	}
+	summary := fmt.Sprintf("%s closes connections to %s first: %d in TIME_WAIT use %d of %d usable ports", who, h.key.dst, u.tw, u.used, e.usable())
+	if f.hasRate {
+		summary = fmt.Sprintf("%s opens %.0f new connections/s to %s and closes them first: %d in TIME_WAIT use %d of %d usable ports", who, f.connRate, h.key.dst, u.tw, u.used, e.usable())
+	}
+	switch {
+	case f.full:
+		summary += "; the range is exhausted now"
+	case f.exhausts:
+		summary += fmt.Sprintf("; exhausted in about %s at this rate", fmtDur(f.eta))
+	case f.hasRate:
+		summary += fmt.Sprintf("; levels off near %s of the range", pct(f.plateau/float64(e.usable())))
+	}
+	ev := portEvidence(e, u, f, in.Window(), fmt.Sprintf("TIME_WAIT warning >= %.0f%%, critical >= %.0f%% of usable ports, now or at the close rate x 60 s", twWarnFrac*100, twCritFrac*100))
+	ev = append(ev, diag.Evidence{Name: "processes", Value: h.agg.ownerList(cur), Source: "/proc/PID/fd socket inodes"})
+	if d, ok := in.CounterDelta("Tcp.ActiveOpens"); ok && d >= 0 {
+		ev = append(ev, diag.Evidence{Name: "active opens (netns)", Value: fmt.Sprintf("%.1f/s", float64(d)/in.Window().Seconds()), Source: "/proc/net/snmp Tcp.ActiveOpens"})
+	}
+	fixes := []diag.Fix{reuseFix(cmd, h.key.dst)}
+	if fx, ok := twReuseFix(cur); ok {
+		fixes = append(fixes, fx)
+	}
+	peak := portPeak(u, f)
+	if fx, ok := widenRangeFix(e, peak); ok {
+		fixes = append(fixes, fx)
+	}
+	fixes = append(fixes, spreadFix(peak, e.usable()), lingerFix())
+	return diag.Finding{Severity: h.sev, Subject: diag.Subject{Netns: cur.Netns.Name, Local: h.key.src.String(), Remote: h.key.dst.String(), Pid: pid, Command: cmd},
+		Summary: summary, Evidence: ev, Fixes: fixes}
+}
+
+func lingerFix() diag.Fix {
+	return diag.Fix{Scope: "application", Target: "so_linger",
+		Text:    "last resort: close with SO_LINGER {on, 0} sends RST instead of FIN, so no TIME_WAIT is left (tcp_fin_timeout does not help: TIME_WAIT is a fixed 60 s)",
+		Command: "socket.setSoLinger(true, 0)  /  setsockopt(fd, SOL_SOCKET, SO_LINGER, {1, 0})",
+		Risk:    "unsent and in-flight data is discarded and the peer sees \"connection reset\"; counted as TcpExt.TCPAbortOnClose / TCPAbortOnData; late segments of the old connection can reach a new one"}
+}
+
+// twBuckets reports the netns running out of TIME_WAIT buckets: the
+// kernel then skips TIME_WAIT and counts TCPTimeWaitOverflow.
+func twBuckets(in *diag.Input, e *ephemeral) (diag.Finding, bool) {
+	cur := in.Cur
+	maxTW, hasMax := cur.SysctlInt("net.ipv4.tcp_max_tw_buckets")
+	tw, incoming := 0, map[uint16]int{}
+	for i := range cur.Sockets {
+		sk := &cur.Sockets[i]
+		if sk.State != snapshot.TimeWait {
+			continue
+		}
+		tw++
+		if e.listen[sk.Local.Port()] {
+			incoming[sk.Local.Port()]++
+		}
+	}
+	over, hasOver := in.CounterDelta("TcpExt.TCPTimeWaitOverflow")
+	full := hasMax && maxTW > 0 && float64(tw) >= twBucketsWarn*float64(maxTW)
+	if !(hasOver && over > 0) && !full {
+		return diag.Finding{}, false
+	}
+	ports := make([]uint16, 0, len(incoming))
+	for p := range incoming {
+		ports = append(ports, p)
+	}
+	sort.Slice(ports, func(i, j int) bool { return incoming[ports[i]] > incoming[ports[j]] })
+	var in5 []string
+	for i, p := range ports {
+		if i == 5 {
+			break
+		}
+		in5 = append(in5, fmt.Sprintf(":%d %d", p, incoming[p]))
+	}
+	maxS := "unknown"
+	if hasMax {
+		maxS = fmt.Sprint(maxTW)
+	}
+	ev := []diag.Evidence{
+		{Name: "TIME_WAIT sockets", Value: fmt.Sprint(tw), Source: "sock_diag TIME-WAIT", Threshold: fmt.Sprintf(">= %.0f%% of tcp_max_tw_buckets", twBucketsWarn*100)},
+		{Name: "tcp_max_tw_buckets", Value: maxS, Source: "sysctl net.ipv4.tcp_max_tw_buckets"},
+		{Name: "closed first by us on listener ports", Value: strings.Join(in5, ", ") + " (incoming connections hold no ephemeral port, only memory)", Source: "sock_diag TIME-WAIT with a listener's local port"},
+	}
+	if hasOver {
+		ev = append(ev, diag.Evidence{Name: "TCPTimeWaitOverflow", Value: fmt.Sprintf("+%d in %s", over, fmtDur(in.Window())), Source: "/proc/net/netstat TcpExt.TCPTimeWaitOverflow", Threshold: "> 0"})
+	}
+	return diag.Finding{
+		Severity: diag.Warning, Subject: diag.Subject{Netns: cur.Netns.Name},
+		Summary: fmt.Sprintf("%d sockets in TIME_WAIT against tcp_max_tw_buckets %s: beyond it the kernel closes connections without TIME_WAIT protection", tw, maxS),
+		Evidence: ev,
+		Fixes: []diag.Fix{
+			{Scope: "application", Target: "connection-pool", Text: "reuse connections (keep-alive, pools) so fewer are closed; for incoming ones, let clients close first (HTTP keep-alive, do not close right after the response)"},
+			{Scope: "kernel", Target: "sysctl", Text: "raise the bucket limit if memory allows (a TIME_WAIT socket costs about 200 bytes)",
+				Command: fmt.Sprintf("sysctl -w net.ipv4.tcp_max_tw_buckets=%d", nextPow2(int64(2*max(tw, 1)))), Risk: "more memory; does not make connections cheaper"},
+		},
+	}, true
+}
+
+// twRecycle warns about tcp_tw_recycle, set on a kernel older than 4.12.
+func twRecycle(cur *snapshot.Snapshot) (diag.Finding, bool) {
+	v, ok := cur.SysctlInt("net.ipv4.tcp_tw_recycle")
+	if !ok || v == 0 {
+		return diag.Finding{}, false
+	}
+	return diag.Finding{
+		Severity: diag.Warning, Subject: diag.Subject{Netns: cur.Netns.Name},
+		Summary:  "net.ipv4.tcp_tw_recycle is on: clients behind NAT fail to connect (their timestamps are not monotonic); it was removed in Linux 4.12",
+		Evidence: []diag.Evidence{{Name: "tcp_tw_recycle", Value: fmt.Sprint(v), Source: "sysctl net.ipv4.tcp_tw_recycle", Threshold: "!= 0"},
+			{Name: "kernel", Value: cur.Kernel, Source: "uname"}},
+		Fixes: []diag.Fix{{Scope: "kernel", Target: "sysctl", Text: "turn it off (and remove it from /etc/sysctl.d); use connection reuse or tcp_tw_reuse for outgoing connections",
+			Command: "sysctl -w net.ipv4.tcp_tw_recycle=0", Risk: "none; more TIME_WAIT sockets remain, which is what TCP intends"}},
+	}, true
+}
