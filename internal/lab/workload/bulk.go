@@ -87,7 +87,7 @@ func RunBulkServer(ctx context.Context, cfg BulkServerConfig) (BulkServerResult,
 	}
 	var mu sync.Mutex
 	chunk := zeros(256 << 10)
-	res.Conns = serveConns(ctx, ln, func(ctx context.Context, c net.Conn) {
+	res.Conns, _ = serveConns(ctx, ln, func(ctx context.Context, c net.Conn) {
 		hdr := make([]byte, bulkHeader)
 		if _, err := io.ReadFull(c, hdr); err != nil {
 			return

@@ -68,7 +68,7 @@ func RunRPCServer(ctx context.Context, cfg RPCServerConfig) (RPCServerResult, er
 	var reqs, in, out, inflight, maxInflight atomic.Int64
 	var errs counts
 	chunk := zeros(256 << 10)
-	res.Conns = serveConns(ctx, ln, func(ctx context.Context, c net.Conn) {
+	res.Conns, _ = serveConns(ctx, ln, func(ctx context.Context, c net.Conn) {
 		var wmu sync.Mutex
 		var workers sync.WaitGroup
 		defer workers.Wait()

@@ -334,13 +334,13 @@ func payload(chunk []byte, n int) net.Buffers {
 
 // serveConns accepts on ln until ctx is done, running handle for each
 // connection; at the end it closes the listener and every connection and
-// waits for the handlers. It returns how many connections were accepted.
-func serveConns(ctx context.Context, ln net.Listener, handle func(ctx context.Context, c net.Conn)) int {
+// waits for the handlers. It returns how many connections were accepted
+// and the most that were open at once.
+func serveConns(ctx context.Context, ln net.Listener, handle func(ctx context.Context, c net.Conn)) (accepted, maxOpen int) {
 	conns := newConnSet()
 	var wg sync.WaitGroup
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
-	n := 0
 	for {
 		c, err := ln.Accept()
 		if err != nil {
@@ -353,8 +353,8 @@ func serveConns(ctx context.Context, ln net.Listener, handle func(ctx context.Co
 			}
 			continue
 		}
-		n++
-		conns.add(c)
+		accepted++
+		maxOpen = max(maxOpen, conns.add(c))
 		wg.Go(func() {
 			defer conns.remove(c)
 			defer c.Close()
@@ -364,7 +364,7 @@ func serveConns(ctx context.Context, ln net.Listener, handle func(ctx context.Co
 	ln.Close()
 	conns.closeAll()
 	wg.Wait()
-	return n
+	return accepted, maxOpen
 }
 
 // counts is a concurrency-safe errno histogram.
