@@ -1,0 +1,330 @@
+// Package netns finds network namespaces (named by `ip netns` or held only by
+// processes) and runs code inside one on a dedicated OS thread.
+package netns
+
+import (
+	"errors"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// NS is one network namespace.
+type NS struct {
+	// Name is the `ip netns` name; "host" for pid 1's namespace when
+	// unnamed (the collector's own if pid 1's cannot be read); "pid:N" when
+	// found only via a process (N = lowest pid in it).
+	Name  string
+	Inode uint64
+	// Path is what to open for setns: RunDir/NAME or ProcRoot/PID/ns/net.
+	Path string
+}
+
+// Finder looks for namespaces below ProcRoot ("/proc") and RunDir
+// ("/run/netns").
+type Finder struct{ ProcRoot, RunDir string }
+
+// Default returns the production Finder.
+func Default() Finder { return Finder{ProcRoot: "/proc", RunDir: "/run/netns"} }
+
+// nsInode returns the inode of the namespace behind path.
+func nsInode(path string) (uint64, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return 0, err
+	}
+	return st.Ino, nil
+}
+
+// named lists the namespaces bind-mounted under RunDir, sorted by name.
+// Entries that are not nsfs mounts (stale files) are left out.
+func (f Finder) named() ([]NS, error) {
+	ents, err := os.ReadDir(f.RunDir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, errors.New("netns: " + err.Error())
+	}
+	var out []NS
+	for _, e := range ents {
+		ns, err := f.namedEntry(e.Name())
+		if err == nil {
+			out = append(out, ns)
+		}
+	}
+	return out, nil
+}
+
+// namedEntry stats RunDir/name and checks it is a namespace.
+func (f Finder) namedEntry(name string) (NS, error) {
+	path := f.RunDir + "/" + name
+	var sfs unix.Statfs_t
+	if err := unix.Statfs(path, &sfs); err != nil {
+		return NS{}, err
+	}
+	if sfs.Type != unix.NSFS_MAGIC {
+		return NS{}, errors.New("netns: " + path + " is not a namespace (stale entry?)")
+	}
+	ino, err := nsInode(path)
+	if err != nil {
+		return NS{}, err
+	}
+	return NS{Name: name, Inode: ino, Path: path}, nil
+}
+
+// Named returns the namespace `ip netns` knows as name.
+func (f Finder) Named(name string) (NS, error) {
+	if name == "" || name == "." || name == ".." || strings.ContainsRune(name, '/') {
+		return NS{}, errors.New("netns: invalid name " + strconv.Quote(name))
+	}
+	ns, err := f.namedEntry(name)
+	if err == nil {
+		return ns, nil
+	}
+	if !errors.Is(err, unix.ENOENT) {
+		if strings.HasPrefix(err.Error(), "netns: ") {
+			return NS{}, err
+		}
+		return NS{}, errors.New("netns: " + name + ": " + err.Error())
+	}
+	all, _ := f.named()
+	if len(all) == 0 {
+		return NS{}, errors.New("netns: no namespace named " + strconv.Quote(name) + " (none under " + f.RunDir + ")")
+	}
+	names := make([]string, len(all))
+	for i, ns := range all {
+		names[i] = ns.Name
+	}
+	return NS{}, errors.New("netns: no namespace named " + strconv.Quote(name) + " (have: " + strings.Join(names, ", ") + ")")
+}
+
+// Current returns the calling thread's namespace, named after a /run/netns
+// entry with the same inode, else "host" if it is pid 1's (or pid 1's is
+// unreadable), else "pid:N".
+func (f Finder) Current() (NS, error) {
+	ino, err := nsInode(f.ProcRoot + "/thread-self/ns/net")
+	if err != nil {
+		return NS{}, errors.New("netns: current: " + err.Error())
+	}
+	named, err := f.named()
+	if err != nil {
+		return NS{}, err
+	}
+	for _, ns := range named {
+		if ns.Inode == ino {
+			return ns, nil
+		}
+	}
+	if host, path := f.host(ino); host == ino {
+		return NS{Name: "host", Inode: ino, Path: path}, nil
+	}
+	if byPid, _, err := f.byProcess(); err == nil {
+		if pid, ok := byPid[ino]; ok {
+			return pidNS(f.ProcRoot, pid, ino), nil
+		}
+	}
+	// No process found in it (unreadable /proc?): name it after ourselves.
+	return NS{
+		Name:  "pid:" + strconv.Itoa(os.Getpid()),
+		Inode: ino,
+		Path:  f.ProcRoot + "/" + strconv.Itoa(os.Getpid()) + "/task/" + strconv.Itoa(unix.Gettid()) + "/ns/net",
+	}, nil
+}
+
+// host returns the inode of the namespace called "host" and a path to it:
+// pid 1's, or, when pid 1 may not be inspected (some sandboxes refuse even
+// root), the collector's own (cur, reached via our own pid).
+func (f Finder) host(cur uint64) (uint64, string) {
+	path := f.ProcRoot + "/1/ns/net"
+	if ino, err := nsInode(path); err == nil {
+		return ino, path
+	}
+	path = f.ProcRoot + "/" + strconv.Itoa(os.Getpid()) + "/ns/net"
+	if ino, err := nsInode(path); err == nil && ino == cur {
+		return ino, path
+	}
+	return 0, ""
+}
+
+func pidNS(procRoot string, pid int, ino uint64) NS {
+	return NS{Name: "pid:" + strconv.Itoa(pid), Inode: ino, Path: procRoot + "/" + strconv.Itoa(pid) + "/ns/net"}
+}
+
+// byProcess maps each namespace inode to the lowest pid in it. Processes
+// that vanish are skipped; unreadable ones are counted.
+func (f Finder) byProcess() (map[uint64]int, int, error) {
+	d, err := os.Open(f.ProcRoot)
+	if err != nil {
+		return nil, 0, errors.New("netns: " + err.Error())
+	}
+	names, err := d.Readdirnames(-1)
+	d.Close()
+	if err != nil {
+		return nil, 0, errors.New("netns: list " + f.ProcRoot + ": " + err.Error())
+	}
+	var pids []int
+	for _, n := range names {
+		if pid, err := strconv.Atoi(n); err == nil && pid > 0 && n[0] != '+' {
+			pids = append(pids, pid)
+		}
+	}
+	slices.Sort(pids)
+	out := make(map[uint64]int)
+	denied := 0
+	for _, pid := range pids {
+		ino, err := nsInode(f.ProcRoot + "/" + strconv.Itoa(pid) + "/ns/net")
+		if err != nil {
+			if errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM) {
+				denied++
+			}
+			continue
+		}
+		if _, ok := out[ino]; !ok {
+			out[ino] = pid
+		}
+	}
+	return out, denied, nil
+}
+
+// All returns every distinct network namespace: the named ones and those of
+// any process, one per inode, the current one first and the rest sorted by
+// name. Processes it may not inspect are reported in the error alongside
+// the partial list.
+func (f Finder) All() ([]NS, error) {
+	cur, err := nsInode(f.ProcRoot + "/thread-self/ns/net")
+	if err != nil {
+		return nil, errors.New("netns: current: " + err.Error())
+	}
+	named, err := f.named()
+	if err != nil {
+		return nil, err
+	}
+	byPid, denied, err := f.byProcess()
+	if err != nil {
+		return nil, err
+	}
+	seen := make(map[uint64]NS)
+	for _, ns := range named { // sorted: the first name of an inode wins
+		if _, ok := seen[ns.Inode]; !ok {
+			seen[ns.Inode] = ns
+		}
+	}
+	if host, path := f.host(cur); host != 0 {
+		if _, ok := seen[host]; !ok {
+			seen[host] = NS{Name: "host", Inode: host, Path: path}
+		}
+	}
+	for ino, pid := range byPid {
+		if _, ok := seen[ino]; !ok {
+			seen[ino] = pidNS(f.ProcRoot, pid, ino)
+		}
+	}
+	if _, ok := seen[cur]; !ok {
+		// Our own namespace, with pid 1 and our pid unreadable: unusual.
+		c, err := f.Current()
+		if err != nil {
+			return nil, err
+		}
+		seen[cur] = c
+	}
+	out := make([]NS, 0, len(seen))
+	for _, ns := range seen {
+		out = append(out, ns)
+	}
+	slices.SortFunc(out, func(a, b NS) int {
+		if (a.Inode == cur) != (b.Inode == cur) {
+			if a.Inode == cur {
+				return -1
+			}
+			return 1
+		}
+		return compareNames(a.Name, b.Name)
+	})
+	if denied > 0 {
+		return out, errors.New("netns: " + strconv.Itoa(denied) + " processes unreadable: permission denied")
+	}
+	return out, nil
+}
+
+// compareNames orders names, "pid:N" ones by number.
+func compareNames(a, b string) int {
+	pa, okA := strings.CutPrefix(a, "pid:")
+	pb, okB := strings.CutPrefix(b, "pid:")
+	if okA && okB {
+		na, errA := strconv.Atoi(pa)
+		nb, errB := strconv.Atoi(pb)
+		if errA == nil && errB == nil {
+			return na - nb
+		}
+	}
+	return strings.Compare(a, b)
+}
+
+// Do runs fn on a locked OS thread that has entered ns. The thread is
+// discarded afterwards (its goroutine exits still locked), so no other
+// goroutine ever runs in the wrong namespace. Sockets fn creates stay in ns
+// and may be used from any goroutine afterwards. A panic in fn is re-raised
+// in the caller.
+func Do(ns NS, fn func() error) error {
+	label := ns.Name
+	if label == "" {
+		label = ns.Path
+	}
+	fd, err := unix.Open(ns.Path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return errors.New("netns: enter " + label + ": open " + ns.Path + ": " + err.Error())
+	}
+	defer unix.Close(fd)
+	if ns.Inode != 0 {
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			return errors.New("netns: enter " + label + ": " + err.Error())
+		}
+		if st.Ino != ns.Inode {
+			return errors.New("netns: enter " + label + ": " + ns.Path + " is now namespace " +
+				strconv.FormatUint(st.Ino, 10) + ", not " + strconv.FormatUint(ns.Inode, 10))
+		}
+	}
+	type result struct {
+		err      error
+		panicked bool
+		value    any
+	}
+	done := make(chan result, 1)
+	go func() {
+		// Never unlocked: the thread exits with this goroutine.
+		runtime.LockOSThread()
+		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+			msg := err.Error()
+			if errors.Is(err, unix.EPERM) {
+				msg += " (needs CAP_SYS_ADMIN)"
+			}
+			done <- result{err: errors.New("netns: enter " + label + ": " + msg)}
+			return
+		}
+		sent := false
+		defer func() {
+			if sent {
+				return
+			}
+			if p := recover(); p != nil {
+				done <- result{panicked: true, value: p}
+				return
+			}
+			done <- result{err: errors.New("netns: " + label + ": fn exited its goroutine (runtime.Goexit)")}
+		}()
+		err := fn()
+		sent = true
+		done <- result{err: err}
+	}()
+	r := <-done
+	if r.panicked {
+		panic(r.value)
+	}
+	return r.err
+}
