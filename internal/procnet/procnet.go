@@ -3,14 +3,15 @@
 package procnet
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 )
@@ -115,22 +116,51 @@ func (p FS) Fill(s *snapshot.Snapshot) {
 
 // counterFile opens and parses a netstat-format file under NetDir.
 func (p FS) counterFile(name string, into map[string]int64) error {
-	f, err := os.Open(filepath.Join(p.NetDir, name))
+	b, err := readFile(filepath.Join(p.NetDir, name), maxLine)
 	if err != nil {
 		return fmt.Errorf("procnet: %w", err)
 	}
-	defer f.Close()
-	return parseNetstat(f, name, into)
+	return parseNetstat(bytes.NewReader(b), name, into)
 }
 
 // sockstatFile opens and parses a sockstat-format file under NetDir.
 func (p FS) sockstatFile(name string, into map[string]int64) error {
-	f, err := os.Open(filepath.Join(p.NetDir, name))
+	b, err := readFile(filepath.Join(p.NetDir, name), maxLine)
 	if err != nil {
 		return fmt.Errorf("procnet: %w", err)
 	}
-	defer f.Close()
-	return parseSockstat(f, name, into)
+	return parseSockstat(bytes.NewReader(b), name, into)
+}
+
+// readFile reads a small /proc file of at most limit bytes with plain
+// syscalls: os.File's poller registration cost a fifth of Fill's time.
+// Errors are *fs.PathError like os's, so fs.ErrNotExist matches.
+func readFile(path string, limit int) ([]byte, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	buf := make([]byte, 0, 512)
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := unix.Read(fd, buf[len(buf):cap(buf)])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, &fs.PathError{Op: "read", Path: path, Err: err}
+		}
+		if n == 0 {
+			return buf, nil
+		}
+		buf = buf[:len(buf)+n]
+		if len(buf) > limit {
+			return nil, &fs.PathError{Op: "read", Path: path, Err: fmt.Errorf("longer than %d bytes", limit)}
+		}
+	}
 }
 
 // sysctls reads every name in the list; absent ones are skipped.
@@ -162,17 +192,9 @@ func ReadSysctl(sysDir, name string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	f, err := os.Open(filepath.Join(sysDir, rel))
+	b, err := readFile(filepath.Join(sysDir, rel), maxSysctlSize)
 	if err != nil {
 		return "", fmt.Errorf("procnet: sysctl %s: %w", name, err)
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxSysctlSize+1))
-	if err != nil {
-		return "", fmt.Errorf("procnet: sysctl %s: %w", name, err)
-	}
-	if len(b) > maxSysctlSize {
-		return "", fmt.Errorf("procnet: sysctl %s: longer than %d bytes", name, maxSysctlSize)
 	}
 	return strings.Join(strings.Fields(string(b)), " "), nil
 }

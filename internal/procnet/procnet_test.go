@@ -335,6 +335,13 @@ func TestReadSysctl(t *testing.T) {
 	if !errors.Is(err, fs.ErrNotExist) || !strings.HasPrefix(err.Error(), "procnet: sysctl net.ipv4.tcp_tw_recycle: ") {
 		t.Errorf("absent sysctl: %v", err)
 	}
+	big := filepath.Join(dir, "net", "ipv4", "ip_local_reserved_ports")
+	if err := os.WriteFile(big, bytes.Repeat([]byte("1,"), maxSysctlSize/2+1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadSysctl(dir, "net.ipv4.ip_local_reserved_ports"); err == nil || !strings.Contains(err.Error(), "longer than") {
+		t.Errorf("oversized sysctl: %v", err)
+	}
 	for _, bad := range []string{"", "net..x", "net/../../etc/passwd", ".net", "net.", "a.b\x00"} {
 		if _, err := ReadSysctl(dir, bad); err == nil || !strings.Contains(err.Error(), "bad name") {
 			t.Errorf("ReadSysctl(%q) = %v, want bad name", bad, err)
