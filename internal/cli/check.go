@@ -1,0 +1,143 @@
+package cli
+
+import (
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/bdp"
+	"github.com/tcpdoctor/tcpdoctor/internal/collect"
+	"github.com/tcpdoctor/tcpdoctor/internal/diag"
+	"github.com/tcpdoctor/tcpdoctor/internal/report"
+	"github.com/tcpdoctor/tcpdoctor/internal/rules"
+)
+
+type checkOpts struct {
+	src       sourceOpts
+	interval  time.Duration
+	json      bool
+	failOn    string
+	verbose   bool
+	bandwidth string
+	noOwners  bool
+	only      []string
+}
+
+func newCheckCmd(e *Env) *cobra.Command {
+	o := &checkOpts{}
+	cmd := &cobra.Command{
+		Use:   "check",
+		Short: "Diagnose this host's TCP: what is wrong, the evidence, and the fix",
+		Long: `Take two samples --interval apart, run every rule, and print what is wrong, why, and
+what to do, most severe first. --interval 0 takes one snapshot and runs only the rules that need
+no deltas (the others are reported unknown).
+
+Exit codes: 0 nothing at or above --fail-on, 1 findings, 2 usage error, 3 collection failed.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runCheck(cmd, e, o)
+		},
+	}
+	fs := cmd.Flags()
+	o.src.register(fs)
+	fs.DurationVar(&o.interval, "interval", 5*time.Second, "time between the two samples (0: one snapshot)")
+	fs.BoolVar(&o.json, "json", false, "print the versioned JSON report (docs/json.md)")
+	fs.StringVar(&o.failOn, "fail-on", "warning", "exit 1 when a finding is at or above this severity (info, warning, critical)")
+	fs.BoolVarP(&o.verbose, "verbose", "v", false, "also print info findings")
+	fs.StringVar(&o.bandwidth, "bandwidth", "", "path bandwidth for BDP arithmetic, e.g. 100mbit (default: estimated from delivery rate)")
+	fs.BoolVar(&o.noOwners, "no-owners", false, "do not map sockets to processes (faster, less to say)")
+	fs.StringSliceVar(&o.only, "rule", nil, "run only these rules")
+	return cmd
+}
+
+func runCheck(cmd *cobra.Command, e *Env, o *checkOpts) error {
+	if err := o.src.validate(); err != nil {
+		return err
+	}
+	failOn, err := diag.ParseSeverity(o.failOn)
+	if err != nil {
+		return usageErr("check: --fail-on: %v", err)
+	}
+	if o.interval < 0 {
+		return usageErr("check: --interval must not be negative")
+	}
+	var opts diag.Options
+	if o.bandwidth != "" {
+		if opts.Bandwidth, err = bdp.ParseRate(o.bandwidth); err != nil {
+			return usageErr("check: --bandwidth: %v", err)
+		}
+	}
+	rs := rules.All()
+	if len(o.only) > 0 {
+		rs = rs[:0:0]
+		for _, id := range o.only {
+			r, ok := rules.ByID(id)
+			if !ok {
+				return usageErr("check: unknown rule %q (see tcpdoctor rules)", id)
+			}
+			rs = append(rs, r)
+		}
+	}
+	count := 2
+	if o.interval == 0 {
+		count = 1
+	}
+	if !o.json && o.src.from == "" && count == 2 {
+		e.progress("sampling for %s (--interval 0 for a single snapshot)...", o.interval)
+	}
+	ss, err := o.src.sample(cmd.Context(), e, collect.Options{Owners: !o.noOwners, BufLock: !o.noOwners}, count, o.interval)
+	if err != nil {
+		return err
+	}
+	rep := diagnose(ss, rs, opts)
+	if o.json {
+		if err := report.WriteJSON(e.Stdout, rep); err != nil {
+			return err
+		}
+	} else {
+		min := diag.Warning
+		if o.verbose {
+			min = diag.Info
+		}
+		report.WriteText(e.Stdout, rep, report.Style{Color: e.IsTTY && e.Getenv("NO_COLOR") == "", MinSeverity: min})
+	}
+	for _, f := range rep.Findings {
+		if f.Severity >= failOn {
+			return errFindings
+		}
+	}
+	return nil
+}
+
+// diagnose runs the rules over each namespace's window and assembles the report.
+func diagnose(ss []series, rs []diag.Rule, opts diag.Options) *report.Report {
+	var res diag.Result
+	rep := &report.Report{Version: report.JSONVersion}
+	for _, sr := range ss {
+		prev, cur := sr.window()
+		diag.Run(rs, diag.NewInput(prev, cur, opts), &res)
+		rep.Netns = append(rep.Netns, sr.Netns)
+		rep.Sockets += len(cur.Sockets)
+		if rep.Host == "" {
+			rep.Host, rep.Kernel = cur.Host, cur.Kernel
+		}
+		if cur.Taken.After(rep.Taken) {
+			rep.Taken = cur.Taken
+		}
+		rep.Window.To = cur.Taken
+		if prev != nil {
+			rep.Window.From = prev.Taken
+			rep.Window.Seconds = cur.Taken.Sub(prev.Taken).Seconds()
+		}
+		for _, er := range cur.Errors {
+			rep.Sources = append(rep.Sources, report.SourceError{Netns: sr.Netns, Source: er.Source, Error: er.Err})
+		}
+	}
+	res.Sort()
+	rep.Findings, rep.Unknown, rep.RulesRun = res.Findings, res.Unknown, res.Ran
+	if rep.Host == "" {
+		rep.Host, _ = os.Hostname()
+	}
+	return rep
+}

@@ -1,0 +1,97 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/collect"
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+)
+
+type recordOpts struct {
+	src      sourceOpts
+	interval time.Duration
+	count    int
+	out      string
+	noOwners bool
+}
+
+func newRecordCmd(e *Env) *cobra.Command {
+	o := &recordOpts{}
+	cmd := &cobra.Command{
+		Use:   "record -o FILE",
+		Short: "Write timestamped snapshots to a file (for bug reports, replay with --from)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runRecord(cmd, e, o)
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&o.src.netns, "netns", "", "collect in the named network namespace (ip netns)")
+	fs.BoolVar(&o.src.allNetns, "all-netns", false, "collect in every network namespace on the host")
+	fs.DurationVar(&o.interval, "interval", 5*time.Second, "time between samples")
+	fs.IntVar(&o.count, "count", 2, "number of samples")
+	fs.StringVarP(&o.out, "output", "o", "", "file to write (- for stdout)")
+	fs.BoolVar(&o.noOwners, "no-owners", false, "do not map sockets to processes")
+	return cmd
+}
+
+func runRecord(cmd *cobra.Command, e *Env, o *recordOpts) error {
+	if o.out == "" {
+		return usageErr("record: -o FILE is required")
+	}
+	if o.count < 1 || o.count > 100000 {
+		return usageErr("record: --count must be between 1 and 100000")
+	}
+	if o.count > 1 && o.interval <= 0 {
+		return usageErr("record: --interval must be positive")
+	}
+	if err := o.src.validate(); err != nil {
+		return err
+	}
+	nss, err := o.src.namespaces(e)
+	if err != nil {
+		return usageErr("record: %v", err)
+	}
+	var w io.Writer = e.Stdout
+	if o.out != "-" {
+		f, err := os.Create(o.out)
+		if err != nil {
+			return usageErr("record: %v", err)
+		}
+		defer f.Close()
+		w = f
+	}
+	sw, err := snapshot.NewWriter(w, "tcpdoctor "+Version)
+	if err != nil {
+		return collectErr(err)
+	}
+	c := &collect.Collector{Opts: collect.Options{Owners: !o.noOwners, BufLock: !o.noOwners, ProcRoot: e.ProcRoot}, Now: e.Now}
+	var got int
+	for i := 0; i < o.count; i++ {
+		if i > 0 {
+			if err := e.Sleep(cmd.Context(), o.interval); err != nil {
+				break // Ctrl-C: keep what was written
+			}
+		}
+		snaps := c.Collect(nss)
+		ss := []series{{Snaps: snaps}}
+		warnErrors(e, ss)
+		for _, s := range snaps {
+			if err := sw.Write(s); err != nil {
+				return collectErr(fmt.Errorf("record: %w", err))
+			}
+			got += len(s.Sockets)
+		}
+		fmt.Fprintf(e.Stderr, "tcpdoctor: sample %d/%d: %d namespaces, %d sockets\n", i+1, o.count, len(snaps), got)
+		got = 0
+		if nothingCollected(ss) {
+			return collectErr(fmt.Errorf("record: nothing could be collected: %s", firstErrors(ss)))
+		}
+	}
+	return nil
+}

@@ -1,0 +1,155 @@
+// Package cli holds tcpdoctor's commands, one file each. I/O is injected
+// through Env so commands are testable in-process.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+)
+
+// Exit codes (documented in README).
+const (
+	ExitOK       = 0
+	ExitFindings = 1
+	ExitUsage    = 2
+	ExitCollect  = 3
+)
+
+// Version is set at build time with -ldflags "-X ...cli.Version=...".
+var Version = "dev"
+
+// Env is everything a command touches outside itself.
+type Env struct {
+	Stdout, Stderr io.Writer
+	Getenv         func(string) string
+	Now            func() time.Time
+	// Sleep waits between samples; it returns early with ctx's error.
+	Sleep func(ctx context.Context, d time.Duration) error
+	// ProcRoot is "/proc" in production.
+	ProcRoot string
+	// Args0 is the path of our own executable (the lab re-executes it).
+	Args0 string
+	// IsTTY reports whether stdout is a terminal (colour only then).
+	IsTTY bool
+}
+
+// DefaultEnv is the real process environment.
+func DefaultEnv() *Env {
+	self, err := os.Executable()
+	if err != nil {
+		self = os.Args[0]
+	}
+	fi, _ := os.Stdout.Stat()
+	return &Env{
+		Stdout:   os.Stdout,
+		Stderr:   os.Stderr,
+		Getenv:   os.Getenv,
+		Now:      time.Now,
+		Sleep:    sleepCtx,
+		ProcRoot: "/proc",
+		Args0:    self,
+		IsTTY:    fi != nil && fi.Mode()&os.ModeCharDevice != 0,
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// exitError carries an exit code through cobra.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+
+func usageErr(format string, a ...any) error {
+	return &exitError{code: ExitUsage, err: fmt.Errorf(format, a...)}
+}
+
+func collectErr(err error) error { return &exitError{code: ExitCollect, err: err} }
+
+// findingsExit makes the command exit 1 without printing an error.
+var errFindings = &exitError{code: ExitFindings}
+
+// NewRoot builds the command tree.
+func NewRoot(e *Env) *cobra.Command {
+	root := &cobra.Command{
+		Use:           "tcpdoctor",
+		Short:         "Tell why TCP services are slow or fail to connect, with kernel evidence and the fix",
+		Version:       Version,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(e.Stdout)
+	root.SetErr(e.Stderr)
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return &exitError{code: ExitUsage, err: err}
+	})
+	root.AddCommand(
+		newSocketsCmd(e),
+		newRecordCmd(e),
+		newCheckCmd(e),
+		newRulesCmd(e),
+		newExplainCmd(e),
+		newBenchCmd(e),
+	)
+	return root
+}
+
+// Main runs tcpdoctor with args and returns the exit code.
+func Main(args []string, e *Env) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	root := NewRoot(e)
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return ExitOK
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		if ee.err != nil {
+			fmt.Fprintf(e.Stderr, "tcpdoctor: %v\n", ee.err)
+		}
+		return ee.code
+	}
+	fmt.Fprintf(e.Stderr, "tcpdoctor: %v\n", err)
+	if isUsage(err) {
+		return ExitUsage
+	}
+	return ExitCollect
+}
+
+// isUsage recognises cobra's own argument errors (unknown command, bad args).
+func isUsage(err error) bool {
+	msg := err.Error()
+	for _, p := range []string{"unknown command", "unknown flag", "unknown shorthand", "accepts ", "requires ", "invalid argument", "flag needs"} {
+		if strings.Contains(msg, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// progress prints a note to stderr.
+func (e *Env) progress(format string, a ...any) {
+	fmt.Fprintf(e.Stderr, "tcpdoctor: "+format+"\n", a...)
+}

@@ -1,0 +1,179 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/collect"
+	"github.com/tcpdoctor/tcpdoctor/internal/netns"
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+)
+
+// sourceOpts are the flags every reading command shares: where the
+// snapshots come from.
+type sourceOpts struct {
+	from     string
+	netns    string
+	allNetns bool
+}
+
+func (o *sourceOpts) register(fs *pflag.FlagSet) {
+	fs.StringVar(&o.from, "from", "", "read snapshots from a file written by `tcpdoctor record` instead of the live host")
+	fs.StringVar(&o.netns, "netns", "", "collect in the named network namespace (ip netns)")
+	fs.BoolVar(&o.allNetns, "all-netns", false, "collect in every network namespace on the host")
+}
+
+func (o *sourceOpts) validate() error {
+	if o.netns != "" && o.allNetns {
+		return usageErr("--netns and --all-netns exclude each other")
+	}
+	if o.from != "" && (o.netns != "" || o.allNetns) {
+		return usageErr("--from reads a file; --netns and --all-netns apply to live collection only")
+	}
+	return nil
+}
+
+// series is the samples of one namespace, oldest first.
+type series struct {
+	Netns string
+	Snaps []*snapshot.Snapshot
+}
+
+// window returns the first and last sample (prev nil for one sample).
+func (s series) window() (prev, cur *snapshot.Snapshot) {
+	cur = s.Snaps[len(s.Snaps)-1]
+	if len(s.Snaps) > 1 {
+		prev = s.Snaps[0]
+	}
+	return prev, cur
+}
+
+// namespaces resolves --netns / --all-netns to the namespaces to collect.
+func (o *sourceOpts) namespaces(e *Env) ([]netns.NS, error) {
+	f := netns.Finder{ProcRoot: e.ProcRoot, RunDir: "/run/netns"}
+	switch {
+	case o.allNetns:
+		return f.All()
+	case o.netns != "":
+		ns, err := f.Named(o.netns)
+		if err != nil {
+			return nil, err
+		}
+		return []netns.NS{ns}, nil
+	}
+	ns, err := f.Current()
+	if err != nil {
+		return nil, err
+	}
+	return []netns.NS{ns}, nil
+}
+
+// sample returns, per namespace, count samples interval apart, live or
+// from --from. Progress goes to stderr.
+func (o *sourceOpts) sample(ctx context.Context, e *Env, copts collect.Options, count int, interval time.Duration) ([]series, error) {
+	if o.from != "" {
+		return readSeries(o.from)
+	}
+	nss, err := o.namespaces(e)
+	if err != nil {
+		return nil, usageErr("%v", err)
+	}
+	copts.ProcRoot = e.ProcRoot
+	c := &collect.Collector{Opts: copts, Now: e.Now}
+	byNS := make(map[string]*series)
+	var order []string
+	for i := 0; i < count; i++ {
+		if i > 0 {
+			if err := e.Sleep(ctx, interval); err != nil {
+				return nil, err
+			}
+		}
+		for _, s := range c.Collect(nss) {
+			sr := byNS[s.Netns.Name]
+			if sr == nil {
+				sr = &series{Netns: s.Netns.Name}
+				byNS[s.Netns.Name] = sr
+				order = append(order, s.Netns.Name)
+			}
+			sr.Snaps = append(sr.Snaps, s)
+		}
+	}
+	out := make([]series, 0, len(order))
+	for _, n := range order {
+		out = append(out, *byNS[n])
+	}
+	if nothingCollected(out) {
+		return out, collectErr(errors.New("nothing could be collected: " + firstErrors(out)))
+	}
+	return out, nil
+}
+
+// readSeries groups a snapshot file by namespace, keeping file order.
+func readSeries(path string) ([]series, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, usageErr("--from: %v", err)
+	}
+	defer f.Close()
+	snaps, err := snapshot.ReadAll(f)
+	if err != nil {
+		return nil, usageErr("--from %s: %v", path, err)
+	}
+	byNS := make(map[string]int)
+	var out []series
+	for _, s := range snaps {
+		i, ok := byNS[s.Netns.Name]
+		if !ok {
+			i = len(out)
+			byNS[s.Netns.Name] = i
+			out = append(out, series{Netns: s.Netns.Name})
+		}
+		out[i].Snaps = append(out[i].Snaps, s)
+	}
+	return out, nil
+}
+
+// nothingCollected is true when every snapshot came back empty-handed.
+func nothingCollected(ss []series) bool {
+	for _, sr := range ss {
+		for _, s := range sr.Snaps {
+			if len(s.Sockets) > 0 || len(s.Counters) > 0 || len(s.Sysctls) > 0 {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func firstErrors(ss []series) string {
+	for _, sr := range ss {
+		for _, s := range sr.Snaps {
+			if len(s.Errors) > 0 {
+				return fmt.Sprintf("%s: %s", s.Errors[0].Source, s.Errors[0].Err)
+			}
+		}
+	}
+	return "no source answered"
+}
+
+// warnErrors prints each source failure once to stderr: what could not be seen.
+func warnErrors(e *Env, ss []series) {
+	seen := map[string]bool{}
+	for _, sr := range ss {
+		for _, s := range sr.Snaps {
+			for _, er := range s.Errors {
+				k := s.Netns.Name + er.Source + er.Err
+				if seen[k] {
+					continue
+				}
+				seen[k] = true
+				fmt.Fprintf(e.Stderr, "tcpdoctor: note: netns %s: source %s incomplete: %s\n", s.Netns.Name, er.Source, er.Err)
+			}
+		}
+	}
+}

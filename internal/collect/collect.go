@@ -1,0 +1,166 @@
+// Package collect runs every source for one or more network namespaces
+// and assembles snapshots. It is the only place that knows the order of
+// sources; each source records its own failures in the snapshot.
+package collect
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/netns"
+	"github.com/tcpdoctor/tcpdoctor/internal/procnet"
+	"github.com/tcpdoctor/tcpdoctor/internal/procs"
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/sockdiag"
+)
+
+// Options says what to collect.
+type Options struct {
+	// Owners maps sockets to processes (walks /proc/*/fd).
+	Owners bool
+	// BufLock probes SO_BUF_LOCK of owned, established sockets whose
+	// buffers look pinned (needs Owners and CAP_SYS_PTRACE).
+	BufLock bool
+	// States limits the socket dump (bitmask of 1<<state); 0 = all.
+	States uint32
+	// ProcRoot is "/proc" in production.
+	ProcRoot string
+}
+
+// Collector gathers snapshots. Now is injected so tests control time.
+type Collector struct {
+	Opts Options
+	Now  func() time.Time
+}
+
+// Collect takes one snapshot of each namespace. Failures of a source are
+// recorded in that snapshot; a namespace that cannot be entered yields a
+// snapshot holding only the error.
+func (c *Collector) Collect(nss []netns.NS) []*snapshot.Snapshot {
+	host, _ := os.Hostname()
+	kernel := KernelRelease()
+	out := make([]*snapshot.Snapshot, 0, len(nss))
+	for _, ns := range nss {
+		s := &snapshot.Snapshot{Host: host, Kernel: kernel, Netns: snapshot.Netns{Name: ns.Name, Inode: ns.Inode}}
+		err := netns.Do(ns, func() error {
+			s.Taken = c.Now()
+			c.dump(s)
+			procnet.Default().Fill(s)
+			return nil
+		})
+		if err != nil {
+			s.Taken = c.Now()
+			s.AddError(snapshot.SourceNetns, err)
+		}
+		out = append(out, s)
+	}
+	if c.Opts.Owners {
+		c.attachOwners(out)
+	}
+	return out
+}
+
+func (c *Collector) dump(s *snapshot.Snapshot) {
+	start := time.Now()
+	s.Sockets = make([]snapshot.Socket, 0, 256)
+	err := sockdiag.Dump(sockdiag.Options{States: c.Opts.States, Info: true, Mem: true}, func(sk *snapshot.Socket) error {
+		s.Sockets = append(s.Sockets, *sk)
+		return nil
+	})
+	s.Sources = append(s.Sources, snapshot.SourceStat{Source: snapshot.SourceSockdiag, OK: err == nil, Duration: time.Since(start)})
+	if err != nil {
+		s.AddError(snapshot.SourceSockdiag, err)
+	}
+}
+
+// attachOwners scans /proc once for all namespaces: socket inodes are
+// unique host-wide.
+func (c *Collector) attachOwners(snaps []*snapshot.Snapshot) {
+	start := time.Now()
+	want := make(map[uint32]struct{})
+	for _, s := range snaps {
+		for i := range s.Sockets {
+			if ino := s.Sockets[i].Inode; ino != 0 {
+				want[ino] = struct{}{}
+			}
+		}
+	}
+	root := c.Opts.ProcRoot
+	if root == "" {
+		root = "/proc"
+	}
+	own, err := procs.Scanner{Root: root}.Scan(func(ino uint32) bool { _, ok := want[ino]; return ok })
+	d := time.Since(start)
+	for _, s := range snaps {
+		if own != nil {
+			own.Attach(s)
+			if c.Opts.BufLock {
+				probeBufLocks(s, own)
+			}
+		}
+		s.Sources = append(s.Sources, snapshot.SourceStat{Source: snapshot.SourceOwners, OK: err == nil, Duration: d})
+		if err != nil {
+			s.AddError(snapshot.SourceOwners, err)
+		}
+	}
+}
+
+// maxBufLockProbes bounds the pidfd_getfd probes of one snapshot.
+const maxBufLockProbes = 512
+
+// probeBufLocks reads SO_BUF_LOCK for established sockets that carry data
+// and whose buffer sizes look set by hand (a power of two: setsockopt
+// doubles a round size), the only ones where the answer changes a
+// verdict. Errors are summarised once.
+func probeBufLocks(s *snapshot.Snapshot, own *procs.Owners) {
+	var failed, probed int
+	var lastErr error
+	for i := range s.Sockets {
+		sk := &s.Sockets[i]
+		if sk.State != snapshot.Established || sk.Mem == nil || !looksPinned(sk.Mem) || !carriesData(sk) {
+			continue
+		}
+		if probed == maxBufLockProbes {
+			break
+		}
+		probed++
+		refs := own.ByInode[sk.Inode]
+		if len(refs) == 0 {
+			continue
+		}
+		v, err := procs.BufLock(refs[0])
+		if err != nil {
+			failed++
+			lastErr = err
+			continue
+		}
+		sk.BufLock = &v
+	}
+	if failed > 0 {
+		s.AddError(snapshot.SourceBufLock, fmt.Errorf("%d sockets not probed: %v", failed, lastErr))
+	}
+}
+
+// looksPinned: setsockopt doubles the asked size, so a buffer pinned to a
+// round size is a power of two; autotuned ones rarely are.
+func looksPinned(m *snapshot.MemInfo) bool {
+	pow2 := func(v uint32) bool { return v >= 4096 && v&(v-1) == 0 }
+	return pow2(m.Sndbuf) || pow2(m.Rcvbuf)
+}
+
+func carriesData(sk *snapshot.Socket) bool {
+	return sk.SendQ > 0 || sk.RecvQ > 0 || (sk.Info != nil && sk.Info.Unacked > 0)
+}
+
+// KernelRelease is `uname -r`.
+func KernelRelease() string {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return ""
+	}
+	return strings.TrimRight(string(u.Release[:]), "\x00")
+}

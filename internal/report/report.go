@@ -1,0 +1,174 @@
+// Package report prints diagnosis results for people (text) and programs
+// (JSON, docs/json.md).
+package report
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/diag"
+)
+
+// JSONVersion is the version of the `check --json` object. It only
+// changes when a field changes meaning; new fields do not bump it.
+const JSONVersion = 1
+
+// Report is the `check --json` object.
+type Report struct {
+	Version  int            `json:"version"`
+	Host     string         `json:"host"`
+	Kernel   string         `json:"kernel,omitempty"`
+	Taken    time.Time      `json:"taken"`
+	Window   Window         `json:"window"`
+	Netns    []string       `json:"netns"`
+	Sockets  int            `json:"sockets"`
+	Findings []diag.Finding `json:"findings"`
+	Unknown  []diag.Unknown `json:"unknown"`
+	RulesRun []string       `json:"rules_run"`
+	Sources  []SourceError  `json:"source_errors,omitempty"`
+}
+
+// Window is the time between the two samples the rules compared.
+type Window struct {
+	Seconds float64   `json:"seconds"`
+	From    time.Time `json:"from,omitempty"`
+	To      time.Time `json:"to"`
+}
+
+// SourceError is a source that failed in one namespace.
+type SourceError struct {
+	Netns  string `json:"netns"`
+	Source string `json:"source"`
+	Error  string `json:"error"`
+}
+
+// WriteJSON prints the report as indented JSON.
+func WriteJSON(w io.Writer, r *Report) error {
+	if r.Findings == nil {
+		r.Findings = []diag.Finding{}
+	}
+	if r.Unknown == nil {
+		r.Unknown = []diag.Unknown{}
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// Style controls text output.
+type Style struct {
+	Color bool
+	// MinSeverity hides findings below it (info is shown with --verbose).
+	MinSeverity diag.Severity
+}
+
+const (
+	red    = "\x1b[31;1m"
+	yellow = "\x1b[33;1m"
+	cyan   = "\x1b[36m"
+	dim    = "\x1b[2m"
+	reset  = "\x1b[0m"
+)
+
+// WriteText prints findings for people: most severe first, each with its
+// evidence and fixes, then what could not be checked.
+func WriteText(w io.Writer, r *Report, st Style) {
+	paint := func(code, s string) string {
+		if !st.Color {
+			return s
+		}
+		return code + s + reset
+	}
+	shown := 0
+	for _, f := range r.Findings {
+		if f.Severity < st.MinSeverity {
+			continue
+		}
+		shown++
+		col := cyan
+		switch f.Severity {
+		case diag.Critical:
+			col = red
+		case diag.Warning:
+			col = yellow
+		}
+		fmt.Fprintf(w, "%s %s  %s\n", paint(col, f.Severity.Label()), f.Rule, subjectText(f.Subject))
+		fmt.Fprintf(w, "  %s\n", f.Summary)
+		if len(f.Evidence) > 0 {
+			fmt.Fprintln(w, "  evidence:")
+			for _, ev := range f.Evidence {
+				line := fmt.Sprintf("    %s = %s", ev.Name, ev.Value)
+				if ev.Threshold != "" {
+					line += "  (threshold " + ev.Threshold + ")"
+				}
+				fmt.Fprintf(w, "%s  %s\n", line, paint(dim, "["+ev.Source+"]"))
+			}
+		}
+		if len(f.Fixes) > 0 {
+			fmt.Fprintln(w, "  fix:")
+			for _, fx := range f.Fixes {
+				tgt := fx.Scope
+				if fx.Target != "" {
+					tgt += "/" + fx.Target
+				}
+				fmt.Fprintf(w, "    - [%s] %s\n", tgt, fx.Text)
+				if fx.Command != "" {
+					for _, l := range strings.Split(fx.Command, "\n") {
+						fmt.Fprintf(w, "        %s\n", l)
+					}
+				}
+				if fx.Risk != "" {
+					fmt.Fprintf(w, "      risk: %s\n", fx.Risk)
+				}
+			}
+		}
+		fmt.Fprintln(w)
+	}
+	hidden := len(r.Findings) - shown
+	if shown == 0 {
+		fmt.Fprintf(w, "%s no TCP problem found at %s or above\n", paint(cyan, "OK"), st.MinSeverity)
+	}
+	fmt.Fprintf(w, "checked %d sockets in %d network namespace(s) over %s with %d rules",
+		r.Sockets, len(r.Netns), windowText(r.Window), len(r.RulesRun))
+	if hidden > 0 {
+		fmt.Fprintf(w, "; %d info finding(s) hidden (--verbose shows them)", hidden)
+	}
+	fmt.Fprintln(w)
+	for _, u := range r.Unknown {
+		ns := ""
+		if u.Netns != "" && len(r.Netns) > 1 {
+			ns = " [" + u.Netns + "]"
+		}
+		fmt.Fprintf(w, "%s %s%s: %s\n", paint(yellow, "UNKNOWN"), u.Rule, ns, u.Reason)
+	}
+	for _, se := range r.Sources {
+		fmt.Fprintf(w, "%s source %s in netns %s failed: %s\n", paint(yellow, "NOTE"), se.Source, se.Netns, se.Error)
+	}
+}
+
+func windowText(win Window) string {
+	if win.Seconds == 0 {
+		return "one snapshot"
+	}
+	return fmt.Sprintf("a %.1fs window", win.Seconds)
+}
+
+func subjectText(s diag.Subject) string {
+	var parts []string
+	if s.Local != "" {
+		parts = append(parts, s.Local)
+	}
+	if s.Remote != "" {
+		parts = append(parts, "-> "+s.Remote)
+	}
+	if s.Command != "" || s.Pid != 0 {
+		parts = append(parts, fmt.Sprintf("(%s pid %d)", s.Command, s.Pid))
+	}
+	if s.Netns != "" {
+		parts = append(parts, "netns "+s.Netns)
+	}
+	return strings.Join(parts, " ")
+}
