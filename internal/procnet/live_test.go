@@ -29,12 +29,10 @@ func TestFillLive(t *testing.T) {
 			t.Errorf("%s: in snapshot %v, readable %v", name, ok, err)
 			continue
 		}
-		if ok && v != strings.Join(strings.Fields(string(raw)), " ") {
+		// fs.file-nr counts open files, which move between the two reads.
+		if ok && name != "fs.file-nr" && v != strings.Join(strings.Fields(string(raw)), " ") {
 			t.Errorf("%s = %q, file has %q", name, v, raw)
 		}
-	}
-	if _, ok := s.Sysctls["net.ipv4.tcp_tw_recycle"]; ok && runtime.GOOS == "linux" {
-		t.Log("this kernel still has tcp_tw_recycle (before 4.12)")
 	}
 }
 
