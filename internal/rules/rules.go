@@ -13,6 +13,7 @@ import (
 func All() []diag.Rule {
 	rs := []diag.Rule{
 		// One line per rule; keep this list explicit.
+		closeWaitLeak(),
 		listenOverflow(),
 		portExhaustion(),
 		timeWaitChurn(),

@@ -178,7 +178,7 @@ func twBuckets(in *diag.Input, e *ephemeral) (diag.Finding, bool) {
 	}
 	return diag.Finding{
 		Severity: diag.Warning, Subject: diag.Subject{Netns: cur.Netns.Name},
-		Summary: fmt.Sprintf("%d sockets in TIME_WAIT against tcp_max_tw_buckets %s: beyond it the kernel closes connections without TIME_WAIT protection", tw, maxS),
+		Summary:  fmt.Sprintf("%d sockets in TIME_WAIT against tcp_max_tw_buckets %s: beyond it the kernel closes connections without TIME_WAIT protection", tw, maxS),
 		Evidence: ev,
 		Fixes: []diag.Fix{
 			{Scope: "application", Target: "connection-pool", Text: "reuse connections (keep-alive, pools) so fewer are closed; for incoming ones, let clients close first (HTTP keep-alive, do not close right after the response)"},
@@ -196,7 +196,7 @@ func twRecycle(cur *snapshot.Snapshot) (diag.Finding, bool) {
 	}
 	return diag.Finding{
 		Severity: diag.Warning, Subject: diag.Subject{Netns: cur.Netns.Name},
-		Summary:  "net.ipv4.tcp_tw_recycle is on: clients behind NAT fail to connect (their timestamps are not monotonic); it was removed in Linux 4.12",
+		Summary: "net.ipv4.tcp_tw_recycle is on: clients behind NAT fail to connect (their timestamps are not monotonic); it was removed in Linux 4.12",
 		Evidence: []diag.Evidence{{Name: "tcp_tw_recycle", Value: fmt.Sprint(v), Source: "sysctl net.ipv4.tcp_tw_recycle", Threshold: "!= 0"},
 			{Name: "kernel", Value: cur.Kernel, Source: "uname"}},
 		Fixes: []diag.Fix{{Scope: "kernel", Target: "sysctl", Text: "turn it off (and remove it from /etc/sysctl.d); use connection reuse or tcp_tw_reuse for outgoing connections",

@@ -1,0 +1,169 @@
+package rules
+
+import (
+	"fmt"
+	"net/netip"
+	"sort"
+	"strings"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/diag"
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+)
+
+const (
+	// cwWarnCount: CLOSE_WAIT sockets in one process, in a single sample.
+	cwWarnCount = 100
+	// cwWarnAged: CLOSE_WAIT sockets of one process that were already in
+	// CLOSE_WAIT in the previous sample (never closed for a whole window).
+	cwWarnAged = 10
+	// cwCritCount: CLOSE_WAIT sockets in one process: critical.
+	cwCritCount = 1000
+	// cwMaxFindings caps per-process findings.
+	cwMaxFindings = 10
+)
+
+func closeWaitLeak() diag.Rule {
+	return diag.Rule{ID: "close-wait-leak", Title: "CLOSE_WAIT sockets leaking", Check: checkCloseWaitLeak}
+}
+
+type cwGroup struct {
+	pid            int
+	n, prevN, aged int
+	recvQ          uint64
+	remotes        map[netip.AddrPort]int
+	sev            diag.Severity
+	sample         *snapshot.Socket
+}
+
+func checkCloseWaitLeak(in *diag.Input) ([]diag.Finding, error) {
+	cur := in.Cur
+	if msg, failed := cur.Failed(snapshot.SourceSockdiag); failed && len(cur.Sockets) == 0 {
+		return nil, diag.Unknownf("sock_diag failed: %s", msg)
+	}
+	groups := map[int]*cwGroup{}
+	for i := range cur.Sockets {
+		sk := &cur.Sockets[i]
+		if sk.State != snapshot.CloseWait {
+			continue
+		}
+		pid := 0
+		if len(sk.Pids) > 0 {
+			pid = sk.Pids[0]
+		}
+		g := groups[pid]
+		if g == nil {
+			g = &cwGroup{pid: pid, remotes: map[netip.AddrPort]int{}, sample: sk}
+			groups[pid] = g
+		}
+		g.n++
+		g.recvQ += uint64(sk.RecvQ)
+		if len(g.remotes) < 1000 || g.remotes[sk.Remote] > 0 {
+			g.remotes[sk.Remote]++
+		}
+		if p := in.PrevSocket(sk.Cookie); p != nil && in.Prev != nil && p.State == snapshot.CloseWait {
+			g.aged++
+		}
+	}
+	if in.Prev != nil {
+		for i := range in.Prev.Sockets {
+			sk := &in.Prev.Sockets[i]
+			if sk.State != snapshot.CloseWait {
+				continue
+			}
+			pid := 0
+			if len(sk.Pids) > 0 {
+				pid = sk.Pids[0]
+			}
+			if g := groups[pid]; g != nil {
+				g.prevN++
+			}
+		}
+	}
+	var hits []*cwGroup
+	for _, g := range groups {
+		switch {
+		case g.n >= cwCritCount:
+			g.sev = diag.Critical
+		case g.n >= cwWarnCount || in.Prev != nil && g.aged >= cwWarnAged:
+			g.sev = diag.Warning
+		default:
+			continue
+		}
+		hits = append(hits, g)
+	}
+	sort.Slice(hits, func(i, j int) bool {
+		if hits[i].sev != hits[j].sev {
+			return hits[i].sev > hits[j].sev
+		}
+		if hits[i].n != hits[j].n {
+			return hits[i].n > hits[j].n
+		}
+		return hits[i].pid < hits[j].pid
+	})
+	var fs []diag.Finding
+	for i, g := range hits {
+		if i == cwMaxFindings {
+			fs = append(fs, diag.Finding{Severity: g.sev, Subject: diag.Subject{Netns: cur.Netns.Name},
+				Summary:  fmt.Sprintf("%d more processes hold many CLOSE_WAIT sockets", len(hits)-i),
+				Evidence: []diag.Evidence{{Name: "processes", Value: fmt.Sprint(len(hits) - i), Source: "sock_diag CLOSE-WAIT by owner", Threshold: fmt.Sprintf(">= %d sockets or >= %d older than the window", cwWarnCount, cwWarnAged)}},
+				Fixes:    []diag.Fix{{Scope: "application", Target: "diagnosis", Text: "list them", Command: "ss -tanp state close-wait"}}})
+			break
+		}
+		fs = append(fs, cwFinding(in, g))
+	}
+	return fs, nil
+}
+
+func cwFinding(in *diag.Input, g *cwGroup) diag.Finding {
+	cur := in.Cur
+	cmd := commandOf(cur, g.pid)
+	who := "an unknown process"
+	if g.pid != 0 {
+		who = fmt.Sprintf("%s (pid %d)", cmd, g.pid)
+	}
+	var top netip.AddrPort
+	for r, n := range g.remotes {
+		if n > g.remotes[top] || n == g.remotes[top] && r.String() < top.String() {
+			top = r
+		}
+	}
+	summary := fmt.Sprintf("%s holds %d CLOSE_WAIT sockets: the peers closed, the application never called close()", who, g.n)
+	ev := []diag.Evidence{
+		{Name: "CLOSE_WAIT sockets", Value: fmt.Sprint(g.n), Source: "sock_diag CLOSE-WAIT, first owner", Threshold: fmt.Sprintf("warning >= %d, critical >= %d", cwWarnCount, cwCritCount)},
+		{Name: "unread bytes in them", Value: fmtBytes(float64(g.recvQ)), Source: "sock_diag Recv-Q of the CLOSE-WAIT sockets"},
+		{Name: "most frequent peer", Value: fmt.Sprintf("%s (%d of %d)", top, g.remotes[top], g.n), Source: "sock_diag remote address"},
+	}
+	if in.Prev != nil {
+		w := fmtDur(in.Window())
+		summary += fmt.Sprintf("; %d -> %d in %s, %d older than %s", g.prevN, g.n, w, g.aged, w)
+		ev = append(ev,
+			diag.Evidence{Name: "growth", Value: fmt.Sprintf("%d -> %d in %s (%+.1f/s)", g.prevN, g.n, w, float64(g.n-g.prevN)/in.Window().Seconds()), Source: "sock_diag, previous and current sample"},
+			diag.Evidence{Name: "older than the window", Value: fmt.Sprint(g.aged), Source: "same socket cookie in CLOSE-WAIT in both samples", Threshold: fmt.Sprintf(">= %d", cwWarnAged)})
+	}
+	if p := cur.Procs[g.pid]; p != nil && p.FDs >= 0 && p.NofileSoft != nil && *p.NofileSoft > 0 {
+		ev = append(ev, diag.Evidence{Name: "open files", Value: fmt.Sprintf("%d of %d (%s)", p.FDs, *p.NofileSoft, pct(float64(p.FDs)/float64(*p.NofileSoft))), Source: "/proc/PID/fd, /proc/PID/limits (see fd-exhaustion)"})
+	}
+	fixes := []diag.Fix{cwCodeFix(cmd),
+		{Scope: "application", Target: "connection-pool", Text: "if the sockets belong to a client pool, evict idle and half-closed connections",
+			Command: "Apache HttpClient: evictExpiredConnections() + evictIdleConnections(30s); OkHttp: ConnectionPool(maxIdle, 30s); Go: http.Transport{IdleConnTimeout: 30 * time.Second}"},
+		{Scope: "application", Target: "restart", Text: "stopgap: restarting the process frees them; no sysctl closes CLOSE_WAIT (the kernel waits for the application)",
+			Risk: "the leak comes back at the same rate"},
+	}
+	return diag.Finding{Severity: g.sev, Subject: diag.Subject{Netns: cur.Netns.Name, Remote: top.String(), Pid: g.pid, Command: cmd},
+		Summary: summary, Evidence: ev, Fixes: fixes}
+}
+
+func cwCodeFix(cmd string) diag.Fix {
+	f := diag.Fix{Scope: "application", Target: "code", Text: "close every socket on every path, including errors and peer EOF (read() returning 0 / -1)"}
+	switch {
+	case strings.HasPrefix(cmd, "java"):
+		f.Target, f.Command = "java", "try (Socket s = ...; InputStream in = s.getInputStream()) { ... }  // try-with-resources, or close() in finally; close HTTP responses (EntityUtils.consume / response.close())"
+	case strings.HasPrefix(cmd, "python"):
+		f.Target, f.Command = "python", "with socket.create_connection(addr) as s: ...  (requests: use a Session and close responses)"
+	case strings.HasPrefix(cmd, "node"):
+		f.Target, f.Command = "node", "socket.on('end', () => socket.end()); socket.on('error', () => socket.destroy())"
+	default:
+		f.Command = "Go: defer resp.Body.Close() (and read it to EOF) after every http request, defer conn.Close(); Java: try-with-resources; C: close(fd) when read() returns 0"
+	}
+	return f
+}
