@@ -1,0 +1,238 @@
+package linkemu
+
+import (
+	"errors"
+	"math/rand/v2"
+	"runtime"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Buffer sizes: a GSO packet is at most 64 KiB plus the vnet header;
+// small packets (ACKs, pings) are copied into small buffers so that a
+// queue full of ACKs does not pin 64 KiB each.
+const (
+	bigBuf   = vnetHdrLen + 65536 + 256
+	smallBuf = 2048
+	// maxQueued caps the memory held in the delay line; beyond it packets
+	// are dropped and counted as overflows.
+	maxQueued = 256 << 20
+	// release packets due this close to now in the same wake-up.
+	early = 10 * time.Microsecond
+	// readBatch bounds reads between two release checks.
+	readBatch = 64
+)
+
+type packet struct {
+	buf []byte // len is the packet length, cap the buffer size
+	due time.Duration
+}
+
+// line is one delay line: a single locked OS thread reads the TUN,
+// stamps each packet with its release time and writes it back when due.
+// With one delay for both directions release times are in arrival order,
+// so a FIFO suffices.
+type line struct {
+	tun, wake int
+	delay     time.Duration
+	spin      time.Duration
+	loss      float64
+	rng       *rand.Rand
+	t0        time.Time
+
+	q      []packet // ring
+	head   int
+	n      int
+	queued int // bytes of buffer held by q
+
+	small, big [][]byte // free buffers
+
+	st counters
+}
+
+type counters struct {
+	tid                       atomic.Int64
+	packets, bytes            atomic.Int64
+	lost, overflow, writeErrs atomic.Int64
+	errSum, errMax, errMin    atomic.Int64 // hold error, ns
+	cpuAtExit                 atomic.Int64 // thread cpu ns, set when run ends
+	done                      atomic.Bool
+}
+
+func (l *line) now() time.Duration { return time.Since(l.t0) }
+
+// run is the delay line's thread. It returns when the wake eventfd is
+// written or on an unexpected error.
+func (l *line) run() error {
+	runtime.LockOSThread() // never unlocked: the thread ends with run
+	l.st.tid.Store(int64(unix.Gettid()))
+	l.st.errMin.Store(1 << 62)
+	l.st.errMax.Store(-1 << 62)
+	defer func() {
+		l.st.cpuAtExit.Store(int64(threadCPU(int(l.st.tid.Load()))))
+		l.st.done.Store(true)
+	}()
+	// Without this the kernel may add 50 us of slack to every sleep.
+	if err := unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0); err != nil {
+		return errors.New("linkemu: PR_SET_TIMERSLACK: " + err.Error())
+	}
+	scratch := make([]byte, bigBuf)
+	fds := []unix.PollFd{{Fd: int32(l.tun), Events: unix.POLLIN}, {Fd: int32(l.wake), Events: unix.POLLIN}}
+	var ts unix.Timespec
+	for {
+		now := l.now()
+		var timeout *unix.Timespec
+		if l.n > 0 {
+			wait := l.q[l.head].due - now - l.spin
+			if wait <= 0 {
+				l.release()
+				continue
+			}
+			ts = unix.NsecToTimespec(int64(wait))
+			timeout = &ts
+		}
+		_, err := unix.Ppoll(fds, timeout, nil)
+		if err != nil && err != unix.EINTR {
+			return errors.New("linkemu: ppoll: " + err.Error())
+		}
+		if fds[1].Revents != 0 {
+			return nil
+		}
+		if fds[0].Revents&(unix.POLLERR|unix.POLLHUP|unix.POLLNVAL) != 0 {
+			return errors.New("linkemu: tun device gone")
+		}
+		if fds[0].Revents&unix.POLLIN != 0 {
+			var err error
+			if scratch, err = l.readSome(scratch); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// readSome reads up to readBatch packets, stopping early when the head of
+// the queue is due. It returns the scratch buffer to use next.
+func (l *line) readSome(scratch []byte) ([]byte, error) {
+	for range readBatch {
+		n, err := unix.Read(l.tun, scratch[:cap(scratch)])
+		if err == unix.EAGAIN || err == unix.EINTR {
+			return scratch, nil
+		}
+		if err != nil {
+			return scratch, errors.New("linkemu: read tun: " + err.Error())
+		}
+		now := l.now()
+		if n <= vnetHdrLen {
+			continue
+		}
+		if l.loss > 0 && l.rng.Float64() < l.loss {
+			l.st.lost.Add(1)
+			continue
+		}
+		var buf []byte
+		if n <= smallBuf {
+			buf = l.get(&l.small, smallBuf)[:n]
+			copy(buf, scratch[:n])
+		} else {
+			buf = scratch[:n]
+			scratch = l.get(&l.big, bigBuf)
+		}
+		if l.queued+cap(buf) > maxQueued {
+			l.st.overflow.Add(1)
+			l.put(buf)
+			continue
+		}
+		l.push(packet{buf: buf, due: now + l.delay})
+		if l.q[l.head].due-l.spin <= now {
+			break
+		}
+	}
+	return scratch, nil
+}
+
+// release spins until the head is due, then writes every packet due by
+// now+early.
+func (l *line) release() {
+	due := l.q[l.head].due
+	now := l.now()
+	for now < due {
+		now = l.now()
+	}
+	for l.n > 0 {
+		p := l.q[l.head]
+		if p.due > now+early {
+			return
+		}
+		l.pop()
+		_, err := unix.Write(l.tun, p.buf)
+		now = l.now()
+		if err != nil {
+			l.st.writeErrs.Add(1)
+		} else {
+			e := int64(now - p.due)
+			l.st.packets.Add(1)
+			l.st.bytes.Add(int64(len(p.buf) - vnetHdrLen))
+			l.st.errSum.Add(e)
+			if e > l.st.errMax.Load() {
+				l.st.errMax.Store(e)
+			}
+			if e < l.st.errMin.Load() {
+				l.st.errMin.Store(e)
+			}
+		}
+		l.put(p.buf)
+	}
+}
+
+func (l *line) get(free *[][]byte, size int) []byte {
+	if k := len(*free); k > 0 {
+		b := (*free)[k-1]
+		*free = (*free)[:k-1]
+		return b[:cap(b)]
+	}
+	return make([]byte, size)
+}
+
+// put keeps a few free buffers and lets the rest go to the collector.
+func (l *line) put(b []byte) {
+	free := &l.small
+	if cap(b) > smallBuf {
+		free = &l.big
+	}
+	if len(*free) < 1024 {
+		*free = append(*free, b)
+	}
+}
+
+func (l *line) push(p packet) {
+	if l.n == len(l.q) {
+		nq := make([]packet, max(64, 2*len(l.q)))
+		for i := range l.n {
+			nq[i] = l.q[(l.head+i)%len(l.q)]
+		}
+		l.q, l.head = nq, 0
+	}
+	l.q[(l.head+l.n)%len(l.q)] = p
+	l.n++
+	l.queued += cap(p.buf)
+}
+
+func (l *line) pop() {
+	l.queued -= cap(l.q[l.head].buf)
+	l.q[l.head] = packet{}
+	l.head = (l.head + 1) % len(l.q)
+	l.n--
+}
+
+// threadCPU returns the CPU time used so far by thread tid of this process.
+func threadCPU(tid int) time.Duration {
+	// make_thread_cpuclock(tid, CPUCLOCK_SCHED) from linux/posix-timers.h
+	clk := int32(^uint32(tid))<<3 | 2 | 4
+	var ts unix.Timespec
+	if unix.ClockGettime(clk, &ts) != nil {
+		return 0
+	}
+	return time.Duration(ts.Nano())
+}
