@@ -734,3 +734,6 @@ func twReuseFix(s *snapshot.Snapshot) (diag.Fix, bool) {
 		Command: "sysctl -w net.ipv4.tcp_tw_reuse=1",
 		Risk:    "needs TCP timestamps on both ends (net.ipv4.tcp_timestamps=1); does nothing for connections the peer opened; tcp_tw_recycle is gone since Linux 4.12 and tcp_fin_timeout does not shorten TIME_WAIT"}, true
 }
+
+// secondsDur converts seconds to a Duration.
+func secondsDur(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }

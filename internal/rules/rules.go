@@ -14,10 +14,13 @@ func All() []diag.Rule {
 	rs := []diag.Rule{
 		// One line per rule; keep this list explicit.
 		closeWaitLeak(),
+		fdExhaustion(),
 		listenOverflow(),
 		portExhaustion(),
 		timeWaitChurn(),
 		sndbufLimited(),
+		rwndLimited(),
+		slowReader(),
 	}
 	sort.Slice(rs, func(i, j int) bool { return rs[i].ID < rs[j].ID })
 	return rs
