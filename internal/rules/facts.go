@@ -737,3 +737,14 @@ func twReuseFix(s *snapshot.Snapshot) (diag.Fix, bool) {
 
 // secondsDur converts seconds to a Duration.
 func secondsDur(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// fmtRTT prints a round-trip time: 60µs, 2.5ms, 20ms.
+func fmtRTT(d time.Duration) string {
+	switch {
+	case d < time.Millisecond:
+		return fmt.Sprintf("%dµs", d.Microseconds())
+	case d < 10*time.Millisecond:
+		return trimFloat(float64(d)/float64(time.Millisecond)) + "ms"
+	}
+	return fmt.Sprintf("%.0fms", float64(d)/float64(time.Millisecond))
+}

@@ -19,6 +19,8 @@ func All() []diag.Rule {
 		portExhaustion(),
 		timeWaitChurn(),
 		sndbufLimited(),
+		rwndLimited(),
+		slowReader(),
 	}
 	sort.Slice(rs, func(i, j int) bool { return rs[i].ID < rs[j].ID })
 	return rs

@@ -186,7 +186,7 @@ func sndbufFinding(in *diag.Input, sk, prev *snapshot.Socket, look sndbufLook, r
 		ev = append(ev, diag.Evidence{Name: "not yet sent", Value: fmtBytes(float64(ti.NotsentBytes)), Source: "sock_diag tcp_info.notsent_bytes"})
 	}
 	ceil := look.sndbuf / rtt.Seconds() // bytes/s
-	ev = append(ev, diag.Evidence{Name: "buffer ceiling", Value: fmt.Sprintf("%s / %s = %s (current kernels let up to about 2x that into flight)", fmtBytes(look.sndbuf), fmtDur(rtt), fmtRate(ceil)),
+	ev = append(ev, diag.Evidence{Name: "buffer ceiling", Value: fmt.Sprintf("%s / %s = %s (current kernels let up to about 2x that into flight)", fmtBytes(look.sndbuf), fmtRTT(rtt), fmtRate(ceil)),
 		Source: "SK_MEMINFO sndbuf / tcp_info.rtt"})
 
 	var prevSize uint32
@@ -209,7 +209,7 @@ func sndbufFinding(in *diag.Input, sk, prev *snapshot.Socket, look sndbufLook, r
 	short := 0.0
 	if path > 0 {
 		plan = bdp.For(rtt, path*8, in.Cur)
-		ev = append(ev, diag.Evidence{Name: "path", Value: fmt.Sprintf("%s x %s = BDP %s", fmtRate(path), fmtDur(rtt), fmtBytes(plan.BDP)), Source: pathSrc + ", tcp_info.rtt"})
+		ev = append(ev, diag.Evidence{Name: "path", Value: fmt.Sprintf("%s x %s = BDP %s", fmtRate(path), fmtRTT(rtt), fmtBytes(plan.BDP)), Source: pathSrc + ", tcp_info.rtt"})
 		if own > 0 && own < path {
 			short = 1 - own/path
 		}
@@ -250,7 +250,7 @@ func sndbufFinding(in *diag.Input, sk, prev *snapshot.Socket, look sndbufLook, r
 	case atAuto:
 		what = fmt.Sprintf("its send buffer is at the tcp_wmem maximum %s", fmtBytes(look.sndbuf))
 	}
-	sum := fmt.Sprintf("send-buffer-limited (%s): %s; at RTT %s that caps it at about %s", how, what, fmtDur(rtt), fmtRate(ceil))
+	sum := fmt.Sprintf("send-buffer-limited (%s): %s; at RTT %s that caps it at about %s", how, what, fmtRTT(rtt), fmtRate(ceil))
 	if own > 0 {
 		sum += fmt.Sprintf(" (moving %s)", fmtRate(own))
 	}
@@ -269,17 +269,20 @@ func bufLockSource(p bufPin) string {
 }
 
 func sndbufFixes(s *snapshot.Snapshot, plan bdp.Plan, pinned, atAuto bool, rtt time.Duration) []diag.Fix {
-	ask := "at least the path's BDP (rate x RTT: tcpdoctor bdp --rtt " + fmtDur(rtt) + " --bandwidth <link rate>)"
-	if plan.BDP > 0 {
-		ask = fmt.Sprint(int64(plan.AskSndBuf))
-	}
 	var fs []diag.Fix
 	if !atAuto || pinned {
 		fs = append(fs,
 			diag.Fix{Scope: "application", Text: "stop pinning the send buffer so autotuning (up to tcp_wmem[2]) sizes it: remove Java socket.setSendBufferSize, Netty ChannelOption.SO_SNDBUF, Go (*net.TCPConn).SetWriteBuffer, nginx listen/proxy sndbuf=, setsockopt(SO_SNDBUF)",
 				Risk: "more memory per busy connection (bounded by tcp_wmem and tcp_mem)"},
-			diag.Fix{Scope: "application", Text: "or set the send buffer to " + ask + " bytes, e.g. Java socket.setSendBufferSize(" + ask + ")",
+		)
+		if plan.BDP > 0 {
+			ask := fmt.Sprint(int64(plan.AskSndBuf))
+			fs = append(fs, diag.Fix{Scope: "application", Text: "or set the send buffer to " + ask + " bytes, e.g. Java socket.setSendBufferSize(" + ask + ")",
 				Command: "SO_SNDBUF=" + ask, Risk: "a fixed size is wrong again when RTT or rate change; requests above net.core.wmem_max are silently capped"})
+		} else {
+			fs = append(fs, diag.Fix{Scope: "application", Text: "or set the send buffer to at least the path's BDP",
+				Command: "tcpdoctor bdp --rtt " + fmtRTT(rtt) + " --bandwidth <link rate>", Risk: "requests above net.core.wmem_max are silently capped"})
+		}
 	}
 	for _, c := range plan.Checks {
 		if c.OK || c.Command == "" {

@@ -122,5 +122,67 @@ def sndbuf_limited():
           [snap(T0, [pinned(0, False), bulk(0)], PROCS), snap(T1, [pinned(1, False), bulk(1)], PROCS)])
 
 
+# C5: a server sending a large response to a client whose receive buffer is
+# pinned at 128K (rcvbuf 256K, window about 128K) over 20 ms; and, on
+# loopback, redis-server feeding a worker with SO_RCVBUF 32K that reads
+# slowly (Recv-Q full, zero windows).
+def window_case(i, bad=True):
+    acked = 500_000_000 + i * 32_800_000
+    busy = 90_000_000 + i * 5_000_000
+    rwnd = 80_000_000 + i * (4_750_000 if bad else 100_000)
+    srv = sock("198.18.1.2:8080", "198.18.0.7:51000", 8100, [700],
+               info(snd_cwnd=400, unacked=90 if bad else 400, bytes_acked=acked, bytes_sent=acked + 130_000,
+                    delivery_rate=6_500_000, busy_time=busy, rwnd_limited=rwnd,
+                    snd_wnd=131_072 if bad else 4_194_304),
+               mem(sndbuf=2_506_752, wmem_queued=2_400_000), send_q=2_000_000)
+    lo_acked = 20_000_000 + i * 1_500_000
+    lo_busy = 30_000_000 + i * 5_000_000
+    lo_rwnd = 25_000_000 + i * (4_500_000 if bad else 50_000)
+    red = sock("127.0.0.1:6379", "127.0.0.1:40000", 8200, [300],
+               info(snd_cwnd=10, unacked=1 if bad else 5, rtt=60, min_rtt=20, snd_mss=32741, bytes_acked=lo_acked,
+                    bytes_sent=lo_acked + 2896, delivery_rate=300_000, busy_time=lo_busy, rwnd_limited=lo_rwnd,
+                    snd_wnd=2896 if bad else 1_048_576, rto=201000),
+               mem(sndbuf=2_626_560, wmem_queued=1_100_000), send_q=900_000)
+    q = (30_000 + 1000 * i) if bad else (0 if i else 24_000)
+    wrk = sock("127.0.0.1:40000", "127.0.0.1:6379", 8201, [400],
+               info(bytes_received=lo_acked, rtt=60, min_rtt=20, rcv_mss=32741, rcv_wnd=0 if bad else 1_048_576,
+                    last_data_recv=2),
+               mem(rcvbuf=65_536 if bad else 2_097_152, rmem_alloc=int(q * 2.07)), recv_q=q)
+    return [srv, red, wrk, listen("198.18.1.2:8080", 8000, [700]), listen("127.0.0.1:6379", 8001, [300])]
+
+
+WPROCS = {700: "java", 300: "redis-server", 400: "worker", 1200: "java"}
+
+
+def window_counters(i, bad=True):
+    k = i if bad else 0
+    return bump(COUNTERS, TcpExt__TCPWantZeroWindowAdv=350 * k, TcpExt__TCPToZeroWindowAdv=120 * k,
+                TcpExt__TCPFromZeroWindowAdv=118 * k)
+
+
+def rwnd_limited():
+    for name, bad in (("fires.jsonl", True), ("quiet.jsonl", False)):
+        write("rwnd-limited", name, [snap(T, window_case(i, bad), WPROCS, window_counters(i, bad))
+                                     for i, T in enumerate((T0, T1))])
+
+
+# C1 at large buffers: a Dubbo consumer whose single IO thread cannot keep
+# up with the provider's large responses; its Recv-Q piles up (autotuned
+# rcvbuf 6M).
+def consumer(i, bad=True):
+    q = (3_000_000 + 200_000 * i) if bad else (2_500_000 if i == 0 else 1200)
+    return sock("198.18.0.11:38000", "198.18.1.20:20880", 9100, [1200],
+                info(bytes_received=800_000_000 + i * 40_000_000, rtt=20400, rcv_wnd=1_200_000, snd_cwnd=40),
+                mem(rcvbuf=6_291_456, rmem_alloc=int(q * 1.15)), recv_q=q)
+
+
+def slow_reader():
+    for name, bad in (("fires.jsonl", True), ("quiet.jsonl", False)):
+        write("slow-reader", name, [snap(T, window_case(i, bad) + [consumer(i, bad)], WPROCS, window_counters(i, bad))
+                                    for i, T in enumerate((T0, T1))])
+
+
 if __name__ == "__main__":
     sndbuf_limited()
+    rwnd_limited()
+    slow_reader()
