@@ -226,3 +226,42 @@ func TestDumpNetns(t *testing.T) {
 		t.Errorf("Dump with failing fn: err %v after %d calls", err, n)
 	}
 }
+
+// TestDumpLoopback needs no root: sock_diag lets anyone dump the sockets of
+// their own namespace. It finds a connection of its own by cookie.
+func TestDumpLoopback(t *testing.T) {
+	f := newFDs(t)
+	lfd, port := f.listen(mustAddrPort("127.0.0.1", 0), 7)
+	c := f.connect(mustAddrPort("127.0.0.1", port), 0)
+	s := f.accept(lfd)
+	exchange(t, c, s, 100)
+	cookie, err := unix.GetsockoptUint64(c, unix.SOL_SOCKET, unix.SO_COOKIE)
+	if err != nil {
+		t.Fatalf("SO_COOKIE: %v", err)
+	}
+	var got, listener *snapshot.Socket
+	err = Dump(Options{Families: []uint8{unix.AF_INET}, Info: true, Mem: true}, func(sk *snapshot.Socket) error {
+		if sk.Cookie == cookie {
+			got = sk
+		}
+		if sk.State == snapshot.Listen && sk.Local == mustAddrPort("127.0.0.1", port) {
+			listener = sk
+		}
+		return nil
+	})
+	if errors.Is(err, unix.EPROTONOSUPPORT) || errors.Is(err, unix.EAFNOSUPPORT) {
+		t.Skipf("no NETLINK_SOCK_DIAG here: %v", err)
+	}
+	if err != nil {
+		t.Fatalf("Dump: %v", err)
+	}
+	if got == nil || got.State != snapshot.Established || got.Remote.Port() != port || got.UID != uint32(unix.Geteuid()) {
+		t.Fatalf("own connection: %+v", got)
+	}
+	if got.Info == nil || got.Info.Len < snapshot.SizeKnown || got.Info.RTT == 0 || got.Info.BytesAcked != 101 || got.Mem == nil {
+		t.Errorf("own connection: tcp_info %+v mem %+v", got.Info, got.Mem)
+	}
+	if listener == nil || listener.SendQ != 7 {
+		t.Errorf("own listener: %+v", listener)
+	}
+}
