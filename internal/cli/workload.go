@@ -1,0 +1,392 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+	"unsafe"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"golang.org/x/sys/unix"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/lab/workload"
+)
+
+// wlCommon are the flags every workload side has.
+type wlCommon struct {
+	addr        string
+	bufs        workload.Buffers
+	sndbuf      byteSize
+	rcvbuf      byteSize
+	duration    time.Duration
+	maxDuration time.Duration
+	comm        string
+}
+
+// newWorkloadCmd is the hidden entry the lab executes inside its
+// namespaces: `tcpdoctor workload <name>-server|<name>-client|proxy`.
+// Servers print {"ready":true,"addr":...} once listening; every side prints
+// its result as one JSON line on stdout when done.
+func newWorkloadCmd(e *Env) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:    "workload",
+		Short:  "Lab traffic generators (internal)",
+		Hidden: true,
+	}
+	cmd.AddCommand(
+		wlRPCServer(e), wlRPCClient(e),
+		wlBulkServer(e), wlBulkClient(e),
+		wlStormServer(e), wlStormClient(e),
+		wlChurnServer(e), wlChurnClient(e), wlProxy(e),
+		wlBigServer(e), wlBigClient(e),
+	)
+	return cmd
+}
+
+// wlCmd builds one workload subcommand; flags adds its own flags and run
+// runs it with ready (nil for clients).
+func wlCmd[R any](e *Env, use, comm, short string, server bool, flags func(*pflag.FlagSet),
+	run func(ctx context.Context, c *wlCommon, ready func(string)) (R, error)) *cobra.Command {
+	c := &wlCommon{}
+	cmd := &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if c.maxDuration <= 0 {
+				return usageErr("workload %s: --max-duration must be positive", use)
+			}
+			if !server && c.addr == "" {
+				return usageErr("workload %s: --addr is required", use)
+			}
+			c.bufs = workload.Buffers{SndBuf: int(c.sndbuf), RcvBuf: int(c.rcvbuf)}
+			if c.comm != "" {
+				setComm(e.ProcRoot, c.comm)
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), c.maxDuration)
+			defer cancel()
+			enc := json.NewEncoder(e.Stdout)
+			var ready func(string)
+			if server {
+				ready = func(addr string) {
+					_ = enc.Encode(struct {
+						Ready bool   `json:"ready"`
+						Addr  string `json:"addr"`
+					}{true, addr})
+				}
+			}
+			res, err := run(ctx, c, ready)
+			if err != nil {
+				return err
+			}
+			return enc.Encode(res)
+		},
+	}
+	fs := cmd.Flags()
+	defAddr := ""
+	if server {
+		defAddr = "127.0.0.1:0"
+	}
+	fs.StringVar(&c.addr, "addr", defAddr, "address to listen on (server) or connect to (client)")
+	fs.Var(&c.sndbuf, "sndbuf", "SO_SNDBUF in bytes (K/M suffixes), set before listen/connect; 0: autotuned")
+	fs.Var(&c.rcvbuf, "rcvbuf", "SO_RCVBUF in bytes (K/M suffixes), set before listen/connect; 0: autotuned")
+	fs.DurationVar(&c.duration, "duration", 0, "run time (0: until the count is done, or --max-duration)")
+	fs.DurationVar(&c.maxDuration, "max-duration", 60*time.Second, "hard cap on the run time")
+	fs.StringVar(&c.comm, "comm", comm, "process name to set (prctl PR_SET_NAME); empty: leave it")
+	flags(fs)
+	return cmd
+}
+
+// setComm names the process: the calling thread via prctl and the main
+// thread (what /proc/PID/comm shows) via /proc/self/comm. Best effort.
+func setComm(procRoot, name string) {
+	if len(name) > 15 {
+		name = name[:15]
+	}
+	if b, err := unix.BytePtrFromString(name); err == nil {
+		_ = unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(b)), 0, 0, 0)
+	}
+	if procRoot == "" {
+		procRoot = "/proc"
+	}
+	_ = os.WriteFile(filepath.Join(procRoot, "self", "comm"), []byte(name), 0)
+}
+
+func wlRPCServer(e *Env) *cobra.Command {
+	var backlog int
+	var thinkMin, thinkMax time.Duration
+	return wlCmd(e, "rpc-server", "rpc-server", "RPC server: one reader per connection, think time, response", true,
+		func(fs *pflag.FlagSet) {
+			fs.IntVar(&backlog, "backlog", 0, "listen backlog (0: somaxconn)")
+			fs.DurationVar(&thinkMin, "think-min", 0, "minimum think time")
+			fs.DurationVar(&thinkMax, "think-max", 0, "maximum think time (uniform in [min, max])")
+		},
+		func(ctx context.Context, c *wlCommon, ready func(string)) (workload.RPCServerResult, error) {
+			return workload.RunRPCServer(ctx, workload.RPCServerConfig{
+				Addr: c.addr, Backlog: backlog, Buffers: c.bufs, ThinkMin: thinkMin, ThinkMax: thinkMax,
+				Duration: c.duration, Ready: ready,
+			})
+		})
+}
+
+func wlRPCClient(e *Env) *cobra.Command {
+	var conns, callers int
+	var reqSize byteSize
+	var factor float64
+	var count int64
+	var dialTimeout time.Duration
+	return wlCmd(e, "rpc-client", "rpc-client", "RPC client: N callers multiplexed over M connections", false,
+		func(fs *pflag.FlagSet) {
+			fs.IntVar(&conns, "conns", 1, "connections (M)")
+			fs.IntVar(&callers, "callers", 1, "concurrent callers (N)")
+			reqSize = 16 << 10
+			fs.Var(&reqSize, "req-size", "request size in bytes")
+			fs.Float64Var(&factor, "resp-factor", 2, "response size = factor x request size")
+			fs.Int64Var(&count, "count", 0, "total requests (0: until --duration)")
+			fs.DurationVar(&dialTimeout, "dial-timeout", 5*time.Second, "connect timeout")
+		},
+		func(ctx context.Context, c *wlCommon, _ func(string)) (workload.RPCClientResult, error) {
+			d := c.duration
+			if d == 0 && count == 0 {
+				d = c.maxDuration
+			}
+			return workload.RunRPCClient(ctx, workload.RPCClientConfig{
+				Addr: c.addr, Conns: conns, Callers: callers, ReqSize: int(reqSize), RespFactor: factor,
+				Duration: d, Count: count, Buffers: c.bufs, DialTimeout: dialTimeout,
+			})
+		})
+}
+
+func wlBulkServer(e *Env) *cobra.Command {
+	var backlog, count int
+	var readSize byteSize
+	var readDelay time.Duration
+	return wlCmd(e, "bulk-server", "bulk-server", "Bulk transfer server", true,
+		func(fs *pflag.FlagSet) {
+			fs.IntVar(&backlog, "backlog", 0, "listen backlog (0: somaxconn)")
+			fs.IntVar(&count, "count", 0, "exit after this many transfers (0: no limit)")
+			fs.Var(&readSize, "read-size", "bytes per read when receiving (0: 64K)")
+			fs.DurationVar(&readDelay, "read-delay", 0, "sleep after each read (a slow reader)")
+		},
+		func(ctx context.Context, c *wlCommon, ready func(string)) (workload.BulkServerResult, error) {
+			return workload.RunBulkServer(ctx, workload.BulkServerConfig{
+				Addr: c.addr, Backlog: backlog, Buffers: c.bufs, ReadSize: int(readSize), ReadDelay: readDelay,
+				Count: count, Duration: c.duration, Ready: ready,
+			})
+		})
+}
+
+func wlBulkClient(e *Env) *cobra.Command {
+	var size, readSize byteSize
+	var dir string
+	var readDelay time.Duration
+	return wlCmd(e, "bulk-client", "bulk-client", "Bulk transfer client", false,
+		func(fs *pflag.FlagSet) {
+			fs.Var(&size, "size", "bytes to transfer")
+			fs.StringVar(&dir, "direction", workload.Up, "up: client sends; down: server sends")
+			fs.Var(&readSize, "read-size", "bytes per read when receiving (0: 64K)")
+			fs.DurationVar(&readDelay, "read-delay", 0, "sleep after each read (a slow reader)")
+		},
+		func(ctx context.Context, c *wlCommon, _ func(string)) (workload.BulkClientResult, error) {
+			if c.duration > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, c.duration)
+				defer cancel()
+			}
+			return workload.RunBulkClient(ctx, workload.BulkClientConfig{
+				Addr: c.addr, Size: int64(size), Direction: dir, Buffers: c.bufs,
+				ReadSize: int(readSize), ReadDelay: readDelay,
+			})
+		})
+}
+
+func wlStormServer(e *Env) *cobra.Command {
+	var backlog int
+	var rate float64
+	return wlCmd(e, "storm-server", "storm-server", "Listener with a chosen backlog that accepts slowly or never", true,
+		func(fs *pflag.FlagSet) {
+			fs.IntVar(&backlog, "backlog", 128, "listen backlog (capped by somaxconn)")
+			fs.Float64Var(&rate, "accept-rate", -1, "accepts per second (0: never; negative: as fast as possible)")
+		},
+		func(ctx context.Context, c *wlCommon, ready func(string)) (workload.StormServerResult, error) {
+			return workload.RunStormServer(ctx, workload.StormServerConfig{
+				Addr: c.addr, Backlog: backlog, AcceptRate: rate, Buffers: c.bufs, Duration: c.duration, Ready: ready,
+			})
+		})
+}
+
+func wlStormClient(e *Env) *cobra.Command {
+	var count int
+	var rate float64
+	var timeout time.Duration
+	return wlCmd(e, "storm-client", "storm-client", "Connection storm: K connects at R/s, held open", false,
+		func(fs *pflag.FlagSet) {
+			fs.IntVar(&count, "count", 100, "connections to open (K)")
+			fs.Float64Var(&rate, "rate", 0, "connects started per second (0: all at once)")
+			fs.DurationVar(&timeout, "connect-timeout", 5*time.Second, "per-connect timeout")
+		},
+		func(ctx context.Context, c *wlCommon, _ func(string)) (workload.StormClientResult, error) {
+			return workload.RunStormClient(ctx, workload.StormClientConfig{
+				Addr: c.addr, Count: count, Rate: rate, ConnectTimeout: timeout, Duration: c.duration, Buffers: c.bufs,
+			})
+		})
+}
+
+func wlChurnServer(e *Env) *cobra.Command {
+	var backlog int
+	return wlCmd(e, "churn-server", "churn-server", "Request/response server for short connections", true,
+		func(fs *pflag.FlagSet) {
+			fs.IntVar(&backlog, "backlog", 0, "listen backlog (0: somaxconn)")
+		},
+		func(ctx context.Context, c *wlCommon, ready func(string)) (workload.ChurnServerResult, error) {
+			return workload.RunChurnServer(ctx, workload.ChurnServerConfig{
+				Addr: c.addr, Backlog: backlog, Buffers: c.bufs, Duration: c.duration, Ready: ready,
+			})
+		})
+}
+
+func wlChurnClient(e *Env) *cobra.Command {
+	var o workload.ChurnClientConfig
+	var reqSize, respSize byteSize
+	return wlCmd(e, "churn-client", "churn-client", "Short connections at a rate (or --pool, or --hold)", false,
+		func(fs *pflag.FlagSet) {
+			fs.Float64Var(&o.Rate, "rate", 0, "requests (hold: connects) per second (0: as fast as --concurrency allows)")
+			fs.IntVar(&o.Count, "count", 0, "requests (0: until --duration)")
+			fs.IntVar(&o.Concurrency, "concurrency", 64, "requests in flight at most")
+			fs.IntVar(&o.Pool, "pool", 0, "reuse this many keep-alive connections (the fix)")
+			fs.IntVar(&o.Hold, "hold", 0, "open this many connections and keep them until --duration ends")
+			fs.Var(&reqSize, "req-size", "request bytes (0: 64)")
+			fs.Var(&respSize, "resp-size", "response bytes (0: 64)")
+			fs.DurationVar(&o.Timeout, "timeout", 5*time.Second, "per request, connect included")
+			fs.BoolVar(&o.Linger0, "linger0", false, "close with RST (SO_LINGER 0): no TIME_WAIT, unsent data lost")
+		},
+		func(ctx context.Context, c *wlCommon, _ func(string)) (workload.ChurnClientResult, error) {
+			cfg := o
+			cfg.Addr, cfg.Buffers, cfg.Duration = c.addr, c.bufs, c.duration
+			cfg.ReqSize, cfg.RespSize = int(reqSize), int(respSize)
+			if cfg.Duration == 0 && (cfg.Count == 0 || cfg.Hold > 0) {
+				cfg.Duration = c.maxDuration
+			}
+			return workload.RunChurnClient(ctx, cfg)
+		})
+}
+
+func wlProxy(e *Env) *cobra.Command {
+	var backends, sources []string
+	var backlog int
+	var timeout time.Duration
+	return wlCmd(e, "proxy", "proxy", "TCP proxy: a new upstream connection per client connection", true,
+		func(fs *pflag.FlagSet) {
+			fs.StringSliceVar(&backends, "backend", nil, "backend ip:port (repeat or comma-separate: round-robin)")
+			fs.StringSliceVar(&sources, "source", nil, "local IPs to connect from (round-robin)")
+			fs.IntVar(&backlog, "backlog", 0, "listen backlog (0: somaxconn)")
+			fs.DurationVar(&timeout, "connect-timeout", 5*time.Second, "upstream connect timeout")
+		},
+		func(ctx context.Context, c *wlCommon, ready func(string)) (workload.ProxyResult, error) {
+			return workload.RunProxy(ctx, workload.ProxyConfig{
+				Addr: c.addr, Backends: backends, Sources: sources, Backlog: backlog, Buffers: c.bufs,
+				ConnectTimeout: timeout, Duration: c.duration, Ready: ready,
+			})
+		})
+}
+
+func wlBigServer(e *Env) *cobra.Command {
+	var backlog, count int
+	size := byteSize(3_400_000)
+	return wlCmd(e, "bigresponse-server", "bigresp-server", "HTTP/1.1-like server of large responses", true,
+		func(fs *pflag.FlagSet) {
+			fs.Var(&size, "size", "default response bytes")
+			fs.IntVar(&backlog, "backlog", 0, "listen backlog (0: somaxconn)")
+			fs.IntVar(&count, "count", 0, "exit after this many responses (0: no limit)")
+		},
+		func(ctx context.Context, c *wlCommon, ready func(string)) (workload.BigServerResult, error) {
+			return workload.RunBigServer(ctx, workload.BigServerConfig{
+				Addr: c.addr, Size: int64(size), Backlog: backlog, Buffers: c.bufs, Count: count,
+				Duration: c.duration, Ready: ready,
+			})
+		})
+}
+
+func wlBigClient(e *Env) *cobra.Command {
+	var size byteSize
+	var requests int
+	var rate bitRate
+	var timeout time.Duration
+	return wlCmd(e, "bigresponse-client", "bigresp-client", "Sequential large requests on one keep-alive connection", false,
+		func(fs *pflag.FlagSet) {
+			fs.Var(&size, "size", "bytes to ask for (0: the server's default)")
+			fs.IntVar(&requests, "requests", 1, "sequential requests")
+			fs.Var(&rate, "link-rate", "link rate in bits/s (k/M/G suffixes) for the ideal time")
+			fs.DurationVar(&timeout, "timeout", 30*time.Second, "per request")
+		},
+		func(ctx context.Context, c *wlCommon, _ func(string)) (workload.BigClientResult, error) {
+			if c.duration > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, c.duration)
+				defer cancel()
+			}
+			return workload.RunBigClient(ctx, workload.BigClientConfig{
+				Addr: c.addr, Size: int64(size), Requests: requests, LinkRate: float64(rate),
+				Buffers: c.bufs, Timeout: timeout,
+			})
+		})
+}
+
+// byteSize is a flag of bytes with optional binary K/M/G suffixes.
+type byteSize int64
+
+func (b *byteSize) String() string { return strconv.FormatInt(int64(*b), 10) }
+func (b *byteSize) Type() string   { return "bytes" }
+func (b *byteSize) Set(s string) error {
+	v, err := parseSuffixed(s, 1024)
+	if err != nil || !(v >= 0 && v <= 1<<40) {
+		return fmt.Errorf("bad byte size %q", s)
+	}
+	*b = byteSize(v)
+	return nil
+}
+
+// bitRate is a flag of bits per second with optional decimal k/M/G suffixes.
+type bitRate float64
+
+func (r *bitRate) String() string { return strconv.FormatFloat(float64(*r), 'g', -1, 64) }
+func (r *bitRate) Type() string   { return "bits/s" }
+func (r *bitRate) Set(s string) error {
+	v, err := parseSuffixed(strings.TrimSuffix(strings.TrimSuffix(s, "bit"), "bps"), 1000)
+	if err != nil || !(v >= 0 && v <= 1e15) {
+		return fmt.Errorf("bad rate %q", s)
+	}
+	*r = bitRate(v)
+	return nil
+}
+
+// parseSuffixed parses a number with an optional k/K, m/M or g/G multiplier
+// of unit, unit squared or unit cubed.
+func parseSuffixed(s string, unit float64) (float64, error) {
+	s = strings.TrimSpace(s)
+	mult := 1.0
+	if n := len(s); n > 0 {
+		switch s[n-1] {
+		case 'k', 'K':
+			mult = unit
+		case 'm', 'M':
+			mult = unit * unit
+		case 'g', 'G':
+			mult = unit * unit * unit
+		}
+		if mult != 1 {
+			s = s[:n-1]
+		}
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return 0, err
+	}
+	return v * mult, nil
+}
