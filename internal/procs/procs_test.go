@@ -159,9 +159,12 @@ func TestScanPermissionDenied(t *testing.T) {
 	fakeProc(t, root, 11, "secret", "", map[int]string{1: "socket:[8]"})
 	fakeProc(t, root, 12, "secret", "", map[int]string{1: "socket:[9]"})
 	for _, pid := range []string{"11", "12"} {
-		if err := os.Chmod(filepath.Join(root, pid, "fd"), 0); err != nil {
+		fd := filepath.Join(root, pid, "fd")
+		if err := os.Chmod(fd, 0); err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() { os.Chmod(fd, 0o755) }) // so TempDir can remove it
+
 	}
 	want := "procs: 2 processes unreadable: permission denied | 1"
 	if os.Geteuid() != 0 {
@@ -470,4 +473,38 @@ func benchScan(b *testing.B, n int) {
 func BenchmarkScan(b *testing.B) {
 	b.Run("10k", func(b *testing.B) { benchScan(b, 10000) })
 	b.Run("40k", func(b *testing.B) { benchScan(b, 40000) })
+}
+
+// TestBufLockNotPermitted re-runs itself without CAP_SYS_PTRACE against
+// this (fully capable) process and checks the message.
+func TestBufLockNotPermitted(t *testing.T) {
+	if ref := os.Getenv("PROCS_TEST_BUFLOCK_REF"); ref != "" {
+		pid, fd, _ := strings.Cut(ref, ":")
+		p, _ := strconv.Atoi(pid)
+		f, _ := strconv.Atoi(fd)
+		_, err := BufLock(FDRef{p, f})
+		os.Stdout.WriteString("RESULT " + errString(err) + "\n")
+		return
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to hold capabilities the child lacks")
+	}
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		t.Skip("no setpriv to drop CAP_SYS_PTRACE")
+	}
+	fds, _ := openSockets(t, 1)
+	ref := strconv.Itoa(os.Getpid()) + ":" + strconv.Itoa(fds[0])
+	cmd := exec.Command(setpriv, "--inh-caps=-all", "--bounding-set=-sys_ptrace",
+		os.Args[0], "-test.run=^TestBufLockNotPermitted$", "-test.v")
+	cmd.Env = append(os.Environ(), "PROCS_TEST_BUFLOCK_REF="+ref)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+	want := "RESULT procs: buflock pid " + strconv.Itoa(os.Getpid()) + " fd " + strconv.Itoa(fds[0]) +
+		": pidfd_getfd: operation not permitted (needs CAP_SYS_PTRACE over the process)\n"
+	if !strings.Contains(string(out), want) {
+		t.Errorf("child output lacks %q:\n%s", want, out)
+	}
 }
