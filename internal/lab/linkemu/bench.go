@@ -16,15 +16,17 @@ import (
 
 // BenchOptions configure Bench. Zero fields take the defaults in brackets.
 type BenchOptions struct {
-	RTT          time.Duration // [20ms]
-	Rate         float64       // fast link, bit/s [1e9]
-	SlowRate     float64       // slow link, bit/s [100e6]; negative skips it
-	Duration     time.Duration // per throughput run [5s], at most MaxBenchDuration
-	PingDuration time.Duration // delay accuracy run [3s], at most MaxBenchDuration
-	PingInterval time.Duration // [2ms]
-	CC           string        // congestion control of the flows [cubic]
-	Spin         time.Duration // Params.Spin
-	Progress     io.Writer     // notes; nil discards
+	RTT            time.Duration // [20ms]
+	Rate           float64       // fast link, bit/s [1e9]
+	SlowRate       float64       // slow link, bit/s [100e6]; negative skips it
+	Duration       time.Duration // per throughput run [5s], at most MaxBenchDuration
+	PingDuration   time.Duration // delay accuracy run [3s], at most MaxBenchDuration
+	PingInterval   time.Duration // [2ms]
+	CC             string        // congestion control of the flows [cubic]
+	Spin           time.Duration // Params.Spin
+	Exec           []string      // Params.Exec
+	NormalPriority bool          // Params.NormalPriority
+	Progress       io.Writer     // notes; nil discards
 }
 
 // MaxBenchDuration bounds every run of Bench.
@@ -137,7 +139,7 @@ const benchPort = 7001
 
 func benchPing(ctx context.Context, t *topo.Topo, o BenchOptions) (PingResult, error) {
 	res := PingResult{RTT: o.RTT}
-	l, err := Start(t, Params{RTT: o.RTT, Spin: o.Spin})
+	l, err := Start(t, Params{RTT: o.RTT, Spin: o.Spin, Exec: o.Exec, NormalPriority: o.NormalPriority})
 	if err != nil {
 		return res, err
 	}
@@ -223,7 +225,7 @@ loop:
 
 func benchFlow(ctx context.Context, t *topo.Topo, o BenchOptions, rate float64) (FlowResult, error) {
 	res := FlowResult{RTT: o.RTT, Rate: rate}
-	l, err := Start(t, Params{RTT: o.RTT, RateUp: rate, RateDown: rate, Spin: o.Spin})
+	l, err := Start(t, Params{RTT: o.RTT, RateUp: rate, RateDown: rate, Spin: o.Spin, Exec: o.Exec, NormalPriority: o.NormalPriority})
 	if err != nil {
 		return res, err
 	}

@@ -3,10 +3,26 @@ package linkemu
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"testing"
 	"time"
 )
+
+// TestMain lets the test binary serve as the delay-line child process.
+func TestMain(m *testing.M) {
+	if os.Getenv(ChildEnv) != "" {
+		if err := ServeLine(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// selfExec runs this test binary as the delay-line child.
+func selfExec() []string { return []string{os.Args[0], "-test.run=^$"} }
 
 func needRoot(t *testing.T) {
 	t.Helper()
@@ -24,7 +40,7 @@ func TestBench(t *testing.T) {
 	}
 	var progress bytes.Buffer
 	res, err := Bench(context.Background(), BenchOptions{
-		PingDuration: 2 * time.Second, Duration: 3 * time.Second, Progress: &progress,
+		PingDuration: 2 * time.Second, Duration: 3 * time.Second, Progress: &progress, Exec: selfExec(),
 	})
 	if err != nil {
 		t.Fatalf("%v\n%s", err, progress.String())

@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -39,6 +40,8 @@ type line struct {
 	delay     time.Duration
 	spin      time.Duration
 	loss      float64
+	seed      uint64
+	rtPrio    int // SCHED_FIFO priority of the thread, 0 for none
 	rng       *rand.Rand
 	t0        time.Time
 
@@ -49,7 +52,10 @@ type line struct {
 
 	small, big [][]byte // free buffers
 
-	st counters
+	st *counters // in shared memory when the line runs in a child process
+	// cpu reads the CPU time charged to the line (its thread, or its
+	// whole process in a child).
+	cpu func() time.Duration
 }
 
 type counters struct {
@@ -57,8 +63,26 @@ type counters struct {
 	packets, bytes            atomic.Int64
 	lost, overflow, writeErrs atomic.Int64
 	errSum, errMax, errMin    atomic.Int64 // hold error, ns
-	cpuAtExit                 atomic.Int64 // thread cpu ns, set when run ends
+	cpuAtExit                 atomic.Int64 // cpu ns, set when run ends
 	done                      atomic.Bool
+	realtime                  atomic.Bool // the thread got SCHED_FIFO
+}
+
+func newLine(delay, spin time.Duration, loss float64, seed uint64) *line {
+	l := &line{
+		tun: -1, wake: -1,
+		delay: delay, spin: spin, loss: loss, seed: seed,
+		rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		t0:  time.Now(),
+		st:  new(counters),
+	}
+	l.cpu = func() time.Duration {
+		if tid := l.st.tid.Load(); tid != 0 {
+			return threadCPU(int(tid))
+		}
+		return 0
+	}
+	return l
 }
 
 func (l *line) now() time.Duration { return time.Since(l.t0) }
@@ -71,9 +95,18 @@ func (l *line) run() error {
 	l.st.errMin.Store(1 << 62)
 	l.st.errMax.Store(-1 << 62)
 	defer func() {
-		l.st.cpuAtExit.Store(int64(threadCPU(int(l.st.tid.Load()))))
+		l.st.cpuAtExit.Store(int64(l.cpu()))
 		l.st.done.Store(true)
 	}()
+	unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&[]byte("delay-line\x00")[0])), 0, 0, 0)
+	if l.rtPrio > 0 {
+		// Best effort: FIFO priority keeps busy workloads from delaying
+		// releases; the kernel's RT throttling still bounds the thread.
+		attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: 1 /* SCHED_FIFO */, Priority: uint32(l.rtPrio)}
+		if unix.SchedSetAttr(0, &attr, 0) == nil {
+			l.st.realtime.Store(true)
+		}
+	}
 	// Without this the kernel may add 50 us of slack to every sleep.
 	if err := unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0); err != nil {
 		return errors.New("linkemu: PR_SET_TIMERSLACK: " + err.Error())
@@ -230,6 +263,17 @@ func (l *line) pop() {
 func threadCPU(tid int) time.Duration {
 	// make_thread_cpuclock(tid, CPUCLOCK_SCHED) from linux/posix-timers.h
 	clk := int32(^uint32(tid))<<3 | 2 | 4
+	var ts unix.Timespec
+	if unix.ClockGettime(clk, &ts) != nil {
+		return 0
+	}
+	return time.Duration(ts.Nano())
+}
+
+// processCPU returns the CPU time used so far by process pid (any process).
+func processCPU(pid int) time.Duration {
+	// make_process_cpuclock(pid, CPUCLOCK_SCHED)
+	clk := int32(^uint32(pid))<<3 | 2
 	var ts unix.Timespec
 	if unix.ClockGettime(clk, &ts) != nil {
 		return 0

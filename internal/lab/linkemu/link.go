@@ -51,6 +51,16 @@ type Params struct {
 	CC string
 	// Seed seeds the loss generator; 0 picks a random seed.
 	Seed uint64
+	// Exec, if set, runs the delay line in a child process started with
+	// this argv (normally our own executable and arguments that make it
+	// call ServeLine): its own process keeps it clear of this process's
+	// goroutines and makes its CPU use its own. Empty runs it on a locked
+	// thread of this process.
+	Exec []string
+	// The delay-line thread asks for SCHED_FIFO priority 10 so that busy
+	// workloads on the same cores do not delay releases (Stats.Realtime
+	// tells whether it got it); NormalPriority leaves it a normal thread.
+	NormalPriority bool
 	// Spin is how long the delay line busy-waits before each release to
 	// absorb wake-up latency; 0 means DefaultSpin, negative none.
 	Spin time.Duration
@@ -64,6 +74,7 @@ type Link struct {
 	topo   *topo.Topo
 	p      Params
 	line   *line
+	child  *child // nil when the line runs in this process
 	done   chan error
 	err    error
 	undo   [][]string // commands that undo the configuration, in order done
@@ -79,6 +90,7 @@ type Stats struct {
 	// Hold error is the release time minus the due time; the line may
 	// release up to 10 us early.
 	HoldErrMean, HoldErrMin, HoldErrMax time.Duration
+	Realtime                            bool // the delay-line thread runs at SCHED_FIFO priority
 	// CPU is the delay-line thread's CPU time (user+system), which includes
 	// the kernel's forwarding work done while writing packets back.
 	CPU time.Duration
@@ -125,29 +137,33 @@ func Start(t *topo.Topo, p Params) (*Link, error) {
 		seed = rand.Uint64()
 	}
 	l := &Link{topo: t, p: p, done: make(chan error, 1)}
-	ln := &line{
-		tun: -1, wake: -1,
-		delay: p.RTT / 2,
-		spin:  p.Spin,
-		loss:  p.Loss,
-		rng:   rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
-		t0:    time.Now(),
+	ln := newLine(p.RTT/2, p.Spin, p.Loss, seed)
+	if !p.NormalPriority {
+		ln.rtPrio = 10
 	}
 	l.line = ln
-	if err := t.Do(t.Router, func() error {
-		fd, err := openTUN(TunName, p.Loss == 0)
-		ln.tun = fd
+	var tun int
+	if err := t.Do(t.Router, func() (err error) {
+		tun, err = openTUN(TunName, p.Loss == 0)
 		return err
 	}); err != nil {
 		return nil, err
 	}
-	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
-	if err != nil {
-		unix.Close(ln.tun)
-		return nil, fmt.Errorf("linkemu: eventfd: %w", err)
+	if len(p.Exec) > 0 {
+		c, err := startChild(p.Exec, ln, tun)
+		if err != nil {
+			return nil, err
+		}
+		l.child = c
+	} else {
+		wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+		if err != nil {
+			unix.Close(tun)
+			return nil, fmt.Errorf("linkemu: eventfd: %w", err)
+		}
+		ln.tun, ln.wake = tun, wake
+		go func() { l.done <- ln.run() }()
 	}
-	ln.wake = wake
-	go func() { l.done <- ln.run() }()
 	if err := l.configure(); err != nil {
 		return nil, errors.Join(err, l.Close())
 	}
@@ -231,13 +247,14 @@ func (l *Link) Params() Params { return l.p }
 
 // Stats returns the counters so far.
 func (l *Link) Stats() Stats {
-	c := &l.line.st
+	c := l.line.st
 	s := Stats{
 		Packets:     c.packets.Load(),
 		Bytes:       c.bytes.Load(),
 		Lost:        c.lost.Load(),
 		Overflow:    c.overflow.Load(),
 		WriteErrors: c.writeErrs.Load(),
+		Realtime:    c.realtime.Load(),
 	}
 	if s.Packets > 0 {
 		s.HoldErrMean = time.Duration(c.errSum.Load() / s.Packets)
@@ -246,8 +263,8 @@ func (l *Link) Stats() Stats {
 	}
 	if c.done.Load() {
 		s.CPU = time.Duration(c.cpuAtExit.Load())
-	} else if tid := c.tid.Load(); tid != 0 {
-		s.CPU = threadCPU(int(tid))
+	} else {
+		s.CPU = l.line.cpu()
 	}
 	return s
 }
@@ -260,14 +277,20 @@ func (l *Link) Close() error {
 	}
 	l.closed = true
 	var errs []error
-	var one = []byte{1, 0, 0, 0, 0, 0, 0, 0}
-	if _, err := unix.Write(l.line.wake, one); err != nil {
-		errs = append(errs, fmt.Errorf("linkemu: wake delay line: %w", err))
-	} else if err := <-l.done; err != nil {
-		errs = append(errs, err)
+	if l.child != nil {
+		if err := l.child.stop(2*time.Second + l.p.RTT); err != nil {
+			errs = append(errs, err)
+		}
+	} else {
+		one := []byte{1, 0, 0, 0, 0, 0, 0, 0}
+		if _, err := unix.Write(l.line.wake, one); err != nil {
+			errs = append(errs, fmt.Errorf("linkemu: wake delay line: %w", err))
+		} else if err := <-l.done; err != nil {
+			errs = append(errs, err)
+		}
+		unix.Close(l.line.wake)
+		unix.Close(l.line.tun) // the TUN device disappears with its last fd
 	}
-	unix.Close(l.line.wake)
-	unix.Close(l.line.tun) // the TUN device disappears with its last fd
 	if names, _ := topo.List(l.topo.Router); len(names) > 0 {
 		for i := len(l.undo) - 1; i >= 0; i-- {
 			c := l.undo[i]
