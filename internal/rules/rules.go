@@ -21,6 +21,8 @@ func All() []diag.Rule {
 		sndbufLimited(),
 		rwndLimited(),
 		slowReader(),
+		retransmissions(),
+		bufferLimits(),
 	}
 	sort.Slice(rs, func(i, j int) bool { return rs[i].ID < rs[j].ID })
 	return rs

@@ -182,7 +182,49 @@ def slow_reader():
                                     for i, T in enumerate((T0, T1))])
 
 
+# A lossy path to one peer: 5 % of bytes retransmitted, one connection in
+# RTO backoff; host-wide 3 % of segments.
+def lossy(i, bad=True):
+    sent = 900_000_000 + i * 50_000_000
+    rtx = 20_000_000 + i * (2_500_000 if bad else 20_000)
+    c = sock("198.18.0.1:45000", "203.0.113.9:443", 9300, [2100],
+             info(snd_cwnd=12, unacked=20, bytes_sent=sent, bytes_acked=sent - rtx - 30_000, bytes_retrans=rtx,
+                  total_retrans=rtx // 1448, lost=6 if bad else 0, backoff=1 if bad else 0,
+                  rto=880000 if bad else 220000, delivery_rate=9_000_000, busy_time=100_000_000 + i * 5_000_000),
+             mem(sndbuf=1_048_576, wmem_queued=400_000), send_q=300_000)
+    ok = sock("198.18.0.1:45100", "198.18.1.2:5432", 9301, [2100],
+              info(snd_cwnd=200, unacked=0, bytes_sent=40_000_000 + i * 20_000_000, bytes_acked=40_000_000 + i * 20_000_000,
+                   bytes_retrans=2000, delivery_rate=50_000_000),
+              mem())
+    return [c, ok]
+
+
+def retransmissions():
+    for name, bad in (("fires.jsonl", True), ("quiet.jsonl", False)):
+        snaps = []
+        for i, T in enumerate((T0, T1)):
+            c = bump(COUNTERS, Tcp__OutSegs=200_000 * i, Tcp__RetransSegs=(6000 if bad else 40) * i,
+                     TcpExt__TCPLostRetransmit=(40 if bad else 0) * i, TcpExt__TCPTimeouts=(120 if bad else 1) * i,
+                     TcpExt__TCPSynRetrans=(3 if bad else 0) * i)
+            snaps.append(snap(T, lossy(i, bad), {2100: "curl"}, c))
+        write("retransmissions", name, snaps)
+
+
+# Host settings: receive autotuning off, and a socket whose SO_SNDBUF was
+# capped at 2 x wmem_max; the quiet host has defaults.
+def buffer_limits():
+    bad = dict(SYSCTLS, **{"net.ipv4.tcp_moderate_rcvbuf": "0"})
+    capped = sock("198.18.0.1:46000", "198.18.1.2:5432", 9400, [4242],
+                  info(snd_cwnd=300, unacked=150, bytes_acked=5_000_000, delivery_rate=20_000_000,
+                       delivery_rate_app_limited=True),
+                  mem(sndbuf=425_984, wmem_queued=420_000), send_q=400_000)
+    write("buffer-limits", "fires.jsonl", [snap(T1, [capped, bulk(1)], PROCS, sysctls=bad)])
+    write("buffer-limits", "quiet.jsonl", [snap(T1, [pinned(1, False), bulk(1)], PROCS)])
+
+
 if __name__ == "__main__":
+    retransmissions()
+    buffer_limits()
     sndbuf_limited()
     rwnd_limited()
     slow_reader()

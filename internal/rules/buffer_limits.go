@@ -1,0 +1,143 @@
+package rules
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/bdp"
+	"github.com/tcpdoctor/tcpdoctor/internal/diag"
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+)
+
+const (
+	// bufBusyMinRate: a connection counts as busy for the BDP check when
+	// its delivery rate (not app-limited) is at least this, bytes/s
+	// (10 Mbit/s): slow links need no tuning.
+	bufBusyMinRate = 1_250_000
+	// bufIdleBurst: a long-lived connection idle this long (and longer
+	// than its RTO) restarts from the initial window under
+	// tcp_slow_start_after_idle=1.
+	bufIdleBurst = time.Second
+	// bufBurstMinBytes: "long-lived bulk" means it has sent this much.
+	bufBurstMinBytes = 10 << 20
+)
+
+func bufferLimits() diag.Rule {
+	return diag.Rule{ID: "buffer-limits", Title: "Host buffer limits and harmful TCP settings", Check: checkBufferLimits}
+}
+
+func checkBufferLimits(in *diag.Input) ([]diag.Finding, error) {
+	s := in.Cur
+	if e, bad := s.Failed(snapshot.SourceSysctl); bad && len(s.Sysctls) == 0 {
+		return nil, diag.Unknownf("sysctls not collected: %s", e)
+	}
+	if len(s.Sysctls) == 0 {
+		return nil, diag.Unknownf("no sysctls in the snapshot")
+	}
+	host := diag.Subject{Netns: s.Netns.Name}
+	var fs []diag.Finding
+	add := func(sev diag.Severity, sum string, ev []diag.Evidence, fix diag.Fix) {
+		fs = append(fs, diag.Finding{Severity: sev, Subject: host, Summary: sum, Evidence: ev, Fixes: []diag.Fix{fix}})
+	}
+	sysEv := func(name, val, thr string) diag.Evidence {
+		return diag.Evidence{Name: name, Value: val, Source: "sysctl " + name, Threshold: thr}
+	}
+
+	// Capped SO_SNDBUF/SO_RCVBUF requests: only worth saying when a socket
+	// shows the cap (its buffer is exactly 2 x the max).
+	snd, rcv := sndLimits(s), rcvLimits(s)
+	cappedSnd, cappedRcv := 0, 0
+	// Largest BDP among busy connections, and bursty long-lived ones.
+	var worst struct {
+		bdp  float64
+		rtt  time.Duration
+		rate float64
+	}
+	bursty := 0
+	for i := range s.Sockets {
+		sk := &s.Sockets[i]
+		if sk.State != snapshot.Established {
+			continue
+		}
+		if m := sk.Mem; m != nil {
+			if snd.core > 0 && int64(m.Sndbuf) == 2*snd.core {
+				cappedSnd++
+			}
+			if rcv.core > 0 && int64(m.Rcvbuf) == 2*rcv.core {
+				cappedRcv++
+			}
+		}
+		ti := sk.Info
+		if ti == nil {
+			continue
+		}
+		rtt := rttOf(ti)
+		rate := in.Options.Bandwidth / 8
+		if rate == 0 && ti.Has(snapshot.EndDeliveryRate) && !ti.DeliveryRateAppLimited && ti.DeliveryRate >= bufBusyMinRate {
+			rate = float64(ti.DeliveryRate)
+		}
+		if rate > 0 && rtt > 0 {
+			if b := bdp.Bytes(rate*8, rtt); b > worst.bdp {
+				worst.bdp, worst.rtt, worst.rate = b, rtt, rate
+			}
+		}
+		idle := time.Duration(ti.LastDataSent) * time.Millisecond
+		if ti.BytesAcked >= bufBurstMinBytes && idle >= bufIdleBurst && idle > time.Duration(ti.RTO)*time.Microsecond {
+			bursty++
+		}
+	}
+	if cappedSnd > 0 && snd.auto > snd.core {
+		add(diag.Warning, fmt.Sprintf("%d connections have SO_SNDBUF capped at 2 x net.core.wmem_max (%s) while autotuning could reach %s", cappedSnd, fmtBytes(float64(snd.core)), fmtBytes(float64(snd.auto))),
+			[]diag.Evidence{sysEv("net.core.wmem_max", fmt.Sprint(snd.core), "< tcp_wmem[2] "+fmt.Sprint(snd.auto)),
+				{Name: "capped sockets", Value: fmt.Sprintf("%d with sndbuf %s", cappedSnd, fmtBytes(float64(2*snd.core))), Source: "sock_diag SK_MEMINFO sndbuf"}},
+			diag.Fix{Scope: "kernel", Target: "sysctl", Text: "raise wmem_max to the autotuning maximum, or stop setting SO_SNDBUF (see sndbuf-limited)", Command: fmt.Sprintf("sysctl -w net.core.wmem_max=%d", snd.auto), Risk: "lets applications pin larger buffers; host memory"})
+	}
+	if cappedRcv > 0 && rcv.auto > rcv.core {
+		add(diag.Warning, fmt.Sprintf("%d connections have SO_RCVBUF capped at 2 x net.core.rmem_max (%s) while autotuning could reach %s", cappedRcv, fmtBytes(float64(rcv.core)), fmtBytes(float64(rcv.auto))),
+			[]diag.Evidence{sysEv("net.core.rmem_max", fmt.Sprint(rcv.core), "< tcp_rmem[2] "+fmt.Sprint(rcv.auto)),
+				{Name: "capped sockets", Value: fmt.Sprintf("%d with rcvbuf %s", cappedRcv, fmtBytes(float64(2*rcv.core))), Source: "sock_diag SK_MEMINFO rcvbuf"}},
+			diag.Fix{Scope: "kernel", Target: "sysctl", Text: "raise rmem_max to the autotuning maximum, or stop setting SO_RCVBUF (see rwnd-limited)", Command: fmt.Sprintf("sysctl -w net.core.rmem_max=%d", rcv.auto), Risk: "lets applications pin larger buffers; host memory"})
+	}
+	if worst.bdp > 0 {
+		plan := bdp.For(worst.rtt, worst.rate*8, s)
+		src := "busiest connection: tcp_info.delivery_rate x rtt"
+		if in.Options.Bandwidth > 0 {
+			src = "--bandwidth x largest tcp_info.rtt"
+		}
+		for _, c := range plan.Checks {
+			if c.OK || c.Command == "" || (c.Setting != "net.ipv4.tcp_wmem[2]" && c.Setting != "net.ipv4.tcp_rmem[2]") {
+				continue
+			}
+			add(diag.Warning, fmt.Sprintf("%s %s is below what an observed path needs (%d for BDP %s = %s x %s)", c.Setting, c.Current, c.Needed, fmtBytes(plan.BDP), fmtRate(worst.rate), fmtRTT(worst.rtt)),
+				[]diag.Evidence{sysEv(c.Setting, c.Current, fmt.Sprintf(">= %d", c.Needed)), {Name: "path BDP", Value: fmtBytes(plan.BDP), Source: src}},
+				diag.Fix{Scope: "kernel", Target: "sysctl", Text: c.Note, Command: c.Command, Risk: "more memory per busy connection; bounded by tcp_mem"})
+		}
+	}
+	if v, ok := s.SysctlInt("net.ipv4.tcp_moderate_rcvbuf"); ok && v == 0 {
+		add(diag.Warning, "receive buffer autotuning is off (tcp_moderate_rcvbuf=0): every connection keeps tcp_rmem[1] as its receive buffer",
+			[]diag.Evidence{sysEv("net.ipv4.tcp_moderate_rcvbuf", "0", "1")},
+			diag.Fix{Scope: "kernel", Target: "sysctl", Text: "turn receive autotuning back on", Command: "sysctl -w net.ipv4.tcp_moderate_rcvbuf=1", Risk: "none known; it is the default"})
+	}
+	if v, ok := s.SysctlInt("net.ipv4.tcp_window_scaling"); ok && v == 0 {
+		add(diag.Warning, "TCP window scaling is off: no connection can have more than 64K in flight",
+			[]diag.Evidence{sysEv("net.ipv4.tcp_window_scaling", "0", "1")},
+			diag.Fix{Scope: "kernel", Target: "sysctl", Text: "turn window scaling back on (affects new connections)", Command: "sysctl -w net.ipv4.tcp_window_scaling=1", Risk: "none known; it is the default"})
+	}
+	if v, ok := s.SysctlInt("net.ipv4.tcp_sack"); ok && v == 0 {
+		add(diag.Warning, "selective acknowledgements are off (tcp_sack=0): each loss costs more round trips to repair",
+			[]diag.Evidence{sysEv("net.ipv4.tcp_sack", "0", "1")},
+			diag.Fix{Scope: "kernel", Target: "sysctl", Text: "turn SACK back on", Command: "sysctl -w net.ipv4.tcp_sack=1", Risk: "none known; it is the default"})
+	}
+	if v, ok := s.Sysctls["net.ipv4.tcp_tw_recycle"]; ok {
+		add(diag.Warning, "tcp_tw_recycle exists: this kernel is older than 4.12, and the setting drops connections from clients behind NAT when on",
+			[]diag.Evidence{sysEv("net.ipv4.tcp_tw_recycle", v, "absent (removed in Linux 4.12)")},
+			diag.Fix{Scope: "kernel", Target: "sysctl", Text: "keep it off; reuse connections instead of recycling TIME_WAIT", Command: "sysctl -w net.ipv4.tcp_tw_recycle=0", Risk: "none"})
+	}
+	if v, ok := s.SysctlInt("net.ipv4.tcp_slow_start_after_idle"); ok && v == 1 && bursty > 0 {
+		add(diag.Info, fmt.Sprintf("%d long-lived connections go idle between bursts; with tcp_slow_start_after_idle=1 each burst restarts from the initial window", bursty),
+			[]diag.Evidence{sysEv("net.ipv4.tcp_slow_start_after_idle", "1", "0 for bursty long-lived connections"),
+				{Name: "bursty connections", Value: fmt.Sprintf("%d (sent >= %s, idle >= %s and > RTO)", bursty, fmtBytes(bufBurstMinBytes), fmtDur(bufIdleBurst)), Source: "sock_diag tcp_info.bytes_acked, last_data_sent, rto"}},
+			diag.Fix{Scope: "kernel", Target: "sysctl", Text: "keep the congestion window across idle periods", Command: "sysctl -w net.ipv4.tcp_slow_start_after_idle=0", Risk: "a burst after idle may hit a path whose capacity changed; host-wide"})
+	}
+	return fs, nil
+}

@@ -1,0 +1,177 @@
+package rules
+
+import (
+	"fmt"
+	"net/netip"
+	"sort"
+	"time"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/diag"
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+)
+
+const (
+	// retransHostWarn/Crit: Tcp.RetransSegs / Tcp.OutSegs over the window.
+	// A healthy LAN or data-centre host retransmits well under 0.1 %; 1 %
+	// already costs loss-based congestion control much of its rate.
+	retransHostWarn = 0.01
+	retransHostCrit = 0.05
+	// retransHostMinSegs: below this many segments sent the ratio is noise.
+	retransHostMinSegs = 1000
+	// retransPeerWarn/Crit: bytes_retrans / bytes_sent to one remote address.
+	retransPeerWarn = 0.02
+	retransPeerCrit = 0.10
+	// retransPeerMinBytes: a peer must have been sent this much in the window.
+	retransPeerMinBytes = 1 << 20
+	retransMaxFindings  = 10
+)
+
+func retransmissions() diag.Rule {
+	return diag.Rule{ID: "retransmissions", Title: "Retransmission rate", NeedsDelta: true, Check: checkRetransmissions}
+}
+
+type peerRetrans struct {
+	addr                 netip.Addr
+	sent, retrans        uint64
+	segs, conns, backoff int
+	maxRTO, lost         uint32
+	pids                 []int
+}
+
+func checkRetransmissions(in *diag.Input) ([]diag.Finding, error) {
+	cur := in.Cur
+	var fs []diag.Finding
+	out, ok1 := in.CounterDelta("Tcp.OutSegs")
+	re, ok2 := in.CounterDelta("Tcp.RetransSegs")
+	hostKnown := ok1 && ok2 && out >= 0 && re >= 0
+	if hostKnown && out >= retransHostMinSegs {
+		r := float64(re) / float64(out)
+		if r >= retransHostWarn {
+			sev := diag.Warning
+			if r >= retransHostCrit {
+				sev = diag.Critical
+			}
+			ev := []diag.Evidence{{Name: "retransmitted segments", Value: fmt.Sprintf("%d of %d sent (%.2f%%)", re, out, 100*r),
+				Source: "/proc/net/snmp Tcp.RetransSegs / Tcp.OutSegs (delta)", Threshold: fmt.Sprintf(">= %.0f%% warning, >= %.0f%% critical", 100*retransHostWarn, 100*retransHostCrit)}}
+			for _, c := range []string{"TCPLostRetransmit", "TCPTimeouts", "TCPSynRetrans"} {
+				if d, ok := in.CounterDelta("TcpExt." + c); ok && d > 0 {
+					ev = append(ev, diag.Evidence{Name: c, Value: fmt.Sprintf("+%d", d), Source: "/proc/net/netstat TcpExt." + c})
+				}
+			}
+			fs = append(fs, diag.Finding{Severity: sev, Subject: diag.Subject{Netns: cur.Netns.Name},
+				Summary:  fmt.Sprintf("host-wide retransmission rate %.2f%% over %s (%d of %d segments)", 100*r, fmtDur(in.Window()), re, out),
+				Evidence: ev, Fixes: retransFixes("the lossy paths (per-peer findings below)")})
+		}
+	}
+
+	peers := map[netip.Addr]*peerRetrans{}
+	sawInfo := false
+	for i := range cur.Sockets {
+		sk := &cur.Sockets[i]
+		ti := sk.Info
+		if sk.State == snapshot.Listen || !ti.Has(snapshot.EndBytesRetrans) {
+			continue
+		}
+		sawInfo = true
+		sent, rtx := ti.BytesSent, ti.BytesRetrans
+		if p := in.PrevSocket(sk.Cookie); p != nil {
+			if !p.Info.Has(snapshot.EndBytesRetrans) || p.Info.BytesSent > sent || p.Info.BytesRetrans > rtx {
+				continue
+			}
+			sent, rtx = sent-p.Info.BytesSent, rtx-p.Info.BytesRetrans
+		} // else: new in the window, its totals are the window's
+		a := sk.Remote.Addr().Unmap()
+		pr := peers[a]
+		if pr == nil {
+			pr = &peerRetrans{addr: a}
+			peers[a] = pr
+		}
+		pr.sent += sent
+		pr.retrans += rtx
+		pr.conns++
+		if ti.Backoff > 0 {
+			pr.backoff++
+		}
+		pr.maxRTO = max(pr.maxRTO, ti.RTO)
+		pr.lost += ti.Lost
+		if len(sk.Pids) > 0 && len(pr.pids) < 3 && !containsInt(pr.pids, sk.Pids[0]) {
+			pr.pids = append(pr.pids, sk.Pids[0])
+		}
+	}
+	if !hostKnown && !sawInfo {
+		return nil, diag.Unknownf("neither Tcp.OutSegs/RetransSegs deltas nor tcp_info.bytes_retrans (Linux 4.19+) available")
+	}
+	var bad []*peerRetrans
+	for _, pr := range peers {
+		if pr.sent >= retransPeerMinBytes && float64(pr.retrans) >= retransPeerWarn*float64(pr.sent) {
+			bad = append(bad, pr)
+		}
+	}
+	sort.Slice(bad, func(i, j int) bool {
+		ri, rj := float64(bad[i].retrans)/float64(bad[i].sent), float64(bad[j].retrans)/float64(bad[j].sent)
+		if ri != rj {
+			return ri > rj
+		}
+		return bad[i].addr.Less(bad[j].addr)
+	})
+	var pf []diag.Finding
+	for _, pr := range bad {
+		r := float64(pr.retrans) / float64(pr.sent)
+		sev := diag.Warning
+		if r >= retransPeerCrit {
+			sev = diag.Critical
+		}
+		sub := diag.Subject{Netns: cur.Netns.Name, Remote: pr.addr.String()}
+		if len(pr.pids) == 1 {
+			sub.Pid = pr.pids[0]
+			if p := cur.Procs[sub.Pid]; p != nil {
+				sub.Command = p.Command
+			}
+		}
+		ev := []diag.Evidence{
+			{Name: "retransmitted bytes", Value: fmt.Sprintf("%s of %s sent (%.1f%%) on %d connections", fmtBytes(float64(pr.retrans)), fmtBytes(float64(pr.sent)), 100*r, pr.conns),
+				Source: "sock_diag tcp_info.bytes_retrans / bytes_sent (delta)", Threshold: fmt.Sprintf(">= %.0f%% warning, >= %.0f%% critical, of >= %s sent", 100*retransPeerWarn, 100*retransPeerCrit, fmtBytes(retransPeerMinBytes))},
+			{Name: "largest RTO", Value: fmtRTT(rttDur(pr.maxRTO)), Source: "sock_diag tcp_info.rto"},
+		}
+		if pr.backoff > 0 {
+			ev = append(ev, diag.Evidence{Name: "connections in RTO backoff", Value: fmt.Sprint(pr.backoff), Source: "sock_diag tcp_info.backoff"})
+		}
+		if pr.lost > 0 {
+			ev = append(ev, diag.Evidence{Name: "segments marked lost now", Value: fmt.Sprint(pr.lost), Source: "sock_diag tcp_info.lost"})
+		}
+		if len(pr.pids) > 0 {
+			ev = append(ev, diag.Evidence{Name: "processes", Value: owners(cur, pr.pids), Source: "procs owners"})
+		}
+		pf = append(pf, diag.Finding{Severity: sev, Subject: sub,
+			Summary:  fmt.Sprintf("%.1f%% of bytes sent to %s were retransmitted over %s", 100*r, pr.addr, fmtDur(in.Window())),
+			Evidence: ev, Fixes: retransFixes("the path to " + pr.addr.String())})
+	}
+	pf = capFindings(pf, retransMaxFindings, func(n int) diag.Finding {
+		return diag.Finding{Severity: diag.Info, Subject: diag.Subject{Netns: cur.Netns.Name}, Summary: fmt.Sprintf("%d more peers above the retransmission threshold", n),
+			Evidence: []diag.Evidence{{Name: "peers not shown", Value: fmt.Sprint(n), Source: "sock_diag tcp_info.bytes_retrans"}},
+			Fixes:    []diag.Fix{{Scope: "kernel", Text: "see the findings above"}}}
+	})
+	return append(fs, pf...), nil
+}
+
+func rttDur(us uint32) time.Duration { return time.Duration(us) * time.Microsecond }
+
+func containsInt(xs []int, x int) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+func retransFixes(where string) []diag.Fix {
+	return []diag.Fix{
+		{Scope: "kernel", Text: "find the lossy hop on " + where + ": per-hop loss with mtr, interface errors and drops on both ends",
+			Command: "mtr -rwc 100 <peer>; ip -s link; ethtool -S <if> | grep -i -e drop -e err", Risk: "none (read-only)"},
+		{Scope: "kernel", Text: "check path MTU (black holes show as timeouts of full-size segments): probe with DF set; enable MTU probing if ICMP is filtered",
+			Command: "ping -M do -s 1472 <peer>; sysctl -w net.ipv4.tcp_mtu_probing=1", Risk: "mtu_probing is host-wide; low risk"},
+		{Scope: "kernel", Text: "look for queue drops on this host's egress (qdisc, NIC ring)",
+			Command: "tc -s qdisc show; ethtool -g <if>", Risk: "none (read-only)"},
+	}
+}
