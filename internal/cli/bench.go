@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bufio"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -10,6 +11,8 @@ import (
 	"os/exec"
 	"runtime"
 	"sort"
+	"strconv"
+	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -22,10 +25,15 @@ import (
 )
 
 type benchOpts struct {
-	conns int
-	runs  int
-	once  string // hidden: collect once in this netns and report peak RSS
+	conns  int
+	runs   int
+	once   string // hidden: collect once in this netns and report peak RSS
+	holdIn string // hidden: open --conns connections in this netns and hold them
 }
+
+// perHolder keeps each holder process under a 20,000 fd hard limit, which
+// a root without CAP_SYS_RESOURCE cannot raise.
+const perHolder = 9000
 
 // newBenchCmd measures collection against ss on sockets it creates in a
 // namespace of its own (docs/performance.md).
@@ -39,14 +47,19 @@ func newBenchCmd(e *Env) *cobra.Command {
 			if o.once != "" {
 				return benchOnce(e, o.once)
 			}
+			if o.holdIn != "" {
+				return benchHold(cmd, e, o)
+			}
 			return runBench(e, o)
 		},
 	}
 	fs := cmd.Flags()
-	fs.IntVar(&o.conns, "conns", 20000, "established connections to create (two sockets each)")
+	fs.IntVar(&o.conns, "conns", 40000, "established connections to create (two sockets each)")
 	fs.IntVar(&o.runs, "runs", 5, "timed runs of each contender (the median is reported)")
 	fs.StringVar(&o.once, "once-in", "", "internal: collect once in this namespace and print peak RSS")
+	fs.StringVar(&o.holdIn, "hold-in", "", "internal: open and hold connections in this namespace")
 	_ = fs.MarkHidden("once-in")
+	_ = fs.MarkHidden("hold-in")
 	return cmd
 }
 
@@ -71,17 +84,9 @@ func runBench(e *Env, o *benchOpts) error {
 	if err != nil {
 		return err
 	}
-	need := uint64(2*o.conns + 4096)
-	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: need, Max: need}); err != nil {
-		return fmt.Errorf("bench: raise RLIMIT_NOFILE to %d: %w", need, err)
-	}
 	e.progress("bench: opening %d connections in netns %s...", o.conns, name)
-	fds, err := openConns(ns, o.conns)
-	defer func() {
-		for _, fd := range fds {
-			unix.Close(fd)
-		}
-	}()
+	stop, err := startHolders(e, name, o.conns)
+	defer stop()
 	if err != nil {
 		return err
 	}
@@ -146,33 +151,66 @@ func runBench(e *Env, o *benchOpts) error {
 	return tw.Flush()
 }
 
-// openConns creates n loopback connections inside ns, spreading them over
-// enough listener ports that the ephemeral range never runs out.
-func openConns(ns netns.NS, n int) ([]int, error) {
-	var fds []int
-	err := netns.Do(ns, func() error {
-		const perPort = 20000
-		var lns []int
-		for i := 0; i*perPort < n; i++ {
-			l, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-			if err != nil {
-				return err
-			}
-			fds = append(fds, l)
-			if err := unix.Bind(l, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-				return err
-			}
-			if err := unix.Listen(l, 4096); err != nil {
-				return err
-			}
-			lns = append(lns, l)
+// startHolders starts holder processes that open n connections between
+// them and waits until all are established. stop ends them (by PID: they
+// are our children) and is safe to call on error.
+func startHolders(e *Env, ns string, n int) (stop func(), err error) {
+	var cmds []*exec.Cmd
+	stop = func() {
+		for _, c := range cmds {
+			_ = c.Process.Kill()
+			_ = c.Wait()
 		}
-		for i := 0; i < n; i++ {
-			l := lns[i/perPort]
-			sa, err := unix.Getsockname(l)
-			if err != nil {
-				return err
-			}
+	}
+	for left := n; left > 0; left -= perHolder {
+		k := min(left, perHolder)
+		c := exec.Command(e.Args0, "bench", "--hold-in", ns, "--conns", strconv.Itoa(k))
+		c.Stderr = e.Stderr
+		out, err := c.StdoutPipe()
+		if err != nil {
+			return stop, err
+		}
+		if err := c.Start(); err != nil {
+			return stop, fmt.Errorf("bench: start holder: %w", err)
+		}
+		cmds = append(cmds, c)
+		line, err := bufio.NewReader(out).ReadString('\n')
+		if err != nil || !strings.HasPrefix(line, "ready") {
+			return stop, fmt.Errorf("bench: holder failed: %q %v", line, err)
+		}
+	}
+	return stop, nil
+}
+
+// benchHold runs in a child: open --conns connections to a listener of its
+// own inside the namespace, say "ready", and hold them until killed or
+// for ten minutes at most.
+func benchHold(cmd *cobra.Command, e *Env, o *benchOpts) error {
+	ns, err := netns.Default().Named(o.holdIn)
+	if err != nil {
+		return err
+	}
+	if o.conns > perHolder {
+		return usageErr("bench: a holder takes at most %d connections", perHolder)
+	}
+	var fds []int
+	err = netns.Do(ns, func() error {
+		l, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		fds = append(fds, l)
+		if err := unix.Bind(l, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+			return err
+		}
+		if err := unix.Listen(l, 4096); err != nil {
+			return err
+		}
+		sa, err := unix.Getsockname(l)
+		if err != nil {
+			return err
+		}
+		for i := 0; i < o.conns; i++ {
 			c, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 			if err != nil {
 				return fmt.Errorf("bench: socket %d: %w", i, err)
@@ -189,7 +227,15 @@ func openConns(ns netns.NS, n int) ([]int, error) {
 		}
 		return nil
 	})
-	return fds, err
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(e.Stdout, "ready")
+	_ = e.Sleep(cmd.Context(), 10*time.Minute)
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+	return nil
 }
 
 // childPeakRSS runs a fresh tcpdoctor that collects once (with owners)

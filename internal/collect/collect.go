@@ -48,8 +48,9 @@ func (c *Collector) Collect(nss []netns.NS) []*snapshot.Snapshot {
 		s := &snapshot.Snapshot{Host: host, Kernel: kernel, Netns: snapshot.Netns{Name: ns.Name, Inode: ns.Inode}}
 		err := netns.Do(ns, func() error {
 			s.Taken = c.Now()
-			c.dump(s)
+			// Counters first: sockstat sizes the socket slice.
 			procnet.Default().Fill(s)
+			c.dump(s)
 			return nil
 		})
 		if err != nil {
@@ -66,7 +67,7 @@ func (c *Collector) Collect(nss []netns.NS) []*snapshot.Snapshot {
 
 func (c *Collector) dump(s *snapshot.Snapshot) {
 	start := time.Now()
-	s.Sockets = make([]snapshot.Socket, 0, 256)
+	s.Sockets = make([]snapshot.Socket, 0, expectedSockets(s))
 	err := sockdiag.Dump(sockdiag.Options{States: c.Opts.States, Info: true, Mem: true}, func(sk *snapshot.Socket) error {
 		s.Sockets = append(s.Sockets, *sk)
 		return nil
@@ -75,6 +76,17 @@ func (c *Collector) dump(s *snapshot.Snapshot) {
 	if err != nil {
 		s.AddError(snapshot.SourceSockdiag, err)
 	}
+}
+
+// expectedSockets sizes the dump from sockstat (allocated TCP sockets plus
+// TIME_WAIT, with a little room), so 100,000 sockets are not copied over
+// and over while the slice grows.
+func expectedSockets(s *snapshot.Snapshot) int {
+	n := s.Sockstat["TCP.alloc"] + s.Sockstat["TCP.tw"]
+	if n < 0 || n > 10_000_000 {
+		n = 0
+	}
+	return int(n + n/16 + 64)
 }
 
 // attachOwners scans /proc once for all namespaces: socket inodes are
