@@ -33,8 +33,8 @@ var captures = []struct {
 
 // TestCapture regenerates the fixtures: go test -run TestCapture -update
 // as root. The scenario is build's: listeners with backlog 50, pairs over
-// 127.0.0.1, [::1] and v4-mapped, a half-closed pair, TIME-WAITs and a
-// non-empty accept queue.
+// 127.0.0.1, [::1] and v4-mapped, a half-closed pair, TIME-WAITs, a
+// non-empty accept queue and a SYN-RECV request socket.
 func TestCapture(t *testing.T) {
 	if !*update {
 		t.Skip("run with -update as root to recapture testdata")

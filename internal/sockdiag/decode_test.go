@@ -216,6 +216,11 @@ func TestDecodeCapturedShapes(t *testing.T) {
 				if s.SendQ != 50 || s.Info == nil || s.Info.Len < snapshot.SizeKnown || s.Info.Sacked != s.SendQ || s.Info.Unacked != s.RecvQ {
 					t.Errorf("listener %v: Send-Q %d info %+v", s.Local, s.SendQ, s.Info)
 				}
+			case s.State == snapshot.SynRecv:
+				kinds["synrecv"]++
+				if s.Info != nil || s.Mem != nil || s.Inode != 0 || s.Timer != 1 || s.Local.Port() == 0 || s.Remote.Port() == 0 {
+					t.Errorf("SYN-RECV %v: %+v", s.Local, s)
+				}
 			case s.State == snapshot.TimeWait:
 				kinds["timewait"]++
 				if s.Info != nil || s.Mem != nil || s.Shutdown != nil || s.CC != "" || s.Inode != 0 || s.Timer != 3 {
@@ -239,7 +244,7 @@ func TestDecodeCapturedShapes(t *testing.T) {
 			}
 		}
 	}
-	want := map[string]int{"listen": 3, "timewait": 3, "mapped": 1, "finwait2": 1, "closewait": 1}
+	want := map[string]int{"listen": 4, "synrecv": 1, "timewait": 3, "mapped": 1, "finwait2": 1, "closewait": 1}
 	for k, n := range want {
 		if kinds[k] != n {
 			t.Errorf("%s sockets: %d, want %d", k, kinds[k], n)

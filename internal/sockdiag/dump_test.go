@@ -13,6 +13,7 @@ import (
 // scenario is a known set of sockets built inside a namespace.
 type scenario struct {
 	l4, l6, ld             uint16 // listener ports: 127.0.0.1, [::1], [::] dual-stack
+	lsyn                   uint16 // 127.0.0.1 with TCP_DEFER_ACCEPT: holds a SYN-RECV
 	c4, s4, c6, s6, cm, sm int    // connected pairs; c6 has shut down writing
 	queued                 int    // connections waiting in l4's accept queue
 	tw                     int    // connections closed client-first (TIME_WAIT)
@@ -52,6 +53,15 @@ func build(t testing.TB, f *fds) *scenario {
 	for range sc.queued {
 		f.connect(mustAddrPort("127.0.0.1", sc.l4), 0)
 	}
+	// With TCP_DEFER_ACCEPT the listener ignores the handshake's final ACK
+	// until data comes, so the request socket stays (NEW_SYN_RECV in the
+	// kernel, reported by sock_diag as SYN-RECV).
+	var lsyn int
+	lsyn, sc.lsyn = f.listen(mustAddrPort("127.0.0.1", 0), 50)
+	if err := unix.SetsockoptInt(lsyn, unix.IPPROTO_TCP, unix.TCP_DEFER_ACCEPT, 30); err != nil {
+		t.Fatalf("TCP_DEFER_ACCEPT: %v", err)
+	}
+	f.connect(mustAddrPort("127.0.0.1", sc.lsyn), 0)
 	return sc
 }
 
@@ -81,7 +91,21 @@ func TestDumpNetns(t *testing.T) {
 	ns := newNetns(t)
 	f := newFDs(t)
 	var sc *scenario
-	ns.do(func() { sc = build(t, f) })
+	var bound uint16
+	ns.do(func() {
+		sc = build(t, f)
+		// Bound, neither listening nor connected: dumped only with the
+		// BOUND-INACTIVE bit, and then as CLOSE.
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.add(fd)
+		if err := unix.Bind(fd, sockaddr(mustAddrPort("127.0.0.1", 0))); err != nil {
+			t.Fatal(err)
+		}
+		bound = localPort(t, fd)
+	})
 
 	var socks []*snapshot.Socket
 	// FINs and their ACKs settle asynchronously (delayed ACKs).
@@ -203,6 +227,26 @@ func TestDumpNetns(t *testing.T) {
 			if s.Info != nil || s.Mem != nil || s.Inode != 0 || s.Timer != 3 || s.Expires == 0 || s.Expires > 60000 {
 				t.Errorf("TIME-WAIT %v: info %v mem %v inode %d timer %d expires %d", s.Local, s.Info, s.Mem, s.Inode, s.Timer, s.Expires)
 			}
+		}
+	}
+
+	// Request sockets: SYN-RECV (not NEW-SYN-RECV), timer 1 (SYN-ACK retransmit).
+	syn := find(socks, snapshot.SynRecv, mustAddrPort("127.0.0.1", sc.lsyn), netip.AddrPort{})
+	if syn == nil || syn.Info != nil || syn.Mem != nil || syn.Inode != 0 || syn.Timer != 1 || syn.Cookie == 0 {
+		t.Errorf("SYN-RECV: %+v", syn)
+	}
+	for _, st := range []snapshot.State{snapshot.SynRecv, snapshot.NewSynRecv} {
+		if got := dumpAll(t, ns, Options{States: 1 << st}); len(got) != 1 || got[0].State != snapshot.SynRecv {
+			t.Errorf("States 1<<%v: %d sockets", st, len(got))
+		}
+	}
+
+	if b := find(socks, snapshot.Close, mustAddrPort("127.0.0.1", bound), netip.AddrPort{}); b == nil || b.Info != nil {
+		t.Errorf("bound-inactive socket: %+v", b)
+	}
+	for _, s := range dumpAll(t, ns, Options{States: ^uint32(0) &^ (1 << snapshot.BoundInactive)}) {
+		if s.Local.Port() == bound {
+			t.Errorf("bound socket dumped without the BOUND-INACTIVE bit: %+v", s)
 		}
 	}
 

@@ -33,6 +33,12 @@ const sockRcvBuf = 1 << 20
 // truncated or malformed reply is an error naming the family and offset;
 // sockets already delivered stay delivered. An error from fn stops the dump
 // and is returned as is.
+//
+// What the kernel reports (Linux 6.18), faithfully passed on: request
+// sockets (NEW_SYN_RECV) come as SynRecv, for States bit SynRecv or
+// NewSynRecv; sockets only bound (the BoundInactive bit, included when
+// States is 0) come as Close. TIME_WAIT and request sockets carry no
+// tcp_info, meminfo, cc or shutdown, and inode 0.
 func Dump(opts Options, fn func(*snapshot.Socket) error) error {
 	fams := opts.Families
 	if fams == nil {
