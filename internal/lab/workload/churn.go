@@ -129,9 +129,9 @@ type ChurnClientResult struct {
 	OK        int            `json:"ok"`
 	Failed    int            `json:"failed"`
 	Errors    map[string]int `json:"errors,omitempty"`
-	NewConns  int64          `json:"new_conns"` // connections opened
-	Held      int            `json:"held,omitempty"`
-	Latency   Latency        `json:"latency"` // per request (connect included when new)
+	NewConns  int64          `json:"new_conns"`      // connections opened
+	Held      int            `json:"held,omitempty"` // hold mode: connects that succeeded (the peer may close some since)
+	Latency   Latency        `json:"latency"`        // per request (connect included when new)
 	Seconds   float64        `json:"seconds"`
 	OKPerSec  float64        `json:"ok_per_sec"`
 	PerSecond []ChurnSecond  `json:"per_second"`
