@@ -23,6 +23,7 @@ func All() []diag.Rule {
 		slowReader(),
 		retransmissions(),
 		bufferLimits(),
+		connectionBottleneck(),
 	}
 	sort.Slice(rs, func(i, j int) bool { return rs[i].ID < rs[j].ID })
 	return rs

@@ -222,7 +222,31 @@ def buffer_limits():
     write("buffer-limits", "quiet.jsonl", [snap(T1, [pinned(1, False), bulk(1)], PROCS)])
 
 
+# C1 with 32K buffers: one Dubbo consumer connection to a provider, busy
+# all the window, 40 % waiting for the provider's window and Send-Q stuck at
+# its 64K sndbuf. The quiet host uses a pool of 4 lightly loaded ones.
+def dubbo(i, pool=1, bad=True):
+    out = []
+    for c in range(pool):
+        acked = 300_000_000 + i * (9_000_000 if bad else 1_000_000)
+        busy = 200_000_000 + i * (5_000_000 if bad else 900_000)
+        rwnd = 70_000_000 + i * (2_000_000 if bad else 10_000)
+        out.append(sock(f"198.18.0.11:{38000 + c}", "198.18.1.20:20880", 9500 + c, [1200],
+                        info(snd_cwnd=120, unacked=44 if bad else 3, bytes_acked=acked, bytes_sent=acked + 60_000,
+                             busy_time=busy, rwnd_limited=rwnd, delivery_rate=1_800_000, snd_wnd=65_536,
+                             bytes_received=900_000_000 + i * 9_000_000),
+                        mem(sndbuf=65_536, wmem_queued=64_000 if bad else 4_000, rcvbuf=65_536,
+                            rmem_alloc=2_000), send_q=(63_000 + 500 * i) if bad else 4_000))
+    return out
+
+
+def connection_bottleneck():
+    write("connection-bottleneck", "fires.jsonl", [snap(T, dubbo(i), {1200: "java"}) for i, T in enumerate((T0, T1))])
+    write("connection-bottleneck", "quiet.jsonl", [snap(T, dubbo(i, 4, False), {1200: "java"}) for i, T in enumerate((T0, T1))])
+
+
 if __name__ == "__main__":
+    connection_bottleneck()
     retransmissions()
     buffer_limits()
     sndbuf_limited()
