@@ -1,0 +1,120 @@
+package rules
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/diag"
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+)
+
+func TestJudgeBuf(t *testing.T) {
+	lim := bufLimits{core: 212992, initial: 16384, auto: 4194304}
+	one, zero := uint8(1), uint8(0)
+	for _, c := range []struct {
+		name           string
+		size, prev     uint32
+		lock           *uint8
+		pinned, capped bool
+		proof          bool
+	}{
+		{"doubled 16K", 32768, 32768, nil, true, false, false},
+		{"capped", 425984, 0, nil, true, true, false},
+		{"autotuned 87040", 87040, 87040, nil, false, false, false},
+		{"initial tcp_wmem[1]", 16384, 16384, nil, false, false, false},
+		{"autotuning max", 4194304, 4194304, nil, false, false, false},
+		{"lock proves", 87040, 0, &one, true, false, true},
+		{"lock clears", 32768, 0, &zero, false, false, true},
+		{"tiny", 2048, 0, nil, false, false, false},
+	} {
+		p := judgeBuf(c.size, c.prev, c.lock, 1, lim)
+		if p.Pinned != c.pinned || p.Capped != c.capped || p.Proof != c.proof {
+			t.Errorf("%s: %+v", c.name, p)
+		}
+	}
+}
+
+func TestSndbufLook(t *testing.T) {
+	ti := &snapshot.TCPInfo{Len: snapshot.SizeKnown, SndMSS: 1448, Unacked: 46, SndCwnd: 300, SndWnd: 3 << 20, RTT: 20000}
+	m := &snapshot.MemInfo{Sndbuf: 32768, WmemQueued: 69632}
+	l, ok := lookSndbuf(&snapshot.Socket{Info: ti, Mem: m})
+	if !ok || !l.limited() {
+		t.Fatalf("pinned sample not limited: %+v", l)
+	}
+	// cwnd-limited: cwnd equals what is in flight.
+	cw := *ti
+	cw.SndCwnd = 46
+	if l, _ := lookSndbuf(&snapshot.Socket{Info: &cw, Mem: m}); l.limited() {
+		t.Error("cwnd-limited sample judged sndbuf-limited")
+	}
+	// receiver-limited: the peer's window equals what is in flight.
+	rw := *ti
+	rw.SndWnd = 46 * 1448
+	if l, _ := lookSndbuf(&snapshot.Socket{Info: &rw, Mem: m}); l.limited() {
+		t.Error("rwnd-limited sample judged sndbuf-limited")
+	}
+	// Missing data is not a verdict.
+	for _, sk := range []*snapshot.Socket{{}, {Info: ti}, {Mem: m}, {Info: &snapshot.TCPInfo{}, Mem: m}} {
+		if _, ok := lookSndbuf(sk); ok {
+			t.Errorf("incomplete socket looked at: %+v", sk)
+		}
+	}
+}
+
+func est(cookie uint64, ti *snapshot.TCPInfo, m *snapshot.MemInfo) snapshot.Socket {
+	return snapshot.Socket{State: snapshot.Established, Cookie: cookie, Info: ti, Mem: m,
+		Local: netip.MustParseAddrPort("10.0.0.1:40000"), Remote: netip.MustParseAddrPort("10.0.0.2:80")}
+}
+
+func TestZeroRTTAndMissingInfo(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	// Zero RTT (not yet measured): no finding, no panic.
+	ti := &snapshot.TCPInfo{Len: snapshot.SizeKnown, SndMSS: 1448, Unacked: 46, SndCwnd: 300, SndWnd: 3 << 20}
+	cur := &snapshot.Snapshot{Taken: t0, Sockets: []snapshot.Socket{est(1, ti, &snapshot.MemInfo{Sndbuf: 32768, WmemQueued: 69632})}}
+	for _, r := range []diag.Rule{sndbufLimited(), rwndLimited(), bufferLimits()} {
+		fs, _ := r.Check(diag.NewInput(nil, cur, diag.Options{}))
+		if len(fs) != 0 {
+			t.Errorf("%s: finding on zero RTT: %+v", r.ID, fs)
+		}
+	}
+	// No tcp_info at all for established sockets: unknown, not healthy.
+	bare := &snapshot.Snapshot{Taken: t0, Sockets: []snapshot.Socket{est(1, nil, nil)}}
+	for _, r := range []diag.Rule{sndbufLimited(), rwndLimited(), connectionBottleneck()} {
+		if _, err := r.Check(diag.NewInput(bare, bare, diag.Options{})); err == nil {
+			t.Errorf("%s: no error without tcp_info", r.ID)
+		}
+	}
+	failed := &snapshot.Snapshot{Taken: t0, Errors: []snapshot.SourceError{{Source: snapshot.SourceSockdiag, Err: "EPERM"}}}
+	if _, err := slowReader().Check(diag.NewInput(failed, failed, diag.Options{})); err == nil {
+		t.Error("slow-reader: no error with sock_diag failed")
+	}
+	if _, err := bufferLimits().Check(diag.NewInput(nil, &snapshot.Snapshot{Taken: t0}, diag.Options{})); err == nil {
+		t.Error("buffer-limits: no error without sysctls")
+	}
+}
+
+func TestRetransCounterDecrease(t *testing.T) {
+	prev := &snapshot.Snapshot{Taken: time.Unix(0, 0), Counters: map[string]int64{"Tcp.OutSegs": 1e6, "Tcp.RetransSegs": 9e5}}
+	cur := &snapshot.Snapshot{Taken: time.Unix(5, 0), Counters: map[string]int64{"Tcp.OutSegs": 10, "Tcp.RetransSegs": 5}}
+	fs, err := retransmissions().Check(diag.NewInput(prev, cur, diag.Options{}))
+	if len(fs) != 0 {
+		t.Errorf("reset counters gave findings: %+v", fs)
+	}
+	if err == nil {
+		t.Error("no usable data but no unknown")
+	}
+	// Old kernel without the counters and without bytes_retrans: unknown.
+	old := &snapshot.Snapshot{Taken: time.Unix(5, 0), Sockets: []snapshot.Socket{est(1, &snapshot.TCPInfo{Len: snapshot.EndChrono}, nil)}}
+	if _, err := retransmissions().Check(diag.NewInput(old, old, diag.Options{})); err == nil {
+		t.Error("old kernel: no unknown")
+	}
+}
+
+func TestFmtRTT(t *testing.T) {
+	for d, want := range map[time.Duration]string{60 * time.Microsecond: "60µs", 2500 * time.Microsecond: "2.5ms", 20400 * time.Microsecond: "20ms", 0: "0µs"} {
+		if got := fmtRTT(d); got != want {
+			t.Errorf("fmtRTT(%v) = %q, want %q", d, got, want)
+		}
+	}
+}
