@@ -56,9 +56,10 @@ tcp_info chronographs.`,
 
 // socketView is one row of `sockets --json`; fields only ever get added.
 type socketView struct {
-	Netns   string `json:"netns"`
-	Pid     int    `json:"pid,omitempty"`
-	Command string `json:"command,omitempty"`
+	Netns string `json:"netns"`
+	// Pid and Command are the first owner; null when unknown.
+	Pid     *int    `json:"pid"`
+	Command *string `json:"command"`
 	snapshot.Socket
 	Shares *sharesView `json:"limited,omitempty"`
 }
@@ -167,9 +168,10 @@ func socketRows(ss []series, flt *socketFilter) []socketView {
 			}
 			v := socketView{Netns: cur.Netns.Name, Socket: *sk}
 			if len(sk.Pids) > 0 {
-				v.Pid = sk.Pids[0]
-				if p := cur.Procs[v.Pid]; p != nil {
-					v.Command = p.Command
+				pid := sk.Pids[0]
+				v.Pid = &pid
+				if p := cur.Procs[pid]; p != nil {
+					v.Command = &p.Command
 				}
 			}
 			if p := prevBy[sk.Cookie]; p != nil {
@@ -233,8 +235,12 @@ func printSockets(w io.Writer, rows []socketView, shares bool) {
 			b.WriteString("\t-\t-")
 		}
 		proc := "-"
-		if r.Pid != 0 {
-			proc = r.Command + "/" + strconv.Itoa(r.Pid)
+		if r.Pid != nil {
+			cmd := "?"
+			if r.Command != nil {
+				cmd = *r.Command
+			}
+			proc = cmd + "/" + strconv.Itoa(*r.Pid)
 		}
 		b.WriteString("\t" + proc)
 		if shares {

@@ -77,8 +77,8 @@ type Socket struct {
 	CC      string `json:"cc,omitempty"`
 	// Shutdown is the INET_DIAG_SHUTDOWN bits (1 rcv, 2 snd), if sent.
 	Shutdown *uint8   `json:"shutdown,omitempty"`
-	Info     *TCPInfo `json:"tcp_info,omitempty"`
-	Mem      *MemInfo `json:"mem,omitempty"`
+	Info     *TCPInfo `json:"tcp_info"`
+	Mem      *MemInfo `json:"mem"`
 	// Pids owning this socket (sharing its file); empty when unknown.
 	Pids []int `json:"pids,omitempty"`
 	// BufLock is SO_BUF_LOCK as read from the owner (bit 0 SNDBUF, bit 1
