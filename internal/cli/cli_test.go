@@ -183,3 +183,14 @@ func TestNothingCollected(t *testing.T) {
 		t.Error("empty series counted as collected")
 	}
 }
+
+func TestBDP(t *testing.T) {
+	code, out, _ := run(t, "bdp", "--rtt", "20ms", "--bandwidth", "100mbit", "--from", overflowFixture)
+	if code != ExitOK || !strings.Contains(out, "BDP: 250000 bytes") {
+		t.Fatalf("exit %d\n%s", code, out)
+	}
+	golden(t, "bdp-20ms-100mbit.txt", out)
+	if code, _, _ := run(t, "bdp", "--rtt", "20ms"); code != ExitUsage {
+		t.Errorf("bdp without --bandwidth: exit %d", code)
+	}
+}

@@ -110,6 +110,7 @@ func NewRoot(e *Env) *cobra.Command {
 		newRulesCmd(e),
 		newExplainCmd(e),
 		newBenchCmd(e),
+		newBDPCmd(e),
 		newWorkloadCmd(e),
 	)
 	return root

@@ -1,0 +1,114 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/bdp"
+	"github.com/tcpdoctor/tcpdoctor/internal/lab/linkemu"
+)
+
+type labLinkBenchOpts struct {
+	rtt, duration, pingDuration time.Duration
+	rate, slowRate, cc          string
+	inProcess, normalPriority   bool
+	check                       bool
+	delayLineChild              bool
+}
+
+// delayLineFlag makes link-bench serve as a delay-line child process.
+const delayLineFlag = "delay-line-child"
+
+// labDelayLineExec is the argv that runs a delay line in a child process
+// (linkemu.Params.Exec), assuming link-bench is registered as "lab link-bench".
+func labDelayLineExec(e *Env) []string {
+	return []string{e.Args0, "lab", "link-bench", "--" + delayLineFlag}
+}
+
+func newLabLinkBenchCmd(e *Env) *cobra.Command {
+	o := &labLinkBenchOpts{}
+	cmd := &cobra.Command{
+		Use:   "link-bench",
+		Short: "Measure the lab's link emulator: delay accuracy, throughput and its CPU use (root)",
+		Long: `link-bench builds a client/router/server namespace topology and measures the
+emulated link: UDP ping-pongs at --rtt (measured RTT minus configured RTT),
+then one autotuned TCP flow at --rate and one at --slow-rate, with the
+delay line's CPU time as a share of one core. Everything is removed at the
+end and on Ctrl-C.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.delayLineChild {
+				if os.Getenv(linkemu.ChildEnv) == "" {
+					return usageErr("link-bench: --%s is internal", delayLineFlag)
+				}
+				return linkemu.ServeLine()
+			}
+			return runLabLinkBench(cmd, e, o)
+		},
+	}
+	fs := cmd.Flags()
+	fs.DurationVar(&o.rtt, "rtt", 20*time.Millisecond, "round-trip delay to emulate (half each way)")
+	fs.StringVar(&o.rate, "rate", "1gbit", "rate of the fast link, each way")
+	fs.StringVar(&o.slowRate, "slow-rate", "100mbit", `rate of the slow link ("0" skips it)`)
+	fs.DurationVar(&o.duration, "duration", 5*time.Second, "length of each throughput run (max 60s)")
+	fs.DurationVar(&o.pingDuration, "ping-duration", 3*time.Second, "length of the delay accuracy run (max 60s, 0 skips it)")
+	fs.StringVar(&o.cc, "cc", "cubic", "congestion control of the flows (cubic, reno, bbr)")
+	fs.BoolVar(&o.inProcess, "in-process", false, "run the delay line on a thread of this process, not in a child")
+	fs.BoolVar(&o.normalPriority, "normal-priority", false, "do not give the delay line SCHED_FIFO priority")
+	fs.BoolVar(&o.check, "check", false, "exit 1 if a target of the default setup (20ms, 1gbit, 100mbit) is missed")
+	fs.BoolVar(&o.delayLineChild, delayLineFlag, false, "internal: serve as the delay-line child process")
+	_ = fs.MarkHidden(delayLineFlag)
+	return cmd
+}
+
+func runLabLinkBench(cmd *cobra.Command, e *Env, o *labLinkBenchOpts) error {
+	if os.Geteuid() != 0 {
+		return usageErr("link-bench: needs root (creates network namespaces and a TUN device)")
+	}
+	bo := linkemu.BenchOptions{
+		RTT: o.rtt, Duration: o.duration, PingDuration: o.pingDuration, CC: o.cc,
+		NormalPriority: o.normalPriority, Progress: e.Stderr,
+	}
+	if o.duration <= 0 || o.duration > linkemu.MaxBenchDuration || o.pingDuration < 0 || o.pingDuration > linkemu.MaxBenchDuration {
+		return usageErr("link-bench: durations must be within 0-%v (--duration above 0)", linkemu.MaxBenchDuration)
+	}
+	if o.rtt <= 0 || o.rtt > linkemu.MaxRTT {
+		return usageErr("link-bench: --rtt %v out of range (0, %v]", o.rtt, linkemu.MaxRTT)
+	}
+	var err error
+	if bo.Rate, err = bdp.ParseRate(o.rate); err != nil {
+		return usageErr("link-bench: --rate: %v", err)
+	}
+	if strings.TrimSpace(o.slowRate) == "0" {
+		bo.SlowRate = -1
+	} else if bo.SlowRate, err = bdp.ParseRate(o.slowRate); err != nil {
+		return usageErr("link-bench: --slow-rate: %v", err)
+	}
+	if !o.inProcess {
+		p := append([]string{e.Args0}, strings.Fields(cmd.CommandPath())[1:]...)
+		bo.Exec = append(p, "--"+delayLineFlag)
+	}
+	res, err := linkemu.Bench(cmd.Context(), bo)
+	if err != nil {
+		return collectErr(err)
+	}
+	res.WriteTable(e.Stdout)
+	if o.rtt == 20*time.Millisecond && bo.Rate == 1e9 && bo.SlowRate == 100e6 && o.pingDuration > 0 {
+		missed := 0
+		for _, c := range res.Targets() {
+			mark := "met"
+			if !c.OK {
+				mark, missed = "MISSED", missed+1
+			}
+			fmt.Fprintf(e.Stdout, "target %-40s %-12s %s\n", c.Name, c.Value, mark)
+		}
+		if o.check && missed > 0 {
+			return errFindings
+		}
+	}
+	return nil
+}
