@@ -78,7 +78,10 @@ func runBDP(e *Env, o *bdpOpts) error {
 	fmt.Fprintln(tw, "SETTING\tCURRENT\tNEEDED\tOK\tCHANGE")
 	for _, c := range plan.Checks {
 		ok := "yes"
-		if !c.OK {
+		switch {
+		case c.Current == "unknown":
+			ok = "unknown"
+		case !c.OK:
 			ok = "NO"
 		}
 		need := "-"
