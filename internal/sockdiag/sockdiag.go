@@ -31,7 +31,9 @@ const recvBufLen = 64 << 10
 // receives a *snapshot.Socket that it may keep (fresh each call). A
 // truncated or malformed reply is an error naming the family and offset;
 // sockets already delivered stay delivered. An error from fn stops the dump
-// and is returned as is.
+// and is returned as is. fn runs on the calling goroutine, one socket at a
+// time. To dump another namespace, lock the OS thread and setns before
+// calling Dump; the thread matters only while the socket is opened.
 //
 // What the kernel reports (Linux 6.18), faithfully passed on: request
 // sockets (NEW_SYN_RECV) come as SynRecv, for States bit SynRecv or
