@@ -7,9 +7,13 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/topo"
 )
@@ -113,7 +117,7 @@ func Bench(ctx context.Context, o BenchOptions) (res *BenchResult, err error) {
 	res = &BenchResult{}
 	if o.PingDuration > 0 {
 		fmt.Fprintf(o.Progress, "link-bench: ping-pong at rtt %v for %v\n", o.RTT, o.PingDuration)
-		if res.Ping, err = benchPing(ctx, t, o); err != nil {
+		if res.Ping, err = benchPing(ctx, t, o, o.params(0)); err != nil {
 			return res, err
 		}
 	}
@@ -126,7 +130,7 @@ func Bench(ctx context.Context, o BenchOptions) (res *BenchResult, err error) {
 			break
 		}
 		fmt.Fprintf(o.Progress, "link-bench: one TCP flow at %.0f Mbit/s, rtt %v for %v\n", r/1e6, o.RTT, o.Duration)
-		f, err := benchFlow(ctx, t, o, r)
+		f, err := benchFlow(ctx, t, o, o.params(r))
 		if err != nil {
 			return res, err
 		}
@@ -137,79 +141,85 @@ func Bench(ctx context.Context, o BenchOptions) (res *BenchResult, err error) {
 
 const benchPort = 7001
 
-func benchPing(ctx context.Context, t *topo.Topo, o BenchOptions) (PingResult, error) {
-	res := PingResult{RTT: o.RTT}
-	l, err := Start(t, Params{RTT: o.RTT, Spin: o.Spin, Exec: o.Exec, NormalPriority: o.NormalPriority})
+func (o BenchOptions) params(rate float64) Params {
+	return Params{RTT: o.RTT, RateUp: rate, RateDown: rate, Spin: o.Spin, Exec: o.Exec, NormalPriority: o.NormalPriority}
+}
+
+// benchPing starts a link with p and sends UDP ping-pongs through it. The
+// echo and the receiving side are blocking sockets on SCHED_FIFO threads
+// (when allowed), like the delay line, so that the figure is the link's
+// and not this process's scheduling on a busy machine.
+func benchPing(ctx context.Context, t *topo.Topo, o BenchOptions, p Params) (PingResult, error) {
+	res := PingResult{RTT: p.RTT}
+	l, err := Start(t, p)
 	if err != nil {
 		return res, err
 	}
 	defer l.Close()
-	var srv, cli *net.UDPConn
-	if err := t.Do(t.Server, func() (err error) {
-		srv, err = net.ListenUDP("udp4", &net.UDPAddr{Port: benchPort})
-		return err
-	}); err != nil {
-		return res, fmt.Errorf("linkemu: bench echo: %w", err)
+	srv, err := udpSocket(t, t.Server, func(fd int) error {
+		return unix.Bind(fd, &unix.SockaddrInet4{Port: benchPort})
+	})
+	if err != nil {
+		return res, err
 	}
-	defer srv.Close()
-	if err := t.Do(t.Client, func() (err error) {
-		cli, err = net.DialUDP("udp4", nil, &net.UDPAddr{IP: t.ServerAddrs[0].AsSlice(), Port: benchPort})
-		return err
-	}); err != nil {
-		return res, fmt.Errorf("linkemu: bench ping: %w", err)
+	defer unix.Close(srv)
+	dst := &unix.SockaddrInet4{Port: benchPort, Addr: t.ServerAddrs[0].As4()}
+	cli, err := udpSocket(t, t.Client, func(fd int) error { return unix.Connect(fd, dst) })
+	if err != nil {
+		return res, err
 	}
-	defer cli.Close()
-	go func() { // echo until srv is closed
+	defer unix.Close(cli)
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { // echo
+		defer wg.Done()
+		rtThread()
 		b := make([]byte, 64)
-		for {
-			n, a, err := srv.ReadFromUDP(b)
-			if err != nil {
-				return
+		for !stop.Load() {
+			n, from, err := unix.Recvfrom(srv, b, 0)
+			if err == nil && from != nil {
+				unix.Sendto(srv, b[:n], 0, from)
 			}
-			srv.WriteToUDP(b[:n], a)
 		}
 	}()
 	t0 := time.Now()
 	var samples []time.Duration
-	recvDone := make(chan struct{})
-	go func() {
-		defer close(recvDone)
+	go func() { // replies
+		defer wg.Done()
+		rtThread()
 		b := make([]byte, 64)
-		for {
-			n, err := cli.Read(b)
-			if err != nil {
-				return
-			}
-			if n < 8 {
+		for !stop.Load() {
+			n, err := unix.Read(cli, b)
+			if err != nil || n < 8 {
 				continue
 			}
 			sent := time.Duration(binary.LittleEndian.Uint64(b))
-			samples = append(samples, time.Since(t0)-sent-o.RTT)
+			samples = append(samples, time.Since(t0)-sent-p.RTT)
 		}
 	}()
+	defer func() { stop.Store(true); wg.Wait() }()
 	tick := time.NewTicker(o.PingInterval)
+	defer tick.Stop()
 	end := time.After(o.PingDuration)
 	b := make([]byte, 32)
 loop:
 	for {
 		select {
 		case <-ctx.Done():
-			cli.Close()
-			<-recvDone
 			return res, ctx.Err()
 		case <-end:
 			break loop
 		case <-tick.C:
 			binary.LittleEndian.PutUint64(b, uint64(time.Since(t0)))
-			if _, err := cli.Write(b); err == nil {
+			if _, err := unix.Write(cli, b); err == nil {
 				res.Sent++
 			}
 		}
 	}
-	tick.Stop()
-	time.Sleep(o.RTT + 200*time.Millisecond) // the last replies
-	cli.Close()
-	<-recvDone
+	time.Sleep(p.RTT + 200*time.Millisecond) // the last replies
+	stop.Store(true)
+	wg.Wait()
 	res.Link = l.Stats()
 	res.Received = len(samples)
 	if len(samples) == 0 {
@@ -223,9 +233,43 @@ loop:
 	return res, l.Close()
 }
 
-func benchFlow(ctx context.Context, t *topo.Topo, o BenchOptions, rate float64) (FlowResult, error) {
-	res := FlowResult{RTT: o.RTT, Rate: rate}
-	l, err := Start(t, Params{RTT: o.RTT, RateUp: rate, RateDown: rate, Spin: o.Spin, Exec: o.Exec, NormalPriority: o.NormalPriority})
+// udpSocket makes a blocking UDP socket in namespace ns with a 50 ms
+// receive timeout (so that its readers can notice a stop) and runs setup.
+func udpSocket(t *topo.Topo, ns string, setup func(fd int) error) (int, error) {
+	fd := -1
+	err := t.Do(ns, func() (err error) {
+		if fd, err = unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0); err != nil {
+			return err
+		}
+		tv := unix.NsecToTimeval(int64(50 * time.Millisecond))
+		if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+			return err
+		}
+		return setup(fd)
+	})
+	if err != nil {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+		return -1, fmt.Errorf("linkemu: bench udp socket in %s: %w", ns, err)
+	}
+	return fd, nil
+}
+
+// rtThread locks the goroutine to its thread for good and asks for
+// SCHED_FIFO priority 10 and no timer slack (best effort).
+func rtThread() {
+	runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+	attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: 1 /* SCHED_FIFO */, Priority: 10}
+	_ = unix.SchedSetAttr(0, &attr, 0)
+	_ = unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
+}
+
+// benchFlow starts a link with p and runs one TCP flow, client to server,
+// for o.Duration.
+func benchFlow(ctx context.Context, t *topo.Topo, o BenchOptions, p Params) (FlowResult, error) {
+	res := FlowResult{RTT: p.RTT, Rate: p.RateUp}
+	l, err := Start(t, p)
 	if err != nil {
 		return res, err
 	}
@@ -306,20 +350,57 @@ func benchFlow(ctx context.Context, t *topo.Topo, o BenchOptions, rate float64) 
 // WriteTable prints the results as two aligned tables.
 func (r *BenchResult) WriteTable(w io.Writer) {
 	if p := r.Ping; p.Received > 0 {
-		fmt.Fprintf(w, "delay accuracy (UDP ping-pong, measured RTT - configured RTT %v):\n", p.RTT)
-		fmt.Fprintf(w, "  %-8s %-8s %-9s %-9s %-9s %-9s\n", "sent", "replies", "min", "p50", "p99", "max")
-		fmt.Fprintf(w, "  %-8d %-8d %-9s %-9s %-9s %-9s\n", p.Sent, p.Received, ms(p.Min), ms(p.P50), ms(p.P99), ms(p.Max))
+		fmt.Fprintf(w, "delay accuracy (UDP ping-pong, measured RTT - configured RTT %v; line hold = release - due, per packet):\n", p.RTT)
+		fmt.Fprintf(w, "  %-8s %-8s %-9s %-9s %-9s %-9s   %-15s %-15s\n", "sent", "replies", "min", "p50", "p99", "max", "line hold p50", "line hold p99")
+		fmt.Fprintf(w, "  %-8d %-8d %-9s %-9s %-9s %-9s   %-15s %-15s\n", p.Sent, p.Received, ms(p.Min), ms(p.P50), ms(p.P99), ms(p.Max),
+			"<"+ms(p.Link.HoldErrP50), "<"+ms(p.Link.HoldErrP99))
 	}
 	if len(r.Flows) > 0 {
 		fmt.Fprintf(w, "throughput (one autotuned TCP flow, client to server):\n")
-		fmt.Fprintf(w, "  %-10s %-7s %-10s %-9s %-14s %-10s %-10s\n", "link", "rtt", "received", "seconds", "goodput", "line cpu", "hold err")
+		fmt.Fprintf(w, "  %-10s %-7s %-10s %-9s %-14s %-10s %-15s %-15s\n", "link", "rtt", "received", "seconds", "goodput", "line cpu", "line hold p50", "line hold p99")
 		for _, f := range r.Flows {
-			fmt.Fprintf(w, "  %-10s %-7v %-10s %-9.2f %-14s %-10s %-10s\n",
+			fmt.Fprintf(w, "  %-10s %-7v %-10s %-9.2f %-14s %-10s %-15s %-15s\n",
 				fmt.Sprintf("%g Mbit", f.Rate/1e6), f.RTT, fmt.Sprintf("%.1f MB", float64(f.Bytes)/1e6),
 				f.Elapsed.Seconds(), fmt.Sprintf("%.1f Mbit/s", f.Mbps), fmt.Sprintf("%.1f %%", f.CPUPct),
-				ms(f.Link.HoldErrMean)+" avg")
+				"<"+ms(f.Link.HoldErrP50), "<"+ms(f.Link.HoldErrP99))
 		}
 	}
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.3fms", float64(d)/1e6) }
+
+// Target is one of the targets for the default setup (20 ms RTT,
+// 1 Gbit/s and 100 Mbit/s links).
+type Target struct {
+	Name, Value string
+	OK          bool
+}
+
+// Targets checks the results against the targets; it makes sense only for
+// the default setup.
+func (r *BenchResult) Targets() []Target {
+	var out []Target
+	if p := r.Ping; p.Received > 0 {
+		out = append(out,
+			Target{"delay p50 within 0.2ms", ms(p.P50), abs(p.P50) <= 200*time.Microsecond},
+			Target{"delay p99 within 0.5ms", ms(p.P99), abs(p.P99) <= 500*time.Microsecond})
+	}
+	for _, f := range r.Flows {
+		switch f.Rate {
+		case 1e9:
+			out = append(out,
+				Target{"1 Gbit/s flow at least 900 Mbit/s", fmt.Sprintf("%.1f", f.Mbps), f.Mbps >= 900},
+				Target{"emulator at most 25 % of a core", fmt.Sprintf("%.1f %%", f.CPUPct), f.CPUPct <= 25})
+		case 100e6:
+			out = append(out, Target{"100 Mbit/s flow at least 94 Mbit/s", fmt.Sprintf("%.1f", f.Mbps), f.Mbps >= 94})
+		}
+	}
+	return out
+}
+
+func abs(d time.Duration) time.Duration {
+	if d < 0 {
+		return -d
+	}
+	return d
+}

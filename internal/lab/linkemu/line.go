@@ -66,6 +66,59 @@ type counters struct {
 	cpuAtExit                 atomic.Int64 // cpu ns, set when run ends
 	done                      atomic.Bool
 	realtime                  atomic.Bool // the thread got SCHED_FIFO
+	hist                      [histBuckets]atomic.Int64
+}
+
+// Hold error histogram: bucket 0 is early (< 0), then 10 us buckets up to
+// 2 ms, then doubling buckets.
+const (
+	histBuckets = histLinear + 22 // the last ends at 2ms<<21, about 70 minutes
+	histStep    = 10 * time.Microsecond
+	histLinear  = 200
+)
+
+func histIndex(e time.Duration) int {
+	switch {
+	case e < 0:
+		return 0
+	case e < histLinear*histStep:
+		return 1 + int(e/histStep)
+	}
+	i := histLinear + 1
+	for b := 2 * histLinear * histStep; e >= b && i < histBuckets-1; b *= 2 {
+		i++
+	}
+	return i
+}
+
+// histUpper is the upper bound of bucket i.
+func histUpper(i int) time.Duration {
+	switch {
+	case i == 0:
+		return 0
+	case i <= histLinear:
+		return time.Duration(i) * histStep
+	}
+	return histLinear * histStep << (i - histLinear)
+}
+
+// quantile returns the upper bound of the bucket holding quantile q.
+func (c *counters) quantile(q float64) time.Duration {
+	var total int64
+	for i := range c.hist {
+		total += c.hist[i].Load()
+	}
+	if total == 0 {
+		return 0
+	}
+	want := int64(q*float64(total-1)) + 1
+	var n int64
+	for i := range c.hist {
+		if n += c.hist[i].Load(); n >= want {
+			return histUpper(i)
+		}
+	}
+	return histUpper(histBuckets - 1)
 }
 
 func newLine(delay, spin time.Duration, loss float64, seed uint64) *line {
@@ -208,6 +261,7 @@ func (l *line) release() {
 			l.st.packets.Add(1)
 			l.st.bytes.Add(int64(len(p.buf) - vnetHdrLen))
 			l.st.errSum.Add(e)
+			l.st.hist[histIndex(time.Duration(e))].Add(1)
 			if e > l.st.errMax.Load() {
 				l.st.errMax.Store(e)
 			}

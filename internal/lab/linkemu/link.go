@@ -90,7 +90,10 @@ type Stats struct {
 	// Hold error is the release time minus the due time; the line may
 	// release up to 10 us early.
 	HoldErrMean, HoldErrMin, HoldErrMax time.Duration
-	Realtime                            bool // the delay-line thread runs at SCHED_FIFO priority
+	// HoldErrP50 and HoldErrP99 are upper bounds of 10 us histogram
+	// buckets (0 means early).
+	HoldErrP50, HoldErrP99 time.Duration
+	Realtime               bool // the delay-line thread runs at SCHED_FIFO priority
 	// CPU is the delay-line thread's CPU time (user+system), which includes
 	// the kernel's forwarding work done while writing packets back.
 	CPU time.Duration
@@ -260,6 +263,8 @@ func (l *Link) Stats() Stats {
 		s.HoldErrMean = time.Duration(c.errSum.Load() / s.Packets)
 		s.HoldErrMin = time.Duration(c.errMin.Load())
 		s.HoldErrMax = time.Duration(c.errMax.Load())
+		s.HoldErrP50 = c.quantile(0.5)
+		s.HoldErrP99 = c.quantile(0.99)
 	}
 	if c.done.Load() {
 		s.CPU = time.Duration(c.cpuAtExit.Load())

@@ -1,0 +1,74 @@
+package linkemu
+
+import (
+	"testing"
+	"time"
+)
+
+func TestHistogram(t *testing.T) {
+	for _, c := range []struct {
+		e    time.Duration
+		want time.Duration // upper bound of its bucket
+	}{
+		{-time.Microsecond, 0},
+		{0, 10 * time.Microsecond},
+		{15 * time.Microsecond, 20 * time.Microsecond},
+		{1999 * time.Microsecond, 2 * time.Millisecond},
+		{2 * time.Millisecond, 4 * time.Millisecond},
+		{5 * time.Millisecond, 8 * time.Millisecond},
+		{time.Hour, histUpper(histBuckets - 1)},
+	} {
+		i := histIndex(c.e)
+		if i < 0 || i >= histBuckets || histUpper(i) != c.want {
+			t.Errorf("%v: bucket %d upper %v, want %v", c.e, i, histUpper(i), c.want)
+		}
+		if c.e >= 0 && c.e < time.Second && histUpper(i) <= c.e {
+			t.Errorf("%v: upper bound %v not above it", c.e, histUpper(i))
+		}
+	}
+	var c counters
+	for i := range 98 {
+		c.hist[histIndex(time.Duration(i%10)*time.Microsecond)].Add(1)
+	}
+	c.hist[histIndex(3*time.Millisecond)].Add(2)
+	if q := c.quantile(0.5); q != 10*time.Microsecond {
+		t.Errorf("p50 %v", q)
+	}
+	if q := c.quantile(0.99); q != 4*time.Millisecond {
+		t.Errorf("p99 %v", q)
+	}
+}
+
+func TestParamsValidate(t *testing.T) {
+	for _, p := range []Params{
+		{RTT: -1}, {RTT: MaxRTT + 1}, {RateUp: -1}, {RateDown: 1e12}, {QueueBytes: -1},
+		{Loss: 1}, {Loss: -0.1}, {CC: "vegas"}, {Spin: 2 * time.Millisecond},
+	} {
+		if err := p.validate(); err == nil {
+			t.Errorf("%+v accepted", p)
+		}
+	}
+	if err := (Params{RTT: 20 * time.Millisecond, RateUp: 1e9, Loss: 0.01, CC: "cubic"}).validate(); err != nil {
+		t.Error(err)
+	}
+	if _, err := Start(nil, Params{}); err == nil {
+		t.Error("nil topology accepted")
+	}
+}
+
+func TestTBF(t *testing.T) {
+	burst, limit := TBF(1e9, 20*time.Millisecond, 0)
+	if burst != 125000 || limit != 2500000 {
+		t.Errorf("1gbit: burst %d limit %d", burst, limit)
+	}
+	burst, limit = TBF(1e6, time.Millisecond, 1000)
+	if burst != 16<<10 || limit != burst {
+		t.Errorf("1mbit: burst %d limit %d", burst, limit)
+	}
+	if a := tbfArgs(100e6, 20*time.Millisecond, 0); len(a) != 7 || a[2] != "100000000bit" {
+		t.Errorf("args %v", a)
+	}
+	if tbfArgs(0, 0, 0) != nil {
+		t.Error("rate 0 gave a qdisc")
+	}
+}
