@@ -1,0 +1,169 @@
+package snapshot
+
+import (
+	"bytes"
+	"compress/gzip"
+	"errors"
+	"io"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+)
+
+func sample() *Snapshot {
+	sh := uint8(1)
+	return &Snapshot{
+		Taken: time.Date(2026, 11, 22, 5, 0, 0, 0, time.UTC),
+		Netns: Netns{Name: "host", Inode: 4026531840},
+		Sockets: []Socket{{
+			Family: 2, State: Established,
+			Local:  netip.MustParseAddrPort("198.18.1.2:40000"),
+			Remote: netip.MustParseAddrPort("198.18.2.2:80"),
+			Inode:  7, Cookie: 9, Shutdown: &sh,
+			Info: &TCPInfo{Len: SizeKnown, RTT: 20000, SndCwnd: 10, BusyTime: 5},
+			Mem:  &MemInfo{Sndbuf: 32768},
+			Pids: []int{42},
+		}, {Family: 10, State: TimeWait, Local: netip.MustParseAddrPort("[::1]:5"), Remote: netip.MustParseAddrPort("[::1]:6")}},
+		Counters: map[string]int64{"TcpExt.ListenOverflows": 3, "Tcp.MaxConn": -1},
+		Sysctls:  map[string]string{"net.core.somaxconn": "4096"},
+		Procs:    map[int]*Proc{42: {Pid: 42, Command: "java", FDs: 10}},
+		Errors:   []SourceError{{Source: SourceOwners, Err: "partial"}},
+	}
+}
+
+func TestRoundTrip(t *testing.T) {
+	var buf bytes.Buffer
+	w, err := NewWriter(&buf, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := sample()
+	if err := w.Write(in); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Write(in); err != nil {
+		t.Fatal(err)
+	}
+	for _, compress := range []bool{false, true} {
+		data := buf.Bytes()
+		if compress {
+			var z bytes.Buffer
+			zw := gzip.NewWriter(&z)
+			zw.Write(data)
+			zw.Close()
+			data = z.Bytes()
+		}
+		got, err := ReadAll(bytes.NewReader(data))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 2 {
+			t.Fatalf("read %d snapshots", len(got))
+		}
+		s := got[0]
+		if !s.Taken.Equal(in.Taken) || s.Sockets[0].Local != in.Sockets[0].Local || s.Sockets[0].State != Established ||
+			s.Sockets[0].Info.RTT != 20000 || s.Sockets[0].Info.Len != SizeKnown || *s.Sockets[0].Shutdown != 1 ||
+			s.Sockets[1].State != TimeWait || s.Sockets[1].Info != nil || s.Procs[42].Command != "java" {
+			t.Errorf("round trip changed the snapshot: %+v", s)
+		}
+		if v, ok := s.Counter("Tcp.MaxConn"); !ok || v != -1 {
+			t.Errorf("negative counter lost: %v %v", v, ok)
+		}
+		if _, ok := s.Counter("TcpExt.TCPWantZeroWindowAdv"); ok {
+			t.Error("absent counter present")
+		}
+		if v, ok := s.SysctlInt("net.core.somaxconn"); !ok || v != 4096 {
+			t.Errorf("sysctl %v %v", v, ok)
+		}
+	}
+}
+
+func TestReaderErrors(t *testing.T) {
+	for name, tc := range map[string]struct{ in, want string }{
+		"empty":     {"", "empty file"},
+		"foreign":   {`{"a":1}`, "not a tcpdoctor snapshot file"},
+		"binary":    {"\x00\x01\x02", "not a tcpdoctor snapshot file"},
+		"future":    {`{"format":"tcpdoctor-snapshot","version":7}`, "version 7 not supported"},
+		"no-snaps":  {`{"format":"tcpdoctor-snapshot","version":1}` + "\n", "no snapshots"},
+		"truncated": {`{"format":"tcpdoctor-snapshot","version":1}` + "\n" + `{"taken":"2026-11-22T05:00:00Z","sockets":[{"fam`, "line 2"},
+		"no-time":   {`{"format":"tcpdoctor-snapshot","version":1}` + "\n{}\n", "no \"taken\""},
+		"bad-state": {`{"format":"tcpdoctor-snapshot","version":1}` + "\n" + `{"taken":"2026-11-22T05:00:00Z","sockets":[{"state":"NAPPING"}]}`, "unknown tcp state"},
+		"bad-gzip":  {"\x1f\x8b\x08garbage", "gzip"},
+	} {
+		_, err := ReadAll(strings.NewReader(tc.in))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err %v, want it to mention %q", name, err, tc.want)
+		}
+	}
+	_, err := ReadAll(strings.NewReader(`{"a":1}`))
+	if !errors.Is(err, ErrNotSnapshot) {
+		t.Errorf("foreign file error does not wrap ErrNotSnapshot: %v", err)
+	}
+}
+
+func FuzzReader(f *testing.F) {
+	var buf bytes.Buffer
+	w, _ := NewWriter(&buf, "fuzz")
+	w.Write(sample())
+	f.Add(buf.Bytes())
+	f.Add([]byte(`{"format":"tcpdoctor-snapshot","version":1}` + "\n{\"taken\":\"2026-11-22T05:00:00Z\"}\n"))
+	f.Add([]byte("\x1f\x8b"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r, err := NewReader(bytes.NewReader(data))
+		if err != nil {
+			return
+		}
+		for i := 0; i < 1000; i++ {
+			s, err := r.Next()
+			if err != nil {
+				if err != io.EOF && err.Error() == "" {
+					t.Fatal("empty error")
+				}
+				return
+			}
+			if s.Taken.IsZero() {
+				t.Fatal("snapshot without time accepted")
+			}
+		}
+	})
+}
+
+func TestChronoShares(t *testing.T) {
+	prev := &TCPInfo{Len: SizeKnown, BusyTime: 1_000_000, RwndLimited: 100_000, SndbufLimited: 0}
+	cur := &TCPInfo{Len: SizeKnown, BusyTime: 3_000_000, RwndLimited: 1_100_000, SndbufLimited: 500_000}
+	sh, ok := ChronoShares(prev, cur, 4*time.Second)
+	if !ok || sh.Busy != 2*time.Second || sh.Rwnd != time.Second || sh.Sndbuf != 500*time.Millisecond || sh.Cwnd != 500*time.Millisecond {
+		t.Errorf("shares %+v ok %v", sh, ok)
+	}
+	if Frac(sh.Busy, sh.Window) != 0.5 {
+		t.Errorf("busy fraction %v", Frac(sh.Busy, sh.Window))
+	}
+	old := &TCPInfo{Len: EndDeliveryRate}
+	if _, ok := ChronoShares(old, cur, time.Second); ok {
+		t.Error("shares from a kernel without chronographs")
+	}
+	if _, ok := ChronoShares(cur, prev, time.Second); ok {
+		t.Error("shares from counters that went backwards")
+	}
+	if _, ok := ChronoShares(nil, cur, time.Second); ok {
+		t.Error("shares without a previous sample")
+	}
+}
+
+func TestStateNames(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want State
+	}{{"ESTAB", Established}, {"established", Established}, {"time-wait", TimeWait}, {"TIME_WAIT", TimeWait}, {"close-wait", CloseWait}, {"listen", Listen}, {"syn-recv", SynRecv}} {
+		if got, ok := ParseState(tc.in); !ok || got != tc.want {
+			t.Errorf("ParseState(%q) = %v %v", tc.in, got, ok)
+		}
+	}
+	if _, ok := ParseState("bogus"); ok {
+		t.Error("bogus state parsed")
+	}
+	if State(99).String() != "UNKNOWN" {
+		t.Error("out-of-range state")
+	}
+}
