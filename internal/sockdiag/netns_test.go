@@ -3,7 +3,6 @@ package sockdiag
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -206,4 +205,3 @@ func mustAddrPort(s string, port uint16) netip.AddrPort {
 	return netip.AddrPortFrom(netip.MustParseAddr(s), port)
 }
 
-var _ = fmt.Sprint
