@@ -204,4 +204,3 @@ func eventually(t testing.TB, what string, cond func() bool) {
 func mustAddrPort(s string, port uint16) netip.AddrPort {
 	return netip.AddrPortFrom(netip.MustParseAddr(s), port)
 }
-
