@@ -109,7 +109,7 @@ func settings(e *Env, o *sourceOpts) (*snapshot.Snapshot, error) {
 		if err != nil {
 			return nil, err
 		}
-		_, cur := ss[0].window()
+		_, cur := ss[0].Window()
 		return cur, nil
 	}
 	nss, err := o.namespaces(e)

@@ -1,12 +1,12 @@
 package cli
 
 import (
-	"os"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/bdp"
+	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/report"
@@ -90,7 +90,7 @@ func runCheck(cmd *cobra.Command, e *Env, o *checkOpts) error {
 	if err != nil {
 		return err
 	}
-	rep := diagnose(ss, rs, opts)
+	rep := checkup.Diagnose(ss, rs, opts)
 	if o.json {
 		if err := report.WriteJSON(e.Stdout, rep); err != nil {
 			return err
@@ -108,36 +108,4 @@ func runCheck(cmd *cobra.Command, e *Env, o *checkOpts) error {
 		}
 	}
 	return nil
-}
-
-// diagnose runs the rules over each namespace's window and assembles the report.
-func diagnose(ss []series, rs []diag.Rule, opts diag.Options) *report.Report {
-	var res diag.Result
-	rep := &report.Report{Version: report.JSONVersion}
-	for _, sr := range ss {
-		prev, cur := sr.window()
-		diag.Run(rs, diag.NewInput(prev, cur, opts), &res)
-		rep.Netns = append(rep.Netns, sr.Netns)
-		rep.Sockets += len(cur.Sockets)
-		if rep.Host == "" {
-			rep.Host, rep.Kernel = cur.Host, cur.Kernel
-		}
-		if cur.Taken.After(rep.Taken) {
-			rep.Taken = cur.Taken
-		}
-		rep.Window.To = cur.Taken
-		if prev != nil {
-			rep.Window.From = prev.Taken
-			rep.Window.Seconds = cur.Taken.Sub(prev.Taken).Seconds()
-		}
-		for _, er := range cur.Errors {
-			rep.Sources = append(rep.Sources, report.SourceError{Netns: sr.Netns, Source: er.Source, Error: er.Err})
-		}
-	}
-	res.Sort()
-	rep.Findings, rep.Unknown, rep.RulesRun = res.Findings, res.Unknown, res.Ran
-	if rep.Host == "" {
-		rep.Host, _ = os.Hostname()
-	}
-	return rep
 }

@@ -153,7 +153,7 @@ func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
 func socketRows(ss []series, flt *socketFilter) []socketView {
 	var rows []socketView
 	for _, sr := range ss {
-		prev, cur := sr.window()
+		prev, cur := sr.Window()
 		var prevBy map[uint64]*snapshot.Socket
 		if prev != nil {
 			prevBy = make(map[uint64]*snapshot.Socket, len(prev.Sockets))

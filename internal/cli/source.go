@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
@@ -39,19 +40,7 @@ func (o *sourceOpts) validate() error {
 }
 
 // series is the samples of one namespace, oldest first.
-type series struct {
-	Netns string
-	Snaps []*snapshot.Snapshot
-}
-
-// window returns the first and last sample (prev nil for one sample).
-func (s series) window() (prev, cur *snapshot.Snapshot) {
-	cur = s.Snaps[len(s.Snaps)-1]
-	if len(s.Snaps) > 1 {
-		prev = s.Snaps[0]
-	}
-	return prev, cur
-}
+type series = checkup.Series
 
 // namespaces resolves --netns / --all-netns to the namespaces to collect.
 func (o *sourceOpts) namespaces(e *Env) ([]netns.NS, error) {
@@ -85,27 +74,9 @@ func (o *sourceOpts) sample(ctx context.Context, e *Env, copts collect.Options, 
 	}
 	copts.ProcRoot = e.ProcRoot
 	c := &collect.Collector{Opts: copts, Now: e.Now}
-	byNS := make(map[string]*series)
-	var order []string
-	for i := 0; i < count; i++ {
-		if i > 0 {
-			if err := e.Sleep(ctx, interval); err != nil {
-				return nil, err
-			}
-		}
-		for _, s := range c.Collect(nss) {
-			sr := byNS[s.Netns.Name]
-			if sr == nil {
-				sr = &series{Netns: s.Netns.Name}
-				byNS[s.Netns.Name] = sr
-				order = append(order, s.Netns.Name)
-			}
-			sr.Snaps = append(sr.Snaps, s)
-		}
-	}
-	out := make([]series, 0, len(order))
-	for _, n := range order {
-		out = append(out, *byNS[n])
+	out, err := checkup.Sample(ctx, c, nss, count, interval, e.Sleep)
+	if err != nil {
+		return nil, err
 	}
 	if nothingCollected(out) {
 		return out, collectErr(errors.New("nothing could be collected: " + firstErrors(out)))

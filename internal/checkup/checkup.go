@@ -1,0 +1,94 @@
+// Package checkup turns samples into a diagnosis report: the one path
+// shared by `check`, the exporter and the lab.
+package checkup
+
+import (
+	"context"
+	"os"
+	"time"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/collect"
+	"github.com/tcpdoctor/tcpdoctor/internal/diag"
+	"github.com/tcpdoctor/tcpdoctor/internal/netns"
+	"github.com/tcpdoctor/tcpdoctor/internal/report"
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+)
+
+// Series is the samples of one namespace, oldest first.
+type Series struct {
+	Netns string
+	Snaps []*snapshot.Snapshot
+}
+
+// Window returns the first and last sample (prev nil for one sample).
+func (s Series) Window() (prev, cur *snapshot.Snapshot) {
+	cur = s.Snaps[len(s.Snaps)-1]
+	if len(s.Snaps) > 1 {
+		prev = s.Snaps[0]
+	}
+	return prev, cur
+}
+
+// Sample collects count samples of each namespace, interval apart.
+// sleep waits between samples and returns ctx's error when cancelled.
+func Sample(ctx context.Context, c *collect.Collector, nss []netns.NS, count int, interval time.Duration,
+	sleep func(context.Context, time.Duration) error) ([]Series, error) {
+	byNS := make(map[string]*Series)
+	var order []string
+	for i := 0; i < count; i++ {
+		if i > 0 {
+			if err := sleep(ctx, interval); err != nil {
+				return nil, err
+			}
+		}
+		for _, s := range c.Collect(nss) {
+			sr := byNS[s.Netns.Name]
+			if sr == nil {
+				sr = &Series{Netns: s.Netns.Name}
+				byNS[s.Netns.Name] = sr
+				order = append(order, s.Netns.Name)
+			}
+			sr.Snaps = append(sr.Snaps, s)
+		}
+	}
+	out := make([]Series, 0, len(order))
+	for _, n := range order {
+		out = append(out, *byNS[n])
+	}
+	return out, nil
+}
+
+// Diagnose runs the rules over each namespace's window and assembles the report.
+func Diagnose(ss []Series, rs []diag.Rule, opts diag.Options) *report.Report {
+	var res diag.Result
+	rep := &report.Report{Version: report.JSONVersion}
+	for _, sr := range ss {
+		if len(sr.Snaps) == 0 {
+			continue
+		}
+		prev, cur := sr.Window()
+		diag.Run(rs, diag.NewInput(prev, cur, opts), &res)
+		rep.Netns = append(rep.Netns, sr.Netns)
+		rep.Sockets += len(cur.Sockets)
+		if rep.Host == "" {
+			rep.Host, rep.Kernel = cur.Host, cur.Kernel
+		}
+		if cur.Taken.After(rep.Taken) {
+			rep.Taken = cur.Taken
+		}
+		rep.Window.To = cur.Taken
+		if prev != nil {
+			rep.Window.From = prev.Taken
+			rep.Window.Seconds = cur.Taken.Sub(prev.Taken).Seconds()
+		}
+		for _, er := range cur.Errors {
+			rep.Sources = append(rep.Sources, report.SourceError{Netns: sr.Netns, Source: er.Source, Error: er.Err})
+		}
+	}
+	res.Sort()
+	rep.Findings, rep.Unknown, rep.RulesRun = res.Findings, res.Unknown, res.Ran
+	if rep.Host == "" {
+		rep.Host, _ = os.Hostname()
+	}
+	return rep
+}
