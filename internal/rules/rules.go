@@ -22,6 +22,7 @@ func All() []diag.Rule {
 		rwndLimited(),
 		slowReader(),
 		retransmissions(),
+		synQueueOverflow(),
 		bufferLimits(),
 		connectionBottleneck(),
 	}
