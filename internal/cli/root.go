@@ -112,6 +112,8 @@ func NewRoot(e *Env) *cobra.Command {
 		newBenchCmd(e),
 		newBDPCmd(e),
 		newWorkloadCmd(e),
+		newLabCmd(e),
+		newServeCmd(e),
 	)
 	return root
 }

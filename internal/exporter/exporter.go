@@ -1,0 +1,326 @@
+// Package exporter turns snapshots and the findings of the rules into
+// Prometheus metrics. A background loop (Loop) collects every interval and
+// calls Update, which diagnoses and prepares every sample; a scrape only
+// copies the latest prepared samples, so it costs the same at 100 or
+// 100,000 sockets and never starts a socket dump. No label names a single
+// connection: every per-object family is cut to the top N.
+package exporter
+
+import (
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/diag"
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+)
+
+// DefaultTop is the default number of listeners and destinations exported
+// per namespace.
+const DefaultTop = 20
+
+// Options configure an Exporter.
+type Options struct {
+	// Top bounds the listener and destination series per namespace.
+	Top int
+	// Rules are run on each window, as `check` runs them.
+	Rules []diag.Rule
+	// Diag are the user inputs some rules use.
+	Diag diag.Options
+}
+
+// Exporter is a prometheus.Collector serving the latest prepared view.
+type Exporter struct {
+	opts Options
+	d    *descs
+
+	// mu serialises Update; last holds, per namespace, the newest
+	// snapshot: the previous sample of the next window. Nothing older is
+	// kept.
+	mu          sync.Mutex
+	last        map[string]*snapshot.Snapshot
+	collections int64
+
+	view atomic.Pointer[view]
+}
+
+// New returns an Exporter with nothing collected yet.
+func New(opts Options) *Exporter {
+	if opts.Top <= 0 {
+		opts.Top = DefaultTop
+	}
+	x := &Exporter{opts: opts, d: newDescs(), last: map[string]*snapshot.Snapshot{}}
+	x.view.Store(&view{})
+	return x
+}
+
+// sample is one prepared metric value.
+type sample struct {
+	desc   *prometheus.Desc
+	typ    prometheus.ValueType
+	value  float64
+	labels []string
+}
+
+// view is everything one scrape emits.
+type view struct {
+	samples []sample
+}
+
+// viewBuilder collects samples, keeping the first of any duplicate label
+// set so a scrape can never fail on a collision.
+type viewBuilder struct {
+	v    view
+	seen map[string]bool
+}
+
+func (b *viewBuilder) add(d *prometheus.Desc, t prometheus.ValueType, v float64, labels ...string) {
+	key := d.String() + "\xff" + strings.Join(labels, "\xff")
+	if b.seen[key] {
+		return
+	}
+	b.seen[key] = true
+	b.v.samples = append(b.v.samples, sample{desc: d, typ: t, value: v, labels: labels})
+}
+
+// Describe sends every family the exporter can emit.
+func (x *Exporter) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range x.d.all() {
+		ch <- d
+	}
+}
+
+// Collect emits the latest view. It does no collection of its own.
+func (x *Exporter) Collect(ch chan<- prometheus.Metric) {
+	for _, s := range x.view.Load().samples {
+		m, err := prometheus.NewConstMetric(s.desc, s.typ, s.value, s.labels...)
+		if err != nil {
+			m = prometheus.NewInvalidMetric(s.desc, err)
+		}
+		ch <- m
+	}
+}
+
+// Update takes one collection (one snapshot per namespace, taken at about
+// the same time), runs the rules over each namespace's window (the
+// previous snapshot of that namespace to this one) and publishes the new
+// view. collectTook is what the collection cost. Namespaces absent from
+// snaps are forgotten. The first snapshot of a namespace only starts its
+// window: findings and limiter shares appear from the second on.
+func (x *Exporter) Update(snaps []*snapshot.Snapshot, collectTook time.Duration) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	start := time.Now()
+	x.collections++
+	b := &viewBuilder{seen: map[string]bool{}}
+	d := x.d
+	next := make(map[string]*snapshot.Snapshot, len(snaps))
+	var newest time.Time
+	for _, cur := range snaps {
+		ns := cur.Netns.Name
+		if _, dup := next[ns]; dup {
+			continue
+		}
+		next[ns] = cur
+		if cur.Taken.After(newest) {
+			newest = cur.Taken
+		}
+		prev := x.last[ns]
+		if prev != nil && !cur.Taken.After(prev.Taken) {
+			prev = nil // clock went backwards: no usable window
+		}
+		x.addSnapshot(b, cur)
+		if prev == nil {
+			continue
+		}
+		in := diag.NewInput(prev, cur, x.opts.Diag)
+		b.add(d.window, prometheus.GaugeValue, in.Window().Seconds(), ns)
+		x.addLimiters(b, in)
+		var res diag.Result
+		diag.Run(x.opts.Rules, in, &res)
+		res.Sort()
+		for _, f := range res.Findings {
+			s := f.Subject
+			pid := ""
+			if s.Pid > 0 {
+				pid = strconv.Itoa(s.Pid)
+			}
+			b.add(d.finding, prometheus.GaugeValue, 1, f.Rule, f.Severity.String(), s.Netns, s.Local, s.Remote, pid, s.Command)
+		}
+		for _, u := range res.Unknown {
+			b.add(d.unknown, prometheus.GaugeValue, 1, u.Rule, u.Netns)
+		}
+	}
+	x.last = next
+	b.add(d.collectDur, prometheus.GaugeValue, collectTook.Seconds())
+	b.add(d.collections, prometheus.CounterValue, float64(x.collections))
+	if !newest.IsZero() {
+		b.add(d.lastCollect, prometheus.GaugeValue, float64(newest.UnixNano())/1e9)
+	}
+	b.add(d.diagDur, prometheus.GaugeValue, time.Since(start).Seconds())
+	x.view.Store(&b.v)
+}
+
+// addSnapshot adds what one snapshot shows on its own.
+func (x *Exporter) addSnapshot(b *viewBuilder, s *snapshot.Snapshot) {
+	d := x.d
+	ns := s.Netns.Name
+	for _, c := range netstatCounters() {
+		if v, ok := s.Counters[c.key]; ok && v >= 0 {
+			b.add(d.counters[c.key], prometheus.CounterValue, float64(v), ns)
+		}
+	}
+	if v, ok := s.Sockstat["TCP.tw"]; ok {
+		b.add(d.timeWait, prometheus.GaugeValue, float64(v), ns)
+	}
+	if _, failed := s.Failed(snapshot.SourceSockdiag); !failed || len(s.Sockets) > 0 {
+		byState := map[snapshot.State]int{}
+		for i := range s.Sockets {
+			byState[s.Sockets[i].State]++
+		}
+		states := make([]snapshot.State, 0, len(byState))
+		for st := range byState {
+			states = append(states, st)
+		}
+		sort.Slice(states, func(i, j int) bool { return states[i] < states[j] })
+		for _, st := range states {
+			b.add(d.sockets, prometheus.GaugeValue, float64(byState[st]), ns, st.String())
+		}
+		b.add(d.sockSeen, prometheus.GaugeValue, float64(len(s.Sockets)), ns)
+		x.addListeners(b, s)
+		x.addPorts(b, s)
+	}
+	x.addSources(b, s)
+}
+
+// addSources exports each source's outcome: up is 0 when it recorded an
+// error (also a partial one), duration where it was timed.
+func (x *Exporter) addSources(b *viewBuilder, s *snapshot.Snapshot) {
+	ns := s.Netns.Name
+	failed := map[string]bool{}
+	for _, e := range s.Errors {
+		failed[e.Source] = true
+	}
+	done := map[string]bool{}
+	for _, st := range s.Sources {
+		up := 0.0
+		if st.OK && !failed[st.Source] {
+			up = 1
+		}
+		b.add(x.d.sourceUp, prometheus.GaugeValue, up, st.Source, ns)
+		b.add(x.d.sourceDur, prometheus.GaugeValue, st.Duration.Seconds(), st.Source, ns)
+		done[st.Source] = true
+	}
+	for _, e := range s.Errors {
+		if !done[e.Source] {
+			b.add(x.d.sourceUp, prometheus.GaugeValue, 0, e.Source, ns)
+			done[e.Source] = true
+		}
+	}
+}
+
+// command names a socket's first owner, "" when unknown.
+func command(s *snapshot.Snapshot, sk *snapshot.Socket) string {
+	if len(sk.Pids) == 0 {
+		return ""
+	}
+	if p := s.Procs[sk.Pids[0]]; p != nil {
+		return p.Command
+	}
+	return ""
+}
+
+// addListeners exports the accept queue of the top N listeners by fill
+// (Recv-Q over the backlog in Send-Q). Listeners sharing a local address
+// and command (SO_REUSEPORT) show the fullest of them.
+func (x *Exporter) addListeners(b *viewBuilder, s *snapshot.Snapshot) {
+	type lis struct {
+		local, port, cmd string
+		q, max           uint32
+	}
+	var ls []lis
+	for i := range s.Sockets {
+		sk := &s.Sockets[i]
+		if sk.State != snapshot.Listen {
+			continue
+		}
+		ls = append(ls, lis{local: sk.Local.String(), port: strconv.Itoa(int(sk.Local.Port())), cmd: command(s, sk), q: sk.RecvQ, max: sk.SendQ})
+	}
+	fill := func(l lis) float64 {
+		if l.max == 0 {
+			return float64(l.q)
+		}
+		return float64(l.q) / float64(l.max)
+	}
+	sort.SliceStable(ls, func(i, j int) bool {
+		if fi, fj := fill(ls[i]), fill(ls[j]); fi != fj {
+			return fi > fj
+		}
+		return ls[i].local < ls[j].local
+	})
+	n := 0
+	for _, l := range ls {
+		if n == x.opts.Top {
+			break
+		}
+		key := x.d.queueLen.String() + "\xff" + strings.Join([]string{s.Netns.Name, l.local, l.port, l.cmd}, "\xff")
+		if b.seen[key] {
+			continue
+		}
+		b.add(x.d.queueLen, prometheus.GaugeValue, float64(l.q), s.Netns.Name, l.local, l.port, l.cmd)
+		b.add(x.d.queueMax, prometheus.GaugeValue, float64(l.max), s.Netns.Name, l.local, l.port, l.cmd)
+		n++
+	}
+}
+
+// limiterOf names what held a connection back over the window: "app"
+// when it was busy sending less than half of it (the application gave it
+// nothing to send), else the largest of the kernel's chronographs.
+func limiterOf(sh snapshot.Shares) string {
+	if snapshot.Frac(sh.Busy, sh.Window) < 0.5 {
+		return "app"
+	}
+	switch {
+	case sh.Rwnd >= sh.Sndbuf && sh.Rwnd >= sh.Cwnd:
+		return "rwnd"
+	case sh.Sndbuf >= sh.Cwnd:
+		return "sndbuf"
+	}
+	return "cwnd"
+}
+
+// addLimiters counts established connections seen in both samples by
+// their dominant limiter (snapshot.ChronoShares).
+func (x *Exporter) addLimiters(b *viewBuilder, in *diag.Input) {
+	counts := map[string]int{"app": 0, "cwnd": 0, "rwnd": 0, "sndbuf": 0}
+	candidates, known := 0, 0
+	w := in.Window()
+	for i := range in.Cur.Sockets {
+		sk := &in.Cur.Sockets[i]
+		if sk.State != snapshot.Established || sk.Info == nil {
+			continue
+		}
+		p := in.PrevSocket(sk.Cookie)
+		if p == nil || p.Info == nil {
+			continue
+		}
+		candidates++
+		sh, ok := snapshot.ChronoShares(p.Info, sk.Info, w)
+		if !ok {
+			continue
+		}
+		known++
+		counts[limiterOf(sh)]++
+	}
+	if candidates > 0 && known == 0 {
+		return // no chronographs (kernel before 4.10): unknown, not zero
+	}
+	for _, l := range []string{"app", "cwnd", "rwnd", "sndbuf"} {
+		b.add(x.d.limiter, prometheus.GaugeValue, float64(counts[l]), in.Cur.Netns.Name, l)
+	}
+}

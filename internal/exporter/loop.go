@@ -1,0 +1,75 @@
+package exporter
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+)
+
+// Loop collects every Interval and feeds the Exporter. Sample does the
+// I/O: one snapshot per namespace. Sleep returns early with ctx's error.
+type Loop struct {
+	X        *Exporter
+	Sample   func() []*snapshot.Snapshot
+	Interval time.Duration
+	Now      func() time.Time
+	Sleep    func(ctx context.Context, d time.Duration) error
+}
+
+// Run collects until ctx ends. Collections start Interval apart; one that
+// overruns is followed at once by the next. Only one collection runs at a
+// time, whatever the number of scrapes.
+func (l *Loop) Run(ctx context.Context) error {
+	for {
+		start := l.Now()
+		l.X.Update(l.Sample(), l.Now().Sub(start))
+		wait := l.Interval - l.Now().Sub(start)
+		if wait < 0 {
+			wait = 0
+		}
+		if err := l.Sleep(ctx, wait); err != nil {
+			return nil
+		}
+	}
+}
+
+// NewRegistry returns a registry holding x plus the process and Go
+// runtime collectors.
+func NewRegistry(x *Exporter) (*prometheus.Registry, error) {
+	reg := prometheus.NewRegistry()
+	for _, c := range []prometheus.Collector{
+		x,
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		collectors.NewGoCollector(),
+	} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return reg, nil
+}
+
+// Handler serves /metrics from reg and a short index page at /.
+func Handler(reg *prometheus.Registry) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.InstrumentMetricHandler(reg, promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		ErrorHandling:       promhttp.ContinueOnError,
+		MaxRequestsInFlight: 8,
+		Timeout:             10 * time.Second,
+	})))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		_, _ = w.Write([]byte("<html><head><title>tcpdoctor</title></head><body><h1>tcpdoctor exporter</h1><p><a href=\"/metrics\">/metrics</a></p></body></html>\n"))
+	})
+	return mux
+}
