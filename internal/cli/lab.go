@@ -1,0 +1,116 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/lab"
+)
+
+type labRunOpts struct {
+	quick, json, keep bool
+}
+
+func newLabCmd(e *Env) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "lab",
+		Short: "Reproduce the case catalogue in network namespaces: diagnosis, fix, before/after (root)",
+	}
+	cmd.AddCommand(newLabListCmd(e), newLabRunCmd(e), newLabCleanCmd(e), newLabLinkBenchCmd(e))
+	return cmd
+}
+
+func newLabListCmd(e *Env) *cobra.Command {
+	return &cobra.Command{
+		Use:   "list",
+		Short: "List the scenarios",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			tw := tabwriter.NewWriter(e.Stdout, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "SCENARIO\tCASE\tEXPECTS\tTITLE")
+			for _, s := range lab.Scenarios() {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", s.Name, s.Case, strings.Join(s.Expect, ","), s.Title)
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+func newLabRunCmd(e *Env) *cobra.Command {
+	o := &labRunOpts{}
+	cmd := &cobra.Command{
+		Use:   "run NAME|all",
+		Short: "Run a scenario (or all): table, findings before and after, verdict; exit 1 if not reproduced",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var todo []lab.Scenario
+			if args[0] == "all" {
+				todo = lab.Scenarios()
+			} else {
+				s, ok := lab.ByName(args[0])
+				if !ok {
+					return usageErr("lab: unknown scenario %q (see tcpdoctor lab list)", args[0])
+				}
+				todo = []lab.Scenario{s}
+			}
+			if os.Geteuid() != 0 {
+				return usageErr("lab: needs root (creates network namespaces, veths and a TUN device)")
+			}
+			opts := lab.Options{Self: e.Args0, DelayLine: labDelayLineExec(e), Quick: o.quick, Keep: o.keep, Log: e.Stderr}
+			var results []*lab.Result
+			failed := 0
+			for _, s := range todo {
+				if cmd.Context().Err() != nil {
+					break
+				}
+				fmt.Fprintf(e.Stderr, "lab: running %s...\n", s.Name)
+				res, err := lab.Execute(cmd.Context(), s, opts)
+				if err != nil {
+					fmt.Fprintf(e.Stderr, "lab: %s: %v\n", s.Name, err)
+				}
+				if !res.Reproduced {
+					failed++
+				}
+				results = append(results, res)
+				if !o.json {
+					lab.WriteText(e.Stdout, res)
+				}
+			}
+			if o.json {
+				enc := json.NewEncoder(e.Stdout)
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(results); err != nil {
+					return err
+				}
+			}
+			if cmd.Context().Err() != nil {
+				return fmt.Errorf("lab: interrupted; everything the runs created was removed")
+			}
+			if failed > 0 {
+				return &exitError{code: ExitFindings, err: fmt.Errorf("lab: %d of %d scenarios not reproduced", failed, len(results))}
+			}
+			return nil
+		},
+	}
+	fs := cmd.Flags()
+	fs.BoolVar(&o.quick, "quick", false, "reduced matrix and shorter loads (CI)")
+	fs.BoolVar(&o.json, "json", false, "print results as JSON")
+	fs.BoolVar(&o.keep, "keep", false, "leave namespaces and processes for inspection (lab clean removes them)")
+	return cmd
+}
+
+func newLabCleanCmd(e *Env) *cobra.Command {
+	return &cobra.Command{
+		Use:   "clean",
+		Short: "Remove what killed lab runs left behind (tdlab-* namespaces, recorded workload processes)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return lab.Clean(cmd.Context(), e.Args0, e.Stderr)
+		},
+	}
+}

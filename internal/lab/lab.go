@@ -1,0 +1,383 @@
+// Package lab reproduces the case catalogue in network namespaces: it
+// builds a topology with an emulated link, runs a workload, diagnoses it
+// with the same code as `check`, applies the fix, runs again and reports
+// a before/after table with a verdict.
+package lab
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
+	"github.com/tcpdoctor/tcpdoctor/internal/collect"
+	"github.com/tcpdoctor/tcpdoctor/internal/diag"
+	"github.com/tcpdoctor/tcpdoctor/internal/lab/linkemu"
+	"github.com/tcpdoctor/tcpdoctor/internal/lab/topo"
+	"github.com/tcpdoctor/tcpdoctor/internal/netns"
+	"github.com/tcpdoctor/tcpdoctor/internal/report"
+	"github.com/tcpdoctor/tcpdoctor/internal/rules"
+)
+
+// PidDir holds one file per lab run listing the PIDs it started, so that
+// `lab clean` can end them (and only them) after a killed run.
+const PidDir = "/run/tcpdoctor-lab"
+
+// Options are what every scenario run shares.
+type Options struct {
+	// Self is our executable: workloads and the delay line run from it.
+	Self string
+	// DelayLine is the argv that makes Self serve a delay line
+	// (linkemu.Params.Exec); empty runs it in this process.
+	DelayLine []string
+	// Quick runs a reduced matrix with shorter loads (CI).
+	Quick bool
+	// Keep leaves namespaces and processes in place for inspection.
+	Keep bool
+	// Log receives progress lines.
+	Log io.Writer
+}
+
+// Scenario is one reproducible case.
+type Scenario struct {
+	Name  string // stable id, e.g. "c2-accept-backlog"
+	Case  string // C1..C5 or "-"
+	Title string
+	// Expect lists the rules that must fire (warning or above) before the
+	// fix; at least one of them must, and none may after it.
+	Expect []string
+	Run    func(ctx context.Context, r *Run) (*Result, error)
+}
+
+// Table is a before/after table.
+type Table struct {
+	Columns []string   `json:"columns"`
+	Rows    [][]string `json:"rows"`
+}
+
+// Result is one scenario's outcome.
+type Result struct {
+	Scenario   string         `json:"scenario"`
+	Case       string         `json:"case"`
+	Title      string         `json:"title"`
+	Table      Table          `json:"table"`
+	Before     []diag.Finding `json:"findings_before"`
+	After      []diag.Finding `json:"findings_after"`
+	Expected   []string       `json:"expected_rules"`
+	Reproduced bool           `json:"reproduced"`
+	// Verdict explains Reproduced in one or more sentences.
+	Verdict []string `json:"verdict"`
+	// Notes says where this kernel or the quick form differs from the
+	// original write-up.
+	Notes   []string      `json:"notes,omitempty"`
+	Elapsed time.Duration `json:"elapsed_ns"`
+}
+
+// Run is one scenario's world: its topology, link and processes. Close
+// undoes all of it.
+type Run struct {
+	Opts Options
+	Topo *topo.Topo
+	Link *linkemu.Link
+
+	mu      sync.Mutex
+	procs   []*Proc
+	pidFile string
+}
+
+// NewRun builds a topology and, if p has a delay, rate or loss, the
+// emulated link. Close must be called, also on error.
+func NewRun(ctx context.Context, o Options, cfg topo.Config, p *linkemu.Params) (*Run, error) {
+	r := &Run{Opts: o}
+	t, err := topo.Build(cfg)
+	if err != nil {
+		return r, err
+	}
+	r.Topo = t
+	if err := os.MkdirAll(PidDir, 0o755); err == nil {
+		r.pidFile = filepath.Join(PidDir, t.Run+".pids")
+	}
+	if p != nil {
+		pp := *p
+		if pp.Exec == nil {
+			pp.Exec = o.DelayLine
+		}
+		l, err := linkemu.Start(t, pp)
+		if err != nil {
+			return r, err
+		}
+		r.Link = l
+	}
+	return r, nil
+}
+
+// Logf prints a progress line.
+func (r *Run) Logf(format string, a ...any) {
+	if r.Opts.Log != nil {
+		fmt.Fprintf(r.Opts.Log, "lab: "+format+"\n", a...)
+	}
+}
+
+// Proc is a workload process the lab started inside a namespace.
+type Proc struct {
+	Name string
+	Pid  int
+	// Ready is the server's ready line ({"ready":true,"addr":...}).
+	Ready json.RawMessage
+
+	cmd    *exec.Cmd
+	out    *bufio.Reader
+	stderr bytes.Buffer
+	done   chan struct{}
+	result []byte
+	err    error
+}
+
+// Start runs `Self workload ARGS...` inside namespace ns. If wantReady, it
+// waits (up to 15 s) for the ready line servers print.
+func (r *Run) Start(ns string, wantReady bool, args ...string) (*Proc, error) {
+	argv := append([]string{"netns", "exec", ns, r.Opts.Self, "workload"}, args...)
+	cmd := exec.Command("ip", argv...)
+	p := &Proc{Name: args[0], cmd: cmd, done: make(chan struct{})}
+	cmd.Stderr = &p.stderr
+	// Its own process group: Close ends the workload, never anything else.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("lab: start %s: %w", p.Name, err)
+	}
+	p.Pid = cmd.Process.Pid // ip netns exec execs the workload in place
+	p.out = bufio.NewReaderSize(stdout, 1<<16)
+	r.mu.Lock()
+	r.procs = append(r.procs, p)
+	r.recordPids()
+	r.mu.Unlock()
+	if wantReady {
+		line := make(chan []byte, 1)
+		go func() {
+			b, _ := p.out.ReadBytes('\n')
+			line <- b
+		}()
+		select {
+		case b := <-line:
+			if !bytes.Contains(b, []byte(`"ready"`)) {
+				p.kill()
+				return nil, fmt.Errorf("lab: %s did not start: %s %s", p.Name, bytes.TrimSpace(b), strings.TrimSpace(p.stderr.String()))
+			}
+			p.Ready = bytes.TrimSpace(b)
+		case <-time.After(15 * time.Second):
+			p.kill()
+			return nil, fmt.Errorf("lab: %s not ready after 15s: %s", p.Name, strings.TrimSpace(p.stderr.String()))
+		}
+	}
+	go func() {
+		b, _ := io.ReadAll(p.out)
+		p.err = cmd.Wait()
+		p.result = lastLine(b)
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// Wait waits for the process to finish (at most timeout) and decodes its
+// JSON result line into v.
+func (p *Proc) Wait(timeout time.Duration, v any) error {
+	select {
+	case <-p.done:
+	case <-time.After(timeout):
+		p.kill()
+		<-p.done
+		return fmt.Errorf("lab: %s still running after %v; killed", p.Name, timeout)
+	}
+	if p.err != nil {
+		return fmt.Errorf("lab: %s: %v: %s", p.Name, p.err, strings.TrimSpace(p.stderr.String()))
+	}
+	if v == nil {
+		return nil
+	}
+	if err := json.Unmarshal(p.result, v); err != nil {
+		return fmt.Errorf("lab: %s result %q: %w", p.Name, p.result, err)
+	}
+	return nil
+}
+
+// Stop ends the process (SIGTERM, then SIGKILL) and waits for it.
+func (p *Proc) Stop() {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(3 * time.Second):
+		p.kill()
+		<-p.done
+	}
+}
+
+func (p *Proc) kill() { _ = p.cmd.Process.Kill() }
+
+func lastLine(b []byte) []byte {
+	b = bytes.TrimSpace(b)
+	if i := bytes.LastIndexByte(b, '\n'); i >= 0 {
+		return b[i+1:]
+	}
+	return b
+}
+
+// recordPids writes the PIDs started so far; the caller holds r.mu.
+func (r *Run) recordPids() {
+	if r.pidFile == "" {
+		return
+	}
+	var b strings.Builder
+	for _, p := range r.procs {
+		b.WriteString(strconv.Itoa(p.Pid) + "\n")
+	}
+	_ = os.WriteFile(r.pidFile, []byte(b.String()), 0o644)
+}
+
+// Check diagnoses the given lab namespaces over interval, the same way
+// `check --netns` does, and returns the report.
+func (r *Run) Check(ctx context.Context, interval time.Duration, nsNames ...string) (*report.Report, error) {
+	f := netns.Default()
+	var nss []netns.NS
+	for _, n := range nsNames {
+		ns, err := f.Named(n)
+		if err != nil {
+			return nil, err
+		}
+		nss = append(nss, ns)
+	}
+	c := &collect.Collector{Opts: collect.Options{Owners: true, BufLock: true, ProcRoot: "/proc"}, Now: time.Now}
+	ss, err := checkup.Sample(ctx, c, nss, 2, interval, sleepCtx)
+	if err != nil {
+		return nil, err
+	}
+	opts := diag.Options{}
+	if r.Link != nil {
+		opts.Bandwidth = r.linkRate()
+	}
+	return checkup.Diagnose(ss, rules.All(), opts), nil
+}
+
+// linkRate is the slower configured direction, 0 when unlimited.
+func (r *Run) linkRate() float64 {
+	p := r.Link.Params()
+	switch {
+	case p.RateUp == 0:
+		return p.RateDown
+	case p.RateDown == 0:
+		return p.RateUp
+	}
+	return min(p.RateUp, p.RateDown)
+}
+
+// Close stops every process the run started, the link and the topology,
+// unless Keep is set. It is safe to call twice.
+func (r *Run) Close() error {
+	if r.Opts.Keep {
+		r.Logf("--keep: leaving run %s in place (tcpdoctor lab clean removes it)", r.runID())
+		return nil
+	}
+	r.mu.Lock()
+	procs := r.procs
+	r.procs = nil
+	r.mu.Unlock()
+	for _, p := range procs {
+		p.Stop()
+	}
+	var errs []error
+	if r.Link != nil {
+		errs = append(errs, r.Link.Close())
+	}
+	if r.Topo != nil {
+		errs = append(errs, r.Topo.Close())
+	}
+	if r.pidFile != "" {
+		_ = os.Remove(r.pidFile)
+	}
+	return errors.Join(errs...)
+}
+
+func (r *Run) runID() string {
+	if r.Topo == nil {
+		return "?"
+	}
+	return r.Topo.Run
+}
+
+// Clean removes what killed runs left: namespaces named tdlab-* and the
+// processes recorded in PidDir (only those, by PID, and only if they are
+// still our workload executable).
+func Clean(ctx context.Context, self string, log io.Writer) error {
+	files, _ := filepath.Glob(filepath.Join(PidDir, "*.pids"))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Fields(string(b)) {
+			pid, err := strconv.Atoi(line)
+			if err != nil || pid <= 1 {
+				continue
+			}
+			if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); err == nil && sameFile(exe, self) {
+				fmt.Fprintf(log, "lab clean: ending workload pid %d\n", pid)
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+		_ = os.Remove(f)
+	}
+	return topo.Clean(ctx, nil, topo.Prefix)
+}
+
+func sameFile(a, b string) bool {
+	fa, err1 := os.Stat(a)
+	fb, err2 := os.Stat(b)
+	return err1 == nil && err2 == nil && os.SameFile(fa, fb)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// FiredOn reports the findings of rule ids at warning or above.
+func FiredOn(fs []diag.Finding, ids ...string) []diag.Finding {
+	var out []diag.Finding
+	for _, f := range fs {
+		if f.Severity < diag.Warning {
+			continue
+		}
+		for _, id := range ids {
+			if f.Rule == id {
+				out = append(out, f)
+			}
+		}
+	}
+	return out
+}
