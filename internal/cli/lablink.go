@@ -14,6 +14,7 @@ import (
 
 type labLinkBenchOpts struct {
 	rtt, duration, pingDuration time.Duration
+	spin                        time.Duration
 	rate, slowRate, cc          string
 	inProcess, normalPriority   bool
 	check                       bool
@@ -57,6 +58,7 @@ end and on Ctrl-C.`,
 	fs.DurationVar(&o.duration, "duration", 5*time.Second, "length of each throughput run (max 60s)")
 	fs.DurationVar(&o.pingDuration, "ping-duration", 3*time.Second, "length of the delay accuracy run (max 60s, 0 skips it)")
 	fs.StringVar(&o.cc, "cc", "cubic", "congestion control of the flows (cubic, reno, bbr)")
+	fs.DurationVar(&o.spin, "spin", 0, "busy-wait before each release (0: the default, negative: none)")
 	fs.BoolVar(&o.inProcess, "in-process", false, "run the delay line on a thread of this process, not in a child")
 	fs.BoolVar(&o.normalPriority, "normal-priority", false, "do not give the delay line SCHED_FIFO priority")
 	fs.BoolVar(&o.check, "check", false, "exit 1 if a target of the default setup (20ms, 1gbit, 100mbit) is missed")
@@ -71,13 +73,16 @@ func runLabLinkBench(cmd *cobra.Command, e *Env, o *labLinkBenchOpts) error {
 	}
 	bo := linkemu.BenchOptions{
 		RTT: o.rtt, Duration: o.duration, PingDuration: o.pingDuration, CC: o.cc,
-		NormalPriority: o.normalPriority, Progress: e.Stderr,
+		NormalPriority: o.normalPriority, Progress: e.Stderr, Spin: o.spin,
 	}
 	if o.duration <= 0 || o.duration > linkemu.MaxBenchDuration || o.pingDuration < 0 || o.pingDuration > linkemu.MaxBenchDuration {
 		return usageErr("link-bench: durations must be within 0-%v (--duration above 0)", linkemu.MaxBenchDuration)
 	}
 	if o.rtt <= 0 || o.rtt > linkemu.MaxRTT {
 		return usageErr("link-bench: --rtt %v out of range (0, %v]", o.rtt, linkemu.MaxRTT)
+	}
+	if o.spin > time.Millisecond {
+		return usageErr("link-bench: --spin %v above 1ms", o.spin)
 	}
 	var err error
 	if bo.Rate, err = bdp.ParseRate(o.rate); err != nil {

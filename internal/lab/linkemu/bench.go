@@ -7,8 +7,11 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,6 +34,9 @@ type BenchOptions struct {
 	Exec           []string      // Params.Exec
 	NormalPriority bool          // Params.NormalPriority
 	Progress       io.Writer     // notes; nil discards
+	// PressureFile is the CPU pressure (PSI) file read before and after
+	// ["/proc/pressure/cpu"]; "-" skips it.
+	PressureFile string
 }
 
 // MaxBenchDuration bounds every run of Bench.
@@ -52,15 +58,22 @@ type FlowResult struct {
 	Bytes   int64   // received by the server
 	Elapsed time.Duration
 	Mbps    float64 // received bits per second / 1e6, over Elapsed
-	CPU     time.Duration
-	CPUPct  float64 // delay-line thread CPU as % of one core over Elapsed
-	Link    Stats
+	// SteadyMbps leaves out the first second (slow start); 0 when the
+	// flow ran for less than two seconds.
+	SteadyMbps float64
+	CPU        time.Duration
+	CPUPct     float64 // delay-line thread CPU as % of one core over Elapsed
+	Link       Stats
 }
 
 // BenchResult holds every run of Bench.
 type BenchResult struct {
 	Ping  PingResult
 	Flows []FlowResult
+	// CPUPressure is the share of the run's wall time in which some task
+	// on the machine waited for a CPU (PSI "some"), -1 if unknown: the
+	// figures above are only as good as the machine was quiet.
+	CPUPressure float64
 }
 
 func (o *BenchOptions) fill() error {
@@ -84,6 +97,9 @@ func (o *BenchOptions) fill() error {
 	}
 	if o.CC == "" {
 		o.CC = "cubic"
+	}
+	if o.PressureFile == "" {
+		o.PressureFile = "/proc/pressure/cpu"
 	}
 	if o.Progress == nil {
 		o.Progress = io.Discard
@@ -114,7 +130,14 @@ func Bench(ctx context.Context, o BenchOptions) (res *BenchResult, err error) {
 	}
 	defer func() { err = errors.Join(err, t.Close()) }()
 	fmt.Fprintf(o.Progress, "link-bench: topology %s built\n", t.Run)
-	res = &BenchResult{}
+	res = &BenchResult{CPUPressure: -1}
+	p0, perr := cpuStall(o.PressureFile)
+	w0 := time.Now()
+	defer func() {
+		if p1, err := cpuStall(o.PressureFile); err == nil && perr == nil {
+			res.CPUPressure = (p1 - p0).Seconds() / time.Since(w0).Seconds()
+		}
+	}()
 	if o.PingDuration > 0 {
 		fmt.Fprintf(o.Progress, "link-bench: ping-pong at rtt %v for %v\n", o.RTT, o.PingDuration)
 		if res.Ping, err = benchPing(ctx, t, o, o.params(0)); err != nil {
@@ -283,9 +306,9 @@ func benchFlow(ctx context.Context, t *topo.Topo, o BenchOptions, p Params) (Flo
 	}
 	defer ln.Close()
 	type recv struct {
-		n       int64
-		elapsed time.Duration
-		err     error
+		n, atOne int64 // bytes in all, and after one second
+		elapsed  time.Duration
+		err      error
 	}
 	rc := make(chan recv, 1)
 	go func() {
@@ -296,8 +319,23 @@ func benchFlow(ctx context.Context, t *topo.Topo, o BenchOptions, p Params) (Flo
 		}
 		defer c.Close()
 		start := time.Now()
-		n, err := io.CopyBuffer(io.Discard, c, make([]byte, 256<<10))
-		rc <- recv{n: n, elapsed: time.Since(start), err: err}
+		var r recv
+		b := make([]byte, 256<<10)
+		for {
+			k, err := c.Read(b)
+			r.n += int64(k)
+			if r.atOne == 0 && time.Since(start) >= time.Second {
+				r.atOne = r.n
+			}
+			if err != nil {
+				if err != io.EOF {
+					r.err = err
+				}
+				break
+			}
+		}
+		r.elapsed = time.Since(start)
+		rc <- r
 	}()
 	var c net.Conn
 	if err := t.Do(t.Client, func() (err error) {
@@ -340,11 +378,45 @@ func benchFlow(ctx context.Context, t *topo.Topo, o BenchOptions, p Params) (Flo
 	res.Bytes, res.Elapsed = r.n, r.elapsed
 	if r.elapsed > 0 {
 		res.Mbps = float64(r.n) * 8 / r.elapsed.Seconds() / 1e6
+		if r.elapsed >= 2*time.Second && r.atOne > 0 {
+			res.SteadyMbps = float64(r.n-r.atOne) * 8 / (r.elapsed - time.Second).Seconds() / 1e6
+		}
 		res.CPU = after.CPU - before.CPU
 		res.CPUPct = 100 * res.CPU.Seconds() / r.elapsed.Seconds()
 	}
 	res.Link = after
 	return res, l.Close()
+}
+
+// cpuStall reads the "some" total stall time from a PSI file.
+func cpuStall(path string) (time.Duration, error) {
+	if path == "-" {
+		return 0, errors.New("skipped")
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	return parseStall(string(b))
+}
+
+// parseStall finds total= on the "some" line of a PSI file (microseconds).
+func parseStall(s string) (time.Duration, error) {
+	for _, line := range strings.Split(s, "\n") {
+		if !strings.HasPrefix(line, "some ") {
+			continue
+		}
+		for _, f := range strings.Fields(line) {
+			if v, ok := strings.CutPrefix(f, "total="); ok {
+				us, err := strconv.ParseInt(v, 10, 64)
+				if err != nil {
+					return 0, fmt.Errorf("linkemu: psi total %q: %w", v, err)
+				}
+				return time.Duration(us) * time.Microsecond, nil
+			}
+		}
+	}
+	return 0, errors.New("linkemu: psi: no some total")
 }
 
 // WriteTable prints the results as two aligned tables.
@@ -355,13 +427,16 @@ func (r *BenchResult) WriteTable(w io.Writer) {
 		fmt.Fprintf(w, "  %-8d %-8d %-9s %-9s %-9s %-9s   %-15s %-15s\n", p.Sent, p.Received, ms(p.Min), ms(p.P50), ms(p.P99), ms(p.Max),
 			"<"+ms(p.Link.HoldErrP50), "<"+ms(p.Link.HoldErrP99))
 	}
+	if r.CPUPressure >= 0 {
+		fmt.Fprintf(w, "machine: some task waited for a CPU %.0f %% of the run (PSI cpu some)\n", 100*r.CPUPressure)
+	}
 	if len(r.Flows) > 0 {
 		fmt.Fprintf(w, "throughput (one autotuned TCP flow, client to server):\n")
-		fmt.Fprintf(w, "  %-10s %-7s %-10s %-9s %-14s %-10s %-15s %-15s\n", "link", "rtt", "received", "seconds", "goodput", "line cpu", "line hold p50", "line hold p99")
+		fmt.Fprintf(w, "  %-10s %-7s %-10s %-9s %-14s %-14s %-10s %-15s %-15s\n", "link", "rtt", "received", "seconds", "goodput", "after 1s", "line cpu", "line hold p50", "line hold p99")
 		for _, f := range r.Flows {
-			fmt.Fprintf(w, "  %-10s %-7v %-10s %-9.2f %-14s %-10s %-15s %-15s\n",
+			fmt.Fprintf(w, "  %-10s %-7v %-10s %-9.2f %-14s %-14s %-10s %-15s %-15s\n",
 				fmt.Sprintf("%g Mbit", f.Rate/1e6), f.RTT, fmt.Sprintf("%.1f MB", float64(f.Bytes)/1e6),
-				f.Elapsed.Seconds(), fmt.Sprintf("%.1f Mbit/s", f.Mbps), fmt.Sprintf("%.1f %%", f.CPUPct),
+				f.Elapsed.Seconds(), fmt.Sprintf("%.1f Mbit/s", f.Mbps), fmt.Sprintf("%.1f Mbit/s", f.SteadyMbps), fmt.Sprintf("%.1f %%", f.CPUPct),
 				"<"+ms(f.Link.HoldErrP50), "<"+ms(f.Link.HoldErrP99))
 		}
 	}

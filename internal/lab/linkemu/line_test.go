@@ -72,3 +72,15 @@ func TestTBF(t *testing.T) {
 		t.Error("rate 0 gave a qdisc")
 	}
 }
+
+func TestParseStall(t *testing.T) {
+	d, err := parseStall("some avg10=1.00 avg60=2.00 avg300=3.00 total=1500\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=7\n")
+	if err != nil || d != 1500*time.Microsecond {
+		t.Fatalf("%v %v", d, err)
+	}
+	for _, bad := range []string{"", "full total=3", "some total=x"} {
+		if _, err := parseStall(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
