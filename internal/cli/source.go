@@ -47,7 +47,13 @@ func (o *sourceOpts) namespaces(e *Env) ([]netns.NS, error) {
 	f := netns.Finder{ProcRoot: e.ProcRoot, RunDir: "/run/netns"}
 	switch {
 	case o.allNetns:
-		return f.All()
+		nss, err := f.All()
+		if err != nil && len(nss) > 0 {
+			// Partial: namespaces of processes we may not inspect are missing.
+			e.progress("note: %v; their namespaces may be missing", err)
+			err = nil
+		}
+		return nss, err
 	case o.netns != "":
 		ns, err := f.Named(o.netns)
 		if err != nil {
