@@ -32,6 +32,8 @@ type Options struct {
 	Rules []diag.Rule
 	// Diag are the user inputs some rules use.
 	Diag diag.Options
+	// Clock times the diagnosis; time.Now when nil.
+	Clock func() time.Time
 }
 
 // Exporter is a prometheus.Collector serving the latest prepared view.
@@ -53,6 +55,9 @@ type Exporter struct {
 func New(opts Options) *Exporter {
 	if opts.Top <= 0 {
 		opts.Top = DefaultTop
+	}
+	if opts.Clock == nil {
+		opts.Clock = time.Now
 	}
 	x := &Exporter{opts: opts, d: newDescs(), last: map[string]*snapshot.Snapshot{}}
 	x.view.Store(&view{})
@@ -115,7 +120,7 @@ func (x *Exporter) Collect(ch chan<- prometheus.Metric) {
 func (x *Exporter) Update(snaps []*snapshot.Snapshot, collectTook time.Duration) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	start := time.Now()
+	start := x.opts.Clock()
 	x.collections++
 	b := &viewBuilder{seen: map[string]bool{}}
 	d := x.d
@@ -162,7 +167,7 @@ func (x *Exporter) Update(snaps []*snapshot.Snapshot, collectTook time.Duration)
 	if !newest.IsZero() {
 		b.add(d.lastCollect, prometheus.GaugeValue, float64(newest.UnixNano())/1e9)
 	}
-	b.add(d.diagDur, prometheus.GaugeValue, time.Since(start).Seconds())
+	b.add(d.diagDur, prometheus.GaugeValue, x.opts.Clock().Sub(start).Seconds())
 	x.view.Store(&b.v)
 }
 
