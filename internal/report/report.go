@@ -145,7 +145,7 @@ func WriteText(w io.Writer, r *Report, st Style) {
 		fmt.Fprintf(w, "%s %s%s: %s\n", paint(yellow, "UNKNOWN"), u.Rule, ns, u.Reason)
 	}
 	for _, se := range r.Sources {
-		fmt.Fprintf(w, "%s source %s in netns %s failed: %s\n", paint(yellow, "NOTE"), se.Source, se.Netns, se.Error)
+		fmt.Fprintf(w, "%s source %s in netns %s incomplete: %s\n", paint(yellow, "NOTE"), se.Source, se.Netns, se.Error)
 	}
 }
 
