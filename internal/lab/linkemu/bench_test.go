@@ -31,16 +31,13 @@ func needRoot(t *testing.T) {
 	}
 }
 
-// TestBench runs a short link-bench and holds it to the targets,
-// with some room for a shared 2-core machine.
+// TestBench runs a short link-bench. Its bounds are loose (the machine is
+// shared); docs/lab-link.md has the full figures.
 func TestBench(t *testing.T) {
 	needRoot(t)
-	if testing.Short() {
-		t.Skip("short")
-	}
 	var progress bytes.Buffer
 	res, err := Bench(context.Background(), BenchOptions{
-		PingDuration: 2 * time.Second, Duration: 3 * time.Second, Progress: &progress, Exec: selfExec(),
+		PingDuration: time.Second, Duration: 2 * time.Second, Progress: &progress, Exec: selfExec(),
 	})
 	if err != nil {
 		t.Fatalf("%v\n%s", err, progress.String())
@@ -48,4 +45,22 @@ func TestBench(t *testing.T) {
 	var out bytes.Buffer
 	res.WriteTable(&out)
 	t.Logf("\n%s", out.String())
+	if p := res.Ping; p.Received < p.Sent*9/10 || p.Min < 0 || p.P50 > time.Millisecond {
+		t.Errorf("ping: %d of %d, min %v p50 %v", p.Received, p.Sent, p.Min, p.P50)
+	}
+	if len(res.Flows) != 2 {
+		t.Fatalf("%d flows", len(res.Flows))
+	}
+	if f := res.Flows[0]; f.Rate != 1e9 || f.Mbps < 500 || f.Mbps > 957 || f.CPUPct <= 0 || f.CPUPct > 100 {
+		t.Errorf("1 Gbit/s flow: %.1f Mbit/s, line cpu %.1f %%", f.Mbps, f.CPUPct)
+	}
+	if f := res.Flows[1]; f.Rate != 100e6 || f.Mbps < 80 || f.Mbps > 95.7 {
+		t.Errorf("100 Mbit/s flow: %.1f Mbit/s", f.Mbps)
+	}
+	if n := len(res.Targets()); n != 5 {
+		t.Errorf("%d targets", n)
+	}
+	if !bytes.Contains(out.Bytes(), []byte("100 Mbit")) {
+		t.Errorf("table without the 100 Mbit row:\n%s", out.String())
+	}
 }
