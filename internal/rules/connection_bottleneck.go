@@ -151,8 +151,15 @@ func connLimited(sk, p *snapshot.Socket, window time.Duration) (string, bool) {
 		if s := snapshot.Frac(sh.Rwnd+sh.Sndbuf, sh.Busy); s >= bottleneckLimited {
 			why = fmt.Sprintf("busy %s, rwnd+sndbuf limited %s", pct(snapshot.Frac(sh.Busy, window)), pct(s))
 		}
+		// A full send buffer limits only if what is in flight fills a
+		// good part of it; an autotuned buffer full of unsent data behind
+		// a slower path is path-limited, and more connections do not help.
+		var inflight uint64
+		if sk.Info != nil {
+			inflight = uint64(sk.Info.Unacked) * uint64(sk.Info.SndMSS)
+		}
 		if why == "" && sk.Mem != nil && p.Mem != nil && sk.Mem.Sndbuf > 0 &&
-			2*sk.SendQ >= sk.Mem.Sndbuf && 2*p.SendQ >= p.Mem.Sndbuf {
+			2*sk.SendQ >= sk.Mem.Sndbuf && 2*p.SendQ >= p.Mem.Sndbuf && 4*inflight >= uint64(sk.Mem.Sndbuf) {
 			why = fmt.Sprintf("busy %s, Send-Q %s stuck at sndbuf %s", pct(snapshot.Frac(sh.Busy, window)), fmtBytes(float64(sk.SendQ)), fmtBytes(float64(sk.Mem.Sndbuf)))
 		}
 		if why == "" {
