@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -158,7 +159,20 @@ func (r *Run) Start(ns string, wantReady bool, args ...string) (*Proc, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := cmd.Start(); err != nil {
+	// Pdeathsig fires when the forking thread ends, not the process, and
+	// goroutines that lock a thread to enter a namespace end theirs: fork
+	// from a locked thread that stays until the workload is reaped.
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		err := cmd.Start()
+		started <- err
+		if err == nil {
+			<-p.done
+		}
+	}()
+	if err := <-started; err != nil {
 		return nil, fmt.Errorf("lab: start %s: %w", p.Name, err)
 	}
 	p.Pid = cmd.Process.Pid // ip netns exec execs the workload in place
@@ -176,12 +190,12 @@ func (r *Run) Start(ns string, wantReady bool, args ...string) (*Proc, error) {
 		select {
 		case b := <-line:
 			if !bytes.Contains(b, []byte(`"ready"`)) {
-				p.kill()
+				p.reap()
 				return nil, fmt.Errorf("lab: %s did not start: %s %s", p.Name, bytes.TrimSpace(b), strings.TrimSpace(p.stderr.String()))
 			}
 			p.Ready = bytes.TrimSpace(b)
 		case <-time.After(15 * time.Second):
-			p.kill()
+			p.reap()
 			return nil, fmt.Errorf("lab: %s not ready after 15s: %s", p.Name, strings.TrimSpace(p.stderr.String()))
 		}
 	}
@@ -233,6 +247,14 @@ func (p *Proc) Stop() {
 }
 
 func (p *Proc) kill() { _ = p.cmd.Process.Kill() }
+
+// reap kills a process that failed to start and waits for it, which also
+// frees the thread that forked it.
+func (p *Proc) reap() {
+	p.kill()
+	p.err = p.cmd.Wait()
+	close(p.done)
+}
 
 func lastLine(b []byte) []byte {
 	b = bytes.TrimSpace(b)
