@@ -29,8 +29,7 @@ type Header struct {
 
 // Writer writes a snapshot file.
 type Writer struct {
-	w   *bufio.Writer
-	enc *json.Encoder
+	w *bufio.Writer
 }
 
 // NewWriter writes the header and returns a Writer.
@@ -40,15 +39,42 @@ func NewWriter(w io.Writer, tool string) (*Writer, error) {
 	if err := enc.Encode(Header{Format: FormatName, Version: FormatVersion, Tool: tool}); err != nil {
 		return nil, fmt.Errorf("snapshot: write header: %w", err)
 	}
-	return &Writer{w: bw, enc: enc}, nil
+	if err := bw.Flush(); err != nil {
+		return nil, fmt.Errorf("snapshot: write header: %w", err)
+	}
+	return &Writer{w: bw}, nil
 }
 
 // Write appends one snapshot and flushes it, so a killed recorder leaves
-// every completed sample readable.
+// every completed sample readable. Sockets are encoded one at a time, so
+// memory stays near the snapshot's own size even at 100,000 sockets.
 func (w *Writer) Write(s *Snapshot) error {
-	if err := w.enc.Encode(s); err != nil {
+	head := *s
+	head.Sockets = nil
+	b, err := json.Marshal(&head)
+	if err != nil {
 		return fmt.Errorf("snapshot: write: %w", err)
 	}
+	const key = `"sockets":null`
+	i := bytes.Index(b, []byte(key))
+	if i < 0 {
+		return fmt.Errorf("snapshot: write: no sockets field in %.40s", b)
+	}
+	w.w.Write(b[:i])
+	w.w.WriteString(`"sockets":[`)
+	for j := range s.Sockets {
+		if j > 0 {
+			w.w.WriteByte(',')
+		}
+		sb, err := json.Marshal(&s.Sockets[j])
+		if err != nil {
+			return fmt.Errorf("snapshot: write socket %d: %w", j, err)
+		}
+		w.w.Write(sb)
+	}
+	w.w.WriteByte(']')
+	w.w.Write(b[i+len(key):])
+	w.w.WriteByte('\n')
 	if err := w.w.Flush(); err != nil {
 		return fmt.Errorf("snapshot: write: %w", err)
 	}
