@@ -25,6 +25,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/exporter"
+	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/rules"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 )
@@ -83,7 +84,7 @@ func runServe(ctx context.Context, e *Env, o *serveOpts) error {
 			return usageErr("serve: --bandwidth: %v", err)
 		}
 	}
-	if _, err := o.src.namespaces(e); err != nil && !o.src.allNetns {
+	if nss, err := serveNamespaces(e, o); len(nss) == 0 {
 		return usageErr("serve: %v", err)
 	}
 	x := exporter.New(exporter.Options{Top: o.top, Rules: rules.All(), Diag: dopts})
@@ -104,11 +105,11 @@ func runServe(ctx context.Context, e *Env, o *serveOpts) error {
 		Now:      e.Now,
 		Sleep:    e.Sleep,
 		Sample: func() []*snapshot.Snapshot {
-			nss, err := o.src.namespaces(e)
+			nss, err := serveNamespaces(e, o)
 			if note := fmt.Sprint(err); err != nil && note != lastNote {
-				e.progress("note: %v", err)
-				lastNote = note
+				e.progress("note: %v (said once until it changes)", err)
 			}
+			lastNote = fmt.Sprint(err)
 			return c.Collect(nss)
 		},
 	}
@@ -136,6 +137,28 @@ func runServe(ctx context.Context, e *Env, o *serveOpts) error {
 		return fmt.Errorf("serve: %w", err)
 	}
 	return nil
+}
+
+// serveNamespaces resolves --netns / --all-netns anew for each
+// collection: namespaces come and go. With --all-netns a partial list
+// (processes we may not inspect) comes with the error.
+func serveNamespaces(e *Env, o *serveOpts) ([]netns.NS, error) {
+	f := netns.Finder{ProcRoot: e.ProcRoot, RunDir: "/run/netns"}
+	switch {
+	case o.src.allNetns:
+		return f.All()
+	case o.src.netns != "":
+		ns, err := f.Named(o.src.netns)
+		if err != nil {
+			return nil, err
+		}
+		return []netns.NS{ns}, nil
+	}
+	ns, err := f.Current()
+	if err != nil {
+		return nil, err
+	}
+	return []netns.NS{ns}, nil
 }
 
 type serveBenchOpts struct {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 )
@@ -125,6 +126,7 @@ func (x *Exporter) Update(snaps []*snapshot.Snapshot, collectTook time.Duration)
 	b := &viewBuilder{seen: map[string]bool{}}
 	d := x.d
 	next := make(map[string]*snapshot.Snapshot, len(snaps))
+	var windows []checkup.Series
 	var newest time.Time
 	for _, cur := range snaps {
 		ns := cur.Netns.Name
@@ -135,21 +137,20 @@ func (x *Exporter) Update(snaps []*snapshot.Snapshot, collectTook time.Duration)
 		if cur.Taken.After(newest) {
 			newest = cur.Taken
 		}
-		prev := x.last[ns]
-		if prev != nil && !cur.Taken.After(prev.Taken) {
-			prev = nil // clock went backwards: no usable window
-		}
 		x.addSnapshot(b, cur)
-		if prev == nil {
-			continue
+		prev := x.last[ns]
+		if prev == nil || !cur.Taken.After(prev.Taken) {
+			continue // first sample, or the clock went backwards: no window
 		}
+		windows = append(windows, checkup.Series{Netns: ns, Snaps: []*snapshot.Snapshot{prev, cur}})
 		in := diag.NewInput(prev, cur, x.opts.Diag)
 		b.add(d.window, prometheus.GaugeValue, in.Window().Seconds(), ns)
 		x.addLimiters(b, in)
-		var res diag.Result
-		diag.Run(x.opts.Rules, in, &res)
-		res.Sort()
-		for _, f := range res.Findings {
+	}
+	if len(windows) > 0 {
+		// The rules run exactly as `check` runs them.
+		rep := checkup.Diagnose(windows, x.opts.Rules, x.opts.Diag)
+		for _, f := range rep.Findings {
 			s := f.Subject
 			pid := ""
 			if s.Pid > 0 {
@@ -157,7 +158,7 @@ func (x *Exporter) Update(snaps []*snapshot.Snapshot, collectTook time.Duration)
 			}
 			b.add(d.finding, prometheus.GaugeValue, 1, f.Rule, f.Severity.String(), s.Netns, s.Local, s.Remote, pid, s.Command)
 		}
-		for _, u := range res.Unknown {
+		for _, u := range rep.Unknown {
 			b.add(d.unknown, prometheus.GaugeValue, 1, u.Rule, u.Netns)
 		}
 	}
