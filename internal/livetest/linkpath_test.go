@@ -1,0 +1,160 @@
+package livetest
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/lab/linkemu"
+	"github.com/tcpdoctor/tcpdoctor/internal/lab/topo"
+	"github.com/tcpdoctor/tcpdoctor/internal/netns"
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/testns"
+)
+
+// path is a client and a server namespace joined by the lab's emulated
+// link (a delay line in this process plus tbf), for conditions that need
+// a round trip loopback does not have.
+type path struct {
+	client, server netns.NS
+	srv            netip.Addr // the server's address
+	link           *linkemu.Link
+}
+
+// newPath builds the lab topology and starts the link; both are removed
+// at cleanup (after the sockets, which are registered later).
+func newPath(t *testing.T, p linkemu.Params) path {
+	t.Helper()
+	testns.NeedRoot(t)
+	tp, err := topo.Build(topo.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := tp.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	l, err := linkemu.Start(tp, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		st := l.Stats()
+		t.Logf("link: %d packets, %d lost, hold error p99 %v", st.Packets, st.Lost, st.HoldErrP99)
+		if err := l.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	var pt path
+	pt.link, pt.srv = l, tp.ServerAddrs[0]
+	for _, x := range []struct {
+		name string
+		ns   *netns.NS
+	}{{tp.Client, &pt.client}, {tp.Server, &pt.server}} {
+		if *x.ns, err = netns.Default().Named(x.name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return pt
+}
+
+// listenAt is Listen on addr:0 instead of 127.0.0.1. Call inside In.
+func listenAt(t testing.TB, addr netip.Addr, setup func(fd int) error) (int, netip.AddrPort, error) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, netip.AddrPort{}, err
+	}
+	Close(t, fd)
+	if setup != nil {
+		if err := setup(fd); err != nil {
+			return -1, netip.AddrPort{}, err
+		}
+	}
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: addr.As4()}); err != nil {
+		return -1, netip.AddrPort{}, err
+	}
+	if err := unix.Listen(fd, 64); err != nil {
+		return -1, netip.AddrPort{}, err
+	}
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		return -1, netip.AddrPort{}, err
+	}
+	return fd, netip.AddrPortFrom(addr, uint16(sa.(*unix.SockaddrInet4).Port)), nil
+}
+
+// setBuf returns a setup that pins opt (SO_SNDBUF or SO_RCVBUF) to n
+// bytes; n == 0 leaves the socket autotuned.
+func setBuf(opt, n int) func(fd int) error {
+	return func(fd int) error {
+		if n == 0 {
+			return nil
+		}
+		return unix.SetsockoptInt(fd, unix.SOL_SOCKET, opt, n)
+	}
+}
+
+// pairAcross connects a client in p.client to a listener in p.server,
+// after clientSetup and serverSetup ran on the client socket and the
+// listener (accepted sockets inherit its buffers). Both fds are closed at
+// cleanup. It returns the client's and the server's address as the client
+// sees them.
+func pairAcross(t *testing.T, p path, clientSetup, serverSetup func(fd int) error) (client, server int, local, srv netip.AddrPort) {
+	t.Helper()
+	var lfd int
+	In(t, p.server, func() error {
+		var err error
+		lfd, srv, err = listenAt(t, p.srv, serverSetup)
+		return err
+	})
+	In(t, p.client, func() error {
+		var err error
+		client, err = Dial(srv, clientSetup)
+		return err
+	})
+	Close(t, client)
+	server, err := Accept(lfd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	Close(t, server)
+	sa, err := unix.Getsockname(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s4 := sa.(*unix.SockaddrInet4)
+	return client, server, netip.AddrPortFrom(netip.AddrFrom4(s4.Addr), uint16(s4.Port)), srv
+}
+
+// acked is the rate (bits/s) at which the connection from local was acked
+// between the two samples, read from tcp_info.bytes_acked; 0 when either
+// sample lacks it.
+func acked(prev, cur *snapshot.Snapshot, local netip.AddrPort) float64 {
+	find := func(s *snapshot.Snapshot) *snapshot.Socket {
+		for i := range s.Sockets {
+			if sk := &s.Sockets[i]; sk.Local == local && sk.State == snapshot.Established && sk.Info != nil {
+				return sk
+			}
+		}
+		return nil
+	}
+	a, b := find(prev), find(cur)
+	d := cur.Taken.Sub(prev.Taken).Seconds()
+	if a == nil || b == nil || d <= 0 || b.Info.BytesAcked < a.Info.BytesAcked {
+		return 0
+	}
+	return float64(b.Info.BytesAcked-a.Info.BytesAcked) * 8 / d
+}
+
+// sample is Sample that also returns the first snapshot.
+func sample(t *testing.T, ns netns.NS, interval time.Duration) (Report, []byte, *snapshot.Snapshot, *snapshot.Snapshot) {
+	t.Helper()
+	prev := Collect(ns)
+	time.Sleep(interval)
+	cur := Collect(ns)
+	r, b := Diagnose(t, prev, cur)
+	return r, b, prev, cur
+}
