@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
@@ -129,6 +130,10 @@ func ServeLine() error {
 	if err != nil {
 		return fmt.Errorf("linkemu: mmap stats: %w", err)
 	}
+	// The line allocates only while its pool grows (see put): without the
+	// collector no stop-the-world, which needs the runtime's other,
+	// normal-priority threads, can stall the SCHED_FIFO thread.
+	debug.SetGCPercent(-1)
 	ln := newLine(time.Duration(delay), time.Duration(spin), loss, seed)
 	ln.tun, ln.wake = childTun, childCtl
 	ln.rtPrio = min(max(prio, 0), 99)

@@ -282,14 +282,14 @@ func (l *line) get(free *[][]byte, size int) []byte {
 	return make([]byte, size)
 }
 
-// put keeps a few free buffers and lets the rest go to the collector.
+// put keeps every buffer for reuse: the line makes no garbage, so its
+// memory is the peak it held (at most maxQueued plus one buffer) and the
+// child process can run without the garbage collector.
 func (l *line) put(b []byte) {
-	free := &l.small
 	if cap(b) > smallBuf {
-		free = &l.big
-	}
-	if len(*free) < 1024 {
-		*free = append(*free, b)
+		l.big = append(l.big, b)
+	} else {
+		l.small = append(l.small, b)
 	}
 }
 
