@@ -93,6 +93,9 @@ func runLabLinkBench(cmd *cobra.Command, e *Env, o *labLinkBenchOpts) error {
 	} else if bo.SlowRate, err = bdp.ParseRate(o.slowRate); err != nil {
 		return usageErr("link-bench: --slow-rate: %v", err)
 	}
+	if o.pingDuration == 0 {
+		bo.PingDuration = -1
+	}
 	if !o.inProcess {
 		p := append([]string{e.Args0}, strings.Fields(cmd.CommandPath())[1:]...)
 		bo.Exec = append(p, "--"+delayLineFlag)

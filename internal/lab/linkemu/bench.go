@@ -27,7 +27,7 @@ type BenchOptions struct {
 	Rate           float64       // fast link, bit/s [1e9]
 	SlowRate       float64       // slow link, bit/s [100e6]; negative skips it
 	Duration       time.Duration // per throughput run [5s], at most MaxBenchDuration
-	PingDuration   time.Duration // delay accuracy run [3s], at most MaxBenchDuration
+	PingDuration   time.Duration // delay accuracy run [3s], at most MaxBenchDuration; negative skips it
 	PingInterval   time.Duration // [2ms]
 	CC             string        // congestion control of the flows [cubic]
 	Spin           time.Duration // Params.Spin
@@ -107,7 +107,7 @@ func (o *BenchOptions) fill() error {
 	switch {
 	case o.RTT < 0 || o.RTT > MaxRTT:
 		return fmt.Errorf("linkemu: bench rtt %v out of range 0-%v", o.RTT, MaxRTT)
-	case o.Duration < 0 || o.Duration > MaxBenchDuration || o.PingDuration < 0 || o.PingDuration > MaxBenchDuration:
+	case o.Duration < 0 || o.Duration > MaxBenchDuration || o.PingDuration > MaxBenchDuration:
 		return fmt.Errorf("linkemu: bench durations %v/%v out of range 0-%v", o.Duration, o.PingDuration, MaxBenchDuration)
 	case o.PingInterval < 100*time.Microsecond:
 		return fmt.Errorf("linkemu: bench ping interval %v below 100us", o.PingInterval)
