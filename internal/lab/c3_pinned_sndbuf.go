@@ -58,7 +58,7 @@ func runC3(ctx context.Context, base *Run) (*Result, error) {
 	Judge(res, []string{"sndbuf-limited"}, fast > 2*slow,
 		fmt.Sprintf("at 1 Gbit/s, 20 ms: SO_SNDBUF 16K moved %.0f Mbit/s, autotuned %.0f Mbit/s (%.1fx)", slow, fast, fast/max(slow, 1e-9)))
 	res.Notes = append(res.Notes,
-		"the write-up's 16K/RTT ceiling (about 6.5 Mbit/s at 20 ms) does not hold on this kernel: it lets about 2 x sndbuf into flight, and BBR (the default cc) paces it; design.md measured 26-31 Mbit/s at 1 Gbit/s (655 autotuned, 249 with 256K) and 43-67 at 100 Mbit/s (93 autotuned)",
+		"the write-up's ceiling of 16K per RTT (about 800 KB/s, 6.5 Mbit/s at 20 ms) does not hold on this kernel: it lets about 2 x sndbuf into flight (see the rate column; the write-up's 25 s / 4 s / 2.8 s query times have the same order); design.md measured 16K at 43-67 Mbit/s on 100 Mbit/s (93 autotuned) and 26-31 Mbit/s on 1 Gbit/s (655 autotuned, 249 with 256K) in iperf-style runs; the rows above are this run's own figures",
 		c3ChronoNote(res.Table.Rows),
 		"the before/after findings come from `check` during the 1 Gbit/s runs: before with SO_SNDBUF 16K, after with an autotuned sender moving a larger transfer so that the check window falls inside it")
 	if base.Opts.Quick {
@@ -206,6 +206,8 @@ func tpSize(n int64) string {
 		return fmt.Sprintf("%.1fM", float64(n)/(1<<20))
 	case n >= 1<<10 && n%(1<<10) == 0:
 		return fmt.Sprintf("%dK", n>>10)
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1fK", float64(n)/(1<<10))
 	}
 	return strconv.FormatInt(n, 10)
 }

@@ -16,6 +16,7 @@ func Scenarios() []Scenario {
 	return []Scenario{
 		// One line per scenario, in catalogue order; keep this list explicit.
 		c3PinnedSndbuf(),
+		c5SmallRcvbuf(),
 	}
 }
 

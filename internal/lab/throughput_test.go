@@ -45,3 +45,4 @@ func tpQuick(t *testing.T, s Scenario) {
 }
 
 func TestC3PinnedSndbufQuick(t *testing.T) { tpQuick(t, c3PinnedSndbuf()) }
+func TestC5SmallRcvbufQuick(t *testing.T)  { tpQuick(t, c5SmallRcvbuf()) }
