@@ -21,6 +21,7 @@ type path struct {
 	client, server netns.NS
 	srv            netip.Addr // the server's address
 	link           *linkemu.Link
+	router         string // the router namespace's name
 }
 
 // newPath builds the lab topology and starts the link; both are removed
@@ -49,7 +50,7 @@ func newPath(t *testing.T, p linkemu.Params) path {
 		}
 	})
 	var pt path
-	pt.link, pt.srv = l, tp.ServerAddrs[0]
+	pt.link, pt.srv, pt.router = l, tp.ServerAddrs[0], tp.Router
 	for _, x := range []struct {
 		name string
 		ns   *netns.NS
