@@ -15,8 +15,13 @@ import (
 func Scenarios() []Scenario {
 	return []Scenario{
 		// One line per scenario, in catalogue order; keep this list explicit.
+		c1RPCConnections(),
+		c2AcceptBacklog(),
+		c2PortExhaustion(),
 		c3PinnedSndbuf(),
+		c4TimeWait(),
 		c5SmallRcvbuf(),
+		healthyScenario(),
 	}
 }
 

@@ -1,0 +1,152 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/diag"
+	"github.com/tcpdoctor/tcpdoctor/internal/lab/linkemu"
+	"github.com/tcpdoctor/tcpdoctor/internal/lab/topo"
+	"github.com/tcpdoctor/tcpdoctor/internal/lab/workload"
+)
+
+// healthyScenario runs a mixed healthy load over an emulated link: check
+// must report nothing at warning or above. Any finding there is a false
+// positive (or an unhealthy workload).
+func healthyScenario() Scenario {
+	return Scenario{
+		Name:   "healthy",
+		Case:   "-",
+		Title:  "mixed healthy load (autotuned bulk, pooled keep-alive, idle listener, rpc over 8 connections): no findings",
+		Expect: nil,
+		Run:    runHealthy,
+	}
+}
+
+func runHealthy(ctx context.Context, r *Run) (*Result, error) {
+	// The load lasts settle + two check windows + slack; the bulk transfer
+	// is sized to run about as long at the link's rate.
+	const rate = 100e6
+	rtt := 20 * time.Millisecond
+	settle, interval := 2*time.Second, 4*time.Second
+	if r.Opts.Quick {
+		settle, interval = 1500*time.Millisecond, 2*time.Second
+	}
+	dur := settle + 2*interval + 3*time.Second // two checks take about 2 x interval
+	bulkBytes := int64(rate / 8 * dur.Seconds() * 0.8)
+	res := &Result{}
+	run, err := NewRun(ctx, r.Opts, topo.Config{}, &linkemu.Params{RTT: rtt, RateUp: rate, RateDown: rate})
+	defer run.Close()
+	if err != nil {
+		return res, err
+	}
+	t := run.Topo
+	srv := t.ServerAddrs[0].String()
+	maxDur := (dur + 30*time.Second).String()
+	type server struct{ name, port string }
+	for _, s := range []server{{"bulk-server", "5001"}, {"churn-server", "7001"}, {"churn-server", "7002"}} {
+		if _, err := run.Start(t.Server, true, s.name, "--addr", srv+":"+s.port, "--max-duration", maxDur); err != nil {
+			return res, err
+		}
+	}
+	if _, err := run.Start(t.Server, true, "rpc-server", "--addr", srv+":6001", "--think-min", "0", "--think-max", "20ms", "--max-duration", maxDur); err != nil {
+		return res, err
+	}
+	run.Logf("healthy: %.0f Mbit/s, %s RTT; bulk %d MB up, pooled churn, rpc 16 callers over 8 connections, idle listener :7002, for %s",
+		rate/1e6, rtt, bulkBytes>>20, dur)
+	bulk, err := run.Start(t.Client, false, "bulk-client", "--addr", srv+":5001", "--size", fmt.Sprint(bulkBytes), "--max-duration", maxDur)
+	if err != nil {
+		return res, err
+	}
+	churn, err := run.Start(t.Client, false, "churn-client", "--addr", srv+":7001", "--pool", "4", "--rate", "100",
+		"--duration", dur.String(), "--max-duration", maxDur)
+	if err != nil {
+		return res, err
+	}
+	rpc, err := run.Start(t.Client, false, "rpc-client", "--addr", srv+":6001", "--conns", "8", "--callers", "16",
+		"--req-size", "1K", "--duration", dur.String(), "--max-duration", maxDur)
+	if err != nil {
+		return res, err
+	}
+	if err := sleepCtx(ctx, settle); err != nil {
+		return res, err
+	}
+	var windows [2][]diag.Finding
+	for i := range windows {
+		rep, err := run.Check(ctx, interval, t.Client, t.Server)
+		if err != nil {
+			return res, err
+		}
+		windows[i] = rep.Findings
+	}
+	res.Before, res.After = windows[0], windows[1]
+	var (
+		b workload.BulkClientResult
+		c workload.ChurnClientResult
+		p workload.RPCClientResult
+	)
+	if err := bulk.Wait(dur+20*time.Second, &b); err != nil {
+		return res, err
+	}
+	if err := churn.Wait(dur+20*time.Second, &c); err != nil {
+		return res, err
+	}
+	if err := rpc.Wait(dur+20*time.Second, &p); err != nil {
+		return res, err
+	}
+	res.Table = Table{Columns: []string{"workload", "result", "errors"}}
+	res.Table.Rows = [][]string{
+		{"bulk up (autotuned)", fmt.Sprintf("%.0f MB in %.1f s: %.1f Mbit/s", float64(b.Bytes)/1e6, b.Seconds, b.Mbps), orNone(b.Error)},
+		{"churn, pool of 4", fmt.Sprintf("%d requests, %d new connections, p99 %s", c.OK, c.NewConns, fmtMs(c.Latency.P99Ms)), fmtFailed(c.Failed, c.Errors)},
+		{"rpc, 16 callers / 8 conns", fmt.Sprintf("%d requests, %.0f/s, p50 %s p99 %s", p.Requests, p.RequestsPerSec, fmtMs(p.Latency.P50Ms), fmtMs(p.Latency.P99Ms)), fmtFailed(errCount(p.Errors), p.Errors)},
+		{"idle listener :7002", "no clients", "-"},
+	}
+	judgeHealthy(res, b.Error == "" && c.Failed == 0 && errCount(p.Errors) == 0)
+	res.Notes = append(res.Notes,
+		"healthy has no fix: 'before' and 'after' are two consecutive check windows during the same load",
+		fmt.Sprintf("link: %.0f Mbit/s each way, %s RTT, bottleneck queue one BDP; every buffer autotuned", rate/1e6, rtt))
+	if r.Opts.Quick {
+		res.Notes = append(res.Notes, fmt.Sprintf("quick form: check windows of %s", interval))
+	}
+	return res, nil
+}
+
+// judgeHealthy sets the verdict of the healthy scenario: reproduced means
+// no finding at warning or above in either window and every workload ran
+// without errors.
+func judgeHealthy(res *Result, clean bool) {
+	var loud []string
+	for _, fs := range [][]diag.Finding{res.Before, res.After} {
+		for _, f := range fs {
+			if f.Severity >= diag.Warning {
+				loud = append(loud, fmt.Sprintf("%s %s: %s", f.Severity.Label(), f.Rule, f.Summary))
+			}
+		}
+	}
+	res.Reproduced = len(loud) == 0 && clean
+	if len(loud) == 0 {
+		res.Verdict = append(res.Verdict, "no finding at warning or above in either window")
+	} else {
+		res.Verdict = append(res.Verdict, fmt.Sprintf("NOT healthy: %d findings at warning or above (false positives?): %s", len(loud), strings.Join(loud, "; ")))
+	}
+	if !clean {
+		res.Verdict = append(res.Verdict, "NOT clean: a workload reported errors (see the table)")
+	}
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "0"
+	}
+	return s
+}
+
+func errCount(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
