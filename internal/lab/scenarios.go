@@ -15,7 +15,6 @@ import (
 func Scenarios() []Scenario {
 	return []Scenario{
 		// One line per scenario, in catalogue order; keep this list explicit.
-		c1RPCConnections(),
 		c2AcceptBacklog(),
 		c2PortExhaustion(),
 		c3PinnedSndbuf(),
