@@ -2,7 +2,9 @@ package exporter
 
 import (
 	"bytes"
+	"context"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -238,5 +240,99 @@ func TestLimiterOf(t *testing.T) {
 		if got := limiterOf(c.sh); got != c.want {
 			t.Errorf("limiterOf(%+v) = %s, want %s", c.sh, got, c.want)
 		}
+	}
+}
+
+// TestConcurrentScrapes scrapes while collections are published (run
+// with -race): a scrape sees one whole view or the next, never a mix.
+func TestConcurrentScrapes(t *testing.T) {
+	snaps := readPair(t)
+	x := New(Options{Rules: goldenRules(t), Clock: fixedClock})
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(x)
+	x.Update(snaps[:1], 0)
+	done := make(chan struct{})
+	errs := make(chan error, 4)
+	for i := 0; i < 4; i++ {
+		go func() {
+			for {
+				select {
+				case <-done:
+					errs <- nil
+					return
+				default:
+				}
+				if _, err := reg.Gather(); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	for i := 0; i < 50; i++ {
+		cur := *snaps[1]
+		cur.Taken = snaps[1].Taken.Add(time.Duration(i) * time.Second)
+		x.Update([]*snapshot.Snapshot{&cur}, 0)
+	}
+	close(done)
+	for i := 0; i < 4; i++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, _ := testutil.GatherAndCount(reg, "tcpdoctor_collections_total"); n != 1 {
+		t.Fatalf("collections_total series: %d", n)
+	}
+}
+
+// TestLoop drives the loop with an injected clock: collections start an
+// interval apart, an overrun is followed at once, and it stops with ctx.
+func TestLoop(t *testing.T) {
+	snaps := readPair(t)
+	x := New(Options{Rules: goldenRules(t), Clock: fixedClock})
+	now := snaps[0].Taken
+	var waits []time.Duration
+	samples := 0
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	l := &Loop{
+		X:        x,
+		Interval: 15 * time.Second,
+		Now:      func() time.Time { return now },
+		Sample: func() []*snapshot.Snapshot {
+			samples++
+			s := *snaps[samples%2]
+			s.Taken = now
+			took := 2 * time.Second
+			if samples == 2 {
+				took = 20 * time.Second // overrun
+			}
+			now = now.Add(took)
+			return []*snapshot.Snapshot{&s}
+		},
+		Sleep: func(ctx context.Context, d time.Duration) error {
+			waits = append(waits, d)
+			now = now.Add(d)
+			if len(waits) == 3 {
+				cancel()
+				return ctx.Err()
+			}
+			return nil
+		},
+	}
+	if err := l.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := []time.Duration{13 * time.Second, 0, 13 * time.Second}
+	if fmt.Sprint(waits) != fmt.Sprint(want) {
+		t.Errorf("waits %v, want %v", waits, want)
+	}
+	if x.collections != 3 {
+		t.Errorf("collections: %d, want 3", x.collections)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(x)
+	if got := scrape(t, reg); !strings.Contains(got, "tcpdoctor_collection_duration_seconds 2\n") {
+		t.Errorf("last collection's duration not 2 s:\n%s", got)
 	}
 }
