@@ -150,6 +150,27 @@ func acked(prev, cur *snapshot.Snapshot, local netip.AddrPort) float64 {
 	return float64(b.Info.BytesAcked-a.Info.BytesAcked) * 8 / d
 }
 
+// received is the rate (bits/s) at which the end of the connection to or
+// from client that lives in the sampled namespace took data between the
+// two samples (tcp_info.bytes_received); 0 when either sample lacks it.
+func received(prev, cur *snapshot.Snapshot, client netip.AddrPort) float64 {
+	find := func(s *snapshot.Snapshot) *snapshot.Socket {
+		for i := range s.Sockets {
+			sk := &s.Sockets[i]
+			if (sk.Local == client || sk.Remote == client) && sk.State == snapshot.Established && sk.Info != nil {
+				return sk
+			}
+		}
+		return nil
+	}
+	a, b := find(prev), find(cur)
+	d := cur.Taken.Sub(prev.Taken).Seconds()
+	if a == nil || b == nil || d <= 0 || b.Info.BytesReceived < a.Info.BytesReceived {
+		return 0
+	}
+	return float64(b.Info.BytesReceived-a.Info.BytesReceived) * 8 / d
+}
+
 // sample is Sample that also returns the first snapshot.
 func sample(t *testing.T, ns netns.NS, interval time.Duration) (Report, []byte, *snapshot.Snapshot, *snapshot.Snapshot) {
 	t.Helper()
