@@ -43,7 +43,7 @@ end and on Ctrl-C.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.delayLineChild {
-				if os.Getenv(linkemu.ChildEnv) == "" {
+				if !linkemu.IsChild() {
 					return usageErr("link-bench: --%s is internal", delayLineFlag)
 				}
 				return linkemu.ServeLine()

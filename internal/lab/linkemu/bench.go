@@ -192,6 +192,33 @@ func benchPing(ctx context.Context, t *topo.Topo, o BenchOptions, p Params) (Pin
 		return res, err
 	}
 	defer unix.Close(cli)
+	var samples []time.Duration
+	if len(p.Exec) > 0 {
+		res.Sent, samples, err = pingChild(ctx, p.Exec, cli, srv, o.PingInterval, o.PingDuration, p.RTT)
+	} else {
+		res.Sent, samples, err = pingPong(ctx, cli, srv, o.PingInterval, o.PingDuration, p.RTT)
+	}
+	if err != nil {
+		return res, err
+	}
+	res.Link = l.Stats()
+	res.Received = len(samples)
+	if len(samples) == 0 {
+		return res, errors.New("linkemu: bench ping: no replies")
+	}
+	slices.Sort(samples)
+	res.Min = samples[0]
+	res.P50 = samples[len(samples)/2]
+	res.P99 = samples[min(len(samples)-1, len(samples)*99/100)]
+	res.Max = samples[len(samples)-1]
+	return res, l.Close()
+}
+
+// pingPong echoes on srv and sends a timestamped packet on cli every
+// interval for duration, returning how many it sent and each reply's RTT
+// minus rtt. The echo and the reply reader are blocking reads on
+// SCHED_FIFO threads when allowed.
+func pingPong(ctx context.Context, cli, srv int, interval, duration, rtt time.Duration) (int, []time.Duration, error) {
 	var stop atomic.Bool
 	var wg sync.WaitGroup
 	wg.Add(2)
@@ -218,42 +245,33 @@ func benchPing(ctx context.Context, t *topo.Topo, o BenchOptions, p Params) (Pin
 				continue
 			}
 			sent := time.Duration(binary.LittleEndian.Uint64(b))
-			samples = append(samples, time.Since(t0)-sent-p.RTT)
+			samples = append(samples, time.Since(t0)-sent-rtt)
 		}
 	}()
 	defer func() { stop.Store(true); wg.Wait() }()
-	tick := time.NewTicker(o.PingInterval)
+	tick := time.NewTicker(interval)
 	defer tick.Stop()
-	end := time.After(o.PingDuration)
+	end := time.After(duration)
 	b := make([]byte, 32)
+	sent := 0
 loop:
 	for {
 		select {
 		case <-ctx.Done():
-			return res, ctx.Err()
+			return sent, nil, ctx.Err()
 		case <-end:
 			break loop
 		case <-tick.C:
 			binary.LittleEndian.PutUint64(b, uint64(time.Since(t0)))
 			if _, err := unix.Write(cli, b); err == nil {
-				res.Sent++
+				sent++
 			}
 		}
 	}
-	time.Sleep(p.RTT + 200*time.Millisecond) // the last replies
+	time.Sleep(rtt + 200*time.Millisecond) // the last replies
 	stop.Store(true)
 	wg.Wait()
-	res.Link = l.Stats()
-	res.Received = len(samples)
-	if len(samples) == 0 {
-		return res, errors.New("linkemu: bench ping: no replies")
-	}
-	slices.Sort(samples)
-	res.Min = samples[0]
-	res.P50 = samples[len(samples)/2]
-	res.P99 = samples[min(len(samples)-1, len(samples)*99/100)]
-	res.Max = samples[len(samples)-1]
-	return res, l.Close()
+	return sent, samples, nil
 }
 
 // udpSocket makes a blocking UDP socket in namespace ns with a 50 ms

@@ -11,7 +11,7 @@ import (
 
 // TestMain lets the test binary serve as the delay-line child process.
 func TestMain(m *testing.M) {
-	if os.Getenv(ChildEnv) != "" {
+	if IsChild() {
 		if err := ServeLine(); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)

@@ -1,11 +1,14 @@
 package linkemu
 
 import (
+	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -108,9 +111,92 @@ func (c *child) stop(timeout time.Duration) error {
 	return nil
 }
 
-// ServeLine runs the delay line of a child process started by Start with
-// Params.Exec. It returns when the parent closes the control pipe.
+// PingEnv is set in the environment of a ping-pong child (link-bench
+// with an Exec); its value is "interval,duration,rtt" in nanoseconds.
+const PingEnv = "TCPDOCTOR_LINK_PING"
+
+// IsChild tells whether this process was started as a delay-line or
+// ping-pong child; such a process must call ServeLine.
+func IsChild() bool { return os.Getenv(ChildEnv) != "" || os.Getenv(PingEnv) != "" }
+
+// pingChild runs pingPong in a child process (argv as for Params.Exec):
+// a process of its own keeps the measuring threads clear of this one's
+// goroutines. The sockets stay open here.
+func pingChild(ctx context.Context, argv []string, cli, srv int, interval, duration, rtt time.Duration) (int, []time.Duration, error) {
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d,%d,%d", PingEnv, interval, duration, rtt))
+	// Duplicates, so that closing the Files leaves the caller's fds alone.
+	var files []*os.File
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
+	for _, fd := range []int{cli, srv} {
+		d, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			return 0, nil, fmt.Errorf("linkemu: dup socket: %w", err)
+		}
+		files = append(files, os.NewFile(uintptr(d), "socket"))
+	}
+	cmd.ExtraFiles = files
+	var out, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		return 0, nil, ctx.Err()
+	}
+	if err != nil {
+		return 0, nil, fmt.Errorf("linkemu: ping-pong process: %w: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	return parsePingOutput(out.String())
+}
+
+// parsePingOutput reads "sent N" and then one RTT error (ns) per line.
+func parsePingOutput(s string) (int, []time.Duration, error) {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	sent, err := strconv.Atoi(strings.TrimPrefix(lines[0], "sent "))
+	if err != nil || !strings.HasPrefix(lines[0], "sent ") {
+		return 0, nil, fmt.Errorf("linkemu: ping-pong output %q: want sent N", lines[0])
+	}
+	out := make([]time.Duration, 0, len(lines)-1)
+	for _, l := range lines[1:] {
+		v, err := strconv.ParseInt(l, 10, 64)
+		if err != nil {
+			return 0, nil, fmt.Errorf("linkemu: ping-pong output %q: %w", l, err)
+		}
+		out = append(out, time.Duration(v))
+	}
+	return sent, out, nil
+}
+
+func servePing(spec string) error {
+	var iv, du, rtt int64
+	if _, err := fmt.Sscanf(spec, "%d,%d,%d", &iv, &du, &rtt); err != nil || iv <= 0 || du < 0 || du > int64(MaxBenchDuration) {
+		return fmt.Errorf("linkemu: %s=%q: want interval,duration,rtt in ns", PingEnv, spec)
+	}
+	sent, samples, err := pingPong(context.Background(), 3, 4, time.Duration(iv), time.Duration(du), time.Duration(rtt))
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriter(os.Stdout)
+	fmt.Fprintf(w, "sent %d\n", sent)
+	for _, v := range samples {
+		fmt.Fprintf(w, "%d\n", int64(v))
+	}
+	return w.Flush()
+}
+
+// ServeLine runs the child side: the delay line of a process started by
+// Start with Params.Exec (it returns when the parent closes the control
+// pipe), or link-bench's ping-pong.
 func ServeLine() error {
+	// Spare Ps: a thread coming back from a syscall then always finds one
+	// idle and never waits for the scheduler's normal-priority threads.
+	runtime.GOMAXPROCS(max(8, runtime.NumCPU()))
+	if spec := os.Getenv(PingEnv); spec != "" {
+		return servePing(spec)
+	}
 	f := strings.Split(os.Getenv(ChildEnv), ",")
 	if len(f) != 5 {
 		return fmt.Errorf("linkemu: %s=%q: want delay,spin,loss,seed,prio", ChildEnv, os.Getenv(ChildEnv))

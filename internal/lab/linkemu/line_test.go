@@ -84,3 +84,15 @@ func TestParseStall(t *testing.T) {
 		}
 	}
 }
+
+func TestParsePingOutput(t *testing.T) {
+	sent, s, err := parsePingOutput("sent 3\n150000\n-2000\n")
+	if err != nil || sent != 3 || len(s) != 2 || s[0] != 150*time.Microsecond || s[1] != -2*time.Microsecond {
+		t.Fatalf("%d %v %v", sent, s, err)
+	}
+	for _, bad := range []string{"", "3\n1", "sent x", "sent 2\nabc"} {
+		if _, _, err := parsePingOutput(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
