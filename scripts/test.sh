@@ -25,3 +25,8 @@ if [ "$(id -u)" != 0 ]; then
   echo "test.sh: not root: kernel, netns and lab tests will skip (run as root for the full suite)" >&2
 fi
 go test -count=1 -timeout 20m ./...
+if [ "$(id -u)" = 0 ]; then
+  # The lab tier: every scenario in its quick form, in namespaces it creates.
+  bin/tcpdoctor lab clean
+  bin/tcpdoctor lab run all --quick
+fi
