@@ -167,21 +167,30 @@ func (l *line) run() error {
 	scratch := make([]byte, bigBuf)
 	fds := []unix.PollFd{{Fd: int32(l.tun), Events: unix.POLLIN}, {Fd: int32(l.wake), Events: unix.POLLIN}}
 	var ts unix.Timespec
+	// late is a moving average of how late ppoll wakes up; the line wakes
+	// that much (and a little) early and spins the rest, at most l.spin.
+	late := l.spin / 2
 	for {
 		now := l.now()
 		var timeout *unix.Timespec
+		var want time.Duration
 		if l.n > 0 {
-			wait := l.q[l.head].due - now - l.spin
-			if wait <= 0 {
+			ahead := min(l.spin, late+late/2+2*time.Microsecond)
+			want = l.q[l.head].due - ahead
+			if want <= now {
 				l.release()
 				continue
 			}
-			ts = unix.NsecToTimespec(int64(wait))
+			ts = unix.NsecToTimespec(int64(want - now))
 			timeout = &ts
 		}
-		_, err := unix.Ppoll(fds, timeout, nil)
+		n, err := unix.Ppoll(fds, timeout, nil)
 		if err != nil && err != unix.EINTR {
 			return errors.New("linkemu: ppoll: " + err.Error())
+		}
+		if n == 0 && timeout != nil {
+			late += (l.now() - want - late) / 8
+			late = max(late, 0)
 		}
 		if fds[1].Revents != 0 {
 			return nil

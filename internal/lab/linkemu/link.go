@@ -61,12 +61,13 @@ type Params struct {
 	// workloads on the same cores do not delay releases (Stats.Realtime
 	// tells whether it got it); NormalPriority leaves it a normal thread.
 	NormalPriority bool
-	// Spin is how long the delay line busy-waits before each release to
-	// absorb wake-up latency; 0 means DefaultSpin, negative none.
+	// Spin bounds how long the delay line busy-waits before a release to
+	// absorb wake-up latency (it wakes early by its recent lateness);
+	// 0 means DefaultSpin, negative none.
 	Spin time.Duration
 }
 
-// DefaultSpin is the busy-wait before a release when Params.Spin is 0.
+// DefaultSpin bounds the busy-wait before a release when Params.Spin is 0.
 const DefaultSpin = 50 * time.Microsecond
 
 // Link is a running link emulator.
