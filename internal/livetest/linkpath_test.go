@@ -19,7 +19,7 @@ import (
 // a round trip loopback does not have.
 type path struct {
 	client, server netns.NS
-	srv            netip.Addr // the server's address
+	srv, cli       netip.Addr // the server's and the client's address
 	link           *linkemu.Link
 	router         string // the router namespace's name
 }
@@ -50,7 +50,7 @@ func newPath(t *testing.T, p linkemu.Params) path {
 		}
 	})
 	var pt path
-	pt.link, pt.srv, pt.router = l, tp.ServerAddrs[0], tp.Router
+	pt.link, pt.srv, pt.cli, pt.router = l, tp.ServerAddrs[0], tp.ClientAddrs[0], tp.Router
 	for _, x := range []struct {
 		name string
 		ns   *netns.NS
