@@ -111,6 +111,34 @@ func (c *child) stop(timeout time.Duration) error {
 	return nil
 }
 
+// release copies the child's final counters to the heap, points ln at the
+// copy and unmaps the shared page. Call it after stop.
+func (c *child) release(ln *line) {
+	if c.mem == nil {
+		return
+	}
+	st := new(counters)
+	src := ln.st
+	st.tid.Store(src.tid.Load())
+	st.packets.Store(src.packets.Load())
+	st.bytes.Store(src.bytes.Load())
+	st.lost.Store(src.lost.Load())
+	st.overflow.Store(src.overflow.Load())
+	st.writeErrs.Store(src.writeErrs.Load())
+	st.errSum.Store(src.errSum.Load())
+	st.errMax.Store(src.errMax.Load())
+	st.errMin.Store(src.errMin.Load())
+	st.cpuAtExit.Store(src.cpuAtExit.Load())
+	st.done.Store(true)
+	st.realtime.Store(src.realtime.Load())
+	for i := range st.hist {
+		st.hist[i].Store(src.hist[i].Load())
+	}
+	ln.st = st
+	unix.Munmap(c.mem)
+	c.mem = nil
+}
+
 // PingEnv is set in the environment of a ping-pong child (link-bench
 // with an Exec); its value is "interval,duration,rtt" in nanoseconds.
 const PingEnv = "TCPDOCTOR_LINK_PING"

@@ -249,7 +249,8 @@ func tbfArgs(rate float64, rtt time.Duration, queue int) []string {
 // Params returns the parameters in force (defaults filled in).
 func (l *Link) Params() Params { return l.p }
 
-// Stats returns the counters so far.
+// Stats returns the counters so far (the final ones after Close). It may
+// run while traffic flows, but not at the same time as Close.
 func (l *Link) Stats() Stats {
 	c := l.line.st
 	s := Stats{
@@ -287,6 +288,7 @@ func (l *Link) Close() error {
 		if err := l.child.stop(2*time.Second + l.p.RTT); err != nil {
 			errs = append(errs, err)
 		}
+		l.child.release(l.line)
 	} else {
 		one := []byte{1, 0, 0, 0, 0, 0, 0, 0}
 		if _, err := unix.Write(l.line.wake, one); err != nil {

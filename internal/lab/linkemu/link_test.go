@@ -114,6 +114,9 @@ func TestLinkCloseRestores(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatalf("second close: %v", err)
 	}
+	if st := l.Stats(); st.CPU <= 0 || !st.Realtime {
+		t.Errorf("stats after close: %+v", st)
+	}
 	rules, _ := tp.Cmd(ctx, "ip", tp.Router, "rule", "show")
 	links, _ := tp.Cmd(ctx, "ip", tp.Router, "link", "show")
 	qd, _ := tp.Cmd(ctx, "tc", tp.Router, "qdisc", "show", "dev", topo.RouterServerIf)
