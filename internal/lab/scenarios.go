@@ -15,6 +15,7 @@ import (
 func Scenarios() []Scenario {
 	return []Scenario{
 		// One line per scenario, in catalogue order; keep this list explicit.
+		c1RPCConnections(),
 		c2AcceptBacklog(),
 		c2PortExhaustion(),
 		c3PinnedSndbuf(),

@@ -44,5 +44,6 @@ func tpQuick(t *testing.T, s Scenario) {
 	}
 }
 
-func TestC3PinnedSndbufQuick(t *testing.T) { tpQuick(t, c3PinnedSndbuf()) }
-func TestC5SmallRcvbufQuick(t *testing.T)  { tpQuick(t, c5SmallRcvbuf()) }
+func TestC3PinnedSndbufQuick(t *testing.T)   { tpQuick(t, c3PinnedSndbuf()) }
+func TestC5SmallRcvbufQuick(t *testing.T)    { tpQuick(t, c5SmallRcvbuf()) }
+func TestC1RPCConnectionsQuick(t *testing.T) { tpQuick(t, c1RPCConnections()) }
