@@ -31,8 +31,9 @@ func needRoot(t *testing.T) {
 	}
 }
 
-// TestBench runs a short link-bench. Its bounds are loose (the machine is
-// shared); docs/lab-link.md has the full figures.
+// TestBench runs a short link-bench. Its lower bounds are loose because
+// a saturated machine (other tests, other labs) slows everything; the
+// upper bounds are tbf's. docs/lab-link.md has the full figures.
 func TestBench(t *testing.T) {
 	needRoot(t)
 	var progress bytes.Buffer
@@ -51,10 +52,10 @@ func TestBench(t *testing.T) {
 	if len(res.Flows) != 2 {
 		t.Fatalf("%d flows", len(res.Flows))
 	}
-	if f := res.Flows[0]; f.Rate != 1e9 || f.Mbps < 500 || f.Mbps > 957 || f.CPUPct <= 0 || f.CPUPct > 100 {
+	if f := res.Flows[0]; f.Rate != 1e9 || f.Mbps < 200 || f.Mbps > 957 || f.CPUPct <= 0 {
 		t.Errorf("1 Gbit/s flow: %.1f Mbit/s, line cpu %.1f %%", f.Mbps, f.CPUPct)
 	}
-	if f := res.Flows[1]; f.Rate != 100e6 || f.Mbps < 80 || f.Mbps > 95.7 {
+	if f := res.Flows[1]; f.Rate != 100e6 || f.Mbps < 30 || f.Mbps > 95.7 {
 		t.Errorf("100 Mbit/s flow: %.1f Mbit/s", f.Mbps)
 	}
 	if n := len(res.Targets()); n != 5 {
