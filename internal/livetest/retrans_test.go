@@ -28,7 +28,10 @@ func TestRetransmissions(t *testing.T) {
 		loss float64
 	}{{"loss3pct", 0.03}, {"noloss", 0}} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := newPath(t, linkemu.Params{RTT: 10 * time.Millisecond, RateUp: 100e6, RateDown: 100e6, Loss: tc.loss})
+			// A 4M bottleneck queue: when other work starves the delay
+			// line, it releases a burst that a one-BDP tbf queue drops
+			// (seen at load 11 on 2 cores).
+			p := newPath(t, linkemu.Params{RTT: 10 * time.Millisecond, RateUp: 100e6, RateDown: 100e6, Loss: tc.loss, QueueBytes: 4 << 20})
 			pace := func(fd int) error {
 				return unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_MAX_PACING_RATE, 50e6/8)
 			}
