@@ -116,8 +116,9 @@ PROCS = {4242: "java", 5151: "pg_dump"}
 
 
 def sndbuf_limited():
-    write("sndbuf-limited", "fires.jsonl",
-          [snap(T0, [pinned(0), bulk(0)], PROCS), snap(T1, [pinned(1), bulk(1)], PROCS)])
+    # fires.jsonl is a real capture, not generated: the pinned 16K sender of
+    # `tcpdoctor lab run c3-pinned-sndbuf` at 1 Gbit/s, 20 ms, recorded with
+    # `tcpdoctor record --netns <its client ns> --interval 2s --count 2`.
     write("sndbuf-limited", "quiet.jsonl",
           [snap(T0, [pinned(0, False), bulk(0)], PROCS), snap(T1, [pinned(1, False), bulk(1)], PROCS)])
 
