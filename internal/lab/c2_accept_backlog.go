@@ -102,7 +102,9 @@ func runC2AcceptBacklog(ctx context.Context, r *Run) (*Result, error) {
 	res.Notes = append(res.Notes,
 		"the case's server asked for 128 in code (SO_BACKLOG) under somaxconn 128; here the before phase sets both to 128 in the server namespace, the fix raises both to 4096 (the listener must listen again to get it)",
 		"tcp_abort_on_overflow is 0, so the kernel drops SYNs to a full queue: clients retransmit after 1 s, 2 s... (slow connects) and fail at the 5 s connect timeout; the case saw the same as a stuck connection count",
-		"'client connected' is the client's view (handshake done, counted once the SYN-ACK came back); the server may have dropped the final ACK of such a handshake (an overflow) and hold only a SYN-RECV request, so 'server established' (ESTABLISHED on the port a second before the clients let go: accepted plus queued) is what the case counted; 'accepted' is what the slow acceptor took off the queue")
+		"'client connected' is the client's view (handshake done, counted once the SYN-ACK came back); the server may have dropped the final ACK of such a handshake (an overflow) and hold only a SYN-RECV request, so 'server established' (ESTABLISHED on the port a second before the clients let go: accepted plus queued) is what the case counted; 'accepted' is what the slow acceptor took off the queue by the end",
+		"before the fix, 'accepted' can exceed 'server established': some connections the server accepted were gone (no CLOSE_WAIT left on the port) by the end; why was not pinned down here (candidates: handshakes completed on SYN cookies or late SYN-ACK retransmissions to clients that had given up)",
+		"the full storm also fills the SYN queue (the same backlog caps it) and SYN cookies are sent, so syn-queue-overflow and retransmissions (SYN-ACK retransmits) may fire beside listen-overflow before the fix; they are real consequences of the same storm and quiet after it")
 	if r.Opts.Quick {
 		res.Notes = append(res.Notes, fmt.Sprintf("quick form: %d connects at %.0f/s, hold %s, one sample window of %s", count, rate, hold, interval))
 	}
