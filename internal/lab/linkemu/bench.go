@@ -37,6 +37,9 @@ type BenchOptions struct {
 	// PressureFile is the CPU pressure (PSI) file read before and after
 	// ["/proc/pressure/cpu"]; "-" skips it.
 	PressureFile string
+	// StatFile is the kernel's CPU time file for steal time ["/proc/stat"];
+	// "-" skips it.
+	StatFile string
 }
 
 // MaxBenchDuration bounds every run of Bench.
@@ -74,6 +77,9 @@ type BenchResult struct {
 	// on the machine waited for a CPU (PSI "some"), -1 if unknown: the
 	// figures above are only as good as the machine was quiet.
 	CPUPressure float64
+	// Steal is the share of the CPUs' time the hypervisor gave to others
+	// during the run (/proc/stat steal), -1 if unknown.
+	Steal float64
 }
 
 func (o *BenchOptions) fill() error {
@@ -97,6 +103,9 @@ func (o *BenchOptions) fill() error {
 	}
 	if o.CC == "" {
 		o.CC = "cubic"
+	}
+	if o.StatFile == "" {
+		o.StatFile = "/proc/stat"
 	}
 	if o.PressureFile == "" {
 		o.PressureFile = "/proc/pressure/cpu"
@@ -130,12 +139,16 @@ func Bench(ctx context.Context, o BenchOptions) (res *BenchResult, err error) {
 	}
 	defer func() { err = errors.Join(err, t.Close()) }()
 	fmt.Fprintf(o.Progress, "link-bench: topology %s built\n", t.Run)
-	res = &BenchResult{CPUPressure: -1}
+	res = &BenchResult{CPUPressure: -1, Steal: -1}
 	p0, perr := cpuStall(o.PressureFile)
+	s0, t0, serr := cpuSteal(o.StatFile)
 	w0 := time.Now()
 	defer func() {
 		if p1, err := cpuStall(o.PressureFile); err == nil && perr == nil {
 			res.CPUPressure = (p1 - p0).Seconds() / time.Since(w0).Seconds()
+		}
+		if s1, t1, err := cpuSteal(o.StatFile); err == nil && serr == nil && t1 > t0 {
+			res.Steal = float64(s1-s0) / float64(t1-t0)
 		}
 	}()
 	if o.PingDuration > 0 {
@@ -418,6 +431,40 @@ func cpuStall(path string) (time.Duration, error) {
 	return parseStall(string(b))
 }
 
+// cpuSteal returns the steal and total jiffies of the "cpu" line of
+// /proc/stat.
+func cpuSteal(path string) (steal, total int64, err error) {
+	if path == "-" {
+		return 0, 0, errors.New("skipped")
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, 0, err
+	}
+	return parseSteal(string(b))
+}
+
+func parseSteal(s string) (steal, total int64, err error) {
+	line, _, _ := strings.Cut(s, "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0, 0, fmt.Errorf("linkemu: /proc/stat: first line %q is not the cpu total", line)
+	}
+	for i, v := range f[1:] {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("linkemu: /proc/stat: %q: %w", v, err)
+		}
+		if i < 8 { // guest times are already in user and nice
+			total += n
+		}
+		if i == 7 {
+			steal = n
+		}
+	}
+	return steal, total, nil
+}
+
 // parseStall finds total= on the "some" line of a PSI file (microseconds).
 func parseStall(s string) (time.Duration, error) {
 	for _, line := range strings.Split(s, "\n") {
@@ -446,7 +493,11 @@ func (r *BenchResult) WriteTable(w io.Writer) {
 			"<"+ms(p.Link.HoldErrP50), "<"+ms(p.Link.HoldErrP99))
 	}
 	if r.CPUPressure >= 0 {
-		fmt.Fprintf(w, "machine: some task waited for a CPU %.0f %% of the run (PSI cpu some)\n", 100*r.CPUPressure)
+		fmt.Fprintf(w, "machine: some task waited for a CPU %.0f %% of the run (PSI cpu some)", 100*r.CPUPressure)
+		if r.Steal >= 0 {
+			fmt.Fprintf(w, "; the hypervisor took %.0f %% of the CPUs (steal)", 100*r.Steal)
+		}
+		fmt.Fprintln(w)
 	}
 	if len(r.Flows) > 0 {
 		fmt.Fprintf(w, "throughput (one autotuned TCP flow, client to server):\n")

@@ -96,3 +96,15 @@ func TestParsePingOutput(t *testing.T) {
 		}
 	}
 }
+
+func TestParseSteal(t *testing.T) {
+	steal, total, err := parseSteal("cpu  100 0 50 800 10 0 5 35 7 0\ncpu0 1 2 3 4 5 6 7 8 9 10\n")
+	if err != nil || steal != 35 || total != 1000 {
+		t.Fatalf("steal %d total %d %v", steal, total, err)
+	}
+	for _, bad := range []string{"", "cpu0 1 2 3 4 5 6 7 8", "cpu 1 2 3", "cpu 1 2 3 4 5 6 7 x"} {
+		if _, _, err := parseSteal(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
