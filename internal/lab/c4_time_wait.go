@@ -75,18 +75,24 @@ func runC4TimeWait(ctx context.Context, r *Run) (*Result, error) {
 	res.Table = Table{Columns: []string{"phase", "rate asked", "successes", "EADDRNOTAVAIL", "other failures", "new conns/s", "TIME_WAIT at check", "TIME_WAIT at end", "p99 request"}}
 	for _, ph := range phases {
 		c := ph.client
-		other := c.Failed - c.Errors["EADDRNOTAVAIL"]
+		other := map[string]int{}
+		for k, v := range c.Errors {
+			if k != "EADDRNOTAVAIL" {
+				other[k] = v
+			}
+		}
 		newPerSec := 0.0
 		if c.Seconds > 0 {
 			newPerSec = float64(c.NewConns) / c.Seconds
 		}
 		res.Table.Rows = append(res.Table.Rows, []string{
-			ph.label, fmt.Sprintf("%.0f/s", rate), strconv.Itoa(c.OK), strconv.Itoa(c.Errors["EADDRNOTAVAIL"]), strconv.Itoa(other),
+			ph.label, fmt.Sprintf("%.0f/s", rate), strconv.Itoa(c.OK), strconv.Itoa(c.Errors["EADDRNOTAVAIL"]), fmtFailed(errCount(other), other),
 			fmt.Sprintf("%.1f", newPerSec), strconv.FormatInt(ph.twCheck, 10), strconv.FormatInt(ph.tw, 10), fmtMs(c.Latency.P99Ms),
 		})
 	}
 	b, a := phases[0], phases[1]
-	improved := a.client.Failed == 0 && b.client.Errors["EADDRNOTAVAIL"] > 0 && a.client.OK > b.client.OK && a.tw < b.tw
+	// "canceled" is a request cut short by the end of the run.
+	improved := a.client.Failed-a.client.Errors["canceled"] == 0 && b.client.Errors["EADDRNOTAVAIL"] > 0 && a.client.OK > b.client.OK && a.tw < b.tw
 	Judge(res, expect, improved, fmt.Sprintf("successes %d -> %d, EADDRNOTAVAIL %d -> %d, TIME_WAIT %d -> %d",
 		b.client.OK, a.client.OK, b.client.Errors["EADDRNOTAVAIL"], a.client.Errors["EADDRNOTAVAIL"], b.tw, a.tw))
 	switch {
