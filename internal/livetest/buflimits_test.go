@@ -30,10 +30,13 @@ func TestBufferLimits(t *testing.T) {
 		sysctl []string // in the client namespace
 		rcvcap bool     // the server asks SO_RCVBUF 2 x rmem_max; sample the server
 		want   string   // summary prefix of the one finding; "" quiet
+		sev    diag.Severity
 	}{
 		{name: "tcp_rmem_max_256K", sysctl: []string{"net.ipv4.tcp_rmem=4096 131072 262144"},
-			want: "net.ipv4.tcp_rmem[2] 262144 is below what an observed path needs"},
-		{name: "rcvbuf_capped", rcvcap: true, want: "1 connections have SO_RCVBUF capped at 2 x net.core.rmem_max"},
+			want: "net.ipv4.tcp_rmem[2] 262144 is below what an observed path needs", sev: diag.Warning},
+		// The cap is real but this 200 Mbit/s x 20 ms path (BDP ~500K)
+		// does not fill the 8M buffer it got: reported, as info.
+		{name: "rcvbuf_capped", rcvcap: true, want: "1 connections have SO_RCVBUF capped at 2 x net.core.rmem_max", sev: diag.Info},
 		{name: "defaults"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -98,8 +101,8 @@ func TestBufferLimits(t *testing.T) {
 				}
 				return
 			}
-			if len(fs) != 1 || fs[0].Severity != diag.Warning || !strings.HasPrefix(fs[0].Summary, tc.want) {
-				t.Fatalf("want one warning %q:\n%s", tc.want, b)
+			if len(fs) != 1 || fs[0].Severity != tc.sev || !strings.HasPrefix(fs[0].Summary, tc.want) {
+				t.Fatalf("want one %s %q:\n%s", tc.sev, tc.want, b)
 			}
 			if fs[0].Subject.Netns != ns.Name {
 				t.Errorf("subject %+v, want netns %s", fs[0].Subject, ns.Name)

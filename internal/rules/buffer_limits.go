@@ -46,7 +46,12 @@ func checkBufferLimits(in *diag.Input) ([]diag.Finding, error) {
 	// Capped SO_SNDBUF/SO_RCVBUF requests: only worth saying when a socket
 	// shows the cap (its buffer is exactly 2 x the max).
 	snd, rcv := sndLimits(s), rcvLimits(s)
-	cappedSnd, cappedRcv := 0, 0
+	// A capped buffer matters when its own path fills it (tight): the
+	// data in flight (rate x RTT) reaches half the buffer, which is about
+	// the whole window for a receive buffer, and where a capped send
+	// buffer's rate itself stops growing (so the BDP read from it is a
+	// lower bound). One far above its path's BDP is only worth an info.
+	cappedSnd, cappedRcv, tightSnd, tightRcv := 0, 0, 0, 0
 	// Largest BDP among busy connections, and bursty long-lived ones.
 	var worst struct {
 		bdp  float64
@@ -59,15 +64,22 @@ func checkBufferLimits(in *diag.Input) ([]diag.Finding, error) {
 		if sk.State != snapshot.Established {
 			continue
 		}
+		ti := sk.Info
 		if m := sk.Mem; m != nil {
+			need := pathBDP(ti, in.Options.Bandwidth)
 			if snd.core > 0 && int64(m.Sndbuf) == 2*snd.core {
 				cappedSnd++
+				if need >= float64(m.Sndbuf)/2 {
+					tightSnd++
+				}
 			}
 			if rcv.core > 0 && int64(m.Rcvbuf) == 2*rcv.core {
 				cappedRcv++
+				if need >= float64(m.Rcvbuf)/2 {
+					tightRcv++
+				}
 			}
 		}
-		ti := sk.Info
 		if ti == nil {
 			continue
 		}
@@ -87,13 +99,13 @@ func checkBufferLimits(in *diag.Input) ([]diag.Finding, error) {
 		}
 	}
 	if cappedSnd > 0 && snd.auto > snd.core {
-		add(diag.Warning, fmt.Sprintf("%d connections have SO_SNDBUF capped at 2 x net.core.wmem_max (%s) while autotuning could reach %s", cappedSnd, fmtBytes(float64(snd.core)), fmtBytes(float64(snd.auto))),
+		add(capSeverity(tightSnd), fmt.Sprintf("%d connections have SO_SNDBUF capped at 2 x net.core.wmem_max (%s) while autotuning could reach %s; %d of them need more for their path", cappedSnd, fmtBytes(float64(snd.core)), fmtBytes(float64(snd.auto)), tightSnd),
 			[]diag.Evidence{sysEv("net.core.wmem_max", fmt.Sprint(snd.core), "< tcp_wmem[2] "+fmt.Sprint(snd.auto)),
 				{Name: "capped sockets", Value: fmt.Sprintf("%d with sndbuf %s", cappedSnd, fmtBytes(float64(2*snd.core))), Source: "sock_diag SK_MEMINFO sndbuf"}},
 			diag.Fix{Scope: "kernel", Target: "sysctl", Text: "raise wmem_max to the autotuning maximum, or stop setting SO_SNDBUF (see sndbuf-limited)", Command: fmt.Sprintf("sysctl -w net.core.wmem_max=%d", snd.auto), Risk: "lets applications pin larger buffers; host memory"})
 	}
 	if cappedRcv > 0 && rcv.auto > rcv.core {
-		add(diag.Warning, fmt.Sprintf("%d connections have SO_RCVBUF capped at 2 x net.core.rmem_max (%s) while autotuning could reach %s", cappedRcv, fmtBytes(float64(rcv.core)), fmtBytes(float64(rcv.auto))),
+		add(capSeverity(tightRcv), fmt.Sprintf("%d connections have SO_RCVBUF capped at 2 x net.core.rmem_max (%s) while autotuning could reach %s; %d of them need more for their path", cappedRcv, fmtBytes(float64(rcv.core)), fmtBytes(float64(rcv.auto)), tightRcv),
 			[]diag.Evidence{sysEv("net.core.rmem_max", fmt.Sprint(rcv.core), "< tcp_rmem[2] "+fmt.Sprint(rcv.auto)),
 				{Name: "capped sockets", Value: fmt.Sprintf("%d with rcvbuf %s", cappedRcv, fmtBytes(float64(2*rcv.core))), Source: "sock_diag SK_MEMINFO rcvbuf"}},
 			diag.Fix{Scope: "kernel", Target: "sysctl", Text: "raise rmem_max to the autotuning maximum, or stop setting SO_RCVBUF (see rwnd-limited)", Command: fmt.Sprintf("sysctl -w net.core.rmem_max=%d", rcv.auto), Risk: "lets applications pin larger buffers; host memory"})
@@ -140,4 +152,31 @@ func checkBufferLimits(in *diag.Input) ([]diag.Finding, error) {
 			diag.Fix{Scope: "kernel", Target: "sysctl", Text: "keep the congestion window across idle periods", Command: "sysctl -w net.ipv4.tcp_slow_start_after_idle=0", Risk: "a burst after idle may hit a path whose capacity changed; host-wide"})
 	}
 	return fs, nil
+}
+
+// capSeverity: a cap is a warning only when some capped connection needs
+// more than the cap for its own path (BDP from RTT x rate).
+func capSeverity(tight int) diag.Severity {
+	if tight > 0 {
+		return diag.Warning
+	}
+	return diag.Info
+}
+
+// pathBDP is a connection's bandwidth-delay product in bytes from its RTT
+// and --bandwidth or its delivery rate (a lower bound when app-limited);
+// 0 when unknown.
+func pathBDP(ti *snapshot.TCPInfo, bandwidth float64) float64 {
+	if ti == nil {
+		return 0
+	}
+	rtt := rttOf(ti)
+	rate := bandwidth
+	if rate == 0 && ti.Has(snapshot.EndDeliveryRate) {
+		rate = float64(ti.DeliveryRate) * 8
+	}
+	if rtt <= 0 || rate <= 0 {
+		return 0
+	}
+	return bdp.Bytes(rate, rtt)
 }
