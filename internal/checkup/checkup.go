@@ -92,3 +92,16 @@ func Diagnose(ss []Series, rs []diag.Rule, opts diag.Options) *report.Report {
 	}
 	return rep
 }
+
+// Sleep waits d or until ctx ends, whichever is first, and returns ctx's
+// error in the second case.
+func Sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files in testdata")
@@ -24,7 +26,7 @@ func run(t *testing.T, args ...string) (int, string, string) {
 		Stdout: &out, Stderr: &errb,
 		Getenv:   func(string) string { return "" },
 		Now:      time.Now,
-		Sleep:    func(ctx context.Context, d time.Duration) error { return sleepCtx(ctx, d) },
+		Sleep:    func(ctx context.Context, d time.Duration) error { return checkup.Sleep(ctx, d) },
 		ProcRoot: "/proc",
 		Args0:    os.Args[0],
 	}

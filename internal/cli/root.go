@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 )
 
 // Exit codes (documented in README).
@@ -54,21 +56,10 @@ func DefaultEnv() *Env {
 		Stderr:   os.Stderr,
 		Getenv:   os.Getenv,
 		Now:      time.Now,
-		Sleep:    sleepCtx,
+		Sleep:    checkup.Sleep,
 		ProcRoot: "/proc",
 		Args0:    self,
 		IsTTY:    fi != nil && fi.Mode()&os.ModeCharDevice != 0,
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 }
 

@@ -140,25 +140,9 @@ func runServe(ctx context.Context, e *Env, o *serveOpts) error {
 }
 
 // serveNamespaces resolves --netns / --all-netns anew for each
-// collection: namespaces come and go. With --all-netns a partial list
-// (processes we may not inspect) comes with the error.
+// collection: namespaces come and go.
 func serveNamespaces(e *Env, o *serveOpts) ([]netns.NS, error) {
-	f := netns.Finder{ProcRoot: e.ProcRoot, RunDir: "/run/netns"}
-	switch {
-	case o.src.allNetns:
-		return f.All()
-	case o.src.netns != "":
-		ns, err := f.Named(o.src.netns)
-		if err != nil {
-			return nil, err
-		}
-		return []netns.NS{ns}, nil
-	}
-	ns, err := f.Current()
-	if err != nil {
-		return nil, err
-	}
-	return []netns.NS{ns}, nil
+	return o.src.findNamespaces(e)
 }
 
 type serveBenchOpts struct {

@@ -42,18 +42,14 @@ func (o *sourceOpts) validate() error {
 // series is the samples of one namespace, oldest first.
 type series = checkup.Series
 
-// namespaces resolves --netns / --all-netns to the namespaces to collect.
-func (o *sourceOpts) namespaces(e *Env) ([]netns.NS, error) {
+// findNamespaces resolves --netns / --all-netns (default: our own). With
+// --all-netns a partial list (processes we may not inspect) comes with
+// the error.
+func (o *sourceOpts) findNamespaces(e *Env) ([]netns.NS, error) {
 	f := netns.Finder{ProcRoot: e.ProcRoot, RunDir: "/run/netns"}
 	switch {
 	case o.allNetns:
-		nss, err := f.All()
-		if err != nil && len(nss) > 0 {
-			// Partial: namespaces of processes we may not inspect are missing.
-			e.progress("note: %v; their namespaces may be missing", err)
-			err = nil
-		}
-		return nss, err
+		return f.All()
 	case o.netns != "":
 		ns, err := f.Named(o.netns)
 		if err != nil {
@@ -66,6 +62,17 @@ func (o *sourceOpts) namespaces(e *Env) ([]netns.NS, error) {
 		return nil, err
 	}
 	return []netns.NS{ns}, nil
+}
+
+// namespaces is findNamespaces for one-shot commands: a partial list is
+// used, with a note.
+func (o *sourceOpts) namespaces(e *Env) ([]netns.NS, error) {
+	nss, err := o.findNamespaces(e)
+	if err != nil && len(nss) > 0 {
+		e.progress("note: %v; their namespaces may be missing", err)
+		err = nil
+	}
+	return nss, err
 }
 
 // sample returns, per namespace, count samples interval apart, live or

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/linkemu"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/topo"
@@ -118,7 +119,7 @@ func c1Run(ctx context.Context, r *Run, cell c1Cell, callers, req int, dur time.
 	}
 	var fs []diag.Finding
 	if cell.check {
-		if err := sleepCtx(ctx, dur/3); err != nil {
+		if err := checkup.Sleep(ctx, dur/3); err != nil {
 			p.Stop()
 			return cl, sr, nil, err
 		}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/topo"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/workload"
@@ -139,7 +140,7 @@ func stormRun(ctx context.Context, run *Run, ph *stormPhase, addr string, count 
 	if err != nil {
 		return nil, err
 	}
-	if err := sleepCtx(ctx, settle); err != nil {
+	if err := checkup.Sleep(ctx, settle); err != nil {
 		return nil, err
 	}
 	rep, err := run.Check(ctx, interval, t.Server)
@@ -147,7 +148,7 @@ func stormRun(ctx context.Context, run *Run, ph *stormPhase, addr string, count 
 		return nil, err
 	}
 	// Count the server's connections a second before the clients let go.
-	if err := sleepCtx(ctx, time.Until(t0.Add(hold-time.Second))); err != nil {
+	if err := checkup.Sleep(ctx, time.Until(t0.Add(hold-time.Second))); err != nil {
 		return nil, err
 	}
 	_, port, _ := strings.Cut(addr, ":")

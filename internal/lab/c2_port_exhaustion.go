@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/topo"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/workload"
@@ -146,7 +147,7 @@ func proxyRun(ctx context.Context, o Options, ph *proxyPhase, nb, clients int, r
 	}
 	// Check once every client has connected (plus a little slack).
 	ramp := time.Duration(float64(clients)/rate*float64(time.Second)) + 500*time.Millisecond
-	if err := sleepCtx(ctx, ramp); err != nil {
+	if err := checkup.Sleep(ctx, ramp); err != nil {
 		return nil, err
 	}
 	rep, err := run.Check(ctx, interval, t.Server)

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/linkemu"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/topo"
@@ -128,7 +129,7 @@ func c3Transfer(ctx context.Context, r *Run, addr string, sndbuf int, size int64
 		return out, err
 	}
 	if check {
-		if err := sleepCtx(ctx, 700*time.Millisecond); err != nil {
+		if err := checkup.Sleep(ctx, 700*time.Millisecond); err != nil {
 			p.Stop()
 			return out, err
 		}

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/linkemu"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/topo"
@@ -145,7 +146,7 @@ func churnRun(ctx context.Context, o Options, ph *churnPhase, rate float64, dur,
 	}
 	ph.pid = cli.Pid
 	run.Logf("%s: churn-client pid %d at %.0f/s to %s for %s", ph.label, cli.Pid, rate, addr, dur)
-	if err := sleepCtx(ctx, settle); err != nil {
+	if err := checkup.Sleep(ctx, settle); err != nil {
 		return nil, err
 	}
 	rep, err := run.Check(ctx, interval, t.Client)

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/linkemu"
@@ -107,7 +108,7 @@ func c5Row(ctx context.Context, r *Run, rcvbuf, requests int, check bool) (c5Out
 		return o, err
 	}
 	if check {
-		if err := sleepCtx(ctx, 500*time.Millisecond); err != nil {
+		if err := checkup.Sleep(ctx, 500*time.Millisecond); err != nil {
 			cl.Stop()
 			return o, err
 		}

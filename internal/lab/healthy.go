@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/linkemu"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/topo"
@@ -75,7 +76,7 @@ func runHealthy(ctx context.Context, r *Run) (*Result, error) {
 	if err != nil {
 		return res, err
 	}
-	if err := sleepCtx(ctx, settle); err != nil {
+	if err := checkup.Sleep(ctx, settle); err != nil {
 		return res, err
 	}
 	var windows [2][]diag.Finding

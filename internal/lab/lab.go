@@ -289,7 +289,7 @@ func (r *Run) Check(ctx context.Context, interval time.Duration, nsNames ...stri
 		nss = append(nss, ns)
 	}
 	c := &collect.Collector{Opts: collect.Options{Owners: true, BufLock: true, ProcRoot: "/proc"}, Now: time.Now}
-	ss, err := checkup.Sample(ctx, c, nss, 2, interval, sleepCtx)
+	ss, err := checkup.Sample(ctx, c, nss, 2, interval, checkup.Sleep)
 	if err != nil {
 		return nil, err
 	}
@@ -375,17 +375,6 @@ func sameFile(a, b string) bool {
 	fa, err1 := os.Stat(a)
 	fb, err2 := os.Stat(b)
 	return err1 == nil && err2 == nil && os.SameFile(fa, fb)
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // FiredOn reports the findings of rule ids at warning or above.
