@@ -12,6 +12,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -81,6 +82,9 @@ func startChild(argv []string, ln *line, tunFd int) (_ *child, err error) {
 	c.cmd.Env = append(os.Environ(), ChildEnv+"="+lineSpec(ln))
 	c.cmd.ExtraFiles = []*os.File{tun, pr, memf}
 	c.cmd.Stderr = &c.stderr
+	// Its own process group: a Ctrl-C at the terminal reaches the parent,
+	// which stops the line through the pipe after it is done with it.
+	c.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := c.cmd.Start(); err != nil {
 		pw.Close()
 		return nil, fmt.Errorf("linkemu: start delay line %s: %w", argv[0], err)
@@ -170,6 +174,7 @@ func pingChild(ctx context.Context, argv []string, cli, srv int, interval, durat
 	cmd.ExtraFiles = files
 	var out, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // see startChild
 	err := cmd.Run()
 	if ctx.Err() != nil {
 		return 0, nil, ctx.Err()
