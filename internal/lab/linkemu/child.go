@@ -203,12 +203,48 @@ func parsePingOutput(s string) (int, []time.Duration, error) {
 	return sent, out, nil
 }
 
-func servePing(spec string) error {
-	var iv, du, rtt int64
-	if _, err := fmt.Sscanf(spec, "%d,%d,%d", &iv, &du, &rtt); err != nil || iv <= 0 || du < 0 || du > int64(MaxBenchDuration) {
-		return fmt.Errorf("linkemu: %s=%q: want interval,duration,rtt in ns", PingEnv, spec)
+// spareProcs gives a child more Ps than it has busy threads: a thread
+// coming back from a syscall then always finds one idle and never waits
+// for the scheduler's normal-priority threads.
+func spareProcs() { runtime.GOMAXPROCS(max(8, runtime.NumCPU())) }
+
+// parseLineSpec reads the line parameters a child gets in ChildEnv.
+func parseLineSpec(spec string) (*line, error) {
+	f := strings.Split(spec, ",")
+	if len(f) != 5 {
+		return nil, fmt.Errorf("linkemu: %s=%q: want delay,spin,loss,seed,prio", ChildEnv, spec)
 	}
-	sent, samples, err := pingPong(context.Background(), 3, 4, time.Duration(iv), time.Duration(du), time.Duration(rtt))
+	delay, err1 := strconv.ParseInt(f[0], 10, 64)
+	spin, err2 := strconv.ParseInt(f[1], 10, 64)
+	loss, err3 := strconv.ParseFloat(f[2], 64)
+	seed, err4 := strconv.ParseUint(f[3], 10, 64)
+	prio, err5 := strconv.Atoi(f[4])
+	if err := errors.Join(err1, err2, err3, err4, err5); err != nil {
+		return nil, fmt.Errorf("linkemu: %s: %w", ChildEnv, err)
+	}
+	p := Params{RTT: 2 * time.Duration(delay), Spin: time.Duration(spin), Loss: loss}
+	if err := p.validate(); err != nil || spin < 0 || prio < 0 || prio > 99 {
+		return nil, fmt.Errorf("linkemu: %s=%q: out of range", ChildEnv, spec)
+	}
+	ln := newLine(time.Duration(delay), time.Duration(spin), loss, seed)
+	ln.rtPrio = prio
+	return ln, nil
+}
+
+func parsePingSpec(spec string) (iv, du, rtt time.Duration, err error) {
+	if _, err := fmt.Sscanf(spec, "%d,%d,%d", &iv, &du, &rtt); err != nil || iv < 100*time.Microsecond || du < 0 || du > MaxBenchDuration || rtt < 0 || rtt > MaxRTT {
+		return 0, 0, 0, fmt.Errorf("linkemu: %s=%q: want interval,duration,rtt in ns", PingEnv, spec)
+	}
+	return iv, du, rtt, nil
+}
+
+func servePing(spec string) error {
+	iv, du, rtt, err := parsePingSpec(spec)
+	if err != nil {
+		return err
+	}
+	spareProcs()
+	sent, samples, err := pingPong(context.Background(), 3, 4, iv, du, rtt)
 	if err != nil {
 		return err
 	}
@@ -224,24 +260,14 @@ func servePing(spec string) error {
 // Start with Params.Exec (it returns when the parent closes the control
 // pipe), or link-bench's ping-pong.
 func ServeLine() error {
-	// Spare Ps: a thread coming back from a syscall then always finds one
-	// idle and never waits for the scheduler's normal-priority threads.
-	runtime.GOMAXPROCS(max(8, runtime.NumCPU()))
 	if spec := os.Getenv(PingEnv); spec != "" {
 		return servePing(spec)
 	}
-	f := strings.Split(os.Getenv(ChildEnv), ",")
-	if len(f) != 5 {
-		return fmt.Errorf("linkemu: %s=%q: want delay,spin,loss,seed,prio", ChildEnv, os.Getenv(ChildEnv))
+	ln, err := parseLineSpec(os.Getenv(ChildEnv))
+	if err != nil {
+		return err
 	}
-	delay, err1 := strconv.ParseInt(f[0], 10, 64)
-	spin, err2 := strconv.ParseInt(f[1], 10, 64)
-	loss, err3 := strconv.ParseFloat(f[2], 64)
-	seed, err4 := strconv.ParseUint(f[3], 10, 64)
-	prio, err5 := strconv.Atoi(f[4])
-	if err := errors.Join(err1, err2, err3, err4, err5); err != nil {
-		return fmt.Errorf("linkemu: %s: %w", ChildEnv, err)
-	}
+	spareProcs()
 	if err := unix.SetNonblock(childTun, true); err != nil {
 		return fmt.Errorf("linkemu: tun fd: %w", err)
 	}
@@ -253,9 +279,7 @@ func ServeLine() error {
 	// collector no stop-the-world, which needs the runtime's other,
 	// normal-priority threads, can stall the SCHED_FIFO thread.
 	debug.SetGCPercent(-1)
-	ln := newLine(time.Duration(delay), time.Duration(spin), loss, seed)
 	ln.tun, ln.wake = childTun, childCtl
-	ln.rtPrio = min(max(prio, 0), 99)
 	ln.st = (*counters)(unsafe.Pointer(&mem[0]))
 	ln.cpu = func() time.Duration { return processCPU(os.Getpid()) }
 	return ln.run()

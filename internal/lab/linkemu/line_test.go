@@ -108,3 +108,25 @@ func TestParseSteal(t *testing.T) {
 		}
 	}
 }
+
+func TestChildSpecs(t *testing.T) {
+	ln := newLine(10*time.Millisecond, 50*time.Microsecond, 0.01, 7)
+	ln.rtPrio = 10
+	got, err := parseLineSpec(lineSpec(ln))
+	if err != nil || got.delay != ln.delay || got.spin != ln.spin || got.loss != ln.loss || got.seed != 7 || got.rtPrio != 10 {
+		t.Fatalf("round trip %q: %+v %v", lineSpec(ln), got, err)
+	}
+	for _, bad := range []string{"", "1,2,3", "x,0,0,0,0", "-1,0,0,0,0", "10,0,1,0,0", "10,-5,0,0,0", "10,0,0,0,100", "99999999999999,0,0,0,0"} {
+		if _, err := parseLineSpec(bad); err == nil {
+			t.Errorf("line spec %q accepted", bad)
+		}
+	}
+	if iv, du, rtt, err := parsePingSpec("2000000,3000000000,20000000"); err != nil || iv != 2*time.Millisecond || du != 3*time.Second || rtt != 20*time.Millisecond {
+		t.Errorf("ping spec: %v %v %v %v", iv, du, rtt, err)
+	}
+	for _, bad := range []string{"", "1,2", "0,1,1", "2000000,-1,0", "2000000,1,-1", "2000000,999999999999,0"} {
+		if _, _, _, err := parsePingSpec(bad); err == nil {
+			t.Errorf("ping spec %q accepted", bad)
+		}
+	}
+}
