@@ -5,6 +5,7 @@ import (
 	"math"
 	"net/netip"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
@@ -25,6 +26,21 @@ const (
 	bottleneckMinConns = 4
 	// bottleneckMaxRecommend caps the recommendation.
 	bottleneckMaxRecommend = 16
+	// bottleneckMinSegRate: data segments per second each way. Requests
+	// and responses multiplexed on the connection (C1 lab: about 1000/s
+	// each way) are what more connections can split; a bulk stream one
+	// way (0/s in) is not, and rwnd-limited or sndbuf-limited speak for it.
+	bottleneckMinSegRate = 20
+	// bottleneckPathFrac: the group moving this share of the known path
+	// rate (--bandwidth) is limited by the path, not by its connections.
+	bottleneckPathFrac = 0.7
+	// bottleneckCwndFull: in flight at this share of cwnd in both samples,
+	// with the kernel putting most busy time on neither window nor buffer,
+	// is congestion-limited.
+	bottleneckCwndFull = 0.8
+	// bottleneckChronoSure: a rwnd+sndbuf share this high is believed
+	// even when in flight reaches cwnd.
+	bottleneckChronoSure = 0.5
 )
 
 func connectionBottleneck() diag.Rule {
@@ -44,6 +60,8 @@ type flow struct {
 	limited int
 	why     []string
 	acked   float64
+	segsIn  float64 // data segments per second in, summed
+	segsOut float64
 }
 
 func checkConnectionBottleneck(in *diag.Input) ([]diag.Finding, error) {
@@ -81,19 +99,30 @@ func checkConnectionBottleneck(in *diag.Input) ([]diag.Finding, error) {
 		if p == nil {
 			continue
 		}
+		segIn, segOut, ok := segRates(sk, p, window)
+		if !ok || segIn < bottleneckMinSegRate || segOut < bottleneckMinSegRate {
+			continue // not multiplexed: one stream one way, or idle
+		}
 		if why, ok := connLimited(sk, p, window); ok {
 			f.limited++
 			f.why = append(f.why, why)
-			if sk.Info != nil && p.Info != nil && sk.Info.BytesAcked >= p.Info.BytesAcked {
+			f.segsIn += segIn
+			f.segsOut += segOut
+			if sk.Info.BytesAcked >= p.Info.BytesAcked {
 				f.acked += float64(sk.Info.BytesAcked - p.Info.BytesAcked)
 			}
 		}
 	}
+	bw := in.Options.Bandwidth / 8
 	keys := make([]flowKey, 0)
 	for k, f := range flows {
-		if len(f.socks) <= bottleneckMaxConns && f.limited == len(f.socks) {
-			keys = append(keys, k)
+		if len(f.socks) > bottleneckMaxConns || f.limited != len(f.socks) {
+			continue
 		}
+		if bw > 0 && window > 0 && f.acked/window.Seconds() >= bottleneckPathFrac*bw {
+			continue // the path is the limit: more connections share it
+		}
+		keys = append(keys, k)
 	}
 	sort.Slice(keys, func(i, j int) bool {
 		if keys[i].pid != keys[j].pid {
@@ -122,11 +151,18 @@ func checkConnectionBottleneck(in *diag.Input) ([]diag.Finding, error) {
 		}
 		ev := []diag.Evidence{
 			{Name: "connections to the peer", Value: fmt.Sprint(n), Source: "sock_diag, grouped by owner and peer", Threshold: fmt.Sprintf("<= %d", bottleneckMaxConns)},
-			{Name: "why each is saturated", Value: joinWhy(f.why), Source: "sock_diag tcp_info busy_time, rwnd_limited, sndbuf_limited (delta); Send-Q, Recv-Q, SK_MEMINFO in both samples",
-				Threshold: fmt.Sprintf("busy >= %s and limited (rwnd+sndbuf >= %s of busy, Send-Q or Recv-Q stuck at half the buffer)", pct(bottleneckBusy), pct(bottleneckLimited))},
+			{Name: "why each is saturated", Value: joinWhy(f.why), Source: "sock_diag tcp_info busy_time, rwnd_limited, sndbuf_limited (delta); unacked, snd_wnd, snd_cwnd, Send-Q, Recv-Q, SK_MEMINFO in both samples",
+				Threshold: fmt.Sprintf("busy >= %s and limited by the connection (rwnd+sndbuf >= %s of busy, in flight filling the peer's window or the send buffer, Send-Q or Recv-Q stuck at the buffer), not by cwnd", pct(bottleneckBusy), pct(bottleneckLimited))},
 		}
+		ev = append(ev, diag.Evidence{Name: "requests multiplexed", Value: fmt.Sprintf("%.0f data segments/s in, %.0f/s out", f.segsIn, f.segsOut),
+			Source: "sock_diag tcp_info.data_segs_in, data_segs_out (delta / window)", Threshold: fmt.Sprintf(">= %d/s each way on every connection", bottleneckMinSegRate)})
 		if per > 0 {
-			ev = append(ev, diag.Evidence{Name: "per connection", Value: fmtRate(per), Source: "sock_diag tcp_info.bytes_acked (delta / window)"})
+			v := fmtRate(per)
+			if bw > 0 {
+				v += fmt.Sprintf(" (%s in all, %s of the %s path)", fmtRate(f.acked/window.Seconds()), pct(f.acked/window.Seconds()/bw), fmtRate(bw))
+			}
+			ev = append(ev, diag.Evidence{Name: "per connection", Value: v, Source: "sock_diag tcp_info.bytes_acked (delta / window); --bandwidth",
+				Threshold: fmt.Sprintf("all connections < %s of the path rate when known", pct(bottleneckPathFrac))})
 		}
 		sum := fmt.Sprintf("%s carries its traffic to %s on %d connection(s), each saturated and limited by buffer or window; use about %d",
 			owners(cur, sk.Pids), peer, n, want)
@@ -141,15 +177,29 @@ func checkConnectionBottleneck(in *diag.Input) ([]diag.Finding, error) {
 	return fs, nil
 }
 
-// connLimited says whether a connection was busy and held back by buffer
-// or window across the window, and how.
+// segRates is the data segments per second each way between p and sk.
+func segRates(sk, p *snapshot.Socket, window time.Duration) (in, out float64, ok bool) {
+	if sk.Info == nil || p.Info == nil || window <= 0 || sk.Info.Len < snapshot.EndChrono ||
+		sk.Info.DataSegsIn < p.Info.DataSegsIn || sk.Info.DataSegsOut < p.Info.DataSegsOut {
+		return 0, 0, false
+	}
+	sec := window.Seconds()
+	return float64(sk.Info.DataSegsIn-p.Info.DataSegsIn) / sec, float64(sk.Info.DataSegsOut-p.Info.DataSegsOut) / sec, true
+}
+
+// connLimited says whether a connection was busy and held back by its
+// own buffer or window, not by cwnd, across the window, and how.
 func connLimited(sk, p *snapshot.Socket, window time.Duration) (string, bool) {
 	sh, ok := snapshot.ChronoShares(p.Info, sk.Info, window)
-	var why string
+	var why []string
 	busy := ok && snapshot.Frac(sh.Busy, window) >= bottleneckBusy
 	if busy {
-		if s := snapshot.Frac(sh.Rwnd+sh.Sndbuf, sh.Busy); s >= bottleneckLimited {
-			why = fmt.Sprintf("busy %s, rwnd+sndbuf limited %s", pct(snapshot.Frac(sh.Busy, window)), pct(s))
+		chrono := snapshot.Frac(sh.Rwnd+sh.Sndbuf, sh.Busy)
+		if chrono >= bottleneckLimited {
+			why = append(why, fmt.Sprintf("rwnd+sndbuf limited %s of busy", pct(chrono)))
+		}
+		if l, full := wndFullBoth(sk, p); full {
+			why = append(why, fmt.Sprintf("in flight %s fills the peer's window %s (cwnd %s)", fmtBytes(l.inflight), fmtBytes(l.wnd), fmtBytes(l.cwnd)))
 		}
 		// A full send buffer limits only if what is in flight fills a
 		// good part of it; an autotuned buffer full of unsent data behind
@@ -158,22 +208,32 @@ func connLimited(sk, p *snapshot.Socket, window time.Duration) (string, bool) {
 		if sk.Info != nil {
 			inflight = uint64(sk.Info.Unacked) * uint64(sk.Info.SndMSS)
 		}
-		if why == "" && sk.Mem != nil && p.Mem != nil && sk.Mem.Sndbuf > 0 &&
-			2*sk.SendQ >= sk.Mem.Sndbuf && 2*p.SendQ >= p.Mem.Sndbuf && 4*inflight >= uint64(sk.Mem.Sndbuf) {
-			why = fmt.Sprintf("busy %s, Send-Q %s stuck at sndbuf %s", pct(snapshot.Frac(sh.Busy, window)), fmtBytes(float64(sk.SendQ)), fmtBytes(float64(sk.Mem.Sndbuf)))
-		}
-		if why == "" {
-			if l, ok := lookSndbuf(sk); ok && l.limited() {
-				if pl, ok := lookSndbuf(p); ok && pl.limited() {
-					why = fmt.Sprintf("busy %s, in flight at the send buffer", pct(snapshot.Frac(sh.Busy, window)))
-				}
+		if l, ok := lookSndbuf(sk); ok && l.limited() {
+			if pl, ok := lookSndbuf(p); ok && pl.limited() {
+				why = append(why, "in flight at the send buffer")
 			}
+		} else if sk.Mem != nil && p.Mem != nil && sk.Mem.Sndbuf > 0 &&
+			2*sk.SendQ >= sk.Mem.Sndbuf && 2*p.SendQ >= p.Mem.Sndbuf && 4*inflight >= uint64(sk.Mem.Sndbuf) {
+			why = append(why, fmt.Sprintf("Send-Q %s stuck at sndbuf %s", fmtBytes(float64(sk.SendQ)), fmtBytes(float64(sk.Mem.Sndbuf))))
+		}
+		if len(why) > 0 && chrono < bottleneckChronoSure && cwndFull(sk) && cwndFull(p) {
+			return "", false // congestion-limited: cwnd, not the connection
+		}
+		if len(why) > 0 {
+			why[0] = fmt.Sprintf("busy %s, ", pct(snapshot.Frac(sh.Busy, window))) + why[0]
 		}
 	}
-	if why == "" && backedUp(sk) && backedUp(p) {
-		why = fmt.Sprintf("Recv-Q %s stuck (one reader cannot drain it)", fmtBytes(float64(sk.RecvQ)))
+	if backedUp(sk) && backedUp(p) {
+		why = append(why, fmt.Sprintf("Recv-Q %s stuck (one reader cannot drain it)", fmtBytes(float64(sk.RecvQ))))
 	}
-	return why, why != ""
+	return strings.Join(why, ", "), len(why) > 0
+}
+
+// cwndFull: in flight at cwnd, so congestion control is what holds the
+// connection back.
+func cwndFull(sk *snapshot.Socket) bool {
+	ti := sk.Info
+	return ti != nil && ti.SndCwnd > 0 && float64(ti.Unacked) >= bottleneckCwndFull*float64(ti.SndCwnd)
 }
 
 func joinWhy(ws []string) string {

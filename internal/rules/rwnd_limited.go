@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/bdp"
@@ -26,7 +27,66 @@ const (
 	// only when the connection has been busy this long.
 	rwndMinLifetime = time.Second
 	rwndMaxFindings = 10
+	// rwndShareSupported: a lower share is enough when evidence that does
+	// not depend on congestion control shows the window is the limit. bbr
+	// paces, so its rwnd_limited reads 20-41 % on flows where cubic reads
+	// 73-99 %.
+	rwndShareSupported = 0.1
+	// rwndShareAlone: a share this high fires even if the window looks
+	// large at both samples (a window that opens and shuts between them).
+	rwndShareAlone = 0.5
+	// rwndFullFrac: in flight (unacked x mss) at least this share of the
+	// peer's window counts as the window being full; measured 0.9-1.0 on
+	// window-limited flows under bbr and cubic.
+	rwndFullFrac = 0.8
+	// rwndCwndRoom: cwnd must exceed in flight by this factor for the
+	// window, not cwnd, to be the limit.
+	rwndCwndRoom = 1.5
+	// rwndSmallWnd: a peer's window below this share of the path's BDP
+	// (known path rate x RTT) is too small for the path.
+	rwndSmallWnd = 0.5
+	// rwndLargeWnd: a window at least this many times what is in flight
+	// is not the limit.
+	rwndLargeWnd = 2
 )
+
+// wndLook is one sample of a sender against its peer's window.
+type wndLook struct {
+	inflight, wnd, cwnd float64
+}
+
+// lookWnd reads in flight, the peer's window and cwnd, in bytes; ok is
+// false without snd_wnd (Linux 5.5+) or an mss.
+func lookWnd(sk *snapshot.Socket) (wndLook, bool) {
+	ti := sk.Info
+	if ti == nil || !ti.Has(snapshot.EndSndWnd) || ti.SndMSS == 0 || ti.SndWnd == 0 {
+		return wndLook{}, false
+	}
+	mss := float64(ti.SndMSS)
+	return wndLook{inflight: float64(ti.Unacked) * mss, wnd: float64(ti.SndWnd), cwnd: float64(ti.SndCwnd) * mss}, true
+}
+
+// full: in flight fills the peer's window while cwnd has room.
+func (l wndLook) full() bool {
+	return l.inflight > 0 && l.inflight >= rwndFullFrac*l.wnd && l.cwnd >= rwndCwndRoom*l.inflight
+}
+
+// large: the window is well above what is in flight.
+func (l wndLook) large() bool { return l.wnd >= rwndLargeWnd*max(l.inflight, 1) }
+
+// wndFullBoth says the peer's window was full in sk and, when given, in
+// its previous sample p.
+func wndFullBoth(sk, p *snapshot.Socket) (cur wndLook, ok bool) {
+	cur, ok = lookWnd(sk)
+	if !ok || !cur.full() {
+		return cur, false
+	}
+	if p != nil {
+		pl, ok := lookWnd(p)
+		return cur, ok && pl.full()
+	}
+	return cur, true
+}
 
 func rwndLimited() diag.Rule {
 	return diag.Rule{ID: "rwnd-limited", Title: "Sender limited by the peer's receive window", Check: checkRwndLimited}
@@ -79,10 +139,22 @@ func checkRwndLimited(in *diag.Input) ([]diag.Finding, error) {
 			lifetime = true
 		}
 		share := snapshot.Frac(sh.Rwnd, sh.Busy)
-		if share < rwndShareWarn {
+		if share < rwndShareSupported {
 			continue
 		}
-		hits = append(hits, rwndHit{f: rwndFinding(in, sk, sh, share, lifetime, idx, rates, zw), share: share})
+		var prev *snapshot.Socket
+		if !lifetime {
+			prev = in.PrevSocket(sk.Cookie)
+		}
+		sup := rwndSupport(in, sk, prev, rates, idx, len(zw) > 0)
+		switch {
+		case share >= rwndShareAlone:
+		case share >= rwndShareWarn && !sup.large:
+		case len(sup.why) > 0:
+		default:
+			continue
+		}
+		hits = append(hits, rwndHit{f: rwndFinding(in, sk, sh, share, lifetime, idx, rates, zw, sup), share: share})
 	}
 	sort.SliceStable(hits, func(i, j int) bool {
 		if hits[i].f.Severity != hits[j].f.Severity {
@@ -102,8 +174,54 @@ func checkRwndLimited(in *diag.Input) ([]diag.Finding, error) {
 	}), nil
 }
 
+// rwndSupp is evidence about the peer's window that does not depend on
+// congestion control.
+type rwndSupp struct {
+	why   []string // each says how the window is shown to be the limit
+	full  bool     // in flight fills the window in every sample
+	large bool     // the window is well above in flight in every sample
+	look  wndLook
+}
+
+// rwndSupport gathers it: the window full in both samples, the window
+// small against a known path's BDP, a local receiver's small buffer
+// advertising zero windows.
+func rwndSupport(in *diag.Input, sk, prev *snapshot.Socket, rates map[netip.Addr]float64,
+	idx map[tuple]*snapshot.Socket, zeroWnd bool) rwndSupp {
+	var s rwndSupp
+	look, ok := lookWnd(sk)
+	if !ok {
+		return s
+	}
+	s.look = look
+	if _, full := wndFullBoth(sk, prev); full {
+		s.full = true
+		s.why = append(s.why, fmt.Sprintf("in flight %s fills the peer's window %s (cwnd %s)", fmtBytes(look.inflight), fmtBytes(look.wnd), fmtBytes(look.cwnd)))
+	}
+	s.large = look.large()
+	if prev != nil {
+		if pl, ok := lookWnd(prev); ok {
+			s.large = s.large && pl.large()
+		}
+	}
+	// Only a rate other than this connection's own says what the path
+	// can carry: a window-limited flow's own rate is window / RTT.
+	if path, _ := pathRate(in, rates, sk, float64(sk.Info.DeliveryRate)); path > 0 {
+		if rtt := rttOf(sk.Info); rtt > 0 {
+			if b := path * rtt.Seconds(); look.wnd < rwndSmallWnd*b {
+				s.why = append(s.why, fmt.Sprintf("the peer's window %s is under %s of the path's BDP %s", fmtBytes(look.wnd), pct(rwndSmallWnd), fmtBytes(b)))
+				s.large = false
+			}
+		}
+	}
+	if peer := localPeer(idx, sk); peer != nil && zeroWnd && peer.Mem != nil {
+		s.why = append(s.why, fmt.Sprintf("this host, where the receiver lives (rcvbuf %s), advertised zero windows", fmtBytes(float64(peer.Mem.Rcvbuf))))
+	}
+	return s
+}
+
 func rwndFinding(in *diag.Input, sk *snapshot.Socket, sh snapshot.Shares, share float64, lifetime bool,
-	idx map[tuple]*snapshot.Socket, rates map[netip.Addr]float64, zw []diag.Evidence) diag.Finding {
+	idx map[tuple]*snapshot.Socket, rates map[netip.Addr]float64, zw []diag.Evidence, sup rwndSupp) diag.Finding {
 	cur, ti := in.Cur, sk.Info
 	rtt := rttOf(ti)
 	scope := "the " + fmtDur(sh.Window) + " window"
@@ -112,9 +230,20 @@ func rwndFinding(in *diag.Input, sk *snapshot.Socket, sh snapshot.Shares, share 
 		scope = "the connection's life (one sample)"
 		src = "(lifetime)"
 	}
-	ev := []diag.Evidence{
-		{Name: "rwnd_limited", Value: fmt.Sprintf("%s of busy time (%s of %s busy)", pct(share), fmtDur(sh.Rwnd), fmtDur(sh.Busy)),
-			Source: "sock_diag tcp_info.rwnd_limited / busy_time " + src, Threshold: ">= " + pct(rwndShareWarn)},
+	thr := fmt.Sprintf(">= %s, or >= %s with the window shown to be the limit below", pct(rwndShareWarn), pct(rwndShareSupported))
+	v := fmt.Sprintf("%s of busy time (%s of %s busy)", pct(share), fmtDur(sh.Rwnd), fmtDur(sh.Busy))
+	if sk.CC == "bbr" {
+		v += "; bbr paces, so this reads low on window-limited flows"
+	}
+	ev := []diag.Evidence{{Name: "rwnd_limited", Value: v, Source: "sock_diag tcp_info.rwnd_limited / busy_time " + src, Threshold: thr}}
+	if sup.look.wnd > 0 {
+		ev = append(ev, diag.Evidence{Name: "in flight against the window",
+			Value:  fmt.Sprintf("%s in flight, %.2f x the peer's window; cwnd %s", fmtBytes(sup.look.inflight), sup.look.inflight/sup.look.wnd, fmtBytes(sup.look.cwnd)),
+			Source: "sock_diag tcp_info.unacked x snd_mss, snd_wnd, snd_cwnd", Threshold: fmt.Sprintf("full: >= %.2f x the window with cwnd >= %.1f x in flight, in both samples", rwndFullFrac, rwndCwndRoom)})
+	}
+	if len(sup.why) > 0 {
+		ev = append(ev, diag.Evidence{Name: "window is the limit", Value: strings.Join(sup.why, "; "),
+			Source: "derived from tcp_info.unacked, snd_wnd, snd_cwnd, rtt; --bandwidth or other connections' delivery_rate; TcpExt zero-window counters"})
 	}
 	var acked float64
 	if !lifetime {
@@ -166,10 +295,13 @@ func rwndFinding(in *diag.Input, sk *snapshot.Socket, sh snapshot.Shares, share 
 		}
 	}
 	sev := diag.Warning
-	if !lifetime && share >= rwndShareCrit && snapshot.Frac(sh.Busy, sh.Window) >= rwndBusyCrit {
+	if !lifetime && snapshot.Frac(sh.Busy, sh.Window) >= rwndBusyCrit && (share >= rwndShareCrit || sup.full && share >= rwndShareWarn) {
 		sev = diag.Critical
 	}
 	sum := fmt.Sprintf("waiting for the peer's receive window %s of busy time over %s", pct(share), scope)
+	if sup.full {
+		sum = fmt.Sprintf("in flight fills the peer's receive window in both samples; waiting for it %s of busy time over %s", pct(share), scope)
+	}
 	if wnd >= 0 {
 		sum += fmt.Sprintf("; the peer advertises %s", fmtBytes(wnd))
 	}

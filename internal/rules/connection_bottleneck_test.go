@@ -1,0 +1,65 @@
+package rules
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/diag"
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+)
+
+// runFixtureOpts is runFixture with options (e.g. --bandwidth).
+func runFixtureOpts(t *testing.T, r diag.Rule, path string, o diag.Options) diag.Result {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatalf("fixture: %v", err)
+	}
+	defer f.Close()
+	snaps, err := snapshot.ReadAll(f)
+	if err != nil || len(snaps) < 2 {
+		t.Fatalf("fixture %s: %v (%d snapshots)", path, err, len(snaps))
+	}
+	var res diag.Result
+	diag.Run([]diag.Rule{r}, diag.NewInput(snaps[0], snaps[len(snaps)-1], o), &res)
+	res.Sort()
+	return res
+}
+
+// Real recordings (internal/livetest with LIVETEST_RECORD, cut to the
+// flow): fires.jsonl is C1, one connection with 32K buffers carrying 100
+// callers' requests (bbr, 20 ms, 200 Mbit/s).
+func TestConnectionBottleneckRecordings(t *testing.T) {
+	r := connectionBottleneck()
+	dir := filepath.Join("testdata", r.ID)
+	for _, c := range []struct {
+		file  string
+		bw    float64
+		fires bool
+	}{
+		{"fires.jsonl", 0, true},
+		// 14.9 Mbit/s of a 200 Mbit/s path: still the connection.
+		{"fires.jsonl", 200e6, true},
+		// The same flow, were the path 20 Mbit/s: the path is the limit.
+		{"fires.jsonl", 20e6, false},
+		// One autotuned bulk flow, bbr, 949 Mbit/s through 1 Gbit/s,
+		// kernel sndbuf_limited 55 % of busy: a bulk transfer filling the
+		// path, not too few connections (it fired before).
+		{"quiet.jsonl", 0, false},
+		{"quiet.jsonl", 1e9, false},
+		// One bulk response stream into a pinned 128K receiver (C5, cubic,
+		// rwnd_limited 99 %): rwnd-limited's case, not a pool's.
+		{"quiet-rwnd-bulk.jsonl", 0, false},
+		// The C1 callers over 8 autotuned connections.
+		{"quiet-pool.jsonl", 0, false},
+	} {
+		res := runFixtureOpts(t, r, filepath.Join(dir, c.file), diag.Options{Bandwidth: c.bw})
+		if len(res.Unknown) > 0 {
+			t.Errorf("%s: unknown %+v", c.file, res.Unknown)
+		}
+		if got := res.Worst() >= diag.Warning; got != c.fires {
+			t.Errorf("%s --bandwidth %.0f: fired %v, want %v: %+v", c.file, c.bw, got, c.fires, res.Findings)
+		}
+	}
+}
