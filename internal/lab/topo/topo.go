@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -44,7 +45,13 @@ type Config struct {
 	CC string
 	// Runner runs commands; nil runs them with os/exec.
 	Runner Runner
+	// StateDir holds the run's owner file; empty means DefaultStateDir.
+	StateDir string
 }
+
+// DefaultStateDir holds one owner file per run (pid and start time of the
+// process that built it), so that Clean spares the runs still alive.
+const DefaultStateDir = "/run/tcpdoctor-lab"
 
 // Runner runs one command and returns its stdout.
 type Runner func(ctx context.Context, name string, args ...string) ([]byte, error)
@@ -58,8 +65,9 @@ type Topo struct {
 	ClientGW, ServerGW     netip.Addr // the router's address on each side
 	CC                     string
 
-	run    Runner
-	closed bool
+	run      Runner
+	stateDir string
+	closed   bool
 }
 
 // Addresses of the fixed layout.
@@ -163,6 +171,10 @@ func Build(cfg Config) (*Topo, error) {
 		ServerGW:    serverNet.Addr().Next(),
 		CC:          cfg.CC,
 		run:         r,
+		stateDir:    cfg.StateDir,
+	}
+	if t.stateDir == "" {
+		t.stateDir = DefaultStateDir
 	}
 	if err := t.build(ctx); err != nil {
 		if cerr := t.Close(); cerr != nil {
@@ -174,6 +186,11 @@ func Build(cfg Config) (*Topo, error) {
 }
 
 func (t *Topo) build(ctx context.Context) error {
+	// The owner file comes first, so that a concurrent Clean never sees
+	// this run's namespaces without it.
+	if err := writeOwner(t.stateDir, t.Run); err != nil {
+		return err
+	}
 	for _, ns := range []string{t.Client, t.Router, t.Server} {
 		if _, err := t.run(ctx, "ip", "netns", "add", ns); err != nil {
 			return fmt.Errorf("topo: %w", err)
@@ -253,22 +270,65 @@ func (t *Topo) Cmd(ctx context.Context, tool, ns string, args ...string) ([]byte
 	return out, nil
 }
 
-// Close deletes the run's namespaces. It is idempotent. Processes still
-// inside a namespace keep it alive after the name is gone.
+// Close deletes the run's namespaces and its owner file. It is
+// idempotent. Processes still inside a namespace keep it alive after the
+// name is gone.
 func (t *Topo) Close() error {
 	if t == nil || t.closed {
 		return nil
 	}
 	t.closed = true
-	return Clean(context.Background(), t.run, Prefix+t.Run+"-")
+	err := deleteNamespaces(context.Background(), t.run, Prefix+t.Run+"-")
+	if rerr := os.Remove(ownerPath(t.stateDir, t.Run)); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+		err = errors.Join(err, fmt.Errorf("topo: %w", rerr))
+	}
+	return err
 }
 
-// Clean deletes every namespace whose name starts with prefix, which must
-// start with Prefix. A nil runner uses ExecRunner.
+// Clean deletes the namespaces whose names start with prefix (which must
+// start with Prefix), leftovers of killed runs: it spares every run whose
+// owner file in DefaultStateDir names a live process. A nil runner uses
+// ExecRunner.
 func Clean(ctx context.Context, r Runner, prefix string) error {
 	if !strings.HasPrefix(prefix, Prefix) {
 		return fmt.Errorf("topo: clean: prefix %q does not start with %q", prefix, Prefix)
 	}
+	names, err := List(prefix)
+	if err != nil {
+		return err
+	}
+	runs := map[string]bool{}
+	for _, n := range names {
+		if run, ok := runOf(n); ok {
+			runs[run] = true
+		}
+	}
+	var errs []error
+	for run := range runs {
+		if ownerAlive(DefaultStateDir, run) {
+			continue
+		}
+		if err := deleteNamespaces(ctx, r, Prefix+run+"-"); err != nil {
+			errs = append(errs, err)
+		}
+		if err := os.Remove(ownerPath(DefaultStateDir, run)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("topo: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// runOf returns the run of a namespace named Prefix+run+"-"+role.
+func runOf(name string) (string, bool) {
+	rest, ok := strings.CutPrefix(name, Prefix)
+	i := strings.LastIndexByte(rest, '-')
+	if !ok || i <= 0 {
+		return "", false
+	}
+	return rest[:i], true
+}
+
+func deleteNamespaces(ctx context.Context, r Runner, prefix string) error {
 	if r == nil {
 		r = ExecRunner
 	}
@@ -283,6 +343,64 @@ func Clean(ctx context.Context, r Runner, prefix string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+func ownerPath(dir, run string) string { return filepath.Join(dir, Prefix+run+".owner") }
+
+// writeOwner records this process (pid and start time) as the run's owner.
+func writeOwner(dir, run string) error {
+	start, err := procStart(os.Getpid())
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("topo: state dir: %w", err)
+	}
+	if err := os.WriteFile(ownerPath(dir, run), fmt.Appendf(nil, "%d %d\n", os.Getpid(), start), 0o644); err != nil {
+		return fmt.Errorf("topo: owner file: %w", err)
+	}
+	return nil
+}
+
+// ownerAlive tells whether the run's owner file names a running process
+// (same pid and start time).
+func ownerAlive(dir, run string) bool {
+	b, err := os.ReadFile(ownerPath(dir, run))
+	if err != nil {
+		return false
+	}
+	var pid int
+	var start uint64
+	if _, err := fmt.Sscanf(string(b), "%d %d", &pid, &start); err != nil || pid <= 0 {
+		return false
+	}
+	now, err := procStart(pid)
+	return err == nil && now == start
+}
+
+// procStart returns a process's start time (field 22 of /proc/PID/stat).
+func procStart(pid int) (uint64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, fmt.Errorf("topo: %w", err)
+	}
+	return parseStart(string(b))
+}
+
+func parseStart(stat string) (uint64, error) {
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, errors.New("topo: proc stat: no command")
+	}
+	f := strings.Fields(stat[i+1:]) // from field 3 (state) on
+	if len(f) < 20 {
+		return 0, errors.New("topo: proc stat: short")
+	}
+	v, err := strconv.ParseUint(f[19], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("topo: proc stat start time: %w", err)
+	}
+	return v, nil
 }
 
 // List returns the named namespaces (in /run/netns) starting with prefix.

@@ -59,9 +59,13 @@ func TestBuildRunsCommands(t *testing.T) {
 	}
 	// Do fails without root or without the namespace: the build must then
 	// report it and clean up by name.
-	_, err := Build(Config{Run: "unit0", CC: "cubic", ServerAddrs: 2, Runner: rec})
+	dir := t.TempDir()
+	_, err := Build(Config{Run: "unit0", CC: "cubic", ServerAddrs: 2, Runner: rec, StateDir: dir})
 	if err == nil {
 		t.Fatal("build succeeded without namespaces")
+	}
+	if _, err := os.Stat(ownerPath(dir, "unit0")); !os.IsNotExist(err) {
+		t.Errorf("owner file left after a failed build: %v", err)
 	}
 	all := strings.Join(cmds, "\n")
 	for _, want := range []string{
@@ -98,6 +102,9 @@ func buildForTest(t *testing.T, cfg Config) *Topo {
 		left, err := List(Prefix + tp.Run + "-")
 		if err != nil || len(left) > 0 {
 			t.Errorf("left after Close: %v %v", left, err)
+		}
+		if _, err := os.Stat(ownerPath(DefaultStateDir, tp.Run)); !os.IsNotExist(err) {
+			t.Errorf("owner file left after Close: %v", err)
 		}
 	})
 	return tp
@@ -173,13 +180,46 @@ func congestion(c net.Conn) (string, error) {
 	return strings.TrimRight(cc, "\x00"), errors.Join(err, serr)
 }
 
+// Clean spares a run whose owner is alive and removes it once the owner
+// file names a process that is gone.
 func TestCleanPrefix(t *testing.T) {
 	needRoot(t)
 	tp := buildForTest(t, Config{})
 	if err := Clean(context.Background(), nil, Prefix+tp.Run+"-"); err != nil {
 		t.Fatal(err)
 	}
+	if left, _ := List(Prefix + tp.Run + "-"); len(left) != 3 {
+		t.Fatalf("clean removed a live run: %v left", left)
+	}
+	// pid 1 with another start time: a dead owner.
+	if err := os.WriteFile(ownerPath(DefaultStateDir, tp.Run), []byte("1 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := Clean(context.Background(), nil, Prefix+tp.Run+"-"); err != nil {
+		t.Fatal(err)
+	}
 	if left, _ := List(Prefix + tp.Run + "-"); len(left) > 0 {
 		t.Fatalf("left: %v", left)
+	}
+	if _, err := os.Stat(ownerPath(DefaultStateDir, tp.Run)); !os.IsNotExist(err) {
+		t.Errorf("owner file left: %v", err)
+	}
+}
+
+func TestParseStart(t *testing.T) {
+	stat := "4242 (a (b) c) S 1 4242 4242 0 -1 4194560 100 0 0 0 5 3 0 0 20 0 1 0 987654 1000 200"
+	if v, err := parseStart(stat); err != nil || v != 987654 {
+		t.Fatalf("%d %v", v, err)
+	}
+	for _, bad := range []string{"", "1 (x) S 1 2", "1 (x) S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 x"} {
+		if _, err := parseStart(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+	if run, ok := runOf("tdlab-ab12cd-router"); !ok || run != "ab12cd" {
+		t.Errorf("runOf: %q %v", run, ok)
+	}
+	if _, ok := runOf("tdlab-x"); ok {
+		t.Error("runOf accepted a name without a role")
 	}
 }
