@@ -196,7 +196,7 @@ func rwndSupport(in *diag.Input, sk, prev *snapshot.Socket, rates map[netip.Addr
 	s.look = look
 	if _, full := wndFullBoth(sk, prev); full {
 		s.full = true
-		s.why = append(s.why, fmt.Sprintf("in flight %s fills the peer's window %s (cwnd %s)", fmtBytes(look.inflight), fmtBytes(look.wnd), fmtBytes(look.cwnd)))
+		s.why = append(s.why, "in flight fills the peer's window in both samples, cwnd has room")
 	}
 	s.large = look.large()
 	if prev != nil {
