@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -138,7 +139,7 @@ func firstErrors(ss []series) string {
 	for _, sr := range ss {
 		for _, s := range sr.Snaps {
 			if len(s.Errors) > 0 {
-				return fmt.Sprintf("%s: %s", s.Errors[0].Source, s.Errors[0].Err)
+				return sourceErr(s.Errors[0])
 			}
 		}
 	}
@@ -160,4 +161,13 @@ func warnErrors(e *Env, ss []series) {
 			}
 		}
 	}
+}
+
+// sourceErr names the source unless its error already starts with it
+// ("netns: enter host: ...").
+func sourceErr(e snapshot.SourceError) string {
+	if strings.HasPrefix(e.Err, e.Source+":") {
+		return e.Err
+	}
+	return e.Source + ": " + e.Err
 }

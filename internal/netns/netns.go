@@ -280,11 +280,11 @@ func Do(ns NS, fn func() error) error {
 		return errors.New("netns: enter " + label + ": open " + ns.Path + ": " + err.Error())
 	}
 	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return errors.New("netns: enter " + label + ": " + err.Error())
+	}
 	if ns.Inode != 0 {
-		var st unix.Stat_t
-		if err := unix.Fstat(fd, &st); err != nil {
-			return errors.New("netns: enter " + label + ": " + err.Error())
-		}
 		if st.Ino != ns.Inode {
 			return errors.New("netns: enter " + label + ": " + ns.Path + " is now namespace " +
 				strconv.FormatUint(st.Ino, 10) + ", not " + strconv.FormatUint(ns.Inode, 10))
@@ -299,13 +299,19 @@ func Do(ns NS, fn func() error) error {
 	go func() {
 		// Never unlocked: the thread exits with this goroutine.
 		runtime.LockOSThread()
-		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
-			msg := err.Error()
-			if errors.Is(err, unix.EPERM) {
-				msg += " (needs CAP_SYS_ADMIN)"
+		// Already there (our own namespace): no setns, so no
+		// CAP_SYS_ADMIN needed to look at the namespace we run in.
+		var here unix.Stat_t
+		already := unix.Stat("/proc/thread-self/ns/net", &here) == nil && here.Ino == st.Ino && here.Dev == st.Dev
+		if !already {
+			if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+				msg := err.Error()
+				if errors.Is(err, unix.EPERM) {
+					msg += " (needs CAP_SYS_ADMIN)"
+				}
+				done <- result{err: errors.New("netns: enter " + label + ": " + msg)}
+				return
 			}
-			done <- result{err: errors.New("netns: enter " + label + ": " + msg)}
-			return
 		}
 		sent := false
 		defer func() {

@@ -305,6 +305,12 @@ func TestDoNotPermitted(t *testing.T) {
 	if path := os.Getenv("NETNS_TEST_ENTER"); path != "" {
 		err := Do(NS{Name: "victim", Path: path}, func() error { return nil })
 		os.Stdout.WriteString("RESULT " + errString(err) + "\n")
+		// Our own namespace needs no setns, so no CAP_SYS_ADMIN.
+		own, err := Default().Current()
+		if err == nil {
+			err = Do(own, func() error { return nil })
+		}
+		os.Stdout.WriteString("OWN " + errString(err) + "\n")
 		return
 	}
 	if os.Geteuid() != 0 {
@@ -326,6 +332,9 @@ func TestDoNotPermitted(t *testing.T) {
 	want := "RESULT netns: enter victim: operation not permitted (needs CAP_SYS_ADMIN)"
 	if !strings.Contains(string(out), want+"\n") {
 		t.Errorf("child output lacks %q:\n%s", want, out)
+	}
+	if !strings.Contains(string(out), "OWN <nil>\n") {
+		t.Errorf("entering our own namespace without CAP_SYS_ADMIN failed:\n%s", out)
 	}
 }
 
