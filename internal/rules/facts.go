@@ -588,6 +588,50 @@ func destUsage(in *diag.Input, e *ephemeral) map[destKey]*destAgg {
 	return m
 }
 
+// destFinding is one destination a port rule fires on.
+type destFinding struct {
+	key destKey
+	agg *destAgg
+	f   portForecast
+	sev diag.Severity
+}
+
+// destHits grades every destination's port use with grade and returns
+// those that fire: most severe first, then larger rank, then by address.
+func destHits(in *diag.Input, e *ephemeral, grade func(portUse, portForecast) diag.Severity, rank func(portUse) int) []destFinding {
+	var hits []destFinding
+	for k, a := range destUsage(in, e) {
+		f := forecastPorts(a.use, e.usable(), in.Window())
+		if sev := grade(a.use, f); sev > 0 {
+			hits = append(hits, destFinding{k, a, f, sev})
+		}
+	}
+	sort.Slice(hits, func(i, j int) bool {
+		if hits[i].sev != hits[j].sev {
+			return hits[i].sev > hits[j].sev
+		}
+		if ri, rj := rank(hits[i].agg.use), rank(hits[j].agg.use); ri != rj {
+			return ri > rj
+		}
+		return hits[i].key.dst.String() < hits[j].key.dst.String()
+	})
+	return hits
+}
+
+// destFindings builds a finding for each of the first n hits and sums up
+// the rest in one.
+func destFindings(cur *snapshot.Snapshot, hits []destFinding, n int, build func(destFinding) diag.Finding) []diag.Finding {
+	var fs []diag.Finding
+	for i, h := range hits {
+		if i == n {
+			fs = append(fs, moreDestinations(cur, hits[i:]))
+			break
+		}
+		fs = append(fs, build(h))
+	}
+	return fs
+}
+
 // commandOf returns the command of pid, "" if unknown.
 func commandOf(s *snapshot.Snapshot, pid int) string {
 	if p := s.Procs[pid]; p != nil {

@@ -2,7 +2,6 @@ package rules
 
 import (
 	"fmt"
-	"sort"
 	"strings"
 	"time"
 
@@ -38,13 +37,6 @@ func portSeverity(f portForecast) diag.Severity {
 	return 0
 }
 
-type destFinding struct {
-	key destKey
-	agg *destAgg
-	f   portForecast
-	sev diag.Severity
-}
-
 func checkPortExhaustion(in *diag.Input) ([]diag.Finding, error) {
 	cur := in.Cur
 	if msg, failed := cur.Failed(snapshot.SourceSockdiag); failed && len(cur.Sockets) == 0 {
@@ -54,31 +46,9 @@ func checkPortExhaustion(in *diag.Input) ([]diag.Finding, error) {
 	if err != nil {
 		return nil, err
 	}
-	var hits []destFinding
-	for k, a := range destUsage(in, e) {
-		f := forecastPorts(a.use, e.usable(), in.Window())
-		if sev := portSeverity(f); sev > 0 {
-			hits = append(hits, destFinding{k, a, f, sev})
-		}
-	}
-	sort.Slice(hits, func(i, j int) bool {
-		if hits[i].sev != hits[j].sev {
-			return hits[i].sev > hits[j].sev
-		}
-		if hits[i].agg.use.used != hits[j].agg.use.used {
-			return hits[i].agg.use.used > hits[j].agg.use.used
-		}
-		return hits[i].key.dst.String() < hits[j].key.dst.String()
-	})
-	var fs []diag.Finding
-	for i, h := range hits {
-		if i == portMaxFindings {
-			fs = append(fs, moreDestinations(cur, hits[i:]))
-			break
-		}
-		fs = append(fs, portFinding(in, e, h))
-	}
-	return fs, nil
+	hits := destHits(in, e, func(_ portUse, f portForecast) diag.Severity { return portSeverity(f) },
+		func(u portUse) int { return u.used })
+	return destFindings(cur, hits, portMaxFindings, func(h destFinding) diag.Finding { return portFinding(in, e, h) }), nil
 }
 
 func portFinding(in *diag.Input, e *ephemeral, h destFinding) diag.Finding {

@@ -52,30 +52,9 @@ func checkTimeWaitChurn(in *diag.Input) ([]diag.Finding, error) {
 	if err != nil {
 		return nil, err
 	}
-	var hits []destFinding
-	for k, a := range destUsage(in, e) {
-		f := forecastPorts(a.use, e.usable(), in.Window())
-		if sev := twSeverity(a.use, f, e.usable()); sev > 0 {
-			hits = append(hits, destFinding{k, a, f, sev})
-		}
-	}
-	sort.Slice(hits, func(i, j int) bool {
-		if hits[i].sev != hits[j].sev {
-			return hits[i].sev > hits[j].sev
-		}
-		if hits[i].agg.use.tw != hits[j].agg.use.tw {
-			return hits[i].agg.use.tw > hits[j].agg.use.tw
-		}
-		return hits[i].key.dst.String() < hits[j].key.dst.String()
-	})
-	var fs []diag.Finding
-	for i, h := range hits {
-		if i == twMaxFindings {
-			fs = append(fs, moreDestinations(cur, hits[i:]))
-			break
-		}
-		fs = append(fs, twFinding(in, e, h))
-	}
+	hits := destHits(in, e, func(u portUse, f portForecast) diag.Severity { return twSeverity(u, f, e.usable()) },
+		func(u portUse) int { return u.tw })
+	fs := destFindings(cur, hits, twMaxFindings, func(h destFinding) diag.Finding { return twFinding(in, e, h) })
 	if f, ok := twBuckets(in, e); ok {
 		fs = append(fs, f)
 	}
