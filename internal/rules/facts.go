@@ -355,6 +355,13 @@ func rttOf(ti *snapshot.TCPInfo) time.Duration {
 	return time.Duration(ti.RTT) * time.Microsecond
 }
 
+// flightBytes is what is in flight (unacked segments) and cwnd, in bytes
+// of snd_mss; the caller checks snd_mss is set.
+func flightBytes(ti *snapshot.TCPInfo) (inflight, cwnd float64) {
+	mss := float64(ti.SndMSS)
+	return float64(ti.Unacked) * mss, float64(ti.SndCwnd) * mss
+}
+
 // bufPin is the verdict on whether a socket buffer was set by the
 // application (SO_SNDBUF/SO_RCVBUF, which stop autotuning) and why.
 type bufPin struct {
@@ -586,6 +593,42 @@ func destUsage(in *diag.Input, e *ephemeral) map[destKey]*destAgg {
 		}
 	}
 	return m
+}
+
+// scored is a finding with a score that orders it among findings of the
+// same severity.
+type scored struct {
+	f     diag.Finding
+	score float64
+}
+
+// rankFindings orders hits by severity, then score, both descending and
+// stable, and keeps the first n; the rest are summed up by more.
+func rankFindings(hits []scored, n int, more func(int) diag.Finding) []diag.Finding {
+	sort.SliceStable(hits, func(i, j int) bool {
+		if hits[i].f.Severity != hits[j].f.Severity {
+			return hits[i].f.Severity > hits[j].f.Severity
+		}
+		return hits[i].score > hits[j].score
+	})
+	fs := make([]diag.Finding, len(hits))
+	for i := range hits {
+		fs[i] = hits[i].f
+	}
+	return capFindings(fs, n, more)
+}
+
+// moreFinding sums up n findings left out: "n more <what> <verb>".
+func moreFinding(s *snapshot.Snapshot, n int, what, verb, source string) diag.Finding {
+	return diag.Finding{Severity: diag.Info, Subject: diag.Subject{Netns: s.Netns.Name},
+		Summary:  fmt.Sprintf("%d more %s %s", n, what, verb),
+		Evidence: []diag.Evidence{{Name: what + " not shown", Value: fmt.Sprint(n), Source: source}},
+		Fixes:    []diag.Fix{{Scope: "application", Text: "see the findings above; the same fix applies"}}}
+}
+
+// pathEvidence is the path's rate, RTT and the BDP they make.
+func pathEvidence(rate float64, rtt time.Duration, bdp float64, source string) diag.Evidence {
+	return diag.Evidence{Name: "path", Value: fmt.Sprintf("%s x %s = BDP %s", fmtRate(rate), fmtRTT(rtt), fmtBytes(bdp)), Source: source + ", tcp_info.rtt"}
 }
 
 // destFinding is one destination a port rule fires on.

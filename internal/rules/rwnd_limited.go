@@ -3,7 +3,6 @@ package rules
 import (
 	"fmt"
 	"net/netip"
-	"sort"
 	"strings"
 	"time"
 
@@ -62,8 +61,8 @@ func lookWnd(sk *snapshot.Socket) (wndLook, bool) {
 	if ti == nil || !ti.Has(snapshot.EndSndWnd) || ti.SndMSS == 0 || ti.SndWnd == 0 {
 		return wndLook{}, false
 	}
-	mss := float64(ti.SndMSS)
-	return wndLook{inflight: float64(ti.Unacked) * mss, wnd: float64(ti.SndWnd), cwnd: float64(ti.SndCwnd) * mss}, true
+	inflight, cwnd := flightBytes(ti)
+	return wndLook{inflight: inflight, wnd: float64(ti.SndWnd), cwnd: cwnd}, true
 }
 
 // full: in flight fills the peer's window while cwnd has room.
@@ -92,11 +91,6 @@ func rwndLimited() diag.Rule {
 	return diag.Rule{ID: "rwnd-limited", Title: "Sender limited by the peer's receive window", Check: checkRwndLimited}
 }
 
-type rwndHit struct {
-	f     diag.Finding
-	share float64
-}
-
 func checkRwndLimited(in *diag.Input) ([]diag.Finding, error) {
 	cur := in.Cur
 	if err := sockdiagReady(cur); err != nil {
@@ -113,7 +107,7 @@ func checkRwndLimited(in *diag.Input) ([]diag.Finding, error) {
 			zw = append(zw, diag.Evidence{Name: c, Value: fmt.Sprintf("+%d in the window (this host as receiver)", d), Source: "/proc/net/netstat TcpExt." + c})
 		}
 	}
-	var hits []rwndHit
+	var hits []scored
 	for i := range cur.Sockets {
 		sk := &cur.Sockets[i]
 		ti := sk.Info
@@ -154,23 +148,10 @@ func checkRwndLimited(in *diag.Input) ([]diag.Finding, error) {
 		default:
 			continue
 		}
-		hits = append(hits, rwndHit{f: rwndFinding(in, sk, sh, share, lifetime, idx, rates, zw, sup), share: share})
+		hits = append(hits, scored{f: rwndFinding(in, sk, sh, share, lifetime, idx, rates, zw, sup), score: share})
 	}
-	sort.SliceStable(hits, func(i, j int) bool {
-		if hits[i].f.Severity != hits[j].f.Severity {
-			return hits[i].f.Severity > hits[j].f.Severity
-		}
-		return hits[i].share > hits[j].share
-	})
-	fs := make([]diag.Finding, len(hits))
-	for i := range hits {
-		fs[i] = hits[i].f
-	}
-	return capFindings(fs, rwndMaxFindings, func(n int) diag.Finding {
-		return diag.Finding{Severity: diag.Info, Subject: diag.Subject{Netns: cur.Netns.Name},
-			Summary:  fmt.Sprintf("%d more connections are limited by their peer's receive window", n),
-			Evidence: []diag.Evidence{{Name: "connections not shown", Value: fmt.Sprint(n), Source: "sock_diag tcp_info.rwnd_limited"}},
-			Fixes:    []diag.Fix{{Scope: "application", Text: "see the findings above; the same fix applies"}}}
+	return rankFindings(hits, rwndMaxFindings, func(n int) diag.Finding {
+		return moreFinding(cur, n, "connections", "are limited by their peer's receive window", "sock_diag tcp_info.rwnd_limited")
 	}), nil
 }
 
@@ -272,7 +253,7 @@ func rwndFinding(in *diag.Input, sk *snapshot.Socket, sh snapshot.Shares, share 
 	var plan bdp.Plan
 	if path > 0 && rtt > 0 {
 		plan = bdp.For(rtt, path*8, cur)
-		ev = append(ev, diag.Evidence{Name: "path", Value: fmt.Sprintf("%s x %s = BDP %s", fmtRate(path), fmtRTT(rtt), fmtBytes(plan.BDP)), Source: pathSrc + ", tcp_info.rtt"})
+		ev = append(ev, pathEvidence(path, rtt, plan.BDP, pathSrc))
 	}
 	ev = append(ev, zw...)
 

@@ -109,10 +109,7 @@ func checkSlowReader(in *diag.Input) ([]diag.Finding, error) {
 		fs = append(fs, slowReaderFinding(in, g, idx))
 	}
 	return capFindings(fs, slowReaderMaxFindings, func(n int) diag.Finding {
-		return diag.Finding{Severity: diag.Info, Subject: diag.Subject{Netns: cur.Netns.Name},
-			Summary:  fmt.Sprintf("%d more processes have receive queues that stay full", n),
-			Evidence: []diag.Evidence{{Name: "processes not shown", Value: fmt.Sprint(n), Source: "sock_diag Recv-Q"}},
-			Fixes:    []diag.Fix{{Scope: "application", Text: "see the findings above; the same fix applies"}}}
+		return moreFinding(cur, n, "processes", "have receive queues that stay full", "sock_diag Recv-Q")
 	}), nil
 }
 

@@ -3,7 +3,6 @@ package rules
 import (
 	"fmt"
 	"net/netip"
-	"sort"
 	"time"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/bdp"
@@ -52,10 +51,10 @@ func lookSndbuf(sk *snapshot.Socket) (sndbufLook, bool) {
 	if ti == nil || m == nil || ti.SndMSS == 0 || m.Sndbuf == 0 {
 		return sndbufLook{}, false
 	}
-	mss := float64(ti.SndMSS)
+	inflight, cwnd := flightBytes(ti)
 	return sndbufLook{
-		inflight: float64(ti.Unacked) * mss,
-		cwnd:     float64(ti.SndCwnd) * mss,
+		inflight: inflight,
+		cwnd:     cwnd,
 		wnd:      float64(ti.SndWnd),
 		hasWnd:   ti.Has(snapshot.EndSndWnd),
 		sndbuf:   float64(m.Sndbuf),
@@ -73,11 +72,6 @@ func (l sndbufLook) limited() bool {
 		(!l.hasWnd || l.wnd >= sndbufHeadroom*l.inflight)
 }
 
-type sndbufHit struct {
-	f         diag.Finding
-	shortfall float64 // share of the path rate not used; 0 when unknown
-}
-
 func checkSndbufLimited(in *diag.Input) ([]diag.Finding, error) {
 	cur := in.Cur
 	if err := sockdiagReady(cur); err != nil {
@@ -86,7 +80,7 @@ func checkSndbufLimited(in *diag.Input) ([]diag.Finding, error) {
 	window := in.Window()
 	rates := peerRates(cur)
 	lim := sndLimits(cur)
-	var hits []sndbufHit
+	var hits []scored // score: share of the path rate not used; 0 when unknown
 	for i := range cur.Sockets {
 		sk := &cur.Sockets[i]
 		if sk.State != snapshot.Established {
@@ -108,26 +102,13 @@ func checkSndbufLimited(in *diag.Input) ([]diag.Finding, error) {
 			hits = append(hits, h)
 		}
 	}
-	sort.SliceStable(hits, func(i, j int) bool {
-		if hits[i].f.Severity != hits[j].f.Severity {
-			return hits[i].f.Severity > hits[j].f.Severity
-		}
-		return hits[i].shortfall > hits[j].shortfall
-	})
-	fs := make([]diag.Finding, len(hits))
-	for i := range hits {
-		fs[i] = hits[i].f
-	}
-	return capFindings(fs, sndbufMaxFindings, func(n int) diag.Finding {
-		return diag.Finding{Severity: diag.Info, Subject: diag.Subject{Netns: cur.Netns.Name},
-			Summary:  fmt.Sprintf("%d more connections look send-buffer-limited", n),
-			Evidence: []diag.Evidence{{Name: "connections not shown", Value: fmt.Sprint(n), Source: "sock_diag"}},
-			Fixes:    []diag.Fix{{Scope: "application", Text: "see the findings above; the same fix applies"}}}
+	return rankFindings(hits, sndbufMaxFindings, func(n int) diag.Finding {
+		return moreFinding(cur, n, "connections", "look send-buffer-limited", "sock_diag")
 	}), nil
 }
 
 func sndbufFinding(in *diag.Input, sk, prev *snapshot.Socket, look sndbufLook, rtt, window time.Duration,
-	rates map[netip.Addr]float64, lim bufLimits) (sndbufHit, bool) {
+	rates map[netip.Addr]float64, lim bufLimits) (scored, bool) {
 	ti := sk.Info
 	ev := []diag.Evidence{}
 	confident := false // two samples agree
@@ -151,10 +132,10 @@ func sndbufFinding(in *diag.Input, sk, prev *snapshot.Socket, look sndbufLook, r
 			thr = float64(ti.BytesAcked-prev.Info.BytesAcked) / window.Seconds()
 		}
 		if busy >= 0 && busy < sndbufBusyShare {
-			return sndbufHit{}, false
+			return scored{}, false
 		}
 		if busy < 0 && thr == 0 {
-			return sndbufHit{}, false
+			return scored{}, false
 		}
 		pl, ok := lookSndbuf(prev)
 		confident = ok && pl.limited()
@@ -209,7 +190,7 @@ func sndbufFinding(in *diag.Input, sk, prev *snapshot.Socket, look sndbufLook, r
 	short := 0.0
 	if path > 0 {
 		plan = bdp.For(rtt, path*8, in.Cur)
-		ev = append(ev, diag.Evidence{Name: "path", Value: fmt.Sprintf("%s x %s = BDP %s", fmtRate(path), fmtRTT(rtt), fmtBytes(plan.BDP)), Source: pathSrc + ", tcp_info.rtt"})
+		ev = append(ev, pathEvidence(path, rtt, plan.BDP, pathSrc))
 		if own > 0 && own < path {
 			short = 1 - own/path
 		}
@@ -228,7 +209,7 @@ func sndbufFinding(in *diag.Input, sk, prev *snapshot.Socket, look sndbufLook, r
 	case pin.Pinned:
 	case atAuto && short >= sndbufAutoShortfall:
 	case atAuto:
-		return sndbufHit{}, false
+		return scored{}, false
 	default:
 		sev = diag.Info
 	}
@@ -257,8 +238,8 @@ func sndbufFinding(in *diag.Input, sk, prev *snapshot.Socket, look sndbufLook, r
 	if path > 0 {
 		sum += fmt.Sprintf("; the path needs BDP %s for %s", fmtBytes(plan.BDP), fmtRate(path))
 	}
-	return sndbufHit{f: diag.Finding{Severity: sev, Subject: subject(in.Cur, sk), Summary: sum, Evidence: ev,
-		Fixes: sndbufFixes(in.Cur, plan, pin.Pinned, atAuto, rtt)}, shortfall: short}, true
+	return scored{f: diag.Finding{Severity: sev, Subject: subject(in.Cur, sk), Summary: sum, Evidence: ev,
+		Fixes: sndbufFixes(in.Cur, plan, pin.Pinned, atAuto, rtt)}, score: short}, true
 }
 
 func bufLockSource(p bufPin) string {
