@@ -37,8 +37,8 @@ type cwGroup struct {
 
 func checkCloseWaitLeak(in *diag.Input) ([]diag.Finding, error) {
 	cur := in.Cur
-	if msg, failed := cur.Failed(snapshot.SourceSockdiag); failed && len(cur.Sockets) == 0 {
-		return nil, diag.Unknownf("sock_diag failed: %s", msg)
+	if err := sockdiagGone(cur); err != nil {
+		return nil, err
 	}
 	groups := map[int]*cwGroup{}
 	for i := range cur.Sockets {

@@ -482,6 +482,15 @@ func pathRate(in *diag.Input, rates map[netip.Addr]float64, sk *snapshot.Socket,
 	return 0, ""
 }
 
+// sockdiagGone returns an unknown error when sock_diag failed and left
+// no sockets to judge.
+func sockdiagGone(s *snapshot.Snapshot) error {
+	if msg, failed := s.Failed(snapshot.SourceSockdiag); failed && len(s.Sockets) == 0 {
+		return diag.Unknownf("sock_diag failed: %s", msg)
+	}
+	return nil
+}
+
 // sockdiagReady returns an unknown error when sock_diag failed or gave no
 // tcp_info for any established socket (so a rule cannot judge them).
 func sockdiagReady(s *snapshot.Snapshot) error {

@@ -39,8 +39,8 @@ func portSeverity(f portForecast) diag.Severity {
 
 func checkPortExhaustion(in *diag.Input) ([]diag.Finding, error) {
 	cur := in.Cur
-	if msg, failed := cur.Failed(snapshot.SourceSockdiag); failed && len(cur.Sockets) == 0 {
-		return nil, diag.Unknownf("sock_diag failed: %s", msg)
+	if err := sockdiagGone(cur); err != nil {
+		return nil, err
 	}
 	e, err := ephemeralPorts(cur)
 	if err != nil {

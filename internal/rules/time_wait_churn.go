@@ -45,8 +45,8 @@ func twSeverity(u portUse, f portForecast, usable int) diag.Severity {
 
 func checkTimeWaitChurn(in *diag.Input) ([]diag.Finding, error) {
 	cur := in.Cur
-	if msg, failed := cur.Failed(snapshot.SourceSockdiag); failed && len(cur.Sockets) == 0 {
-		return nil, diag.Unknownf("sock_diag failed: %s", msg)
+	if err := sockdiagGone(cur); err != nil {
+		return nil, err
 	}
 	e, err := ephemeralPorts(cur)
 	if err != nil {
