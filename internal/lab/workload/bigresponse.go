@@ -56,14 +56,11 @@ func RunBigServer(ctx context.Context, cfg BigServerConfig) (BigServerResult, er
 	}
 	ctx, cancel := runCtx(ctx, cfg.Duration)
 	defer cancel()
-	ln, err := listen(ctx, cfg.Addr, cfg.Backlog, cfg.Buffers)
+	ln, err := listen(ctx, cfg.Addr, cfg.Backlog, cfg.Buffers, cfg.Ready)
 	if err != nil {
 		return BigServerResult{}, fmt.Errorf("workload: bigresponse: %w", err)
 	}
 	res := BigServerResult{Addr: ln.Addr().String(), Responses: []BigServed{}}
-	if cfg.Ready != nil {
-		cfg.Ready(res.Addr)
-	}
 	var mu sync.Mutex
 	var errs counts
 	chunk := zeros(256 << 10)
@@ -83,9 +80,7 @@ func RunBigServer(ctx context.Context, cfg BigServerConfig) (BigServerResult, er
 				err = send(c, chunk, size)
 			}
 			if err != nil {
-				if ctx.Err() == nil {
-					errs.add(ErrnoName(err))
-				}
+				errs.addErr(ctx, err)
 				return
 			}
 			s := BigServed{Bytes: size, WriteMs: ms(time.Since(t0)), ConnInfo: connInfo(c)}
@@ -99,9 +94,7 @@ func RunBigServer(ctx context.Context, cfg BigServerConfig) (BigServerResult, er
 			}
 		}
 	})
-	if e := errs.snapshot(); len(e) > 0 {
-		res.Errors = e
-	}
+	res.Errors = errs.snapshot()
 	return res, nil
 }
 

@@ -77,14 +77,11 @@ func RunBulkServer(ctx context.Context, cfg BulkServerConfig) (BulkServerResult,
 	}
 	ctx, cancel := runCtx(ctx, cfg.Duration)
 	defer cancel()
-	ln, err := listen(ctx, cfg.Addr, cfg.Backlog, cfg.Buffers)
+	ln, err := listen(ctx, cfg.Addr, cfg.Backlog, cfg.Buffers, cfg.Ready)
 	if err != nil {
 		return BulkServerResult{}, fmt.Errorf("workload: bulk: %w", err)
 	}
 	res := BulkServerResult{Addr: ln.Addr().String(), Transfers: []Transfer{}}
-	if cfg.Ready != nil {
-		cfg.Ready(res.Addr)
-	}
 	var mu sync.Mutex
 	chunk := zeros(256 << 10)
 	res.Conns, _ = serveConns(ctx, ln, func(ctx context.Context, c net.Conn) {

@@ -51,14 +51,11 @@ type ChurnServerResult struct {
 func RunChurnServer(ctx context.Context, cfg ChurnServerConfig) (ChurnServerResult, error) {
 	ctx, cancel := runCtx(ctx, cfg.Duration)
 	defer cancel()
-	ln, err := listen(ctx, cfg.Addr, cfg.Backlog, cfg.Buffers)
+	ln, err := listen(ctx, cfg.Addr, cfg.Backlog, cfg.Buffers, cfg.Ready)
 	if err != nil {
 		return ChurnServerResult{}, fmt.Errorf("workload: churn: %w", err)
 	}
 	res := ChurnServerResult{Addr: ln.Addr().String()}
-	if cfg.Ready != nil {
-		cfg.Ready(res.Addr)
-	}
 	var reqs atomic.Int64
 	var errs counts
 	chunk := zeros(64 << 10)
@@ -67,8 +64,8 @@ func RunChurnServer(ctx context.Context, cfg ChurnServerConfig) (ChurnServerResu
 		hdr := make([]byte, churnHeader)
 		for {
 			if _, err := io.ReadFull(br, hdr); err != nil {
-				if ctx.Err() == nil && !errors.Is(err, io.EOF) {
-					errs.add(ErrnoName(err))
+				if !errors.Is(err, io.EOF) {
+					errs.addErr(ctx, err)
 				}
 				return
 			}
@@ -82,18 +79,14 @@ func RunChurnServer(ctx context.Context, cfg ChurnServerConfig) (ChurnServerResu
 			}
 			bufs := payload(chunk, int(respLen))
 			if _, err := bufs.WriteTo(c); err != nil {
-				if ctx.Err() == nil {
-					errs.add(ErrnoName(err))
-				}
+				errs.addErr(ctx, err)
 				return
 			}
 			reqs.Add(1)
 		}
 	})
 	res.Requests = reqs.Load()
-	if e := errs.snapshot(); len(e) > 0 {
-		res.Errors = e
-	}
+	res.Errors = errs.snapshot()
 	return res, nil
 }
 

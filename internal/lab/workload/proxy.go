@@ -57,14 +57,11 @@ func RunProxy(ctx context.Context, cfg ProxyConfig) (ProxyResult, error) {
 	}
 	ctx, cancel := runCtx(ctx, cfg.Duration)
 	defer cancel()
-	ln, err := listen(ctx, cfg.Addr, cfg.Backlog, cfg.Buffers)
+	ln, err := listen(ctx, cfg.Addr, cfg.Backlog, cfg.Buffers, cfg.Ready)
 	if err != nil {
 		return ProxyResult{}, fmt.Errorf("workload: proxy: %w", err)
 	}
 	res := ProxyResult{Addr: ln.Addr().String()}
-	if cfg.Ready != nil {
-		cfg.Ready(res.Addr)
-	}
 	var (
 		next       atomic.Uint64
 		ok, failed atomic.Int64
@@ -109,9 +106,7 @@ func RunProxy(ctx context.Context, cfg ProxyConfig) (ProxyResult, error) {
 	res.UpstreamOK, res.UpstreamFailed = ok.Load(), failed.Load()
 	res.BytesUp, res.BytesDown = up.Load(), down.Load()
 	res.PerBackend = perBackend
-	if e := errs.snapshot(); len(e) > 0 {
-		res.UpstreamErrors = e
-	}
+	res.UpstreamErrors = errs.snapshot()
 	return res, nil
 }
 

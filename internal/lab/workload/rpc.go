@@ -57,14 +57,11 @@ func RunRPCServer(ctx context.Context, cfg RPCServerConfig) (RPCServerResult, er
 	}
 	ctx, cancel := runCtx(ctx, cfg.Duration)
 	defer cancel()
-	ln, err := listen(ctx, cfg.Addr, cfg.Backlog, cfg.Buffers)
+	ln, err := listen(ctx, cfg.Addr, cfg.Backlog, cfg.Buffers, cfg.Ready)
 	if err != nil {
 		return RPCServerResult{}, fmt.Errorf("workload: rpc: %w", err)
 	}
 	res := RPCServerResult{Addr: ln.Addr().String()}
-	if cfg.Ready != nil {
-		cfg.Ready(res.Addr)
-	}
 	var reqs, in, out, inflight, maxInflight atomic.Int64
 	var errs counts
 	chunk := zeros(256 << 10)
@@ -76,8 +73,8 @@ func RunRPCServer(ctx context.Context, cfg RPCServerConfig) (RPCServerResult, er
 		hdr := make([]byte, rpcReqHeader)
 		for {
 			if _, err := io.ReadFull(br, hdr); err != nil {
-				if ctx.Err() == nil && !errors.Is(err, io.EOF) {
-					errs.add(ErrnoName(err))
+				if !errors.Is(err, io.EOF) {
+					errs.addErr(ctx, err)
 				}
 				return
 			}
@@ -89,9 +86,7 @@ func RunRPCServer(ctx context.Context, cfg RPCServerConfig) (RPCServerResult, er
 				return
 			}
 			if _, err := br.Discard(int(reqLen)); err != nil {
-				if ctx.Err() == nil {
-					errs.add(ErrnoName(err))
-				}
+				errs.addErr(ctx, err)
 				return
 			}
 			in.Add(int64(reqLen) + rpcReqHeader)
@@ -115,9 +110,7 @@ func RunRPCServer(ctx context.Context, cfg RPCServerConfig) (RPCServerResult, er
 				_, err := bufs.WriteTo(c)
 				wmu.Unlock()
 				if err != nil {
-					if ctx.Err() == nil {
-						errs.add(ErrnoName(err))
-					}
+					errs.addErr(ctx, err)
 					c.Close()
 					return
 				}
@@ -128,9 +121,7 @@ func RunRPCServer(ctx context.Context, cfg RPCServerConfig) (RPCServerResult, er
 	})
 	res.Requests, res.BytesIn, res.BytesOut = reqs.Load(), in.Load(), out.Load()
 	res.MaxInFlight = maxInflight.Load()
-	if e := errs.snapshot(); len(e) > 0 {
-		res.Errors = e
-	}
+	res.Errors = errs.snapshot()
 	return res, nil
 }
 
@@ -284,9 +275,7 @@ func RunRPCClient(ctx context.Context, cfg RPCClientConfig) (RPCClientResult, er
 				_, err := bufs.WriteTo(rc.c)
 				rc.wmu.Unlock()
 				if err != nil {
-					if ctx.Err() == nil {
-						errs.add(ErrnoName(err))
-					}
+					errs.addErr(ctx, err)
 					return
 				}
 				select {
@@ -323,8 +312,6 @@ func RunRPCClient(ctx context.Context, cfg RPCClientConfig) (RPCClientResult, er
 		res.RequestsPerSec = float64(res.Requests) / elapsed.Seconds()
 		res.BytesPerSec = float64(res.Requests) * float64(cfg.ReqSize+respSize+rpcReqHeader+rpcRespHeader) / elapsed.Seconds()
 	}
-	if e := errs.snapshot(); len(e) > 0 {
-		res.Errors = e
-	}
+	res.Errors = errs.snapshot()
 	return res, nil
 }

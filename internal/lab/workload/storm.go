@@ -35,15 +35,12 @@ func RunStormServer(ctx context.Context, cfg StormServerConfig) (StormServerResu
 	}
 	ctx, cancel := runCtx(ctx, cfg.Duration)
 	defer cancel()
-	ln, err := listen(ctx, cfg.Addr, cfg.Backlog, cfg.Buffers)
+	ln, err := listen(ctx, cfg.Addr, cfg.Backlog, cfg.Buffers, cfg.Ready)
 	if err != nil {
 		return StormServerResult{}, fmt.Errorf("workload: storm: %w", err)
 	}
 	defer ln.Close()
 	res := StormServerResult{Addr: ln.Addr().String(), Backlog: cfg.Backlog}
-	if cfg.Ready != nil {
-		cfg.Ready(res.Addr)
-	}
 	if cfg.AcceptRate == 0 {
 		<-ctx.Done()
 		return res, nil
@@ -163,8 +160,6 @@ func RunStormClient(ctx context.Context, cfg StormClientConfig) (StormClientResu
 			res.SlowConnects++
 		}
 	}
-	if e := errs.snapshot(); len(e) > 0 {
-		res.Errors = e
-	}
+	res.Errors = errs.snapshot()
 	return res, nil
 }

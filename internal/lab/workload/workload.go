@@ -65,10 +65,20 @@ func (b Buffers) dialer(timeout time.Duration) *net.Dialer {
 	return &net.Dialer{Timeout: timeout, Control: b.control}
 }
 
-// listen opens a TCP listener with buffers set before listen(2). With
-// backlog 0 Go's default applies (net.core.somaxconn); otherwise listen(2)
-// gets exactly backlog (the kernel still caps it at somaxconn).
-func listen(ctx context.Context, addr string, backlog int, b Buffers) (net.Listener, error) {
+// listen opens a server's listener (see openListener) and passes its
+// address to ready, when set.
+func listen(ctx context.Context, addr string, backlog int, b Buffers, ready func(addr string)) (net.Listener, error) {
+	ln, err := openListener(ctx, addr, backlog, b)
+	if err == nil && ready != nil {
+		ready(ln.Addr().String())
+	}
+	return ln, err
+}
+
+// openListener opens a TCP listener with buffers set before listen(2).
+// With backlog 0 Go's default applies (net.core.somaxconn); otherwise
+// listen(2) gets exactly backlog (the kernel still caps it at somaxconn).
+func openListener(ctx context.Context, addr string, backlog int, b Buffers) (net.Listener, error) {
 	if err := b.validate(); err != nil {
 		return nil, err
 	}
@@ -258,18 +268,7 @@ func pace(ctx context.Context, start time.Time, i int, rate float64) bool {
 		return ctx.Err() == nil
 	}
 	at := start.Add(time.Duration(float64(i) / rate * float64(time.Second)))
-	d := time.Until(at)
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
+	return sleepCtx(ctx, time.Until(at))
 }
 
 // sleepCtx sleeps d or until ctx is done.
@@ -373,6 +372,13 @@ type counts struct {
 	m  map[string]int
 }
 
+// addErr counts err by errno name unless the run is over (ctx done).
+func (e *counts) addErr(ctx context.Context, err error) {
+	if ctx.Err() == nil {
+		e.add(ErrnoName(err))
+	}
+}
+
 func (e *counts) add(k string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -382,9 +388,13 @@ func (e *counts) add(k string) {
 	e.m[k]++
 }
 
+// snapshot copies the counts; nil when there are none.
 func (e *counts) snapshot() map[string]int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if len(e.m) == 0 {
+		return nil
+	}
 	out := make(map[string]int, len(e.m))
 	for k, v := range e.m {
 		out[k] = v
