@@ -1,46 +1,16 @@
 package lab
 
 import (
-	"context"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 )
 
 // connQuick runs one of the connection scenarios (c2-*, c4-time-wait,
-// healthy) in quick form with a freshly built tcpdoctor, which runs the
-// workloads and the delay line, and wants it reproduced.
+// healthy) in quick form, which must take at most 60 s.
 func connQuick(t *testing.T, s Scenario) *Result {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (network namespaces, TUN, tbf)")
-	}
-	if testing.Short() {
-		t.Skip("lab scenario: not in -short")
-	}
-	self := filepath.Join(t.TempDir(), "tcpdoctor")
-	if out, err := exec.Command("go", "build", "-o", self, "github.com/tcpdoctor/tcpdoctor/cmd/tcpdoctor").CombinedOutput(); err != nil {
-		t.Fatalf("build tcpdoctor: %v\n%s", err, out)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	var log, out strings.Builder
-	o := Options{Self: self, DelayLine: []string{self, "lab", "link-bench", "--delay-line-child"}, Quick: true, Log: &log}
-	res, err := Execute(ctx, s, o)
-	WriteText(&out, res)
-	t.Logf("%s\n%s", log.String(), out.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !res.Reproduced {
-		t.Fatalf("%s not reproduced", s.Name)
-	}
-	if len(res.Table.Rows) < 2 {
-		t.Errorf("table has %d rows, want at least 2", len(res.Table.Rows))
-	}
+	res := runQuick(t, s, 2*time.Minute)
 	if res.Elapsed > 60*time.Second {
 		t.Errorf("quick form took %v, want at most 60s", res.Elapsed)
 	}

@@ -1,0 +1,45 @@
+package lab
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// runQuick runs s in quick form within limit with a freshly built
+// tcpdoctor (the workloads and the delay line run from it), and wants it
+// reproduced with before and after rows.
+func runQuick(t *testing.T, s Scenario, limit time.Duration) *Result {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (network namespaces, TUN, tbf)")
+	}
+	if testing.Short() {
+		t.Skip("lab scenario: not in -short")
+	}
+	self := filepath.Join(t.TempDir(), "tcpdoctor")
+	if out, err := exec.Command("go", "build", "-o", self, "github.com/tcpdoctor/tcpdoctor/cmd/tcpdoctor").CombinedOutput(); err != nil {
+		t.Fatalf("build tcpdoctor: %v\n%s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	var log, out strings.Builder
+	o := Options{Self: self, DelayLine: []string{self, "lab", "link-bench", "--delay-line-child"}, Quick: true, Log: &log}
+	res, err := Execute(ctx, s, o)
+	WriteText(&out, res)
+	t.Logf("%s\n%s", log.String(), out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Reproduced {
+		t.Fatalf("%s not reproduced", s.Name)
+	}
+	if len(res.Table.Rows) < 2 {
+		t.Errorf("table has %d rows, want before and after", len(res.Table.Rows))
+	}
+	return res
+}
