@@ -62,31 +62,6 @@ func newPath(t *testing.T, p linkemu.Params) path {
 	return pt
 }
 
-// listenAt is Listen on addr:0 instead of 127.0.0.1. Call inside In.
-func listenAt(t testing.TB, addr netip.Addr, setup func(fd int) error) (int, netip.AddrPort, error) {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return -1, netip.AddrPort{}, err
-	}
-	Close(t, fd)
-	if setup != nil {
-		if err := setup(fd); err != nil {
-			return -1, netip.AddrPort{}, err
-		}
-	}
-	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: addr.As4()}); err != nil {
-		return -1, netip.AddrPort{}, err
-	}
-	if err := unix.Listen(fd, 64); err != nil {
-		return -1, netip.AddrPort{}, err
-	}
-	sa, err := unix.Getsockname(fd)
-	if err != nil {
-		return -1, netip.AddrPort{}, err
-	}
-	return fd, netip.AddrPortFrom(addr, uint16(sa.(*unix.SockaddrInet4).Port)), nil
-}
-
 // setBuf returns a setup that pins opt (SO_SNDBUF or SO_RCVBUF) to n
 // bytes; n == 0 leaves the socket autotuned.
 func setBuf(opt, n int) func(fd int) error {
@@ -108,7 +83,7 @@ func pairAcross(t *testing.T, p path, clientSetup, serverSetup func(fd int) erro
 	var lfd int
 	In(t, p.server, func() error {
 		var err error
-		lfd, srv, err = listenAt(t, p.srv, serverSetup)
+		lfd, srv, err = listenOn(t, p.srv, 64, serverSetup)
 		return err
 	})
 	In(t, p.client, func() error {

@@ -54,6 +54,11 @@ func Close(t testing.TB, fds ...int) {
 // after setup (if any) ran on the fresh socket. Call inside In. The fd is
 // closed at cleanup.
 func Listen(t testing.TB, backlog int, setup func(fd int) error) (int, netip.AddrPort, error) {
+	return listenOn(t, netip.AddrFrom4([4]byte{127, 0, 0, 1}), backlog, setup)
+}
+
+// listenOn is Listen on addr:0.
+func listenOn(t testing.TB, addr netip.Addr, backlog int, setup func(fd int) error) (int, netip.AddrPort, error) {
 	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return -1, netip.AddrPort{}, err
@@ -64,7 +69,7 @@ func Listen(t testing.TB, backlog int, setup func(fd int) error) (int, netip.Add
 			return -1, netip.AddrPort{}, err
 		}
 	}
-	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: addr.As4()}); err != nil {
 		return -1, netip.AddrPort{}, err
 	}
 	if err := unix.Listen(fd, backlog); err != nil {
@@ -74,7 +79,7 @@ func Listen(t testing.TB, backlog int, setup func(fd int) error) (int, netip.Add
 	if err != nil {
 		return -1, netip.AddrPort{}, err
 	}
-	return fd, netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), uint16(sa.(*unix.SockaddrInet4).Port)), nil
+	return fd, netip.AddrPortFrom(addr, uint16(sa.(*unix.SockaddrInet4).Port)), nil
 }
 
 // Dial connects a new TCP socket to dst, blocking, after setup ran on it.
