@@ -69,22 +69,8 @@ func parseNetstat(r io.Reader, file string, into map[string]int64) error {
 			el.add(n, fmt.Errorf("%s has %d values for %d names on line %d", grp, len(vals), len(names), hdrLine))
 			continue
 		}
-		parsed := make([]int64, len(vals))
-		ok := true
-		for i, v := range vals {
-			x, err := parseValue(v)
-			if err != nil {
-				el.add(n, fmt.Errorf("%s.%s: %w", grp, names[i], err))
-				ok = false
-				break
-			}
-			parsed[i] = x
-		}
-		if !ok {
-			continue
-		}
-		for i, name := range names {
-			into[grp+"."+name] = parsed[i]
+		if err := storeLine(into, grp, names, vals); err != nil {
+			el.add(n, err)
 		}
 	}
 	if err := sc.Err(); err != nil {
@@ -110,7 +96,6 @@ func parseSockstat(r io.Reader, file string, into map[string]int64) error {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 1024), maxLine)
 	n := 0
-lines:
 	for sc.Scan() {
 		n++
 		line := sc.Text()
@@ -127,23 +112,35 @@ lines:
 			el.add(n, fmt.Errorf("%s: %d fields, want key value pairs", grp, len(f)))
 			continue
 		}
-		parsed := make([]int64, len(f)/2)
+		names, vals := make([]string, 0, len(f)/2), make([]string, 0, len(f)/2)
 		for i := 0; i < len(f); i += 2 {
-			x, err := parseValue(f[i+1])
-			if err != nil {
-				el.add(n, fmt.Errorf("%s.%s: %w", grp, f[i], err))
-				continue lines
-			}
-			parsed[i/2] = x
+			names, vals = append(names, f[i]), append(vals, f[i+1])
 		}
-		for i := 0; i < len(f); i += 2 {
-			into[grp+"."+f[i]] = parsed[i/2]
+		if err := storeLine(into, grp, names, vals); err != nil {
+			el.add(n, err)
 		}
 	}
 	if err := sc.Err(); err != nil {
 		el.add(n+1, err)
 	}
 	return el.err()
+}
+
+// storeLine parses one line's vals and stores them as grp.name, all or
+// nothing: on a bad value it stores none and says which.
+func storeLine(into map[string]int64, grp string, names, vals []string) error {
+	parsed := make([]int64, len(vals))
+	for i, v := range vals {
+		x, err := parseValue(v)
+		if err != nil {
+			return fmt.Errorf("%s.%s: %w", grp, names[i], err)
+		}
+		parsed[i] = x
+	}
+	for i, name := range names {
+		into[grp+"."+name] = parsed[i]
+	}
+	return nil
 }
 
 // splitGroup splits "Group: rest" at the first colon.
