@@ -62,7 +62,7 @@ func TestTBF(t *testing.T) {
 		t.Errorf("1gbit: burst %d limit %d", burst, limit)
 	}
 	burst, limit = TBF(1e6, time.Millisecond, 1000)
-	if burst != 16<<10 || limit != burst {
+	if burst != 64<<10+1514 || limit != burst {
 		t.Errorf("1mbit: burst %d limit %d", burst, limit)
 	}
 	if a := tbfArgs(100e6, 20*time.Millisecond, 0); len(a) != 7 || a[2] != "100000000bit" {
