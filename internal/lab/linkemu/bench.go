@@ -231,7 +231,19 @@ func benchPing(ctx context.Context, t *topo.Topo, o BenchOptions, p Params) (Pin
 // interval for duration, returning how many it sent and each reply's RTT
 // minus rtt. The echo and the reply reader are blocking reads on
 // SCHED_FIFO threads when allowed.
+//
+// Both receiving sockets take kernel receive timestamps (SO_TIMESTAMPNS,
+// stamped when the packet reaches the socket) so that the time the echo
+// and the reader need to wake up is not counted: the echo puts its own
+// turnaround (send time minus kernel receive time) in the reply, and the
+// RTT is the reply's kernel receive time minus the send time minus that
+// turnaround. What remains is the path: the delay line both ways (its own
+// wake-ups included) and the kernel's forwarding. Without timestamps (the
+// option refused) the user-space times are used.
 func pingPong(ctx context.Context, cli, srv int, interval, duration, rtt time.Duration) (int, []time.Duration, error) {
+	for _, fd := range []int{cli, srv} {
+		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1)
+	}
 	var stop atomic.Bool
 	var wg sync.WaitGroup
 	wg.Add(2)
@@ -239,26 +251,39 @@ func pingPong(ctx context.Context, cli, srv int, interval, duration, rtt time.Du
 		defer wg.Done()
 		rtThread()
 		b := make([]byte, 64)
+		oob := make([]byte, 128)
 		for !stop.Load() {
-			n, from, err := unix.Recvfrom(srv, b, 0)
-			if err == nil && from != nil {
-				unix.Sendto(srv, b[:n], 0, from)
+			n, oobn, _, from, err := unix.Recvmsg(srv, b, oob, 0)
+			if err != nil || from == nil || n < 16 {
+				continue
 			}
+			rx, ok := rxStamp(oob[:oobn])
+			tx := time.Now().UnixNano()
+			if !ok {
+				rx = tx
+			}
+			binary.LittleEndian.PutUint64(b[8:], uint64(tx-rx))
+			unix.Sendto(srv, b[:n], 0, from)
 		}
 	}()
-	t0 := time.Now()
 	var samples []time.Duration
 	go func() { // replies
 		defer wg.Done()
 		rtThread()
 		b := make([]byte, 64)
+		oob := make([]byte, 128)
 		for !stop.Load() {
-			n, err := unix.Read(cli, b)
-			if err != nil || n < 8 {
+			n, oobn, _, _, err := unix.Recvmsg(cli, b, oob, 0)
+			if err != nil || n < 16 {
 				continue
 			}
-			sent := time.Duration(binary.LittleEndian.Uint64(b))
-			samples = append(samples, time.Since(t0)-sent-rtt)
+			rx, ok := rxStamp(oob[:oobn])
+			if !ok {
+				rx = time.Now().UnixNano()
+			}
+			sent := int64(binary.LittleEndian.Uint64(b))
+			turn := int64(binary.LittleEndian.Uint64(b[8:]))
+			samples = append(samples, time.Duration(rx-sent-turn)-rtt)
 		}
 	}()
 	defer func() { stop.Store(true); wg.Wait() }()
@@ -275,7 +300,8 @@ loop:
 		case <-end:
 			break loop
 		case <-tick.C:
-			binary.LittleEndian.PutUint64(b, uint64(time.Since(t0)))
+			// Wall clock: kernel receive timestamps are CLOCK_REALTIME.
+			binary.LittleEndian.PutUint64(b, uint64(time.Now().UnixNano()))
 			if _, err := unix.Write(cli, b); err == nil {
 				sent++
 			}
@@ -285,6 +311,23 @@ loop:
 	stop.Store(true)
 	wg.Wait()
 	return sent, samples, nil
+}
+
+// rxStamp finds the SCM_TIMESTAMPNS receive time (ns, wall clock) in a
+// control message buffer.
+func rxStamp(oob []byte) (int64, bool) {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return 0, false
+	}
+	for _, m := range msgs {
+		if m.Header.Level == unix.SOL_SOCKET && m.Header.Type == unix.SCM_TIMESTAMPNS && len(m.Data) >= 16 {
+			sec := int64(binary.NativeEndian.Uint64(m.Data))
+			nsec := int64(binary.NativeEndian.Uint64(m.Data[8:]))
+			return sec*1e9 + nsec, true
+		}
+	}
+	return 0, false
 }
 
 // udpSocket makes a blocking UDP socket in namespace ns with a 50 ms
