@@ -51,6 +51,7 @@ type line struct {
 	queued int // bytes of buffer held by q
 
 	small, big [][]byte // free buffers
+	scratch    []byte   // the next read's buffer (bigBuf)
 
 	st *counters // in shared memory when the line runs in a child process
 	// cpu reads the CPU time charged to the line (its thread, or its
@@ -164,7 +165,7 @@ func (l *line) run() error {
 	if err := unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0); err != nil {
 		return errors.New("linkemu: PR_SET_TIMERSLACK: " + err.Error())
 	}
-	scratch := make([]byte, bigBuf)
+	l.scratch = make([]byte, bigBuf)
 	fds := []unix.PollFd{{Fd: int32(l.tun), Events: unix.POLLIN}, {Fd: int32(l.wake), Events: unix.POLLIN}}
 	var ts unix.Timespec
 	// late is a moving average of how late ppoll wakes up; the line wakes
@@ -178,7 +179,9 @@ func (l *line) run() error {
 			ahead := min(l.spin, late+late/2+2*time.Microsecond)
 			want = l.q[l.head].due - ahead
 			if want <= now {
-				l.release()
+				if err := l.release(); err != nil {
+					return err
+				}
 				continue
 			}
 			ts = unix.NsecToTimespec(int64(want - now))
@@ -199,8 +202,7 @@ func (l *line) run() error {
 			return errors.New("linkemu: tun device gone")
 		}
 		if fds[0].Revents&unix.POLLIN != 0 {
-			var err error
-			if scratch, err = l.readSome(scratch); err != nil {
+			if err := l.readSome(); err != nil {
 				return err
 			}
 		}
@@ -208,15 +210,17 @@ func (l *line) run() error {
 }
 
 // readSome reads up to readBatch packets, stopping early when the head of
-// the queue is due. It returns the scratch buffer to use next.
-func (l *line) readSome(scratch []byte) ([]byte, error) {
+// the queue is due.
+func (l *line) readSome() error {
+	scratch := l.scratch
+	defer func() { l.scratch = scratch }()
 	for range readBatch {
 		n, err := unix.Read(l.tun, scratch[:cap(scratch)])
 		if err == unix.EAGAIN || err == unix.EINTR {
-			return scratch, nil
+			return nil
 		}
 		if err != nil {
-			return scratch, errors.New("linkemu: read tun: " + err.Error())
+			return errors.New("linkemu: read tun: " + err.Error())
 		}
 		now := l.now()
 		if n <= vnetHdrLen {
@@ -244,21 +248,25 @@ func (l *line) readSome(scratch []byte) ([]byte, error) {
 			break
 		}
 	}
-	return scratch, nil
+	return nil
 }
 
-// release spins until the head is due, then writes every packet due by
-// now+early.
-func (l *line) release() {
+// release spins until the head is due, reading the TUN meanwhile so that
+// packets arriving during the spin are stamped on time, then writes every
+// packet due by now+early.
+func (l *line) release() error {
 	due := l.q[l.head].due
 	now := l.now()
 	for now < due {
+		if err := l.readSome(); err != nil {
+			return err
+		}
 		now = l.now()
 	}
 	for l.n > 0 {
 		p := l.q[l.head]
 		if p.due > now+early {
-			return
+			return nil
 		}
 		l.pop()
 		_, err := unix.Write(l.tun, p.buf)
@@ -280,6 +288,7 @@ func (l *line) release() {
 		}
 		l.put(p.buf)
 	}
+	return nil
 }
 
 func (l *line) get(free *[][]byte, size int) []byte {
