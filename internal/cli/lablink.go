@@ -112,7 +112,7 @@ func runLabLinkBench(cmd *cobra.Command, e *Env, o *labLinkBenchOpts) error {
 			if !c.OK {
 				mark, missed = "MISSED", missed+1
 			}
-			fmt.Fprintf(e.Stdout, "target %-40s %-12s %s\n", c.Name, c.Value, mark)
+			fmt.Fprintf(e.Stdout, "target %-46s %-12s %s\n", c.Name, c.Value, mark)
 		}
 		if o.check && missed > 0 {
 			return errFindings
