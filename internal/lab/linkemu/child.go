@@ -135,6 +135,7 @@ func (c *child) release(ln *line) {
 	st.cpuAtExit.Store(src.cpuAtExit.Load())
 	st.done.Store(true)
 	st.realtime.Store(src.realtime.Load())
+	st.ready.Store(src.ready.Load())
 	for i := range st.hist {
 		st.hist[i].Store(src.hist[i].Load())
 	}

@@ -67,6 +67,7 @@ type counters struct {
 	cpuAtExit                 atomic.Int64 // cpu ns, set when run ends
 	done                      atomic.Bool
 	realtime                  atomic.Bool // the thread got SCHED_FIFO
+	ready                     atomic.Bool // the thread is about to read the TUN
 	hist                      [histBuckets]atomic.Int64
 }
 
@@ -171,6 +172,7 @@ func (l *line) run() error {
 	// late is a moving average of how late ppoll wakes up; the line wakes
 	// that much (and a little) early and spins the rest, at most l.spin.
 	late := l.spin / 2
+	l.st.ready.Store(true)
 	for {
 		now := l.now()
 		var timeout *unix.Timespec

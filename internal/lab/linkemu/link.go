@@ -168,10 +168,28 @@ func Start(t *topo.Topo, p Params) (*Link, error) {
 		ln.tun, ln.wake = tun, wake
 		go func() { l.done <- ln.run() }()
 	}
+	// Routing into the TUN only once the line reads it: a child process
+	// takes tens of ms to start on a busy machine, and packets routed
+	// before would wait in the TUN's queue, unseen by the hold error.
+	if err := l.waitReady(5 * time.Second); err != nil {
+		return nil, errors.Join(err, l.Close())
+	}
 	if err := l.configure(); err != nil {
 		return nil, errors.Join(err, l.Close())
 	}
 	return l, nil
+}
+
+// waitReady waits until the delay-line thread runs its loop.
+func (l *Link) waitReady(timeout time.Duration) error {
+	end := time.Now().Add(timeout)
+	for !l.line.st.ready.Load() {
+		if time.Now().After(end) {
+			return fmt.Errorf("linkemu: delay line not running after %v", timeout)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return nil
 }
 
 // step is one configuration command and the command that undoes it.
