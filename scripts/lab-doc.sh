@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Regenerates docs/lab/*.txt (full runs of every scenario) and docs/lab.md
+# from them. Needs root and a few minutes; run on a quiet machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+go build -o bin/tcpdoctor ./cmd/tcpdoctor
+for s in $(bin/tcpdoctor lab list | awk 'NR>1 {print $1}'); do
+  rc=0
+  bin/tcpdoctor lab run "$s" > "docs/lab/$s.txt" 2>&1 || rc=$?
+  echo "$s rc=$rc" | tee -a "docs/lab/$s.txt"
+done
+python3 scripts/lab-doc.py > docs/lab.md
