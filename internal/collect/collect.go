@@ -124,33 +124,37 @@ func (c *Collector) attachOwners(snaps []*snapshot.Snapshot) {
 // maxBufLockProbes bounds the pidfd_getfd probes of one snapshot.
 const maxBufLockProbes = 512
 
-// probeBufLocks reads SO_BUF_LOCK for established sockets that carry data
-// and whose buffer sizes look set by hand (a power of two: setsockopt
-// doubles a round size), the only ones where the answer changes a
-// verdict. Errors are summarised once.
+// probeBufLocks reads SO_BUF_LOCK for owned, established sockets whose
+// buffer sizes look set by hand (a power of two: setsockopt doubles a
+// round size), the only ones where the answer changes a verdict: first
+// those carrying data (senders), then the rest (a pinned receiver that
+// reads fast holds no data yet throttles its peer). Errors are
+// summarised once.
 func probeBufLocks(s *snapshot.Snapshot, own *procs.Owners) {
 	var failed, probed int
 	var lastErr error
-	for i := range s.Sockets {
-		sk := &s.Sockets[i]
-		if sk.State != snapshot.Established || sk.Mem == nil || !looksPinned(sk.Mem) || !carriesData(sk) {
-			continue
+	for _, busy := range []bool{true, false} {
+		for i := range s.Sockets {
+			sk := &s.Sockets[i]
+			if sk.BufLock != nil || sk.State != snapshot.Established || sk.Mem == nil || !looksPinned(sk.Mem) || carriesData(sk) != busy {
+				continue
+			}
+			refs := own.ByInode[sk.Inode]
+			if len(refs) == 0 {
+				continue
+			}
+			if probed == maxBufLockProbes {
+				break
+			}
+			probed++
+			v, err := procs.BufLock(refs[0])
+			if err != nil {
+				failed++
+				lastErr = err
+				continue
+			}
+			sk.BufLock = &v
 		}
-		if probed == maxBufLockProbes {
-			break
-		}
-		probed++
-		refs := own.ByInode[sk.Inode]
-		if len(refs) == 0 {
-			continue
-		}
-		v, err := procs.BufLock(refs[0])
-		if err != nil {
-			failed++
-			lastErr = err
-			continue
-		}
-		sk.BufLock = &v
 	}
 	if failed > 0 {
 		s.AddError(snapshot.SourceBufLock, fmt.Errorf("%d sockets not probed: %v", failed, lastErr))

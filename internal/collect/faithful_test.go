@@ -1,6 +1,7 @@
 package collect
 
 import (
+	"context"
 	"net"
 	"os/exec"
 	"strconv"
@@ -230,4 +231,62 @@ func parseSS(t *testing.T, out string) map[string]map[string]string {
 		res[key] = m
 	}
 	return res
+}
+
+// TestBufLockProbe: an idle connection whose receiver pinned SO_RCVBUF
+// is probed too (it throttles its peer without holding data), and the
+// probe tells the pinned end from the autotuned one.
+func TestBufLockProbe(t *testing.T) {
+	ns := testns.New(t, "buflock")
+	var ln net.Listener
+	var cl, sv net.Conn
+	t.Cleanup(func() {
+		for _, c := range []interface{ Close() error }{ln, cl, sv} {
+			if c != nil {
+				c.Close()
+			}
+		}
+	})
+	err := netns.Do(ns, func() (err error) {
+		lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+			var serr error
+			c.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, 32768) })
+			return serr
+		}}
+		if ln, err = lc.Listen(context.Background(), "tcp4", "127.0.0.1:0"); err != nil {
+			return err
+		}
+		if cl, err = net.Dial("tcp4", ln.Addr().String()); err != nil {
+			return err
+		}
+		sv, err = ln.Accept()
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &Collector{Opts: Options{Owners: true, BufLock: true}, Now: time.Now}
+	s := c.Collect([]netns.NS{ns})[0]
+	port := ln.Addr().(*net.TCPAddr).Port
+	var server, client *snapshot.Socket
+	for i := range s.Sockets {
+		sk := &s.Sockets[i]
+		if sk.State != snapshot.Established {
+			continue
+		}
+		if int(sk.Local.Port()) == port {
+			server = sk
+		} else {
+			client = sk
+		}
+	}
+	if server == nil || client == nil {
+		t.Fatalf("pair not found: %+v", s.Sockets)
+	}
+	if server.BufLock == nil || *server.BufLock&2 == 0 {
+		t.Errorf("pinned receiver: buf_lock %v, want bit 1 (SO_RCVBUF) set; errors %+v", server.BufLock, s.Errors)
+	}
+	if client.BufLock != nil && *client.BufLock != 0 {
+		t.Errorf("autotuned client: buf_lock %d, want 0", *client.BufLock)
+	}
 }
