@@ -93,6 +93,9 @@ type Run struct {
 	Topo *topo.Topo
 	Link *linkemu.Link
 
+	// ctx is the run's context: Ctrl-C cancels it, and waiting on a
+	// workload then stops at once.
+	ctx     context.Context
 	mu      sync.Mutex
 	procs   []*Proc
 	pidFile string
@@ -101,7 +104,7 @@ type Run struct {
 // NewRun builds a topology and, if p has a delay, rate or loss, the
 // emulated link. Close must be called, also on error.
 func NewRun(ctx context.Context, o Options, cfg topo.Config, p *linkemu.Params) (*Run, error) {
-	r := &Run{Opts: o}
+	r := &Run{Opts: o, ctx: ctx}
 	t, err := topo.Build(cfg)
 	if err != nil {
 		return r, err
@@ -138,6 +141,7 @@ type Proc struct {
 	// Ready is the server's ready line ({"ready":true,"addr":...}).
 	Ready json.RawMessage
 
+	ctx    context.Context
 	cmd    *exec.Cmd
 	out    *bufio.Reader
 	stderr bytes.Buffer
@@ -151,7 +155,11 @@ type Proc struct {
 func (r *Run) Start(ns string, wantReady bool, args ...string) (*Proc, error) {
 	argv := append([]string{"netns", "exec", ns, r.Opts.Self, "workload"}, args...)
 	cmd := exec.Command("ip", argv...)
-	p := &Proc{Name: args[0], cmd: cmd, done: make(chan struct{})}
+	ctx := r.ctx
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	p := &Proc{Name: args[0], ctx: ctx, cmd: cmd, done: make(chan struct{})}
 	cmd.Stderr = &p.stderr
 	// Its own process group: Close ends the workload, never anything else.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -208,11 +216,14 @@ func (r *Run) Start(ns string, wantReady bool, args ...string) (*Proc, error) {
 	return p, nil
 }
 
-// Wait waits for the process to finish (at most timeout) and decodes its
-// JSON result line into v.
+// Wait waits for the process to finish (at most timeout, or until the run
+// is cancelled) and decodes its JSON result line into v.
 func (p *Proc) Wait(timeout time.Duration, v any) error {
 	select {
 	case <-p.done:
+	case <-p.ctx.Done():
+		p.Stop()
+		return fmt.Errorf("lab: %s: %w", p.Name, p.ctx.Err())
 	case <-time.After(timeout):
 		p.kill()
 		<-p.done
