@@ -81,6 +81,11 @@ func Diagnose(ss []Series, rs []diag.Rule, opts diag.Options) *report.Report {
 			rep.Window.From = prev.Taken
 			rep.Window.Seconds = cur.Taken.Sub(prev.Taken).Seconds()
 		}
+		if prev != nil {
+			for _, er := range prev.Errors {
+				rep.Sources = append(rep.Sources, report.SourceError{Netns: sr.Netns, Source: er.Source, Error: "first sample: " + er.Err})
+			}
+		}
 		for _, er := range cur.Errors {
 			rep.Sources = append(rep.Sources, report.SourceError{Netns: sr.Netns, Source: er.Source, Error: er.Err})
 		}

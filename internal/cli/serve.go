@@ -110,6 +110,15 @@ func runServe(ctx context.Context, e *Env, o *serveOpts) error {
 				e.progress("note: %v (said once until it changes)", err)
 			}
 			lastNote = fmt.Sprint(err)
+			if len(nss) == 0 && err != nil {
+				// The namespace asked for is gone: say so in the metrics
+				// (source_up 0) instead of letting its series vanish.
+				name := o.src.netns
+				if name == "" {
+					name = "host"
+				}
+				return []*snapshot.Snapshot{collect.Unreachable(snapshot.Netns{Name: name}, e.Now(), err)}
+			}
 			return c.Collect(nss)
 		},
 	}

@@ -4,6 +4,7 @@
 package collect
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -54,8 +55,8 @@ func (c *Collector) Collect(nss []netns.NS) []*snapshot.Snapshot {
 			return nil
 		})
 		if err != nil {
-			s.Taken = c.Now()
-			s.AddError(snapshot.SourceNetns, err)
+			s = Unreachable(s.Netns, c.Now(), err)
+			s.Host, s.Kernel = host, kernel
 		}
 		out = append(out, s)
 	}
@@ -63,6 +64,18 @@ func (c *Collector) Collect(nss []netns.NS) []*snapshot.Snapshot {
 		c.attachOwners(out)
 	}
 	return out
+}
+
+// Unreachable is the snapshot of a namespace that could not be looked at:
+// every source failed with err, so rules say unknown rather than judge an
+// empty namespace healthy.
+func Unreachable(ns snapshot.Netns, taken time.Time, err error) *snapshot.Snapshot {
+	s := &snapshot.Snapshot{Taken: taken, Netns: ns}
+	for _, src := range []string{snapshot.SourceNetns, snapshot.SourceSockdiag, snapshot.SourceNetstat,
+		snapshot.SourceSNMP, snapshot.SourceSockstat, snapshot.SourceSysctl} {
+		s.AddError(src, err)
+	}
+	return s
 }
 
 func (c *Collector) dump(s *snapshot.Snapshot) {
@@ -111,7 +124,11 @@ func (c *Collector) attachOwners(snaps []*snapshot.Snapshot) {
 		if own != nil {
 			own.Attach(s)
 			if c.Opts.BufLock {
-				probeBufLocks(s, own)
+				if why := netCgroupV1(root); why != "" {
+					s.AddError(snapshot.SourceBufLock, fmt.Errorf("not probed: %s", why))
+				} else {
+					probeBufLocks(s, own)
+				}
 			}
 		}
 		s.Sources = append(s.Sources, snapshot.SourceStat{Source: snapshot.SourceOwners, OK: err == nil, Duration: d})
@@ -147,7 +164,10 @@ func probeBufLocks(s *snapshot.Snapshot, own *procs.Owners) {
 				break
 			}
 			probed++
-			v, err := procs.BufLock(refs[0])
+			v, err := procs.BufLock(refs[0], sk.Inode)
+			if errors.Is(err, procs.ErrFDReused) {
+				continue // closed since the scan: nothing to say
+			}
 			if err != nil {
 				failed++
 				lastErr = err
@@ -159,6 +179,29 @@ func probeBufLocks(s *snapshot.Snapshot, own *procs.Owners) {
 	if failed > 0 {
 		s.AddError(snapshot.SourceBufLock, fmt.Errorf("%d sockets not probed: %v", failed, lastErr))
 	}
+}
+
+// netCgroupV1 says why SO_BUF_LOCK must not be probed here, or "".
+// pidfd_getfd re-stamps a socket's cgroup v1 net_cls class id and
+// net_prio index with ours, which would change how a host that uses those
+// controllers classifies the socket's traffic: tcpdoctor is read-only.
+func netCgroupV1(procRoot string) string {
+	b, err := os.ReadFile(procRoot + "/self/mounts")
+	if err != nil {
+		return "cannot read mounts to rule out cgroup v1 net_cls/net_prio: " + err.Error()
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 4 || f[2] != "cgroup" {
+			continue
+		}
+		for _, o := range strings.Split(f[3], ",") {
+			if o == "net_cls" || o == "net_prio" {
+				return "cgroup v1 " + o + " is mounted (" + f[1] + "); pidfd_getfd would re-stamp the socket's " + o + " value"
+			}
+		}
+	}
+	return ""
 }
 
 // looksPinned: setsockopt doubles the asked size, so a buffer pinned to a

@@ -139,8 +139,11 @@ func (x *Exporter) Update(snaps []*snapshot.Snapshot, collectTook time.Duration)
 		}
 		x.addSnapshot(b, cur)
 		prev := x.last[ns]
-		if prev == nil || !cur.Taken.After(prev.Taken) {
-			continue // first sample, or the clock went backwards: no window
+		if prev == nil || !cur.Taken.After(prev.Taken) || prev.Netns.Inode != cur.Netns.Inode {
+			// First sample, the clock went backwards, or the name now
+			// belongs to another namespace (deleted and re-created, or a
+			// pid:N name passed on): no window.
+			continue
 		}
 		windows = append(windows, checkup.Series{Netns: ns, Snaps: []*snapshot.Snapshot{prev, cur}})
 		in := diag.NewInput(prev, cur, x.opts.Diag)
@@ -303,6 +306,11 @@ func limiterOf(sh snapshot.Shares) string {
 // addLimiters counts established connections seen in both samples by
 // their dominant limiter (snapshot.ChronoShares).
 func (x *Exporter) addLimiters(b *viewBuilder, in *diag.Input) {
+	for _, s := range []*snapshot.Snapshot{in.Prev, in.Cur} {
+		if _, failed := s.Failed(snapshot.SourceSockdiag); failed {
+			return // no sockets seen is not "nothing limited"
+		}
+	}
 	counts := map[string]int{"app": 0, "cwnd": 0, "rwnd": 0, "sndbuf": 0}
 	candidates, known := 0, 0
 	w := in.Window()

@@ -336,3 +336,32 @@ func TestLoop(t *testing.T) {
 		t.Errorf("last collection's duration not 2 s:\n%s", got)
 	}
 }
+
+// TestWindowNeedsSameNamespace: a name now held by another namespace (an
+// inode change) starts afresh instead of diffing unrelated counters, and
+// a failed sock_diag gives no limiter counts rather than zeros.
+func TestWindowNeedsSameNamespace(t *testing.T) {
+	snaps := readPair(t)
+	x := New(Options{Rules: rules.All(), Clock: fixedClock})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(x)
+	x.Update(snaps[:1], 0)
+	moved := *snaps[1]
+	moved.Netns.Inode = snaps[0].Netns.Inode + 1
+	x.Update([]*snapshot.Snapshot{&moved}, 0)
+	if n, _ := testutil.GatherAndCount(reg, "tcpdoctor_finding", "tcpdoctor_window_seconds"); n != 0 {
+		t.Errorf("window across two namespaces: %d finding/window series", n)
+	}
+
+	y := New(Options{Rules: rules.All(), Clock: fixedClock})
+	reg2 := prometheus.NewRegistry()
+	reg2.MustRegister(y)
+	y.Update(snaps[:1], 0)
+	broken := *snaps[1]
+	broken.Sockets = nil
+	broken.Errors = append([]snapshot.SourceError{}, snapshot.SourceError{Source: snapshot.SourceSockdiag, Err: "sockdiag: dump AF_INET: boom"})
+	y.Update([]*snapshot.Snapshot{&broken}, 0)
+	if n, _ := testutil.GatherAndCount(reg2, "tcpdoctor_connections_by_limiter"); n != 0 {
+		t.Errorf("sock_diag failed, yet %d limiter series", n)
+	}
+}

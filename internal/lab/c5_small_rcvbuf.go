@@ -179,14 +179,14 @@ func c5Receiver(r *Run, fs []diag.Finding) string {
 }
 
 // c5BufLock reads SO_BUF_LOCK of the socket with this inode from its owner
-// (collect probes only sockets with queued data; a fast reader has none).
+// (the lab checks the server namespace; this looks at the client one).
 func c5BufLock(inode uint32) *uint8 {
 	own, err := procs.Scanner{Root: "/proc"}.Scan(func(ino uint32) bool { return ino == inode })
 	if own == nil || (err != nil && len(own.ByInode[inode]) == 0) {
 		return nil
 	}
 	for _, ref := range own.ByInode[inode] {
-		if v, err := procs.BufLock(ref); err == nil {
+		if v, err := procs.BufLock(ref, inode); err == nil {
 			return &v
 		}
 	}

@@ -13,10 +13,19 @@ const (
 	BufLockRcv uint8 = 1 << 1 // SO_RCVBUF set by the application
 )
 
+// ErrFDReused says the fd no longer holds the socket that was asked for:
+// it was closed and its number reused since the owner scan.
+var ErrFDReused = errors.New("procs: buflock: fd now holds another file")
+
 // BufLock reads SO_BUF_LOCK of the socket behind (pid, fd) by duplicating the
 // fd with pidfd_getfd (Linux >= 5.6, CAP_SYS_PTRACE over the target) and
 // calling getsockopt(SOL_SOCKET, SO_BUF_LOCK) (Linux >= 5.14) on the copy.
-func BufLock(ref FDRef) (uint8, error) {
+// inode, if not 0, must be the socket's: a reused fd gives ErrFDReused.
+//
+// Caveat: pidfd_getfd (like SCM_RIGHTS) re-stamps the socket's cgroup v1
+// net_cls class id and net_prio index with the caller's; callers must not
+// probe where those controllers are in use (collect checks the mounts).
+func BufLock(ref FDRef, inode uint32) (uint8, error) {
 	where := "procs: buflock pid " + strconv.Itoa(ref.Pid) + " fd " + strconv.Itoa(ref.FD) + ": "
 	if ref.Pid <= 0 || ref.FD < 0 {
 		return 0, errors.New(where + "invalid pid or fd")
@@ -47,6 +56,12 @@ func BufLock(ref FDRef) (uint8, error) {
 		return 0, errors.New(where + "pidfd_getfd: " + err.Error())
 	}
 	defer unix.Close(fd)
+	if inode != 0 {
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil || st.Ino != uint64(inode) {
+			return 0, ErrFDReused
+		}
+	}
 	v, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_BUF_LOCK)
 	if err != nil {
 		switch {

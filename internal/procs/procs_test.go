@@ -386,7 +386,7 @@ func TestBufLock(t *testing.T) {
 	}
 	pid := os.Getpid()
 	for i, want := range []uint8{BufLockSnd, BufLockRcv, BufLockSnd | BufLockRcv, 0} {
-		got, err := BufLock(FDRef{pid, fds[i]})
+		got, err := BufLock(FDRef{pid, fds[i]}, 0)
 		if err != nil {
 			t.Fatalf("BufLock(self, %d): %v", fds[i], err)
 		}
@@ -400,14 +400,25 @@ func TestBufLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if _, err := BufLock(FDRef{pid, int(f.Fd())}); err == nil || !strings.HasSuffix(err.Error(), "not a socket") {
+	if _, err := BufLock(FDRef{pid, int(f.Fd())}, 0); err == nil || !strings.HasSuffix(err.Error(), "not a socket") {
 		t.Errorf("non-socket: err = %v", err)
 	}
-	if _, err := BufLock(FDRef{pid, 1 << 20}); err == nil || !strings.HasSuffix(err.Error(), "no such open fd") {
+	if _, err := BufLock(FDRef{pid, 1 << 20}, 0); err == nil || !strings.HasSuffix(err.Error(), "no such open fd") {
 		t.Errorf("bad fd: err = %v", err)
 	}
-	if _, err := BufLock(FDRef{0, 1}); err == nil {
+	if _, err := BufLock(FDRef{0, 1}, 0); err == nil {
 		t.Error("pid 0 accepted")
+	}
+	// The fd now holds another file than the socket asked for.
+	var st unix.Stat_t
+	if err := unix.Fstat(fds[0], &st); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := BufLock(FDRef{pid, fds[0]}, uint32(st.Ino)+1); err != ErrFDReused {
+		t.Errorf("wrong inode: err = %v, want ErrFDReused", err)
+	}
+	if _, err := BufLock(FDRef{pid, fds[0]}, uint32(st.Ino)); err != nil {
+		t.Errorf("right inode: %v", err)
 	}
 }
 
@@ -427,7 +438,7 @@ func TestBufLockOtherProcess(t *testing.T) {
 		t.Skip(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	got, err := BufLock(FDRef{cmd.Process.Pid, 3})
+	got, err := BufLock(FDRef{cmd.Process.Pid, 3}, 0)
 	if err != nil || got != BufLockSnd {
 		t.Fatalf("BufLock(child, 3) = %b, %v; want %b", got, err, BufLockSnd)
 	}
@@ -482,7 +493,7 @@ func TestBufLockNotPermitted(t *testing.T) {
 		pid, fd, _ := strings.Cut(ref, ":")
 		p, _ := strconv.Atoi(pid)
 		f, _ := strconv.Atoi(fd)
-		_, err := BufLock(FDRef{p, f})
+		_, err := BufLock(FDRef{p, f}, 0)
 		os.Stdout.WriteString("RESULT " + errString(err) + "\n")
 		return
 	}
