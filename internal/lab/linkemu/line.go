@@ -189,11 +189,11 @@ func (l *line) run() error {
 			ts = unix.NsecToTimespec(int64(want - now))
 			timeout = &ts
 		}
-		n, err := unix.Ppoll(fds, timeout, nil)
+		n, err := rawPpoll(fds, timeout)
 		if err != nil && err != unix.EINTR {
 			return errors.New("linkemu: ppoll: " + err.Error())
 		}
-		if n == 0 && timeout != nil {
+		if err == nil && n == 0 && timeout != nil { // not on a signal (EINTR)
 			late += (l.now() - want - late) / 8
 			late = max(late, 0)
 		}
@@ -217,7 +217,7 @@ func (l *line) readSome() error {
 	scratch := l.scratch
 	defer func() { l.scratch = scratch }()
 	for range readBatch {
-		n, err := unix.Read(l.tun, scratch[:cap(scratch)])
+		n, err := rawRead(l.tun, scratch[:cap(scratch)])
 		if err == unix.EAGAIN || err == unix.EINTR {
 			return nil
 		}
@@ -271,7 +271,7 @@ func (l *line) release() error {
 			return nil
 		}
 		l.pop()
-		_, err := unix.Write(l.tun, p.buf)
+		_, err := rawWrite(l.tun, p.buf)
 		now = l.now()
 		if err != nil {
 			l.st.writeErrs.Add(1)
@@ -331,6 +331,43 @@ func (l *line) pop() {
 	l.q[l.head] = packet{}
 	l.head = (l.head + 1) % len(l.q)
 	l.n--
+}
+
+// The line's syscalls bypass the Go runtime's syscall bookkeeping
+// (entersyscall/exitsyscall). Through unix.Ppoll, the SCHED_FIFO line
+// thread on this idle 2-vCPU VM came back from a ppoll 50-64 ms after its
+// timeout about once per 3 s run, with packets waiting unread in the TUN;
+// measured around a raw ppoll the worst overshoot in 5 runs was 3.4 ms. The
+// wait is in exitsyscall, where a thread back from a syscall has to get a P
+// again, which can mean waiting for the runtime's normal-priority threads
+// (see "Measured figures" in docs/lab-link.md). The cost: the thread keeps
+// its P while it sleeps, so sysmon sees a long-running goroutine and
+// interrupts the ppoll with a preemption signal every 10-20 ms (EINTR,
+// handled) and a stop-the-world in an in-process line waits for the
+// signal. The calls never block the runtime otherwise: read and write are
+// non-blocking and ppoll returns on the control fd or the signal.
+func rawPpoll(fds []unix.PollFd, ts *unix.Timespec) (int, error) {
+	r, _, e := unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&fds[0])), uintptr(len(fds)), uintptr(unsafe.Pointer(ts)), 0, 0, 0)
+	if e != 0 {
+		return 0, e
+	}
+	return int(r), nil
+}
+
+func rawRead(fd int, b []byte) (int, error) {
+	r, _, e := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
+	if e != 0 {
+		return 0, e
+	}
+	return int(r), nil
+}
+
+func rawWrite(fd int, b []byte) (int, error) {
+	r, _, e := unix.RawSyscall(unix.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
+	if e != 0 {
+		return 0, e
+	}
+	return int(r), nil
 }
 
 // threadCPU returns the CPU time used so far by thread tid of this process.
