@@ -95,9 +95,4 @@ const (
 // Has reports whether the kernel sent the field ending at byte offset end.
 func (t *TCPInfo) Has(end int) bool { return t != nil && t.Len >= end }
 
-// MissingFieldError says a tcp_info field is absent from an older kernel.
-func MissingField(field string, end, got int) string {
-	return "tcp_info." + field + " needs " + strconv.Itoa(end) + " bytes, kernel sent " + strconv.Itoa(got)
-}
-
 func quote(s string) string { return strconv.Quote(s) }
