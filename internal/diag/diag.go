@@ -53,11 +53,24 @@ func ParseSeverity(name string) (Severity, error) {
 
 // Subject says what a finding is about. Empty fields do not apply.
 type Subject struct {
-	Netns   string `json:"netns,omitempty"`
-	Local   string `json:"local,omitempty"`
-	Remote  string `json:"remote,omitempty"`
+	Netns  string `json:"netns,omitempty"`
+	Local  string `json:"local,omitempty"`
+	Remote string `json:"remote,omitempty"`
+	// Service is the local listener ("ip:port") that server-side sockets
+	// belong to.
+	Service string `json:"service,omitempty"`
 	Pid     int    `json:"pid,omitempty"`
 	Command string `json:"command,omitempty"`
+	// Peers counts sockets per remote address, most first, when a finding
+	// groups sockets; Ports counts them per local port.
+	Peers []Count `json:"peers,omitempty"`
+	Ports []Count `json:"ports,omitempty"`
+}
+
+// Count is a number of sockets for one key (an address or a port).
+type Count struct {
+	Key string `json:"key"`
+	N   int    `json:"n"`
 }
 
 // Evidence is one value behind a finding: what, how much, from where, and

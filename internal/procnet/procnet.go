@@ -47,6 +47,7 @@ var sysctlNames = [...]string{
 	"net.ipv4.ip_local_port_range",
 	"net.ipv4.ip_local_reserved_ports",
 	"net.ipv4.tcp_tw_reuse",
+	"net.ipv4.tcp_tw_reuse_delay",
 	"net.ipv4.tcp_fin_timeout",
 	"net.ipv4.tcp_max_tw_buckets",
 	"net.ipv4.tcp_max_syn_backlog",

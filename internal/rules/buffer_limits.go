@@ -7,6 +7,8 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/bdp"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/tcpmodel"
+	"github.com/tcpdoctor/tcpdoctor/internal/units"
 )
 
 const (
@@ -45,7 +47,7 @@ func checkBufferLimits(in *diag.Input) ([]diag.Finding, error) {
 
 	// Capped SO_SNDBUF/SO_RCVBUF requests: only worth saying when a socket
 	// shows the cap (its buffer is exactly 2 x the max).
-	snd, rcv := sndLimits(s), rcvLimits(s)
+	snd, rcv := tcpmodel.SndLimits(s), tcpmodel.RcvLimits(s)
 	// A capped buffer matters when its own path fills it (tight): the
 	// data in flight (rate x RTT) reaches half the buffer, which is about
 	// the whole window for a receive buffer, and where a capped send
@@ -67,13 +69,13 @@ func checkBufferLimits(in *diag.Input) ([]diag.Finding, error) {
 		ti := sk.Info
 		if m := sk.Mem; m != nil {
 			need := pathBDP(ti, in.Options.Bandwidth)
-			if snd.core > 0 && int64(m.Sndbuf) == 2*snd.core {
+			if snd.Core > 0 && int64(m.Sndbuf) == 2*snd.Core {
 				cappedSnd++
 				if need >= float64(m.Sndbuf)/2 {
 					tightSnd++
 				}
 			}
-			if rcv.core > 0 && int64(m.Rcvbuf) == 2*rcv.core {
+			if rcv.Core > 0 && int64(m.Rcvbuf) == 2*rcv.Core {
 				cappedRcv++
 				if need >= float64(m.Rcvbuf)/2 {
 					tightRcv++
@@ -83,7 +85,7 @@ func checkBufferLimits(in *diag.Input) ([]diag.Finding, error) {
 		if ti == nil {
 			continue
 		}
-		rtt := rttOf(ti)
+		rtt := tcpmodel.RTT(ti)
 		rate := in.Options.Bandwidth / 8
 		if rate == 0 && ti.Has(snapshot.EndDeliveryRate) && !ti.DeliveryRateAppLimited && ti.DeliveryRate >= bufBusyMinRate {
 			rate = float64(ti.DeliveryRate)
@@ -98,17 +100,17 @@ func checkBufferLimits(in *diag.Input) ([]diag.Finding, error) {
 			bursty++
 		}
 	}
-	if cappedSnd > 0 && snd.auto > snd.core {
-		add(capSeverity(tightSnd), fmt.Sprintf("%d connections have SO_SNDBUF capped at 2 x net.core.wmem_max (%s) while autotuning could reach %s; %d of them need more for their path", cappedSnd, fmtBytes(float64(snd.core)), fmtBytes(float64(snd.auto)), tightSnd),
-			[]diag.Evidence{sysEv("net.core.wmem_max", fmt.Sprint(snd.core), "< tcp_wmem[2] "+fmt.Sprint(snd.auto)),
-				{Name: "capped sockets", Value: fmt.Sprintf("%d with sndbuf %s", cappedSnd, fmtBytes(float64(2*snd.core))), Source: "sock_diag SK_MEMINFO sndbuf"}},
-			diag.Fix{Scope: "kernel", Target: "sysctl", Text: "raise wmem_max to the autotuning maximum, or stop setting SO_SNDBUF (see sndbuf-limited)", Command: fmt.Sprintf("sysctl -w net.core.wmem_max=%d", snd.auto), Risk: "lets applications pin larger buffers; host memory"})
+	if cappedSnd > 0 && snd.Auto > snd.Core {
+		add(capSeverity(tightSnd), fmt.Sprintf("%d connections have SO_SNDBUF capped at 2 x net.core.wmem_max (%s) while autotuning could reach %s; %d of them need more for their path", cappedSnd, units.Bytes(float64(snd.Core)), units.Bytes(float64(snd.Auto)), tightSnd),
+			[]diag.Evidence{sysEv("net.core.wmem_max", fmt.Sprint(snd.Core), "< tcp_wmem[2] "+fmt.Sprint(snd.Auto)),
+				{Name: "capped sockets", Value: fmt.Sprintf("%d with sndbuf %s", cappedSnd, units.Bytes(float64(2*snd.Core))), Source: "sock_diag SK_MEMINFO sndbuf"}},
+			diag.Fix{Scope: "kernel", Target: "sysctl", Text: "raise wmem_max to the autotuning maximum, or stop setting SO_SNDBUF (see sndbuf-limited)", Command: fmt.Sprintf("sysctl -w net.core.wmem_max=%d", snd.Auto), Risk: "lets applications pin larger buffers; host memory"})
 	}
-	if cappedRcv > 0 && rcv.auto > rcv.core {
-		add(capSeverity(tightRcv), fmt.Sprintf("%d connections have SO_RCVBUF capped at 2 x net.core.rmem_max (%s) while autotuning could reach %s; %d of them need more for their path", cappedRcv, fmtBytes(float64(rcv.core)), fmtBytes(float64(rcv.auto)), tightRcv),
-			[]diag.Evidence{sysEv("net.core.rmem_max", fmt.Sprint(rcv.core), "< tcp_rmem[2] "+fmt.Sprint(rcv.auto)),
-				{Name: "capped sockets", Value: fmt.Sprintf("%d with rcvbuf %s", cappedRcv, fmtBytes(float64(2*rcv.core))), Source: "sock_diag SK_MEMINFO rcvbuf"}},
-			diag.Fix{Scope: "kernel", Target: "sysctl", Text: "raise rmem_max to the autotuning maximum, or stop setting SO_RCVBUF (see rwnd-limited)", Command: fmt.Sprintf("sysctl -w net.core.rmem_max=%d", rcv.auto), Risk: "lets applications pin larger buffers; host memory"})
+	if cappedRcv > 0 && rcv.Auto > rcv.Core {
+		add(capSeverity(tightRcv), fmt.Sprintf("%d connections have SO_RCVBUF capped at 2 x net.core.rmem_max (%s) while autotuning could reach %s; %d of them need more for their path", cappedRcv, units.Bytes(float64(rcv.Core)), units.Bytes(float64(rcv.Auto)), tightRcv),
+			[]diag.Evidence{sysEv("net.core.rmem_max", fmt.Sprint(rcv.Core), "< tcp_rmem[2] "+fmt.Sprint(rcv.Auto)),
+				{Name: "capped sockets", Value: fmt.Sprintf("%d with rcvbuf %s", cappedRcv, units.Bytes(float64(2*rcv.Core))), Source: "sock_diag SK_MEMINFO rcvbuf"}},
+			diag.Fix{Scope: "kernel", Target: "sysctl", Text: "raise rmem_max to the autotuning maximum, or stop setting SO_RCVBUF (see rwnd-limited)", Command: fmt.Sprintf("sysctl -w net.core.rmem_max=%d", rcv.Auto), Risk: "lets applications pin larger buffers; host memory"})
 	}
 	if worst.bdp > 0 {
 		plan := bdp.For(worst.rtt, worst.rate*8, s)
@@ -120,8 +122,8 @@ func checkBufferLimits(in *diag.Input) ([]diag.Finding, error) {
 			if c.OK || c.Command == "" || (c.Setting != "net.ipv4.tcp_wmem[2]" && c.Setting != "net.ipv4.tcp_rmem[2]") {
 				continue
 			}
-			add(diag.Warning, fmt.Sprintf("%s %s is below what an observed path needs (%d for BDP %s = %s x %s)", c.Setting, c.Current, c.Needed, fmtBytes(plan.BDP), fmtRate(worst.rate), fmtRTT(worst.rtt)),
-				[]diag.Evidence{sysEv(c.Setting, c.Current, fmt.Sprintf(">= %d", c.Needed)), {Name: "path BDP", Value: fmtBytes(plan.BDP), Source: src}},
+			add(diag.Warning, fmt.Sprintf("%s %s is below what an observed path needs (%d for BDP %s = %s x %s)", c.Setting, c.Current, c.Needed, units.Bytes(plan.BDP), units.Rate(worst.rate), units.RTT(worst.rtt)),
+				[]diag.Evidence{sysEv(c.Setting, c.Current, fmt.Sprintf(">= %d", c.Needed)), {Name: "path BDP", Value: units.Bytes(plan.BDP), Source: src}},
 				diag.Fix{Scope: "kernel", Target: "sysctl", Text: c.Note, Command: c.Command, Risk: "more memory per busy connection; bounded by tcp_mem"})
 		}
 	}
@@ -140,15 +142,12 @@ func checkBufferLimits(in *diag.Input) ([]diag.Finding, error) {
 			[]diag.Evidence{sysEv("net.ipv4.tcp_sack", "0", "1")},
 			diag.Fix{Scope: "kernel", Target: "sysctl", Text: "turn SACK back on", Command: "sysctl -w net.ipv4.tcp_sack=1", Risk: "none known; it is the default"})
 	}
-	if v, ok := s.Sysctls["net.ipv4.tcp_tw_recycle"]; ok {
-		add(diag.Warning, "tcp_tw_recycle exists: this kernel is older than 4.12, and the setting drops connections from clients behind NAT when on",
-			[]diag.Evidence{sysEv("net.ipv4.tcp_tw_recycle", v, "absent (removed in Linux 4.12)")},
-			diag.Fix{Scope: "kernel", Target: "sysctl", Text: "keep it off; reuse connections instead of recycling TIME_WAIT", Command: "sysctl -w net.ipv4.tcp_tw_recycle=0", Risk: "none"})
-	}
+	// tcp_tw_recycle, when on, is time-wait-churn's: its mere presence
+	// (at 0 on every kernel before 4.12) is no problem.
 	if v, ok := s.SysctlInt("net.ipv4.tcp_slow_start_after_idle"); ok && v == 1 && bursty > 0 {
 		add(diag.Info, fmt.Sprintf("%d long-lived connections go idle between bursts; with tcp_slow_start_after_idle=1 each burst restarts from the initial window", bursty),
 			[]diag.Evidence{sysEv("net.ipv4.tcp_slow_start_after_idle", "1", "0 for bursty long-lived connections"),
-				{Name: "bursty connections", Value: fmt.Sprintf("%d (sent >= %s, idle >= %s and > RTO)", bursty, fmtBytes(bufBurstMinBytes), fmtDur(bufIdleBurst)), Source: "sock_diag tcp_info.bytes_acked, last_data_sent, rto"}},
+				{Name: "bursty connections", Value: fmt.Sprintf("%d (sent >= %s, idle >= %s and > RTO)", bursty, units.Bytes(bufBurstMinBytes), units.Dur(bufIdleBurst)), Source: "sock_diag tcp_info.bytes_acked, last_data_sent, rto"}},
 			diag.Fix{Scope: "kernel", Target: "sysctl", Text: "keep the congestion window across idle periods", Command: "sysctl -w net.ipv4.tcp_slow_start_after_idle=0", Risk: "a burst after idle may hit a path whose capacity changed; host-wide"})
 	}
 	return fs, nil
@@ -170,7 +169,7 @@ func pathBDP(ti *snapshot.TCPInfo, bandwidth float64) float64 {
 	if ti == nil {
 		return 0
 	}
-	rtt := rttOf(ti)
+	rtt := tcpmodel.RTT(ti)
 	rate := bandwidth
 	if rate == 0 && ti.Has(snapshot.EndDeliveryRate) {
 		rate = float64(ti.DeliveryRate) * 8

@@ -8,6 +8,8 @@ import (
 
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/tcpmodel"
+	"github.com/tcpdoctor/tcpdoctor/internal/units"
 )
 
 const (
@@ -26,13 +28,31 @@ func closeWaitLeak() diag.Rule {
 	return diag.Rule{ID: "close-wait-leak", Title: "CLOSE_WAIT sockets leaking", Check: checkCloseWaitLeak}
 }
 
+// cwKey groups CLOSE_WAIT sockets by owner and by the service they were
+// accepted on (invalid for client-side sockets). Sockets whose owner is
+// unknown group under pid 0 by service, never into one heap.
+type cwKey struct {
+	pid     int
+	service netip.AddrPort
+}
+
 type cwGroup struct {
-	pid            int
+	cwKey
 	n, prevN, aged int
 	recvQ          uint64
-	remotes        map[netip.AddrPort]int
-	sev            diag.Severity
-	sample         *snapshot.Socket
+	// remotes counts sockets per peer: the client address for accepted
+	// sockets, the destination ip:port for outgoing ones.
+	remotes map[string]int
+	sev     diag.Severity
+}
+
+// cwKeyOf is the group a CLOSE_WAIT socket belongs to.
+func cwKeyOf(ls tcpmodel.Listeners, sk *snapshot.Socket) cwKey {
+	pid := 0
+	if len(sk.Pids) > 0 {
+		pid = sk.Pids[0]
+	}
+	return cwKey{pid: pid, service: ls.Service(sk)}
 }
 
 func checkCloseWaitLeak(in *diag.Input) ([]diag.Finding, error) {
@@ -40,41 +60,40 @@ func checkCloseWaitLeak(in *diag.Input) ([]diag.Finding, error) {
 	if err := sockdiagGone(cur); err != nil {
 		return nil, err
 	}
-	groups := map[int]*cwGroup{}
+	ls := tcpmodel.ListenersOf(cur)
+	groups := map[cwKey]*cwGroup{}
 	for i := range cur.Sockets {
 		sk := &cur.Sockets[i]
 		if sk.State != snapshot.CloseWait {
 			continue
 		}
-		pid := 0
-		if len(sk.Pids) > 0 {
-			pid = sk.Pids[0]
-		}
-		g := groups[pid]
+		k := cwKeyOf(ls, sk)
+		g := groups[k]
 		if g == nil {
-			g = &cwGroup{pid: pid, remotes: map[netip.AddrPort]int{}, sample: sk}
-			groups[pid] = g
+			g = &cwGroup{cwKey: k, remotes: map[string]int{}}
+			groups[k] = g
 		}
 		g.n++
 		g.recvQ += uint64(sk.RecvQ)
-		if len(g.remotes) < 1000 || g.remotes[sk.Remote] > 0 {
-			g.remotes[sk.Remote]++
+		peer := sk.Remote.String()
+		if k.service.IsValid() {
+			peer = sk.Remote.Addr().String()
+		}
+		if len(g.remotes) < 1000 || g.remotes[peer] > 0 {
+			g.remotes[peer]++
 		}
 		if p := in.PrevSocket(sk.Cookie); p != nil && in.Prev != nil && p.State == snapshot.CloseWait {
 			g.aged++
 		}
 	}
 	if in.Prev != nil {
+		pls := tcpmodel.ListenersOf(in.Prev)
 		for i := range in.Prev.Sockets {
 			sk := &in.Prev.Sockets[i]
 			if sk.State != snapshot.CloseWait {
 				continue
 			}
-			pid := 0
-			if len(sk.Pids) > 0 {
-				pid = sk.Pids[0]
-			}
-			if g := groups[pid]; g != nil {
+			if g := groups[cwKeyOf(pls, sk)]; g != nil {
 				g.prevN++
 			}
 		}
@@ -98,7 +117,10 @@ func checkCloseWaitLeak(in *diag.Input) ([]diag.Finding, error) {
 		if hits[i].n != hits[j].n {
 			return hits[i].n > hits[j].n
 		}
-		return hits[i].pid < hits[j].pid
+		if hits[i].pid != hits[j].pid {
+			return hits[i].pid < hits[j].pid
+		}
+		return hits[i].service.String() < hits[j].service.String()
 	})
 	var fs []diag.Finding
 	for i, g := range hits {
@@ -114,34 +136,77 @@ func checkCloseWaitLeak(in *diag.Input) ([]diag.Finding, error) {
 	return fs, nil
 }
 
+// topCounts lists the n largest counts, largest first, then by key.
+func topCounts[K comparable](m map[K]int, n int, key func(K) string) []diag.Count {
+	out := make([]diag.Count, 0, len(m))
+	for k, v := range m {
+		out = append(out, diag.Count{Key: key(k), N: v})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].N != out[j].N {
+			return out[i].N > out[j].N
+		}
+		return out[i].Key < out[j].Key
+	})
+	if len(out) > n {
+		out = out[:n]
+	}
+	return out
+}
+
+func fmtCounts(cs []diag.Count) string {
+	parts := make([]string, len(cs))
+	for i, c := range cs {
+		parts[i] = fmt.Sprintf("%s %d", c.Key, c.N)
+	}
+	return strings.Join(parts, ", ")
+}
+
 func cwFinding(in *diag.Input, g *cwGroup) diag.Finding {
 	cur := in.Cur
-	cmd := commandOf(cur, g.pid)
+	cmd := tcpmodel.Command(cur, g.pid)
 	who := "an unknown process"
 	if g.pid != 0 {
 		who = fmt.Sprintf("%s (pid %d)", cmd, g.pid)
 	}
-	var top netip.AddrPort
-	for r, n := range g.remotes {
-		if n > g.remotes[top] || n == g.remotes[top] && r.String() < top.String() {
-			top = r
+	peers := topCounts(g.remotes, 5, func(k string) string { return k })
+	sub := diag.Subject{Netns: cur.Netns.Name, Pid: g.pid, Command: cmd, Peers: peers}
+	where := "on outgoing connections"
+	if g.service.IsValid() {
+		sub.Service = g.service.String()
+		sub.Local = g.service.String()
+		where = "accepted on " + g.service.String()
+	}
+	if len(peers) == 1 {
+		sub.Remote = peers[0].Key
+	}
+	summary := fmt.Sprintf("%s holds %d CLOSE_WAIT sockets %s: the peers closed, the application never called close()", who, g.n, where)
+	ev := []diag.Evidence{
+		{Name: "CLOSE_WAIT sockets", Value: fmt.Sprint(g.n), Source: "sock_diag CLOSE-WAIT, by first owner and service", Threshold: fmt.Sprintf("warning >= %d, critical >= %d", cwWarnCount, cwCritCount)},
+		{Name: "unread bytes in them", Value: units.Bytes(float64(g.recvQ)), Source: "sock_diag Recv-Q of the CLOSE-WAIT sockets"},
+		{Name: "peers", Value: fmt.Sprintf("%s (%d distinct)", fmtCounts(peers), len(g.remotes)), Source: "sock_diag remote address"},
+	}
+	if g.service.IsValid() {
+		ev = append(ev, diag.Evidence{Name: "service", Value: g.service.String() + ": the listener these connections were accepted on", Source: "sock_diag LISTEN socket on the same local port"})
+	} else {
+		ev = append(ev, diag.Evidence{Name: "side", Value: "client: the application opened these connections and never closed them after the servers did", Source: "sock_diag: local port is no listener's"})
+	}
+	if g.pid == 0 {
+		if note, ok := ownersNote(cur); ok {
+			ev = append(ev, note)
+		} else {
+			ev = append(ev, diag.Evidence{Name: "owners", Value: "no process holds them: the application closed its descriptors in another way, or the sockets belong to a process that cannot be read", Source: "/proc/PID/fd socket inodes"})
 		}
 	}
-	summary := fmt.Sprintf("%s holds %d CLOSE_WAIT sockets: the peers closed, the application never called close()", who, g.n)
-	ev := []diag.Evidence{
-		{Name: "CLOSE_WAIT sockets", Value: fmt.Sprint(g.n), Source: "sock_diag CLOSE-WAIT, first owner", Threshold: fmt.Sprintf("warning >= %d, critical >= %d", cwWarnCount, cwCritCount)},
-		{Name: "unread bytes in them", Value: fmtBytes(float64(g.recvQ)), Source: "sock_diag Recv-Q of the CLOSE-WAIT sockets"},
-		{Name: "most frequent peer", Value: fmt.Sprintf("%s (%d of %d)", top, g.remotes[top], g.n), Source: "sock_diag remote address"},
-	}
 	if in.Prev != nil {
-		w := fmtDur(in.Window())
+		w := units.Dur(in.Window())
 		summary += fmt.Sprintf("; %d -> %d in %s, %d older than %s", g.prevN, g.n, w, g.aged, w)
 		ev = append(ev,
 			diag.Evidence{Name: "growth", Value: fmt.Sprintf("%d -> %d in %s (%+.1f/s)", g.prevN, g.n, w, float64(g.n-g.prevN)/in.Window().Seconds()), Source: "sock_diag, previous and current sample"},
 			diag.Evidence{Name: "older than the window", Value: fmt.Sprint(g.aged), Source: "same socket cookie in CLOSE-WAIT in both samples", Threshold: fmt.Sprintf(">= %d", cwWarnAged)})
 	}
 	if p := cur.Procs[g.pid]; p != nil && p.FDs >= 0 && p.NofileSoft != nil && *p.NofileSoft > 0 {
-		ev = append(ev, diag.Evidence{Name: "open files", Value: fmt.Sprintf("%d of %d (%s)", p.FDs, *p.NofileSoft, pct(float64(p.FDs)/float64(*p.NofileSoft))), Source: "/proc/PID/fd, /proc/PID/limits (see fd-exhaustion)"})
+		ev = append(ev, diag.Evidence{Name: "open files", Value: fmt.Sprintf("%d of %d (%s)", p.FDs, *p.NofileSoft, units.Pct(float64(p.FDs)/float64(*p.NofileSoft))), Source: "/proc/PID/fd, /proc/PID/limits (see fd-exhaustion)"})
 	}
 	fixes := []diag.Fix{cwCodeFix(cmd),
 		{Scope: "application", Target: "connection-pool", Text: "if the sockets belong to a client pool, evict idle and half-closed connections",
@@ -149,8 +214,7 @@ func cwFinding(in *diag.Input, g *cwGroup) diag.Finding {
 		{Scope: "application", Target: "restart", Text: "stopgap: restarting the process frees them; no sysctl closes CLOSE_WAIT (the kernel waits for the application)",
 			Risk: "the leak comes back at the same rate"},
 	}
-	return diag.Finding{Severity: g.sev, Subject: diag.Subject{Netns: cur.Netns.Name, Remote: top.String(), Pid: g.pid, Command: cmd},
-		Summary: summary, Evidence: ev, Fixes: fixes}
+	return diag.Finding{Severity: g.sev, Subject: sub, Summary: summary, Evidence: ev, Fixes: fixes}
 }
 
 func cwCodeFix(cmd string) diag.Fix {

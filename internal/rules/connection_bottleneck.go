@@ -10,6 +10,8 @@ import (
 
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/tcpmodel"
+	"github.com/tcpdoctor/tcpdoctor/internal/units"
 )
 
 const (
@@ -79,12 +81,15 @@ func checkConnectionBottleneck(in *diag.Input) ([]diag.Finding, error) {
 	flows := map[flowKey]*flow{}
 	for i := range cur.Sockets {
 		sk := &cur.Sockets[i]
-		if sk.State != snapshot.Established || len(sk.Pids) == 0 {
+		if sk.State != snapshot.Established {
 			continue
 		}
-		k := flowKey{pid: sk.Pids[0], remote: sk.Remote}
+		// Sockets whose owner is unknown group under pid 0: judged the
+		// same way, named "owner unknown" with the reason.
+		pid, _ := tcpmodel.FirstOwner(cur, sk)
+		k := flowKey{pid: pid, remote: sk.Remote}
 		if listening[sk.Local.Port()] {
-			k = flowKey{pid: sk.Pids[0], local: sk.Local, remote: netip.AddrPortFrom(sk.Remote.Addr(), 0)}
+			k = flowKey{pid: pid, local: sk.Local, remote: netip.AddrPortFrom(sk.Remote.Addr(), 0)}
 		}
 		f := flows[k]
 		if f == nil {
@@ -130,19 +135,23 @@ func checkConnectionBottleneck(in *diag.Input) ([]diag.Finding, error) {
 		}
 		return keys[i].remote.String() < keys[j].remote.String()
 	})
-	rates := peerRates(cur)
+	rates := tcpmodel.PeerRates(cur)
+	idx := tcpmodel.TuplesOf(cur)
+	ls := tcpmodel.ListenersOf(cur)
 	var fs []diag.Finding
 	for _, k := range keys {
 		f := flows[k]
 		sk := f.socks[0]
 		n := len(f.socks)
 		per := f.acked / float64(n) / window.Seconds()
-		path, pathSrc := pathRate(in, rates, sk, per)
+		pp := tcpmodel.PathOf(in.Options.Bandwidth, rates, idx, sk, per)
+		path, pathSrc := pp.Rate, pp.Source
+		verdict := pp.Judge(f.acked / window.Seconds())
 		want := max(bottleneckMinConns, 2*n)
 		reason := fmt.Sprintf("at least %d (C1: 4 connections took most of the gain)", bottleneckMinConns)
 		if path > 0 && per > 0 {
 			want = max(want, int(math.Ceil(path/per)))
-			reason = fmt.Sprintf("ceil(%s path (%s) / %s per connection)", fmtRate(path), pathSrc, fmtRate(per))
+			reason = fmt.Sprintf("ceil(%s path (%s) / %s per connection)", units.Rate(path), pathSrc, units.Rate(per))
 		}
 		want = min(want, bottleneckMaxRecommend)
 		peer := k.remote.String()
@@ -152,21 +161,37 @@ func checkConnectionBottleneck(in *diag.Input) ([]diag.Finding, error) {
 		ev := []diag.Evidence{
 			{Name: "connections to the peer", Value: fmt.Sprint(n), Source: "sock_diag, grouped by owner and peer", Threshold: fmt.Sprintf("<= %d", bottleneckMaxConns)},
 			{Name: "why each is saturated", Value: joinWhy(f.why), Source: "sock_diag tcp_info busy_time, rwnd_limited, sndbuf_limited (delta); unacked, snd_wnd, snd_cwnd, Send-Q, Recv-Q, SK_MEMINFO in both samples",
-				Threshold: fmt.Sprintf("busy >= %s and limited by the connection (rwnd+sndbuf >= %s of busy, in flight filling the peer's window or the send buffer, Send-Q or Recv-Q stuck at the buffer), not by cwnd", pct(bottleneckBusy), pct(bottleneckLimited))},
+				Threshold: fmt.Sprintf("busy >= %s and limited by the connection (rwnd+sndbuf >= %s of busy, in flight filling the peer's window or the send buffer, Send-Q or Recv-Q stuck at the buffer), not by cwnd", units.Pct(bottleneckBusy), units.Pct(bottleneckLimited))},
 		}
 		ev = append(ev, diag.Evidence{Name: "requests multiplexed", Value: fmt.Sprintf("%.0f data segments/s in, %.0f/s out", f.segsIn, f.segsOut),
 			Source: "sock_diag tcp_info.data_segs_in, data_segs_out (delta / window)", Threshold: fmt.Sprintf(">= %d/s each way on every connection", bottleneckMinSegRate)})
 		if per > 0 {
-			v := fmtRate(per)
+			v := units.Rate(per)
 			if bw > 0 {
-				v += fmt.Sprintf(" (%s in all, %s of the %s path)", fmtRate(f.acked/window.Seconds()), pct(f.acked/window.Seconds()/bw), fmtRate(bw))
+				v += fmt.Sprintf(" (%s in all, %s of the %s path)", units.Rate(f.acked/window.Seconds()), units.Pct(f.acked/window.Seconds()/bw), units.Rate(bw))
 			}
 			ev = append(ev, diag.Evidence{Name: "per connection", Value: v, Source: "sock_diag tcp_info.bytes_acked (delta / window); --bandwidth",
-				Threshold: fmt.Sprintf("all connections < %s of the path rate when known", pct(bottleneckPathFrac))})
+				Threshold: fmt.Sprintf("all connections < %s of the path rate when known", units.Pct(bottleneckPathFrac))})
+		}
+		ev = append(ev, diag.Evidence{Name: "performance", Value: verdict.Why, Source: "sock_diag tcp_info.bytes_acked (delta); --bandwidth or delivery rates",
+			Threshold: fmt.Sprintf("warning below %s of the path", units.Pct(tcpmodel.LostShare))})
+		if k.pid == 0 {
+			if note, ok := ownersNote(cur); ok {
+				ev = append(ev, note)
+			}
+		}
+		sev := diag.Info
+		if verdict.Lost {
+			sev = diag.Warning
 		}
 		sum := fmt.Sprintf("%s carries its traffic to %s on %d connection(s), each saturated and limited by buffer or window; use about %d",
-			owners(cur, sk.Pids), peer, n, want)
-		fs = append(fs, diag.Finding{Severity: diag.Warning, Subject: subject(cur, sk), Summary: sum, Evidence: ev, Fixes: []diag.Fix{
+			tcpmodel.Who(cur, sk.Pids), peer, n, want)
+		sub := subject(cur, ls, sk)
+		if k.local.IsValid() {
+			sub.Remote = ""
+			sub.Peers = []diag.Count{{Key: k.remote.Addr().String(), N: n}}
+		}
+		fs = append(fs, diag.Finding{Severity: sev, Subject: sub, Summary: sum, Evidence: ev, Fixes: []diag.Fix{
 			{Scope: "application", Target: "dubbo", Text: fmt.Sprintf("more connections per provider: %s", reason), Command: fmt.Sprintf(`<dubbo:reference connections="%d" .../>`, want),
 				Risk: "more sockets and IO threads on both sides"},
 			{Scope: "application", Target: "grpc", Text: fmt.Sprintf("a pool of %d channels (HTTP/2 multiplexes every call onto one connection)", want), Risk: "more connections to balance"},
@@ -196,10 +221,10 @@ func connLimited(sk, p *snapshot.Socket, window time.Duration) (string, bool) {
 	if busy {
 		chrono := snapshot.Frac(sh.Rwnd+sh.Sndbuf, sh.Busy)
 		if chrono >= bottleneckLimited {
-			why = append(why, fmt.Sprintf("rwnd+sndbuf limited %s of busy", pct(chrono)))
+			why = append(why, fmt.Sprintf("rwnd+sndbuf limited %s of busy", units.Pct(chrono)))
 		}
 		if l, full := wndFullBoth(sk, p); full {
-			why = append(why, fmt.Sprintf("in flight %s fills the peer's window %s (cwnd %s)", fmtBytes(l.inflight), fmtBytes(l.wnd), fmtBytes(l.cwnd)))
+			why = append(why, fmt.Sprintf("in flight %s fills the peer's window %s (cwnd %s)", units.Bytes(l.inflight), units.Bytes(l.wnd), units.Bytes(l.cwnd)))
 		}
 		// A full send buffer limits only if what is in flight fills a
 		// good part of it; an autotuned buffer full of unsent data behind
@@ -214,17 +239,17 @@ func connLimited(sk, p *snapshot.Socket, window time.Duration) (string, bool) {
 			}
 		} else if sk.Mem != nil && p.Mem != nil && sk.Mem.Sndbuf > 0 &&
 			2*sk.SendQ >= sk.Mem.Sndbuf && 2*p.SendQ >= p.Mem.Sndbuf && 4*inflight >= uint64(sk.Mem.Sndbuf) {
-			why = append(why, fmt.Sprintf("Send-Q %s stuck at sndbuf %s", fmtBytes(float64(sk.SendQ)), fmtBytes(float64(sk.Mem.Sndbuf))))
+			why = append(why, fmt.Sprintf("Send-Q %s stuck at sndbuf %s", units.Bytes(float64(sk.SendQ)), units.Bytes(float64(sk.Mem.Sndbuf))))
 		}
 		if len(why) > 0 && chrono < bottleneckChronoSure && cwndFull(sk) && cwndFull(p) {
 			return "", false // congestion-limited: cwnd, not the connection
 		}
 		if len(why) > 0 {
-			why[0] = fmt.Sprintf("busy %s, ", pct(snapshot.Frac(sh.Busy, window))) + why[0]
+			why[0] = fmt.Sprintf("busy %s, ", units.Pct(snapshot.Frac(sh.Busy, window))) + why[0]
 		}
 	}
 	if backedUp(sk) && backedUp(p) {
-		why = append(why, fmt.Sprintf("Recv-Q %s stuck (one reader cannot drain it)", fmtBytes(float64(sk.RecvQ))))
+		why = append(why, fmt.Sprintf("Recv-Q %s stuck (one reader cannot drain it)", units.Bytes(float64(sk.RecvQ))))
 	}
 	return strings.Join(why, ", "), len(why) > 0
 }

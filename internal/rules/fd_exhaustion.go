@@ -7,6 +7,8 @@ import (
 
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/tcpmodel"
+	"github.com/tcpdoctor/tcpdoctor/internal/units"
 )
 
 const (
@@ -79,9 +81,9 @@ func checkFDExhaustion(in *diag.Input) ([]diag.Finding, error) {
 func fdProcFinding(in *diag.Input, p *snapshot.Proc, frac float64) diag.Finding {
 	cur := in.Cur
 	soft := *p.NofileSoft
-	n := nextPow2(max(fdMinLimit, int64(2*p.FDs)))
+	n := tcpmodel.NextPow2(max(fdMinLimit, int64(2*p.FDs)))
 	ev := []diag.Evidence{
-		{Name: "open files", Value: fmt.Sprintf("%d of %d (%s)", p.FDs, soft, pct(frac)), Source: "/proc/PID/fd count, /proc/PID/limits Max open files (soft)", Threshold: fmt.Sprintf("warning >= %.0f%%, critical >= %.0f%%", fdWarnFrac*100, fdCritFrac*100)},
+		{Name: "open files", Value: fmt.Sprintf("%d of %d (%s)", p.FDs, soft, units.Pct(frac)), Source: "/proc/PID/fd count, /proc/PID/limits Max open files (soft)", Threshold: fmt.Sprintf("warning >= %.0f%%, critical >= %.0f%%", fdWarnFrac*100, fdCritFrac*100)},
 	}
 	hard := "unknown"
 	if p.NofileHard != nil {
@@ -91,13 +93,13 @@ func fdProcFinding(in *diag.Input, p *snapshot.Proc, frac float64) diag.Finding 
 		}
 	}
 	ev = append(ev, diag.Evidence{Name: "hard limit", Value: hard, Source: "/proc/PID/limits Max open files (hard)"})
-	summary := fmt.Sprintf("%s (pid %d) has %d of %d file descriptors open (%s): accept() and connect() fail with EMFILE at the limit", p.Command, p.Pid, p.FDs, soft, pct(frac))
+	summary := fmt.Sprintf("%s (pid %d) has %d of %d file descriptors open (%s): accept() and connect() fail with EMFILE at the limit", p.Command, p.Pid, p.FDs, soft, units.Pct(frac))
 	if in.Prev != nil {
 		if pp := in.Prev.Procs[p.Pid]; pp != nil && pp.FDs >= 0 && in.Window() > 0 {
 			rate := float64(p.FDs-pp.FDs) / in.Window().Seconds()
 			v := fmt.Sprintf("%d -> %d (%+.1f/s)", pp.FDs, p.FDs, rate)
 			if rate > 0 && int64(p.FDs) < soft {
-				v += fmt.Sprintf(", limit reached in about %s", fmtDur(secondsDur(float64(soft-int64(p.FDs))/rate)))
+				v += fmt.Sprintf(", limit reached in about %s", units.Dur(units.Seconds(float64(soft-int64(p.FDs))/rate)))
 				summary += fmt.Sprintf("; growing %+.1f/s", rate)
 			}
 			ev = append(ev, diag.Evidence{Name: "growth", Value: v, Source: "/proc/PID/fd, previous and current sample"})
@@ -143,9 +145,9 @@ func fdHostFinding(cur *snapshot.Snapshot) (diag.Finding, bool) {
 	if sev == 0 {
 		return diag.Finding{}, false
 	}
-	n := nextPow2(2 * v[0])
+	n := tcpmodel.NextPow2(2 * v[0])
 	return diag.Finding{Severity: sev, Subject: diag.Subject{Netns: cur.Netns.Name},
-		Summary: fmt.Sprintf("the host has %d of %d file handles allocated (%s): open() and socket() fail with ENFILE at the limit", v[0], v[2], pct(frac)),
+		Summary: fmt.Sprintf("the host has %d of %d file handles allocated (%s): open() and socket() fail with ENFILE at the limit", v[0], v[2], units.Pct(frac)),
 		Evidence: []diag.Evidence{{Name: "allocated file handles", Value: fmt.Sprintf("%d of %d", v[0], v[2]), Source: "sysctl fs.file-nr (allocated, free, max)",
 			Threshold: fmt.Sprintf("warning >= %.0f%%, critical >= %.0f%%", fdWarnFrac*100, fdCritFrac*100)}},
 		Fixes: []diag.Fix{{Scope: "kernel", Target: "sysctl", Text: fmt.Sprintf("raise the host limit to %d and persist it; find the process holding most first", n),

@@ -6,7 +6,10 @@ import (
 	"strings"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
+	"github.com/tcpdoctor/tcpdoctor/internal/remedy"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/tcpmodel"
+	"github.com/tcpdoctor/tcpdoctor/internal/units"
 )
 
 const (
@@ -143,10 +146,10 @@ func checkListenOverflow(in *diag.Input) ([]diag.Finding, error) {
 func listenerFinding(in *diag.Input, l listener, over, drops int64, hasDrops bool, sharing int, notes []diag.Evidence) diag.Finding {
 	cur := in.Cur
 	sk := l.sk
-	sub := subject(cur, sk)
+	sub := subject(cur, nil, sk)
 	somax, hasSomax := cur.SysctlInt("net.core.somaxconn")
-	binding, why := backlogBinding(int64(sk.SendQ), somax, hasSomax)
-	target := backlogTarget(int64(l.peak), int64(sk.SendQ))
+	binding, why := tcpmodel.BacklogBinding(int64(sk.SendQ), somax, hasSomax)
+	target := tcpmodel.BacklogTarget(int64(l.peak), int64(sk.SendQ))
 
 	qv := fmt.Sprintf("%d now", sk.RecvQ)
 	if l.hasPrev {
@@ -157,7 +160,7 @@ func listenerFinding(in *diag.Input, l listener, over, drops int64, hasDrops boo
 		{Name: "effective backlog (Send-Q)", Value: fmt.Sprint(sk.SendQ), Source: "sock_diag LISTEN idiag_wqueue = min(listen() backlog, somaxconn)"},
 		somaxEvidence(somax, hasSomax),
 		{Name: "binding limit", Value: why, Source: "derived: Send-Q against net.core.somaxconn"},
-		{Name: "owner", Value: owners(cur, sk.Pids), Source: "/proc/PID/fd socket inodes"},
+		{Name: "owner", Value: tcpmodel.Who(cur, sk.Pids), Source: "/proc/PID/fd socket inodes"},
 	}
 	var summary string
 	sev := diag.Warning
@@ -177,12 +180,12 @@ func listenerFinding(in *diag.Input, l listener, over, drops int64, hasDrops boo
 		if sharing > 1 {
 			shared = fmt.Sprintf("netns-wide counter, %d listeners near full", sharing)
 		}
-		ev = append(ev, diag.Evidence{Name: "ListenOverflows", Value: fmt.Sprintf("+%d in %s (%.1f/s, %s)", over, fmtDur(in.Window()), rate, shared), Source: "/proc/net/netstat TcpExt.ListenOverflows", Threshold: fmt.Sprintf("> 0; critical at >= %.0f/s", listenCritRate)})
+		ev = append(ev, diag.Evidence{Name: "ListenOverflows", Value: fmt.Sprintf("+%d in %s (%.1f/s, %s)", over, units.Dur(in.Window()), rate, shared), Source: "/proc/net/netstat TcpExt.ListenOverflows", Threshold: fmt.Sprintf("> 0; critical at >= %.0f/s", listenCritRate)})
 		if hasDrops {
-			ev = append(ev, diag.Evidence{Name: "ListenDrops", Value: fmt.Sprintf("+%d in %s", drops, fmtDur(in.Window())), Source: "/proc/net/netstat TcpExt.ListenDrops"})
+			ev = append(ev, diag.Evidence{Name: "ListenDrops", Value: fmt.Sprintf("+%d in %s", drops, units.Dur(in.Window())), Source: "/proc/net/netstat TcpExt.ListenDrops"})
 		}
 		summary = fmt.Sprintf("listener :%d (%s) overflowed its accept queue %d times in %s; queue %d/%d, backlog %d is %s",
-			port, who, over, fmtDur(in.Window()), l.peak, sk.SendQ, sk.SendQ, binding)
+			port, who, over, units.Dur(in.Window()), l.peak, sk.SendQ, sk.SendQ, binding)
 	} else {
 		summary = fmt.Sprintf("listener :%d (%s) has a full accept queue (%d/%d): the next connections overflow; backlog %d is %s",
 			port, who, sk.RecvQ, sk.SendQ, sk.SendQ, binding)
@@ -208,7 +211,7 @@ func transientOverflow(in *diag.Input, ls []listener, over, drops int64, hasDrop
 			names = append(names, fmt.Sprintf("and %d more", len(ls)-5))
 			break
 		}
-		names = append(names, fmt.Sprintf(":%d %s backlog %d queue %d", l.sk.Local.Port(), owners(cur, l.sk.Pids), l.sk.SendQ, l.peak))
+		names = append(names, fmt.Sprintf(":%d %s backlog %d queue %d", l.sk.Local.Port(), tcpmodel.Who(cur, l.sk.Pids), l.sk.SendQ, l.peak))
 		largest = max(largest, int64(l.sk.SendQ))
 	}
 	listed := "none"
@@ -217,28 +220,28 @@ func transientOverflow(in *diag.Input, ls []listener, over, drops int64, hasDrop
 	}
 	somax, hasSomax := cur.SysctlInt("net.core.somaxconn")
 	ev := []diag.Evidence{
-		{Name: "ListenOverflows", Value: fmt.Sprintf("+%d in %s (%.1f/s, netns-wide)", over, fmtDur(in.Window()), rate), Source: "/proc/net/netstat TcpExt.ListenOverflows", Threshold: fmt.Sprintf("> 0; critical at >= %.0f/s", listenCritRate)},
+		{Name: "ListenOverflows", Value: fmt.Sprintf("+%d in %s (%.1f/s, netns-wide)", over, units.Dur(in.Window()), rate), Source: "/proc/net/netstat TcpExt.ListenOverflows", Threshold: fmt.Sprintf("> 0; critical at >= %.0f/s", listenCritRate)},
 		{Name: "listeners (fullest first)", Value: listed, Source: "sock_diag LISTEN Recv-Q/Send-Q", Threshold: fmt.Sprintf("none at >= %.0f%% of its backlog in either sample", listenNearFull*100)},
 		somaxEvidence(somax, hasSomax),
 		abortOnOverflowEvidence(cur),
 	}
 	if hasDrops {
-		ev = append(ev, diag.Evidence{Name: "ListenDrops", Value: fmt.Sprintf("+%d in %s", drops, fmtDur(in.Window())), Source: "/proc/net/netstat TcpExt.ListenDrops"})
+		ev = append(ev, diag.Evidence{Name: "ListenDrops", Value: fmt.Sprintf("+%d in %s", drops, units.Dur(in.Window())), Source: "/proc/net/netstat TcpExt.ListenDrops"})
 	}
-	target := backlogTarget(0, largest)
+	target := tcpmodel.BacklogTarget(0, largest)
 	fixes := []diag.Fix{{
 		Scope: "application", Target: "diagnosis",
 		Text:    "the overflow was transient (the queue filled and drained between samples); sample faster during the burst to see which listener fills",
 		Command: "tcpdoctor check --interval 1s",
 	}}
 	if !hasSomax || somax < target {
-		fixes = append(fixes, somaxconnFix(target))
+		fixes = append(fixes, remedy.Somaxconn(target))
 	}
 	return diag.Finding{
 		Severity: sev,
 		Subject:  diag.Subject{Netns: cur.Netns.Name},
 		Summary: fmt.Sprintf("accept queues overflowed %d times in %s (%.1f/s) but no listener was seen near full: transient, the queue filled and drained between samples (%d listeners)",
-			over, fmtDur(in.Window()), rate, len(ls)),
+			over, units.Dur(in.Window()), rate, len(ls)),
 		Evidence: ev,
 		Fixes:    fixes,
 	}
@@ -282,4 +285,34 @@ func moreListeners(cur *snapshot.Snapshot, rest []listener) diag.Finding {
 		Evidence: []diag.Evidence{{Name: "listeners", Value: strings.Join(ports, " "), Source: "sock_diag LISTEN Recv-Q/Send-Q", Threshold: fmt.Sprintf(">= %.0f%% of backlog", listenNearFull*100)}},
 		Fixes:    []diag.Fix{{Scope: "application", Target: "diagnosis", Text: "list every listener's queue and backlog", Command: "ss -lnt"}},
 	}
+}
+
+func somaxEvidence(somax int64, ok bool) diag.Evidence {
+	ev := diag.Evidence{Name: "somaxconn", Source: "sysctl net.core.somaxconn"}
+	if ok {
+		ev.Value = fmt.Sprint(somax)
+	} else {
+		ev.Value = "unknown (not collected)"
+	}
+	return ev
+}
+
+func abortOnOverflowEvidence(s *snapshot.Snapshot) diag.Evidence {
+	ev := diag.Evidence{Name: "tcp_abort_on_overflow", Source: "sysctl net.ipv4.tcp_abort_on_overflow"}
+	switch v, ok := s.SysctlInt("net.ipv4.tcp_abort_on_overflow"); {
+	case !ok:
+		ev.Value = "unknown (not collected)"
+	case v == 0:
+		ev.Value = "0: overflowing handshakes are dropped silently; clients retransmit and wait (1 s, 2 s, ...) instead of failing; keep 0 unless failing fast is wanted"
+	default:
+		ev.Value = fmt.Sprintf("%d: overflowing handshakes are answered with RST; clients see \"connection reset\" at once", v)
+	}
+	return ev
+}
+
+// backlogFixes gives the settings that raise sk's backlog to n, in the
+// terms of the listener's owner.
+func backlogFixes(s *snapshot.Snapshot, sk *snapshot.Socket, n, somax int64, hasSomax bool) []diag.Fix {
+	_, cmd := tcpmodel.FirstOwner(s, sk)
+	return remedy.Backlog(cmd, sk.Local.Port(), n, somax, hasSomax)
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/tcpmodel"
 )
 
 func TestBacklogTarget(t *testing.T) {
@@ -18,8 +19,8 @@ func TestBacklogTarget(t *testing.T) {
 		{3000, 511, 8192},
 		{-5, -1, 4096},
 	} {
-		if got := backlogTarget(c.peak, c.backlog); got != c.want {
-			t.Errorf("backlogTarget(%d, %d) = %d, want %d", c.peak, c.backlog, got, c.want)
+		if got := tcpmodel.BacklogTarget(c.peak, c.backlog); got != c.want {
+			t.Errorf("tcpmodel.BacklogTarget(%d, %d) = %d, want %d", c.peak, c.backlog, got, c.want)
 		}
 	}
 }
@@ -35,8 +36,8 @@ func TestBacklogBinding(t *testing.T) {
 		{4096, 128, true, "above today"},
 		{128, 0, false, "unknown"},
 	} {
-		if s, _ := backlogBinding(c.backlog, c.somax, c.has); !strings.Contains(s, c.want) {
-			t.Errorf("backlogBinding(%d, %d, %v) = %q, want it to mention %q", c.backlog, c.somax, c.has, s, c.want)
+		if s, _ := tcpmodel.BacklogBinding(c.backlog, c.somax, c.has); !strings.Contains(s, c.want) {
+			t.Errorf("tcpmodel.BacklogBinding(%d, %d, %v) = %q, want it to mention %q", c.backlog, c.somax, c.has, s, c.want)
 		}
 	}
 }

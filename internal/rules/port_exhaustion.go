@@ -2,17 +2,22 @@ package rules
 
 import (
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
+	"github.com/tcpdoctor/tcpdoctor/internal/remedy"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/tcpmodel"
+	"github.com/tcpdoctor/tcpdoctor/internal/units"
 )
 
 const (
 	// portWarnFrac and portCritFrac: share of the usable ephemeral range
-	// one (source, destination, port) uses.
-	portWarnFrac = 0.70
+	// one (source, destination, port) holds: ports connect() cannot pick,
+	// open sockets plus TIME_WAIT ones not yet reusable.
+	portWarnFrac = remedy.KeepBelow
 	portCritFrac = 0.90
 	// portWarnETA and portCritETA: forecast time to exhaustion that
 	// raises a warning or critical finding below the fractions above.
@@ -27,14 +32,69 @@ func portExhaustion() diag.Rule {
 }
 
 // portSeverity grades a destination's forecast, 0 when healthy.
-func portSeverity(f portForecast) diag.Severity {
+func portSeverity(f tcpmodel.Forecast) diag.Severity {
 	switch {
-	case f.full || f.frac >= portCritFrac || f.exhausts && f.eta <= portCritETA:
+	case f.Full || f.Frac >= portCritFrac || f.Exhausts && f.ETA <= portCritETA:
 		return diag.Critical
-	case f.frac >= portWarnFrac || f.exhausts && f.eta <= portWarnETA:
+	case f.Frac >= portWarnFrac || f.Exhausts && f.ETA <= portWarnETA:
 		return diag.Warning
 	}
 	return 0
+}
+
+// destHit is one destination's port use and forecast.
+type destHit struct {
+	key tcpmodel.Dest
+	use *tcpmodel.DestUse
+	f   tcpmodel.Forecast
+	sev diag.Severity
+}
+
+// destHits measures every destination's port use and keeps those grade
+// fires on: most severe first, then larger rank, then by address.
+func destHits(in *diag.Input, p *tcpmodel.PortSpace, grade func(*tcpmodel.DestUse, tcpmodel.Forecast) diag.Severity, rank func(*tcpmodel.DestUse) int) []destHit {
+	var prevHeld map[tcpmodel.Dest]*tcpmodel.DestUse
+	if in.Prev != nil {
+		prevHeld = p.DestUsage(in.Prev, nil, 0)
+	}
+	var hits []destHit
+	for k, u := range p.DestUsage(in.Cur, prevState(in), in.Window()) {
+		ph := -1
+		if in.Prev != nil {
+			ph = 0
+			if pu := prevHeld[k]; pu != nil {
+				ph = pu.Held()
+			}
+		}
+		f := u.Forecast(p.Usable(), ph, in.Window(), p.Reuse.Delay)
+		if sev := grade(u, f); sev > 0 {
+			hits = append(hits, destHit{k, u, f, sev})
+		}
+	}
+	sort.Slice(hits, func(i, j int) bool {
+		if hits[i].sev != hits[j].sev {
+			return hits[i].sev > hits[j].sev
+		}
+		if ri, rj := rank(hits[i].use), rank(hits[j].use); ri != rj {
+			return ri > rj
+		}
+		return hits[i].key.Dst.String() < hits[j].key.Dst.String()
+	})
+	return hits
+}
+
+// destFindings builds a finding for each of the first n hits and sums up
+// the rest in one.
+func destFindings(cur *snapshot.Snapshot, hits []destHit, n int, build func(destHit) diag.Finding) []diag.Finding {
+	var fs []diag.Finding
+	for i, h := range hits {
+		if i == n {
+			fs = append(fs, moreDestinations(cur, hits[i:]))
+			break
+		}
+		fs = append(fs, build(h))
+	}
+	return fs
 }
 
 func checkPortExhaustion(in *diag.Input) ([]diag.Finding, error) {
@@ -42,60 +102,124 @@ func checkPortExhaustion(in *diag.Input) ([]diag.Finding, error) {
 	if err := sockdiagGone(cur); err != nil {
 		return nil, err
 	}
-	e, err := ephemeralPorts(cur)
+	p, err := tcpmodel.NewPortSpace(cur)
 	if err != nil {
-		return nil, err
+		return nil, diag.Unknownf("%v", err)
 	}
-	hits := destHits(in, e, func(_ portUse, f portForecast) diag.Severity { return portSeverity(f) },
-		func(u portUse) int { return u.used })
-	return destFindings(cur, hits, portMaxFindings, func(h destFinding) diag.Finding { return portFinding(in, e, h) }), nil
+	hits := destHits(in, p, func(_ *tcpmodel.DestUse, f tcpmodel.Forecast) diag.Severity { return portSeverity(f) },
+		func(u *tcpmodel.DestUse) int { return u.Held() })
+	return destFindings(cur, hits, portMaxFindings, func(h destHit) diag.Finding { return portFinding(in, p, h) }), nil
 }
 
-func portFinding(in *diag.Input, e *ephemeral, h destFinding) diag.Finding {
-	cur := in.Cur
-	u, f := h.agg.use, h.f
-	pid := h.agg.topPid()
-	cmd := commandOf(cur, pid)
-	sub := diag.Subject{Netns: cur.Netns.Name, Local: h.key.src.String(), Remote: h.key.dst.String(), Pid: pid, Command: cmd}
-	who := "owner unknown"
+// destOwner names the process holding most open sockets to a destination.
+func destOwner(cur *snapshot.Snapshot, u *tcpmodel.DestUse) (pid int, cmd, who string) {
+	pid = u.Owners.Top()
+	cmd = tcpmodel.Command(cur, pid)
+	who = "owner unknown"
 	if pid != 0 {
 		who = fmt.Sprintf("%s pid %d", cmd, pid)
 	}
-	summary := fmt.Sprintf("connections from %s to %s (%s) use %d of %d usable ephemeral ports (%s)",
-		h.key.src, h.key.dst, who, u.used, e.usable(), pct(f.frac))
+	return pid, cmd, who
+}
+
+func portFinding(in *diag.Input, p *tcpmodel.PortSpace, h destHit) diag.Finding {
+	cur := in.Cur
+	u, f := h.use, h.f
+	pid, cmd, who := destOwner(cur, u)
+	sub := diag.Subject{Netns: cur.Netns.Name, Local: h.key.Src.String(), Remote: h.key.Dst.String(), Pid: pid, Command: cmd}
+	summary := fmt.Sprintf("connections from %s to %s (%s) hold %d of %d usable ephemeral ports (%s)",
+		h.key.Src, h.key.Dst, who, u.Held(), p.Usable(), units.Pct(f.Frac))
 	switch {
-	case f.full:
+	case f.Full:
 		summary += ": connect() to it fails with EADDRNOTAVAIL now"
-	case f.exhausts:
-		summary += fmt.Sprintf("; at %+.1f/s exhausted in about %s", f.growth, fmtDur(f.eta))
+	case f.Exhausts:
+		summary += fmt.Sprintf("; at %+.1f/s exhausted in about %s", f.Growth, units.Dur(f.ETA))
 	}
-	ev := portEvidence(e, u, f, in.Window(), fmt.Sprintf("warning >= %.0f%%, critical >= %.0f%%; or forecast exhaustion within %s / %s",
-		portWarnFrac*100, portCritFrac*100, fmtDur(portWarnETA), fmtDur(portCritETA)))
-	ev = append(ev,
-		diag.Evidence{Name: "processes", Value: h.agg.ownerList(cur), Source: "/proc/PID/fd socket inodes"},
-		diag.Evidence{Name: "connect() failures", Value: "not counted by the kernel: EADDRNOTAVAIL (\"Cannot assign requested address\") only reaches the application and its log", Source: "kernel: no counter exists"},
-	)
-	peak := portPeak(u, f)
-	fixes := []diag.Fix{reuseFix(cmd, h.key.dst), spreadFix(peak, e.usable())}
-	if fx, ok := widenRangeFix(e, peak); ok {
+	ev := portEvidence(p, u, f, in.Window(), fmt.Sprintf("warning >= %.0f%%, critical >= %.0f%%; or forecast exhaustion within %s / %s",
+		portWarnFrac*100, portCritFrac*100, units.Dur(portWarnETA), units.Dur(portCritETA)))
+	ev = append(ev, processesEvidence(cur, u),
+		diag.Evidence{Name: "connect() failures", Value: "not counted by the kernel: EADDRNOTAVAIL (\"Cannot assign requested address\") only reaches the application and its log", Source: "kernel: no counter exists"})
+	peak := f.Peak(u.Held())
+	fixes := []diag.Fix{remedy.Reuse(cmd, h.key.Dst, poolSize(u.Open)), remedy.Spread(peak, p.Usable())}
+	if fx, ok := remedy.WidenRange(p, peak); ok {
 		fixes = append(fixes, fx)
 	}
-	if u.tw*2 >= u.used {
-		if fx, ok := twReuseFix(cur); ok {
+	if u.TW*2 >= u.Held() {
+		if fx, ok := remedy.TWReuse(p.Reuse, u.Reuse); ok {
 			fixes = append(fixes, fx)
 		}
 	}
 	return diag.Finding{Severity: h.sev, Subject: sub, Summary: summary, Evidence: ev, Fixes: fixes}
 }
 
-func moreDestinations(cur *snapshot.Snapshot, rest []destFinding) diag.Finding {
+// processesEvidence names who holds a destination's open sockets.
+func processesEvidence(cur *snapshot.Snapshot, u *tcpmodel.DestUse) diag.Evidence {
+	ev := diag.Evidence{Name: "processes", Value: u.Owners.List(cur), Source: "/proc/PID/fd socket inodes"}
+	if ev.Value == "" {
+		ev.Value = "unknown: no open socket to this destination has a known owner (TIME_WAIT sockets belong to no process)"
+		if why := tcpmodel.OwnersMissing(cur); why != "" {
+			ev.Value += "; owner scan: " + why
+		}
+	}
+	return ev
+}
+
+// poolSize is the pool to recommend for open concurrent connections.
+func poolSize(open int) int { return int(tcpmodel.NextPow2(int64(max(8, 2*open)))) }
+
+// portEvidence is the shared evidence for a destination's port use.
+func portEvidence(p *tcpmodel.PortSpace, u *tcpmodel.DestUse, f tcpmodel.Forecast, window time.Duration, threshold string) []diag.Evidence {
+	ev := []diag.Evidence{
+		{Name: "ephemeral ports held to this destination", Value: fmt.Sprintf("%d of %d usable (%s): %d open, %d in TIME_WAIT of which %d reusable now", u.Held(), p.Usable(), units.Pct(f.Frac), u.Open, u.TW, u.TWReusable),
+			Source: "sock_diag sockets with an ephemeral local port, grouped by (source, destination, port); TIME_WAIT age from its timer", Threshold: threshold},
+		{Name: "usable ephemeral ports", Value: fmt.Sprintf("%d = %d-%d (%d ports) minus %d reserved minus %d bound by listeners or bind()", p.Usable(), p.Lo, p.Hi, p.Size(), p.NReserved, len(p.Bound)),
+			Source: "sysctl net.ipv4.ip_local_port_range, net.ipv4.ip_local_reserved_ports; sock_diag LISTEN and bound sockets"},
+		reuseEvidence(p.Reuse, u),
+	}
+	if !f.HasRate {
+		return ev
+	}
+	w := units.Dur(window)
+	ev = append(ev,
+		diag.Evidence{Name: "closed first by this host", Value: fmt.Sprintf("%.1f/s (%d entered TIME_WAIT in %s; each holds its port %s)", f.CloseRate, u.ClosedIn, w, units.Dur(f.Hold)), Source: "sock_diag TIME-WAIT sockets younger than the window (idiag_expires) or not in TIME-WAIT in the previous sample"},
+		diag.Evidence{Name: "growth", Value: fmt.Sprintf("%+.1f held ports/s", f.Growth), Source: "sock_diag, previous and current sample"},
+		forecastEvidence(f, u, p.Usable()),
+	)
+	return ev
+}
+
+func reuseEvidence(r tcpmodel.Reuse, u *tcpmodel.DestUse) diag.Evidence {
+	v := r.Describe(u.Reuse)
+	if u.NoTimestamps {
+		v = "an established connection to this destination runs without TCP timestamps: TIME_WAIT ports are not reused; " + v
+	}
+	return diag.Evidence{Name: "TIME_WAIT reuse", Value: v, Source: "sysctl net.ipv4.tcp_tw_reuse, tcp_tw_reuse_delay, tcp_timestamps; tcp_info.options"}
+}
+
+func forecastEvidence(f tcpmodel.Forecast, u *tcpmodel.DestUse, usable int) diag.Evidence {
+	ev := diag.Evidence{Name: "forecast", Source: fmt.Sprintf("derived: open sockets + close rate x %s (how long a closed port stays held) against usable ports", units.Dur(f.Hold))}
+	switch {
+	case f.Full:
+		ev.Value = "exhausted now: the next connect() to this destination fails with EADDRNOTAVAIL"
+	case f.Exhausts:
+		ev.Value = fmt.Sprintf("exhausted in about %s at %+.1f ports/s (this rate needs about %.0f ports, more than %d)", units.Dur(f.ETA), f.Growth, f.Plateau, usable)
+	default:
+		ev.Value = fmt.Sprintf("at this rate use levels off near %.0f ports (%s of the range)", f.Plateau, units.Pct(f.Plateau/float64(usable)))
+		if u.Reuse && f.CloseRate > 0 {
+			ev.Value += fmt.Sprintf("; without TIME_WAIT reuse it would need %.0f", f.PlateauWithoutReuse(u.Open))
+		}
+	}
+	return ev
+}
+
+func moreDestinations(cur *snapshot.Snapshot, rest []destHit) diag.Finding {
 	var names []string
 	for i, h := range rest {
 		if i == 20 {
 			names = append(names, "...")
 			break
 		}
-		names = append(names, fmt.Sprintf("%s->%s %s", h.key.src, h.key.dst, pct(h.f.frac)))
+		names = append(names, fmt.Sprintf("%s->%s %s", h.key.Src, h.key.Dst, units.Pct(h.f.Frac)))
 	}
 	return diag.Finding{
 		Severity: rest[0].sev,

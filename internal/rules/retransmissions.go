@@ -8,6 +8,8 @@ import (
 
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/tcpmodel"
+	"github.com/tcpdoctor/tcpdoctor/internal/units"
 )
 
 const (
@@ -59,7 +61,7 @@ func checkRetransmissions(in *diag.Input) ([]diag.Finding, error) {
 				}
 			}
 			fs = append(fs, diag.Finding{Severity: sev, Subject: diag.Subject{Netns: cur.Netns.Name},
-				Summary:  fmt.Sprintf("host-wide retransmission rate %.2f%% over %s (%d of %d segments)", 100*r, fmtDur(in.Window()), re, out),
+				Summary:  fmt.Sprintf("host-wide retransmission rate %.2f%% over %s (%d of %d segments)", 100*r, units.Dur(in.Window()), re, out),
 				Evidence: ev, Fixes: retransFixes("the lossy paths (per-peer findings below)")})
 		}
 	}
@@ -129,9 +131,9 @@ func checkRetransmissions(in *diag.Input) ([]diag.Finding, error) {
 			}
 		}
 		ev := []diag.Evidence{
-			{Name: "retransmitted bytes", Value: fmt.Sprintf("%s of %s sent (%.1f%%) on %d connections", fmtBytes(float64(pr.retrans)), fmtBytes(float64(pr.sent)), 100*r, pr.conns),
-				Source: "sock_diag tcp_info.bytes_retrans / bytes_sent (delta)", Threshold: fmt.Sprintf(">= %.0f%% warning, >= %.0f%% critical, of >= %s sent", 100*retransPeerWarn, 100*retransPeerCrit, fmtBytes(retransPeerMinBytes))},
-			{Name: "largest RTO", Value: fmtRTT(rttDur(pr.maxRTO)), Source: "sock_diag tcp_info.rto"},
+			{Name: "retransmitted bytes", Value: fmt.Sprintf("%s of %s sent (%.1f%%) on %d connections", units.Bytes(float64(pr.retrans)), units.Bytes(float64(pr.sent)), 100*r, pr.conns),
+				Source: "sock_diag tcp_info.bytes_retrans / bytes_sent (delta)", Threshold: fmt.Sprintf(">= %.0f%% warning, >= %.0f%% critical, of >= %s sent", 100*retransPeerWarn, 100*retransPeerCrit, units.Bytes(retransPeerMinBytes))},
+			{Name: "largest RTO", Value: units.RTT(rttDur(pr.maxRTO)), Source: "sock_diag tcp_info.rto"},
 		}
 		if pr.backoff > 0 {
 			ev = append(ev, diag.Evidence{Name: "connections in RTO backoff", Value: fmt.Sprint(pr.backoff), Source: "sock_diag tcp_info.backoff"})
@@ -140,10 +142,10 @@ func checkRetransmissions(in *diag.Input) ([]diag.Finding, error) {
 			ev = append(ev, diag.Evidence{Name: "segments marked lost now", Value: fmt.Sprint(pr.lost), Source: "sock_diag tcp_info.lost"})
 		}
 		if len(pr.pids) > 0 {
-			ev = append(ev, diag.Evidence{Name: "processes", Value: owners(cur, pr.pids), Source: "procs owners"})
+			ev = append(ev, diag.Evidence{Name: "processes", Value: tcpmodel.Who(cur, pr.pids), Source: "procs owners"})
 		}
 		pf = append(pf, diag.Finding{Severity: sev, Subject: sub,
-			Summary:  fmt.Sprintf("%.1f%% of bytes sent to %s were retransmitted over %s", 100*r, pr.addr, fmtDur(in.Window())),
+			Summary:  fmt.Sprintf("%.1f%% of bytes sent to %s were retransmitted over %s", 100*r, pr.addr, units.Dur(in.Window())),
 			Evidence: ev, Fixes: retransFixes("the path to " + pr.addr.String())})
 	}
 	pf = capFindings(pf, retransMaxFindings, func(n int) diag.Finding {

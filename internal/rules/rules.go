@@ -4,9 +4,12 @@
 package rules
 
 import (
+	"fmt"
 	"sort"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/tcpmodel"
 )
 
 // All returns every rule, sorted by id.
@@ -25,6 +28,7 @@ func All() []diag.Rule {
 		synQueueOverflow(),
 		bufferLimits(),
 		connectionBottleneck(),
+		connectionChurn(),
 	}
 	sort.Slice(rs, func(i, j int) bool { return rs[i].ID < rs[j].ID })
 	return rs
@@ -38,4 +42,118 @@ func ByID(id string) (diag.Rule, bool) {
 		}
 	}
 	return diag.Rule{}, false
+}
+
+// What follows is the plumbing every rule shares: subjects, readiness of
+// the inputs, and ordering and capping of findings. The TCP facts rules
+// judge live in internal/tcpmodel, the fixes in internal/remedy.
+
+// subject builds a finding subject for a socket: its first owner and,
+// for a server-side socket, the service (listener) it belongs to.
+func subject(s *snapshot.Snapshot, ls tcpmodel.Listeners, sk *snapshot.Socket) diag.Subject {
+	sub := diag.Subject{Netns: s.Netns.Name, Local: sk.Local.String()}
+	if sk.State != snapshot.Listen {
+		sub.Remote = sk.Remote.String()
+	}
+	if ls != nil {
+		if svc := ls.Service(sk); svc.IsValid() {
+			sub.Service = svc.String()
+		}
+	}
+	sub.Pid, sub.Command = tcpmodel.FirstOwner(s, sk)
+	return sub
+}
+
+// sockdiagGone returns an unknown error when sock_diag failed and left
+// no sockets to judge.
+func sockdiagGone(s *snapshot.Snapshot) error {
+	if msg, failed := s.Failed(snapshot.SourceSockdiag); failed && len(s.Sockets) == 0 {
+		return diag.Unknownf("sock_diag failed: %s", msg)
+	}
+	return nil
+}
+
+// sockdiagReady returns an unknown error when sock_diag failed or gave no
+// tcp_info for any established socket (so a rule cannot judge them).
+func sockdiagReady(s *snapshot.Snapshot) error {
+	if e, bad := s.Failed(snapshot.SourceSockdiag); bad {
+		return diag.Unknownf("sock_diag failed: %s", e)
+	}
+	est, info := 0, 0
+	for i := range s.Sockets {
+		if s.Sockets[i].State == snapshot.Established {
+			est++
+			if s.Sockets[i].Info != nil {
+				info++
+			}
+		}
+	}
+	if est > 0 && info == 0 {
+		return diag.Unknownf("no tcp_info for any of %d established sockets", est)
+	}
+	return nil
+}
+
+// capFindings keeps the first n findings (already ordered worst first) and
+// replaces the rest with one summary finding built by more(count).
+func capFindings(fs []diag.Finding, n int, more func(int) diag.Finding) []diag.Finding {
+	if len(fs) <= n {
+		return fs
+	}
+	rest := len(fs) - n
+	return append(fs[:n:n], more(rest))
+}
+
+// scored is a finding with a score that orders it among findings of the
+// same severity.
+type scored struct {
+	f     diag.Finding
+	score float64
+}
+
+// rankFindings orders hits by severity, then score, both descending and
+// stable, and keeps the first n; the rest are summed up by more.
+func rankFindings(hits []scored, n int, more func(int) diag.Finding) []diag.Finding {
+	sort.SliceStable(hits, func(i, j int) bool {
+		if hits[i].f.Severity != hits[j].f.Severity {
+			return hits[i].f.Severity > hits[j].f.Severity
+		}
+		return hits[i].score > hits[j].score
+	})
+	fs := make([]diag.Finding, len(hits))
+	for i := range hits {
+		fs[i] = hits[i].f
+	}
+	return capFindings(fs, n, more)
+}
+
+// moreFinding sums up n findings left out: "n more <what> <verb>".
+func moreFinding(s *snapshot.Snapshot, n int, what, verb, source string) diag.Finding {
+	return diag.Finding{Severity: diag.Info, Subject: diag.Subject{Netns: s.Netns.Name},
+		Summary:  fmt.Sprintf("%d more %s %s", n, what, verb),
+		Evidence: []diag.Evidence{{Name: what + " not shown", Value: fmt.Sprint(n), Source: source}},
+		Fixes:    []diag.Fix{{Scope: "application", Text: "see the findings above; the same fix applies"}}}
+}
+
+// ownersNote is the evidence a finding carries when the processes behind
+// it could not all be named, and why; ok is false when owners are whole.
+func ownersNote(s *snapshot.Snapshot) (diag.Evidence, bool) {
+	why := tcpmodel.OwnersMissing(s)
+	if why == "" {
+		return diag.Evidence{}, false
+	}
+	return diag.Evidence{Name: "owners", Value: "unknown for some sockets: " + why, Source: "/proc/PID/fd socket inodes"}, true
+}
+
+// prevState looks sockets up in the previous sample; nil without one.
+func prevState(in *diag.Input) tcpmodel.PrevState {
+	if in.Prev == nil {
+		return nil
+	}
+	return func(c uint64) (snapshot.State, bool) {
+		if p := in.PrevSocket(c); p != nil {
+			return p.State, true
+		}
+		return 0, false
+	}
 }

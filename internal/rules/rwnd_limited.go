@@ -9,6 +9,8 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/bdp"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/tcpmodel"
+	"github.com/tcpdoctor/tcpdoctor/internal/units"
 )
 
 const (
@@ -16,9 +18,6 @@ const (
 	// window (tcp_info.rwnd_limited). Reliable on current kernels: a pinned
 	// 32K SO_RCVBUF at the receiver measured 98 %.
 	rwndShareWarn = 0.3
-	// rwndShareCrit with rwndBusyCrit: almost all of a mostly busy window.
-	rwndShareCrit = 0.8
-	rwndBusyCrit  = 0.5
 	// rwndMinBusy: the connection must be busy this share of the window;
 	// a connection that sent one small burst says little.
 	rwndMinBusy = 0.1
@@ -26,6 +25,10 @@ const (
 	// only when the connection has been busy this long.
 	rwndMinLifetime = time.Second
 	rwndMaxFindings = 10
+	// rwndPacingFill: a local receiver whose Recv-Q holds this share of
+	// its buffer is reading slowly, on purpose or not: the window is not
+	// too small, the reader is the limit.
+	rwndPacingFill = 0.5
 	// rwndShareSupported: a lower share is enough when evidence that does
 	// not depend on congestion control shows the window is the limit. bbr
 	// paces, so its rwnd_limited reads 20-41 % on flows where cubic reads
@@ -61,7 +64,7 @@ func lookWnd(sk *snapshot.Socket) (wndLook, bool) {
 	if ti == nil || !ti.Has(snapshot.EndSndWnd) || ti.SndMSS == 0 || ti.SndWnd == 0 {
 		return wndLook{}, false
 	}
-	inflight, cwnd := flightBytes(ti)
+	inflight, cwnd := tcpmodel.Flight(ti)
 	return wndLook{inflight: inflight, wnd: float64(ti.SndWnd), cwnd: cwnd}, true
 }
 
@@ -97,8 +100,8 @@ func checkRwndLimited(in *diag.Input) ([]diag.Finding, error) {
 		return nil, err
 	}
 	window := in.Window()
-	idx := byTuple(cur)
-	rates := peerRates(cur)
+	idx := tcpmodel.TuplesOf(cur)
+	rates := tcpmodel.PeerRates(cur)
 	// TcpExt counters of this host as a receiver advertising, or wanting
 	// to advertise, a zero window.
 	var zw []diag.Evidence
@@ -148,7 +151,9 @@ func checkRwndLimited(in *diag.Input) ([]diag.Finding, error) {
 		default:
 			continue
 		}
-		hits = append(hits, scored{f: rwndFinding(in, sk, sh, share, lifetime, idx, rates, zw, sup), score: share})
+		if f, ok := rwndFinding(in, sk, sh, share, lifetime, idx, rates, zw, sup); ok {
+			hits = append(hits, scored{f: f, score: share})
+		}
 	}
 	return rankFindings(hits, rwndMaxFindings, func(n int) diag.Finding {
 		return moreFinding(cur, n, "connections", "are limited by their peer's receive window", "sock_diag tcp_info.rwnd_limited")
@@ -168,7 +173,7 @@ type rwndSupp struct {
 // small against a known path's BDP, a local receiver's small buffer
 // advertising zero windows.
 func rwndSupport(in *diag.Input, sk, prev *snapshot.Socket, rates map[netip.Addr]float64,
-	idx map[tuple]*snapshot.Socket, zeroWnd bool) rwndSupp {
+	idx tcpmodel.Tuples, zeroWnd bool) rwndSupp {
 	var s rwndSupp
 	look, ok := lookWnd(sk)
 	if !ok {
@@ -187,39 +192,42 @@ func rwndSupport(in *diag.Input, sk, prev *snapshot.Socket, rates map[netip.Addr
 	}
 	// Only a rate other than this connection's own says what the path
 	// can carry: a window-limited flow's own rate is window / RTT.
-	if path, _ := pathRate(in, rates, sk, float64(sk.Info.DeliveryRate)); path > 0 {
-		if rtt := rttOf(sk.Info); rtt > 0 {
+	if path := tcpmodel.PathOf(in.Options.Bandwidth, rates, nil, sk, float64(sk.Info.DeliveryRate)).Rate; path > 0 {
+		if rtt := tcpmodel.RTT(sk.Info); rtt > 0 {
 			if b := path * rtt.Seconds(); look.wnd < rwndSmallWnd*b {
-				s.why = append(s.why, fmt.Sprintf("the peer's window %s is under %s of the path's BDP %s", fmtBytes(look.wnd), pct(rwndSmallWnd), fmtBytes(b)))
+				s.why = append(s.why, fmt.Sprintf("the peer's window %s is under %s of the path's BDP %s", units.Bytes(look.wnd), units.Pct(rwndSmallWnd), units.Bytes(b)))
 				s.large = false
 			}
 		}
 	}
-	if peer := localPeer(idx, sk); peer != nil && zeroWnd && peer.Mem != nil {
-		s.why = append(s.why, fmt.Sprintf("this host, where the receiver lives (rcvbuf %s), advertised zero windows", fmtBytes(float64(peer.Mem.Rcvbuf))))
+	if peer := idx.Peer(sk); peer != nil && zeroWnd && peer.Mem != nil {
+		s.why = append(s.why, fmt.Sprintf("this host, where the receiver lives (rcvbuf %s), advertised zero windows", units.Bytes(float64(peer.Mem.Rcvbuf))))
 	}
 	return s
 }
 
+// rwndFinding builds the finding for a window-limited sender, or false
+// when no performance that matters is lost: a host-local path, a flow
+// near its path's rate, or a receiver reading slowly on purpose.
 func rwndFinding(in *diag.Input, sk *snapshot.Socket, sh snapshot.Shares, share float64, lifetime bool,
-	idx map[tuple]*snapshot.Socket, rates map[netip.Addr]float64, zw []diag.Evidence, sup rwndSupp) diag.Finding {
+	idx tcpmodel.Tuples, rates map[netip.Addr]float64, zw []diag.Evidence, sup rwndSupp) (diag.Finding, bool) {
 	cur, ti := in.Cur, sk.Info
-	rtt := rttOf(ti)
-	scope := "the " + fmtDur(sh.Window) + " window"
+	rtt := tcpmodel.RTT(ti)
+	scope := "the " + units.Dur(sh.Window) + " window"
 	src := "(delta)"
 	if lifetime {
 		scope = "the connection's life (one sample)"
 		src = "(lifetime)"
 	}
-	thr := fmt.Sprintf(">= %s, or >= %s with the window shown to be the limit below", pct(rwndShareWarn), pct(rwndShareSupported))
-	v := fmt.Sprintf("%s of busy time (%s of %s busy)", pct(share), fmtDur(sh.Rwnd), fmtDur(sh.Busy))
+	thr := fmt.Sprintf(">= %s, or >= %s with the window shown to be the limit below", units.Pct(rwndShareWarn), units.Pct(rwndShareSupported))
+	v := fmt.Sprintf("%s of busy time (%s of %s busy)", units.Pct(share), units.Dur(sh.Rwnd), units.Dur(sh.Busy))
 	if sk.CC == "bbr" {
 		v += "; bbr paces, so this reads low on window-limited flows"
 	}
 	ev := []diag.Evidence{{Name: "rwnd_limited", Value: v, Source: "sock_diag tcp_info.rwnd_limited / busy_time " + src, Threshold: thr}}
 	if sup.look.wnd > 0 {
 		ev = append(ev, diag.Evidence{Name: "in flight against the window",
-			Value:  fmt.Sprintf("%s in flight, %.2f x the peer's window; cwnd %s", fmtBytes(sup.look.inflight), sup.look.inflight/sup.look.wnd, fmtBytes(sup.look.cwnd)),
+			Value:  fmt.Sprintf("%s in flight, %.2f x the peer's window; cwnd %s", units.Bytes(sup.look.inflight), sup.look.inflight/sup.look.wnd, units.Bytes(sup.look.cwnd)),
 			Source: "sock_diag tcp_info.unacked x snd_mss, snd_wnd, snd_cwnd", Threshold: fmt.Sprintf("full: >= %.2f x the window with cwnd >= %.1f x in flight, in both samples", rwndFullFrac, rwndCwndRoom)})
 	}
 	if len(sup.why) > 0 {
@@ -231,7 +239,7 @@ func rwndFinding(in *diag.Input, sk *snapshot.Socket, sh snapshot.Shares, share 
 		if p := in.PrevSocket(sk.Cookie); p != nil && p.Info != nil && ti.BytesAcked >= p.Info.BytesAcked {
 			acked = float64(ti.BytesAcked - p.Info.BytesAcked)
 			ev = append(ev, diag.Evidence{Name: "this transfer", Value: fmt.Sprintf("%s acked in %s, %s of it waiting for the peer's window",
-				fmtBytes(acked), fmtDur(sh.Window), fmtDur(sh.Rwnd)), Source: "sock_diag tcp_info.bytes_acked, rwnd_limited (delta)"})
+				units.Bytes(acked), units.Dur(sh.Window), units.Dur(sh.Rwnd)), Source: "sock_diag tcp_info.bytes_acked, rwnd_limited (delta)"})
 		}
 	}
 	own := 0.0
@@ -243,59 +251,88 @@ func rwndFinding(in *diag.Input, sk *snapshot.Socket, sh snapshot.Shares, share 
 	wnd := -1.0
 	if ti.Has(snapshot.EndSndWnd) {
 		wnd = float64(ti.SndWnd)
-		v := fmtBytes(wnd)
+		v := units.Bytes(wnd)
 		if rtt > 0 {
-			v += fmt.Sprintf(": at RTT %s at most %s", fmtRTT(rtt), fmtRate(wnd/rtt.Seconds()))
+			v += fmt.Sprintf(": at RTT %s at most %s", units.RTT(rtt), units.Rate(wnd/rtt.Seconds()))
 		}
 		ev = append(ev, diag.Evidence{Name: "peer's window", Value: v, Source: "sock_diag tcp_info.snd_wnd"})
 	}
-	path, pathSrc := pathRate(in, rates, sk, own)
+	pp := tcpmodel.PathOf(in.Options.Bandwidth, rates, idx, sk, own)
+	verdict := pp.Judge(own)
 	var plan bdp.Plan
-	if path > 0 && rtt > 0 {
-		plan = bdp.For(rtt, path*8, cur)
-		ev = append(ev, pathEvidence(path, rtt, plan.BDP, pathSrc))
+	if pp.Rate > 0 && rtt > 0 {
+		plan = bdp.For(rtt, pp.Rate*8, cur)
+		ev = append(ev, pathEvidence(pp.Rate, rtt, plan.BDP, pp.Source))
 	}
 	ev = append(ev, zw...)
 
-	peer := localPeer(idx, sk)
+	peer := idx.Peer(sk)
 	receiver := "the remote receiver " + sk.Remote.String()
-	var rcvPin bufPin
+	var rcvPin tcpmodel.Pin
 	if peer != nil {
-		receiver = fmt.Sprintf("the local receiver %s (%s)", sk.Remote, owners(cur, peer.Pids))
+		receiver = fmt.Sprintf("the local receiver %s (%s)", sk.Remote, tcpmodel.Who(cur, peer.Pids))
 		if peer.Mem != nil {
 			var prevSize uint32
 			if pp := in.PrevSocket(peer.Cookie); pp != nil && pp.Mem != nil {
 				prevSize = pp.Mem.Rcvbuf
 			}
-			rcvPin = judgeBuf(peer.Mem.Rcvbuf, prevSize, peer.BufLock, 2, rcvLimits(cur))
-			v := fmt.Sprintf("rcvbuf %s, Recv-Q %s", fmtBytes(float64(peer.Mem.Rcvbuf)), fmtBytes(float64(peer.RecvQ)))
+			rcvPin = tcpmodel.JudgeBuf(peer.Mem.Rcvbuf, prevSize, peer.BufLock, 2, tcpmodel.RcvLimits(cur))
+			v := fmt.Sprintf("rcvbuf %s, Recv-Q %s", units.Bytes(float64(peer.Mem.Rcvbuf)), units.Bytes(float64(peer.RecvQ)))
 			if rcvPin.Pinned {
 				v += "; pinned: " + rcvPin.Why
 			}
-			ev = append(ev, diag.Evidence{Name: "receiver", Value: owners(cur, peer.Pids) + ": " + v, Source: "sock_diag SK_MEMINFO rcvbuf of the reverse tuple " + bufLockSourceIf(rcvPin)})
+			ev = append(ev, diag.Evidence{Name: "receiver", Value: tcpmodel.Who(cur, peer.Pids) + ": " + v, Source: "sock_diag SK_MEMINFO rcvbuf of the reverse tuple " + bufLockSourceIf(rcvPin)})
 		}
 	}
-	sev := diag.Warning
-	if !lifetime && snapshot.Frac(sh.Busy, sh.Window) >= rwndBusyCrit && (share >= rwndShareCrit || sup.full && share >= rwndShareWarn) {
-		sev = diag.Critical
+	// Severity is the consequence: a warning when the flow moves well
+	// below what its path carries and a larger window would help.
+	pacing := peer != nil && peer.Mem != nil && peer.Mem.Rcvbuf > 0 && float64(peer.RecvQ) >= rwndPacingFill*float64(peer.Mem.Rcvbuf)
+	sized := rcvPin.Pinned || sup.full && !lifetime && sameWindow(in.PrevSocket(sk.Cookie), sk)
+	ev = append(ev, diag.Evidence{Name: "performance", Value: verdict.Why, Source: "sock_diag tcp_info.bytes_acked or delivery_rate; --bandwidth or other connections' delivery rates",
+		Threshold: fmt.Sprintf("warning below %s of the path's rate, with the window shown to be the limit", units.Pct(tcpmodel.LostShare))})
+	var sev diag.Severity
+	switch {
+	case !verdict.Lost:
+		return diag.Finding{}, false
+	case pacing:
+		sev = diag.Info
+		ev = append(ev, diag.Evidence{Name: "receiver reads slowly", Value: fmt.Sprintf("its Recv-Q %s holds %s of its rcvbuf: the application paces reading (or is slow; see slow-reader); a larger window would not help", units.Bytes(float64(peer.RecvQ)), units.Pct(float64(peer.RecvQ)/float64(peer.Mem.Rcvbuf))),
+			Source: "sock_diag Recv-Q and SK_MEMINFO rcvbuf of the reverse tuple", Threshold: ">= " + units.Pct(rwndPacingFill)})
+	case pp.Rate > 0 || sized:
+		sev = diag.Warning
+	default:
+		// Judged against the reference rate only: without a pinned or
+		// fixed window, the receiver may be pacing on purpose.
+		sev = diag.Info
 	}
-	sum := fmt.Sprintf("waiting for the peer's receive window %s of busy time over %s", pct(share), scope)
+	sum := fmt.Sprintf("waiting for the peer's receive window %s of busy time over %s", units.Pct(share), scope)
 	if sup.full {
-		sum = fmt.Sprintf("in flight fills the peer's receive window in both samples; waiting for it %s of busy time over %s", pct(share), scope)
+		sum = fmt.Sprintf("in flight fills the peer's receive window in both samples; waiting for it %s of busy time over %s", units.Pct(share), scope)
 	}
 	if wnd >= 0 {
-		sum += fmt.Sprintf("; the peer advertises %s", fmtBytes(wnd))
+		sum += fmt.Sprintf("; the peer advertises %s", units.Bytes(wnd))
 	}
 	if plan.BDP > 0 {
-		sum += fmt.Sprintf(" against a BDP of %s", fmtBytes(plan.BDP))
+		sum += fmt.Sprintf(" against a BDP of %s", units.Bytes(plan.BDP))
 	}
 	sum += "; the receiver to change is " + receiver
-	return diag.Finding{Severity: sev, Subject: subject(cur, sk), Summary: sum, Evidence: ev, Fixes: rwndFixes(cur, peer, plan, rtt)}
+	return diag.Finding{Severity: sev, Subject: subject(cur, tcpmodel.ListenersOf(cur), sk), Summary: sum, Evidence: ev, Fixes: rwndFixes(cur, peer, plan, rtt)}, true
 }
 
-func bufLockSourceIf(p bufPin) string {
+// sameWindow: the peer advertised the same window in both samples, as a
+// fixed receive buffer does (an autotuned or paced one moves).
+func sameWindow(p, sk *snapshot.Socket) bool {
+	return p != nil && p.Info.Has(snapshot.EndSndWnd) && sk.Info.Has(snapshot.EndSndWnd) && p.Info.SndWnd == sk.Info.SndWnd
+}
+
+// pathEvidence is the path's rate, RTT and the BDP they make.
+func pathEvidence(rate float64, rtt time.Duration, bdp float64, source string) diag.Evidence {
+	return diag.Evidence{Name: "path", Value: fmt.Sprintf("%s x %s = BDP %s", units.Rate(rate), units.RTT(rtt), units.Bytes(bdp)), Source: source + ", tcp_info.rtt"}
+}
+
+func bufLockSourceIf(p tcpmodel.Pin) string {
 	if p.Pinned || p.Proof {
-		return "and " + bufLockSource(p)
+		return "and " + p.Source()
 	}
 	return ""
 }
@@ -303,7 +340,7 @@ func bufLockSourceIf(p bufPin) string {
 func rwndFixes(s *snapshot.Snapshot, peer *snapshot.Socket, plan bdp.Plan, rtt time.Duration) []diag.Fix {
 	who := "on the receiving host"
 	if peer != nil {
-		who = "in " + owners(s, peer.Pids)
+		who = "in " + tcpmodel.Who(s, peer.Pids)
 		if peer.RecvQ > 0 && peer.Mem != nil && float64(peer.RecvQ) >= 0.25*float64(peer.Mem.Rcvbuf) {
 			who += " (its Recv-Q is full: it also reads too slowly; see slow-reader)"
 		}
@@ -316,7 +353,7 @@ func rwndFixes(s *snapshot.Snapshot, peer *snapshot.Socket, plan bdp.Plan, rtt t
 			Command: "SO_RCVBUF=" + ask, Risk: "requests above net.core.rmem_max are silently capped; a fixed size is wrong again when the path changes"})
 	} else {
 		fs = append(fs, diag.Fix{Scope: "application", Text: "or set the receiver's buffer to at least the path's BDP (the kernel doubles it and advertises about half of the result)",
-			Command: "tcpdoctor bdp --rtt " + fmtRTT(rtt) + " --bandwidth <link rate>", Risk: "requests above net.core.rmem_max are silently capped"})
+			Command: "tcpdoctor bdp --rtt " + units.RTT(rtt) + " --bandwidth <link rate>", Risk: "requests above net.core.rmem_max are silently capped"})
 	}
 	if peer == nil {
 		// The receiver's sysctls are not in this snapshot: give the values.

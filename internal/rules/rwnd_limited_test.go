@@ -18,13 +18,17 @@ func TestRwndLimitedRecordings(t *testing.T) {
 		bw   float64
 		sev  diag.Severity // 0: quiet
 	}{
-		{"fires.jsonl", 0, diag.Critical},
+		// Window-limited flows lose performance: a warning (critical is
+		// kept for things that fail).
+		{"fires.jsonl", 0, diag.Warning},
 		// bbr: rwnd_limited only 20 % of busy, but 152-164K in flight of a
 		// 168K window with cwnd 400K: the window is the limit.
 		{"fires-bbr.jsonl", 0, diag.Warning},
 		{"fires-bbr.jsonl", 100e6, diag.Warning},
-		// A local receiver pinned at 32K that reads slowly (loopback).
-		{"fires-local.jsonl", 0, diag.Critical},
+		// A local receiver pinned at 32K that reads slowly (loopback): its
+		// Recv-Q holds its buffer, so the reader, not the window, is the
+		// limit; a note here, slow-reader speaks for the reader.
+		{"fires-local.jsonl", 0, diag.Info},
 		// Autotuned receivers: the window is many times what is in flight.
 		{"quiet.jsonl", 0, 0},
 		{"quiet-bbr.jsonl", 0, 0},

@@ -2,10 +2,14 @@ package rules
 
 import (
 	"fmt"
+	"net/netip"
 	"sort"
+	"time"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/tcpmodel"
+	"github.com/tcpdoctor/tcpdoctor/internal/units"
 )
 
 const (
@@ -15,12 +19,13 @@ const (
 	// slowReaderFill: rmem_alloc at least this share of rcvbuf in both
 	// samples, so the queue is eating the window the peer can use.
 	slowReaderFill = 0.5
-	// slowReaderBigQ: a Recv-Q this large counts on its own, whatever the
-	// rcvbuf (autotuned buffers can be many MB).
+	// slowReaderBigQ: a Recv-Q this large counts as backed up whatever the
+	// rcvbuf (autotuned buffers can be many MB); it is a candidate only:
+	// severity comes from what the reader moves and whether it moves.
 	slowReaderBigQ = 1 << 20
-	// slowReaderCritFill: the buffer was this full in both samples: the
-	// advertised window is about closed.
-	slowReaderCritFill    = 0.9
+	// slowReaderFullFill: the buffer was this full in both samples: the
+	// advertised window is about closed and the sender waits for it.
+	slowReaderFullFill    = 0.9
 	slowReaderMaxFindings = 10
 )
 
@@ -51,8 +56,18 @@ type readerGroup struct {
 	pid   int
 	socks []*snapshot.Socket
 	prevs []*snapshot.Socket
-	crit  bool
+	crit  bool // a reader stopped: data waits and nothing was read
+	full  bool // a window held closed across the window
 	total uint64
+}
+
+// received is what a connection received over the window (bytes/s);
+// ok is false without the counters.
+func received(sk, p *snapshot.Socket, w time.Duration) (float64, bool) {
+	if sk.Info == nil || p.Info == nil || w <= 0 || sk.Info.BytesReceived < p.Info.BytesReceived {
+		return 0, false
+	}
+	return float64(sk.Info.BytesReceived-p.Info.BytesReceived) / w.Seconds(), true
 }
 
 func checkSlowReader(in *diag.Input) ([]diag.Finding, error) {
@@ -86,7 +101,10 @@ func checkSlowReader(in *diag.Input) ([]diag.Finding, error) {
 		g.socks = append(g.socks, sk)
 		g.prevs = append(g.prevs, p)
 		g.total += uint64(sk.RecvQ)
-		if fill(sk) >= slowReaderCritFill && fill(p) >= slowReaderCritFill {
+		if fill(sk) >= slowReaderFullFill && fill(p) >= slowReaderFullFill {
+			g.full = true
+		}
+		if r, ok := received(sk, p, in.Window()); ok && r == 0 {
 			g.crit = true
 		}
 	}
@@ -98,22 +116,34 @@ func checkSlowReader(in *diag.Input) ([]diag.Finding, error) {
 		if list[i].crit != list[j].crit {
 			return list[i].crit
 		}
+		if list[i].full != list[j].full {
+			return list[i].full
+		}
 		if list[i].total != list[j].total {
 			return list[i].total > list[j].total
 		}
 		return list[i].pid < list[j].pid
 	})
-	idx := byTuple(cur)
+	idx := tcpmodel.TuplesOf(cur)
+	ls := tcpmodel.ListenersOf(cur)
+	rates := tcpmodel.PeerRates(cur)
 	fs := make([]diag.Finding, 0, len(list))
 	for _, g := range list {
-		fs = append(fs, slowReaderFinding(in, g, idx))
+		if f, ok := slowReaderFinding(in, g, idx, ls, rates); ok {
+			fs = append(fs, f)
+		}
 	}
 	return capFindings(fs, slowReaderMaxFindings, func(n int) diag.Finding {
 		return moreFinding(cur, n, "processes", "have receive queues that stay full", "sock_diag Recv-Q")
 	}), nil
 }
 
-func slowReaderFinding(in *diag.Input, g *readerGroup, idx map[tuple]*snapshot.Socket) diag.Finding {
+// slowReaderFinding judges one process's backed-up connections: critical
+// when a reader stopped, a warning when the window stays closed and the
+// flow moves well below its path's rate; none when the reader keeps up
+// with what the path delivers (a fast local stream whose reader is the
+// bottleneck is healthy).
+func slowReaderFinding(in *diag.Input, g *readerGroup, idx tcpmodel.Tuples, ls tcpmodel.Listeners, rates map[netip.Addr]float64) (diag.Finding, bool) {
 	cur := in.Cur
 	// Worst connection first: the largest queue.
 	w := 0
@@ -123,54 +153,65 @@ func slowReaderFinding(in *diag.Input, g *readerGroup, idx map[tuple]*snapshot.S
 		}
 	}
 	sk, p := g.socks[w], g.prevs[w]
-	who := owners(cur, sk.Pids)
+	who := tcpmodel.Who(cur, sk.Pids)
 	ev := []diag.Evidence{
-		{Name: "Recv-Q", Value: fmt.Sprintf("%s then %s, %s apart", fmtBytes(float64(p.RecvQ)), fmtBytes(float64(sk.RecvQ)), fmtDur(in.Window())),
-			Source: "sock_diag idiag_rqueue, both samples", Threshold: fmt.Sprintf(">= %s and >= %s of rcvbuf in both, or >= %s", fmtBytes(slowReaderMinQ), pct(slowReaderFill), fmtBytes(slowReaderBigQ))},
+		{Name: "Recv-Q", Value: fmt.Sprintf("%s then %s, %s apart", units.Bytes(float64(p.RecvQ)), units.Bytes(float64(sk.RecvQ)), units.Dur(in.Window())),
+			Source: "sock_diag idiag_rqueue, both samples", Threshold: fmt.Sprintf(">= %s and >= %s of rcvbuf in both, or >= %s", units.Bytes(slowReaderMinQ), units.Pct(slowReaderFill), units.Bytes(slowReaderBigQ))},
 	}
 	if sk.Mem != nil {
-		ev = append(ev, diag.Evidence{Name: "receive buffer", Value: fmt.Sprintf("rmem_alloc %s of rcvbuf %s (%s full)", fmtBytes(float64(sk.Mem.RmemAlloc)), fmtBytes(float64(sk.Mem.Rcvbuf)), pct(fill(sk))),
-			Source: "sock_diag SK_MEMINFO rmem_alloc, rcvbuf", Threshold: "critical at " + pct(slowReaderCritFill) + " in both samples"})
+		ev = append(ev, diag.Evidence{Name: "receive buffer", Value: fmt.Sprintf("rmem_alloc %s of rcvbuf %s (%s full)", units.Bytes(float64(sk.Mem.RmemAlloc)), units.Bytes(float64(sk.Mem.Rcvbuf)), units.Pct(fill(sk))),
+			Source: "sock_diag SK_MEMINFO rmem_alloc, rcvbuf", Threshold: "window closed at " + units.Pct(slowReaderFullFill) + " in both samples"})
 	}
 	if sk.Info != nil && p.Info != nil && sk.Info.BytesReceived >= p.Info.BytesReceived {
 		got := sk.Info.BytesReceived - p.Info.BytesReceived
-		v := fmt.Sprintf("%s arrived in the window", fmtBytes(float64(got)))
+		v := fmt.Sprintf("%s arrived in the window", units.Bytes(float64(got)))
 		if got == 0 {
 			v += ": nothing read or received, the reader looks stuck"
 		}
 		ev = append(ev, diag.Evidence{Name: "received", Value: v, Source: "sock_diag tcp_info.bytes_received (delta)"})
 	}
 	if sk.Info.Has(snapshot.EndRcvWnd) {
-		ev = append(ev, diag.Evidence{Name: "advertised window", Value: fmtBytes(float64(sk.Info.RcvWnd)), Source: "sock_diag tcp_info.rcv_wnd"})
+		ev = append(ev, diag.Evidence{Name: "advertised window", Value: units.Bytes(float64(sk.Info.RcvWnd)), Source: "sock_diag tcp_info.rcv_wnd"})
 	}
 	if len(g.socks) > 1 {
-		ev = append(ev, diag.Evidence{Name: "backed-up connections", Value: fmt.Sprintf("%d, %s queued in all", len(g.socks), fmtBytes(float64(g.total))), Source: "sock_diag Recv-Q"})
+		ev = append(ev, diag.Evidence{Name: "backed-up connections", Value: fmt.Sprintf("%d, %s queued in all", len(g.socks), units.Bytes(float64(g.total))), Source: "sock_diag Recv-Q"})
 	}
 	peerNote := "its peer " + sk.Remote.String() + " is held back by the shrinking window (rwnd-limited)"
-	if peer := localPeer(idx, sk); peer != nil {
-		peerNote = fmt.Sprintf("its local peer %s (%s) is held back by the shrinking window", sk.Remote, owners(cur, peer.Pids))
+	if peer := idx.Peer(sk); peer != nil {
+		peerNote = fmt.Sprintf("its local peer %s (%s) is held back by the shrinking window", sk.Remote, tcpmodel.Who(cur, peer.Pids))
 		if pp := in.PrevSocket(peer.Cookie); pp != nil && peer.Info != nil {
 			if sh, ok := snapshot.ChronoShares(pp.Info, peer.Info, in.Window()); ok && sh.Busy > 0 {
-				peerNote += fmt.Sprintf(" (rwnd-limited %s of its busy time)", pct(snapshot.Frac(sh.Rwnd, sh.Busy)))
-				ev = append(ev, diag.Evidence{Name: "peer rwnd_limited", Value: pct(snapshot.Frac(sh.Rwnd, sh.Busy)) + " of busy time", Source: "sock_diag tcp_info.rwnd_limited of the reverse tuple (delta)"})
+				peerNote += fmt.Sprintf(" (rwnd-limited %s of its busy time)", units.Pct(snapshot.Frac(sh.Rwnd, sh.Busy)))
+				ev = append(ev, diag.Evidence{Name: "peer rwnd_limited", Value: units.Pct(snapshot.Frac(sh.Rwnd, sh.Busy)) + " of busy time", Source: "sock_diag tcp_info.rwnd_limited of the reverse tuple (delta)"})
 			}
 		}
 	}
-	sev := diag.Warning
-	if g.crit {
+	rate, _ := received(sk, p, in.Window())
+	verdict := tcpmodel.PathOf(in.Options.Bandwidth, rates, idx, sk, rate).Judge(rate)
+	var sev diag.Severity
+	switch {
+	case g.crit:
 		sev = diag.Critical
+	case !verdict.Lost:
+		return diag.Finding{}, false
+	case g.full:
+		sev = diag.Warning
+	default:
+		sev = diag.Info
 	}
+	ev = append(ev, diag.Evidence{Name: "performance", Value: verdict.Why, Source: "sock_diag tcp_info.bytes_received (delta); --bandwidth or delivery rates",
+		Threshold: fmt.Sprintf("critical when nothing is read; warning with the buffer >= %s full in both samples and the flow below %s of the path", units.Pct(slowReaderFullFill), units.Pct(tcpmodel.LostShare))})
 	n := ""
 	if len(g.socks) > 1 {
 		n = fmt.Sprintf(" on %d connections", len(g.socks))
 	}
 	sum := fmt.Sprintf("%s is not reading fast enough%s: Recv-Q stayed at %s (%s of rcvbuf) across the window; %s",
-		who, n, fmtBytes(float64(sk.RecvQ)), pct(fill(sk)), peerNote)
-	return diag.Finding{Severity: sev, Subject: subject(cur, sk), Summary: sum, Evidence: ev, Fixes: []diag.Fix{
+		who, n, units.Bytes(float64(sk.RecvQ)), units.Pct(fill(sk)), peerNote)
+	return diag.Finding{Severity: sev, Subject: subject(cur, ls, sk), Summary: sum, Evidence: ev, Fixes: []diag.Fix{
 		{Scope: "application", Text: "read faster: more IO/reader threads or event loops (Netty workerGroup threads, one per core), keep slow work (decoding, business logic, blocking calls) off the IO thread, read in larger chunks",
 			Risk: "more threads means more contention; measure"},
 		{Scope: "application", Text: "spread the traffic over more connections so more IO threads share it (Dubbo connections, gRPC channel pool, HTTP client pool size); see connection-bottleneck",
 			Risk: "more sockets and memory"},
 		{Scope: "application", Text: "a larger receive buffer only hides the delay; it does not make the reader faster", Risk: "more memory queued per connection"},
-	}}
+	}}, true
 }

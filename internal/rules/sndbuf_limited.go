@@ -8,6 +8,8 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/bdp"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/tcpmodel"
+	"github.com/tcpdoctor/tcpdoctor/internal/units"
 )
 
 const (
@@ -25,9 +27,6 @@ const (
 	// sndbufBusyShare: share of the window the connection had data
 	// outstanding (tcp_info.busy_time), so it wanted to send.
 	sndbufBusyShare = 0.5
-	// sndbufCritShortfall: critical when the connection moves less than
-	// this share of what its path is known to carry.
-	sndbufCritShortfall = 0.5
 	// sndbufAutoShortfall: a sender at the tcp_wmem maximum (not pinned) is
 	// reported only when it moves this much less than its path is known
 	// to carry; a healthy gigabit transfer may sit at the maximum.
@@ -51,7 +50,7 @@ func lookSndbuf(sk *snapshot.Socket) (sndbufLook, bool) {
 	if ti == nil || m == nil || ti.SndMSS == 0 || m.Sndbuf == 0 {
 		return sndbufLook{}, false
 	}
-	inflight, cwnd := flightBytes(ti)
+	inflight, cwnd := tcpmodel.Flight(ti)
 	return sndbufLook{
 		inflight: inflight,
 		cwnd:     cwnd,
@@ -78,8 +77,9 @@ func checkSndbufLimited(in *diag.Input) ([]diag.Finding, error) {
 		return nil, err
 	}
 	window := in.Window()
-	rates := peerRates(cur)
-	lim := sndLimits(cur)
+	rates := tcpmodel.PeerRates(cur)
+	idx := tcpmodel.TuplesOf(cur)
+	lim := tcpmodel.SndLimits(cur)
 	var hits []scored // score: share of the path rate not used; 0 when unknown
 	for i := range cur.Sockets {
 		sk := &cur.Sockets[i]
@@ -90,7 +90,7 @@ func checkSndbufLimited(in *diag.Input) ([]diag.Finding, error) {
 		if !ok || !look.limited() {
 			continue
 		}
-		rtt := rttOf(sk.Info)
+		rtt := tcpmodel.RTT(sk.Info)
 		if rtt <= 0 {
 			continue
 		}
@@ -98,7 +98,7 @@ func checkSndbufLimited(in *diag.Input) ([]diag.Finding, error) {
 		if in.Prev != nil {
 			prev = in.PrevSocket(sk.Cookie)
 		}
-		if h, ok := sndbufFinding(in, sk, prev, look, rtt, window, rates, lim); ok {
+		if h, ok := sndbufFinding(in, sk, prev, look, rtt, window, rates, idx, lim); ok {
 			hits = append(hits, h)
 		}
 	}
@@ -108,7 +108,7 @@ func checkSndbufLimited(in *diag.Input) ([]diag.Finding, error) {
 }
 
 func sndbufFinding(in *diag.Input, sk, prev *snapshot.Socket, look sndbufLook, rtt, window time.Duration,
-	rates map[netip.Addr]float64, lim bufLimits) (scored, bool) {
+	rates map[netip.Addr]float64, idx tcpmodel.Tuples, lim tcpmodel.Limits) (scored, bool) {
 	ti := sk.Info
 	ev := []diag.Evidence{}
 	confident := false // two samples agree
@@ -118,10 +118,10 @@ func sndbufFinding(in *diag.Input, sk, prev *snapshot.Socket, look sndbufLook, r
 		busy := -1.0
 		if sh, ok := snapshot.ChronoShares(prev.Info, ti, window); ok {
 			busy = snapshot.Frac(sh.Busy, window)
-			ev = append(ev, diag.Evidence{Name: "busy", Value: pct(busy) + " of the " + fmtDur(window) + " window",
-				Source: "sock_diag tcp_info.busy_time (delta)", Threshold: ">= " + pct(sndbufBusyShare)})
+			ev = append(ev, diag.Evidence{Name: "busy", Value: units.Pct(busy) + " of the " + units.Dur(window) + " window",
+				Source: "sock_diag tcp_info.busy_time (delta)", Threshold: ">= " + units.Pct(sndbufBusyShare)})
 			if sh.Busy > 0 {
-				v := pct(snapshot.Frac(sh.Sndbuf, sh.Busy)) + " of busy time"
+				v := units.Pct(snapshot.Frac(sh.Sndbuf, sh.Busy)) + " of busy time"
 				if sh.Sndbuf == 0 {
 					v += " (this chronograph misses pinned buffers on current kernels; derived instead)"
 				}
@@ -142,111 +142,111 @@ func sndbufFinding(in *diag.Input, sk, prev *snapshot.Socket, look sndbufLook, r
 		busyShare = busy
 	}
 	if thr > 0 {
-		ev = append(ev, diag.Evidence{Name: "throughput", Value: fmtRate(thr), Source: "sock_diag tcp_info.bytes_acked (delta / window)"})
+		ev = append(ev, diag.Evidence{Name: "throughput", Value: units.Rate(thr), Source: "sock_diag tcp_info.bytes_acked (delta / window)"})
 	}
 	if ti.Has(snapshot.EndDeliveryRate) && ti.DeliveryRate > 0 {
-		ev = append(ev, diag.Evidence{Name: "delivery rate", Value: fmtRate(float64(ti.DeliveryRate)), Source: "sock_diag tcp_info.delivery_rate"})
+		ev = append(ev, diag.Evidence{Name: "delivery rate", Value: units.Rate(float64(ti.DeliveryRate)), Source: "sock_diag tcp_info.delivery_rate"})
 	}
 	own := thr
 	if own == 0 {
 		own = float64(ti.DeliveryRate)
 	}
 	ev = append(ev,
-		diag.Evidence{Name: "in flight", Value: fmt.Sprintf("%d segments x %d = %s (%.1f x sndbuf)", ti.Unacked, ti.SndMSS, fmtBytes(look.inflight), look.inflight/look.sndbuf),
-			Source: "sock_diag tcp_info.unacked x snd_mss", Threshold: ">= " + pct(sndbufInflightFrac) + " of sndbuf"},
-		diag.Evidence{Name: "send buffer", Value: fmt.Sprintf("sndbuf %s, queued %s", fmtBytes(look.sndbuf), fmtBytes(look.queued)),
-			Source: "sock_diag SK_MEMINFO sndbuf, wmem_queued", Threshold: "queued >= " + pct(sndbufQueuedFrac) + " of sndbuf (full)"},
-		diag.Evidence{Name: "congestion window", Value: fmt.Sprintf("%d x %d = %s (%.1f x in flight)", ti.SndCwnd, ti.SndMSS, fmtBytes(look.cwnd), look.cwnd/look.inflight),
+		diag.Evidence{Name: "in flight", Value: fmt.Sprintf("%d segments x %d = %s (%.1f x sndbuf)", ti.Unacked, ti.SndMSS, units.Bytes(look.inflight), look.inflight/look.sndbuf),
+			Source: "sock_diag tcp_info.unacked x snd_mss", Threshold: ">= " + units.Pct(sndbufInflightFrac) + " of sndbuf"},
+		diag.Evidence{Name: "send buffer", Value: fmt.Sprintf("sndbuf %s, queued %s", units.Bytes(look.sndbuf), units.Bytes(look.queued)),
+			Source: "sock_diag SK_MEMINFO sndbuf, wmem_queued", Threshold: "queued >= " + units.Pct(sndbufQueuedFrac) + " of sndbuf (full)"},
+		diag.Evidence{Name: "congestion window", Value: fmt.Sprintf("%d x %d = %s (%.1f x in flight)", ti.SndCwnd, ti.SndMSS, units.Bytes(look.cwnd), look.cwnd/look.inflight),
 			Source: "sock_diag tcp_info.snd_cwnd", Threshold: fmt.Sprintf(">= %.1f x in flight: not the limit", sndbufHeadroom)},
 	)
 	if look.hasWnd {
-		ev = append(ev, diag.Evidence{Name: "peer window", Value: fmt.Sprintf("%s (%.1f x in flight)", fmtBytes(look.wnd), look.wnd/look.inflight),
+		ev = append(ev, diag.Evidence{Name: "peer window", Value: fmt.Sprintf("%s (%.1f x in flight)", units.Bytes(look.wnd), look.wnd/look.inflight),
 			Source: "sock_diag tcp_info.snd_wnd", Threshold: fmt.Sprintf(">= %.1f x in flight: not the limit", sndbufHeadroom)})
 	}
 	if ti.NotsentBytes > 0 {
-		ev = append(ev, diag.Evidence{Name: "not yet sent", Value: fmtBytes(float64(ti.NotsentBytes)), Source: "sock_diag tcp_info.notsent_bytes"})
+		ev = append(ev, diag.Evidence{Name: "not yet sent", Value: units.Bytes(float64(ti.NotsentBytes)), Source: "sock_diag tcp_info.notsent_bytes"})
 	}
-	ceil := look.sndbuf / rtt.Seconds() // bytes/s
-	ev = append(ev, diag.Evidence{Name: "buffer ceiling", Value: fmt.Sprintf("%s / %s = %s (current kernels let up to about 2x that into flight)", fmtBytes(look.sndbuf), fmtRTT(rtt), fmtRate(ceil)),
-		Source: "SK_MEMINFO sndbuf / tcp_info.rtt"})
+	// Current kernels let up to about 2 x sndbuf into flight: the ceiling
+	// is what the buffer lets into flight per RTT, not sndbuf / RTT.
+	ceil := max(look.inflight, look.sndbuf) / rtt.Seconds() // bytes/s
+	ev = append(ev, diag.Evidence{Name: "buffer ceiling", Value: fmt.Sprintf("%s in flight (%.1f x sndbuf %s) per RTT %s = %s", units.Bytes(max(look.inflight, look.sndbuf)), max(look.inflight, look.sndbuf)/look.sndbuf, units.Bytes(look.sndbuf), units.RTT(rtt), units.Rate(ceil)),
+		Source: "tcp_info.unacked x snd_mss, SK_MEMINFO sndbuf, tcp_info.rtt"})
 
 	var prevSize uint32
 	if prev != nil && prev.Mem != nil {
 		prevSize = prev.Mem.Sndbuf
 	}
-	pin := judgeBuf(sk.Mem.Sndbuf, prevSize, sk.BufLock, 1, lim)
-	atAuto := lim.auto > 0 && int64(sk.Mem.Sndbuf) >= lim.auto
+	pin := tcpmodel.JudgeBuf(sk.Mem.Sndbuf, prevSize, sk.BufLock, 1, lim)
+	atAuto := lim.Auto > 0 && int64(sk.Mem.Sndbuf) >= lim.Auto
 	switch {
 	case pin.Pinned:
-		ev = append(ev, diag.Evidence{Name: "pinned", Value: "SO_SNDBUF set by the application: " + pin.Why, Source: bufLockSource(pin)})
+		ev = append(ev, diag.Evidence{Name: "pinned", Value: "SO_SNDBUF set by the application: " + pin.Why, Source: pin.Source()})
 	case atAuto:
-		ev = append(ev, diag.Evidence{Name: "autotuning maximum", Value: fmt.Sprintf("sndbuf at tcp_wmem[2] %s", fmtBytes(float64(lim.auto))), Source: "sysctl net.ipv4.tcp_wmem"})
+		ev = append(ev, diag.Evidence{Name: "autotuning maximum", Value: fmt.Sprintf("sndbuf at tcp_wmem[2] %s", units.Bytes(float64(lim.Auto))), Source: "sysctl net.ipv4.tcp_wmem"})
 	case pin.Proof:
-		ev = append(ev, diag.Evidence{Name: "pinned", Value: pin.Why, Source: bufLockSource(pin)})
+		ev = append(ev, diag.Evidence{Name: "pinned", Value: pin.Why, Source: pin.Source()})
 	}
 
-	path, pathSrc := pathRate(in, rates, sk, own)
+	pp := tcpmodel.PathOf(in.Options.Bandwidth, rates, idx, sk, own)
+	path := pp.Rate
+	verdict := pp.Judge(own)
 	var plan bdp.Plan
 	short := 0.0
 	if path > 0 {
 		plan = bdp.For(rtt, path*8, in.Cur)
-		ev = append(ev, pathEvidence(path, rtt, plan.BDP, pathSrc))
+		ev = append(ev, pathEvidence(path, rtt, plan.BDP, pp.Source))
 		if own > 0 && own < path {
 			short = 1 - own/path
 		}
 	}
+	ev = append(ev, diag.Evidence{Name: "performance", Value: verdict.Why, Source: "sock_diag tcp_info.bytes_acked or delivery_rate; --bandwidth or other connections' delivery rates",
+		Threshold: fmt.Sprintf("warning below %s of the path's rate", units.Pct(tcpmodel.LostShare))})
 	if !confident {
 		ev = append(ev, diag.Evidence{Name: "confidence", Value: "instantaneous evidence from one sample", Source: "sock_diag", Threshold: "two samples agreeing for full confidence"})
 	}
 
-	// A pinned buffer is the finding. Autotuning at its maximum matters
-	// only when the path is known to carry clearly more; anything else is
-	// autotuning still catching up, worth a note at most.
-	sev := diag.Warning
+	// Severity is the consequence. A pinned buffer warns when the flow
+	// moves well below what its path carries. Autotuning at its maximum
+	// matters only when the path is known to carry clearly more; anything
+	// else is autotuning still catching up, worth a note at most.
+	sev := diag.Info
 	switch {
-	case pin.Pinned && confident && short >= 1-sndbufCritShortfall:
-		sev = diag.Critical
-	case pin.Pinned:
-	case atAuto && short >= sndbufAutoShortfall:
-	case atAuto:
+	case pin.Pinned && verdict.Lost:
+		sev = diag.Warning
+	case atAuto && path > 0 && short >= sndbufAutoShortfall:
+		sev = diag.Warning
+	case atAuto, !verdict.Lost:
 		return scored{}, false
-	default:
-		sev = diag.Info
 	}
 	how := "in one sample"
 	if confident {
 		how = "in both samples"
 	}
 	if busyShare >= 0 {
-		how = fmt.Sprintf("busy %s of the window and limited %s", pct(busyShare), how)
+		how = fmt.Sprintf("busy %s of the window and limited %s", units.Pct(busyShare), how)
 	} else {
 		how = "limited " + how
 	}
-	what := fmt.Sprintf("its send buffer is %s", fmtBytes(look.sndbuf))
+	what := fmt.Sprintf("its send buffer is %s", units.Bytes(look.sndbuf))
 	switch {
 	case pin.Pinned && pin.Capped:
-		what = fmt.Sprintf("its send buffer is pinned at %s (SO_SNDBUF capped by net.core.wmem_max)", fmtBytes(look.sndbuf))
+		what = fmt.Sprintf("its send buffer is pinned at %s (SO_SNDBUF capped by net.core.wmem_max)", units.Bytes(look.sndbuf))
 	case pin.Pinned:
-		what = fmt.Sprintf("its send buffer is pinned at %s (SO_SNDBUF %s)", fmtBytes(look.sndbuf), fmtBytes(look.sndbuf/2))
+		what = fmt.Sprintf("its send buffer is pinned at %s (SO_SNDBUF %s)", units.Bytes(look.sndbuf), units.Bytes(look.sndbuf/2))
 	case atAuto:
-		what = fmt.Sprintf("its send buffer is at the tcp_wmem maximum %s", fmtBytes(look.sndbuf))
+		what = fmt.Sprintf("its send buffer is at the tcp_wmem maximum %s", units.Bytes(look.sndbuf))
 	}
-	sum := fmt.Sprintf("send-buffer-limited (%s): %s; at RTT %s that caps it at about %s", how, what, fmtRTT(rtt), fmtRate(ceil))
+	sum := fmt.Sprintf("send-buffer-limited (%s): %s; it keeps %s in flight per RTT %s", how, what, units.Bytes(max(look.inflight, look.sndbuf)), units.RTT(rtt))
 	if own > 0 {
-		sum += fmt.Sprintf(" (moving %s)", fmtRate(own))
+		sum += fmt.Sprintf(", moving %s", units.Rate(own))
+	} else {
+		sum += fmt.Sprintf(", about %s", units.Rate(ceil))
 	}
 	if path > 0 {
-		sum += fmt.Sprintf("; the path needs BDP %s for %s", fmtBytes(plan.BDP), fmtRate(path))
+		sum += fmt.Sprintf("; the path needs BDP %s for %s", units.Bytes(plan.BDP), units.Rate(path))
 	}
-	return scored{f: diag.Finding{Severity: sev, Subject: subject(in.Cur, sk), Summary: sum, Evidence: ev,
+	return scored{f: diag.Finding{Severity: sev, Subject: subject(in.Cur, tcpmodel.ListenersOf(in.Cur), sk), Summary: sum, Evidence: ev,
 		Fixes: sndbufFixes(in.Cur, plan, pin.Pinned, atAuto, rtt)}, score: short}, true
-}
-
-func bufLockSource(p bufPin) string {
-	if p.Proof {
-		return "getsockopt(SO_BUF_LOCK) via pidfd_getfd"
-	}
-	return "SK_MEMINFO size pattern and sysctls (hint)"
 }
 
 func sndbufFixes(s *snapshot.Snapshot, plan bdp.Plan, pinned, atAuto bool, rtt time.Duration) []diag.Fix {
@@ -262,7 +262,7 @@ func sndbufFixes(s *snapshot.Snapshot, plan bdp.Plan, pinned, atAuto bool, rtt t
 				Command: "SO_SNDBUF=" + ask, Risk: "a fixed size is wrong again when RTT or rate change; requests above net.core.wmem_max are silently capped"})
 		} else {
 			fs = append(fs, diag.Fix{Scope: "application", Text: "or set the send buffer to at least the path's BDP",
-				Command: "tcpdoctor bdp --rtt " + fmtRTT(rtt) + " --bandwidth <link rate>", Risk: "requests above net.core.wmem_max are silently capped"})
+				Command: "tcpdoctor bdp --rtt " + units.RTT(rtt) + " --bandwidth <link rate>", Risk: "requests above net.core.wmem_max are silently capped"})
 		}
 	}
 	for _, c := range plan.Checks {

@@ -7,7 +7,10 @@ import (
 	"strings"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
+	"github.com/tcpdoctor/tcpdoctor/internal/remedy"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/tcpmodel"
+	"github.com/tcpdoctor/tcpdoctor/internal/units"
 )
 
 const (
@@ -223,7 +226,7 @@ func checkSynQueueOverflow(in *diag.Input) ([]diag.Finding, error) {
 
 // synCounterEvidence lists the window's counters that apply.
 func synCounterEvidence(in *diag.Input, c synCounters, cookiesMean bool) []diag.Evidence {
-	w := fmtDur(in.Window())
+	w := units.Dur(in.Window())
 	var ev []diag.Evidence
 	rate := func(n int64) string {
 		return fmt.Sprintf("+%d in %s (%.1f/s, netns-wide)", n, w, float64(n)/in.Window().Seconds())
@@ -311,13 +314,13 @@ func synSources(l *synListener) (string, bool, []netip.Addr) {
 		share = float64(top) / float64(l.reqs)
 	}
 	few := l.reqs > 0 && share >= synFloodShare
-	return fmt.Sprintf("%d sources; top %d hold %s: %s", len(ss), min(synFloodTop, len(ss)), pct(share), strings.Join(parts, ", ")), few, addrs
+	return fmt.Sprintf("%d sources; top %d hold %s: %s", len(ss), min(synFloodTop, len(ss)), units.Pct(share), strings.Join(parts, ", ")), few, addrs
 }
 
 func synListenerFinding(in *diag.Input, l *synListener, c synCounters, cookiesMean bool, sharing int) diag.Finding {
 	cur := in.Cur
 	sk := l.sk
-	sub := subject(cur, sk)
+	sub := subject(cur, nil, sk)
 	port := sk.Local.Port()
 	who := "unknown owner"
 	if sub.Command != "" {
@@ -331,10 +334,10 @@ func synListenerFinding(in *diag.Input, l *synListener, c synCounters, cookiesMe
 	ev := []diag.Evidence{
 		{Name: "SYN-RECV request sockets (SYN queue)", Value: qv, Source: "sock_diag SYN-RECV sockets on this listener's address and port", Threshold: fmt.Sprintf(">= %.0f%% of backlog %d", synNearFull*100, sk.SendQ)},
 		{Name: "backlog (Send-Q), also the SYN queue's limit", Value: fmt.Sprint(sk.SendQ), Source: "sock_diag LISTEN idiag_wqueue = min(listen() backlog, somaxconn)"},
-		{Name: "request sources", Value: srcs, Source: "sock_diag SYN-RECV remote addresses", Threshold: fmt.Sprintf("top %d >= %s: flood or clients that never finish the handshake", synFloodTop, pct(synFloodShare))},
+		{Name: "request sources", Value: srcs, Source: "sock_diag SYN-RECV remote addresses", Threshold: fmt.Sprintf("top %d >= %s: flood or clients that never finish the handshake", synFloodTop, units.Pct(synFloodShare))},
 		{Name: "SYN-ACKs retransmitted", Value: fmt.Sprintf("%d of %d requests (a retransmitted SYN-ACK was not acknowledged: typical of spoofed floods)", l.synacks, l.reqs), Source: "sock_diag SYN-RECV idiag_retrans"},
 		{Name: "accept queue (Recv-Q)", Value: fmt.Sprint(sk.RecvQ), Source: "sock_diag LISTEN idiag_rqueue"},
-		{Name: "owner", Value: owners(cur, sk.Pids), Source: "/proc/PID/fd socket inodes"},
+		{Name: "owner", Value: tcpmodel.Who(cur, sk.Pids), Source: "/proc/PID/fd socket inodes"},
 	}
 	sev := diag.Warning
 	var summary string
@@ -353,35 +356,38 @@ func synListenerFinding(in *diag.Input, l *synListener, c synCounters, cookiesMe
 			sev = diag.Critical
 		}
 		summary = fmt.Sprintf("listener :%d (%s) has a full SYN queue (%d requests, backlog %d): %d SYNs dropped in %s%s",
-			port, who, l.reqs, sk.SendQ, dropped, fmtDur(in.Window()), shared)
+			port, who, l.reqs, sk.SendQ, dropped, units.Dur(in.Window()), shared)
 	case in.Prev != nil && cookies > 0:
 		summary = fmt.Sprintf("listener :%d (%s) has a full SYN queue (%d requests, backlog %d): %d SYNs found it full in %s and went to SYN cookies (%d cookies sent)%s",
-			port, who, l.reqs, sk.SendQ, cookies, fmtDur(in.Window()), c.cookiesSent, shared)
+			port, who, l.reqs, sk.SendQ, cookies, units.Dur(in.Window()), c.cookiesSent, shared)
 	default:
 		summary = fmt.Sprintf("listener :%d (%s) has a full SYN queue (%d requests, backlog %d): the next SYNs get a cookie or are dropped",
 			port, who, l.reqs, sk.SendQ)
 	}
-	if few {
-		summary += "; few sources hold most requests"
+	// Few sources is the normal shape behind a load balancer or NAT; only
+	// handshakes left unanswered (SYN-ACKs retransmitted) point at a flood.
+	flood := few && 2*l.synacks >= l.reqs && l.reqs > 0
+	if flood {
+		summary += "; few sources hold most requests and leave their SYN-ACKs unanswered: a flood or broken clients"
 	}
 	if in.Prev != nil {
 		ev = append(ev, synCounterEvidence(in, c, cookiesMean)...)
 	}
 	ev = append(ev, synSysctlEvidence(cur)...)
-	return diag.Finding{Severity: sev, Subject: sub, Summary: summary, Evidence: ev, Fixes: synFixes(cur, sk, max(l.reqs, l.prev), few, top)}
+	return diag.Finding{Severity: sev, Subject: sub, Summary: summary, Evidence: ev, Fixes: synFixes(cur, sk, max(l.reqs, l.prev), flood, top)}
 }
 
 // synFixes: a larger backlog (somaxconn and the application's listen()),
 // tcp_max_syn_backlog, cookies on, and the flood check.
-func synFixes(s *snapshot.Snapshot, sk *snapshot.Socket, peak int, few bool, top []netip.Addr) []diag.Fix {
+func synFixes(s *snapshot.Snapshot, sk *snapshot.Socket, peak int, flood bool, top []netip.Addr) []diag.Fix {
 	var fixes []diag.Fix
 	port := uint16(0)
 	var backlog int64
 	if sk != nil {
 		port, backlog = sk.Local.Port(), int64(sk.SendQ)
 	}
-	n := backlogTarget(int64(peak), backlog)
-	if few && sk != nil {
+	n := tcpmodel.BacklogTarget(int64(peak), backlog)
+	if flood && sk != nil {
 		srcs := make([]string, len(top))
 		for i, a := range top {
 			srcs[i] = a.String()
@@ -395,7 +401,7 @@ func synFixes(s *snapshot.Snapshot, sk *snapshot.Socket, peak int, few bool, top
 		somax, hasSomax := s.SysctlInt("net.core.somaxconn")
 		fixes = append(fixes, backlogFixes(s, sk, n, somax, hasSomax)...)
 	} else if somax, ok := s.SysctlInt("net.core.somaxconn"); !ok || somax < n {
-		fixes = append(fixes, somaxconnFix(n))
+		fixes = append(fixes, remedy.Somaxconn(n))
 	}
 	if v, ok := s.SysctlInt("net.ipv4.tcp_max_syn_backlog"); !ok || v < n {
 		fixes = append(fixes, diag.Fix{Scope: "kernel", Target: "sysctl",
@@ -431,7 +437,7 @@ func synTransient(in *diag.Input, ls []*synListener, c synCounters, cookiesMean 
 			names = append(names, fmt.Sprintf("and %d more", len(ls)-5))
 			break
 		}
-		names = append(names, fmt.Sprintf(":%d %s backlog %d SYN-RECV %d", l.sk.Local.Port(), owners(cur, l.sk.Pids), l.sk.SendQ, max(l.reqs, l.prev)))
+		names = append(names, fmt.Sprintf(":%d %s backlog %d SYN-RECV %d", l.sk.Local.Port(), tcpmodel.Who(cur, l.sk.Pids), l.sk.SendQ, max(l.reqs, l.prev)))
 	}
 	listed := "none"
 	if len(names) > 0 {
@@ -450,7 +456,7 @@ func synTransient(in *diag.Input, ls []*synListener, c synCounters, cookiesMean 
 	fixes = append(fixes, synFixes(cur, nil, 0, false, nil)...)
 	return diag.Finding{Severity: sev, Subject: diag.Subject{Netns: cur.Netns.Name},
 		Summary: fmt.Sprintf("%s in %s (SYN queue or request drops, not the accept queue) but no listener was seen with a near-full SYN queue (%d listeners)",
-			what, fmtDur(in.Window()), len(ls)),
+			what, units.Dur(in.Window()), len(ls)),
 		Evidence: ev, Fixes: fixes}
 }
 
@@ -458,7 +464,7 @@ func synTransient(in *diag.Input, ls []*synListener, c synCounters, cookiesMean 
 // overflow, with nothing else moving: stray or forged ACKs.
 func synCookiesFailed(in *diag.Input, c synCounters) diag.Finding {
 	return diag.Finding{Severity: diag.Info, Subject: diag.Subject{Netns: in.Cur.Netns.Name},
-		Summary:  fmt.Sprintf("%d ACKs to listeners carried an invalid SYN cookie in %s (counted only within about 2 minutes of a SYN queue overflow)", c.cookiesFailed, fmtDur(in.Window())),
+		Summary:  fmt.Sprintf("%d ACKs to listeners carried an invalid SYN cookie in %s (counted only within about 2 minutes of a SYN queue overflow)", c.cookiesFailed, units.Dur(in.Window())),
 		Evidence: synCounterEvidence(in, c, true),
 		Fixes: []diag.Fix{{Scope: "application", Target: "diagnosis",
 			Text: "late ACKs of handshakes whose cookie expired, or forged ACKs (an ACK flood); watch whether the SYN counters move too", Command: "nstat -az TcpExtSyncookiesFailed TcpExtTCPReqQFullDrop TcpExtTCPReqQFullDoCookies"}}}

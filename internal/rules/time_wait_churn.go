@@ -6,7 +6,10 @@ import (
 	"strings"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
+	"github.com/tcpdoctor/tcpdoctor/internal/remedy"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/tcpmodel"
+	"github.com/tcpdoctor/tcpdoctor/internal/units"
 )
 
 const (
@@ -26,18 +29,26 @@ func timeWaitChurn() diag.Rule {
 	return diag.Rule{ID: "time-wait-churn", Title: "TIME_WAIT churn from short connections", Check: checkTimeWaitChurn}
 }
 
-func twSeverity(u portUse, f portForecast, usable int) diag.Severity {
-	tw := float64(u.tw) / float64(max(usable, 1))
+// twHeld is how many of a destination's ports TIME_WAIT holds: those
+// connect() cannot take over yet.
+func twHeld(u *tcpmodel.DestUse) int { return u.TW - u.TWReusable }
+
+// twSeverity grades the TIME_WAIT share of a destination's port space;
+// 0 when TIME_WAIT is not what holds it.
+func twSeverity(u *tcpmodel.DestUse, f tcpmodel.Forecast, usable int) diag.Severity {
+	held := twHeld(u)
+	if held == 0 || 2*held < u.Held() {
+		return 0
+	}
+	share := float64(held) / float64(max(usable, 1))
 	settled := 0.0
-	if f.hasRate {
-		settled = f.closeRate * timeWaitLen.Seconds() / float64(max(usable, 1))
+	if f.HasRate {
+		settled = f.CloseRate * f.Hold.Seconds() / float64(max(usable, 1))
 	}
 	switch {
-	case u.tw == 0:
-		return 0
-	case f.full || f.exhausts && f.eta <= portCritETA || tw >= twCritFrac || settled >= 1:
+	case f.Full || f.Exhausts && f.ETA <= portCritETA || share >= twCritFrac || settled >= 1:
 		return diag.Critical
-	case tw >= twWarnFrac || settled >= twWarnFrac || f.exhausts:
+	case share >= twWarnFrac || settled >= twWarnFrac || f.Exhausts:
 		return diag.Warning
 	}
 	return 0
@@ -48,14 +59,14 @@ func checkTimeWaitChurn(in *diag.Input) ([]diag.Finding, error) {
 	if err := sockdiagGone(cur); err != nil {
 		return nil, err
 	}
-	e, err := ephemeralPorts(cur)
+	p, err := tcpmodel.NewPortSpace(cur)
 	if err != nil {
-		return nil, err
+		return nil, diag.Unknownf("%v", err)
 	}
-	hits := destHits(in, e, func(u portUse, f portForecast) diag.Severity { return twSeverity(u, f, e.usable()) },
-		func(u portUse) int { return u.tw })
-	fs := destFindings(cur, hits, twMaxFindings, func(h destFinding) diag.Finding { return twFinding(in, e, h) })
-	if f, ok := twBuckets(in, e); ok {
+	hits := destHits(in, p, func(u *tcpmodel.DestUse, f tcpmodel.Forecast) diag.Severity { return twSeverity(u, f, p.Usable()) },
+		func(u *tcpmodel.DestUse) int { return u.TW })
+	fs := destFindings(cur, hits, twMaxFindings, func(h destHit) diag.Finding { return twFinding(in, p, h) })
+	if f, ok := twBuckets(in, p); ok {
 		fs = append(fs, f)
 	}
 	if f, ok := twRecycle(cur); ok {
@@ -64,55 +75,47 @@ func checkTimeWaitChurn(in *diag.Input) ([]diag.Finding, error) {
 	return fs, nil
 }
 
-func twFinding(in *diag.Input, e *ephemeral, h destFinding) diag.Finding {
+func twFinding(in *diag.Input, p *tcpmodel.PortSpace, h destHit) diag.Finding {
 	cur := in.Cur
-	u, f := h.agg.use, h.f
-	pid := h.agg.topPid()
-	cmd := commandOf(cur, pid)
+	u, f := h.use, h.f
+	pid, cmd, _ := destOwner(cur, u)
 	who := "process unknown (TIME_WAIT sockets have no owner and no open connection to it was seen)"
 	if pid != 0 {
 		who = fmt.Sprintf("%s (pid %d)", cmd, pid)
 	}
-	summary := fmt.Sprintf("%s closes connections to %s first: %d in TIME_WAIT use %d of %d usable ports", who, h.key.dst, u.tw, u.used, e.usable())
-	if f.hasRate {
-		summary = fmt.Sprintf("%s opens %.0f new connections/s to %s and closes them first: %d in TIME_WAIT use %d of %d usable ports", who, f.connRate, h.key.dst, u.tw, u.used, e.usable())
+	summary := fmt.Sprintf("%s closes connections to %s first: %d in TIME_WAIT hold ports, %d of %d usable held in all", who, h.key.Dst, twHeld(u), u.Held(), p.Usable())
+	if f.HasRate {
+		summary = fmt.Sprintf("%s closes %.0f connections/s to %s first: %d in TIME_WAIT hold ports for %s each, %d of %d usable held in all", who, f.CloseRate, h.key.Dst, twHeld(u), units.Dur(f.Hold), u.Held(), p.Usable())
 	}
 	switch {
-	case f.full:
+	case f.Full:
 		summary += "; the range is exhausted now"
-	case f.exhausts:
-		summary += fmt.Sprintf("; exhausted in about %s at this rate", fmtDur(f.eta))
-	case f.hasRate:
-		summary += fmt.Sprintf("; levels off near %s of the range", pct(f.plateau/float64(e.usable())))
+	case f.Exhausts:
+		summary += fmt.Sprintf("; exhausted in about %s at this rate", units.Dur(f.ETA))
+	case f.HasRate:
+		summary += fmt.Sprintf("; levels off near %s of the range", units.Pct(f.Plateau/float64(p.Usable())))
 	}
-	ev := portEvidence(e, u, f, in.Window(), fmt.Sprintf("TIME_WAIT warning >= %.0f%%, critical >= %.0f%% of usable ports, now or at the close rate x 60 s", twWarnFrac*100, twCritFrac*100))
-	ev = append(ev, diag.Evidence{Name: "processes", Value: h.agg.ownerList(cur), Source: "/proc/PID/fd socket inodes"})
+	ev := portEvidence(p, u, f, in.Window(), fmt.Sprintf("TIME_WAIT holding warning >= %.0f%%, critical >= %.0f%% of usable ports, now or at the close rate x hold time", twWarnFrac*100, twCritFrac*100))
+	ev = append(ev, processesEvidence(cur, u))
 	if d, ok := in.CounterDelta("Tcp.ActiveOpens"); ok && d >= 0 {
 		ev = append(ev, diag.Evidence{Name: "active opens (netns)", Value: fmt.Sprintf("%.1f/s", float64(d)/in.Window().Seconds()), Source: "/proc/net/snmp Tcp.ActiveOpens"})
 	}
-	fixes := []diag.Fix{reuseFix(cmd, h.key.dst)}
-	if fx, ok := twReuseFix(cur); ok {
+	fixes := []diag.Fix{remedy.Reuse(cmd, h.key.Dst, poolSize(u.Open))}
+	if fx, ok := remedy.TWReuse(p.Reuse, u.Reuse); ok {
 		fixes = append(fixes, fx)
 	}
-	peak := portPeak(u, f)
-	if fx, ok := widenRangeFix(e, peak); ok {
+	peak := f.Peak(u.Held())
+	if fx, ok := remedy.WidenRange(p, peak); ok {
 		fixes = append(fixes, fx)
 	}
-	fixes = append(fixes, spreadFix(peak, e.usable()), lingerFix())
-	return diag.Finding{Severity: h.sev, Subject: diag.Subject{Netns: cur.Netns.Name, Local: h.key.src.String(), Remote: h.key.dst.String(), Pid: pid, Command: cmd},
+	fixes = append(fixes, remedy.Spread(peak, p.Usable()), remedy.Linger())
+	return diag.Finding{Severity: h.sev, Subject: diag.Subject{Netns: cur.Netns.Name, Local: h.key.Src.String(), Remote: h.key.Dst.String(), Pid: pid, Command: cmd},
 		Summary: summary, Evidence: ev, Fixes: fixes}
-}
-
-func lingerFix() diag.Fix {
-	return diag.Fix{Scope: "application", Target: "so_linger",
-		Text:    "last resort: close with SO_LINGER {on, 0} sends RST instead of FIN, so no TIME_WAIT is left (tcp_fin_timeout does not help: TIME_WAIT is a fixed 60 s)",
-		Command: "socket.setSoLinger(true, 0)  /  setsockopt(fd, SOL_SOCKET, SO_LINGER, {1, 0})",
-		Risk:    "unsent and in-flight data is discarded and the peer sees \"connection reset\"; counted as TcpExt.TCPAbortOnClose / TCPAbortOnData; late segments of the old connection can reach a new one"}
 }
 
 // twBuckets reports the netns running out of TIME_WAIT buckets: the
 // kernel then skips TIME_WAIT and counts TCPTimeWaitOverflow.
-func twBuckets(in *diag.Input, e *ephemeral) (diag.Finding, bool) {
+func twBuckets(in *diag.Input, p *tcpmodel.PortSpace) (diag.Finding, bool) {
 	cur := in.Cur
 	maxTW, hasMax := cur.SysctlInt("net.ipv4.tcp_max_tw_buckets")
 	tw, incoming := 0, map[uint16]int{}
@@ -122,7 +125,7 @@ func twBuckets(in *diag.Input, e *ephemeral) (diag.Finding, bool) {
 			continue
 		}
 		tw++
-		if e.listen[sk.Local.Port()] {
+		if p.Listen[sk.Local.Port()] {
 			incoming[sk.Local.Port()]++
 		}
 	}
@@ -153,7 +156,7 @@ func twBuckets(in *diag.Input, e *ephemeral) (diag.Finding, bool) {
 		{Name: "closed first by us on listener ports", Value: strings.Join(in5, ", ") + " (incoming connections hold no ephemeral port, only memory)", Source: "sock_diag TIME-WAIT with a listener's local port"},
 	}
 	if hasOver {
-		ev = append(ev, diag.Evidence{Name: "TCPTimeWaitOverflow", Value: fmt.Sprintf("+%d in %s", over, fmtDur(in.Window())), Source: "/proc/net/netstat TcpExt.TCPTimeWaitOverflow", Threshold: "> 0"})
+		ev = append(ev, diag.Evidence{Name: "TCPTimeWaitOverflow", Value: fmt.Sprintf("+%d in %s", over, units.Dur(in.Window())), Source: "/proc/net/netstat TcpExt.TCPTimeWaitOverflow", Threshold: "> 0"})
 	}
 	return diag.Finding{
 		Severity: diag.Warning, Subject: diag.Subject{Netns: cur.Netns.Name},
@@ -162,7 +165,7 @@ func twBuckets(in *diag.Input, e *ephemeral) (diag.Finding, bool) {
 		Fixes: []diag.Fix{
 			{Scope: "application", Target: "connection-pool", Text: "reuse connections (keep-alive, pools) so fewer are closed; for incoming ones, let clients close first (HTTP keep-alive, do not close right after the response)"},
 			{Scope: "kernel", Target: "sysctl", Text: "raise the bucket limit if memory allows (a TIME_WAIT socket costs about 200 bytes)",
-				Command: fmt.Sprintf("sysctl -w net.ipv4.tcp_max_tw_buckets=%d", nextPow2(int64(2*max(tw, 1)))), Risk: "more memory; does not make connections cheaper"},
+				Command: fmt.Sprintf("sysctl -w net.ipv4.tcp_max_tw_buckets=%d", tcpmodel.NextPow2(int64(2*max(tw, 1)))), Risk: "more memory; does not make connections cheaper"},
 		},
 	}, true
 }

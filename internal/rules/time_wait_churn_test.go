@@ -6,25 +6,28 @@ import (
 
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/tcpmodel"
 )
 
 func TestTWSeverity(t *testing.T) {
 	w := 5 * time.Second
 	for name, c := range map[string]struct {
-		u      portUse
+		u      tcpmodel.DestUse
+		prev   int
 		usable int
-		window time.Duration
 		want   diag.Severity
 	}{
-		"no time-wait":          {portUse{used: 900}, 1000, 0, 0},
-		"few, single sample":    {portUse{used: 30, tw: 20}, 28232, 0, 0},
-		"half, single sample":   {portUse{used: 600, tw: 550}, 1000, 0, diag.Warning},
-		"churn exceeds range":   {portUse{used: 60, tw: 50, prevUsed: 10, newTW: 100, newConns: 100}, 1000, w, diag.Critical},
-		"churn at 60% of range": {portUse{used: 600, tw: 580, prevUsed: 600, newTW: 50, newConns: 50}, 1000, w, diag.Warning},
-		"steady pool":           {portUse{used: 32, tw: 1, prevUsed: 32}, 28232, w, 0},
+		"no time-wait":        {tcpmodel.DestUse{Open: 900}, 900, 1000, 0},
+		"few":                 {tcpmodel.DestUse{Open: 10, TW: 20}, 30, 28232, 0},
+		"half held by TW":     {tcpmodel.DestUse{Open: 50, TW: 550, ClosedIn: 40}, 600, 1000, diag.Warning},
+		"churn exceeds range": {tcpmodel.DestUse{Open: 10, TW: 100, ClosedIn: 100}, 10, 1000, diag.Critical},
+		// Loopback with tcp_tw_reuse=2: most TIME_WAIT is reusable.
+		"reused":      {tcpmodel.DestUse{Open: 1, TW: 900, TWReusable: 880, ClosedIn: 600, Reuse: true}, 21, 1000, 0},
+		"steady pool": {tcpmodel.DestUse{Open: 32, TW: 1}, 33, 28232, 0},
 	} {
-		if got := twSeverity(c.u, forecastPorts(c.u, c.usable, c.window), c.usable); got != c.want {
-			t.Errorf("%s: %v, want %v", name, got, c.want)
+		f := c.u.Forecast(c.usable, c.prev, w, time.Second)
+		if got := twSeverity(&c.u, f, c.usable); got != c.want {
+			t.Errorf("%s: %v, want %v (%+v)", name, got, c.want, f)
 		}
 	}
 }

@@ -7,10 +7,12 @@ import (
 
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/tcpmodel"
+	"github.com/tcpdoctor/tcpdoctor/internal/units"
 )
 
 func TestJudgeBuf(t *testing.T) {
-	lim := bufLimits{core: 212992, initial: 16384, auto: 4194304}
+	lim := tcpmodel.Limits{Core: 212992, Initial: 16384, Auto: 4194304}
 	one, zero := uint8(1), uint8(0)
 	for _, c := range []struct {
 		name           string
@@ -28,7 +30,7 @@ func TestJudgeBuf(t *testing.T) {
 		{"lock clears", 32768, 0, &zero, false, false, true},
 		{"tiny", 2048, 0, nil, false, false, false},
 	} {
-		p := judgeBuf(c.size, c.prev, c.lock, 1, lim)
+		p := tcpmodel.JudgeBuf(c.size, c.prev, c.lock, 1, lim)
 		if p.Pinned != c.pinned || p.Capped != c.capped || p.Proof != c.proof {
 			t.Errorf("%s: %+v", c.name, p)
 		}
@@ -113,8 +115,8 @@ func TestRetransCounterDecrease(t *testing.T) {
 
 func TestFmtRTT(t *testing.T) {
 	for d, want := range map[time.Duration]string{60 * time.Microsecond: "60µs", 2500 * time.Microsecond: "2.5ms", 20400 * time.Microsecond: "20ms", 0: "0µs"} {
-		if got := fmtRTT(d); got != want {
-			t.Errorf("fmtRTT(%v) = %q, want %q", d, got, want)
+		if got := units.RTT(d); got != want {
+			t.Errorf("units.RTT(%v) = %q, want %q", d, got, want)
 		}
 	}
 }

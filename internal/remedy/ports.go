@@ -1,0 +1,130 @@
+package remedy
+
+import (
+	"fmt"
+	"net/netip"
+	"sort"
+	"strings"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/diag"
+	"github.com/tcpdoctor/tcpdoctor/internal/tcpmodel"
+)
+
+// KeepBelow is the share of the usable range that fixes aim to keep each
+// destination under: the warning threshold of port-exhaustion.
+const KeepBelow = 0.7
+
+// Reuse is the first fix for connection churn: keep connections open and
+// reuse them. cmd is the opener's command, service where it connects,
+// pool the pool size to ask for (at least the concurrency seen).
+func Reuse(cmd string, service netip.AddrPort, pool int) diag.Fix {
+	f := diag.Fix{Scope: "application", Target: "connection-pool",
+		Text: fmt.Sprintf("reuse connections to %s instead of opening one per request: keep-alive with a pool of at least %d (HTTP keep-alive; Java: Apache HttpClient PoolingHttpClientConnectionManager setDefaultMaxPerRoute(%d), OkHttp ConnectionPool(%d, 5, MINUTES), HikariCP maximumPoolSize; Go: one shared http.Client with Transport.MaxIdleConnsPerHost = %d (the default 2 closes the rest) and every response body read to EOF and closed; Python: requests.Session with HTTPAdapter(pool_maxsize=%d); Redis: a pooled client (JedisPool, redis-py ConnectionPool, go-redis PoolSize = %d); SMTP: keep the session and send RSET between mails)",
+			service, pool, pool, pool, pool, pool, pool),
+		Risk: "pooled connections must be health-checked and evicted when idle, or they fail when the peer closes them"}
+	switch {
+	case strings.HasPrefix(cmd, "nginx"):
+		f.Target = "nginx"
+		f.Text = fmt.Sprintf("nginx opens a new upstream connection per request unless the upstream block keeps a pool: keepalive %d (at least the concurrent upstream requests) with HTTP/1.1 and the Connection header cleared", pool)
+		f.Command = fmt.Sprintf("upstream backend { server %s; keepalive %d; }  location / { proxy_pass http://backend; proxy_http_version 1.1; proxy_set_header Connection \"\"; }", service, pool)
+		f.Risk = "each worker keeps up to that many idle connections; the upstream must allow keep-alive (keepalive_requests, keepalive_timeout above nginx's)"
+	case strings.HasPrefix(cmd, "java"):
+		f.Target = "java"
+		f.Command = fmt.Sprintf("one shared client with a pool of %d: PoolingHttpClientConnectionManager.setDefaultMaxPerRoute(%d) / new ConnectionPool(%d, 5, TimeUnit.MINUTES); JavaMail: keep the Transport connected", pool, pool, pool)
+	case strings.HasPrefix(cmd, "python"):
+		f.Target = "python"
+		f.Command = fmt.Sprintf("s = requests.Session(); s.mount('http://', HTTPAdapter(pool_maxsize=%d))  /  redis.ConnectionPool(max_connections=%d)", pool, pool)
+	case strings.HasPrefix(cmd, "redis-benchmark"):
+		f.Target = "redis"
+		f.Command = "redis-benchmark -k 1 (keep-alive, the default); -k 0 measures a new connection per request"
+	case strings.HasPrefix(cmd, "redis"), strings.HasPrefix(cmd, "node"):
+		f.Target = "client"
+	}
+	return f
+}
+
+// Spread computes how many destination ports, destination addresses or
+// source addresses keep each 4-tuple space below KeepBelow.
+func Spread(peak, usable int) diag.Fix {
+	k := max(2, ceilDiv(peak, int(float64(usable)*KeepBelow)))
+	return diag.Fix{Scope: "application", Target: "topology",
+		Text:    fmt.Sprintf("each (source, destination, port) has its own %d ports; this destination needs about %d -> spread over %d destination ports or addresses (e.g. the backend listening on %d ports, or %d backend IPs), or %d source addresses", usable, peak, k, k, k, k),
+		Command: "setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, 1); bind(fd, {src_i, port 0}); connect(fd, dst)  (nginx: proxy_bind $src sets it itself)",
+		Risk:    "bind() to a source address without IP_BIND_ADDRESS_NO_PORT picks the port at bind time for every destination at once, and exhausts the range sooner"}
+}
+
+func ceilDiv(a, b int) int {
+	if b <= 0 {
+		return 0
+	}
+	return (a + b - 1) / b
+}
+
+// WidenRange computes an ip_local_port_range that keeps peak below
+// KeepBelow, and the listener ports it must then reserve; false when the
+// range is already as wide as it can be.
+func WidenRange(p *tcpmodel.PortSpace, peak int) (diag.Fix, bool) {
+	need := int(float64(peak)/KeepBelow+0.5) + p.NReserved
+	hi := max(p.Hi, 65535)
+	lo := min(p.Lo, max(1024, hi-need+1))
+	if lo == p.Lo && hi == p.Hi {
+		return diag.Fix{}, false
+	}
+	f := diag.Fix{Scope: "kernel", Target: "sysctl",
+		Text:    fmt.Sprintf("widen the ephemeral range from %d ports to %d", p.Size(), hi-lo+1),
+		Command: fmt.Sprintf("sysctl -w net.ipv4.ip_local_port_range=\"%d %d\"", lo, hi),
+		Risk:    "a port in the range can be taken by an outgoing connection before a service binds it: reserve the ports services listen on (ip_local_reserved_ports); per network namespace"}
+	if hi-lo+1-p.NReserved < need-p.NReserved {
+		f.Text += fmt.Sprintf(" (still short of the %d needed: spread destinations too)", need-p.NReserved)
+	}
+	var res []string
+	for port := range p.Listen {
+		if int(port) >= lo && int(port) <= hi && !p.IsReserved(int(port)) {
+			res = append(res, fmt.Sprint(port))
+		}
+	}
+	if len(res) > 0 {
+		sort.Slice(res, func(i, j int) bool { return len(res[i]) < len(res[j]) || len(res[i]) == len(res[j]) && res[i] < res[j] })
+		for _, r := range p.Reserved {
+			if r[0] == r[1] {
+				res = append(res, fmt.Sprint(r[0]))
+			} else {
+				res = append(res, fmt.Sprintf("%d-%d", r[0], r[1]))
+			}
+		}
+		f.Command += fmt.Sprintf(" && sysctl -w net.ipv4.ip_local_reserved_ports=%s", strings.Join(res, ","))
+	}
+	f.Command += "  (persist in /etc/sysctl.d/)"
+	return f, true
+}
+
+// TWReuse proposes tcp_tw_reuse=1 when reuse does not apply to the
+// destination now; false when it already does or cannot (no timestamps).
+func TWReuse(r tcpmodel.Reuse, applies bool) (diag.Fix, bool) {
+	if applies || r.Mode == 1 {
+		return diag.Fix{}, false
+	}
+	now := "unknown"
+	if r.Mode >= 0 {
+		now = fmt.Sprint(r.Mode)
+		if r.Mode == 2 {
+			now = "2, loopback only"
+		}
+	}
+	f := diag.Fix{Scope: "kernel", Target: "sysctl",
+		Text:    fmt.Sprintf("let connect() take over a port held by TIME_WAIT to the same destination once it is %s old (now tcp_tw_reuse=%s); helps outgoing connections only", r.Delay, now),
+		Command: "sysctl -w net.ipv4.tcp_tw_reuse=1",
+		Risk:    "needs TCP timestamps on both ends (net.ipv4.tcp_timestamps=1); does nothing for connections the peer opened; tcp_tw_recycle is gone since Linux 4.12 and tcp_fin_timeout does not shorten TIME_WAIT"}
+	if !r.Timestamps {
+		f.Command = "sysctl -w net.ipv4.tcp_timestamps=1 net.ipv4.tcp_tw_reuse=1"
+	}
+	return f, true
+}
+
+// Linger is the last resort against TIME_WAIT: abortive close.
+func Linger() diag.Fix {
+	return diag.Fix{Scope: "application", Target: "so_linger",
+		Text:    "last resort: close with SO_LINGER {on, 0} sends RST instead of FIN, so no TIME_WAIT is left (tcp_fin_timeout does not help: TIME_WAIT is a fixed 60 s)",
+		Command: "socket.setSoLinger(true, 0)  /  setsockopt(fd, SOL_SOCKET, SO_LINGER, {1, 0})",
+		Risk:    "unsent and in-flight data is discarded and the peer sees \"connection reset\"; counted as TcpExt.TCPAbortOnClose / TCPAbortOnData; late segments of the old connection can reach a new one"}
+}

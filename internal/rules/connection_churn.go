@@ -1,0 +1,133 @@
+package rules
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/diag"
+	"github.com/tcpdoctor/tcpdoctor/internal/remedy"
+	"github.com/tcpdoctor/tcpdoctor/internal/tcpmodel"
+	"github.com/tcpdoctor/tcpdoctor/internal/units"
+)
+
+const (
+	// churnWarnRate: new connections per second from one opener to one
+	// service that cost measurable time and CPU: each pays a handshake
+	// round trip, slow start and, on the closing side, a TIME_WAIT socket.
+	churnWarnRate = 100.0
+	// churnInfoRate: a rate worth a note.
+	churnInfoRate = 10.0
+	// churnMaxFindings caps per-flow findings.
+	churnMaxFindings = 10
+)
+
+func connectionChurn() diag.Rule {
+	return diag.Rule{ID: "connection-churn", Title: "New connection per request instead of reuse", NeedsDelta: true, Check: checkConnectionChurn}
+}
+
+// churnSeverity is a warning for a fast churn the host can fix (the
+// opener is here), a note for slower churn or openers elsewhere.
+func churnSeverity(c *tcpmodel.Churn) diag.Severity {
+	r := c.Rate()
+	switch {
+	case r >= churnWarnRate && c.LocalOpener:
+		return diag.Warning
+	case r >= churnInfoRate:
+		return diag.Info
+	}
+	return 0
+}
+
+func checkConnectionChurn(in *diag.Input) ([]diag.Finding, error) {
+	cur := in.Cur
+	if err := sockdiagGone(cur); err != nil {
+		return nil, err
+	}
+	if in.Prev == nil || in.Window() <= 0 {
+		return nil, diag.Unknownf("needs two samples: connection rates come from TIME_WAIT sockets closed during the window")
+	}
+	var hits []scored
+	for _, c := range tcpmodel.ChurnOf(cur, prevState(in), in.Window()) {
+		if sev := churnSeverity(c); sev > 0 {
+			hits = append(hits, scored{f: churnFinding(in, c, sev), score: c.Rate()})
+		}
+	}
+	sort.SliceStable(hits, func(i, j int) bool {
+		a, b := hits[i].f.Subject, hits[j].f.Subject
+		return a.Remote < b.Remote || a.Remote == b.Remote && a.Local < b.Local
+	})
+	return rankFindings(hits, churnMaxFindings, func(n int) diag.Finding {
+		return moreFinding(cur, n, "flows", "open a new connection per request", "sock_diag TIME-WAIT sockets by opener and service")
+	}), nil
+}
+
+func churnFinding(in *diag.Input, c *tcpmodel.Churn, sev diag.Severity) diag.Finding {
+	cur := in.Cur
+	pid := c.Openers.Top()
+	cmd := tcpmodel.Command(cur, pid)
+	opener := fmt.Sprintf("clients at %s", c.Opener)
+	switch {
+	case pid != 0:
+		opener = fmt.Sprintf("%s (pid %d)", cmd, pid)
+	case c.LocalOpener:
+		opener = fmt.Sprintf("an unknown process at %s", c.Opener)
+	}
+	service := c.Service.String()
+	if c.LocalService {
+		if s := c.Server.Top(); s != 0 {
+			service += fmt.Sprintf(" (%s pid %d)", tcpmodel.Command(cur, s), s)
+		}
+	}
+	life := c.Lifetime()
+	sum := fmt.Sprintf("%s opens %.0f new connections/s to %s", opener, c.Rate(), service)
+	if life > 0 {
+		sum += fmt.Sprintf(", each open about %s", units.Dur(life))
+	}
+	if life < churnShortLife {
+		sum += ": about one request per connection"
+	}
+	switch {
+	case c.ClosedByService > c.ClosedByOpener:
+		sum += "; the service closes first (TIME_WAIT on its side: HTTP/1.0 or Connection: close)"
+	default:
+		sum += "; the opener closes first (TIME_WAIT on its side, holding its ports)"
+	}
+	w := units.Dur(c.Window)
+	ev := []diag.Evidence{
+		{Name: "connections closed", Value: fmt.Sprintf("%.1f/s: %d in %s (%d closed first by the opener, %d by the service)", c.Rate(), c.Closed(), w, c.ClosedByOpener, c.ClosedByService),
+			Source: "sock_diag TIME-WAIT sockets younger than the window (idiag_expires), either side", Threshold: fmt.Sprintf("warning >= %.0f/s with the opener on this host, info >= %.0f/s", churnWarnRate, churnInfoRate)},
+		{Name: "open now", Value: fmt.Sprintf("%d (mean lifetime %s by Little's law: open / rate)", c.Open, units.Dur(life)), Source: "sock_diag connections of the flow in other states"},
+	}
+	if c.LocalOpener {
+		v := c.Openers.List(cur)
+		if v == "" {
+			v = "unknown: the open connections have no known owner"
+			if why := tcpmodel.OwnersMissing(cur); why != "" {
+				v += "; owner scan: " + why
+			}
+		}
+		ev = append(ev, diag.Evidence{Name: "opener", Value: v, Source: "/proc/PID/fd socket inodes of the flow's open connections"})
+	} else {
+		ev = append(ev, diag.Evidence{Name: "opener", Value: fmt.Sprintf("%s is not on this host (in this namespace): the pool to fix is the client's", c.Opener), Source: "no client-side socket of the flow here"})
+	}
+	for _, k := range []string{"Tcp.ActiveOpens", "Tcp.PassiveOpens"} {
+		if d, ok := in.CounterDelta(k); ok && d >= 0 {
+			ev = append(ev, diag.Evidence{Name: k + " (netns)", Value: fmt.Sprintf("%.1f/s", float64(d)/c.Window.Seconds()), Source: "/proc/net/snmp " + k})
+		}
+	}
+	fixes := []diag.Fix{remedy.Reuse(cmd, c.Service, poolSize(c.Open))}
+	if c.ClosedByService > c.ClosedByOpener && c.LocalService {
+		fixes = append(fixes, diag.Fix{Scope: "application", Target: "server", Text: "make the service keep connections open between requests: HTTP/1.1 keep-alive (nginx keepalive_timeout, keepalive_requests; Tomcat maxKeepAliveRequests), and have clients send Connection: keep-alive",
+			Risk: "idle connections use memory and a file descriptor each"})
+	}
+	sub := diag.Subject{Netns: cur.Netns.Name, Local: c.Opener.String(), Remote: c.Service.String(), Pid: pid, Command: cmd}
+	if c.LocalService {
+		sub.Service = c.Service.String()
+	}
+	return diag.Finding{Severity: sev, Subject: sub, Summary: sum, Evidence: ev, Fixes: fixes}
+}
+
+// churnShortLife: connections living less than this on average carry
+// about one request each.
+const churnShortLife = 100 * time.Millisecond

@@ -1,0 +1,92 @@
+package tcpmodel
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/units"
+)
+
+// Lock bits of SO_BUF_LOCK (sk_userlocks): the application set the size.
+const (
+	LockSnd uint8 = 1
+	LockRcv uint8 = 2
+)
+
+// Pin is the verdict on whether a socket buffer was set by the
+// application (SO_SNDBUF/SO_RCVBUF, which stop autotuning) and why.
+type Pin struct {
+	Pinned bool   // proven or hinted
+	Proof  bool   // read from the owner with SO_BUF_LOCK
+	Capped bool   // the size is 2 x the net.core.*mem_max cap
+	Why    string // the evidence used, for people
+}
+
+// Source names where the verdict came from.
+func (p Pin) Source() string {
+	if p.Proof {
+		return "getsockopt(SO_BUF_LOCK) via pidfd_getfd"
+	}
+	return "SK_MEMINFO size pattern and sysctls (hint)"
+}
+
+// Limits are a namespace's limits for one direction, from sysctls (0 when
+// not collected): Core is net.core.wmem_max/rmem_max, Initial and Auto
+// are tcp_wmem/tcp_rmem [1] and [2].
+type Limits struct{ Core, Initial, Auto int64 }
+
+// SndLimits reads the send side's limits.
+func SndLimits(s *snapshot.Snapshot) Limits {
+	return limitsOf(s, "net.core.wmem_max", "net.ipv4.tcp_wmem")
+}
+
+// RcvLimits reads the receive side's limits.
+func RcvLimits(s *snapshot.Snapshot) Limits {
+	return limitsOf(s, "net.core.rmem_max", "net.ipv4.tcp_rmem")
+}
+
+func limitsOf(s *snapshot.Snapshot, core, tcp string) Limits {
+	var l Limits
+	l.Core, _ = s.SysctlInt(core)
+	if v, ok := s.SysctlInts(tcp); ok && len(v) == 3 {
+		l.Initial, l.Auto = v[1], v[2]
+	}
+	return l
+}
+
+// JudgeBuf decides whether a buffer of size bytes (the kernel's doubled
+// value) was pinned. lock is SO_BUF_LOCK when probed and bit the bit for
+// this direction; prev is the size in the previous sample (0 when none).
+// Without the lock bit the verdict is a hint: a size of exactly 2 x the
+// cap, or 2 x a power of two (the kernel doubles requests; autotuned sizes
+// are not round), unchanged across samples.
+func JudgeBuf(size, prev uint32, lock *uint8, bit uint8, lim Limits) Pin {
+	sz := int64(size)
+	capped := lim.Core > 0 && sz == 2*lim.Core
+	if lock != nil {
+		p := Pin{Proof: true, Pinned: *lock&bit != 0}
+		p.Capped = p.Pinned && capped
+		if p.Pinned {
+			p.Why = "SO_BUF_LOCK read from the owner via pidfd_getfd: set by the application"
+		} else {
+			p.Why = "SO_BUF_LOCK read from the owner via pidfd_getfd: not set (autotuned)"
+		}
+		return p
+	}
+	var why []string
+	if capped {
+		why = append(why, fmt.Sprintf("equals 2 x the %s cap", units.Bytes(float64(lim.Core))))
+	}
+	half := sz / 2
+	if !capped && sz%2 == 0 && half >= 2048 && half&(half-1) == 0 && sz != lim.Initial && sz != lim.Auto {
+		why = append(why, fmt.Sprintf("equals 2 x %s (the kernel doubles SO_SNDBUF/SO_RCVBUF requests)", units.Bytes(float64(half))))
+	}
+	if len(why) > 0 && prev != 0 && prev == size {
+		why = append(why, "unchanged across samples")
+	}
+	if len(why) == 0 {
+		return Pin{}
+	}
+	return Pin{Pinned: true, Capped: capped, Why: strings.Join(why, ", ") + " (a hint, not proof: SO_BUF_LOCK not read)"}
+}

@@ -1,0 +1,127 @@
+package tcpmodel
+
+import (
+	"net/netip"
+	"time"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+)
+
+// Flow is the connections one opener makes to one service: an address
+// and port connected to. The opener is an address: its process is known
+// only while one of its connections is open at a sample.
+type Flow struct {
+	Opener  netip.Addr
+	Service netip.AddrPort
+}
+
+// Churn is one flow's connection turnover over a window. Every connection
+// closed with FIN leaves one TIME_WAIT socket, on the side that closed
+// first, for 60 s; its timer dates the close. So a single sample counts
+// the connections closed during the window on whichever side closed,
+// even ones that lived less than a millisecond.
+type Churn struct {
+	Flow
+	Window time.Duration
+	// ClosedByOpener and ClosedByService count TIME_WAIT sockets that
+	// entered TIME_WAIT during the window on each side.
+	ClosedByOpener, ClosedByService int
+	// Open counts the flow's connections open now (opener-side sockets
+	// when the opener is in this namespace, else service-side).
+	Open int
+	// LocalService says the service listens in this namespace; LocalOpener
+	// that opener-side sockets were seen here.
+	LocalService, LocalOpener bool
+	Openers Tally // owners of open opener-side sockets
+	Server  Tally // owners of the service's listener
+}
+
+// Closed is the number of connections closed during the window.
+func (c *Churn) Closed() int { return c.ClosedByOpener + c.ClosedByService }
+
+// Rate is connections closed per second: in steady state, the rate they
+// are opened at.
+func (c *Churn) Rate() float64 {
+	w := min(c.Window, TimeWaitLen).Seconds()
+	if w <= 0 {
+		return 0
+	}
+	return float64(c.Closed()) / w
+}
+
+// Lifetime is the mean time a connection stays open (Little's law: open
+// connections / rate); 0 when the rate is 0.
+func (c *Churn) Lifetime() time.Duration {
+	r := c.Rate()
+	if r <= 0 {
+		return 0
+	}
+	return time.Duration(float64(c.Open) / r * float64(time.Second))
+}
+
+// ChurnOf measures every flow of s over window (the time since the
+// previous sample, looked up by prev). Flows with no connection closed in
+// the window are left out.
+func ChurnOf(s *snapshot.Snapshot, prev PrevState, window time.Duration) []*Churn {
+	if window <= 0 {
+		return nil
+	}
+	ls := ListenersOf(s)
+	m := map[Flow]*Churn{}
+	get := func(f Flow) *Churn {
+		c := m[f]
+		if c == nil {
+			c = &Churn{Flow: f, Window: window}
+			m[f] = c
+		}
+		return c
+	}
+	// First the closes: they decide which flows exist.
+	for i := range s.Sockets {
+		sk := &s.Sockets[i]
+		if sk.State != snapshot.TimeWait || !ClosedInWindow(sk, prev, window) {
+			continue
+		}
+		if ls.Of(sk) != nil {
+			get(Flow{Opener: sk.Remote.Addr(), Service: sk.Local}).ClosedByService++
+		} else {
+			get(Flow{Opener: sk.Local.Addr(), Service: sk.Remote}).ClosedByOpener++
+		}
+	}
+	// Then who is behind them: open connections and listeners.
+	serverOpen := map[Flow]int{}
+	for i := range s.Sockets {
+		sk := &s.Sockets[i]
+		switch sk.State {
+		case snapshot.Listen, snapshot.TimeWait, snapshot.Close, snapshot.BoundInactive:
+			continue
+		}
+		if ls.Of(sk) != nil {
+			if f := (Flow{Opener: sk.Remote.Addr(), Service: sk.Local}); m[f] != nil {
+				serverOpen[f]++
+			}
+			continue
+		}
+		if c := m[Flow{Opener: sk.Local.Addr(), Service: sk.Remote}]; c != nil {
+			c.Open++
+			c.LocalOpener = true
+			if len(sk.Pids) > 0 {
+				c.Openers.Add(sk.Pids[0])
+			}
+		}
+	}
+	out := make([]*Churn, 0, len(m))
+	for f, c := range m {
+		if !c.LocalOpener {
+			c.Open = serverOpen[f]
+		}
+		if ln := ls.Of(&snapshot.Socket{State: snapshot.Established, Local: f.Service}); ln != nil {
+			c.LocalService = true
+			for _, pid := range ln.Pids {
+				c.Server.Add(pid)
+			}
+		}
+		out = append(out, c)
+	}
+	return out
+}

@@ -1,0 +1,126 @@
+package tcpmodel
+
+import (
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/units"
+)
+
+// RTT is the smoothed RTT of a connection; 0 when unknown.
+func RTT(ti *snapshot.TCPInfo) time.Duration {
+	if ti == nil {
+		return 0
+	}
+	return time.Duration(ti.RTT) * time.Microsecond
+}
+
+// Flight is what is in flight (unacked segments) and cwnd, in bytes of
+// snd_mss; the caller checks snd_mss is set.
+func Flight(ti *snapshot.TCPInfo) (inflight, cwnd float64) {
+	mss := float64(ti.SndMSS)
+	return float64(ti.Unacked) * mss, float64(ti.SndCwnd) * mss
+}
+
+// Tuple is a connection's (local, remote) pair.
+type Tuple struct{ Local, Remote netip.AddrPort }
+
+// Tuples indexes the connected sockets of a snapshot by (local, remote),
+// so that a local peer is found by looking up the reverse tuple.
+type Tuples map[Tuple]*snapshot.Socket
+
+// TuplesOf indexes s.
+func TuplesOf(s *snapshot.Snapshot) Tuples {
+	m := make(Tuples)
+	for i := range s.Sockets {
+		sk := &s.Sockets[i]
+		if sk.State == snapshot.Listen || sk.State == snapshot.TimeWait {
+			continue
+		}
+		m[Tuple{sk.Local, sk.Remote}] = sk
+	}
+	return m
+}
+
+// Peer returns the other end of sk when it lives in the same namespace.
+func (t Tuples) Peer(sk *snapshot.Socket) *snapshot.Socket {
+	return t[Tuple{sk.Remote, sk.Local}]
+}
+
+// PeerRates is the best delivery rate (bytes/s) seen towards each remote
+// address: what the path has been shown to carry.
+func PeerRates(s *snapshot.Snapshot) map[netip.Addr]float64 {
+	m := make(map[netip.Addr]float64)
+	for i := range s.Sockets {
+		sk := &s.Sockets[i]
+		if sk.State != snapshot.Established || !sk.Info.Has(snapshot.EndDeliveryRate) {
+			continue
+		}
+		a := sk.Remote.Addr().Unmap()
+		if r := float64(sk.Info.DeliveryRate); r > m[a] {
+			m[a] = r
+		}
+	}
+	return m
+}
+
+// ReferenceRate (bytes/s) is what a flow over a network path is judged
+// against when the path's rate is unknown: 1 Gbit/s, the slowest link a
+// server commonly has. --bandwidth replaces it.
+const ReferenceRate = 1e9 / 8
+
+// LostShare: a flow moving less than this share of what its path carries
+// has measurably lost performance.
+const LostShare = 0.5
+
+// Path is what a connection's path is known to carry.
+type Path struct {
+	Rate   float64 // bytes/s; 0 when unknown
+	Source string  // where Rate came from
+	// Local: the path never leaves the host (a loopback address or the
+	// peer socket in the same namespace): it carries whatever the two
+	// ends process, tens of Gbit/s.
+	Local bool
+}
+
+// PathOf finds the rate to judge sk by: bandwidth (bits/s, from
+// --bandwidth) when given, else the best delivery rate to the same peer
+// when clearly above own (another connection shows the path can do more).
+func PathOf(bandwidth float64, rates map[netip.Addr]float64, t Tuples, sk *snapshot.Socket, own float64) Path {
+	p := Path{Local: IsLoopback(sk.Remote.Addr()) || t != nil && t.Peer(sk) != nil}
+	switch r := rates[sk.Remote.Addr().Unmap()]; {
+	case bandwidth > 0:
+		p.Rate, p.Source = bandwidth/8, "--bandwidth"
+	case r > 1.5*own && r > 0:
+		p.Rate, p.Source = r, "best tcp_info.delivery_rate to "+sk.Remote.Addr().String()
+	}
+	return p
+}
+
+// Verdict is whether a flow held back by some limiter has lost
+// performance that matters: judged against its path's rate when known,
+// else against ReferenceRate (a host-local path carries far more, so a
+// local flow below it is slow by any measure).
+type Verdict struct {
+	Lost    bool
+	Against float64 // the rate judged against, bytes/s; 0 for a local path
+	Why     string
+}
+
+// Judge compares own (bytes/s moved) with what the path carries.
+func (p Path) Judge(own float64) Verdict {
+	switch {
+	case p.Rate > 0:
+		v := Verdict{Against: p.Rate, Lost: own < LostShare*p.Rate}
+		v.Why = fmt.Sprintf("moving %s of the path's %s (%s)", units.Rate(own), units.Rate(p.Rate), p.Source)
+		return v
+	}
+	v := Verdict{Against: ReferenceRate, Lost: own < LostShare*ReferenceRate}
+	v.Why = fmt.Sprintf("moving %s; path rate unknown, judged against %s (give --bandwidth for the real path)", units.Rate(own), units.Rate(ReferenceRate))
+	if p.Local {
+		v.Why = fmt.Sprintf("moving %s on a path inside the host, which carries tens of Gbit/s; judged against %s", units.Rate(own), units.Rate(ReferenceRate))
+	}
+	return v
+}

@@ -1,0 +1,147 @@
+package tcpmodel
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+)
+
+// Command returns the command of pid, "" if unknown.
+func Command(s *snapshot.Snapshot, pid int) string {
+	if p := s.Procs[pid]; p != nil {
+		return p.Command
+	}
+	return ""
+}
+
+// FirstOwner returns a socket's first owning pid and its command; 0 and
+// "" when the owner scan did not find it.
+func FirstOwner(s *snapshot.Snapshot, sk *snapshot.Socket) (int, string) {
+	if len(sk.Pids) == 0 {
+		return 0, ""
+	}
+	return sk.Pids[0], Command(s, sk.Pids[0])
+}
+
+// Who describes owners as "nginx(pid 12), nginx(pid 13)", or "unknown
+// owner" when the owner scan did not find any.
+func Who(s *snapshot.Snapshot, pids []int) string {
+	if len(pids) == 0 {
+		return "unknown owner"
+	}
+	parts := make([]string, 0, len(pids))
+	for _, pid := range pids {
+		cmd := Command(s, pid)
+		if cmd == "" {
+			cmd = "?"
+		}
+		parts = append(parts, fmt.Sprintf("%s(pid %d)", cmd, pid))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// OwnersMissing says why sockets may lack owners in s: the owner scan
+// failed or was partial. "" when it ran cleanly.
+func OwnersMissing(s *snapshot.Snapshot) string {
+	if msg, failed := s.Failed(snapshot.SourceOwners); failed {
+		return msg
+	}
+	for _, st := range s.Sources {
+		if st.Source == snapshot.SourceOwners {
+			return ""
+		}
+	}
+	return "owners were not collected"
+}
+
+// tallyMax bounds the pids a Tally keeps.
+const tallyMax = 8
+
+// Tally counts sockets per owning pid, keeping the first tallyMax pids.
+type Tally struct {
+	pids []int
+	n    []int
+}
+
+// Add counts one socket of pid.
+func (t *Tally) Add(pid int) {
+	for i, p := range t.pids {
+		if p == pid {
+			t.n[i]++
+			return
+		}
+	}
+	if len(t.pids) < tallyMax {
+		t.pids = append(t.pids, pid)
+		t.n = append(t.n, 1)
+	}
+}
+
+// Len is the number of pids kept.
+func (t *Tally) Len() int { return len(t.pids) }
+
+// Top returns the pid holding most sockets, 0 if none.
+func (t *Tally) Top() int {
+	best, pid := 0, 0
+	for i, p := range t.pids {
+		if t.n[i] > best {
+			best, pid = t.n[i], p
+		}
+	}
+	return pid
+}
+
+// List prints "nginx(pid 900) 812 open, ..." or "" when empty.
+func (t *Tally) List(s *snapshot.Snapshot) string {
+	parts := make([]string, len(t.pids))
+	for i, p := range t.pids {
+		parts[i] = fmt.Sprintf("%s %d open", Who(s, []int{p}), t.n[i])
+	}
+	return strings.Join(parts, ", ")
+}
+
+// Listeners indexes a snapshot's listeners by port, to find the service
+// a server-side socket came from.
+type Listeners map[uint16][]*snapshot.Socket
+
+// ListenersOf indexes the listeners of s.
+func ListenersOf(s *snapshot.Snapshot) Listeners {
+	l := Listeners{}
+	for i := range s.Sockets {
+		sk := &s.Sockets[i]
+		if sk.State == snapshot.Listen {
+			l[sk.Local.Port()] = append(l[sk.Local.Port()], sk)
+		}
+	}
+	return l
+}
+
+// Of returns the listener that accepted sk: same local port, same address
+// or a wildcard one; nil for a client-side socket.
+func (l Listeners) Of(sk *snapshot.Socket) *snapshot.Socket {
+	if sk.State == snapshot.Listen {
+		return nil
+	}
+	var wild *snapshot.Socket
+	for _, ln := range l[sk.Local.Port()] {
+		a := ln.Local.Addr()
+		switch {
+		case a == sk.Local.Addr() || a.Unmap() == sk.Local.Addr().Unmap():
+			return ln
+		case a.IsUnspecified():
+			wild = ln
+		}
+	}
+	return wild
+}
+
+// Service names the service a server-side socket belongs to: its local
+// address and port ("127.0.0.1:8080"); invalid for client-side sockets.
+func (l Listeners) Service(sk *snapshot.Socket) netip.AddrPort {
+	if l.Of(sk) == nil {
+		return netip.AddrPort{}
+	}
+	return sk.Local
+}

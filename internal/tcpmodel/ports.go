@@ -1,0 +1,340 @@
+package tcpmodel
+
+import (
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/procnet"
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+)
+
+// TimeWaitLen is TCP_TIMEWAIT_LEN: a socket stays in TIME_WAIT for 60 s,
+// fixed in the kernel (tcp_fin_timeout does not change it).
+const TimeWaitLen = 60 * time.Second
+
+// DefaultReuseDelay is how long a TIME_WAIT socket must age before
+// connect() may take its port over when tcp_tw_reuse allows it: the
+// default of net.ipv4.tcp_tw_reuse_delay (ms, Linux 6.14+); older kernels
+// wait for the timestamp clock's next second, 1-2 s.
+const DefaultReuseDelay = time.Second
+
+// Reuse is the namespace's TIME_WAIT reuse policy for connect()
+// (tcp_twsk_unique): with tcp_tw_reuse 1 for every destination, with 2
+// (the default) only when either address is loopback or the socket is
+// bound to lo; in both cases only with TCP timestamps, and only once the
+// TIME_WAIT socket is older than the reuse delay.
+type Reuse struct {
+	Mode int // tcp_tw_reuse: 0, 1 or 2; -1 when not collected
+	// Delay is tcp_tw_reuse_delay, or DefaultReuseDelay when the kernel
+	// lacks it (DelayKnown false).
+	Delay      time.Duration
+	DelayKnown bool
+	// Timestamps is net.ipv4.tcp_timestamps != 0 (assumed on when not
+	// collected: the kernel default).
+	Timestamps bool
+}
+
+// ReuseOf reads the policy from a snapshot's sysctls.
+func ReuseOf(s *snapshot.Snapshot) Reuse {
+	r := Reuse{Mode: -1, Delay: DefaultReuseDelay, Timestamps: true}
+	if v, ok := s.SysctlInt("net.ipv4.tcp_tw_reuse"); ok {
+		r.Mode = int(v)
+	}
+	if v, ok := s.SysctlInt("net.ipv4.tcp_tw_reuse_delay"); ok && v >= 0 {
+		r.Delay, r.DelayKnown = time.Duration(v)*time.Millisecond, true
+	}
+	if v, ok := s.SysctlInt("net.ipv4.tcp_timestamps"); ok {
+		r.Timestamps = v != 0
+	}
+	return r
+}
+
+// Applies reports whether connect() from local to remote may reuse a
+// TIME_WAIT port (timestamps permitting). ifindex is the socket's bound
+// device (1 is lo).
+func (r Reuse) Applies(local, remote netip.Addr, ifindex uint32) bool {
+	if !r.Timestamps {
+		return false
+	}
+	switch r.Mode {
+	case 1:
+		return true
+	case 2:
+		return ifindex == 1 || IsLoopback(local) || IsLoopback(remote)
+	}
+	return false
+}
+
+// Describe says what the policy means for one destination.
+func (r Reuse) Describe(applies bool) string {
+	switch {
+	case r.Mode < 0:
+		return "unknown: net.ipv4.tcp_tw_reuse not collected"
+	case !r.Timestamps:
+		return fmt.Sprintf("tcp_tw_reuse=%d, but tcp_timestamps=0: no TIME_WAIT port is reused", r.Mode)
+	case applies:
+		d := fmt.Sprintf("%s (tcp_tw_reuse_delay)", r.Delay)
+		if !r.DelayKnown {
+			d = "about 1-2 s (this kernel has no tcp_tw_reuse_delay)"
+		}
+		return fmt.Sprintf("tcp_tw_reuse=%d applies here: connect() takes over a TIME_WAIT port once it is older than %s, when the peer sent timestamps", r.Mode, d)
+	case r.Mode == 2:
+		return "tcp_tw_reuse=2 reuses TIME_WAIT ports only towards loopback: not here, each TIME_WAIT holds its port for 60 s"
+	}
+	return fmt.Sprintf("tcp_tw_reuse=%d: each TIME_WAIT holds its port for 60 s", r.Mode)
+}
+
+// IsLoopback is the kernel's ipv4_is_loopback / ipv6_addr_loopback,
+// including v4-mapped 127/8.
+func IsLoopback(a netip.Addr) bool { return a.Unmap().IsLoopback() }
+
+// TimeWaitAge is how long a TIME_WAIT socket has been in TIME_WAIT, from
+// its timer (sock_diag idiag_expires counts down from 60 s).
+func TimeWaitAge(sk *snapshot.Socket) time.Duration {
+	left := time.Duration(sk.Expires) * time.Millisecond
+	if left > TimeWaitLen {
+		return 0
+	}
+	return TimeWaitLen - left
+}
+
+// PortSpace is a namespace's ephemeral range as connect() sees it: the
+// range, minus reserved ports, minus ports bound by listeners or by
+// sockets bound but not connected (the kernel skips bind()-owned ports
+// for every destination).
+type PortSpace struct {
+	Lo, Hi    int
+	Reserved  [][2]int
+	NReserved int // reserved ports inside [Lo, Hi]
+	// Listen holds listeners' ports; Bound the ports in the range held by
+	// listeners or bound, unconnected sockets.
+	Listen map[uint16]bool
+	Bound  map[uint16]bool
+	Reuse  Reuse
+}
+
+// NewPortSpace reads ip_local_port_range, ip_local_reserved_ports, the
+// reuse policy and the snapshot's bound ports. A missing or bad range is
+// an error; a missing reserved list counts as none.
+func NewPortSpace(s *snapshot.Snapshot) (*PortSpace, error) {
+	raw, ok := s.Sysctls["net.ipv4.ip_local_port_range"]
+	if !ok {
+		return nil, fmt.Errorf("sysctl net.ipv4.ip_local_port_range not collected")
+	}
+	lo, hi, err := procnet.PortRange(raw)
+	if err != nil {
+		return nil, err
+	}
+	p := &PortSpace{Lo: lo, Hi: hi, Listen: map[uint16]bool{}, Bound: map[uint16]bool{}, Reuse: ReuseOf(s)}
+	if r, err := procnet.ReservedPorts(s.Sysctls["net.ipv4.ip_local_reserved_ports"]); err == nil {
+		p.Reserved = r
+		p.NReserved = procnet.CountReservedIn(r, lo, hi)
+	}
+	for i := range s.Sockets {
+		sk := &s.Sockets[i]
+		port := sk.Local.Port()
+		switch sk.State {
+		case snapshot.Listen:
+			p.Listen[port] = true
+		case snapshot.Close, snapshot.BoundInactive:
+		default:
+			continue
+		}
+		if p.in(int(port)) && !p.IsReserved(int(port)) {
+			p.Bound[port] = true
+		}
+	}
+	return p, nil
+}
+
+func (p *PortSpace) in(port int) bool { return port >= p.Lo && port <= p.Hi }
+
+// Size is the number of ports in the range.
+func (p *PortSpace) Size() int { return p.Hi - p.Lo + 1 }
+
+// Usable is what connect() can pick from for one (source, destination,
+// port): the range minus reserved and bound ports.
+func (p *PortSpace) Usable() int { return p.Size() - p.NReserved - len(p.Bound) }
+
+// IsReserved reports whether port is in ip_local_reserved_ports.
+func (p *PortSpace) IsReserved(port int) bool {
+	for _, r := range p.Reserved {
+		if port >= r[0] && port <= r[1] {
+			return true
+		}
+	}
+	return false
+}
+
+// Outgoing reports whether sk holds an ephemeral port picked for an
+// outgoing connection: local port in the range, not reserved, not a
+// listener's port, with a remote end.
+func (p *PortSpace) Outgoing(sk *snapshot.Socket) bool {
+	port := int(sk.Local.Port())
+	if sk.State == snapshot.Listen || sk.Remote.Port() == 0 || !p.in(port) || p.Listen[uint16(port)] {
+		return false
+	}
+	return !p.IsReserved(port)
+}
+
+// Dest is one 4-tuple space: connect() may reuse a local port for another
+// destination, so the range limits each (source, destination, port) alone.
+type Dest struct {
+	Src netip.Addr
+	Dst netip.AddrPort
+}
+
+// DestUse is one destination's ephemeral ports at one sample.
+type DestUse struct {
+	Open int // sockets not in TIME_WAIT
+	TW   int // in TIME_WAIT
+	// TWReusable counts TIME_WAIT sockets connect() may take over now.
+	TWReusable int
+	// ClosedIn counts connections closed first by this side during the
+	// window (ClosedInWindow). 0 without a window.
+	ClosedIn int
+	// NewOpen counts sockets absent from the previous sample (by cookie).
+	NewOpen int
+	// Reuse says whether TIME_WAIT reuse applies to this destination;
+	// NoTimestamps that an established socket to it lacks timestamps,
+	// which rules reuse out.
+	Reuse, NoTimestamps bool
+	Owners Tally
+}
+
+// Held is what the destination takes from the usable range now.
+func (u *DestUse) Held() int { return u.Open + u.TW - u.TWReusable }
+
+// PrevState looks a socket up by cookie in the previous sample.
+type PrevState func(cookie uint64) (snapshot.State, bool)
+
+// ClosedInWindow reports whether a TIME_WAIT socket entered TIME_WAIT
+// during the window: its timer says it is younger than the window, or the
+// previous sample (when given) did not have it in TIME_WAIT.
+func ClosedInWindow(sk *snapshot.Socket, prev PrevState, window time.Duration) bool {
+	if window <= 0 {
+		return false
+	}
+	if TimeWaitAge(sk) < min(window, TimeWaitLen) {
+		return true
+	}
+	if prev == nil {
+		return false
+	}
+	st, ok := prev(sk.Cookie)
+	return !ok || st != snapshot.TimeWait
+}
+
+// DestUsage groups the outgoing sockets of cur by destination. prev (nil
+// without a previous sample) marks sockets new in the window; window (0
+// without one) bounds what counts as closed during it.
+func (p *PortSpace) DestUsage(cur *snapshot.Snapshot, prev PrevState, window time.Duration) map[Dest]*DestUse {
+	m := map[Dest]*DestUse{}
+	var notsTS []Dest
+	for i := range cur.Sockets {
+		sk := &cur.Sockets[i]
+		if !p.Outgoing(sk) {
+			continue
+		}
+		k := Dest{Src: sk.Local.Addr(), Dst: sk.Remote}
+		u := m[k]
+		if u == nil {
+			u = &DestUse{Reuse: p.Reuse.Applies(sk.Local.Addr(), sk.Remote.Addr(), sk.IfIndex)}
+			m[k] = u
+		}
+		if prev != nil {
+			if _, ok := prev(sk.Cookie); !ok {
+				u.NewOpen++
+			}
+		}
+		if sk.State != snapshot.TimeWait {
+			u.Open++
+			if len(sk.Pids) > 0 {
+				u.Owners.Add(sk.Pids[0])
+			}
+			if sk.State == snapshot.Established && sk.Info != nil && sk.Info.Options&OptTimestamps == 0 {
+				notsTS = append(notsTS, k)
+			}
+			continue
+		}
+		u.TW++
+		if ClosedInWindow(sk, prev, window) {
+			u.ClosedIn++
+		}
+		if u.Reuse && TimeWaitAge(sk) >= p.Reuse.Delay {
+			u.TWReusable++
+		}
+	}
+	for _, k := range notsTS {
+		u := m[k]
+		u.NoTimestamps, u.Reuse, u.TWReusable = true, false, 0
+	}
+	return m
+}
+
+// OptTimestamps is TCPI_OPT_TIMESTAMPS in tcp_info.options.
+const OptTimestamps = 1
+
+// Forecast is where one destination's port use is heading.
+type Forecast struct {
+	Frac float64 // held / usable now
+	Full bool    // held >= usable: connect() to it fails now
+	// Rates per second over the window; valid only if HasRate.
+	HasRate   bool
+	CloseRate float64 // closed first by this side (entered TIME_WAIT)
+	OpenRate  float64 // new sockets seen (connections opened and closed in the window are missed)
+	Growth    float64 // held ports per second
+	// Hold is how long a closed connection keeps its port: the reuse
+	// delay where reuse applies, else 60 s.
+	Hold time.Duration
+	// Plateau is the held level the close rate settles at: open sockets
+	// plus close rate x Hold.
+	Plateau  float64
+	Exhausts bool          // Plateau does not fit and use is growing
+	ETA      time.Duration // until the range runs out, when Exhausts
+}
+
+// Forecast projects u (with prevHeld from the previous sample, -1 when
+// none) against usable ports over window.
+func (u *DestUse) Forecast(usable, prevHeld int, window time.Duration, reuseDelay time.Duration) Forecast {
+	f := Forecast{Hold: TimeWaitLen}
+	if u.Reuse {
+		f.Hold = reuseDelay
+	}
+	held := u.Held()
+	if usable <= 0 {
+		return Forecast{Full: true, Frac: 1, Hold: f.Hold}
+	}
+	f.Frac = float64(held) / float64(usable)
+	f.Full = held >= usable
+	if window <= 0 || prevHeld < 0 {
+		return f
+	}
+	sec := window.Seconds()
+	f.HasRate = true
+	f.CloseRate = float64(u.ClosedIn) / min(sec, TimeWaitLen.Seconds())
+	f.OpenRate = float64(u.NewOpen) / sec
+	f.Growth = float64(held-prevHeld) / sec
+	f.Plateau = float64(u.Open) + f.CloseRate*f.Hold.Seconds()
+	if !f.Full && f.Growth > 0 && f.Plateau >= float64(usable) {
+		f.Exhausts = true
+		f.ETA = time.Duration(float64(usable-held) / f.Growth * float64(time.Second))
+	}
+	return f
+}
+
+// Peak is the number of ports a destination needs: what it holds now or
+// the level its churn settles at, whichever is larger.
+func (f Forecast) Peak(held int) int {
+	if f.HasRate && int(f.Plateau+0.5) > held {
+		return int(f.Plateau + 0.5)
+	}
+	return held
+}
+
+// PlateauWithoutReuse is the level the close rate would settle at if
+// every TIME_WAIT held its port 60 s: what turning reuse off would cost.
+func (f Forecast) PlateauWithoutReuse(open int) float64 {
+	return float64(open) + f.CloseRate*TimeWaitLen.Seconds()
+}

@@ -1,0 +1,70 @@
+// Package units prints the quantities tcpdoctor reports the way network
+// engineers read them: buffer sizes (16K, 3.4M), rates in bits per second,
+// durations and round-trip times rounded for people, and shares.
+package units
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Bytes prints a byte count the way people size buffers: 16K, 4M, 3.4M.
+func Bytes(b float64) string {
+	switch {
+	case b >= 1<<30:
+		return trim(b/(1<<30)) + "G"
+	case b >= 1<<20:
+		return trim(b/(1<<20)) + "M"
+	case b >= 1<<10:
+		return trim(b/(1<<10)) + "K"
+	}
+	return fmt.Sprintf("%.0fB", b)
+}
+
+// Rate prints bytes per second as bits per second: 93.2 Mbit/s.
+func Rate(bytesPerSec float64) string {
+	bits := bytesPerSec * 8
+	switch {
+	case bits >= 1e9:
+		return trim(bits/1e9) + " Gbit/s"
+	case bits >= 1e6:
+		return trim(bits/1e6) + " Mbit/s"
+	case bits >= 1e3:
+		return trim(bits/1e3) + " kbit/s"
+	}
+	return fmt.Sprintf("%.0f bit/s", bits)
+}
+
+// trim prints one decimal and drops a trailing ".0".
+func trim(v float64) string {
+	return strings.TrimSuffix(fmt.Sprintf("%.1f", v), ".0")
+}
+
+// Pct prints a fraction as a whole percentage.
+func Pct(f float64) string { return fmt.Sprintf("%.0f%%", f*100) }
+
+// Dur prints a duration rounded for people: 450ms, 45s, 12m30s, 3h5m0s.
+func Dur(d time.Duration) string {
+	switch {
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Hour:
+		return d.Round(time.Second).String()
+	}
+	return d.Round(time.Minute).String()
+}
+
+// RTT prints a round-trip time: 60µs, 2.5ms, 20ms.
+func RTT(d time.Duration) string {
+	switch {
+	case d < time.Millisecond:
+		return fmt.Sprintf("%dµs", d.Microseconds())
+	case d < 10*time.Millisecond:
+		return trim(float64(d)/float64(time.Millisecond)) + "ms"
+	}
+	return fmt.Sprintf("%.0fms", float64(d)/float64(time.Millisecond))
+}
+
+// Seconds converts seconds to a Duration.
+func Seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
