@@ -156,6 +156,15 @@ func windowText(win Window) string {
 	return fmt.Sprintf("a %.1fs window", win.Seconds)
 }
 
+// counts prints "a 12, b 3".
+func counts(cs []diag.Count) string {
+	parts := make([]string, len(cs))
+	for i, c := range cs {
+		parts[i] = fmt.Sprintf("%s %d", c.Key, c.N)
+	}
+	return strings.Join(parts, ", ")
+}
+
 func subjectText(s diag.Subject) string {
 	var parts []string
 	if s.Local != "" {
@@ -166,6 +175,15 @@ func subjectText(s diag.Subject) string {
 	}
 	if s.Command != "" || s.Pid != 0 {
 		parts = append(parts, fmt.Sprintf("(%s pid %d)", s.Command, s.Pid))
+	}
+	if s.Service != "" && s.Service != s.Local {
+		parts = append(parts, "service "+s.Service)
+	}
+	if len(s.Peers) > 1 || len(s.Peers) == 1 && s.Remote == "" {
+		parts = append(parts, "peers "+counts(s.Peers))
+	}
+	if len(s.Ports) > 0 {
+		parts = append(parts, "ports "+counts(s.Ports))
 	}
 	if s.Netns != "" {
 		parts = append(parts, "netns "+s.Netns)
