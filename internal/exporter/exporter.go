@@ -19,6 +19,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/tcpmodel"
 )
 
 // DefaultTop is the default number of listeners and destinations exported
@@ -260,12 +261,7 @@ func (x *Exporter) addListeners(b *viewBuilder, s *snapshot.Snapshot) {
 		}
 		ls = append(ls, lis{local: sk.Local.String(), port: strconv.Itoa(int(sk.Local.Port())), cmd: command(s, sk), q: sk.RecvQ, max: sk.SendQ})
 	}
-	fill := func(l lis) float64 {
-		if l.max == 0 {
-			return float64(l.q)
-		}
-		return float64(l.q) / float64(l.max)
-	}
+	fill := func(l lis) float64 { return tcpmodel.Fill{Queue: l.q, Backlog: l.max}.Frac() }
 	sort.SliceStable(ls, func(i, j int) bool {
 		if fi, fj := fill(ls[i]), fill(ls[j]); fi != fj {
 			return fi > fj

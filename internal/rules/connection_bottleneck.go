@@ -188,7 +188,6 @@ func checkConnectionBottleneck(in *diag.Input) ([]diag.Finding, error) {
 			tcpmodel.Who(cur, sk.Pids), peer, n, want)
 		sub := subject(cur, ls, sk)
 		if k.local.IsValid() {
-			sub.Remote = ""
 			sub.Peers = []diag.Count{{Key: k.remote.Addr().String(), N: n}}
 		}
 		fs = append(fs, diag.Finding{Severity: sev, Subject: sub, Summary: sum, Evidence: ev, Fixes: []diag.Fix{

@@ -33,15 +33,12 @@ type listener struct {
 	prevQ    uint32
 	hasPrev  bool
 	peak     uint32 // largest Recv-Q seen in either sample
-	fullNow  bool   // Recv-Q >= backlog now
+	fullNow  bool   // the kernel drops the next handshake: Recv-Q > backlog
 	nearFull bool   // peak >= listenNearFull x backlog
 }
 
 func (l *listener) fill() float64 {
-	if l.sk.SendQ == 0 {
-		return float64(l.peak)
-	}
-	return float64(l.peak) / float64(l.sk.SendQ)
+	return tcpmodel.Fill{Queue: l.peak, Backlog: l.sk.SendQ}.Frac()
 }
 
 // listeners returns the LISTEN sockets of in.Cur, fullest first.
@@ -57,7 +54,7 @@ func listeners(in *diag.Input) []listener {
 			l.prevQ, l.hasPrev = p.RecvQ, true
 			l.peak = max(l.peak, p.RecvQ)
 		}
-		l.fullNow = sk.RecvQ > 0 && sk.RecvQ >= sk.SendQ
+		l.fullNow = tcpmodel.FillOf(sk).Full()
 		l.nearFull = l.peak > 0 && float64(l.peak) >= listenNearFull*float64(sk.SendQ)
 		out = append(out, l)
 	}

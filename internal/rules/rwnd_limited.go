@@ -286,7 +286,11 @@ func rwndFinding(in *diag.Input, sk *snapshot.Socket, sh snapshot.Shares, share 
 	}
 	// Severity is the consequence: a warning when the flow moves well
 	// below what its path carries and a larger window would help.
-	pacing := peer != nil && peer.Mem != nil && peer.Mem.Rcvbuf > 0 && float64(peer.RecvQ) >= rwndPacingFill*float64(peer.Mem.Rcvbuf)
+	// A reader that keeps up drains its buffer at once, so the window
+	// never closes: a zero window, or a local receiver's buffer holding
+	// unread data, means the reader sets the pace, not the window's size.
+	zeroWnd := ti.Has(snapshot.EndSndWnd) && ti.SndWnd == 0
+	pacing := zeroWnd || peer != nil && fill(peer) >= rwndPacingFill
 	sized := rcvPin.Pinned || sup.full && !lifetime && sameWindow(in.PrevSocket(sk.Cookie), sk)
 	ev = append(ev, diag.Evidence{Name: "performance", Value: verdict.Why, Source: "sock_diag tcp_info.bytes_acked or delivery_rate; --bandwidth or other connections' delivery rates",
 		Threshold: fmt.Sprintf("warning below %s of the path's rate, with the window shown to be the limit", units.Pct(tcpmodel.LostShare))})
@@ -296,8 +300,13 @@ func rwndFinding(in *diag.Input, sk *snapshot.Socket, sh snapshot.Shares, share 
 		return diag.Finding{}, false
 	case pacing:
 		sev = diag.Info
-		ev = append(ev, diag.Evidence{Name: "receiver reads slowly", Value: fmt.Sprintf("its Recv-Q %s holds %s of its rcvbuf: the application paces reading (or is slow; see slow-reader); a larger window would not help", units.Bytes(float64(peer.RecvQ)), units.Pct(float64(peer.RecvQ)/float64(peer.Mem.Rcvbuf))),
-			Source: "sock_diag Recv-Q and SK_MEMINFO rcvbuf of the reverse tuple", Threshold: ">= " + units.Pct(rwndPacingFill)})
+		v, src := "the peer advertises a zero window: its application is not reading", "sock_diag tcp_info.snd_wnd"
+		if peer != nil && peer.Mem != nil {
+			v = fmt.Sprintf("its buffer holds %s unread (%s of rcvbuf %s)", units.Bytes(float64(peer.RecvQ)), units.Pct(fill(peer)), units.Bytes(float64(peer.Mem.Rcvbuf)))
+			src = "sock_diag Recv-Q and SK_MEMINFO rmem_alloc, rcvbuf of the reverse tuple"
+		}
+		ev = append(ev, diag.Evidence{Name: "receiver reads slowly", Value: v + ": the application paces reading (or is slow; see slow-reader); a larger window would not help",
+			Source: src, Threshold: fmt.Sprintf("zero window, or a local receiver's buffer >= %s full", units.Pct(rwndPacingFill))})
 	case pp.Rate > 0 || sized:
 		sev = diag.Warning
 	default:

@@ -23,8 +23,8 @@ const (
 	// rcvbuf (autotuned buffers can be many MB); it is a candidate only:
 	// severity comes from what the reader moves and whether it moves.
 	slowReaderBigQ = 1 << 20
-	// slowReaderFullFill: the buffer was this full in both samples: the
-	// advertised window is about closed and the sender waits for it.
+	// slowReaderFullFill: on kernels without tcp_info.rcv_wnd (before 6.2),
+	// a buffer this full in both samples counts as a closed window.
 	slowReaderFullFill    = 0.9
 	slowReaderMaxFindings = 10
 )
@@ -42,6 +42,16 @@ func backedUp(sk *snapshot.Socket) bool {
 		return false
 	}
 	return float64(sk.Mem.RmemAlloc) >= slowReaderFill*float64(sk.Mem.Rcvbuf)
+}
+
+// windowClosed: the receiver advertises (about) no window: under two
+// segments in tcp_info.rcv_wnd (Linux 6.2+), else a buffer at least
+// slowReaderFullFill full.
+func windowClosed(sk *snapshot.Socket) bool {
+	if ti := sk.Info; ti.Has(snapshot.EndRcvWnd) {
+		return ti.RcvWnd < 2*max(ti.RcvMSS, 536)
+	}
+	return fill(sk) >= slowReaderFullFill
 }
 
 func fill(sk *snapshot.Socket) float64 {
@@ -101,7 +111,7 @@ func checkSlowReader(in *diag.Input) ([]diag.Finding, error) {
 		g.socks = append(g.socks, sk)
 		g.prevs = append(g.prevs, p)
 		g.total += uint64(sk.RecvQ)
-		if fill(sk) >= slowReaderFullFill && fill(p) >= slowReaderFullFill {
+		if windowClosed(sk) && windowClosed(p) {
 			g.full = true
 		}
 		if r, ok := received(sk, p, in.Window()); ok && r == 0 {
@@ -160,7 +170,7 @@ func slowReaderFinding(in *diag.Input, g *readerGroup, idx tcpmodel.Tuples, ls t
 	}
 	if sk.Mem != nil {
 		ev = append(ev, diag.Evidence{Name: "receive buffer", Value: fmt.Sprintf("rmem_alloc %s of rcvbuf %s (%s full)", units.Bytes(float64(sk.Mem.RmemAlloc)), units.Bytes(float64(sk.Mem.Rcvbuf)), units.Pct(fill(sk))),
-			Source: "sock_diag SK_MEMINFO rmem_alloc, rcvbuf", Threshold: "window closed at " + units.Pct(slowReaderFullFill) + " in both samples"})
+			Source: "sock_diag SK_MEMINFO rmem_alloc, rcvbuf", Threshold: "window closed (tcp_info.rcv_wnd under two segments, or the buffer " + units.Pct(slowReaderFullFill) + " full on kernels before 6.2) in both samples"})
 	}
 	if sk.Info != nil && p.Info != nil && sk.Info.BytesReceived >= p.Info.BytesReceived {
 		got := sk.Info.BytesReceived - p.Info.BytesReceived
@@ -200,7 +210,7 @@ func slowReaderFinding(in *diag.Input, g *readerGroup, idx tcpmodel.Tuples, ls t
 		sev = diag.Info
 	}
 	ev = append(ev, diag.Evidence{Name: "performance", Value: verdict.Why, Source: "sock_diag tcp_info.bytes_received (delta); --bandwidth or delivery rates",
-		Threshold: fmt.Sprintf("critical when nothing is read; warning with the buffer >= %s full in both samples and the flow below %s of the path", units.Pct(slowReaderFullFill), units.Pct(tcpmodel.LostShare))})
+		Threshold: fmt.Sprintf("critical when nothing is read; warning with the window closed in both samples and the flow below %s of the path", units.Pct(tcpmodel.LostShare))})
 	n := ""
 	if len(g.socks) > 1 {
 		n = fmt.Sprintf(" on %d connections", len(g.socks))
