@@ -7,6 +7,7 @@ import (
 
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/remedy"
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/tcpmodel"
 	"github.com/tcpdoctor/tcpdoctor/internal/units"
 )
@@ -65,7 +66,13 @@ func checkConnectionChurn(in *diag.Input) ([]diag.Finding, error) {
 func churnFinding(in *diag.Input, c *tcpmodel.Churn, sev diag.Severity) diag.Finding {
 	cur := in.Cur
 	pid := c.Openers.Top()
+	if pid == 0 {
+		pid = prevOpener(in.Prev, c.Flow)
+	}
 	cmd := tcpmodel.Command(cur, pid)
+	if cmd == "" && pid != 0 {
+		cmd = tcpmodel.Command(in.Prev, pid)
+	}
 	opener := fmt.Sprintf("clients at %s", c.Opener)
 	switch {
 	case pid != 0:
@@ -107,6 +114,11 @@ func churnFinding(in *diag.Input, c *tcpmodel.Churn, sev diag.Severity) diag.Fin
 				v += "; owner scan: " + why
 			}
 		}
+		if c.Openers.Len() == 0 && pid != 0 {
+			v = tcpmodel.Who(in.Prev, []int{pid}) + " (from the previous sample)"
+		} else if pid == 0 && life < time.Second {
+			v += fmt.Sprintf(" (connections living about %s end before the owner scan that follows the socket dump reaches them)", units.Dur(life))
+		}
 		ev = append(ev, diag.Evidence{Name: "opener", Value: v, Source: "/proc/PID/fd socket inodes of the flow's open connections"})
 	} else {
 		ev = append(ev, diag.Evidence{Name: "opener", Value: fmt.Sprintf("%s is not on this host (in this namespace): the pool to fix is the client's", c.Opener), Source: "no client-side socket of the flow here"})
@@ -131,3 +143,20 @@ func churnFinding(in *diag.Input, c *tcpmodel.Churn, sev diag.Severity) diag.Fin
 // churnShortLife: connections living less than this on average carry
 // about one request each.
 const churnShortLife = 100 * time.Millisecond
+
+// prevOpener names the owner of the flow's opener-side connections in the
+// previous sample, 0 when none is known: short connections often end
+// before the owner scan of one sample reaches them.
+func prevOpener(prev *snapshot.Snapshot, f tcpmodel.Flow) int {
+	if prev == nil {
+		return 0
+	}
+	var t tcpmodel.Tally
+	for i := range prev.Sockets {
+		sk := &prev.Sockets[i]
+		if sk.State != snapshot.TimeWait && sk.Local.Addr() == f.Opener && sk.Remote == f.Service && len(sk.Pids) > 0 {
+			t.Add(sk.Pids[0])
+		}
+	}
+	return t.Top()
+}
