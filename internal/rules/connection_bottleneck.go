@@ -198,7 +198,7 @@ func checkConnectionBottleneck(in *diag.Input) ([]diag.Finding, error) {
 			{Scope: "application", Text: "do not pin small socket buffers on these connections (see sndbuf-limited, rwnd-limited)", Risk: "memory per connection"},
 		}})
 	}
-	return fs, nil
+	return fs, ownersGone(cur)
 }
 
 // segRates is the data segments per second each way between p and sk.

@@ -60,7 +60,7 @@ func checkConnectionChurn(in *diag.Input) ([]diag.Finding, error) {
 	})
 	return rankFindings(hits, churnMaxFindings, func(n int) diag.Finding {
 		return moreFinding(cur, n, "flows", "open a new connection per request", "sock_diag TIME-WAIT sockets by opener and service")
-	}), nil
+	}), ownersGone(cur)
 }
 
 func churnFinding(in *diag.Input, c *tcpmodel.Churn, sev diag.Severity) diag.Finding {

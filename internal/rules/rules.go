@@ -157,3 +157,13 @@ func prevState(in *diag.Input) tcpmodel.PrevState {
 		return 0, false
 	}
 }
+
+// ownersGone returns an unknown error when no process could be named at
+// all (the owner scan failed or did not run): a rule that names processes
+// still reports, by service and peer, and says why it cannot name them.
+func ownersGone(s *snapshot.Snapshot) error {
+	if why := tcpmodel.OwnersMissing(s); why != "" && len(s.Procs) == 0 {
+		return diag.Unknownf("processes not named: %s", why)
+	}
+	return nil
+}

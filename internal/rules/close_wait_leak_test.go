@@ -1,0 +1,41 @@
+package rules
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/diag"
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+)
+
+// Without owners the leak is still reported, grouped by the service the
+// sockets were accepted on, and the rule says it could not name processes.
+func TestCloseWaitLeakWithoutOwners(t *testing.T) {
+	s := &snapshot.Snapshot{Taken: time.Unix(10, 0), Netns: snapshot.Netns{Name: "host"},
+		Errors: []snapshot.SourceError{{Source: snapshot.SourceOwners, Err: "procs: open /proc: permission denied"}}}
+	s.Sockets = append(s.Sockets,
+		snapshot.Socket{State: snapshot.Listen, Local: netip.MustParseAddrPort("0.0.0.0:8080")},
+		snapshot.Socket{State: snapshot.Listen, Local: netip.MustParseAddrPort("0.0.0.0:9090")})
+	for i := 0; i < 120; i++ {
+		s.Sockets = append(s.Sockets, snapshot.Socket{State: snapshot.CloseWait, Cookie: uint64(i + 1),
+			Local: netip.MustParseAddrPort("10.0.0.1:8080"), Remote: netip.AddrPortFrom(netip.MustParseAddr("10.0.0.9"), uint16(40000+i))})
+	}
+	for i := 0; i < 110; i++ {
+		s.Sockets = append(s.Sockets, snapshot.Socket{State: snapshot.CloseWait, Cookie: uint64(1000 + i),
+			Local: netip.MustParseAddrPort("10.0.0.1:9090"), Remote: netip.AddrPortFrom(netip.MustParseAddr("10.0.0.8"), uint16(40000+i))})
+	}
+	fs, err := checkCloseWaitLeak(diag.NewInput(nil, s, diag.Options{}))
+	if err == nil {
+		t.Error("owners missing: want an unknown saying processes could not be named")
+	}
+	if len(fs) != 2 {
+		t.Fatalf("want one finding per service, got %d: %+v", len(fs), fs)
+	}
+	if fs[0].Subject.Service != "10.0.0.1:8080" || fs[0].Subject.Pid != 0 || len(fs[0].Subject.Peers) != 1 || fs[0].Subject.Peers[0] != (diag.Count{Key: "10.0.0.9", N: 120}) {
+		t.Errorf("first finding subject %+v", fs[0].Subject)
+	}
+	if fs[1].Subject.Service != "10.0.0.1:9090" {
+		t.Errorf("second finding subject %+v", fs[1].Subject)
+	}
+}
