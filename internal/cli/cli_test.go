@@ -5,9 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -194,5 +197,20 @@ func TestBDP(t *testing.T) {
 	golden(t, "bdp-20ms-100mbit.txt", out)
 	if code, _, _ := run(t, "bdp", "--rtt", "20ms"); code != ExitUsage {
 		t.Errorf("bdp without --bandwidth: exit %d", code)
+	}
+}
+
+// A system error whose text reads like a usage error (EINVAL is "invalid
+// argument") exits 3, and bad arguments exit 2 by their type.
+func TestExitCodeByType(t *testing.T) {
+	root := NewRoot(&Env{Stdout: io.Discard, Stderr: io.Discard})
+	sysErr := fmt.Errorf("sock_diag: %w", syscall.EINVAL)
+	if code := exitCode(root, []string{"sockets"}, sysErr, io.Discard); code != ExitCollect {
+		t.Errorf("EINVAL from a command: exit %d, want %d", code, ExitCollect)
+	}
+	for _, args := range [][]string{{"explain"}, {"explain", "a", "b"}, {"rules", "extra"}, {"lab", "nosuch"}} {
+		if code, _, stderr := run(t, args...); code != ExitUsage {
+			t.Errorf("%v: exit %d (%s), want %d", args, code, stderr, ExitUsage)
+		}
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -106,7 +105,36 @@ func NewRoot(e *Env) *cobra.Command {
 		newLabCmd(e),
 		newServeCmd(e),
 	)
+	usageArgs(root)
 	return root
+}
+
+// usageArgs makes every argument validator in the tree return a usage
+// error, so the exit code comes from the error's type, not its text.
+// Command groups below the root (lab, workload) print their help when
+// called bare and reject an unknown subcommand (cobra prints help and
+// exits 0 for those).
+func usageArgs(c *cobra.Command) {
+	if c.HasParent() && !c.Runnable() && c.HasSubCommands() {
+		c.Args = cobra.ArbitraryArgs
+		c.RunE = func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return cmd.Help()
+			}
+			return usageErr("unknown command %q for %q", args[0], cmd.CommandPath())
+		}
+	}
+	if v := c.Args; v != nil {
+		c.Args = func(cmd *cobra.Command, args []string) error {
+			if err := v(cmd, args); err != nil {
+				return &exitError{code: ExitUsage, err: err}
+			}
+			return nil
+		}
+	}
+	for _, sub := range c.Commands() {
+		usageArgs(sub)
+	}
 }
 
 // Main runs tcpdoctor with args and returns the exit code.
@@ -115,33 +143,29 @@ func Main(args []string, e *Env) int {
 	defer stop()
 	root := NewRoot(e)
 	root.SetArgs(args)
-	err := root.ExecuteContext(ctx)
+	return exitCode(root, args, root.ExecuteContext(ctx), e.Stderr)
+}
+
+// exitCode prints err and maps it to an exit code.
+func exitCode(root *cobra.Command, args []string, err error, stderr io.Writer) int {
 	if err == nil {
 		return ExitOK
 	}
 	var ee *exitError
 	if errors.As(err, &ee) {
 		if ee.err != nil {
-			fmt.Fprintf(e.Stderr, "tcpdoctor: %v\n", ee.err)
+			fmt.Fprintf(stderr, "tcpdoctor: %v\n", ee.err)
 		}
 		return ee.code
 	}
-	fmt.Fprintf(e.Stderr, "tcpdoctor: %v\n", err)
-	if isUsage(err) {
+	fmt.Fprintf(stderr, "tcpdoctor: %v\n", err)
+	// Flag and argument errors arrive as exitError (SetFlagErrorFunc,
+	// usageArgs); what remains from cobra is a command line naming no
+	// command, which Find reports again.
+	if _, _, ferr := root.Find(args); ferr != nil {
 		return ExitUsage
 	}
 	return ExitCollect
-}
-
-// isUsage recognises cobra's own argument errors (unknown command, bad args).
-func isUsage(err error) bool {
-	msg := err.Error()
-	for _, p := range []string{"unknown command", "unknown flag", "unknown shorthand", "accepts ", "requires ", "invalid argument", "flag needs"} {
-		if strings.Contains(msg, p) {
-			return true
-		}
-	}
-	return false
 }
 
 // progress prints a note to stderr.
