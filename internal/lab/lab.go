@@ -241,6 +241,16 @@ func (p *Proc) Wait(timeout time.Duration, v any) error {
 	return nil
 }
 
+// Exited reports whether the process has ended.
+func (p *Proc) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
 // Stop ends the process (SIGTERM, then SIGKILL) and waits for it.
 func (p *Proc) Stop() {
 	select {
