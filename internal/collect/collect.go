@@ -61,9 +61,19 @@ func (c *Collector) Collect(nss []netns.NS) []*snapshot.Snapshot {
 		out = append(out, s)
 	}
 	if c.Opts.Owners {
-		c.attachOwners(out)
+		own := c.attachOwners(out)
+		for i, s := range out {
+			c.nameFlowOwners(nss[i], s, own, c.procRoot())
+		}
 	}
 	return out
+}
+
+func (c *Collector) procRoot() string {
+	if c.Opts.ProcRoot == "" {
+		return "/proc"
+	}
+	return c.Opts.ProcRoot
 }
 
 // Unreachable is the snapshot of a namespace that could not be looked at:
@@ -104,7 +114,7 @@ func expectedSockets(s *snapshot.Snapshot) int {
 
 // attachOwners scans /proc once for all namespaces: socket inodes are
 // unique host-wide.
-func (c *Collector) attachOwners(snaps []*snapshot.Snapshot) {
+func (c *Collector) attachOwners(snaps []*snapshot.Snapshot) *procs.Owners {
 	start := time.Now()
 	want := make(map[uint32]struct{})
 	for _, s := range snaps {
@@ -114,10 +124,7 @@ func (c *Collector) attachOwners(snaps []*snapshot.Snapshot) {
 			}
 		}
 	}
-	root := c.Opts.ProcRoot
-	if root == "" {
-		root = "/proc"
-	}
+	root := c.procRoot()
 	own, err := procs.Scanner{Root: root}.Scan(func(ino uint32) bool { _, ok := want[ino]; return ok })
 	d := time.Since(start)
 	for _, s := range snaps {
@@ -136,6 +143,7 @@ func (c *Collector) attachOwners(snaps []*snapshot.Snapshot) {
 			s.AddError(snapshot.SourceOwners, err)
 		}
 	}
+	return own
 }
 
 // maxBufLockProbes bounds the pidfd_getfd probes of one snapshot.

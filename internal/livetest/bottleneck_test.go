@@ -104,8 +104,9 @@ func TestConnectionBottleneck(t *testing.T) {
 			for _, e := range f.Evidence {
 				t.Logf("  %s = %s", e.Name, e.Value)
 			}
-			rem, err := netip.ParseAddrPort(f.Subject.Remote)
-			if f.Subject.Local != addr || err != nil || rem.Addr() != p.cli || f.Subject.Pid != os.Getpid() {
+			// Server side: the peer is the caller's address (its ports are
+			// one per connection), the service the listener.
+			if f.Subject.Local != addr || f.Subject.Service != addr || f.Subject.Remote != p.cli.String() || f.Subject.Pid != os.Getpid() {
 				t.Errorf("subject %+v, want the provider's connection %s to the caller at %s, pid %d", f.Subject, addr, p.cli, os.Getpid())
 			}
 			n := 0

@@ -30,6 +30,11 @@ type Owners struct {
 	ByInode map[uint32][]FDRef
 	// Procs holds every pid seen holding a kept socket.
 	Procs map[int]*snapshot.Proc
+	// Newest maps each pid holding sockets the want filter rejected to the
+	// highest such socket inode: sockets created after the dump have
+	// inodes above the dump's, so it tells which processes are opening
+	// sockets right now.
+	Newest map[int]uint32
 }
 
 // Scan walks Root/[0-9]*/fd once. Processes that vanish mid-scan are skipped;
@@ -55,7 +60,7 @@ func (s Scanner) Scan(want func(inode uint32) bool) (*Owners, error) {
 	var wg sync.WaitGroup
 	for i := range ws {
 		w := &ws[i]
-		w.dents, w.link, w.want = make([]byte, 32<<10), make([]byte, 64), want
+		w.dents, w.link, w.want, w.newest = make([]byte, 32<<10), make([]byte, 64), want, map[int]uint32{}
 		wg.Go(func() {
 			for {
 				k := int(next.Add(1)) - 1
@@ -68,7 +73,7 @@ func (s Scanner) Scan(want func(inode uint32) bool) (*Owners, error) {
 	}
 	wg.Wait()
 
-	out := &Owners{Procs: make(map[int]*snapshot.Proc)}
+	out := &Owners{Procs: make(map[int]*snapshot.Proc), Newest: make(map[int]uint32)}
 	var denied, failed, total int
 	var firstFail error
 	for i := range ws {
@@ -81,6 +86,9 @@ func (s Scanner) Scan(want func(inode uint32) bool) (*Owners, error) {
 		total += len(w.refs)
 		for _, p := range w.procs {
 			out.Procs[p.Pid] = p
+		}
+		for pid, ino := range w.newest {
+			out.Newest[pid] = ino
 		}
 	}
 	// One slab backs every single-holder inode's slice: no allocation per
@@ -152,8 +160,9 @@ type walker struct {
 	link  []byte
 	want  func(uint32) bool
 
-	refs  []inodeRef
-	procs []*snapshot.Proc
+	refs   []inodeRef
+	procs  []*snapshot.Proc
+	newest map[int]uint32
 
 	denied, failed int
 	firstFail      error
@@ -236,7 +245,13 @@ func (w *walker) walk(root string, pid int) error {
 				return errno
 			}
 			ino, ok := parseSocketLink(w.link[:r])
-			if !ok || (w.want != nil && !w.want(ino)) {
+			if !ok {
+				continue
+			}
+			if w.want != nil && !w.want(ino) {
+				if ino > w.newest[pid] {
+					w.newest[pid] = ino
+				}
 				continue
 			}
 			kept++

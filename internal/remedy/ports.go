@@ -101,7 +101,7 @@ func WidenRange(p *tcpmodel.PortSpace, peak int) (diag.Fix, bool) {
 // TWReuse proposes tcp_tw_reuse=1 when reuse does not apply to the
 // destination now; false when it already does or cannot (no timestamps).
 func TWReuse(r tcpmodel.Reuse, applies bool) (diag.Fix, bool) {
-	if applies || r.Mode == 1 {
+	if applies || r.Mode == 1 && r.Timestamps {
 		return diag.Fix{}, false
 	}
 	now := "unknown"

@@ -188,6 +188,9 @@ func checkConnectionBottleneck(in *diag.Input) ([]diag.Finding, error) {
 			tcpmodel.Who(cur, sk.Pids), peer, n, want)
 		sub := subject(cur, ls, sk)
 		if k.local.IsValid() {
+			// Server side: the peer is the client's address, its ports
+			// are one per connection.
+			sub.Remote = k.remote.Addr().String()
 			sub.Peers = []diag.Count{{Key: k.remote.Addr().String(), N: n}}
 		}
 		fs = append(fs, diag.Finding{Severity: sev, Subject: sub, Summary: sum, Evidence: ev, Fixes: []diag.Fix{

@@ -158,5 +158,10 @@ func prevOpener(prev *snapshot.Snapshot, f tcpmodel.Flow) int {
 			t.Add(sk.Pids[0])
 		}
 	}
+	for _, fo := range prev.FlowOwners {
+		if fo.Local == f.Opener && fo.Remote == f.Service {
+			t.Add(fo.Pid)
+		}
+	}
 	return t.Top()
 }

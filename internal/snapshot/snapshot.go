@@ -28,12 +28,25 @@ type Snapshot struct {
 	Sysctls map[string]string `json:"sysctls,omitempty"`
 	// Procs holds the processes that own at least one socket, by pid.
 	Procs map[int]*Proc `json:"procs,omitempty"`
+	// FlowOwners names the processes behind connections too short to be
+	// matched by the owner scan: found by a second look at the processes
+	// opening sockets at the time of the scan.
+	FlowOwners []FlowOwner `json:"flow_owners,omitempty"`
 
 	// Errors lists every source that failed or was partial; collection
 	// carries on past them.
 	Errors []SourceError `json:"errors,omitempty"`
 	// Sources lists every source attempted, with timing.
 	Sources []SourceStat `json:"sources,omitempty"`
+}
+
+// FlowOwner is a process seen holding a connection from Local to Remote.
+type FlowOwner struct {
+	Local  netip.Addr     `json:"local"`
+	Remote netip.AddrPort `json:"remote"`
+	Pid    int            `json:"pid"`
+	// Sockets counts the connections matched to the process.
+	Sockets int `json:"sockets"`
 }
 
 // Netns identifies a network namespace.

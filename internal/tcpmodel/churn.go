@@ -34,6 +34,8 @@ type Churn struct {
 	LocalService, LocalOpener bool
 	Openers Tally // owners of open opener-side sockets
 	Server  Tally // owners of the service's listener
+	// flowOwned: Openers came from the collector's second look.
+	flowOwned bool
 }
 
 // Closed is the number of connections closed during the window.
@@ -110,10 +112,25 @@ func ChurnOf(s *snapshot.Snapshot, prev PrevState, window time.Duration) []*Chur
 			}
 		}
 	}
+	// Openers too quick for the owner scan, named by the collector's
+	// second look (snapshot.FlowOwners).
+	for _, fo := range s.FlowOwners {
+		if c := m[Flow{Opener: fo.Local, Service: fo.Remote}]; c != nil && c.Openers.Len() == 0 || c != nil && c.flowOwned {
+			c.flowOwned = true
+			c.LocalOpener = true
+			for range max(fo.Sockets, 1) {
+				c.Openers.Add(fo.Pid)
+			}
+		}
+	}
 	out := make([]*Churn, 0, len(m))
 	for f, c := range m {
 		if !c.LocalOpener {
 			c.Open = serverOpen[f]
+		}
+		// A TIME_WAIT on the opener's side proves the opener is here too.
+		if c.ClosedByOpener > 0 {
+			c.LocalOpener = true
 		}
 		if ln := ls.Of(&snapshot.Socket{State: snapshot.Established, Local: f.Service}); ln != nil {
 			c.LocalService = true

@@ -266,6 +266,11 @@ func (p *PortSpace) DestUsage(cur *snapshot.Snapshot, prev PrevState, window tim
 			u.TWReusable++
 		}
 	}
+	for _, fo := range cur.FlowOwners {
+		if u := m[Dest{Src: fo.Local, Dst: fo.Remote}]; u != nil && u.Owners.Len() == 0 {
+			u.Owners.Add(fo.Pid)
+		}
+	}
 	for _, k := range notsTS {
 		u := m[k]
 		u.NoTimestamps, u.Reuse, u.TWReusable = true, false, 0

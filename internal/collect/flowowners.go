@@ -1,0 +1,154 @@
+package collect
+
+import (
+	"time"
+	"net/netip"
+	"runtime"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/netns"
+	"github.com/tcpdoctor/tcpdoctor/internal/procs"
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/sockdiag"
+	"github.com/tcpdoctor/tcpdoctor/internal/tcpmodel"
+)
+
+// Connections that live a few milliseconds (a new connection per request)
+// are gone by the time the owner scan reaches their process, so churn
+// would have no opener. A second, quick look names it: the processes the
+// scan saw holding sockets newer than the dump are opening sockets now;
+// for each, dump the namespace's connections and read its fds at once,
+// and match inodes within the same millisecond or so.
+const (
+	// flowMaxSockets: beyond this many sockets the extra dumps cost too
+	// much; the openers stay unnamed (rules say so).
+	flowMaxSockets = 50_000
+	flowMaxFlows   = 16
+	flowMaxProcs   = 8
+	flowRounds     = 4
+	// flowBudget bounds the second look's time per namespace.
+	flowBudget = 80 * time.Millisecond
+	// flowChurnTW: a flow is looked for only when at least this many of
+	// its connections closed in the last flowChurnAge (10/s): churn worth
+	// naming, not the odd closed connection every host has.
+	flowChurnTW  = 20
+	flowChurnAge = 2 * time.Second
+)
+
+type flowKey struct {
+	local  netip.Addr
+	remote netip.AddrPort
+}
+
+// unownedFlows lists client-side flows with no owner in s that churn:
+// flowChurnTW TIME_WAIT sockets (of either side) younger than
+// flowChurnAge.
+func unownedFlows(s *snapshot.Snapshot) map[flowKey]bool {
+	listen := map[uint16]bool{}
+	for i := range s.Sockets {
+		if s.Sockets[i].State == snapshot.Listen {
+			listen[s.Sockets[i].Local.Port()] = true
+		}
+	}
+	owned := map[flowKey]bool{}
+	closed := map[flowKey]int{}
+	for i := range s.Sockets {
+		sk := &s.Sockets[i]
+		switch sk.State {
+		case snapshot.Listen, snapshot.Close, snapshot.BoundInactive:
+			continue
+		}
+		k := flowKey{sk.Local.Addr(), sk.Remote}
+		server := listen[sk.Local.Port()]
+		if server {
+			// The opener's side: the remote end connecting to us.
+			k = flowKey{sk.Remote.Addr(), sk.Local}
+		}
+		switch {
+		case !server && len(sk.Pids) > 0:
+			owned[k] = true
+		case sk.State == snapshot.TimeWait && tcpmodel.TimeWaitAge(sk) < flowChurnAge:
+			closed[k]++
+		}
+	}
+	need := map[flowKey]bool{}
+	for k, n := range closed {
+		if n >= flowChurnTW && !owned[k] {
+			need[k] = true
+		}
+	}
+	return need
+}
+
+// nameFlowOwners fills s.FlowOwners for flows the owner scan left
+// unowned, looking again at the processes opening sockets now.
+func (c *Collector) nameFlowOwners(ns netns.NS, s *snapshot.Snapshot, own *procs.Owners, root string) {
+	if own == nil || len(s.Sockets) > flowMaxSockets {
+		return
+	}
+	need := unownedFlows(s)
+	if len(need) == 0 || len(need) > flowMaxFlows {
+		return
+	}
+	var top uint32
+	for i := range s.Sockets {
+		top = max(top, s.Sockets[i].Inode)
+	}
+	// Socket inodes come from per-CPU batches of 1024: allow one batch
+	// per CPU below the dump's newest.
+	slack := uint32(1024 * (runtime.NumCPU() + 1))
+	var cands []int
+	for pid, ino := range own.Newest {
+		if top > slack && ino+slack >= top && len(cands) < flowMaxProcs {
+			cands = append(cands, pid)
+		}
+	}
+	if len(cands) == 0 {
+		return
+	}
+	found := map[flowKey]map[int]int{}
+	comms := map[int]string{}
+	sc := procs.Scanner{Root: root}
+	// One thread in the namespace for every round: entering it costs more
+	// than these connections live.
+	deadline := time.Now().Add(flowBudget)
+	_ = netns.Do(ns, func() error {
+		for round := 0; round < flowRounds && len(found) < len(need) && time.Now().Before(deadline); round++ {
+			for _, pid := range cands {
+				// fds first, then the dump: a dump walks every socket of the
+				// namespace (about a microsecond each, TIME_WAIT included),
+				// longer than these connections live, and reaches each one at
+				// a random moment of the walk.
+				comm, held, err := sc.Sockets(pid)
+				if err != nil || len(held) == 0 {
+					continue
+				}
+				holds := make(map[uint32]bool, len(held))
+				for _, ino := range held {
+					holds[ino] = true
+				}
+				_ = sockdiag.Dump(sockdiag.Options{States: 1<<snapshot.Established | 1<<snapshot.SynSent | 1<<snapshot.CloseWait}, func(sk *snapshot.Socket) error {
+					if k := (flowKey{sk.Local.Addr(), sk.Remote}); need[k] && holds[sk.Inode] {
+						if found[k] == nil {
+							found[k] = map[int]int{}
+						}
+						found[k][pid]++
+						comms[pid] = comm
+					}
+					return nil
+				})
+			}
+		}
+		return nil
+	})
+	for k, pids := range found {
+		for pid, n := range pids {
+			s.FlowOwners = append(s.FlowOwners, snapshot.FlowOwner{Local: k.local, Remote: k.remote, Pid: pid, Sockets: n})
+			if s.Procs == nil {
+				s.Procs = map[int]*snapshot.Proc{}
+			}
+			if s.Procs[pid] == nil {
+				s.Procs[pid] = &snapshot.Proc{Pid: pid, Command: comms[pid], FDs: -1}
+			}
+		}
+	}
+}

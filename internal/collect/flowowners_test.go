@@ -1,0 +1,83 @@
+package collect
+
+import (
+	"net/netip"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/netns"
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/testns"
+)
+
+func TestUnownedFlows(t *testing.T) {
+	svc := netip.MustParseAddrPort("127.0.0.1:6379")
+	lo := netip.MustParseAddr("127.0.0.1")
+	s := &snapshot.Snapshot{Sockets: []snapshot.Socket{
+		{State: snapshot.Listen, Local: svc},
+		{State: snapshot.Listen, Local: netip.MustParseAddrPort("127.0.0.1:8081")},
+		// An owned flow needs nothing.
+		{State: snapshot.Established, Local: netip.MustParseAddrPort("127.0.0.1:40002"), Remote: netip.MustParseAddrPort("198.18.0.9:443"), Pids: []int{7}},
+	}}
+	young := uint32(59_000) // TIME_WAIT for 1 s
+	for i := 0; i < flowChurnTW; i++ {
+		p := uint16(41000 + 4*i)
+		s.Sockets = append(s.Sockets,
+			// Client side closed first: a flow with no owner.
+			snapshot.Socket{State: snapshot.TimeWait, Local: netip.AddrPortFrom(lo, p), Remote: svc, Expires: young},
+			// Server side closed first towards another service port.
+			snapshot.Socket{State: snapshot.TimeWait, Local: netip.MustParseAddrPort("127.0.0.1:8081"), Remote: netip.AddrPortFrom(lo, p+1), Expires: young},
+			snapshot.Socket{State: snapshot.TimeWait, Local: netip.AddrPortFrom(lo, p+2), Remote: netip.MustParseAddrPort("198.18.0.9:443"), Expires: young},
+			// Old TIME_WAIT: not churn now.
+			snapshot.Socket{State: snapshot.TimeWait, Local: netip.AddrPortFrom(lo, p+3), Remote: netip.MustParseAddrPort("198.18.0.7:443"), Expires: 10_000})
+	}
+	need := unownedFlows(s)
+	if len(need) != 2 || !need[flowKey{lo, svc}] || !need[flowKey{lo, netip.MustParseAddrPort("127.0.0.1:8081")}] {
+		t.Errorf("need %v", need)
+	}
+}
+
+// TestFlowOwnersNamesShortConnections: a client opening a connection per
+// request, each living a few milliseconds, is named by the second look
+// even though the owner scan cannot catch its connections.
+func TestFlowOwnersNamesShortConnections(t *testing.T) {
+	ns := testns.New(t, "flow")
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("needs python3 for the churning client")
+	}
+	const prog = `
+import socket, threading, time
+srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+srv.bind(("127.0.0.1", 7070)); srv.listen(4096)
+def serve():
+    while True:
+        c, _ = srv.accept(); c.recv(16); c.send(b"ok"); time.sleep(0.002); c.close()
+threading.Thread(target=serve, daemon=True).start()
+end = time.time() + 8
+while time.time() < end:
+    s = socket.create_connection(("127.0.0.1", 7070)); s.send(b"q"); s.recv(16); s.close()
+`
+	cmd := exec.Command("ip", "netns", "exec", ns.Name, py, "-c", prog)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	time.Sleep(time.Second)
+	c := &Collector{Opts: Options{Owners: true}, Now: time.Now}
+	named := 0
+	for i := 0; i < 3; i++ {
+		s := c.Collect([]netns.NS{ns})[0]
+		for _, fo := range s.FlowOwners {
+			if fo.Remote.Port() == 7070 && s.Procs[fo.Pid] != nil && s.Procs[fo.Pid].Command == "python3" {
+				named++
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if named == 0 {
+		t.Fatal("the churning python3 was not named in any of 3 samples")
+	}
+	t.Logf("named in %d of 3 samples", named)
+}
