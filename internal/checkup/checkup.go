@@ -5,6 +5,7 @@ package checkup
 import (
 	"context"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
@@ -82,8 +83,12 @@ func Diagnose(ss []Series, rs []diag.Rule, opts diag.Options) *report.Report {
 			rep.Window.Seconds = cur.Taken.Sub(prev.Taken).Seconds()
 		}
 		if prev != nil {
+			// Said once: a failure the second sample repeats is not
+			// reported for the first as well.
 			for _, er := range prev.Errors {
-				rep.Sources = append(rep.Sources, report.SourceError{Netns: sr.Netns, Source: er.Source, Error: "first sample: " + er.Err})
+				if !slices.Contains(cur.Errors, er) {
+					rep.Sources = append(rep.Sources, report.SourceError{Netns: sr.Netns, Source: er.Source, Error: "first sample: " + er.Err})
+				}
 			}
 		}
 		for _, er := range cur.Errors {

@@ -13,8 +13,12 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
+	"github.com/tcpdoctor/tcpdoctor/internal/lab/linkemu"
+	"github.com/tcpdoctor/tcpdoctor/internal/netns"
+	"github.com/tcpdoctor/tcpdoctor/internal/procs"
 )
 
 // Exit codes (documented in README).
@@ -154,11 +158,11 @@ func exitCode(root *cobra.Command, args []string, err error, stderr io.Writer) i
 	var ee *exitError
 	if errors.As(err, &ee) {
 		if ee.err != nil {
-			fmt.Fprintf(stderr, "tcpdoctor: %v\n", ee.err)
+			fmt.Fprintf(stderr, "tcpdoctor: %v%s\n", ee.err, permissionHint(ee.err, haveCap))
 		}
 		return ee.code
 	}
-	fmt.Fprintf(stderr, "tcpdoctor: %v\n", err)
+	fmt.Fprintf(stderr, "tcpdoctor: %v%s\n", err, permissionHint(err, haveCap))
 	// Flag and argument errors arrive as exitError (SetFlagErrorFunc,
 	// usageArgs); what remains from cobra is a command line naming no
 	// command, which Find reports again.
@@ -166,6 +170,37 @@ func exitCode(root *cobra.Command, args []string, err error, stderr io.Writer) i
 		return ExitUsage
 	}
 	return ExitCollect
+}
+
+// permissionHint says how to get the permission err lacked: the
+// capability its package names, when have (haveCap) says this process
+// does not hold it (holding it, something else refused: an LSM or a user
+// namespace).
+func permissionHint(err error, have func(uint) bool) string {
+	for _, p := range []struct {
+		err  error
+		cap  uint
+		name string
+	}{
+		{netns.ErrPermission, unix.CAP_SYS_ADMIN, "CAP_SYS_ADMIN"},
+		{procs.ErrPermission, unix.CAP_SYS_PTRACE, "CAP_SYS_PTRACE"},
+		{linkemu.ErrPermission, unix.CAP_NET_ADMIN, "CAP_NET_ADMIN"},
+	} {
+		if errors.Is(err, p.err) && !have(p.cap) {
+			return "; run as root or grant " + p.name
+		}
+	}
+	return ""
+}
+
+// haveCap reports whether capability c is in this process's effective set.
+func haveCap(c uint) bool {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if unix.Capget(&hdr, &data[0]) != nil {
+		return false
+	}
+	return data[c/32].Effective&(1<<(c%32)) != 0
 }
 
 // progress prints a note to stderr.

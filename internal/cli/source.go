@@ -70,7 +70,7 @@ func (o *sourceOpts) findNamespaces(e *Env) ([]netns.NS, error) {
 func (o *sourceOpts) namespaces(e *Env) ([]netns.NS, error) {
 	nss, err := o.findNamespaces(e)
 	if err != nil && len(nss) > 0 {
-		e.progress("note: %v; their namespaces may be missing", err)
+		e.progress("note: %v; their namespaces may be missing%s", err, permissionHint(err, haveCap))
 		err = nil
 	}
 	return nss, err

@@ -4,6 +4,7 @@ package netns
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"runtime"
 	"slices"
@@ -12,6 +13,22 @@ import (
 
 	"golang.org/x/sys/unix"
 )
+
+// ErrNotFound is wrapped by Named's error when no namespace has the name.
+var ErrNotFound = errors.New("no such namespace")
+
+// ErrPermission is wrapped, next to the system's error, by errors from
+// entering or inspecting a namespace this process may not: setns needs
+// CAP_SYS_ADMIN, and other processes' /proc/PID/ns need ptrace access.
+var ErrPermission = errors.New("needs CAP_SYS_ADMIN")
+
+// permission adds ErrPermission to a permission error, leaves others.
+func permission(err error) error {
+	if errors.Is(err, os.ErrPermission) {
+		return fmt.Errorf("%w (%w)", err, ErrPermission)
+	}
+	return err
+}
 
 // NS is one network namespace.
 type NS struct {
@@ -48,7 +65,7 @@ func (f Finder) named() ([]NS, error) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, errors.New("netns: " + err.Error())
+		return nil, fmt.Errorf("netns: %w", err)
 	}
 	var out []NS
 	for _, e := range ents {
@@ -68,7 +85,7 @@ func (f Finder) namedEntry(name string) (NS, error) {
 		return NS{}, err
 	}
 	if sfs.Type != unix.NSFS_MAGIC {
-		return NS{}, errors.New("netns: " + path + " is not a namespace (stale entry?)")
+		return NS{}, fmt.Errorf("netns: %s %w", path, errStale)
 	}
 	ino, err := nsInode(path)
 	if err != nil {
@@ -76,6 +93,9 @@ func (f Finder) namedEntry(name string) (NS, error) {
 	}
 	return NS{Name: name, Inode: ino, Path: path}, nil
 }
+
+// errStale marks a RunDir entry that is no namespace mount.
+var errStale = errors.New("is not a namespace (stale entry?)")
 
 // Named returns the namespace `ip netns` knows as name.
 func (f Finder) Named(name string) (NS, error) {
@@ -87,20 +107,20 @@ func (f Finder) Named(name string) (NS, error) {
 		return ns, nil
 	}
 	if !errors.Is(err, unix.ENOENT) {
-		if strings.HasPrefix(err.Error(), "netns: ") {
+		if errors.Is(err, errStale) {
 			return NS{}, err
 		}
-		return NS{}, errors.New("netns: " + name + ": " + err.Error())
+		return NS{}, fmt.Errorf("netns: %s: %w", name, permission(err))
 	}
 	all, _ := f.named()
 	if len(all) == 0 {
-		return NS{}, errors.New("netns: no namespace named " + strconv.Quote(name) + " (none under " + f.RunDir + ")")
+		return NS{}, fmt.Errorf("netns: %q: %w (none under %s)", name, ErrNotFound, f.RunDir)
 	}
 	names := make([]string, len(all))
 	for i, ns := range all {
 		names[i] = ns.Name
 	}
-	return NS{}, errors.New("netns: no namespace named " + strconv.Quote(name) + " (have: " + strings.Join(names, ", ") + ")")
+	return NS{}, fmt.Errorf("netns: %q: %w (have: %s)", name, ErrNotFound, strings.Join(names, ", "))
 }
 
 // Current returns the calling thread's namespace, named after a /run/netns
@@ -109,7 +129,7 @@ func (f Finder) Named(name string) (NS, error) {
 func (f Finder) Current() (NS, error) {
 	ino, err := nsInode(f.ProcRoot + "/thread-self/ns/net")
 	if err != nil {
-		return NS{}, errors.New("netns: current: " + err.Error())
+		return NS{}, fmt.Errorf("netns: current: %w", err)
 	}
 	named, err := f.named()
 	if err != nil {
@@ -156,16 +176,16 @@ func pidNS(procRoot string, pid int, ino uint64) NS {
 }
 
 // byProcess maps each namespace inode to the lowest pid in it. Processes
-// that vanish are skipped; unreadable ones are counted.
-func (f Finder) byProcess() (map[uint64]int, int, error) {
+// that vanish are skipped; unreadable ones are returned.
+func (f Finder) byProcess() (map[uint64]int, []int, error) {
 	d, err := os.Open(f.ProcRoot)
 	if err != nil {
-		return nil, 0, errors.New("netns: " + err.Error())
+		return nil, nil, fmt.Errorf("netns: %w", err)
 	}
 	names, err := d.Readdirnames(-1)
 	d.Close()
 	if err != nil {
-		return nil, 0, errors.New("netns: list " + f.ProcRoot + ": " + err.Error())
+		return nil, nil, fmt.Errorf("netns: list %s: %w", f.ProcRoot, err)
 	}
 	var pids []int
 	for _, n := range names {
@@ -175,12 +195,12 @@ func (f Finder) byProcess() (map[uint64]int, int, error) {
 	}
 	slices.Sort(pids)
 	out := make(map[uint64]int)
-	denied := 0
+	var denied []int
 	for _, pid := range pids {
 		ino, err := nsInode(f.ProcRoot + "/" + strconv.Itoa(pid) + "/ns/net")
 		if err != nil {
-			if errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM) {
-				denied++
+			if errors.Is(err, os.ErrPermission) {
+				denied = append(denied, pid)
 			}
 			continue
 		}
@@ -198,7 +218,7 @@ func (f Finder) byProcess() (map[uint64]int, int, error) {
 func (f Finder) All() ([]NS, error) {
 	cur, err := nsInode(f.ProcRoot + "/thread-self/ns/net")
 	if err != nil {
-		return nil, errors.New("netns: current: " + err.Error())
+		return nil, fmt.Errorf("netns: current: %w", err)
 	}
 	named, err := f.named()
 	if err != nil {
@@ -245,10 +265,32 @@ func (f Finder) All() ([]NS, error) {
 		}
 		return compareNames(a.Name, b.Name)
 	})
-	if denied > 0 {
-		return out, errors.New("netns: " + strconv.Itoa(denied) + " processes unreadable: permission denied")
+	if len(denied) > 0 {
+		return out, fmt.Errorf("netns: %s: /proc/PID/ns/net unreadable: %w (needs ptrace access to the process)", whoPids(f.ProcRoot, denied), os.ErrPermission)
 	}
 	return out, nil
+}
+
+// whoPids names up to three processes by pid and command, and counts the
+// rest: "pid 1 (init)", "3 processes: pid 1 (init), pid 7 (a), pid 9 (b)".
+func whoPids(procRoot string, pids []int) string {
+	var b strings.Builder
+	for i, pid := range pids[:min(len(pids), 3)] {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("pid " + strconv.Itoa(pid))
+		if comm, err := os.ReadFile(procRoot + "/" + strconv.Itoa(pid) + "/comm"); err == nil {
+			b.WriteString(" (" + strings.TrimSpace(string(comm)) + ")")
+		}
+	}
+	if len(pids) > 3 {
+		b.WriteString(", ...")
+	}
+	if len(pids) == 1 {
+		return b.String()
+	}
+	return strconv.Itoa(len(pids)) + " processes: " + b.String()
 }
 
 // compareNames orders names, "pid:N" ones by number.
@@ -277,17 +319,16 @@ func Do(ns NS, fn func() error) error {
 	}
 	fd, err := unix.Open(ns.Path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return errors.New("netns: enter " + label + ": open " + ns.Path + ": " + err.Error())
+		return fmt.Errorf("netns: enter %s: open %s: %w", label, ns.Path, permission(err))
 	}
 	defer unix.Close(fd)
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return errors.New("netns: enter " + label + ": " + err.Error())
+		return fmt.Errorf("netns: enter %s: %w", label, err)
 	}
 	if ns.Inode != 0 {
 		if st.Ino != ns.Inode {
-			return errors.New("netns: enter " + label + ": " + ns.Path + " is now namespace " +
-				strconv.FormatUint(st.Ino, 10) + ", not " + strconv.FormatUint(ns.Inode, 10))
+			return fmt.Errorf("netns: enter %s: %s is now namespace %d, not %d", label, ns.Path, st.Ino, ns.Inode)
 		}
 	}
 	type result struct {
@@ -305,11 +346,7 @@ func Do(ns NS, fn func() error) error {
 		already := unix.Stat("/proc/thread-self/ns/net", &here) == nil && here.Ino == st.Ino && here.Dev == st.Dev
 		if !already {
 			if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
-				msg := err.Error()
-				if errors.Is(err, unix.EPERM) {
-					msg += " (needs CAP_SYS_ADMIN)"
-				}
-				done <- result{err: errors.New("netns: enter " + label + ": " + msg)}
+				done <- result{err: fmt.Errorf("netns: enter %s: %w", label, permission(err))}
 				return
 			}
 		}

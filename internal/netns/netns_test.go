@@ -17,7 +17,7 @@ import (
 func TestNamedErrors(t *testing.T) {
 	dir := t.TempDir()
 	f := Finder{ProcRoot: "/proc", RunDir: dir}
-	if _, err := f.Named("x"); err == nil || err.Error() != `netns: no namespace named "x" (none under `+dir+`)` {
+	if _, err := f.Named("x"); !errors.Is(err, ErrNotFound) || err.Error() != `netns: "x": no such namespace (none under `+dir+`)` {
 		t.Errorf("empty dir: %v", err)
 	}
 	// A plain file is what a stale /run/netns entry looks like.
@@ -151,7 +151,7 @@ func TestAllAndDo(t *testing.T) {
 	all, err := f.All()
 	// Some sandboxes refuse even root a few processes (pid 1 here); any
 	// other error is a failure.
-	if err != nil && !strings.HasSuffix(err.Error(), "processes unreadable: permission denied") {
+	if err != nil && !errors.Is(err, os.ErrPermission) {
 		t.Fatalf("All: %v", err)
 	}
 	if len(all) == 0 || all[0].Inode != cur.Inode || all[0].Name != cur.Name {
@@ -305,6 +305,7 @@ func TestDoNotPermitted(t *testing.T) {
 	if path := os.Getenv("NETNS_TEST_ENTER"); path != "" {
 		err := Do(NS{Name: "victim", Path: path}, func() error { return nil })
 		os.Stdout.WriteString("RESULT " + errString(err) + "\n")
+		os.Stdout.WriteString("IS " + strconv.FormatBool(errors.Is(err, ErrPermission) && errors.Is(err, unix.EPERM)) + "\n")
 		// Our own namespace needs no setns, so no CAP_SYS_ADMIN.
 		own, err := Default().Current()
 		if err == nil {
@@ -332,6 +333,9 @@ func TestDoNotPermitted(t *testing.T) {
 	want := "RESULT netns: enter victim: operation not permitted (needs CAP_SYS_ADMIN)"
 	if !strings.Contains(string(out), want+"\n") {
 		t.Errorf("child output lacks %q:\n%s", want, out)
+	}
+	if !strings.Contains(string(out), "IS true\n") {
+		t.Errorf("the error does not wrap ErrPermission and EPERM:\n%s", out)
 	}
 	if !strings.Contains(string(out), "OWN <nil>\n") {
 		t.Errorf("entering our own namespace without CAP_SYS_ADMIN failed:\n%s", out)

@@ -2,6 +2,7 @@ package procs
 
 import (
 	"errors"
+	"fmt"
 	"strconv"
 
 	"golang.org/x/sys/unix"
@@ -38,7 +39,7 @@ func BufLock(ref FDRef, inode uint32) (uint8, error) {
 		case errors.Is(err, unix.ESRCH):
 			return 0, errors.New(where + "no such process")
 		}
-		return 0, errors.New(where + "pidfd_open: " + err.Error())
+		return 0, fmt.Errorf("%spidfd_open: %w", where, err)
 	}
 	defer unix.Close(pidfd)
 	fd, err := unix.PidfdGetfd(pidfd, ref.FD, 0)
@@ -47,13 +48,13 @@ func BufLock(ref FDRef, inode uint32) (uint8, error) {
 		case errors.Is(err, unix.ENOSYS):
 			return 0, errors.New(where + "pidfd_getfd not supported by this kernel (needs Linux >= 5.6)")
 		case errors.Is(err, unix.EPERM), errors.Is(err, unix.EACCES):
-			return 0, errors.New(where + "pidfd_getfd: operation not permitted (needs CAP_SYS_PTRACE over the process)")
+			return 0, fmt.Errorf("%spidfd_getfd: %w (%w: CAP_SYS_PTRACE over the process)", where, err, ErrPermission)
 		case errors.Is(err, unix.EBADF):
 			return 0, errors.New(where + "no such open fd")
 		case errors.Is(err, unix.ESRCH):
 			return 0, errors.New(where + "process exited")
 		}
-		return 0, errors.New(where + "pidfd_getfd: " + err.Error())
+		return 0, fmt.Errorf("%spidfd_getfd: %w", where, err)
 	}
 	defer unix.Close(fd)
 	if inode != 0 {
@@ -70,7 +71,7 @@ func BufLock(ref FDRef, inode uint32) (uint8, error) {
 		case errors.Is(err, unix.ENOTSOCK):
 			return 0, errors.New(where + "not a socket")
 		}
-		return 0, errors.New(where + "getsockopt SO_BUF_LOCK: " + err.Error())
+		return 0, fmt.Errorf("%sgetsockopt SO_BUF_LOCK: %w", where, err)
 	}
 	return uint8(v & int(BufLockSnd|BufLockRcv)), nil
 }

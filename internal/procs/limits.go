@@ -3,6 +3,7 @@ package procs
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"io"
 	"strconv"
 	"strings"
@@ -42,7 +43,7 @@ func parseLimits(r io.Reader) (map[string]Limit, error) {
 		out[strings.Join(f[:i], " ")] = Limit{Soft: soft, Hard: hard}
 	}
 	if err := sc.Err(); err != nil {
-		return out, errors.New("procs: limits: " + err.Error())
+		return out, fmt.Errorf("procs: limits: %w", err)
 	}
 	if len(bad) > 0 {
 		return out, errors.New("procs: limits: malformed line " + strings.Join(bad, ", "))

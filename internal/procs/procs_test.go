@@ -1,6 +1,7 @@
 package procs
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -135,7 +136,7 @@ func TestScanOtherErrorsSummarised(t *testing.T) {
 		t.Fatal(err)
 	}
 	o, err := Scanner{Root: root}.Scan(nil)
-	if err == nil || err.Error() != "procs: 1 processes unreadable: not a directory" {
+	if err == nil || err.Error() != "procs: pid 11: fds unreadable: not a directory" {
 		t.Fatalf("err = %v", err)
 	}
 	if o == nil || len(o.ByInode[7]) != 1 {
@@ -166,7 +167,7 @@ func TestScanPermissionDenied(t *testing.T) {
 		t.Cleanup(func() { os.Chmod(fd, 0o755) }) // so TempDir can remove it
 
 	}
-	want := "procs: 2 processes unreadable: permission denied | 1"
+	want := "procs: 2 processes: pid 11 (secret), pid 12 (secret): fds unreadable: permission denied (needs ptrace access) | 1"
 	if os.Geteuid() != 0 {
 		o, err := Scanner{Root: root}.Scan(nil)
 		if got := errString(err) + " | " + strconv.Itoa(len(o.ByInode[7])); got != want {
@@ -315,7 +316,7 @@ func TestScanReal(t *testing.T) {
 	o, err := Scanner{Root: "/proc"}.Scan(func(ino uint32) bool { return wanted[ino] })
 	// Even root may be refused some processes (e.g. by an LSM or a
 	// foreign user namespace); anything else is a failure.
-	if err != nil && !strings.HasSuffix(err.Error(), "processes unreadable: permission denied") {
+	if err != nil && !errors.Is(err, ErrPermission) {
 		t.Fatalf("Scan: %v", err)
 	}
 	pid := os.Getpid()
@@ -514,7 +515,7 @@ func TestBufLockNotPermitted(t *testing.T) {
 		t.Fatalf("child: %v\n%s", err, out)
 	}
 	want := "RESULT procs: buflock pid " + strconv.Itoa(os.Getpid()) + " fd " + strconv.Itoa(fds[0]) +
-		": pidfd_getfd: operation not permitted (needs CAP_SYS_PTRACE over the process)\n"
+		": pidfd_getfd: operation not permitted (needs ptrace access: CAP_SYS_PTRACE over the process)\n"
 	if !strings.Contains(string(out), want) {
 		t.Errorf("child output lacks %q:\n%s", want, out)
 	}

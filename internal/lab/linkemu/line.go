@@ -2,6 +2,7 @@ package linkemu
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"runtime"
 	"sync/atomic"
@@ -164,7 +165,7 @@ func (l *line) run() error {
 	}
 	// Without this the kernel may add 50 us of slack to every sleep.
 	if err := unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0); err != nil {
-		return errors.New("linkemu: PR_SET_TIMERSLACK: " + err.Error())
+		return fmt.Errorf("linkemu: PR_SET_TIMERSLACK: %w", err)
 	}
 	l.scratch = make([]byte, bigBuf)
 	fds := []unix.PollFd{{Fd: int32(l.tun), Events: unix.POLLIN}, {Fd: int32(l.wake), Events: unix.POLLIN}}
@@ -190,8 +191,8 @@ func (l *line) run() error {
 			timeout = &ts
 		}
 		n, err := rawPpoll(fds, timeout)
-		if err != nil && err != unix.EINTR {
-			return errors.New("linkemu: ppoll: " + err.Error())
+		if err != nil && !errors.Is(err, unix.EINTR) {
+			return fmt.Errorf("linkemu: ppoll: %w", err)
 		}
 		if err == nil && n == 0 && timeout != nil { // not on a signal (EINTR)
 			late += (l.now() - want - late) / 8
@@ -218,11 +219,11 @@ func (l *line) readSome() error {
 	defer func() { l.scratch = scratch }()
 	for range readBatch {
 		n, err := rawRead(l.tun, scratch[:cap(scratch)])
-		if err == unix.EAGAIN || err == unix.EINTR {
+		if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR) {
 			return nil
 		}
 		if err != nil {
-			return errors.New("linkemu: read tun: " + err.Error())
+			return fmt.Errorf("linkemu: read tun: %w", err)
 		}
 		now := l.now()
 		if n <= vnetHdrLen {

@@ -1,7 +1,9 @@
 package linkemu
 
 import (
+	"errors"
 	"fmt"
+	"os"
 
 	"golang.org/x/sys/unix"
 )
@@ -18,6 +20,18 @@ const (
 // the kernel puts in front of each packet with IFF_VNET_HDR.
 const vnetHdrLen = 10
 
+// ErrPermission is wrapped, next to the system's error, by errors from
+// creating the TUN device without CAP_NET_ADMIN.
+var ErrPermission = errors.New("needs CAP_NET_ADMIN")
+
+// permission adds ErrPermission to a permission error, leaves others.
+func permission(err error) error {
+	if errors.Is(err, os.ErrPermission) {
+		return fmt.Errorf("%w (%w)", err, ErrPermission)
+	}
+	return err
+}
+
 // openTUN creates the TUN device name in the calling thread's network
 // namespace and returns its non-blocking fd. With offload the kernel hands
 // over and accepts GSO packets of up to 64 KiB (checksums left partial);
@@ -25,7 +39,7 @@ const vnetHdrLen = 10
 func openTUN(name string, offload bool) (int, error) {
 	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	if err != nil {
-		return -1, fmt.Errorf("linkemu: open tun: %w", err)
+		return -1, fmt.Errorf("linkemu: open tun: %w", permission(err))
 	}
 	ifr, err := unix.NewIfreq(name)
 	if err != nil {
@@ -35,7 +49,7 @@ func openTUN(name string, offload bool) (int, error) {
 	ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI | unix.IFF_VNET_HDR)
 	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
 		unix.Close(fd)
-		return -1, fmt.Errorf("linkemu: TUNSETIFF %s: %w", name, err)
+		return -1, fmt.Errorf("linkemu: TUNSETIFF %s: %w", name, permission(err))
 	}
 	flags := 0
 	if offload {
