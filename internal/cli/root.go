@@ -17,6 +17,7 @@ import (
 
 	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/linkemu"
+	"github.com/tcpdoctor/tcpdoctor/internal/lab/workload/workloadcmd"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/procs"
 )
@@ -105,7 +106,7 @@ func NewRoot(e *Env) *cobra.Command {
 		newExplainCmd(e),
 		newBenchCmd(e),
 		newBDPCmd(e),
-		newWorkloadCmd(e),
+		workloadcmd.New(e.Stdout, e.ProcRoot),
 		newLabCmd(e),
 		newServeCmd(e),
 	)
@@ -163,6 +164,9 @@ func exitCode(root *cobra.Command, args []string, err error, stderr io.Writer) i
 		return ee.code
 	}
 	fmt.Fprintf(stderr, "tcpdoctor: %v%s\n", err, permissionHint(err, haveCap))
+	if errors.Is(err, workloadcmd.ErrUsage) {
+		return ExitUsage
+	}
 	// Flag and argument errors arrive as exitError (SetFlagErrorFunc,
 	// usageArgs); what remains from cobra is a command line naming no
 	// command, which Find reports again.

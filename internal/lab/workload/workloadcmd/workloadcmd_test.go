@@ -1,4 +1,4 @@
-package cli
+package workloadcmd
 
 import (
 	"bufio"
@@ -18,8 +18,7 @@ import (
 
 func runWorkloadCmd(t *testing.T, stdout io.Writer, args ...string) error {
 	t.Helper()
-	e := &Env{Stdout: stdout, Stderr: io.Discard, ProcRoot: t.TempDir()}
-	cmd := newWorkloadCmd(e)
+	cmd := New(stdout, t.TempDir())
 	cmd.SetArgs(append(args, "--comm", ""))
 	cmd.SetOut(io.Discard)
 	cmd.SetErr(io.Discard)

@@ -1,9 +1,14 @@
-package cli
+// Package workloadcmd is the hidden `tcpdoctor workload` command the lab
+// runs inside its namespaces: one subcommand per side of each workload in
+// internal/lab/workload, flags in, one JSON result line out.
+package workloadcmd
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -15,8 +20,23 @@ import (
 	"github.com/spf13/pflag"
 	"golang.org/x/sys/unix"
 
+	"github.com/tcpdoctor/tcpdoctor/internal/bdp"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/workload"
 )
+
+// ErrUsage is wrapped by errors about the command line.
+var ErrUsage = errors.New("usage")
+
+func usageErr(format string, a ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrUsage}, a...)...)
+}
+
+// env is what the subcommands write to: stdout for results, procRoot for
+// naming the process.
+type env struct {
+	out      io.Writer
+	procRoot string
+}
 
 // wlCommon are the flags every workload side has.
 type wlCommon struct {
@@ -29,11 +49,13 @@ type wlCommon struct {
 	comm        string
 }
 
-// newWorkloadCmd is the hidden entry the lab executes inside its
-// namespaces: `tcpdoctor workload <name>-server|<name>-client|proxy`.
-// Servers print {"ready":true,"addr":...} once listening; every side prints
-// its result as one JSON line on stdout when done.
-func newWorkloadCmd(e *Env) *cobra.Command {
+// New is the hidden entry the lab executes inside its namespaces:
+// `tcpdoctor workload <name>-server|<name>-client|proxy`. Servers print
+// {"ready":true,"addr":...} on out once listening; every side prints its
+// result as one JSON line on out when done. procRoot is "/proc" but in
+// tests.
+func New(out io.Writer, procRoot string) *cobra.Command {
+	e := &env{out: out, procRoot: procRoot}
 	cmd := &cobra.Command{
 		Use:    "workload",
 		Short:  "Lab traffic generators (internal)",
@@ -51,7 +73,7 @@ func newWorkloadCmd(e *Env) *cobra.Command {
 
 // wlCmd builds one workload subcommand; flags adds its own flags and run
 // runs it with ready (nil for clients).
-func wlCmd[R any](e *Env, use, comm, short string, server bool, flags func(*pflag.FlagSet),
+func wlCmd[R any](e *env, use, comm, short string, server bool, flags func(*pflag.FlagSet),
 	run func(ctx context.Context, c *wlCommon, ready func(string)) (R, error)) *cobra.Command {
 	c := &wlCommon{}
 	cmd := &cobra.Command{
@@ -67,11 +89,11 @@ func wlCmd[R any](e *Env, use, comm, short string, server bool, flags func(*pfla
 			}
 			c.bufs = workload.Buffers{SndBuf: int(c.sndbuf), RcvBuf: int(c.rcvbuf)}
 			if c.comm != "" {
-				setComm(e.ProcRoot, c.comm)
+				setComm(e.procRoot, c.comm)
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), c.maxDuration)
 			defer cancel()
-			enc := json.NewEncoder(e.Stdout)
+			enc := json.NewEncoder(e.out)
 			var ready func(string)
 			if server {
 				ready = func(addr string) {
@@ -118,7 +140,7 @@ func setComm(procRoot, name string) {
 	_ = os.WriteFile(filepath.Join(procRoot, "self", "comm"), []byte(name), 0)
 }
 
-func wlRPCServer(e *Env) *cobra.Command {
+func wlRPCServer(e *env) *cobra.Command {
 	var backlog int
 	var thinkMin, thinkMax time.Duration
 	return wlCmd(e, "rpc-server", "rpc-server", "RPC server: one reader per connection, think time, response", true,
@@ -135,7 +157,7 @@ func wlRPCServer(e *Env) *cobra.Command {
 		})
 }
 
-func wlRPCClient(e *Env) *cobra.Command {
+func wlRPCClient(e *env) *cobra.Command {
 	var conns, callers int
 	var reqSize byteSize
 	var factor float64
@@ -163,7 +185,7 @@ func wlRPCClient(e *Env) *cobra.Command {
 		})
 }
 
-func wlBulkServer(e *Env) *cobra.Command {
+func wlBulkServer(e *env) *cobra.Command {
 	var backlog, count int
 	var readSize byteSize
 	var readDelay time.Duration
@@ -182,7 +204,7 @@ func wlBulkServer(e *Env) *cobra.Command {
 		})
 }
 
-func wlBulkClient(e *Env) *cobra.Command {
+func wlBulkClient(e *env) *cobra.Command {
 	var size, readSize byteSize
 	var dir string
 	var readDelay time.Duration
@@ -206,7 +228,7 @@ func wlBulkClient(e *Env) *cobra.Command {
 		})
 }
 
-func wlStormServer(e *Env) *cobra.Command {
+func wlStormServer(e *env) *cobra.Command {
 	var backlog int
 	var rate float64
 	return wlCmd(e, "storm-server", "storm-server", "Listener with a chosen backlog that accepts slowly or never", true,
@@ -221,7 +243,7 @@ func wlStormServer(e *Env) *cobra.Command {
 		})
 }
 
-func wlStormClient(e *Env) *cobra.Command {
+func wlStormClient(e *env) *cobra.Command {
 	var count int
 	var rate float64
 	var timeout time.Duration
@@ -238,7 +260,7 @@ func wlStormClient(e *Env) *cobra.Command {
 		})
 }
 
-func wlChurnServer(e *Env) *cobra.Command {
+func wlChurnServer(e *env) *cobra.Command {
 	var backlog int
 	return wlCmd(e, "churn-server", "churn-server", "Request/response server for short connections", true,
 		func(fs *pflag.FlagSet) {
@@ -251,7 +273,7 @@ func wlChurnServer(e *Env) *cobra.Command {
 		})
 }
 
-func wlChurnClient(e *Env) *cobra.Command {
+func wlChurnClient(e *env) *cobra.Command {
 	var o workload.ChurnClientConfig
 	var reqSize, respSize byteSize
 	return wlCmd(e, "churn-client", "churn-client", "Short connections at a rate (or --pool, or --hold)", false,
@@ -277,7 +299,7 @@ func wlChurnClient(e *Env) *cobra.Command {
 		})
 }
 
-func wlProxy(e *Env) *cobra.Command {
+func wlProxy(e *env) *cobra.Command {
 	var backends, sources []string
 	var backlog int
 	var timeout time.Duration
@@ -296,7 +318,7 @@ func wlProxy(e *Env) *cobra.Command {
 		})
 }
 
-func wlBigServer(e *Env) *cobra.Command {
+func wlBigServer(e *env) *cobra.Command {
 	var backlog, count int
 	size := byteSize(3_400_000)
 	return wlCmd(e, "bigresponse-server", "bigresp-server", "HTTP/1.1-like server of large responses", true,
@@ -313,7 +335,7 @@ func wlBigServer(e *Env) *cobra.Command {
 		})
 }
 
-func wlBigClient(e *Env) *cobra.Command {
+func wlBigClient(e *env) *cobra.Command {
 	var size byteSize
 	var requests int
 	var rate bitRate
@@ -352,15 +374,16 @@ func (b *byteSize) Set(s string) error {
 	return nil
 }
 
-// bitRate is a flag of bits per second with optional decimal k/M/G suffixes.
+// bitRate is a flag of bits per second, parsed as every rate is
+// (bdp.ParseRate: "100mbit", "1G", a bare number of bits).
 type bitRate float64
 
 func (r *bitRate) String() string { return strconv.FormatFloat(float64(*r), 'g', -1, 64) }
 func (r *bitRate) Type() string   { return "bits/s" }
 func (r *bitRate) Set(s string) error {
-	v, err := parseSuffixed(strings.TrimSuffix(strings.TrimSuffix(s, "bit"), "bps"), 1000)
-	if err != nil || !(v >= 0 && v <= 1e15) {
-		return fmt.Errorf("bad rate %q", s)
+	v, err := bdp.ParseRate(s)
+	if err != nil {
+		return err
 	}
 	*r = bitRate(v)
 	return nil
