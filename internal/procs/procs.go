@@ -5,10 +5,12 @@ package procs
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -17,6 +19,12 @@ import (
 
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 )
+
+// ErrPermission is wrapped, next to the system's error, by errors about
+// processes this one may not inspect: their /proc/PID/fd and pidfd_getfd
+// need ptrace access (CAP_SYS_PTRACE, unless an LSM or a user namespace
+// refuses it anyway).
+var ErrPermission = errors.New("needs ptrace access")
 
 // Scanner reads process information below Root ("/proc" in production).
 type Scanner struct{ Root string }
@@ -67,19 +75,20 @@ func (s Scanner) Scan(want func(inode uint32) bool) (*Owners, error) {
 				if k >= len(pids) {
 					return
 				}
-				w.note(w.proc(root, pids[k]))
+				w.note(pids[k], w.proc(root, pids[k]))
 			}
 		})
 	}
 	wg.Wait()
 
 	out := &Owners{Procs: make(map[int]*snapshot.Proc), Newest: make(map[int]uint32)}
-	var denied, failed, total int
+	var denied, failed []int
+	var total int
 	var firstFail error
 	for i := range ws {
 		w := &ws[i]
-		denied += w.denied
-		failed += w.failed
+		denied = append(denied, w.denied...)
+		failed = append(failed, w.failed...)
 		if firstFail == nil {
 			firstFail = w.firstFail
 		}
@@ -121,11 +130,13 @@ func (s Scanner) Scan(want func(inode uint32) bool) (*Owners, error) {
 		})
 	}
 	var errs []error
-	if denied > 0 {
-		errs = append(errs, errors.New("procs: "+strconv.Itoa(denied)+" processes unreadable: permission denied"))
+	if len(denied) > 0 {
+		slices.Sort(denied)
+		errs = append(errs, fmt.Errorf("procs: %s: fds unreadable: %w (%w)", whoPids(root, denied), os.ErrPermission, ErrPermission))
 	}
-	if failed > 0 {
-		errs = append(errs, errors.New("procs: "+strconv.Itoa(failed)+" processes unreadable: "+firstFail.Error()))
+	if len(failed) > 0 {
+		slices.Sort(failed)
+		errs = append(errs, fmt.Errorf("procs: %s: fds unreadable: %w", whoPids(root, failed), firstFail))
 	}
 	return out, errors.Join(errs...)
 }
@@ -134,12 +145,12 @@ func (s Scanner) Scan(want func(inode uint32) bool) (*Owners, error) {
 func listPids(root string) ([]int, error) {
 	d, err := os.Open(root)
 	if err != nil {
-		return nil, errors.New("procs: " + err.Error())
+		return nil, fmt.Errorf("procs: %w", err)
 	}
 	defer d.Close()
 	names, err := d.Readdirnames(-1)
 	if err != nil {
-		return nil, errors.New("procs: list " + root + ": " + err.Error())
+		return nil, fmt.Errorf("procs: list %s: %w", root, err)
 	}
 	pids := make([]int, 0, len(names))
 	for _, n := range names {
@@ -149,6 +160,28 @@ func listPids(root string) ([]int, error) {
 	}
 	slices.Sort(pids)
 	return pids, nil
+}
+
+// whoPids names up to three processes by pid and command, and counts the
+// rest: "pid 1 (init)", "4 processes: pid 1 (init), pid 7 (a), pid 9 (b), ...".
+func whoPids(root string, pids []int) string {
+	var b strings.Builder
+	for i, pid := range pids[:min(len(pids), 3)] {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("pid " + strconv.Itoa(pid))
+		if comm, err := os.ReadFile(root + "/" + strconv.Itoa(pid) + "/comm"); err == nil {
+			b.WriteString(" (" + strings.TrimSpace(string(comm)) + ")")
+		}
+	}
+	if len(pids) > 3 {
+		b.WriteString(", ...")
+	}
+	if len(pids) == 1 {
+		return b.String()
+	}
+	return strconv.Itoa(len(pids)) + " processes: " + b.String()
 }
 
 // maxWorkers bounds the parallel walk; more threads only contend.
@@ -164,7 +197,7 @@ type walker struct {
 	procs  []*snapshot.Proc
 	newest map[int]uint32
 
-	denied, failed int
+	denied, failed []int
 	firstFail      error
 }
 
@@ -174,15 +207,15 @@ type inodeRef struct {
 }
 
 // note classifies one process's walk error.
-func (w *walker) note(err error) {
+func (w *walker) note(pid int, err error) {
 	switch {
 	case err == nil:
 	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ESRCH):
 		// vanished mid-scan
 	case errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM):
-		w.denied++
+		w.denied = append(w.denied, pid)
 	default:
-		w.failed++
+		w.failed = append(w.failed, pid)
 		if w.firstFail == nil {
 			w.firstFail = err
 		}
