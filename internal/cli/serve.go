@@ -1,20 +1,13 @@
 package cli
 
 import (
-	"bufio"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
-	"sort"
-	"strconv"
-	"strings"
+	"slices"
 	"sync"
 	"text/tabwriter"
 	"time"
@@ -22,12 +15,14 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/bdp"
+	"github.com/tcpdoctor/tcpdoctor/internal/bench"
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/exporter"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/rules"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/units"
 )
 
 type serveOpts struct {
@@ -170,7 +165,20 @@ func newServeBenchCmd(e *Env) *cobra.Command {
 		Short: "Measure the exporter (cycle cost, scrape latency, peak RSS) at N connections in a private namespace (root)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runServeBench(cmd.Context(), e, o)
+			if os.Geteuid() != 0 {
+				return usageErr("serve bench: needs root (creates network namespaces)")
+			}
+			if o.conns < 1 || o.conns > bench.MaxConns || o.cycles < 1 || o.cycles > 100 || o.interval < 100*time.Millisecond {
+				return usageErr("serve bench: --conns 1..%d, --cycles 1..100, --interval >= 100ms", bench.MaxConns)
+			}
+			res, err := bench.Exporter(cmd.Context(), bench.ExporterOptions{
+				Conns: o.conns, Cycles: o.cycles, Interval: o.interval,
+				Serve: []string{e.Args0, "serve"}, Self: benchSelf(e), Progress: e.Stderr,
+			})
+			if err != nil {
+				return collectErr(err)
+			}
+			return writeExporterBench(e, res)
 		},
 	}
 	fs := cmd.Flags()
@@ -180,194 +188,18 @@ func newServeBenchCmd(e *Env) *cobra.Command {
 	return cmd
 }
 
-func runServeBench(ctx context.Context, e *Env, o *serveBenchOpts) error {
-	if os.Geteuid() != 0 {
-		return usageErr("serve bench: needs root (creates a network namespace)")
-	}
-	if o.conns < 1 || o.conns > 200000 || o.cycles < 1 || o.cycles > 100 || o.interval < 100*time.Millisecond {
-		return usageErr("serve bench: --conns 1..200000, --cycles 1..100, --interval >= 100ms")
-	}
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	name := "tdsbench-" + hex.EncodeToString(b[:])
-	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
-		return fmt.Errorf("serve bench: ip netns add: %v: %s", err, out)
-	}
-	defer exec.Command("ip", "netns", "del", name).Run()
-	if out, err := exec.Command("ip", "-n", name, "link", "set", "lo", "up").CombinedOutput(); err != nil {
-		return fmt.Errorf("serve bench: lo up: %v: %s", err, out)
-	}
-	e.progress("serve bench: opening %d connections in netns %s...", o.conns, name)
-	stop, err := startHolders(e, name, o.conns)
-	defer stop()
-	if err != nil {
-		return err
-	}
-	child := exec.Command(e.Args0, "serve", "--netns", name, "--listen", "127.0.0.1:0", "--interval", o.interval.String())
-	errPipe, err := child.StderrPipe()
-	if err != nil {
-		return err
-	}
-	if err := child.Start(); err != nil {
-		return fmt.Errorf("serve bench: start exporter: %w", err)
-	}
-	defer func() { _ = child.Process.Kill(); _ = child.Wait() }()
-	addr, err := serveAddr(errPipe)
-	if err != nil {
-		return err
-	}
-	go func() { _, _ = io.Copy(io.Discard, errPipe) }()
-	url := "http://" + addr + "/metrics"
-
-	// Scrape every 100 ms while the exporter completes o.cycles
-	// collections after its first window (collections_total >= 2).
-	var lat []time.Duration
-	var collectS, diagS []float64
-	var last map[string]float64
-	var body int
-	seen := 0.0
-	deadline := time.Now().Add(time.Duration(o.cycles+3)*o.interval + 5*time.Minute)
-	for len(collectS) < o.cycles {
-		if time.Now().After(deadline) {
-			return errors.New("serve bench: exporter did not complete its cycles in time")
-		}
-		if err := e.Sleep(ctx, 100*time.Millisecond); err != nil {
-			return err
-		}
-		start := time.Now()
-		m, n, err := serveScrape(url)
-		if err != nil {
-			return err
-		}
-		lat = append(lat, time.Since(start))
-		body, last = n, m
-		if c := m["tcpdoctor_collections_total"]; c > seen && c >= 2 {
-			seen = c
-			collectS = append(collectS, m["tcpdoctor_collection_duration_seconds"])
-			diagS = append(diagS, m["tcpdoctor_diagnosis_duration_seconds"])
-		}
-	}
-	// Eight concurrent scrapes: they share the prepared view.
-	var wg sync.WaitGroup
-	conc := make([]time.Duration, 8)
-	cstart := time.Now()
-	for i := range conc {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			s := time.Now()
-			if _, _, err := serveScrape(url); err == nil {
-				conc[i] = time.Since(s)
-			}
-		}()
-	}
-	wg.Wait()
-	concWall := time.Since(cstart)
-	hwm, err := servePeakRSS(e.ProcRoot, child.Process.Pid)
-	if err != nil {
-		return err
-	}
-	sockets := 0.0
-	for k, v := range last {
-		if strings.HasPrefix(k, "tcpdoctor_collection_sockets{") {
-			sockets += v
-		}
-	}
-	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+func writeExporterBench(e *Env, r *bench.ExporterResult) error {
+	ms := func(s float64) string { return fmt.Sprintf("%.1fms", s*1000) }
+	us := func(d time.Duration) string { return d.Round(10 * time.Microsecond).String() }
+	lat := r.Scrapes
 	tw := tabwriter.NewWriter(e.Stdout, 0, 0, 2, ' ', 0)
-	ms := func(s float64) string { return fmt.Sprintf("%.1f ms", s*1000) }
-	fmt.Fprintf(tw, "sockets seen\t%.0f\t(%d established connections + listeners, kernel %s)\n", sockets, o.conns, collect.KernelRelease())
-	fmt.Fprintf(tw, "collection (sockets, counters, owners), median of %d\t%s\tmax %s\n", len(collectS), ms(serveMedian(collectS)), ms(serveMax(collectS)))
-	fmt.Fprintf(tw, "diagnosis + metric preparation, median of %d\t%s\tmax %s\n", len(diagS), ms(serveMedian(diagS)), ms(serveMax(diagS)))
+	fmt.Fprintf(tw, "sockets seen\t%.0f\t(%d established connections + listeners, kernel %s)\n", r.Sockets, r.Conns, r.Kernel)
+	fmt.Fprintf(tw, "collection (sockets, counters, owners), median of %d\t%s\tmax %s\n", len(r.Collect), ms(bench.Median(r.Collect)), ms(slices.Max(r.Collect)))
+	fmt.Fprintf(tw, "diagnosis + metric preparation, median of %d\t%s\tmax %s\n", len(r.Diagnose), ms(bench.Median(r.Diagnose)), ms(slices.Max(r.Diagnose)))
 	fmt.Fprintf(tw, "scrape latency (%d scrapes, during collections too)\tmedian %s\tp90 %s\tmax %s\n", len(lat),
-		lat[len(lat)/2].Round(10*time.Microsecond), lat[len(lat)*9/10].Round(10*time.Microsecond), lat[len(lat)-1].Round(10*time.Microsecond))
-	sort.Slice(conc, func(i, j int) bool { return conc[i] < conc[j] })
-	fmt.Fprintf(tw, "8 concurrent scrapes\twall %s\tslowest %s\n", concWall.Round(10*time.Microsecond), conc[len(conc)-1].Round(10*time.Microsecond))
-	fmt.Fprintf(tw, "scrape size\t%d bytes\n", body)
-	fmt.Fprintf(tw, "exporter peak RSS (VmHWM)\t%.1f MB\tRSS now %.1f MB\n", float64(hwm)/1e6, last["process_resident_memory_bytes"]/1e6)
+		us(lat[len(lat)/2]), us(lat[len(lat)*9/10]), us(lat[len(lat)-1]))
+	fmt.Fprintf(tw, "8 concurrent scrapes\twall %s\tslowest %s\n", us(r.Concurrent), us(r.Slowest))
+	fmt.Fprintf(tw, "scrape size\t%s\n", units.Bytes(float64(r.Body)))
+	fmt.Fprintf(tw, "exporter peak RSS\t%s\tRSS at the end %s\n", units.Bytes(float64(r.PeakRSS)), units.Bytes(r.RSSNow))
 	return tw.Flush()
-}
-
-// readServeAddr reads the child's stderr up to the line naming its address.
-func serveAddr(r io.Reader) (string, error) {
-	br := bufio.NewReader(r)
-	for {
-		line, err := br.ReadString('\n')
-		if _, rest, ok := strings.Cut(line, "serving http://"); ok {
-			addr, _, _ := strings.Cut(rest, "/")
-			return addr, nil
-		}
-		if err != nil {
-			return "", fmt.Errorf("serve bench: exporter did not start: %q", line)
-		}
-	}
-}
-
-// scrapeOnce fetches url and returns every unlabelled sample and every
-// tcpdoctor_collection_sockets sample by its full name, and the body size.
-func serveScrape(url string) (map[string]float64, int, error) {
-	resp, err := http.Get(url)
-	if err != nil {
-		return nil, 0, fmt.Errorf("serve bench: scrape: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, 0, fmt.Errorf("serve bench: scrape: %s", resp.Status)
-	}
-	out := map[string]float64{}
-	n := 0
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 0, 1<<16), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		n += len(line) + 1
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		k, v, ok := strings.Cut(line, " ")
-		if !ok || (strings.Contains(k, "{") && !strings.HasPrefix(k, "tcpdoctor_collection_sockets{")) {
-			continue
-		}
-		if f, err := strconv.ParseFloat(v, 64); err == nil {
-			out[k] = f
-		}
-	}
-	return out, n, sc.Err()
-}
-
-// peakRSS reads VmHWM of pid in bytes.
-func servePeakRSS(procRoot string, pid int) (int64, error) {
-	b, err := os.ReadFile(procRoot + "/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return 0, fmt.Errorf("serve bench: %w", err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			f := strings.Fields(v)
-			if len(f) >= 1 {
-				kb, err := strconv.ParseInt(f[0], 10, 64)
-				if err == nil {
-					return kb * 1024, nil
-				}
-			}
-		}
-	}
-	return 0, errors.New("serve bench: no VmHWM in /proc/PID/status")
-}
-
-func serveMedian(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := append([]float64(nil), xs...)
-	sort.Float64s(s)
-	return s[len(s)/2]
-}
-
-func serveMax(xs []float64) float64 {
-	m := 0.0
-	for _, x := range xs {
-		m = max(m, x)
-	}
-	return m
 }
