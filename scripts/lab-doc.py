@@ -31,8 +31,8 @@ whose owning lab process is gone and ends only the processes the lab recorded in
 The tables below are real output of `sudo bin/tcpdoctor lab run NAME` (full form) on the project's
 2-core Linux 6.18 VM, copied by `scripts/lab-doc.sh` from the files in docs/lab/ (which hold the
 complete output, progress lines included). Absolute figures vary from run to run; the shape (who
-wins, by roughly how much) is what the lab asserts. Where this kernel differs from the original
-write-up, the scenario says so in its notes.''')
+wins, by roughly how much) is what the lab asserts. Where this kernel differs from the case as
+reported (the figures each scenario's notes quote), the scenario says so in its notes.''')
 for name in order:
     txt = open(f"docs/lab/{name}.txt").read()
     m = re.search(r"^== .*?(?=^verdict)", txt, re.S | re.M)

@@ -10,7 +10,6 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/linkemu"
-	"github.com/tcpdoctor/tcpdoctor/internal/lab/topo"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/workload"
 )
 
@@ -41,17 +40,21 @@ const (
 	c1MinStallMs = 20.0
 )
 
-// c1Cell is one run of the matrix.
+// c1Cell is one run of the matrix: callers calling over conns
+// connections with buf buffers for dur, requests of req bytes; check
+// diagnoses both hosts during it.
 type c1Cell struct {
-	buf, conns int
-	check      bool
+	buf, conns   int
+	callers, req int
+	dur          time.Duration
+	check        bool
 }
 
-func runC1(ctx context.Context, base *Run) (*Result, error) {
+func runC1(ctx context.Context, o Options) (*Result, error) {
 	callers, dur := 800, 8*time.Second
 	bufs := []int{32 << 10, 64 << 10, 4 << 20}
 	conns := []int{1, 2, 4, 8}
-	if base.Opts.Quick {
+	if o.Quick {
 		callers, dur = 200, 5*time.Second
 		bufs, conns = []int{32 << 10, 4 << 20}, []int{1, 4}
 	}
@@ -60,17 +63,18 @@ func runC1(ctx context.Context, base *Run) (*Result, error) {
 	// request so that responses (2x) offer c1Load.
 	perSec := float64(callers) / (float64(c1ThinkMax) / 2 / float64(time.Second))
 	req := int(c1Load / 8 / perSec / 2)
-	r, err := NewRun(ctx, base.Opts, topo.Config{}, &linkemu.Params{RTT: c1RTT, RateUp: c1Rate, RateDown: c1Rate})
-	defer r.Close()
+	tb, err := NewTestbed(ctx, o, Setup{Link: &linkemu.Params{RTT: c1RTT, RateUp: c1Rate, RateDown: c1Rate}})
 	if err != nil {
 		return nil, err
 	}
+	defer tb.Close()
 	res := &Result{Table: Table{Columns: []string{"buffers", "conns", "callers", "p50", "p99", "mean", "req/s", "server-side time"}}}
 	lat := map[[2]int]workload.RPCClientResult{}
 	for _, b := range bufs {
 		for _, n := range conns {
-			cell := c1Cell{buf: b, conns: n, check: (b == bufs[0] && n == 1) || (b == fixBuf && n == fixConns)}
-			cl, srv, fs, err := c1Run(ctx, r, cell, callers, req, dur)
+			cell := c1Cell{buf: b, conns: n, callers: callers, req: req, dur: dur,
+				check: (b == bufs[0] && n == 1) || (b == fixBuf && n == fixConns)}
+			cl, srv, fs, err := c1Run(ctx, tb, cell)
 			if err != nil {
 				return res, err
 			}
@@ -95,23 +99,24 @@ func runC1(ctx context.Context, base *Run) (*Result, error) {
 			slow.Latency.MeanMs, tpSize(int64(bufs[0])), fast.Latency.MeanMs, fixConns, tpSize(int64(fixBuf)), slowStall, fastStall))
 	res.Notes = append(res.Notes,
 		fmt.Sprintf("link %s each way, %v RTT; %d callers, each calling again as soon as it is answered; requests %d bytes, responses %d (twice); server think time uniform 0-300 ms (mean 150 ms), one reader per connection on both sides; buffers pinned with SO_SNDBUF and SO_RCVBUF on both ends", tpRate(c1Rate), c1RTT, callers, req, 2*req),
-		"the write-up: 800 callers with 32K buffers, 1 connection 430 ms, 2: 205, 4: 160, 6-8: 156; 1 connection with 64K 275 ms, 4M 210 ms; server-side time 150 ms. Its request sizes and RTT are not stated, so only the shape compares",
+		"the case as reported (C1): 800 callers with 32K buffers, 1 connection 430 ms, 2: 205, 4: 160, 6-8: 156; 1 connection with 64K 275 ms, 4M 210 ms; server-side time 150 ms. Its request sizes and RTT are not stated, so only the shape compares",
 		"bbr (this machine's default) on the hosts' routes; with cubic the 32K/1-connection run was similar (262 ms mean, rwnd-limited 73 % of busy time in the quick form) but cubic overflowed the bottleneck queue more; with bbr rwnd-limited measures only about 33-41 % of busy time, since bbr's pacing stops transmissions before the window does",
 		"p99 outliers of about 1.1 s in some cells come with retransmissions (the retransmissions rule reported 3-4 % in a 4M check): packets lost in the emulated path under this load on 2 shared cores, then retransmission timeouts; they are not monotone in connections or buffers, so read the shape from p50 and mean",
 		"check runs during the 1-connection small-buffer run (before) and during the largest-buffer, most-connections run (after)")
-	if base.Opts.Quick {
+	if o.Quick {
 		res.Notes = append(res.Notes, fmt.Sprintf("quick form: %d callers, {32K, 4M} x {1, 4} connections, %v per run", callers, dur))
 	}
 	return res, nil
 }
 
-// c1Run runs one cell: a fresh server and a client for dur, with a check of
-// both hosts during it when cell.check.
-func c1Run(ctx context.Context, r *Run, cell c1Cell, callers, req int, dur time.Duration) (workload.RPCClientResult, workload.RPCServerResult, []diag.Finding, error) {
+// c1Run runs one cell: a fresh server and a client for cell.dur, with a
+// check of both hosts during it when cell.check.
+func c1Run(ctx context.Context, tb *Testbed, cell c1Cell) (workload.RPCClientResult, workload.RPCServerResult, []diag.Finding, error) {
+	callers, req, dur := cell.callers, cell.req, cell.dur
 	var cl workload.RPCClientResult
 	var sr workload.RPCServerResult
 	buf := strconv.Itoa(cell.buf)
-	srv, err := r.Start(r.Topo.Server, true, "rpc-server", "--addr", netip.AddrPortFrom(r.Topo.ServerAddrs[0], 0).String(),
+	srv, err := tb.Start(tb.Topo.Server, true, "rpc-server", "--addr", netip.AddrPortFrom(tb.Topo.ServerAddrs[0], 0).String(),
 		"--think-max", c1ThinkMax.String(), "--sndbuf", buf, "--rcvbuf", buf, "--max-duration", "2m")
 	if err != nil {
 		return cl, sr, nil, err
@@ -121,7 +126,7 @@ func c1Run(ctx context.Context, r *Run, cell c1Cell, callers, req int, dur time.
 	if err != nil {
 		return cl, sr, nil, err
 	}
-	p, err := r.Start(r.Topo.Client, false, "rpc-client", "--addr", addr, "--conns", strconv.Itoa(cell.conns), "--callers", strconv.Itoa(callers),
+	p, err := tb.Start(tb.Topo.Client, false, "rpc-client", "--addr", addr, "--conns", strconv.Itoa(cell.conns), "--callers", strconv.Itoa(callers),
 		"--req-size", strconv.Itoa(req), "--resp-factor", "2", "--duration", dur.String(), "--sndbuf", buf, "--rcvbuf", buf, "--max-duration", "2m")
 	if err != nil {
 		return cl, sr, nil, err
@@ -132,7 +137,7 @@ func c1Run(ctx context.Context, r *Run, cell c1Cell, callers, req int, dur time.
 			p.Stop()
 			return cl, sr, nil, err
 		}
-		rep, err := r.Check(ctx, 2*time.Second, r.Topo.Client, r.Topo.Server)
+		rep, err := tb.Check(ctx, 2*time.Second, tb.Topo.Client, tb.Topo.Server)
 		if err != nil {
 			p.Stop()
 			return cl, sr, nil, err
@@ -144,9 +149,9 @@ func c1Run(ctx context.Context, r *Run, cell c1Cell, callers, req int, dur time.
 	}
 	srv.Stop()
 	if err := srv.Wait(10*time.Second, &sr); err != nil {
-		r.Logf("c1: server result: %v", err)
+		tb.Logf("c1: server result: %v", err)
 	}
-	r.Logf("c1: buffers %s, %d conns: p50 %.0f ms, p99 %.0f ms, mean %.0f ms, %.0f req/s", tpSize(int64(cell.buf)), cell.conns,
+	tb.Logf("c1: buffers %s, %d conns: p50 %.0f ms, p99 %.0f ms, mean %.0f ms, %.0f req/s", tpSize(int64(cell.buf)), cell.conns,
 		cl.Latency.P50Ms, cl.Latency.P99Ms, cl.Latency.MeanMs, cl.RequestsPerSec)
 	return cl, sr, fs, nil
 }

@@ -9,7 +9,6 @@ import (
 
 	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
-	"github.com/tcpdoctor/tcpdoctor/internal/lab/topo"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/workload"
 )
 
@@ -46,13 +45,13 @@ type proxyPhase struct {
 	named    bool
 }
 
-func runC2PortExhaustion(ctx context.Context, r *Run) (*Result, error) {
+func runC2PortExhaustion(ctx context.Context, o Options) (*Result, error) {
 	// 2500 clients (2.5 x the range) at 500/s, held; after the fix 500 per
 	// destination (50%) stay below the warning. The check runs once
 	// all connects are done.
 	clients, rate, hold := 2500, 500.0, 10*time.Second
 	interval := 2 * time.Second
-	if r.Opts.Quick {
+	if o.Quick {
 		clients, rate, hold = 1200, 600.0, 6*time.Second
 		interval = time.Second
 	}
@@ -65,7 +64,7 @@ func runC2PortExhaustion(ctx context.Context, r *Run) (*Result, error) {
 		}
 		// A fresh topology per phase: the before phase leaves 1000
 		// upstream TIME_WAIT sockets to :7001 for 60 s.
-		fs, err := proxyRun(ctx, r.Opts, ph, n, clients, rate, hold, interval)
+		fs, err := proxyRun(ctx, o, ph, proxyLoad{backends: n, clients: clients, rate: rate, hold: hold, interval: interval})
 		if err != nil {
 			return res, err
 		}
@@ -99,27 +98,37 @@ func runC2PortExhaustion(ctx context.Context, r *Run) (*Result, error) {
 		res.Verdict = append(res.Verdict, fmt.Sprintf("the finding names proxy pid %d and destination %s", b.pid, b.backends[0]))
 	}
 	res.Notes = append(res.Notes,
-		fmt.Sprintf("the case stopped at 28231 with the default range 32768-60999; here the proxy's namespace has %d ports (%s) so that the limit is reached in seconds, as design.md measured: the 1001st connect to one ip:port fails with EADDRNOTAVAIL", pxRangeSize, pxRange),
+		fmt.Sprintf("the case stopped at 28231 with the default range 32768-60999; here the proxy's namespace has %d ports (%s) so that the limit is reached in seconds: the 1001st connect to one ip:port fails with EADDRNOTAVAIL", pxRangeSize, pxRange),
 		"the proxy runs in the server namespace and reaches its backends on the server's own address; the clients' namespace keeps the default range, so only the proxy side runs out",
 		"a client whose upstream connect failed was accepted and then closed by the proxy: 'client connects ok' counts it, 'proxied' does not",
 		"each phase runs on a fresh topology: the before phase leaves the proxy's upstream sockets in TIME_WAIT for 60 s")
-	if r.Opts.Quick {
+	if o.Quick {
 		res.Notes = append(res.Notes, fmt.Sprintf("quick form: %d clients at %.0f/s, hold %s, sample window %s", clients, rate, hold, interval))
 	}
 	return res, nil
+}
+
+// proxyLoad is one phase's load: clients connecting at rate per second
+// through the proxy to backends ports, held for hold; the check lasts
+// interval.
+type proxyLoad struct {
+	backends, clients int
+	rate              float64
+	hold, interval    time.Duration
 }
 
 // proxyRun builds a topology, narrows the proxy namespace's port range,
 // starts nb churn backends and the proxy in the server namespace, holds
 // clients through it from the client namespace and checks the server
 // namespace once the clients are connected.
-func proxyRun(ctx context.Context, o Options, ph *proxyPhase, nb, clients int, rate float64, hold, interval time.Duration) ([]diag.Finding, error) {
-	run, err := NewRun(ctx, o, topo.Config{}, nil)
-	defer run.Close()
+func proxyRun(ctx context.Context, o Options, ph *proxyPhase, ld proxyLoad) ([]diag.Finding, error) {
+	nb, clients, rate, hold, interval := ld.backends, ld.clients, ld.rate, ld.hold, ld.interval
+	tb, err := NewTestbed(ctx, o, Setup{})
 	if err != nil {
 		return nil, err
 	}
-	t := run.Topo
+	defer tb.Close()
+	t := tb.Topo
 	if err := nsSysctl(t.Server, "net/ipv4/ip_local_port_range", pxRange); err != nil {
 		return nil, err
 	}
@@ -127,20 +136,20 @@ func proxyRun(ctx context.Context, o Options, ph *proxyPhase, nb, clients int, r
 	maxDur := (hold + 30*time.Second).String()
 	for i := range nb {
 		a := fmt.Sprintf("%s:%d", srvIP, pxBackend0+i)
-		if _, err := run.Start(t.Server, true, "churn-server", "--addr", a, "--max-duration", maxDur); err != nil {
+		if _, err := tb.Start(t.Server, true, "churn-server", "--addr", a, "--max-duration", maxDur); err != nil {
 			return nil, err
 		}
 		ph.backends = append(ph.backends, a)
 	}
 	paddr := fmt.Sprintf("%s:%d", srvIP, pxPort)
-	px, err := run.Start(t.Server, true, "proxy", "--addr", paddr, "--backend", strings.Join(ph.backends, ","), "--max-duration", maxDur)
+	px, err := tb.Start(t.Server, true, "proxy", "--addr", paddr, "--backend", strings.Join(ph.backends, ","), "--max-duration", maxDur)
 	if err != nil {
 		return nil, err
 	}
 	defer px.Stop()
 	ph.pid = px.Pid
-	run.Logf("%s: %d clients at %.0f/s through proxy pid %d to %s", ph.label, clients, rate, px.Pid, strings.Join(ph.backends, ","))
-	cli, err := run.Start(t.Client, false, "churn-client", "--addr", paddr, "--hold", strconv.Itoa(clients),
+	tb.Logf("%s: %d clients at %.0f/s through proxy pid %d to %s", ph.label, clients, rate, px.Pid, strings.Join(ph.backends, ","))
+	cli, err := tb.Start(t.Client, false, "churn-client", "--addr", paddr, "--hold", strconv.Itoa(clients),
 		"--rate", fmt.Sprint(rate), "--concurrency", "256", "--duration", hold.String(), "--max-duration", maxDur)
 	if err != nil {
 		return nil, err
@@ -150,7 +159,7 @@ func proxyRun(ctx context.Context, o Options, ph *proxyPhase, nb, clients int, r
 	if err := checkup.Sleep(ctx, ramp); err != nil {
 		return nil, err
 	}
-	rep, err := run.Check(ctx, interval, t.Server)
+	rep, err := tb.Check(ctx, interval, t.Server)
 	if err != nil {
 		return nil, err
 	}

@@ -12,7 +12,6 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/linkemu"
-	"github.com/tcpdoctor/tcpdoctor/internal/lab/topo"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/workload"
 )
 
@@ -34,11 +33,11 @@ type c3Rate struct {
 	size int64   // bytes of each table transfer
 }
 
-func runC3(ctx context.Context, base *Run) (*Result, error) {
+func runC3(ctx context.Context, o Options) (*Result, error) {
 	const rtt = 20 * time.Millisecond
 	rates := []c3Rate{{100e6, 24 << 20}, {1e9, 48 << 20}}
 	bufs := []int{16 << 10, 256 << 10, 0}
-	if base.Opts.Quick {
+	if o.Quick {
 		rates = []c3Rate{{1e9, 24 << 20}}
 		bufs = []int{16 << 10, 0}
 	}
@@ -46,7 +45,7 @@ func runC3(ctx context.Context, base *Run) (*Result, error) {
 	var before, after []diag.Finding
 	var gig map[int]float64 // rate (Mbit/s) by SO_SNDBUF at 1 Gbit/s
 	for _, lr := range rates {
-		mbps, b, a, err := c3AtRate(ctx, base, res, lr, rtt, bufs)
+		mbps, b, a, err := c3AtRate(ctx, o, res, lr, rtt, bufs)
 		if err != nil {
 			return res, err
 		}
@@ -59,12 +58,12 @@ func runC3(ctx context.Context, base *Run) (*Result, error) {
 	Judge(res, []string{"sndbuf-limited"}, fast > 2*slow,
 		fmt.Sprintf("at 1 Gbit/s, 20 ms: SO_SNDBUF 16K moved %.0f Mbit/s, autotuned %.0f Mbit/s (%.1fx)", slow, fast, fast/max(slow, 1e-9)))
 	res.Notes = append(res.Notes,
-		"the write-up's ceiling of 16K per RTT (about 800 KB/s, 6.5 Mbit/s at 20 ms) does not hold on this kernel: it lets about 2 x sndbuf into flight (see the rate column; the write-up's 25 s / 4 s / 2.8 s query times have the same order); design.md measured 16K at 43-67 Mbit/s on 100 Mbit/s (93 autotuned) and 26-31 Mbit/s on 1 Gbit/s (655 autotuned, 249 with 256K) in iperf-style runs; the rows above are this run's own figures",
+		"the case as reported (C3) expects a ceiling of 16K per RTT (about 800 KB/s, 6.5 Mbit/s at 20 ms) and query times of 25 s / 4 s / 2.8 s; that ceiling does not hold on this kernel, which lets about 2 x sndbuf into flight (see the rate column), though the query times have the same order; earlier iperf-style runs measured 16K at 43-67 Mbit/s on 100 Mbit/s (93 autotuned) and 26-31 Mbit/s on 1 Gbit/s (655 autotuned, 249 with 256K); the rows above are this run's own figures",
 		c3ChronoNote(res.Table.Rows),
 		"the before/after findings come from `check` during the 1 Gbit/s runs: before with SO_SNDBUF 16K, after with an autotuned sender moving a larger transfer so that the check window falls inside it",
 		"the client namespace's tcp_wmem maximum is 16 MiB (the default is 4 MiB): on a busy machine the delay line's queue stretches the 20 ms RTT to 28 ms and more, the 1 Gbit/s BDP passes 3.3 MB, and an autotuned sender stuck at a 4 MiB maximum moves under 80 % of the link, which sndbuf-limited rightly reports as the autotuning maximum; with room above the BDP the after check judges the pinned buffer alone",
 		fmt.Sprintf("the 16K sender gets up to %d check windows and the first in which sndbuf-limited fires counts: each window judges two instants, and on a busy machine the writer may be off the CPU at one of them with the buffer not full; the autotuned sender gets one window, which must be quiet", c3Windows))
-	if base.Opts.Quick {
+	if o.Quick {
 		res.Notes = append(res.Notes, "quick form: 1 Gbit/s only, 16K vs autotuned, 24 MiB transfers (the 16K one lasts about 10 s: room for the before check's three windows)")
 	}
 	return res, nil
@@ -72,20 +71,20 @@ func runC3(ctx context.Context, base *Run) (*Result, error) {
 
 // c3AtRate runs one link rate: a table transfer per buffer, a check during
 // the 16K transfer and during a long autotuned one (1 Gbit/s only).
-func c3AtRate(ctx context.Context, base *Run, res *Result, lr c3Rate, rtt time.Duration, bufs []int) (map[int]float64, []diag.Finding, []diag.Finding, error) {
-	r, err := NewRun(ctx, base.Opts, topo.Config{}, &linkemu.Params{RTT: rtt, RateUp: lr.rate, RateDown: lr.rate})
-	defer r.Close()
+func c3AtRate(ctx context.Context, o Options, res *Result, lr c3Rate, rtt time.Duration, bufs []int) (map[int]float64, []diag.Finding, []diag.Finding, error) {
+	tb, err := NewTestbed(ctx, o, Setup{Link: &linkemu.Params{RTT: rtt, RateUp: lr.rate, RateDown: lr.rate}})
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	defer tb.Close()
 	// Room above the path's BDP for the autotuned sender, so that the
 	// after check judges the pinned buffer alone (see the note in runC3).
-	if err := nsSysctl(r.Topo.Client, "net/ipv4/tcp_wmem", c3Wmem); err != nil {
+	if err := nsSysctl(tb.Topo.Client, "net/ipv4/tcp_wmem", c3Wmem); err != nil {
 		return nil, nil, nil, err
 	}
 	link := fmt.Sprintf("%s, %v RTT", tpRate(lr.rate), rtt)
-	r.Logf("c3: link %s", link)
-	srv, err := r.Start(r.Topo.Server, true, "bulk-server", "--addr", netip.AddrPortFrom(r.Topo.ServerAddrs[0], 0).String(), "--max-duration", "10m")
+	tb.Logf("c3: link %s", link)
+	srv, err := tb.Start(tb.Topo.Server, true, "bulk-server", "--addr", netip.AddrPortFrom(tb.Topo.ServerAddrs[0], 0).String(), "--max-duration", "10m")
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -97,8 +96,7 @@ func c3AtRate(ctx context.Context, base *Run, res *Result, lr c3Rate, rtt time.D
 	mbps := map[int]float64{}
 	var before, after []diag.Finding
 	for _, b := range bufs {
-		var rep []diag.Finding
-		res1, err := c3Transfer(ctx, r, addr, b, lr.size, check && b == 16<<10, &rep)
+		res1, rep, err := c3Transfer(ctx, tb, c3Send{addr: addr, sndbuf: b, size: lr.size, check: check && b == 16<<10})
 		if err != nil {
 			return nil, nil, nil, err
 		}
@@ -112,7 +110,8 @@ func c3AtRate(ctx context.Context, base *Run, res *Result, lr c3Rate, rtt time.D
 		// The autotuned table transfer is over in well under a second: the
 		// "after" check watches a longer one (about 4 s at the link rate).
 		long := int64(lr.rate / 8 * 4)
-		res1, err := c3Transfer(ctx, r, addr, 0, long, true, &after)
+		res1, fs, err := c3Transfer(ctx, tb, c3Send{addr: addr, size: long, check: true})
+		after = fs
 		if err != nil {
 			return nil, nil, nil, err
 		}
@@ -130,22 +129,31 @@ const c3Wmem = "4096 16384 16777216"
 // c3Windows is how many check windows the pinned sender gets.
 const c3Windows = 3
 
-// c3Transfer sends size bytes up with SO_SNDBUF sndbuf (0: autotuned);
-// with check, it diagnoses the client namespace while the transfer runs.
-func c3Transfer(ctx context.Context, r *Run, addr string, sndbuf int, size int64, check bool, findings *[]diag.Finding) (workload.BulkClientResult, error) {
-	var out workload.BulkClientResult
+// c3Send is one transfer: size bytes up to addr with SO_SNDBUF sndbuf (0:
+// autotuned); check diagnoses the client namespace while it runs.
+type c3Send struct {
+	addr   string
+	sndbuf int
+	size   int64
+	check  bool
+}
+
+// c3Transfer runs one transfer and returns its result and, with check,
+// the findings.
+func c3Transfer(ctx context.Context, tb *Testbed, s c3Send) (out workload.BulkClientResult, findings []diag.Finding, err error) {
+	addr, sndbuf, size, check := s.addr, s.sndbuf, s.size, s.check
 	args := []string{"bulk-client", "--addr", addr, "--size", strconv.FormatInt(size, 10), "--direction", workload.Up, "--max-duration", "3m"}
 	if sndbuf > 0 {
 		args = append(args, "--sndbuf", strconv.Itoa(sndbuf))
 	}
-	p, err := r.Start(r.Topo.Client, false, args...)
+	p, err := tb.Start(tb.Topo.Client, false, args...)
 	if err != nil {
-		return out, err
+		return out, findings, err
 	}
 	if check {
 		if err := checkup.Sleep(ctx, 700*time.Millisecond); err != nil {
 			p.Stop()
-			return out, err
+			return out, findings, err
 		}
 		// One window is one pair of instants: on a busy machine the writer
 		// or the delay line may be off the CPU at either, and the buffer
@@ -157,14 +165,14 @@ func c3Transfer(ctx context.Context, r *Run, addr string, sndbuf int, size int64
 			tries = c3Windows
 		}
 		for i := 1; i <= tries; i++ {
-			rep, err := r.Check(ctx, 2*time.Second, r.Topo.Client)
+			rep, err := tb.Check(ctx, 2*time.Second, tb.Topo.Client)
 			if err != nil {
 				p.Stop()
-				return out, err
+				return out, findings, err
 			}
-			*findings = rep.Findings
+			findings = rep.Findings
 			if tries > 1 {
-				r.Logf("c3: SO_SNDBUF %d: check window %d of %d: sndbuf-limited fired: %v", sndbuf, i, tries, len(FiredOn(rep.Findings, "sndbuf-limited")) > 0)
+				tb.Logf("c3: SO_SNDBUF %d: check window %d of %d: sndbuf-limited fired: %v", sndbuf, i, tries, len(FiredOn(rep.Findings, "sndbuf-limited")) > 0)
 			}
 			if len(FiredOn(rep.Findings, "sndbuf-limited")) > 0 || p.Exited() {
 				break
@@ -172,17 +180,17 @@ func c3Transfer(ctx context.Context, r *Run, addr string, sndbuf int, size int64
 		}
 	}
 	if err := p.Wait(3*time.Minute, &out); err != nil {
-		return out, err
+		return out, findings, err
 	}
 	if out.Error != "" {
-		return out, fmt.Errorf("lab: c3: transfer: %s", out.Error)
+		return out, findings, fmt.Errorf("lab: c3: transfer: %s", out.Error)
 	}
-	r.Logf("c3: SO_SNDBUF %d: %d bytes in %.2fs, %.1f Mbit/s", sndbuf, out.Bytes, out.Seconds, out.Mbps)
-	return out, nil
+	tb.Logf("c3: SO_SNDBUF %d: %d bytes in %.2fs, %.1f Mbit/s", sndbuf, out.Bytes, out.Seconds, out.Mbps)
+	return out, findings, nil
 }
 
 // c3ChronoNote says what the kernel's sndbuf_limited chronograph showed for
-// the pinned senders in this run, against design.md's earlier measurement.
+// the pinned senders in this run, against an earlier run's.
 func c3ChronoNote(rows [][]string) string {
 	var seen []string
 	for _, r := range rows {
@@ -190,7 +198,7 @@ func c3ChronoNote(rows [][]string) string {
 			seen = append(seen, r[0]+": "+r[8])
 		}
 	}
-	return fmt.Sprintf("kernel sndbuf_limited chronograph over the pinned 16K sender's life: %s of busy time; design.md saw 0 %% in an earlier 16K run, so sndbuf-limited does not rely on it: it derives the limit from in-flight data against sndbuf, cwnd and the peer's window, and shows the chronograph as supporting evidence",
+	return fmt.Sprintf("kernel sndbuf_limited chronograph over the pinned 16K sender's life: %s of busy time; an earlier 16K run saw 0 %%, so sndbuf-limited does not rely on it: it derives the limit from in-flight data against sndbuf, cwnd and the peer's window, and shows the chronograph as supporting evidence",
 		strings.Join(seen, ", "))
 }
 

@@ -9,7 +9,6 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/linkemu"
-	"github.com/tcpdoctor/tcpdoctor/internal/lab/topo"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/workload"
 )
 
@@ -46,10 +45,10 @@ type churnPhase struct {
 	named   []string
 }
 
-func runC4TimeWait(ctx context.Context, r *Run) (*Result, error) {
+func runC4TimeWait(ctx context.Context, o Options) (*Result, error) {
 	rate, dur := 500.0, 15*time.Second
 	settle, interval := time.Second, 2*time.Second
-	if r.Opts.Quick {
+	if o.Quick {
 		dur = 8 * time.Second
 	}
 	res := &Result{}
@@ -58,7 +57,7 @@ func runC4TimeWait(ctx context.Context, r *Run) (*Result, error) {
 	for i, ph := range phases {
 		// A fresh topology per phase: TIME_WAIT of the before phase
 		// would hold the ports for another 60 s.
-		fs, err := churnRun(ctx, r.Opts, ph, rate, dur, settle, interval)
+		fs, err := churnRun(ctx, o, ph, churnLoad{rate: rate, dur: dur, settle: settle, interval: interval})
 		if err != nil {
 			return res, err
 		}
@@ -108,31 +107,39 @@ func runC4TimeWait(ctx context.Context, r *Run) (*Result, error) {
 		fmt.Sprintf("the link has a %s RTT: each connection lives about 1.5 RTT, so a few are open at any moment and the check can name their process; with no delay they live under a millisecond and only ownerless TIME_WAIT sockets are seen; the pool is sized for rate x RTT (500/s x 30 ms = 15 in flight)", twRTT),
 		"tcp_tw_reuse is 2 (loopback only) in the lab namespaces, as on the host: it does not help these connections",
 		"each phase runs on a fresh topology so that the after phase does not inherit the before phase's TIME_WAIT sockets")
-	if r.Opts.Quick {
+	if o.Quick {
 		res.Notes = append(res.Notes, fmt.Sprintf("quick form: %s per phase", dur))
 	}
 	return res, nil
 }
 
+// churnLoad is one phase's load: short connections at rate per second for
+// dur; the check starts settle into it and lasts interval.
+type churnLoad struct {
+	rate                  float64
+	dur, settle, interval time.Duration
+}
+
 // churnRun builds a topology with the narrowed range in the client
 // namespace, runs the churn client against a churn server and checks the
 // client namespace during the load.
-func churnRun(ctx context.Context, o Options, ph *churnPhase, rate float64, dur, settle, interval time.Duration) ([]diag.Finding, error) {
+func churnRun(ctx context.Context, o Options, ph *churnPhase, ld churnLoad) ([]diag.Finding, error) {
+	rate, dur, settle, interval := ld.rate, ld.dur, ld.settle, ld.interval
 	// A 30 ms RTT keeps a few dozen connections open at any moment (as over a
 	// real network), so the check can see who opens them: TIME_WAIT
 	// sockets have no owner.
-	run, err := NewRun(ctx, o, topo.Config{}, &linkemu.Params{RTT: twRTT})
-	defer run.Close()
+	tb, err := NewTestbed(ctx, o, Setup{Link: &linkemu.Params{RTT: twRTT}})
 	if err != nil {
 		return nil, err
 	}
-	t := run.Topo
+	defer tb.Close()
+	t := tb.Topo
 	if err := nsSysctl(t.Client, "net/ipv4/ip_local_port_range", twRange); err != nil {
 		return nil, err
 	}
 	addr := t.ServerAddrs[0].String() + ":7001"
 	maxDur := (dur + 30*time.Second).String()
-	if _, err := run.Start(t.Server, true, "churn-server", "--addr", addr, "--max-duration", maxDur); err != nil {
+	if _, err := tb.Start(t.Server, true, "churn-server", "--addr", addr, "--max-duration", maxDur); err != nil {
 		return nil, err
 	}
 	args := []string{"churn-client", "--addr", addr, "--rate", fmt.Sprint(rate), "--duration", dur.String(),
@@ -140,16 +147,16 @@ func churnRun(ctx context.Context, o Options, ph *churnPhase, rate float64, dur,
 	if ph.pool > 0 {
 		args = append(args, "--pool", strconv.Itoa(ph.pool))
 	}
-	cli, err := run.Start(t.Client, false, args...)
+	cli, err := tb.Start(t.Client, false, args...)
 	if err != nil {
 		return nil, err
 	}
 	ph.pid = cli.Pid
-	run.Logf("%s: churn-client pid %d at %.0f/s to %s for %s", ph.label, cli.Pid, rate, addr, dur)
+	tb.Logf("%s: churn-client pid %d at %.0f/s to %s for %s", ph.label, cli.Pid, rate, addr, dur)
 	if err := checkup.Sleep(ctx, settle); err != nil {
 		return nil, err
 	}
-	rep, err := run.Check(ctx, interval, t.Client)
+	rep, err := tb.Check(ctx, interval, t.Client)
 	if err != nil {
 		return nil, err
 	}

@@ -11,7 +11,6 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/linkemu"
-	"github.com/tcpdoctor/tcpdoctor/internal/lab/topo"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/workload"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/procs"
@@ -43,27 +42,27 @@ type c5Out struct {
 	receiver string // who the client socket is, as a second look saw it
 }
 
-func runC5(ctx context.Context, base *Run) (*Result, error) {
+func runC5(ctx context.Context, o Options) (*Result, error) {
 	requests := 10
 	bufs := []int{128 << 10, 4 << 20, 0}
-	if base.Opts.Quick {
+	if o.Quick {
 		requests, bufs = 6, []int{128 << 10, 4 << 20}
 	}
-	r, err := NewRun(ctx, base.Opts, topo.Config{}, &linkemu.Params{RTT: c5RTT, RateUp: c5Rate, RateDown: c5Rate, CC: "cubic"})
-	defer r.Close()
+	tb, err := NewTestbed(ctx, o, Setup{Link: &linkemu.Params{RTT: c5RTT, RateUp: c5Rate, RateDown: c5Rate, CC: "cubic"}})
 	if err != nil {
 		return nil, err
 	}
+	defer tb.Close()
 	ideal := float64(c5Size) * 8 / c5Rate * 1000
 	res := &Result{Table: Table{Columns: []string{"client SO_RCVBUF", "rcvbuf (kernel)", "responses", "mean total", "mean transfer", "ideal (S*8/rate)", "transfer / ideal", "server rwnd_limited", "server snd_wnd"}}}
 	outs := map[int]c5Out{}
 	for _, b := range bufs {
-		o, err := c5Row(ctx, r, b, requests, b == 128<<10 || b == 4<<20)
+		row, err := c5Row(ctx, tb, b, requests, b == 128<<10 || b == 4<<20)
 		if err != nil {
 			return res, err
 		}
-		outs[b] = o
-		res.Table.Rows = append(res.Table.Rows, c5Cells(b, o, ideal))
+		outs[b] = row
+		res.Table.Rows = append(res.Table.Rows, c5Cells(b, row, ideal))
 	}
 	small, big := outs[128<<10], outs[4<<20]
 	res.Before, res.After = small.findings, big.findings
@@ -77,9 +76,9 @@ func runC5(ctx context.Context, base *Run) (*Result, error) {
 	res.Notes = append(res.Notes,
 		fmt.Sprintf("link %s, %v RTT; responses of %d bytes, sequential on one keep-alive connection; ideal %.0f ms is the bytes at the link rate, without the request's RTT or slow start", tpRate(c5Rate), c5RTT, c5Size, ideal),
 		"cubic on the hosts' routes (as on most production hosts): with bbr, this machine's default, the same 128K run gave the same times but the server's rwnd_limited chronograph only 33-41 % of busy time, since bbr's pacing stops most transmissions before the window does; rwnd-limited still fired at its 30 % threshold, with less margin",
-		"the write-up: 500-700 ms with the client's 128K buffer, 366 ms (transfer 309 ms) with 4M, ideal 272 ms; its RTT is not stated, so absolute times differ",
+		"the case as reported (C5): 500-700 ms with the client's 128K buffer, 366 ms (transfer 309 ms) with 4M, ideal 272 ms; its RTT is not stated, so absolute times differ",
 		"rules judge one namespace at a time: rwnd-limited sees the server's socket and names the receiver by address; the note above ties that address to the client process and its buffer from a sock_diag look at the client namespace during the same run")
-	if base.Opts.Quick {
+	if o.Quick {
 		res.Notes = append(res.Notes, fmt.Sprintf("quick form: 128K vs 4M only, %d responses each", requests))
 	}
 	return res, nil
@@ -87,9 +86,9 @@ func runC5(ctx context.Context, base *Run) (*Result, error) {
 
 // c5Row serves requests responses to a client with SO_RCVBUF rcvbuf (0:
 // autotuned); with check, it diagnoses both hosts during the transfers.
-func c5Row(ctx context.Context, r *Run, rcvbuf, requests int, check bool) (c5Out, error) {
+func c5Row(ctx context.Context, tb *Testbed, rcvbuf, requests int, check bool) (c5Out, error) {
 	var o c5Out
-	srv, err := r.Start(r.Topo.Server, true, "bigresponse-server", "--addr", netip.AddrPortFrom(r.Topo.ServerAddrs[0], 0).String(),
+	srv, err := tb.Start(tb.Topo.Server, true, "bigresponse-server", "--addr", netip.AddrPortFrom(tb.Topo.ServerAddrs[0], 0).String(),
 		"--size", strconv.Itoa(c5Size), "--count", strconv.Itoa(requests), "--max-duration", "2m")
 	if err != nil {
 		return o, err
@@ -103,7 +102,7 @@ func c5Row(ctx context.Context, r *Run, rcvbuf, requests int, check bool) (c5Out
 	if rcvbuf > 0 {
 		args = append(args, "--rcvbuf", strconv.Itoa(rcvbuf))
 	}
-	cl, err := r.Start(r.Topo.Client, false, args...)
+	cl, err := tb.Start(tb.Topo.Client, false, args...)
 	if err != nil {
 		return o, err
 	}
@@ -112,13 +111,13 @@ func c5Row(ctx context.Context, r *Run, rcvbuf, requests int, check bool) (c5Out
 			cl.Stop()
 			return o, err
 		}
-		rep, err := r.Check(ctx, 2*time.Second, r.Topo.Server, r.Topo.Client)
+		rep, err := tb.Check(ctx, 2*time.Second, tb.Topo.Server, tb.Topo.Client)
 		if err != nil {
 			cl.Stop()
 			return o, err
 		}
 		o.findings = rep.Findings
-		o.receiver = c5Receiver(r, o.findings)
+		o.receiver = c5Receiver(tb, o.findings)
 	}
 	if err := cl.Wait(2*time.Minute, &o.client); err != nil {
 		return o, err
@@ -127,15 +126,15 @@ func c5Row(ctx context.Context, r *Run, rcvbuf, requests int, check bool) (c5Out
 		return o, err
 	}
 	if n := len(o.server.Responses); n > 0 && o.server.Responses[n-1].ConnInfo != nil {
-		r.Logf("c5: server connection at the end: %+v", *o.server.Responses[n-1].ConnInfo)
+		tb.Logf("c5: server connection at the end: %+v", *o.server.Responses[n-1].ConnInfo)
 	}
-	r.Logf("c5: SO_RCVBUF %d: mean %.0f ms (transfer %.0f ms) over %d responses", rcvbuf, o.client.MeanTotalMs, o.client.MeanTransfer, len(o.client.Requests))
+	tb.Logf("c5: SO_RCVBUF %d: mean %.0f ms (transfer %.0f ms) over %d responses", rcvbuf, o.client.MeanTotalMs, o.client.MeanTransfer, len(o.client.Requests))
 	return o, nil
 }
 
 // c5Receiver looks up, in the client namespace, the socket at the remote
 // end of the first rwnd-limited finding: its process and receive buffer.
-func c5Receiver(r *Run, fs []diag.Finding) string {
+func c5Receiver(tb *Testbed, fs []diag.Finding) string {
 	fired := FiredOn(fs, "rwnd-limited")
 	if len(fired) == 0 {
 		return ""
@@ -144,7 +143,7 @@ func c5Receiver(r *Run, fs []diag.Finding) string {
 	if err != nil {
 		return ""
 	}
-	ns, err := netns.Default().Named(r.Topo.Client)
+	ns, err := netns.Default().Named(tb.Topo.Client)
 	if err != nil {
 		return ""
 	}

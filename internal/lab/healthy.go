@@ -9,7 +9,6 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/linkemu"
-	"github.com/tcpdoctor/tcpdoctor/internal/lab/topo"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/workload"
 )
 
@@ -30,48 +29,48 @@ func healthyScenario() Scenario {
 // (100 Mbit/s x 20 ms = 250 KB each).
 const healthyQueue = 2 * 250_000
 
-func runHealthy(ctx context.Context, r *Run) (*Result, error) {
+func runHealthy(ctx context.Context, o Options) (*Result, error) {
 	// The load lasts settle + two check windows + slack; the bulk transfer
 	// is sized to run about as long at the link's rate.
 	const rate = 100e6
 	rtt := 20 * time.Millisecond
 	// The windows start once the bulk flow is past slow start.
 	settle, interval := 4*time.Second, 4*time.Second
-	if r.Opts.Quick {
+	if o.Quick {
 		settle, interval = 3*time.Second, 2*time.Second
 	}
 	dur := settle + 2*interval + 3*time.Second // two checks take about 2 x interval
 	bulkBytes := int64(rate / 8 * dur.Seconds() * 0.8)
 	res := &Result{}
-	run, err := NewRun(ctx, r.Opts, topo.Config{}, &linkemu.Params{RTT: rtt, RateUp: rate, RateDown: rate, QueueBytes: healthyQueue})
-	defer run.Close()
+	tb, err := NewTestbed(ctx, o, Setup{Link: &linkemu.Params{RTT: rtt, RateUp: rate, RateDown: rate, QueueBytes: healthyQueue}})
 	if err != nil {
 		return res, err
 	}
-	t := run.Topo
+	defer tb.Close()
+	t := tb.Topo
 	srv := t.ServerAddrs[0].String()
 	maxDur := (dur + 30*time.Second).String()
 	type server struct{ name, port string }
 	for _, s := range []server{{"bulk-server", "5001"}, {"churn-server", "7001"}, {"churn-server", "7002"}} {
-		if _, err := run.Start(t.Server, true, s.name, "--addr", srv+":"+s.port, "--max-duration", maxDur); err != nil {
+		if _, err := tb.Start(t.Server, true, s.name, "--addr", srv+":"+s.port, "--max-duration", maxDur); err != nil {
 			return res, err
 		}
 	}
-	if _, err := run.Start(t.Server, true, "rpc-server", "--addr", srv+":6001", "--think-min", "0", "--think-max", "20ms", "--max-duration", maxDur); err != nil {
+	if _, err := tb.Start(t.Server, true, "rpc-server", "--addr", srv+":6001", "--think-min", "0", "--think-max", "20ms", "--max-duration", maxDur); err != nil {
 		return res, err
 	}
-	run.Logf("healthy: %.0f Mbit/s, %s RTT; bulk %d MB up, pooled churn, rpc 16 callers over 8 connections, idle listener :7002, for %s",
+	tb.Logf("healthy: %.0f Mbit/s, %s RTT; bulk %d MB up, pooled churn, rpc 16 callers over 8 connections, idle listener :7002, for %s",
 		rate/1e6, rtt, bulkBytes>>20, dur)
-	bulk, err := run.Start(t.Client, false, "bulk-client", "--addr", srv+":5001", "--size", fmt.Sprint(bulkBytes), "--max-duration", maxDur)
+	bulk, err := tb.Start(t.Client, false, "bulk-client", "--addr", srv+":5001", "--size", fmt.Sprint(bulkBytes), "--max-duration", maxDur)
 	if err != nil {
 		return res, err
 	}
-	churn, err := run.Start(t.Client, false, "churn-client", "--addr", srv+":7001", "--pool", "8", "--rate", "50",
+	churn, err := tb.Start(t.Client, false, "churn-client", "--addr", srv+":7001", "--pool", "8", "--rate", "50",
 		"--duration", dur.String(), "--max-duration", maxDur)
 	if err != nil {
 		return res, err
 	}
-	rpc, err := run.Start(t.Client, false, "rpc-client", "--addr", srv+":6001", "--conns", "8", "--callers", "16",
+	rpc, err := tb.Start(t.Client, false, "rpc-client", "--addr", srv+":6001", "--conns", "8", "--callers", "16",
 		"--req-size", "1K", "--duration", dur.String(), "--max-duration", maxDur)
 	if err != nil {
 		return res, err
@@ -85,7 +84,7 @@ func runHealthy(ctx context.Context, r *Run) (*Result, error) {
 		return res, err
 	}
 	for i := range windows {
-		rep, err := run.Check(ctx, interval, t.Client, t.Server)
+		rep, err := tb.Check(ctx, interval, t.Client, t.Server)
 		if err != nil {
 			return res, err
 		}
@@ -126,7 +125,7 @@ func runHealthy(ctx context.Context, r *Run) (*Result, error) {
 		fmt.Sprintf("link: %.0f Mbit/s each way, %s RTT, bottleneck queue two BDP (%d KB); every buffer autotuned; congestion control bbr (the kernel default)", rate/1e6, rtt, healthyQueue/1000),
 		"with a one-BDP queue the bulk flow's probing overflowed the tbf queue now and then: 1.2-1.8% of the client's segments retransmitted in a 2 s window, which the retransmissions rule rightly reports (>= 1%); a two-BDP queue absorbs it, so this healthy path has one",
 		"the check windows start once the bulk flow is past slow start; its start-up losses are real congestion losses, not a healthy steady state")
-	if r.Opts.Quick {
+	if o.Quick {
 		res.Notes = append(res.Notes, fmt.Sprintf("quick form: check windows of %s", interval))
 	}
 	return res, nil

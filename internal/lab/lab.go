@@ -59,7 +59,7 @@ type Scenario struct {
 	// Expect lists the rules that must fire (warning or above) before the
 	// fix; at least one of them must, and none may after it.
 	Expect []string
-	Run    func(ctx context.Context, r *Run) (*Result, error)
+	Run    func(ctx context.Context, o Options) (*Result, error)
 }
 
 // Table is a before/after table.
@@ -81,19 +81,19 @@ type Result struct {
 	// Verdict explains Reproduced in one or more sentences.
 	Verdict []string `json:"verdict"`
 	// Notes says where this kernel or the quick form differs from the
-	// original write-up.
+	// case as reported.
 	Notes   []string      `json:"notes,omitempty"`
 	Elapsed time.Duration `json:"elapsed_ns"`
 }
 
-// Run is one scenario's world: its topology, link and processes. Close
-// undoes all of it.
-type Run struct {
+// Testbed is one scenario's world: its topology, link and processes.
+// Close undoes all of it.
+type Testbed struct {
 	Opts Options
 	Topo *topo.Topo
 	Link *linkemu.Link
 
-	// ctx is the run's context: Ctrl-C cancels it, and waiting on a
+	// ctx is the scenario's context: Ctrl-C cancels it, and waiting on a
 	// workload then stops at once.
 	ctx     context.Context
 	mu      sync.Mutex
@@ -101,36 +101,46 @@ type Run struct {
 	pidFile string
 }
 
-// NewRun builds a topology and, if p has a delay, rate or loss, the
-// emulated link. Close must be called, also on error.
-func NewRun(ctx context.Context, o Options, cfg topo.Config, p *linkemu.Params) (*Run, error) {
-	r := &Run{Opts: o, ctx: ctx}
-	t, err := topo.Build(cfg)
-	if err != nil {
-		return r, err
-	}
-	r.Topo = t
-	if err := os.MkdirAll(PidDir, 0o755); err == nil {
-		r.pidFile = filepath.Join(PidDir, t.Run+".pids")
-	}
-	if p != nil {
-		pp := *p
-		if pp.Exec == nil {
-			pp.Exec = o.DelayLine
-		}
-		l, err := linkemu.Start(t, pp)
+// Setup is what a testbed is built from.
+type Setup struct {
+	Topo topo.Config
+	// Link, when set, puts an emulated link between the client and the
+	// server; its Exec defaults to Options.DelayLine.
+	Link *linkemu.Params
+}
+
+// NewTestbed builds a topology and, with s.Link, the emulated link. On
+// error it removes what it built and returns nil.
+func NewTestbed(ctx context.Context, o Options, s Setup) (_ *Testbed, err error) {
+	tb := &Testbed{Opts: o, ctx: ctx}
+	defer func() {
 		if err != nil {
-			return r, err
+			tb.Opts.Keep = false // nothing half-built is left behind
+			err = errors.Join(err, tb.Close())
 		}
-		r.Link = l
+	}()
+	if tb.Topo, err = topo.Build(s.Topo); err != nil {
+		return nil, err
 	}
-	return r, nil
+	if err := os.MkdirAll(PidDir, 0o755); err == nil {
+		tb.pidFile = filepath.Join(PidDir, tb.Topo.Run+".pids")
+	}
+	if s.Link != nil {
+		p := *s.Link
+		if p.Exec == nil {
+			p.Exec = o.DelayLine
+		}
+		if tb.Link, err = linkemu.Start(tb.Topo, p); err != nil {
+			return nil, err
+		}
+	}
+	return tb, nil
 }
 
 // Logf prints a progress line.
-func (r *Run) Logf(format string, a ...any) {
-	if r.Opts.Log != nil {
-		fmt.Fprintf(r.Opts.Log, "lab: "+format+"\n", a...)
+func (tb *Testbed) Logf(format string, a ...any) {
+	if tb.Opts.Log != nil {
+		fmt.Fprintf(tb.Opts.Log, "lab: "+format+"\n", a...)
 	}
 }
 
@@ -152,10 +162,10 @@ type Proc struct {
 
 // Start runs `Self workload ARGS...` inside namespace ns. If wantReady, it
 // waits (up to 15 s) for the ready line servers print.
-func (r *Run) Start(ns string, wantReady bool, args ...string) (*Proc, error) {
-	argv := append([]string{"netns", "exec", ns, r.Opts.Self, "workload"}, args...)
+func (tb *Testbed) Start(ns string, wantReady bool, args ...string) (*Proc, error) {
+	argv := append([]string{"netns", "exec", ns, tb.Opts.Self, "workload"}, args...)
 	cmd := exec.Command("ip", argv...)
-	ctx := r.ctx
+	ctx := tb.ctx
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -185,10 +195,10 @@ func (r *Run) Start(ns string, wantReady bool, args ...string) (*Proc, error) {
 	}
 	p.Pid = cmd.Process.Pid // ip netns exec execs the workload in place
 	p.out = bufio.NewReaderSize(stdout, 1<<16)
-	r.mu.Lock()
-	r.procs = append(r.procs, p)
-	r.recordPids()
-	r.mu.Unlock()
+	tb.mu.Lock()
+	tb.procs = append(tb.procs, p)
+	tb.recordPids()
+	tb.mu.Unlock()
 	if wantReady {
 		line := make(chan []byte, 1)
 		go func() {
@@ -230,7 +240,7 @@ func (p *Proc) Wait(timeout time.Duration, v any) error {
 		return fmt.Errorf("lab: %s still running after %v; killed", p.Name, timeout)
 	}
 	if p.err != nil {
-		return fmt.Errorf("lab: %s: %v: %s", p.Name, p.err, strings.TrimSpace(p.stderr.String()))
+		return fmt.Errorf("lab: %s: %w: %s", p.Name, p.err, strings.TrimSpace(p.stderr.String()))
 	}
 	if v == nil {
 		return nil
@@ -285,21 +295,21 @@ func lastLine(b []byte) []byte {
 	return b
 }
 
-// recordPids writes the PIDs started so far; the caller holds r.mu.
-func (r *Run) recordPids() {
-	if r.pidFile == "" {
+// recordPids writes the PIDs started so far; the caller holds tb.mu.
+func (tb *Testbed) recordPids() {
+	if tb.pidFile == "" {
 		return
 	}
 	var b strings.Builder
-	for _, p := range r.procs {
+	for _, p := range tb.procs {
 		b.WriteString(strconv.Itoa(p.Pid) + "\n")
 	}
-	_ = os.WriteFile(r.pidFile, []byte(b.String()), 0o644)
+	_ = os.WriteFile(tb.pidFile, []byte(b.String()), 0o644)
 }
 
 // Check diagnoses the given lab namespaces over interval, the same way
 // `check --netns` does, and returns the report.
-func (r *Run) Check(ctx context.Context, interval time.Duration, nsNames ...string) (*report.Report, error) {
+func (tb *Testbed) Check(ctx context.Context, interval time.Duration, nsNames ...string) (*report.Report, error) {
 	f := netns.Default()
 	var nss []netns.NS
 	for _, n := range nsNames {
@@ -315,15 +325,15 @@ func (r *Run) Check(ctx context.Context, interval time.Duration, nsNames ...stri
 		return nil, err
 	}
 	opts := diag.Options{}
-	if r.Link != nil {
-		opts.Bandwidth = r.linkRate()
+	if tb.Link != nil {
+		opts.Bandwidth = tb.linkRate()
 	}
 	return checkup.Diagnose(ss, rules.All(), opts), nil
 }
 
 // linkRate is the slower configured direction, 0 when unlimited.
-func (r *Run) linkRate() float64 {
-	p := r.Link.Params()
+func (tb *Testbed) linkRate() float64 {
+	p := tb.Link.Params()
 	switch {
 	case p.RateUp == 0:
 		return p.RateDown
@@ -335,36 +345,36 @@ func (r *Run) linkRate() float64 {
 
 // Close stops every process the run started, the link and the topology,
 // unless Keep is set. It is safe to call twice.
-func (r *Run) Close() error {
-	if r.Opts.Keep {
-		r.Logf("--keep: leaving run %s in place (tcpdoctor lab clean removes it)", r.runID())
+func (tb *Testbed) Close() error {
+	if tb.Opts.Keep {
+		tb.Logf("--keep: leaving run %s in place (tcpdoctor lab clean removes it)", tb.runID())
 		return nil
 	}
-	r.mu.Lock()
-	procs := r.procs
-	r.procs = nil
-	r.mu.Unlock()
+	tb.mu.Lock()
+	procs := tb.procs
+	tb.procs = nil
+	tb.mu.Unlock()
 	for _, p := range procs {
 		p.Stop()
 	}
 	var errs []error
-	if r.Link != nil {
-		errs = append(errs, r.Link.Close())
+	if tb.Link != nil {
+		errs = append(errs, tb.Link.Close())
 	}
-	if r.Topo != nil {
-		errs = append(errs, r.Topo.Close())
+	if tb.Topo != nil {
+		errs = append(errs, tb.Topo.Close())
 	}
-	if r.pidFile != "" {
-		_ = os.Remove(r.pidFile)
+	if tb.pidFile != "" {
+		_ = os.Remove(tb.pidFile)
 	}
 	return errors.Join(errs...)
 }
 
-func (r *Run) runID() string {
-	if r.Topo == nil {
+func (tb *Testbed) runID() string {
+	if tb.Topo == nil {
 		return "?"
 	}
-	return r.Topo.Run
+	return tb.Topo.Run
 }
 
 // Clean removes what killed runs left: namespaces named tdlab-* and the

@@ -38,7 +38,7 @@ func ByName(name string) (Scenario, bool) {
 // Execute runs one scenario and fills the fields every result shares.
 func Execute(ctx context.Context, s Scenario, o Options) (*Result, error) {
 	start := time.Now()
-	res, err := s.Run(ctx, &Run{Opts: o})
+	res, err := s.Run(ctx, o)
 	if res == nil {
 		res = &Result{}
 	}
