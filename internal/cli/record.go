@@ -2,7 +2,6 @@ package cli
 
 import (
 	"fmt"
-	"io"
 	"os"
 	"time"
 
@@ -57,7 +56,7 @@ func runRecord(cmd *cobra.Command, e *Env, o *recordOpts) error {
 	if err != nil {
 		return usageErr("record: %v", err)
 	}
-	var w io.Writer = e.Stdout
+	w := e.Stdout
 	if o.out != "-" {
 		f, err := os.Create(o.out)
 		if err != nil {

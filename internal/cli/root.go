@@ -81,7 +81,7 @@ func usageErr(format string, a ...any) error {
 
 func collectErr(err error) error { return &exitError{code: ExitCollect, err: err} }
 
-// findingsExit makes the command exit 1 without printing an error.
+// errFindings makes the command exit 1 without printing an error.
 var errFindings = &exitError{code: ExitFindings}
 
 // NewRoot builds the command tree.

@@ -185,7 +185,7 @@ func probeBufLocks(s *snapshot.Snapshot, own *procs.Owners) {
 		}
 	}
 	if failed > 0 {
-		s.AddError(snapshot.SourceBufLock, fmt.Errorf("%d sockets not probed: %v", failed, lastErr))
+		s.AddError(snapshot.SourceBufLock, fmt.Errorf("%d sockets not probed: %w", failed, lastErr))
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 // Severity orders findings.
 type Severity int
 
+// The severities, least first.
 const (
 	Info Severity = 1 + iota
 	Warning
@@ -160,8 +161,8 @@ func (in *Input) CounterDelta(name string) (int64, bool) {
 }
 
 // Rule is one diagnosis. Check must be a pure function of its input: no
-// I/O and no clock. It returns ErrUnknown-wrapped errors when its inputs
-// are missing, so the engine reports "unknown" rather than healthy.
+// I/O and no clock. It returns an error (Unknownf) when its inputs are
+// missing, so the engine reports "unknown" rather than healthy.
 type Rule struct {
 	ID         string
 	Title      string

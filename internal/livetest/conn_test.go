@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -121,7 +122,7 @@ func TestPortExhaustion(t *testing.T) {
 		}
 		return nil
 	})
-	if lastErr != unix.EADDRNOTAVAIL {
+	if !errors.Is(lastErr, unix.EADDRNOTAVAIL) {
 		t.Fatalf("after %d connects: %v, want EADDRNOTAVAIL", n, lastErr)
 	}
 	t.Logf("%d connects to %s, then EADDRNOTAVAIL", n, ln)

@@ -212,7 +212,7 @@ func TestAllAndDo(t *testing.T) {
 		t.Errorf("caller's thread moved to %d", after)
 	}
 	sentinel := errors.New("sentinel")
-	if err := Do(nsA, func() error { return sentinel }); err != sentinel {
+	if err := Do(nsA, func() error { return sentinel }); !errors.Is(err, sentinel) {
 		t.Errorf("Do did not return fn's error: %v", err)
 	}
 	func() {

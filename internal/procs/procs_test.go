@@ -415,7 +415,7 @@ func TestBufLock(t *testing.T) {
 	if err := unix.Fstat(fds[0], &st); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := BufLock(FDRef{pid, fds[0]}, uint32(st.Ino)+1); err != ErrFDReused {
+	if _, err := BufLock(FDRef{pid, fds[0]}, uint32(st.Ino)+1); !errors.Is(err, ErrFDReused) {
 		t.Errorf("wrong inode: err = %v, want ErrFDReused", err)
 	}
 	if _, err := BufLock(FDRef{pid, fds[0]}, uint32(st.Ino)); err != nil {

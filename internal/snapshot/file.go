@@ -155,7 +155,7 @@ func ReadAll(r io.Reader) ([]*Snapshot, error) {
 	var out []*Snapshot
 	for {
 		s, err := rd.Next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			if len(out) == 0 {
 				return nil, errors.New("snapshot: file has a header but no snapshots")
 			}

@@ -117,7 +117,7 @@ func FuzzReader(f *testing.F) {
 		for i := 0; i < 1000; i++ {
 			s, err := r.Next()
 			if err != nil {
-				if err != io.EOF && err.Error() == "" {
+				if !errors.Is(err, io.EOF) && err.Error() == "" {
 					t.Fatal("empty error")
 				}
 				return

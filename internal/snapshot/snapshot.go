@@ -126,6 +126,7 @@ type Proc struct {
 // State is a TCP state as numbered by the kernel (include/net/tcp_states.h).
 type State uint8
 
+// The states, in the kernel's order.
 const (
 	Established State = 1 + iota
 	SynSent

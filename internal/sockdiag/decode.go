@@ -34,7 +34,7 @@ var ne = binary.NativeEndian
 // low bit on little-endian machines, from the high bit on big-endian ones.
 var littleEndian = ne.Uint16([]byte{1, 0}) == 1
 
-// errTruncated and friends are wrapped with the offset where they occurred.
+// The decoding errors, wrapped with where they occurred.
 var (
 	errShortHeader = errors.New("truncated netlink header")
 	errShortMsg    = errors.New("truncated message")

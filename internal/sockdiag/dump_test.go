@@ -266,7 +266,7 @@ func TestDumpNetns(t *testing.T) {
 	n := 0
 	var err error
 	ns.do(func() { err = Dump(Options{}, func(*snapshot.Socket) error { n++; return stop }) })
-	if err != stop || n != 1 {
+	if !errors.Is(err, stop) || n != 1 {
 		t.Errorf("Dump with failing fn: err %v after %d calls", err, n)
 	}
 }

@@ -54,7 +54,7 @@ func benchFlow(ctx context.Context, t *topo.Topo, o BenchOptions, p Params) (Flo
 				r.atOne = r.n
 			}
 			if err != nil {
-				if err != io.EOF {
+				if !errors.Is(err, io.EOF) {
 					r.err = err
 				}
 				break

@@ -3,6 +3,7 @@ package workload
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -69,14 +70,17 @@ func RunBigServer(ctx context.Context, cfg BigServerConfig) (BigServerResult, er
 		for {
 			size, err := readBigRequest(br, cfg.Size)
 			if err != nil {
-				if ctx.Err() == nil && err != io.EOF {
+				if ctx.Err() == nil && !errors.Is(err, io.EOF) {
 					errs.add(ErrnoName(err))
 					fmt.Fprintf(c, "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
 				}
 				return
 			}
 			t0 := time.Now()
-			if _, err := fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: %d\r\n\r\n", size); err == nil {
+			// One err for both writes: the send's error was scoped to the
+			// if and lost before (ineffassign).
+			_, err = fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: %d\r\n\r\n", size)
+			if err == nil {
 				err = send(c, chunk, size)
 			}
 			if err != nil {
