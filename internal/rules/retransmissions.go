@@ -35,7 +35,7 @@ func retransmissions() diag.Rule {
 type peerRetrans struct {
 	addr                 netip.Addr
 	sent, retrans        uint64
-	segs, conns, backoff int
+	conns, backoff int
 	maxRTO, lost         uint32
 	pids                 []int
 }

@@ -71,7 +71,7 @@ func PeerRates(s *snapshot.Snapshot) map[netip.Addr]float64 {
 // server commonly has. --bandwidth replaces it.
 const ReferenceRate = 1e9 / 8
 
-// LostShare: a flow moving less than this share of what its path carries
+// LostShare is the share of its path's rate below which a flow
 // has measurably lost performance.
 const LostShare = 0.5
 
