@@ -20,6 +20,25 @@ if [ "${#need[@]}" -gt 0 ]; then
 fi
 
 go vet ./...
+# go.mod and go.sum must be as `go mod tidy` leaves them (it prints the diff).
+if ! go mod tidy -diff; then
+  echo "test.sh: go.mod/go.sum not tidy: run go mod tidy" >&2
+  exit 1
+fi
+# golangci-lint at a pinned version, built once from the module proxy into
+# GOBIN; .golangci.yml says which linters and why.
+lint_version=2.15.0
+lint_bin="$(go env GOBIN)"
+lint="${lint_bin:-$(go env GOPATH)/bin}/golangci-lint"
+if ! "$lint" version 2>/dev/null | grep -q "version $lint_version "; then
+  echo "test.sh: installing golangci-lint v$lint_version" >&2
+  go install "github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v$lint_version"
+fi
+"$lint" run ./...
+# The race detector on the packages outside the namespace, lab, corpus and
+# live tiers (those measure timing, which -race would distort); all run
+# again without it below.
+go test -race -count=1 $(go list ./... | grep -v -E '/internal/(lab|livetest|corpus|netns|testns|bench|cli)(/|$)')
 CGO_ENABLED=0 go build -trimpath -o bin/tcpdoctor ./cmd/tcpdoctor
 if [ "$(id -u)" != 0 ]; then
   echo "test.sh: not root: kernel, netns and lab tests will skip (run as root for the full suite)" >&2
