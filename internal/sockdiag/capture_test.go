@@ -101,7 +101,7 @@ func captureRaw(family uint8, seq uint32) ([][]byte, error) {
 		return nil, err
 	}
 	defer unix.Close(fd)
-	req := request(family, seq, Options{Info: true, Mem: true})
+	req := request(family, seq, Options{Info: true, Mem: true}, nil)
 	if err := unix.Sendto(fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return nil, err
 	}

@@ -17,6 +17,9 @@ type Options struct {
 	States   uint32  // bitmask of 1<<state; 0 = all states
 	Info     bool    // request INET_DIAG_INFO (tcp_info) and INET_DIAG_CONG
 	Mem      bool    // request INET_DIAG_SKMEMINFO
+	// Filter, when not empty, is run by the kernel on each socket
+	// (INET_DIAG_REQ_BYTECODE) so only matching ones are sent.
+	Filter *Filter
 }
 
 // recvBufLen is the receive buffer. The kernel fills at most about 32 KiB
@@ -53,6 +56,10 @@ func Dump(opts Options, fn func(*snapshot.Socket) error) error {
 	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return fmt.Errorf("sockdiag: bind netlink socket: %w", err)
 	}
+	bc, err := opts.Filter.Bytecode()
+	if err != nil {
+		return err
+	}
 	buf := make([]byte, recvBufLen)
 	var fnErr error
 	call := func(sk *snapshot.Socket) error {
@@ -64,7 +71,7 @@ func Dump(opts Options, fn func(*snapshot.Socket) error) error {
 	}
 	for i, fam := range fams {
 		seq := uint32(i + 1)
-		err := dumpFamily(fd, buf, request(fam, seq, opts), seq, call)
+		err := dumpFamily(fd, buf, request(fam, seq, opts, bc), seq, call)
 		if fnErr != nil {
 			return fnErr
 		}
@@ -75,9 +82,14 @@ func Dump(opts Options, fn func(*snapshot.Socket) error) error {
 	return nil
 }
 
-// request builds an inet_diag_req_v2 dump request for TCP sockets.
-func request(family uint8, seq uint32, opts Options) []byte {
-	b := make([]byte, nlmsgHdrLen+diagReqLen)
+// request builds an inet_diag_req_v2 dump request for TCP sockets, with
+// bytecode bc (compiled opts.Filter) as INET_DIAG_REQ_BYTECODE when set.
+func request(family uint8, seq uint32, opts Options, bc []byte) []byte {
+	n := nlmsgHdrLen + diagReqLen
+	if len(bc) > 0 {
+		n += rtaHdrLen + len(bc)
+	}
+	b := make([]byte, n)
 	ne.PutUint32(b[0:], uint32(len(b)))
 	ne.PutUint16(b[4:], sockDiagByFam)
 	ne.PutUint16(b[6:], unix.NLM_F_REQUEST|unix.NLM_F_DUMP)
@@ -99,6 +111,12 @@ func request(family uint8, seq uint32, opts Options) []byte {
 	}
 	ne.PutUint32(r[4:], states)
 	// id is left zero: no filter; cookie INET_DIAG_NOCOOKIE is not needed for dumps.
+	if len(bc) > 0 {
+		a := b[nlmsgHdrLen+diagReqLen:]
+		ne.PutUint16(a[0:], uint16(rtaHdrLen+len(bc)))
+		ne.PutUint16(a[2:], attrReqBytecode)
+		copy(a[rtaHdrLen:], bc)
+	}
 	return b
 }
 

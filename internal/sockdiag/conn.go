@@ -1,0 +1,213 @@
+package sockdiag
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+)
+
+// Conn is a NETLINK_SOCK_DIAG socket kept open for repeated requests, as
+// a sampler running many times a second needs. It belongs to the network
+// namespace of the thread that opened it. Not safe for concurrent use.
+type Conn struct {
+	fd  int
+	buf []byte
+	seq uint32
+	req []byte
+}
+
+// lookupRcvBuf holds the replies of one batch of exact lookups: each is
+// its own datagram of about 1 KiB of skb truesize per socket.
+const lookupRcvBuf = 4 << 20
+
+// lookupBatch is how many exact requests go in one sendmsg.
+const lookupBatch = 64
+
+// Open opens a Conn in the calling thread's network namespace.
+func Open() (*Conn, error) {
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG)
+	if err != nil {
+		return nil, fmt.Errorf("sockdiag: open netlink socket: %w", err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("sockdiag: bind netlink socket: %w", err)
+	}
+	// Room for a batch of lookup replies; FORCE needs CAP_NET_ADMIN and
+	// the plain one is capped by rmem_max, which is enough for smaller
+	// batches.
+	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, lookupRcvBuf) != nil {
+		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, lookupRcvBuf)
+	}
+	return &Conn{fd: fd, buf: make([]byte, recvBufLen)}, nil
+}
+
+// Close closes the socket.
+func (c *Conn) Close() error { return unix.Close(c.fd) }
+
+// Dump is the package's Dump over this Conn's socket.
+func (c *Conn) Dump(opts Options, fn func(*snapshot.Socket) error) error {
+	fams := opts.Families
+	if fams == nil {
+		fams = []uint8{unix.AF_INET, unix.AF_INET6}
+	}
+	bc, err := opts.Filter.Bytecode()
+	if err != nil {
+		return err
+	}
+	var fnErr error
+	call := func(sk *snapshot.Socket) error {
+		if err := fn(sk); err != nil {
+			fnErr = err
+			return err
+		}
+		return nil
+	}
+	for _, fam := range fams {
+		c.seq++
+		err := dumpFamily(c.fd, c.buf, request(fam, c.seq, opts, bc), c.seq, call)
+		if fnErr != nil {
+			return fnErr
+		}
+		if err != nil {
+			return fmt.Errorf("sockdiag: dump %s: %w", familyName(fam), err)
+		}
+	}
+	return nil
+}
+
+// Key names one connection for an exact lookup: as the dump reported it.
+type Key struct {
+	Family  uint8
+	Local   netip.AddrPort
+	Remote  netip.AddrPort
+	IfIndex uint32
+	Cookie  uint64
+}
+
+// KeyOf returns the key of a dumped socket.
+func KeyOf(sk *snapshot.Socket) Key {
+	return Key{Family: sk.Family, Local: sk.Local, Remote: sk.Remote, IfIndex: sk.IfIndex, Cookie: sk.Cookie}
+}
+
+// Lookup asks for each key's socket by its 4-tuple and cookie: the kernel
+// finds each in its hash table, so the cost does not grow with the other
+// sockets of the namespace, unlike a dump. fn gets the key's index and the
+// socket; keys whose socket is gone (or whose tuple now belongs to another
+// socket) are skipped. opts.Info and opts.Mem choose the extras.
+func (c *Conn) Lookup(opts Options, keys []Key, fn func(int, *snapshot.Socket) error) error {
+	for start := 0; start < len(keys); start += lookupBatch {
+		end := min(start+lookupBatch, len(keys))
+		if err := c.lookupBatch(opts, keys[start:end], start, fn); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *Conn) lookupBatch(opts Options, keys []Key, base int, fn func(int, *snapshot.Socket) error) error {
+	first := c.seq + 1
+	c.req = c.req[:0]
+	for _, k := range keys {
+		c.seq++
+		c.req = append(c.req, exactRequest(k, c.seq, opts)...)
+	}
+	if err := unix.Sendto(c.fd, c.req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return fmt.Errorf("sockdiag: lookup: send: %w", err)
+	}
+	left := len(keys)
+	var d decoded
+	for left > 0 {
+		n, err := recvTrunc(c.fd, c.buf)
+		if err != nil {
+			return fmt.Errorf("sockdiag: lookup: recv: %w", err)
+		}
+		if n > len(c.buf) || n == 0 {
+			return fmt.Errorf("sockdiag: lookup: %w: datagram of %d bytes", errShortMsg, n)
+		}
+		b := c.buf[:n]
+		for off := 0; off < len(b); {
+			if len(b)-off < nlmsgHdrLen {
+				return fmt.Errorf("sockdiag: lookup: %w", errShortHeader)
+			}
+			mlen := int(ne.Uint32(b[off:]))
+			typ := ne.Uint16(b[off+4:])
+			mseq := ne.Uint32(b[off+8:])
+			if mlen < nlmsgHdrLen || mlen > len(b)-off {
+				return fmt.Errorf("sockdiag: lookup: %w: nlmsg_len %d", errShortMsg, mlen)
+			}
+			body := b[off+nlmsgHdrLen : off+mlen]
+			off += (mlen + 3) &^ 3
+			if mseq < first || mseq >= first+uint32(len(keys)) {
+				continue // a stale reply
+			}
+			idx := base + int(mseq-first)
+			switch typ {
+			case sockDiagByFam:
+				left--
+				d = decoded{}
+				if err := decodeInto(body, &d); err != nil {
+					return fmt.Errorf("sockdiag: lookup: %w", err)
+				}
+				if err := fn(idx, d.socket()); err != nil {
+					return err
+				}
+			case nlmsgError:
+				left--
+				if len(body) < 4 {
+					return fmt.Errorf("sockdiag: lookup: %w: netlink error", errShortMsg)
+				}
+				e := syscall.Errno(-int32(ne.Uint32(body)))
+				if e != 0 && !errors.Is(e, unix.ENOENT) {
+					return fmt.Errorf("sockdiag: lookup %v -> %v: %w", keys[idx-base].Local, keys[idx-base].Remote, e)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// exactRequest builds an inet_diag_req_v2 for one socket (no NLM_F_DUMP).
+func exactRequest(k Key, seq uint32, opts Options) []byte {
+	var b [nlmsgHdrLen + diagReqLen]byte
+	ne.PutUint32(b[0:], uint32(len(b)))
+	ne.PutUint16(b[4:], sockDiagByFam)
+	ne.PutUint16(b[6:], unix.NLM_F_REQUEST)
+	ne.PutUint32(b[8:], seq)
+	r := b[nlmsgHdrLen:]
+	r[0] = k.Family
+	r[1] = unix.IPPROTO_TCP
+	var ext uint8
+	if opts.Info {
+		ext |= 1<<(attrInfo-1) | 1<<(attrCong-1)
+	}
+	if opts.Mem {
+		ext |= 1 << (attrSkMemInfo - 1)
+	}
+	r[2] = ext
+	ne.PutUint32(r[4:], ^uint32(0))
+	id := r[8:]
+	id[0], id[1] = byte(k.Local.Port()>>8), byte(k.Local.Port())
+	id[2], id[3] = byte(k.Remote.Port()>>8), byte(k.Remote.Port())
+	putAddr(id[4:20], k.Local.Addr(), k.Family)
+	putAddr(id[20:36], k.Remote.Addr(), k.Family)
+	ne.PutUint32(id[36:], k.IfIndex)
+	ne.PutUint32(id[40:], uint32(k.Cookie))
+	ne.PutUint32(id[44:], uint32(k.Cookie>>32))
+	return b[:]
+}
+
+func putAddr(dst []byte, a netip.Addr, fam uint8) {
+	if fam == unix.AF_INET {
+		a4 := a.Unmap().As4()
+		copy(dst, a4[:])
+		return
+	}
+	a16 := a.As16()
+	copy(dst, a16[:])
+}
