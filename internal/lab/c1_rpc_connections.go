@@ -11,6 +11,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/linkemu"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/workload"
+	"github.com/tcpdoctor/tcpdoctor/internal/units"
 )
 
 // c1RPCConnections is case C1: many callers multiplexed over one long
@@ -96,9 +97,9 @@ func runC1(ctx context.Context, o Options) (*Result, error) {
 	improved := slowStall >= c1MinStallMs && fastStall < slowStall/2
 	Judge(res, c1RPCConnections().Expect, improved,
 		fmt.Sprintf("mean latency %.0f ms on 1 connection with %s buffers, %.0f ms on %d connections with %s buffers: %.0f ms and %.0f ms above the 150 ms server-side mean",
-			slow.Latency.MeanMs, tpSize(int64(bufs[0])), fast.Latency.MeanMs, fixConns, tpSize(int64(fixBuf)), slowStall, fastStall))
+			slow.Latency.MeanMs, units.Bytes(float64(bufs[0])), fast.Latency.MeanMs, fixConns, units.Bytes(float64(fixBuf)), slowStall, fastStall))
 	res.Notes = append(res.Notes,
-		fmt.Sprintf("link %s each way, %v RTT; %d callers, each calling again as soon as it is answered; requests %d bytes, responses %d (twice); server think time uniform 0-300 ms (mean 150 ms), one reader per connection on both sides; buffers pinned with SO_SNDBUF and SO_RCVBUF on both ends", tpRate(c1Rate), c1RTT, callers, req, 2*req),
+		fmt.Sprintf("link %s each way, %v RTT; %d callers, each calling again as soon as it is answered; requests %d bytes, responses %d (twice); server think time uniform 0-300 ms (mean 150 ms), one reader per connection on both sides; buffers pinned with SO_SNDBUF and SO_RCVBUF on both ends", units.Rate(c1Rate/8), c1RTT, callers, req, 2*req),
 		"the case as reported (C1): 800 callers with 32K buffers, 1 connection 430 ms, 2: 205, 4: 160, 6-8: 156; 1 connection with 64K 275 ms, 4M 210 ms; server-side time 150 ms. Its request sizes and RTT are not stated, so only the shape compares",
 		"bbr (this machine's default) on the hosts' routes; with cubic the 32K/1-connection run was similar (262 ms mean, rwnd-limited 73 % of busy time in the quick form) but cubic overflowed the bottleneck queue more; with bbr rwnd-limited measures only about 33-41 % of busy time, since bbr's pacing stops transmissions before the window does",
 		"p99 outliers of about 1.1 s in some cells come with retransmissions (the retransmissions rule reported 3-4 % in a 4M check): packets lost in the emulated path under this load on 2 shared cores, then retransmission timeouts; they are not monotone in connections or buffers, so read the shape from p50 and mean",
@@ -151,13 +152,13 @@ func c1Run(ctx context.Context, tb *Testbed, cell c1Cell) (workload.RPCClientRes
 	if err := srv.Wait(10*time.Second, &sr); err != nil {
 		tb.Logf("c1: server result: %v", err)
 	}
-	tb.Logf("c1: buffers %s, %d conns: p50 %.0f ms, p99 %.0f ms, mean %.0f ms, %.0f req/s", tpSize(int64(cell.buf)), cell.conns,
+	tb.Logf("c1: buffers %s, %d conns: p50 %.0f ms, p99 %.0f ms, mean %.0f ms, %.0f req/s", units.Bytes(float64(cell.buf)), cell.conns,
 		cl.Latency.P50Ms, cl.Latency.P99Ms, cl.Latency.MeanMs, cl.RequestsPerSec)
 	return cl, sr, fs, nil
 }
 
 func c1Cells(cell c1Cell, cl workload.RPCClientResult, _ workload.RPCServerResult) []string {
-	return []string{tpSize(int64(cell.buf)), strconv.Itoa(cell.conns), strconv.Itoa(cl.Callers),
+	return []string{units.Bytes(float64(cell.buf)), strconv.Itoa(cell.conns), strconv.Itoa(cl.Callers),
 		fmt.Sprintf("%.0f ms", cl.Latency.P50Ms), fmt.Sprintf("%.0f ms", cl.Latency.P99Ms), fmt.Sprintf("%.0f ms", cl.Latency.MeanMs),
 		fmt.Sprintf("%.0f", cl.RequestsPerSec), "150 ms mean (0-300)"}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/linkemu"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/workload"
+	"github.com/tcpdoctor/tcpdoctor/internal/units"
 )
 
 // c3PinnedSndbuf is case C3: a bulk sender with SO_SNDBUF pinned at 16K
@@ -82,7 +83,7 @@ func c3AtRate(ctx context.Context, o Options, res *Result, lr c3Rate, rtt time.D
 	if err := nsSysctl(tb.Topo.Client, "net/ipv4/tcp_wmem", c3Wmem); err != nil {
 		return nil, nil, nil, err
 	}
-	link := fmt.Sprintf("%s, %v RTT", tpRate(lr.rate), rtt)
+	link := fmt.Sprintf("%s, %v RTT", units.Rate(lr.rate/8), rtt)
 	tb.Logf("c3: link %s", link)
 	srv, err := tb.Start(tb.Topo.Server, true, "bulk-server", "--addr", netip.AddrPortFrom(tb.Topo.ServerAddrs[0], 0).String(), "--max-duration", "10m")
 	if err != nil {
@@ -205,16 +206,16 @@ func c3ChronoNote(rows [][]string) string {
 func c3Row(link string, sndbuf int, t workload.BulkClientResult, rate float64) []string {
 	asked, kern, cwnd, lim := "autotuned", "-", "-", "-"
 	if sndbuf > 0 {
-		asked = tpSize(int64(sndbuf))
+		asked = units.Bytes(float64(sndbuf))
 	}
 	if ci := t.ConnInfo; ci != nil {
-		kern = tpSize(int64(ci.SndBuf))
+		kern = units.Bytes(float64(ci.SndBuf))
 		cwnd = strconv.Itoa(int(ci.SndCwnd))
 		if ci.BusyUs > 0 {
 			lim = fmt.Sprintf("%.0f%%", 100*float64(ci.SndbufLimitedUs)/float64(ci.BusyUs))
 		}
 	}
-	return []string{link, asked, kern, tpSize(t.Bytes), fmt.Sprintf("%.2fs", t.Seconds), fmt.Sprintf("%.1f Mbit/s", t.Mbps),
+	return []string{link, asked, kern, units.Bytes(float64(t.Bytes)), fmt.Sprintf("%.2fs", t.Seconds), fmt.Sprintf("%.1f Mbit/s", t.Mbps),
 		fmt.Sprintf("%.0f%%", 100*t.Mbps*1e6/rate), cwnd, lim}
 }
 
@@ -227,27 +228,4 @@ func tpReadyAddr(p *Proc) (string, error) {
 		return "", fmt.Errorf("lab: %s ready line %q: no address", p.Name, p.Ready)
 	}
 	return v.Addr, nil
-}
-
-// tpRate prints bits/s as Mbit/s or Gbit/s.
-func tpRate(bps float64) string {
-	if bps >= 1e9 {
-		return fmt.Sprintf("%g Gbit/s", bps/1e9)
-	}
-	return fmt.Sprintf("%g Mbit/s", bps/1e6)
-}
-
-// tpSize prints bytes with a binary K/M suffix.
-func tpSize(n int64) string {
-	switch {
-	case n >= 1<<20 && n%(1<<20) == 0:
-		return fmt.Sprintf("%dM", n>>20)
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1fM", float64(n)/(1<<20))
-	case n >= 1<<10 && n%(1<<10) == 0:
-		return fmt.Sprintf("%dK", n>>10)
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1fK", float64(n)/(1<<10))
-	}
-	return strconv.FormatInt(n, 10)
 }

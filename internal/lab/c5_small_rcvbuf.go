@@ -14,6 +14,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/workload"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/procs"
+	"github.com/tcpdoctor/tcpdoctor/internal/units"
 )
 
 // c5SmallRcvbuf is case C5: 3.4 MB responses to a client whose receive
@@ -70,11 +71,11 @@ func runC5(ctx context.Context, o Options) (*Result, error) {
 		fmt.Sprintf("mean response time %.0f ms with a 128K receive buffer, %.0f ms with 4M (ideal transfer %.0f ms)", small.client.MeanTotalMs, big.client.MeanTotalMs, ideal))
 	for _, b := range []int{128 << 10, 4 << 20} {
 		if w := outs[b].receiver; w != "" {
-			res.Notes = append(res.Notes, fmt.Sprintf("%s run: %s", tpSize(int64(b)), w))
+			res.Notes = append(res.Notes, fmt.Sprintf("%s run: %s", units.Bytes(float64(b)), w))
 		}
 	}
 	res.Notes = append(res.Notes,
-		fmt.Sprintf("link %s, %v RTT; responses of %d bytes, sequential on one keep-alive connection; ideal %.0f ms is the bytes at the link rate, without the request's RTT or slow start", tpRate(c5Rate), c5RTT, c5Size, ideal),
+		fmt.Sprintf("link %s, %v RTT; responses of %d bytes, sequential on one keep-alive connection; ideal %.0f ms is the bytes at the link rate, without the request's RTT or slow start", units.Rate(c5Rate/8), c5RTT, c5Size, ideal),
 		"cubic on the hosts' routes (as on most production hosts): with bbr, this machine's default, the same 128K run gave the same times but the server's rwnd_limited chronograph only 33-41 % of busy time, since bbr's pacing stops most transmissions before the window does; rwnd-limited still fired at its 30 % threshold, with less margin",
 		"the case as reported (C5): 500-700 ms with the client's 128K buffer, 366 ms (transfer 309 ms) with 4M, ideal 272 ms; its RTT is not stated, so absolute times differ",
 		"rules judge one namespace at a time: rwnd-limited sees the server's socket and names the receiver by address; the note above ties that address to the client process and its buffer from a sock_diag look at the client namespace during the same run")
@@ -171,7 +172,7 @@ func c5Receiver(tb *Testbed, fs []diag.Finding) string {
 				}
 			}
 			return fmt.Sprintf("rwnd-limited names the receiver %s; in namespace client that socket belongs to %s, rcvbuf %s, %s, Recv-Q %s",
-				remote, who, tpSize(int64(sk.Mem.Rcvbuf)), pin, tpSize(int64(sk.RecvQ)))
+				remote, who, units.Bytes(float64(sk.Mem.Rcvbuf)), pin, units.Bytes(float64(sk.RecvQ)))
 		}
 	}
 	return ""
@@ -195,17 +196,17 @@ func c5BufLock(inode uint32) *uint8 {
 func c5Cells(rcvbuf int, o c5Out, ideal float64) []string {
 	asked, kern, lim, wnd := "autotuned", "-", "-", "-"
 	if rcvbuf > 0 {
-		asked = tpSize(int64(rcvbuf))
+		asked = units.Bytes(float64(rcvbuf))
 	}
 	if ci := o.client.ConnInfo; ci != nil {
-		kern = tpSize(int64(ci.RcvBuf))
+		kern = units.Bytes(float64(ci.RcvBuf))
 	}
 	if n := len(o.server.Responses); n > 0 {
 		if ci := o.server.Responses[n-1].ConnInfo; ci != nil {
 			if ci.BusyUs > 0 {
 				lim = fmt.Sprintf("%.0f%%", 100*float64(ci.RwndLimitedUs)/float64(ci.BusyUs))
 			}
-			wnd = tpSize(int64(ci.SndWnd))
+			wnd = units.Bytes(float64(ci.SndWnd))
 		}
 	}
 	return []string{asked, kern, strconv.Itoa(len(o.client.Requests)), fmt.Sprintf("%.0f ms", o.client.MeanTotalMs),
