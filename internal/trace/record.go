@@ -1,0 +1,223 @@
+// Package trace is tcpdoctor's per-transfer flight recorder: it samples
+// chosen connections many times a second (sock_diag, filtered in the
+// kernel), cuts each connection's life into transfers, splits each
+// transfer's time by what held it, and writes JSON lines, a terminal table
+// and an HTML report (docs/trace.md).
+package trace
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"time"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+)
+
+// Version is the trace file format's version (the header's "trace").
+const Version = 1
+
+// Header is the first line of a trace file.
+type Header struct {
+	Trace   int       `json:"trace"`
+	Started time.Time `json:"started"`
+	// Interval is the time between samples asked for.
+	Interval time.Duration `json:"interval_ns"`
+	Host     string        `json:"host,omitempty"`
+	Netns    string        `json:"netns,omitempty"`
+	Filter   string        `json:"filter,omitempty"`
+}
+
+// Conn is one traced connection, named the first time it is seen.
+type Conn struct {
+	ID     int            `json:"id"`
+	Local  netip.AddrPort `json:"local"`
+	Remote netip.AddrPort `json:"remote"`
+	Cookie uint64         `json:"cookie"`
+	Inode  uint32         `json:"inode,omitempty"`
+	CC     string         `json:"cc,omitempty"`
+	// Points are the connection's samples, in time order (not written
+	// with the Conn line: each is its own line).
+	Points []Point `json:"-"`
+}
+
+// Point is one connection at one tick: the tcp_info and meminfo fields
+// the transfer analysis and the report read. Times are microseconds
+// unless named otherwise.
+type Point struct {
+	T       time.Duration  `json:"t"` // since Header.Started, ns
+	Conn    int            `json:"c"`
+	State   snapshot.State `json:"st"`
+	SendQ   uint32         `json:"sq"`
+	RecvQ   uint32         `json:"rq"`
+	Acked   uint64         `json:"acked"`    // bytes_acked
+	Recvd   uint64         `json:"recvd"`    // bytes_received
+	Busy    uint64         `json:"busy"`     // busy_time
+	Rwnd    uint64         `json:"rwnd_l"`   // rwnd_limited
+	Sndbuf  uint64         `json:"sndbuf_l"` // sndbuf_limited
+	Chrono  bool           `json:"chrono"`   // the kernel sent the chronographs
+	Retrans uint32         `json:"retx"`     // total_retrans
+	CA      uint8          `json:"ca"`       // ca_state
+	Unacked uint32         `json:"unacked"`  // segments
+	MSS     uint32         `json:"mss"`
+	Cwnd    uint32         `json:"cwnd"` // segments
+	RTT     uint32         `json:"rtt"`
+	SndWnd  uint32         `json:"snd_wnd"` // the peer's window, bytes
+	RcvWnd  uint32         `json:"rcv_wnd"` // ours, bytes
+	Notsent uint32         `json:"notsent"`
+	Rate    uint64         `json:"rate"` // delivery_rate, bytes/s
+	SkSnd   uint32         `json:"sk_sndbuf"`
+	SkRcv   uint32         `json:"sk_rcvbuf"`
+	Queued  uint32         `json:"wmem_queued"`
+	Rmem    uint32         `json:"rmem_alloc"`
+}
+
+// Inflight is what is in flight, in bytes.
+func (p *Point) Inflight() uint64 { return uint64(p.Unacked) * uint64(p.MSS) }
+
+// pointOf reads the fields of a Point from a socket.
+func pointOf(t time.Duration, id int, sk *snapshot.Socket) Point {
+	p := Point{T: t, Conn: id, State: sk.State, SendQ: sk.SendQ, RecvQ: sk.RecvQ}
+	if ti := sk.Info; ti != nil {
+		p.Acked, p.Recvd = ti.BytesAcked, ti.BytesReceived
+		p.Busy, p.Rwnd, p.Sndbuf = ti.BusyTime, ti.RwndLimited, ti.SndbufLimited
+		p.Chrono = ti.Has(snapshot.EndChrono)
+		p.Retrans, p.CA = ti.TotalRetrans, ti.CAState
+		p.Unacked, p.MSS, p.Cwnd, p.RTT = ti.Unacked, ti.SndMSS, ti.SndCwnd, ti.RTT
+		p.SndWnd, p.RcvWnd, p.Notsent, p.Rate = ti.SndWnd, ti.RcvWnd, ti.NotsentBytes, ti.DeliveryRate
+	}
+	if m := sk.Mem; m != nil {
+		p.SkSnd, p.SkRcv, p.Queued, p.Rmem = m.Sndbuf, m.Rcvbuf, m.WmemQueued, m.RmemAlloc
+	}
+	return p
+}
+
+// Trace is a recording: the header and every connection with its points.
+type Trace struct {
+	Header Header
+	Conns  []*Conn
+}
+
+// line is one line of a trace file: exactly one field is set.
+type line struct {
+	Header *Header `json:"header,omitempty"`
+	Conn   *Conn   `json:"conn,omitempty"`
+	Point  *Point  `json:"p,omitempty"`
+}
+
+// Writer writes a trace as JSON lines as it is recorded.
+type Writer struct {
+	enc *json.Encoder
+}
+
+// NewWriter returns a Writer on w.
+func NewWriter(w io.Writer) *Writer { return &Writer{enc: json.NewEncoder(w)} }
+
+// Header writes the header line.
+func (w *Writer) Header(h *Header) error { return w.write(line{Header: h}) }
+
+// Conn writes a connection line.
+func (w *Writer) Conn(c *Conn) error { return w.write(line{Conn: c}) }
+
+// Point writes a point line.
+func (w *Writer) Point(p *Point) error { return w.write(line{Point: p}) }
+
+func (w *Writer) write(l line) error {
+	if err := w.enc.Encode(l); err != nil {
+		return fmt.Errorf("trace: write: %w", err)
+	}
+	return nil
+}
+
+// WriteAll writes a whole trace: header, connections, points in time order.
+func WriteAll(w io.Writer, tr *Trace) error {
+	tw := NewWriter(w)
+	if err := tw.Header(&tr.Header); err != nil {
+		return err
+	}
+	for _, c := range tr.Conns {
+		if err := tw.Conn(c); err != nil {
+			return err
+		}
+		for i := range c.Points {
+			if err := tw.Point(&c.Points[i]); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Errors of Read, wrapped with the line number.
+var (
+	ErrNoHeader = errors.New("trace: first line is not a trace header")
+	ErrFormat   = errors.New("trace: malformed line")
+)
+
+// maxLine bounds one line of a trace file.
+const maxLine = 1 << 20
+
+// Read reads a trace file. Points must name a connection defined on an
+// earlier line and come in time order per connection.
+func Read(r io.Reader) (*Trace, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), maxLine)
+	tr := &Trace{}
+	byID := map[int]*Conn{}
+	n := 0
+	for sc.Scan() {
+		n++
+		b := sc.Bytes()
+		if len(b) == 0 {
+			continue
+		}
+		var l line
+		if err := json.Unmarshal(b, &l); err != nil {
+			return nil, fmt.Errorf("%w %d: %w", ErrFormat, n, err)
+		}
+		if tr.Header.Trace == 0 {
+			if l.Header == nil || l.Header.Trace == 0 {
+				return nil, fmt.Errorf("%w (line %d)", ErrNoHeader, n)
+			}
+			if l.Header.Trace != Version {
+				return nil, fmt.Errorf("%w %d: trace format %d, this build reads %d", ErrFormat, n, l.Header.Trace, Version)
+			}
+			if l.Header.Interval <= 0 {
+				return nil, fmt.Errorf("%w %d: interval %v", ErrFormat, n, l.Header.Interval)
+			}
+			tr.Header = *l.Header
+			continue
+		}
+		switch {
+		case l.Conn != nil:
+			if _, dup := byID[l.Conn.ID]; dup {
+				return nil, fmt.Errorf("%w %d: connection %d defined twice", ErrFormat, n, l.Conn.ID)
+			}
+			c := *l.Conn
+			c.Points = nil
+			byID[c.ID] = &c
+			tr.Conns = append(tr.Conns, &c)
+		case l.Point != nil:
+			c := byID[l.Point.Conn]
+			if c == nil {
+				return nil, fmt.Errorf("%w %d: point of undefined connection %d", ErrFormat, n, l.Point.Conn)
+			}
+			if k := len(c.Points); k > 0 && l.Point.T < c.Points[k-1].T {
+				return nil, fmt.Errorf("%w %d: connection %d goes back in time", ErrFormat, n, l.Point.Conn)
+			}
+			c.Points = append(c.Points, *l.Point)
+		default:
+			return nil, fmt.Errorf("%w %d: neither header, conn nor point", ErrFormat, n)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("trace: read line %d: %w", n+1, err)
+	}
+	if tr.Header.Trace == 0 {
+		return nil, ErrNoHeader
+	}
+	return tr, nil
+}

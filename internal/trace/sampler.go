@@ -1,0 +1,221 @@
+package trace
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/sockdiag"
+)
+
+// MaxRate is the highest sampling rate (samples per second) accepted.
+const MaxRate = 1000
+
+// Source is what the sampler reads sockets through: a sockdiag.Conn
+// opened in the traced namespace, or a fake in tests.
+type Source interface {
+	Dump(opts sockdiag.Options, fn func(*snapshot.Socket) error) error
+	Lookup(opts sockdiag.Options, keys []sockdiag.Key, fn func(int, *snapshot.Socket) error) error
+}
+
+// Config says what to record and how often.
+type Config struct {
+	Source   Source
+	Filter   sockdiag.Filter
+	Interval time.Duration
+	// Duration ends the recording; 0 records until ctx ends.
+	Duration time.Duration
+	// Inodes, when set, lists the socket inodes to keep (--pid); it is
+	// called again at each discovery, for sockets opened since.
+	Inodes func() (map[uint32]bool, error)
+	// MaxDiscover is the longest time between two discovery dumps (new
+	// connections are seen this late at worst); 0 means one second.
+	MaxDiscover time.Duration
+	// DumpShare is the share of one core discovery dumps may take; they
+	// run at every tick while cheaper than that. 0 means 1 %.
+	DumpShare float64
+	Now       func() time.Time
+	Sleep     func(ctx context.Context, d time.Duration) error
+	// Sink, when set, receives each line as it is recorded (-o).
+	Sink *Writer
+	// Header fields to record.
+	Header Header
+}
+
+// Stats is what recording cost and how regular it was.
+type Stats struct {
+	Ticks, Dumps, Lookups int
+	// Missed counts ticks skipped because sampling ran late.
+	Missed int
+	// Lateness of each tick against its schedule.
+	Jitter []time.Duration
+	// Busy is the time spent sampling (dumps, lookups, bookkeeping).
+	Busy time.Duration
+}
+
+// Conns states: what dumps ask for. Listeners, TIME_WAIT and request
+// sockets carry no transfers.
+const traceStates = 1<<snapshot.Established | 1<<snapshot.SynSent | 1<<snapshot.FinWait1 |
+	1<<snapshot.FinWait2 | 1<<snapshot.CloseWait | 1<<snapshot.LastAck | 1<<snapshot.Closing
+
+// Record samples until cfg.Duration has passed or ctx ends (which is not
+// an error: Ctrl-C ends a recording). Each tick reads the known
+// connections by exact lookup (a hash lookup each, whatever else the
+// namespace holds) and, when due, runs a kernel-filtered dump to find new
+// ones; dumps run every tick while they cost less than cfg.DumpShare.
+func Record(ctx context.Context, cfg Config) (*Trace, Stats, error) {
+	var st Stats
+	if cfg.Interval <= 0 || cfg.Interval < time.Second/MaxRate {
+		return nil, st, fmt.Errorf("trace: interval %v: at most %d samples per second", cfg.Interval, MaxRate)
+	}
+	if cfg.MaxDiscover <= 0 {
+		cfg.MaxDiscover = time.Second
+	}
+	if cfg.DumpShare <= 0 {
+		cfg.DumpShare = 0.01
+	}
+	start := cfg.Now()
+	tr := &Trace{Header: cfg.Header}
+	tr.Header.Trace = Version
+	tr.Header.Started = start
+	tr.Header.Interval = cfg.Interval
+	if cfg.Sink != nil {
+		if err := cfg.Sink.Header(&tr.Header); err != nil {
+			return nil, st, err
+		}
+	}
+	r := &recorder{cfg: cfg, tr: tr, byCookie: map[uint64]int{}}
+	opts := sockdiag.Options{States: traceStates, Info: true, Mem: true, Filter: &cfg.Filter}
+	var nextDump time.Time
+	next := start
+	for {
+		now := cfg.Now()
+		if cfg.Duration > 0 && now.Sub(start) >= cfg.Duration {
+			break
+		}
+		st.Ticks++
+		st.Jitter = append(st.Jitter, now.Sub(next))
+		t0 := now
+		t := now.Sub(start)
+		var err error
+		if !now.Before(nextDump) {
+			err = r.discover(opts, t)
+			st.Dumps++
+			cost := cfg.Now().Sub(t0)
+			// Dump again when the last one, repeated, fits the budget.
+			gap := time.Duration(float64(cost) / cfg.DumpShare)
+			nextDump = t0.Add(min(max(gap, cfg.Interval), cfg.MaxDiscover))
+		} else if len(r.live) > 0 {
+			err = r.lookup(opts, t)
+			st.Lookups++
+		}
+		if err != nil {
+			return tr, st, err
+		}
+		end := cfg.Now()
+		st.Busy += end.Sub(t0)
+		next = next.Add(cfg.Interval)
+		for !next.After(end) {
+			next = next.Add(cfg.Interval)
+			st.Missed++
+		}
+		if cfg.Duration > 0 && next.Sub(start) >= cfg.Duration {
+			next = start.Add(cfg.Duration)
+		}
+		if err := cfg.Sleep(ctx, next.Sub(end)); err != nil {
+			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+				break
+			}
+			return tr, st, err
+		}
+	}
+	return tr, st, nil
+}
+
+// recorder holds what a recording knows between ticks.
+type recorder struct {
+	cfg      Config
+	tr       *Trace
+	byCookie map[uint64]int // cookie -> index in tr.Conns
+	live     []int          // indices of connections still open
+	keys     []sockdiag.Key // their lookup keys, same order
+	inodes   map[uint32]bool
+}
+
+// discover dumps the matching sockets, adds the new ones, and records a
+// point for each.
+func (r *recorder) discover(opts sockdiag.Options, t time.Duration) error {
+	if r.cfg.Inodes != nil {
+		m, err := r.cfg.Inodes()
+		if err != nil {
+			return err
+		}
+		r.inodes = m
+	}
+	var live []int
+	var keys []sockdiag.Key
+	err := r.cfg.Source.Dump(opts, func(sk *snapshot.Socket) error {
+		idx, known := r.byCookie[sk.Cookie]
+		if !known {
+			if r.inodes != nil && !r.inodes[sk.Inode] {
+				return nil
+			}
+			c := &Conn{ID: len(r.tr.Conns) + 1, Local: sk.Local, Remote: sk.Remote, Cookie: sk.Cookie, Inode: sk.Inode, CC: sk.CC}
+			idx = len(r.tr.Conns)
+			r.tr.Conns = append(r.tr.Conns, c)
+			r.byCookie[sk.Cookie] = idx
+			if r.cfg.Sink != nil {
+				if err := r.cfg.Sink.Conn(c); err != nil {
+					return err
+				}
+			}
+		}
+		live = append(live, idx)
+		keys = append(keys, sockdiag.KeyOf(sk))
+		return r.add(idx, t, sk)
+	})
+	if err != nil {
+		return err
+	}
+	r.live, r.keys = live, keys
+	return nil
+}
+
+// lookup reads the known connections one by one; those gone are dropped.
+func (r *recorder) lookup(opts sockdiag.Options, t time.Duration) error {
+	found := make([]bool, len(r.live))
+	err := r.cfg.Source.Lookup(opts, r.keys, func(i int, sk *snapshot.Socket) error {
+		if sk.Info == nil || traceStates&(1<<sk.State) == 0 {
+			return nil // TIME_WAIT now: closed
+		}
+		found[i] = true
+		return r.add(r.live[i], t, sk)
+	})
+	if err != nil {
+		return err
+	}
+	if slices.Contains(found, false) {
+		var live []int
+		var keys []sockdiag.Key
+		for i, ok := range found {
+			if ok {
+				live, keys = append(live, r.live[i]), append(keys, r.keys[i])
+			}
+		}
+		r.live, r.keys = live, keys
+	}
+	return nil
+}
+
+func (r *recorder) add(idx int, t time.Duration, sk *snapshot.Socket) error {
+	c := r.tr.Conns[idx]
+	p := pointOf(t, c.ID, sk)
+	c.Points = append(c.Points, p)
+	if r.cfg.Sink != nil {
+		return r.cfg.Sink.Point(&p)
+	}
+	return nil
+}

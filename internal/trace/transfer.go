@@ -1,0 +1,368 @@
+package trace
+
+import (
+	"net/netip"
+	"time"
+)
+
+// Direction of a transfer, seen from the traced socket.
+type Direction string
+
+// Send: bytes_acked grows (we send); Recv: bytes_received grows.
+const (
+	Send Direction = "send"
+	Recv Direction = "recv"
+)
+
+// Split is a transfer's time by what held it. For a send transfer the
+// parts add up to the duration: Rwnd, Sndbuf, Congestion and Recovery
+// share the kernel's busy time, App is the rest. A receive transfer has
+// no chronographs of its own: App is the time our application left the
+// window closed (zero window advertised with data unread) and Other the
+// rest (the sender or the network).
+type Split struct {
+	Rwnd       time.Duration `json:"rwnd_ns"`       // the peer's receive window
+	Sndbuf     time.Duration `json:"sndbuf_ns"`     // the send buffer
+	Congestion time.Duration `json:"congestion_ns"` // cwnd or pacing
+	Recovery   time.Duration `json:"recovery_ns"`   // retransmission recovery
+	App        time.Duration `json:"app_ns"`        // the application (not writing / not reading)
+	Other      time.Duration `json:"other_ns"`      // receive side: sender or network
+	// SndbufDerived: part of Sndbuf comes from the buffer seen full with
+	// everything in flight, not from the kernel's sndbuf_limited.
+	SndbufDerived bool `json:"sndbuf_derived,omitempty"`
+}
+
+// Holder names a part of the split.
+type Holder string
+
+// The holders, as the table and the page name them.
+const (
+	HeldRwnd       Holder = "peer's receive window"
+	HeldSndbuf     Holder = "send buffer"
+	HeldCongestion Holder = "congestion"
+	HeldRecovery   Holder = "retransmission recovery"
+	HeldAppWrite   Holder = "application not writing"
+	HeldAppRead    Holder = "application not reading"
+	HeldOther      Holder = "sender or network"
+)
+
+// Largest returns the part holding the transfer longest.
+func (s Split) Largest(dir Direction) (Holder, time.Duration) {
+	type part struct {
+		h Holder
+		d time.Duration
+	}
+	parts := []part{{HeldRwnd, s.Rwnd}, {HeldSndbuf, s.Sndbuf}, {HeldCongestion, s.Congestion}, {HeldRecovery, s.Recovery}, {HeldAppWrite, s.App}}
+	if dir == Recv {
+		parts = []part{{HeldAppRead, s.App}, {HeldOther, s.Other}}
+	}
+	best := parts[0]
+	for _, p := range parts[1:] {
+		if p.d > best.d {
+			best = p
+		}
+	}
+	return best.h, best.d
+}
+
+// Transfer is one run of data in one direction on one connection.
+type Transfer struct {
+	Conn   int            `json:"conn"`
+	Local  netip.AddrPort `json:"local"`
+	Remote netip.AddrPort `json:"remote"`
+	Dir    Direction      `json:"dir"`
+	Bytes  uint64         `json:"bytes"`
+	Start  time.Duration  `json:"start_ns"` // since the trace started
+	Dur    time.Duration  `json:"duration_ns"`
+	// Goodput is Bytes over Dur, bytes/s.
+	Goodput    float64       `json:"goodput_Bps"`
+	Split      Split         `json:"split"`
+	ZeroWindow int           `json:"zero_window_events"`
+	Retrans    uint32        `json:"retransmits"`
+	RTTMin     time.Duration `json:"rtt_min_ns"`
+	RTTMax     time.Duration `json:"rtt_max_ns"`
+	CwndMin    uint32        `json:"cwnd_min"` // segments
+	CwndMax    uint32        `json:"cwnd_max"`
+	// PeakWnd is the largest window the peer advertised (send) or we
+	// advertised (recv), bytes.
+	PeakWnd uint32 `json:"peak_window"`
+	// SkBuf is the socket's send (send) or receive (recv) buffer size at
+	// the end, bytes; 0 when meminfo was not sent.
+	SkBuf uint32 `json:"sk_buf"`
+	// Samples is how many samples the transfer spans.
+	Samples int `json:"samples"`
+	// Verdict is filled by Judge.
+	Verdict *Verdict `json:"verdict,omitempty"`
+
+	first, last int // indices of the points bounding it: first-1 .. last
+}
+
+// SegmentOptions tune how transfers are cut.
+type SegmentOptions struct {
+	// Gap is the idle time that ends a transfer; 0 means the larger of
+	// 50 ms and three sample intervals.
+	Gap time.Duration
+}
+
+// Segment cuts every connection of tr into transfers, in start order per
+// connection. A transfer is a run of sampling intervals in which the
+// direction's byte counter grows (or, sending, data stays queued), ended by
+// an idle gap or by a turn: the other direction carrying data while this
+// one is idle, as a request/response exchange does.
+func Segment(tr *Trace, o SegmentOptions) []Transfer {
+	gap := o.Gap
+	if gap <= 0 {
+		gap = max(50*time.Millisecond, 3*tr.Header.Interval)
+	}
+	var out []Transfer
+	for _, c := range tr.Conns {
+		for _, dir := range []Direction{Send, Recv} {
+			out = append(out, segmentConn(c, dir, gap)...)
+		}
+	}
+	return out
+}
+
+func counter(p *Point, dir Direction) uint64 {
+	if dir == Send {
+		return p.Acked
+	}
+	return p.Recvd
+}
+
+func grow(a, b *Point, dir Direction) uint64 {
+	x, y := counter(a, dir), counter(b, dir)
+	if y < x {
+		return 0
+	}
+	return y - x
+}
+
+func other(dir Direction) Direction {
+	if dir == Send {
+		return Recv
+	}
+	return Send
+}
+
+// active: interval i (points i-1 .. i) carries data in dir.
+func active(ps []Point, i int, dir Direction) bool {
+	if grow(&ps[i-1], &ps[i], dir) > 0 {
+		return true
+	}
+	// Sending stalled (zero window, loss) keeps data queued throughout.
+	return dir == Send && ps[i-1].SendQ > 0 && ps[i].SendQ > 0
+}
+
+func segmentConn(c *Conn, dir Direction, gap time.Duration) []Transfer {
+	ps := c.Points
+	var out []Transfer
+	first, last := -1, -1
+	flush := func() {
+		if first >= 0 {
+			if t, ok := measure(c, dir, first, last); ok {
+				out = append(out, t)
+			}
+		}
+		first, last = -1, -1
+	}
+	for i := 1; i < len(ps); i++ {
+		if active(ps, i, dir) {
+			if first >= 0 && ps[i-1].T-ps[last].T >= gap {
+				flush()
+			}
+			if first < 0 {
+				first = i
+			}
+			last = i
+			continue
+		}
+		if first >= 0 && grow(&ps[i-1], &ps[i], other(dir)) > 0 {
+			flush() // a turn: the other side speaks while we are idle
+		}
+	}
+	flush()
+	return out
+}
+
+// measure builds the transfer over intervals first..last.
+func measure(c *Conn, dir Direction, first, last int) (Transfer, bool) {
+	ps := c.Points
+	a, b := &ps[first-1], &ps[last]
+	t := Transfer{Conn: c.ID, Local: c.Local, Remote: c.Remote, Dir: dir, Bytes: counter(b, dir) - counter(a, dir),
+		first: first, last: last, Samples: last - first + 2}
+	if t.Bytes == 0 {
+		return t, false
+	}
+	start, end := edges(ps, dir, first, last)
+	t.Start, t.Dur = start, end-start
+	if t.Dur <= 0 {
+		return t, false
+	}
+	t.Goodput = float64(t.Bytes) / t.Dur.Seconds()
+	if dir == Send {
+		t.Split = sendSplit(ps, first, last, t.Dur)
+	} else {
+		t.Split = recvSplit(ps, first, last, start, end)
+	}
+	t.Retrans = b.Retrans - a.Retrans
+	if b.Retrans < a.Retrans {
+		t.Retrans = 0
+	}
+	t.RTTMin = time.Duration(1<<62 - 1)
+	t.CwndMin = ^uint32(0)
+	prevZero := false
+	for i := first - 1; i <= last; i++ {
+		p := &ps[i]
+		rtt := time.Duration(p.RTT) * time.Microsecond
+		t.RTTMin, t.RTTMax = min(t.RTTMin, rtt), max(t.RTTMax, rtt)
+		t.CwndMin, t.CwndMax = min(t.CwndMin, p.Cwnd), max(t.CwndMax, p.Cwnd)
+		wnd := p.SndWnd
+		if dir == Recv {
+			wnd = p.RcvWnd
+		}
+		t.PeakWnd = max(t.PeakWnd, wnd)
+		zero := wnd < max(p.MSS, 1) && (dir == Recv && p.RecvQ > 0 || dir == Send && p.SendQ > 0)
+		if zero && !prevZero && i >= first {
+			t.ZeroWindow++
+		}
+		prevZero = zero
+	}
+	t.SkBuf = b.SkSnd
+	if dir == Recv {
+		t.SkBuf = b.SkRcv
+	}
+	return t, true
+}
+
+// edges places a transfer's start and end inside its first and last
+// sampling intervals. Sending with chronographs: busy time in the first
+// interval lies at its end, in the last one at its start. Otherwise the
+// edge intervals are assumed to move bytes at the rate of the ones
+// between; a transfer of one or two intervals keeps their bounds.
+func edges(ps []Point, dir Direction, first, last int) (start, end time.Duration) {
+	start, end = ps[first-1].T, ps[last].T
+	busy := func(i int) (time.Duration, bool) {
+		a, b := &ps[i-1], &ps[i]
+		if !a.Chrono || !b.Chrono || b.Busy < a.Busy {
+			return 0, false
+		}
+		d := time.Duration(b.Busy-a.Busy) * time.Microsecond
+		return min(d, b.T-a.T), true
+	}
+	if dir == Send {
+		if first == last {
+			if d, ok := busy(first); ok && d > 0 {
+				return end - d, end
+			}
+			return start, end
+		}
+		if d, ok := busy(first); ok && d > 0 {
+			start = ps[first].T - d
+		}
+		if d, ok := busy(last); ok && d > 0 {
+			end = ps[last-1].T + d
+		}
+		return start, end
+	}
+	if last-first < 2 {
+		return start, end
+	}
+	mid := ps[last-1].T - ps[first].T
+	bytes := counter(&ps[last-1], dir) - counter(&ps[first], dir)
+	if mid <= 0 || bytes == 0 {
+		return start, end
+	}
+	rate := float64(bytes) / mid.Seconds() // bytes per second between the edges
+	at := func(n uint64) time.Duration { return time.Duration(float64(n) / rate * float64(time.Second)) }
+	if d := at(grow(&ps[first-1], &ps[first], dir)); d < ps[first].T-ps[first-1].T {
+		start = ps[first].T - d
+	}
+	if d := at(grow(&ps[last-1], &ps[last], dir)); d < ps[last].T-ps[last-1].T {
+		end = ps[last-1].T + d
+	}
+	return start, end
+}
+
+// sendSplit sums the chronographs over the transfer's intervals. Where the
+// kernel's sndbuf_limited stays low but the sample shows the send buffer
+// full with nothing waiting to be sent and cwnd not full, the interval's
+// congestion time is counted as the send buffer's (unpaced senders never
+// start that chronograph). Intervals with retransmissions or in Recovery
+// or Loss count their congestion time as recovery.
+func sendSplit(ps []Point, first, last int, dur time.Duration) Split {
+	var s Split
+	var busy time.Duration
+	us := func(v uint64) time.Duration { return time.Duration(v) * time.Microsecond }
+	for i := first; i <= last; i++ {
+		a, b := &ps[i-1], &ps[i]
+		if !a.Chrono || !b.Chrono || b.Busy < a.Busy || b.Rwnd < a.Rwnd || b.Sndbuf < a.Sndbuf {
+			continue
+		}
+		dt := b.T - a.T
+		db := min(us(b.Busy-a.Busy), dt)
+		dr := min(us(b.Rwnd-a.Rwnd), db)
+		ds := min(us(b.Sndbuf-a.Sndbuf), db-dr)
+		rest := db - dr - ds
+		busy += db
+		s.Rwnd += dr
+		s.Sndbuf += ds
+		switch {
+		case b.Retrans > a.Retrans || b.CA >= caRecovery || a.CA >= caRecovery:
+			s.Recovery += rest
+		case sndbufFull(b) && dr < dt/2:
+			s.Sndbuf += rest
+			if rest > 0 {
+				s.SndbufDerived = true
+			}
+		default:
+			s.Congestion += rest
+		}
+	}
+	// Busy time in the edge intervals lies inside the transfer (edges),
+	// so only rounding can make it exceed the duration.
+	if busy > dur {
+		scale := float64(dur) / float64(busy)
+		s.Rwnd = time.Duration(float64(s.Rwnd) * scale)
+		s.Sndbuf = time.Duration(float64(s.Sndbuf) * scale)
+		s.Congestion = time.Duration(float64(s.Congestion) * scale)
+		s.Recovery = time.Duration(float64(s.Recovery) * scale)
+		busy = dur
+	}
+	s.App = dur - busy
+	return s
+}
+
+// caRecovery is TCP_CA_Recovery; TCP_CA_Loss (4) is above it.
+const caRecovery = 3
+
+// sndbufFull: the send buffer is the limit at this sample: it is at least
+// three quarters full, everything in it is in flight (under two segments
+// not sent) and cwnd has room. A pinned or too small buffer looks so; a
+// congestion-limited sender has data not yet sent.
+func sndbufFull(p *Point) bool {
+	if p.SkSnd == 0 || p.MSS == 0 {
+		return false
+	}
+	return uint64(p.Queued)*4 >= uint64(p.SkSnd)*3 && p.Notsent < 2*p.MSS && p.Unacked < p.Cwnd
+}
+
+// recvSplit: the receiver's own part is the time it advertised a zero
+// window with data unread (its application not reading), counted per
+// interval when both samples show it, clipped to the transfer.
+func recvSplit(ps []Point, first, last int, start, end time.Duration) Split {
+	var s Split
+	for i := first; i <= last; i++ {
+		a, b := &ps[i-1], &ps[i]
+		if closed(a) && closed(b) {
+			lo, hi := max(a.T, start), min(b.T, end)
+			if hi > lo {
+				s.App += hi - lo
+			}
+		}
+	}
+	s.Other = end - start - s.App
+	return s
+}
+
+func closed(p *Point) bool { return p.RecvQ > 0 && p.RcvWnd < max(p.MSS, 1) }

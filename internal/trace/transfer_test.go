@@ -1,0 +1,178 @@
+package trace
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+)
+
+const ms = time.Millisecond
+
+// series builds a connection from rows: t (ms), acked, recvd, busy (µs),
+// rwnd_limited (µs), sendq.
+func series(rows [][6]int64) *Conn {
+	c := &Conn{ID: 1, Local: netip.MustParseAddrPort("198.18.0.1:80"), Remote: netip.MustParseAddrPort("198.18.1.2:40000")}
+	for _, r := range rows {
+		c.Points = append(c.Points, Point{T: time.Duration(r[0]) * ms, Conn: 1, Acked: uint64(r[1]), Recvd: uint64(r[2]),
+			Busy: uint64(r[3]), Rwnd: uint64(r[4]), SendQ: uint32(r[5]), Chrono: true, MSS: 1000, Cwnd: 10, RTT: 2000})
+	}
+	return c
+}
+
+func trace1(c ...*Conn) *Trace {
+	return &Trace{Header: Header{Trace: Version, Interval: 10 * ms}, Conns: c}
+}
+
+// A response, a request (the turn), a second response.
+func TestSegmentTurnsAndEdges(t *testing.T) {
+	c := series([][6]int64{
+		{0, 0, 100, 0, 0, 0},
+		{10, 10000, 100, 4000, 0, 5000},     // started 4 ms before the sample
+		{20, 30000, 100, 14000, 5000, 5000}, // 5 ms of it waiting for the window
+		{30, 50000, 100, 24000, 5000, 5000}, //
+		{40, 60000, 100, 27000, 5000, 0},    // done 3 ms after t=30
+		{50, 60000, 600, 27000, 5000, 0},    // the next request arrives
+		{60, 70000, 600, 37000, 5000, 1000}, // second response, busy all interval
+		{70, 80000, 600, 42000, 5000, 0},    // done 5 ms after t=60
+		{80, 80000, 600, 42000, 5000, 0},    //
+		{200, 80000, 600, 42000, 5000, 0},   //
+	})
+	ts := Segment(trace1(c), SegmentOptions{})
+	if len(ts) != 3 {
+		t.Fatalf("got %d transfers, want 3: %+v", len(ts), ts)
+	}
+	first, second, req := ts[0], ts[1], ts[2]
+	if first.Dir != Send || first.Bytes != 60000 || first.Start != 6*ms || first.Dur != 27*ms {
+		t.Errorf("first: %s %d bytes at %v for %v, want send 60000 at 6ms for 27ms", first.Dir, first.Bytes, first.Start, first.Dur)
+	}
+	want := Split{Rwnd: 5 * ms, Congestion: 22 * ms}
+	if first.Split != want {
+		t.Errorf("first split %+v, want %+v", first.Split, want)
+	}
+	if second.Bytes != 20000 || second.Start != 50*ms || second.Dur != 15*ms || second.Split.Congestion != 15*ms || second.Split.App != 0 {
+		t.Errorf("second: %d bytes at %v for %v split %+v", second.Bytes, second.Start, second.Dur, second.Split)
+	}
+	if req.Dir != Recv || req.Bytes != 500 || req.Start != 40*ms || req.Dur != 10*ms {
+		t.Errorf("request: %s %d at %v for %v", req.Dir, req.Bytes, req.Start, req.Dur)
+	}
+	if first.Goodput != 60000/0.027 {
+		t.Errorf("goodput %v", first.Goodput)
+	}
+}
+
+// An idle gap of 50 ms or more ends a transfer; a shorter one does not;
+// an application that writes with pauses shows as App.
+func TestSegmentGap(t *testing.T) {
+	c := series([][6]int64{
+		{0, 0, 0, 0, 0, 0},
+		{10, 1000, 0, 10000, 0, 0},
+		{20, 2000, 0, 20000, 0, 0},
+		{30, 2000, 0, 20000, 0, 0}, // 20 ms idle: same transfer
+		{40, 2000, 0, 20000, 0, 0},
+		{50, 3000, 0, 30000, 0, 0},
+		{60, 4000, 0, 40000, 0, 0},
+		{120, 4000, 0, 40000, 0, 0}, // 60 ms idle: a new one
+		{130, 5000, 0, 50000, 0, 0},
+	})
+	ts := Segment(trace1(c), SegmentOptions{})
+	if len(ts) != 2 {
+		t.Fatalf("got %d transfers, want 2: %+v", len(ts), ts)
+	}
+	if ts[0].Bytes != 4000 || ts[0].Start != 0 || ts[0].Dur != 60*ms || ts[0].Split.Congestion != 40*ms || ts[0].Split.App != 20*ms {
+		t.Errorf("first: %d bytes at %v for %v split %+v", ts[0].Bytes, ts[0].Start, ts[0].Dur, ts[0].Split)
+	}
+	if ts[1].Bytes != 1000 || ts[1].Start != 120*ms || ts[1].Dur != 10*ms {
+		t.Errorf("second: %d at %v for %v", ts[1].Bytes, ts[1].Start, ts[1].Dur)
+	}
+}
+
+// A stall at a zero window keeps the transfer open (data queued) and
+// counts as the peer's window; a full send buffer with everything in
+// flight counts as the send buffer though the chronograph reads 0;
+// retransmissions count as recovery.
+func TestSplitStallSndbufRecovery(t *testing.T) {
+	c := series([][6]int64{
+		{0, 0, 0, 0, 0, 0},
+		{10, 5000, 0, 10000, 0, 9000},
+		{20, 5000, 0, 20000, 10000, 9000}, // zero window: no bytes acked
+		{30, 5000, 0, 30000, 20000, 9000},
+		{40, 15000, 0, 40000, 20000, 9000}, // send buffer full, all in flight
+		{50, 25000, 0, 50000, 20000, 9000}, // a retransmission
+		{60, 30000, 0, 55000, 20000, 0},
+	})
+	for i := range c.Points {
+		c.Points[i].SndWnd = 65535
+	}
+	c.Points[2].SndWnd, c.Points[3].SndWnd = 0, 0
+	p := &c.Points[4]
+	p.SkSnd, p.Queued, p.Notsent, p.Unacked = 20000, 18000, 0, 9
+	c.Points[5].Retrans, c.Points[6].Retrans = 1, 1
+	ts := Segment(trace1(c), SegmentOptions{})
+	if len(ts) != 1 {
+		t.Fatalf("got %d transfers, want 1: %+v", len(ts), ts)
+	}
+	tr := ts[0]
+	want := Split{Rwnd: 20 * ms, Sndbuf: 10 * ms, Congestion: 15 * ms, Recovery: 10 * ms, App: 0, SndbufDerived: true}
+	if tr.Dur != 55*ms || tr.Split != want {
+		t.Errorf("dur %v split %+v, want 55ms %+v", tr.Dur, tr.Split, want)
+	}
+	if tr.ZeroWindow != 1 || tr.Retrans != 1 {
+		t.Errorf("zero windows %d retrans %d, want 1 1", tr.ZeroWindow, tr.Retrans)
+	}
+}
+
+// Receive side: edges placed at the rate between them; the time with a
+// zero window advertised and data unread is the application's.
+func TestSegmentRecv(t *testing.T) {
+	c := series([][6]int64{
+		{0, 0, 0, 0, 0, 0},
+		{10, 0, 5000, 0, 0, 0},  // 5 ms at 1 MB/s
+		{20, 0, 15000, 0, 0, 0}, // 10000 in 10 ms
+		{30, 0, 25000, 0, 0, 0},
+		{40, 0, 27000, 0, 0, 0}, // 2 ms
+		{50, 0, 27000, 0, 0, 0},
+	})
+	for i := 1; i <= 3; i++ {
+		c.Points[i].RcvWnd = 65535
+	}
+	c.Points[2].RecvQ, c.Points[3].RecvQ = 4000, 4000
+	c.Points[2].RcvWnd, c.Points[3].RcvWnd = 0, 0
+	ts := Segment(trace1(c), SegmentOptions{})
+	if len(ts) != 1 {
+		t.Fatalf("got %d transfers: %+v", len(ts), ts)
+	}
+	r := ts[0]
+	if r.Dir != Recv || r.Start != 5*ms || r.Dur != 27*ms || r.Split.App != 10*ms || r.Split.Other != 17*ms {
+		t.Errorf("%s at %v for %v split %+v", r.Dir, r.Start, r.Dur, r.Split)
+	}
+}
+
+func TestJudgeNamesReceiver(t *testing.T) {
+	c := series([][6]int64{
+		{0, 0, 0, 0, 0, 0},
+		{10, 10000, 0, 10000, 8000, 9000},
+		{20, 20000, 0, 20000, 16000, 9000},
+		{30, 30000, 0, 30000, 24000, 9000},
+		{40, 40000, 0, 40000, 32000, 0},
+	})
+	for i := range c.Points {
+		c.Points[i].SndWnd = 16384
+	}
+	tr := trace1(c)
+	ts := Segment(tr, SegmentOptions{})
+	Judge(tr, ts, JudgeOptions{Bandwidth: 100e6})
+	v := ts[0].Verdict
+	if v == nil || !v.Slow || v.Held != HeldRwnd || v.HeldFor != 32*ms {
+		t.Fatalf("verdict %+v", v)
+	}
+	// 40000 bytes at 12.5 MB/s.
+	if v.Ideal != 3200*time.Microsecond {
+		t.Errorf("ideal %v, want 3.2ms", v.Ideal)
+	}
+	for _, s := range []string{"waiting for the peer's receive window", "receiver side, the receiver 198.18.1.2:40000: stop pinning the receive buffer", "SO_RCVBUF=", "16K"} {
+		if !strings.Contains(v.Line, s) {
+			t.Errorf("line lacks %q: %s", s, v.Line)
+		}
+	}
+}
