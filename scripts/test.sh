@@ -1,19 +1,33 @@
 #!/usr/bin/env bash
 # The whole test suite: unit tests, fuzz seeds, and (as root) the kernel,
-# netns and lab tiers. Installs the Debian packages the real-peer tests use
-# when run as root and they are missing.
+# netns, lab and real-software corpus tiers. Installs the Debian packages
+# the real-peer tests use when run as root and they are missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
-for pkg in iproute2 iperf3 prometheus; do
+for pkg in iproute2 iperf3 prometheus nginx-light redis-server redis-tools wrk python3; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || need+=("$pkg")
 done
 if [ "${#need[@]}" -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     echo "test.sh: installing ${need[*]}" >&2
     apt-get update -qq >/dev/null
+    # nginx and redis must not start as services (the corpus runs its own
+    # copies in namespaces): policy-rc.d exit 101 stops invoke-rc.d.
+    policy=/usr/sbin/policy-rc.d
+    made_policy=
+    if [ ! -e "$policy" ]; then
+      printf '#!/bin/sh\nexit 101\n' >"$policy"
+      chmod 755 "$policy"
+      made_policy=1
+      trap 'rm -f "$policy"' EXIT
+    fi
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+    if [ -n "$made_policy" ]; then
+      rm -f "$policy"
+      trap - EXIT
+    fi
   else
     echo "test.sh: not root: ${need[*]} missing; tests that need them will skip" >&2
   fi

@@ -1,0 +1,747 @@
+package corpus
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/diag"
+	"github.com/tcpdoctor/tcpdoctor/internal/lab/linkemu"
+	"github.com/tcpdoctor/tcpdoctor/internal/lab/topo"
+	"github.com/tcpdoctor/tcpdoctor/internal/netns"
+	"github.com/tcpdoctor/tcpdoctor/internal/testns"
+)
+
+// tableEnv names the file the accuracy table is written to when set
+// (scripts/accuracy.sh sets it to docs/accuracy.md); revEnv names the
+// revision the table is from.
+const (
+	tableEnv = "TCPDOCTOR_ACCURACY_TABLE"
+	revEnv   = "TCPDOCTOR_ACCURACY_REV"
+)
+
+// scenario is one case: stock software doing what it does by default,
+// and the findings that describe it.
+type scenario struct {
+	name, software string
+	want           []Expect // none: quiet
+	// known, when set, says why today's rules get this case wrong: its
+	// false alarms and misses are logged, not failed, unless
+	// strictEnv is set. The table shows them either way.
+	known string
+	body  func(r *run)
+}
+
+// strictEnv, when set, fails known cases too.
+const strictEnv = "TCPDOCTOR_CORPUS_STRICT"
+
+// TestCorpus runs every scenario in turn, judges each, and writes the
+// accuracy table when tableEnv is set. A case fails on a false alarm or
+// a miss (unless known), and when its workload did not do what it claims.
+func TestCorpus(t *testing.T) {
+	var rows []Row
+	for _, sc := range scenarios() {
+		row := Row{Name: sc.name, Software: sc.software, Want: sc.want}
+		t.Run(sc.name, func(t *testing.T) {
+			r := &run{t: t, row: &row, dir: t.TempDir(), pids: map[string]int{}}
+			judged := false
+			defer func() {
+				if t.Skipped() && row.Skipped == "" {
+					row.Skipped = "skipped (see the test log)"
+				}
+				if !judged && row.Skipped == "" {
+					row.Outcome.Misses = append(row.Outcome.Misses, "the case did not finish (see the test log)")
+				}
+			}()
+			sc.body(r)
+			row.Want = append([]Expect(nil), sc.want...)
+			for i, e := range row.Want {
+				if e.Proc != "" {
+					if row.Want[i].Pid = r.pids[e.Proc]; row.Want[i].Pid == 0 {
+						t.Fatalf("expectation names process %q, which the case did not start", e.Proc)
+					}
+				}
+			}
+			row.Outcome = Judge(row.Want, row.Got)
+			judged = true
+			t.Logf("expected: %s", ExpectedText(row.Want))
+			t.Logf("result: %s", row.Outcome.Verdict())
+			report := t.Errorf
+			if sc.known != "" && os.Getenv(strictEnv) == "" {
+				report = t.Logf
+				if row.Outcome.Pass() {
+					t.Logf("passes now, though marked known (%s): drop the mark", sc.known)
+				} else {
+					t.Logf("known today: %s (set %s=1 to fail on it)", sc.known, strictEnv)
+				}
+			}
+			for _, f := range row.Outcome.FalseAlarms {
+				report("false alarm: %s", f)
+			}
+			for _, m := range row.Outcome.Misses {
+				report("miss: %s", m)
+			}
+			for _, n := range row.Outcome.Notes {
+				t.Logf("note: %s", n)
+			}
+		})
+		rows = append(rows, row)
+	}
+	if path := os.Getenv(tableEnv); path != "" {
+		writeTable(t, path, rows)
+	}
+}
+
+// Addresses and ports the scenarios use.
+const (
+	upstream   = "127.0.0.1:8081"  // nginx's upstream server block
+	redisAddr  = "127.0.0.1:6379"  // redis-server
+	iperfLink  = "198.18.2.2:5201" // iperf3 server across the emulated link (the lab topology's server)
+	leakAddr   = "127.0.0.1:9000"  // the server that never closes
+	echoLocal  = "127.0.0.1:7000"  // churn server on loopback
+	echoRemote = "198.18.3.2:7000" // churn server behind the veth
+)
+
+func scenarios() []scenario {
+	churnWarn := func(cmd, remote string) Expect {
+		return Expect{Rule: "connection-churn", Min: diag.Warning, Max: diag.Warning, Command: cmd, Remote: remote}
+	}
+	const noOpener = "connection-churn names no opener: the client's short-lived sockets are gone before their owner is found"
+	return []scenario{
+		{name: "nginx proxy, no upstream keep-alive",
+			software: "nginx proxy_pass with its defaults (HTTP/1.0, Connection: close) to a second nginx server block returning a small 200; wrk keep-alive load on the front (-t2 -c32 -d8s); the upstream closes each connection first",
+			want:     []Expect{churnWarn("nginx", upstream)},
+			body:     func(r *run) { nginxProxy(r, "", 32) }},
+		{name: "nginx proxy, upstream pool of 4",
+			software: "nginx upstream keepalive 4 (HTTP/1.1, Connection \"\") under wrk -t2 -c64 -d8s: most proxied requests need a new upstream connection, which nginx closes when the idle pool is full",
+			want:     []Expect{churnWarn("nginx", upstream)},
+			body:     func(r *run) { nginxProxy(r, "keepalive 4;", 64) }},
+		{name: "nginx proxy, upstream pool of 128",
+			software: "nginx upstream keepalive 128 (HTTP/1.1, Connection \"\") under wrk -t2 -c64 -d8s: the pool covers the concurrency",
+			body:     func(r *run) { nginxProxy(r, "keepalive 128;", 64) }},
+		{name: "redis-benchmark without keep-alive",
+			software: "redis-server (defaults, no persistence) and redis-benchmark -k 0 -c 20 -n 120000 -t get (at most 15 s): a new connection per request, the client closes first",
+			want:     []Expect{churnWarn("redis-benchmark", redisAddr)},
+			known:    noOpener + " (intermittent)",
+			body:     func(r *run) { redis(r, false) }},
+		{name: "redis-benchmark with keep-alive",
+			software: "redis-server (defaults, no persistence) and redis-benchmark -k 1 -c 20 -n 600000 -t get (at most 15 s)",
+			body:     func(r *run) { redis(r, true) }},
+		{name: "nginx static, wrk keep-alive",
+			software: "nginx serving a static page, wrk -t2 -c100 -d8s keep-alive load",
+			body:     nginxStatic},
+		{name: "iperf3 over 20 ms, autotuned",
+			software: "iperf3 -t 8 over an emulated 20 ms RTT, 100 Mbit/s link (client, router with the lab's delay line, server), buffers autotuned",
+			known:    "retransmissions warns on cubic's own losses at the bottleneck queue (about 1 %, intermittent)",
+			body:     func(r *run) { iperfOverLink(r, "") }},
+		{name: "iperf3 over 20 ms, -w 16K",
+			software: "the same link, iperf3 -t 8 -w 16K: socket buffers pinned far below the 250 KB bandwidth-delay product",
+			want: []Expect{
+				{Rule: "rwnd-limited|sndbuf-limited", Min: diag.Warning, Command: "iperf3", Proc: "iperf3-client", Remote: iperfLink},
+				{Rule: "rwnd-limited|sndbuf-limited", Optional: true, Command: "iperf3"},
+			},
+			body: func(r *run) { iperfOverLink(r, "16K") }},
+		{name: "iperf3 loopback bulk",
+			software: "iperf3 -t 8 bulk stream on loopback in one namespace; the server reads continuously",
+			body:     iperfLoopback},
+		{name: "server that never closes",
+			software: "a python3 server accepts, reads the request and never calls close(); clients connect, send and close at 25/s",
+			want:     []Expect{{Rule: "close-wait-leak", Min: diag.Warning, Command: "python3", Proc: "leaky-server", Service: leakAddr}},
+			body:     closeWaitLeak},
+		{name: "short connections, loopback peer",
+			software: "python3 client opens and closes 120 connections/s (it closes first) to a python3 server on 127.0.0.1 for 15 s; ip_local_port_range 40000-40999, tcp_tw_reuse 2 (default)",
+			want: []Expect{
+				{Rule: "connection-churn", Min: diag.Info, Max: diag.Warning, Command: "python3", Proc: "churn-client", Remote: echoLocal},
+				{Rule: "time-wait-churn", Optional: true, Max: diag.Warning},
+			},
+			known: noOpener,
+			body:  churnLoopback},
+		{name: "short connections, peer behind veth",
+			software: "the same churn at 120/s for 16 s to a server in a second namespace behind a veth (198.18.3.2): loopback TIME_WAIT reuse does not apply, connect() fails with EADDRNOTAVAIL once the 1,000 ports are in TIME_WAIT; check runs 10 s in",
+			want: []Expect{
+				{Rule: "port-exhaustion", Min: diag.Critical, Command: "python3", Proc: "churn-client", Remote: echoRemote},
+				{Rule: "time-wait-churn", Optional: true, Command: "python3", Remote: echoRemote},
+				{Rule: "connection-churn", Optional: true, Command: "python3", Remote: echoRemote},
+			},
+			known: "the exhausted client holds no socket to the destination, so no owner is named",
+			body:  churnRemote},
+	}
+}
+
+func writeTable(t *testing.T, path string, rows []Row) {
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	kernel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
+	rev := os.Getenv(revEnv)
+	if rev == "" {
+		rev = "an unrecorded revision"
+	}
+	header := fmt.Sprintf(`# Accuracy on real software
+
+Generated by scripts/accuracy.sh, which runs the corpus test (internal/corpus, root) and writes
+this file; do not edit it by hand. Each case starts stock software with its default settings in
+network namespaces the test creates, runs a bounded load, runs `+"`tcpdoctor check --netns NS --interval %s --json`"+`
+in the middle of it (every namespace of the case, at the same time) and compares the findings
+with what the software is known to do. "measured" are figures taken outside tcpdoctor (the
+tools' own reports, /proc/net/snmp and ss in the namespace over the check window).
+
+A **false alarm** is a finding at warning or above that the case does not expect (or above the
+expected maximum, or naming another subject); a **miss** is an expected finding that was not
+reported with that severity and subject ("may:" marks findings a case allows but does not
+require). Info findings are listed only for the rules a case names. In the ordinary test run
+(scripts/test.sh) a case marked as known to be wrong today logs its false alarms and misses
+instead of failing; scripts/accuracy.sh fails on every one.
+
+Rules at %s; kernel %s, %d CPUs.
+`, checkInterval, rev, strings.TrimSpace(string(kernel)), runtime.NumCPU())
+	if err := WriteMarkdown(f, header, rows); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("wrote %s", path)
+}
+
+// nginxConf is a complete nginx.conf whose files all live in dir; http is
+// the body of the http block. Everything else is nginx's default.
+func nginxConf(dir, http string) string {
+	return fmt.Sprintf(`worker_processes auto;
+daemon off;
+pid %[1]s/nginx.pid;
+error_log %[1]s/error.log;
+events {}
+http {
+    client_body_temp_path %[1]s/body;
+    proxy_temp_path %[1]s/proxy;
+    fastcgi_temp_path %[1]s/fastcgi;
+    uwsgi_temp_path %[1]s/uwsgi;
+    scgi_temp_path %[1]s/scgi;
+    log_format conns '$connection $connection_requests $status';
+%[2]s
+}
+`, dir, http)
+}
+
+// startNginx writes the config and starts nginx (master and workers) in ns.
+func startNginx(r *run, ns, http string, ports ...int) *proc {
+	openDir(r.t, r.dir)
+	conf := r.writeFile("nginx.conf", nginxConf(r.dir, http))
+	p := r.start(ns, "nginx", "nginx", "-p", r.dir, "-c", conf, "-e", filepath.Join(r.dir, "error.log"))
+	for _, port := range ports {
+		waitListen(r.t, ns, port, p)
+	}
+	return p
+}
+
+// accessLog counts the requests and distinct connections in an access
+// log written with the conns format.
+func accessLog(r *run, name string) (requests, conns, non200 int) {
+	b, err := os.ReadFile(filepath.Join(r.dir, name))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 3 {
+			continue
+		}
+		requests++
+		seen[f[0]] = true
+		if f[2] != "200" {
+			non200++
+		}
+	}
+	return requests, len(seen), non200
+}
+
+// nginxErrors records how many errors nginx logged (a failed upstream
+// connect() says why) and the first of them.
+func nginxErrors(r *run) {
+	b, err := os.ReadFile(filepath.Join(r.dir, "error.log"))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	var n int
+	var first string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, "[error]") || strings.Contains(l, "[crit]") || strings.Contains(l, "[alert]") {
+			if n == 0 {
+				first = l
+			}
+			n++
+		}
+	}
+	if n > 0 {
+		r.measured("nginx error.log: %d errors, the first: %s", n, first)
+	}
+}
+
+// wrkResult is what wrk reports.
+type wrkResult struct {
+	requests     int
+	seconds, rps float64
+	// failed counts connect, read and write errors and non-2xx/3xx
+	// answers; timeouts (no answer within wrk's 2 s) are counted apart:
+	// a busy machine makes some.
+	failed, timeouts int
+}
+
+func parseWrk(r *run, out string) wrkResult {
+	var w wrkResult
+	m := regexp.MustCompile(`(\d+) requests in ([0-9.]+)s`).FindStringSubmatch(out)
+	if m == nil {
+		r.t.Fatalf("wrk output without a request count:\n%s", out)
+	}
+	w.requests, _ = strconv.Atoi(m[1])
+	w.seconds, _ = strconv.ParseFloat(m[2], 64)
+	if m := regexp.MustCompile(`Requests/sec:\s+([0-9.]+)`).FindStringSubmatch(out); m != nil {
+		w.rps, _ = strconv.ParseFloat(m[1], 64)
+	}
+	if m := regexp.MustCompile(`Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)`).FindStringSubmatch(out); m != nil {
+		for _, v := range m[1:4] {
+			n, _ := strconv.Atoi(v)
+			w.failed += n
+		}
+		w.timeouts, _ = strconv.Atoi(m[4])
+	}
+	if m := regexp.MustCompile(`Non-2xx or 3xx responses: (\d+)`).FindStringSubmatch(out); m != nil {
+		n, _ := strconv.Atoi(m[1])
+		w.failed += n
+	}
+	return w
+}
+
+// startWrk starts wrk against url in ns for seconds.
+func startWrk(r *run, ns, url string, conns, seconds int) *proc {
+	return r.start(ns, "wrk", "wrk", "-t2", fmt.Sprintf("-c%d", conns), fmt.Sprintf("-d%ds", seconds), url)
+}
+
+// finishWrk waits for wrk and records its figures.
+func finishWrk(r *run, p *proc, seconds int) wrkResult {
+	if err := p.wait(r.t, time.Duration(seconds+15)*time.Second); err != nil {
+		r.t.Fatal(err)
+	}
+	w := parseWrk(r, p.stdout())
+	r.measured("wrk: %d requests in %.1f s = %.0f/s, %d failed, %d timed out", w.requests, w.seconds, w.rps, w.failed, w.timeouts)
+	if w.failed > 0 {
+		r.t.Errorf("wrk saw %d failed requests:\n%s", w.failed, p.stdout())
+	}
+	return w
+}
+
+// nginxProxy: a front server on :8080 proxying to an upstream server
+// block on :8081 in the same nginx; pool is the upstream block's
+// keepalive directive, "" for proxy_pass's defaults.
+func nginxProxy(r *run, pool string, conc int) {
+	r.need("nginx", "wrk")
+	ns := testns.New(r.t, "ngx").Name
+	const up = upstream
+	var front string
+	if pool == "" {
+		front = `    server {
+        listen 127.0.0.1:8080;
+        access_log ` + r.dir + `/front.log conns buffer=64k flush=1s;
+        location / { proxy_pass http://` + up + `; }
+    }`
+	} else {
+		front = `    upstream backend {
+        server ` + up + `;
+        ` + pool + `
+    }
+    server {
+        listen 127.0.0.1:8080;
+        access_log ` + r.dir + `/front.log conns buffer=64k flush=1s;
+        location / {
+            proxy_pass http://backend;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+        }
+    }`
+	}
+	upstream := `
+    server {
+        listen ` + up + `;
+        access_log ` + r.dir + `/upstream.log conns buffer=64k flush=1s;
+        location / { return 200 "ok\n"; }
+    }`
+	ngx := startNginx(r, ns, front+upstream, 8080, 8081)
+	const secs = 8
+	w := startWrk(r, ns, "http://127.0.0.1:8080/", conc, secs)
+	time.Sleep(2 * time.Second)
+	r.check(place{"proxy", ns})
+	wr := finishWrk(r, w, secs)
+	if err := ngx.stop(r.t); err != nil {
+		r.t.Logf("nginx: %v", err)
+	}
+	nginxErrors(r)
+	req, conns, bad := accessLog(r, "upstream.log")
+	r.measured("upstream: %d requests over %d connections (%.1f requests per connection, %.0f new connections/s over the run)",
+		req, conns, float64(req)/float64(max(conns, 1)), float64(conns)/wr.seconds)
+	freq, fconns, _ := accessLog(r, "front.log")
+	r.measured("front: %d requests over %d client connections", freq, fconns)
+	if bad > 0 || req == 0 {
+		r.t.Errorf("upstream answered %d requests, %d not 200", req, bad)
+	}
+	switch pool {
+	case "":
+		if conns < req*95/100 {
+			r.t.Errorf("without keep-alive every upstream request needs a connection: %d requests over %d", req, conns)
+		}
+	case "keepalive 4;":
+		if conns < 1000 || conns*2 > req {
+			r.t.Errorf("a pool of 4 under -c%d should churn yet reuse: %d requests over %d connections", conc, req, conns)
+		}
+	default:
+		if conns*100 > req {
+			r.t.Errorf("a pool of 128 under -c%d should reuse: %d requests over %d connections", conc, req, conns)
+		}
+	}
+}
+
+// nginxStatic: nginx serving a static file to a keep-alive wrk.
+func nginxStatic(r *run) {
+	r.need("nginx", "wrk")
+	ns := testns.New(r.t, "ngx").Name
+	www := filepath.Join(r.dir, "www")
+	if err := os.MkdirAll(www, 0o755); err != nil {
+		r.t.Fatal(err)
+	}
+	r.writeFile("www/index.html", "<html><body>"+strings.Repeat("corpus ", 80)+"</body></html>\n")
+	ngx := startNginx(r, ns, `    server {
+        listen 127.0.0.1:8080;
+        access_log `+r.dir+`/front.log conns buffer=64k flush=1s;
+        root `+www+`;
+    }`, 8080)
+	const secs = 8
+	w := startWrk(r, ns, "http://127.0.0.1:8080/index.html", 100, secs)
+	time.Sleep(2 * time.Second)
+	r.check(place{"server", ns})
+	finishWrk(r, w, secs)
+	if err := ngx.stop(r.t); err != nil {
+		r.t.Logf("nginx: %v", err)
+	}
+	nginxErrors(r)
+	req, conns, bad := accessLog(r, "front.log")
+	r.measured("nginx: %d requests over %d client connections, %d not 200", req, conns, bad)
+	if bad > 0 {
+		r.t.Errorf("%d requests not answered 200", bad)
+	}
+}
+
+// redisStats reads total_connections_received and total_commands_processed.
+func redisStats(r *run, ns string) (conns, cmds int) {
+	out := nsRun(r.t, ns, "redis-cli", "-p", "6379", "info", "stats")
+	for _, l := range strings.Split(out, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(l), ":")
+		if !ok {
+			continue
+		}
+		n, _ := strconv.Atoi(v)
+		switch k {
+		case "total_connections_received":
+			conns = n
+		case "total_commands_processed":
+			cmds = n
+		}
+	}
+	return conns, cmds
+}
+
+// redis: redis-server with its defaults (port, dir, no persistence) and
+// redis-benchmark with or without keep-alive. -n bounds the run on a fast
+// machine, timeout(1) on a slow or busy one.
+func redis(r *run, keepalive bool) {
+	r.need("redis-server", "redis-benchmark", "redis-cli", "timeout")
+	ns := testns.New(r.t, "rds").Name
+	srv := r.start(ns, "redis-server", "redis-server", "--port", "6379", "--bind", "127.0.0.1", "--dir", r.dir,
+		"--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", filepath.Join(r.dir, "redis.log"))
+	waitListen(r.t, ns, 6379, srv)
+	c0, n0 := redisStats(r, ns)
+	k, n := "0", "120000"
+	if keepalive {
+		k, n = "1", "600000"
+	}
+	start := time.Now()
+	// The pid under this label is timeout's; redis-benchmark is its child.
+	b := r.start(ns, "redis-benchmark", "timeout", "15", "redis-benchmark", "-p", "6379", "-k", k, "-c", "20", "-n", n, "-t", "get", "-q")
+	time.Sleep(2 * time.Second)
+	r.check(place{"redis", ns})
+	if !b.running() {
+		r.t.Errorf("redis-benchmark ended before the check did: make -n larger")
+	}
+	err := b.wait(r.t, 30*time.Second)
+	var ee *exec.ExitError
+	if errors.As(err, &ee) && ee.ExitCode() == 124 {
+		r.measured("redis-benchmark stopped by timeout 15 before its %s requests", n)
+	} else if err != nil {
+		r.t.Fatalf("redis-benchmark: %v\n%s", err, b.stderr())
+	}
+	secs := time.Since(start).Seconds()
+	c1, n1 := redisStats(r, ns)
+	conns, cmds := c1-c0-1, n1-n0-1 // less our own info query
+	r.measured("redis: %d commands over %d new connections in %.1f s (%.0f commands/s, %.0f connections/s)",
+		cmds, conns, secs, float64(cmds)/secs, float64(conns)/secs)
+	if keepalive {
+		if conns > 100 {
+			r.t.Errorf("keep-alive benchmark opened %d connections", conns)
+		}
+	} else if conns < cmds*95/100 {
+		r.t.Errorf("-k 0 should open a connection per request: %d commands, %d connections", cmds, conns)
+	}
+}
+
+// iperfResult is what iperf3 -J reports of a TCP test.
+type iperfResult struct {
+	End struct {
+		SumSent struct {
+			Bps         float64 `json:"bits_per_second"`
+			Retransmits int     `json:"retransmits"`
+		} `json:"sum_sent"`
+		SumReceived struct {
+			Bps float64 `json:"bits_per_second"`
+		} `json:"sum_received"`
+	} `json:"end"`
+	Error string `json:"error"`
+}
+
+// iperf runs a one-off server in srvNS on addr and a client in cliNS
+// for secs with extra client flags; check runs in the places given
+// 2 s in. It returns the client's report.
+func iperf(r *run, srvNS, cliNS, addr string, secs int, extra []string, places ...place) iperfResult {
+	srv := r.start(srvNS, "iperf3-server", "iperf3", "-s", "-1", "-B", addr, "-p", "5201")
+	waitListen(r.t, srvNS, 5201, srv)
+	args := append([]string{"iperf3", "-c", addr, "-p", "5201", "-t", strconv.Itoa(secs), "-J"}, extra...)
+	c := r.start(cliNS, "iperf3-client", args...)
+	time.Sleep(2 * time.Second)
+	r.check(places...)
+	if err := c.wait(r.t, time.Duration(secs+20)*time.Second); err != nil {
+		r.t.Fatal(err)
+	}
+	var res iperfResult
+	if err := json.Unmarshal([]byte(c.stdout()), &res); err != nil || res.Error != "" {
+		r.t.Fatalf("iperf3 client: %v %s\n%s", err, res.Error, c.stderr())
+	}
+	r.measured("iperf3: %.1f Mbit/s sent, %.1f Mbit/s received, %d retransmits", res.End.SumSent.Bps/1e6, res.End.SumReceived.Bps/1e6, res.End.SumSent.Retransmits)
+	return res
+}
+
+// iperfOverLink: iperf3 across the lab's emulated 20 ms, 100 Mbit/s link;
+// window "" leaves the buffers autotuned.
+func iperfOverLink(r *run, window string) {
+	r.need("iperf3")
+	tp, err := topo.Build(topo.Config{})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(func() {
+		if err := tp.Close(); err != nil {
+			r.t.Error(err)
+		}
+	})
+	l, err := linkemu.Start(tp, linkemu.Params{RTT: 20 * time.Millisecond, RateUp: 100e6, RateDown: 100e6})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(func() {
+		st := l.Stats()
+		r.t.Logf("link: %d packets, %d lost, %d overflow, hold error p99 %v", st.Packets, st.Lost, st.Overflow, st.HoldErrP99)
+		if err := l.Close(); err != nil {
+			r.t.Error(err)
+		}
+	})
+	srv := tp.ServerAddrs[0].String()
+	if want := netip.MustParseAddrPort(iperfLink).Addr().String(); srv != want {
+		r.t.Fatalf("the lab topology's server is %s, the expectations name %s", srv, want)
+	}
+	var extra []string
+	if window != "" {
+		extra = []string{"-w", window}
+	}
+	res := iperf(r, tp.Server, tp.Client, srv, 8, extra, place{"client", tp.Client}, place{"server", tp.Server})
+	mbit := res.End.SumReceived.Bps / 1e6
+	if window == "" {
+		if mbit < 60 {
+			r.t.Errorf("autotuned iperf3 over 100 Mbit/s got %.1f Mbit/s", mbit)
+		}
+	} else if mbit > 40 {
+		r.t.Errorf("iperf3 -w %s over 20 ms should be window-bound: %.1f Mbit/s", window, mbit)
+	}
+}
+
+// iperfLoopback: one bulk stream on loopback.
+func iperfLoopback(r *run) {
+	r.need("iperf3")
+	ns := testns.New(r.t, "ipf").Name
+	iperf(r, ns, ns, "127.0.0.1", 8, nil, place{"iperf3", ns})
+}
+
+// closeWaitLeak: a python3 server that never closes what it accepts.
+func closeWaitLeak(r *run) {
+	r.need("python3")
+	nsv := testns.New(r.t, "cw")
+	ns := nsv.Name
+	port := int(netip.MustParseAddrPort(leakAddr).Port())
+	script, err := filepath.Abs("testdata/leaky_server.py")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	srv := r.start(ns, "leaky-server", "python3", script, strconv.Itoa(port), "12")
+	waitListen(r.t, ns, port, srv)
+	done := make(chan trickled, 1)
+	go func() { done <- trickle(nsv, port, 25, 7*time.Second) }()
+	time.Sleep(2 * time.Second)
+	r.check(place{"server", ns})
+	tr := <-done
+	if tr.err != nil {
+		r.t.Fatal(tr.err)
+	}
+	n := tr.n
+	st, err := readStat(ns)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.measured("clients: %d connections sent a request and closed (25/s); server holds %d in CLOSE-WAIT after the check", n, st.states["CLOSE-WAIT"])
+	if n < 150 || st.states["CLOSE-WAIT"] < n*9/10 {
+		r.t.Errorf("want every client connection left in CLOSE-WAIT: %d connections, %d CLOSE-WAIT", n, st.states["CLOSE-WAIT"])
+	}
+}
+
+// churn runs the echo server in srvNS on addr and the churn client in
+// cliNS at 120/s for secs; check runs in the places given after warm.
+// It returns the client's summary.
+func churn(r *run, srvNS, cliNS, addr string, secs int, warm time.Duration, places ...place) churnSummary {
+	r.need("python3")
+	ap := netip.MustParseAddrPort(addr)
+	host, port := ap.Addr().String(), int(ap.Port())
+	server, err := filepath.Abs("testdata/echo_server.py")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	client, err := filepath.Abs("testdata/churn_client.py")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	srv := r.start(srvNS, "echo-server", "python3", server, host, strconv.Itoa(port), strconv.Itoa(secs+10))
+	waitListen(r.t, srvNS, port, srv)
+	c := r.start(cliNS, "churn-client", "python3", client, host, strconv.Itoa(port), "120", strconv.Itoa(secs))
+	time.Sleep(warm)
+	r.check(places...)
+	if !c.running() {
+		r.t.Errorf("the client ended before the check did")
+	}
+	if err := c.wait(r.t, time.Duration(secs+20)*time.Second); err != nil {
+		r.t.Fatal(err)
+	}
+	var s churnSummary
+	if err := json.Unmarshal([]byte(c.stdout()), &s); err != nil {
+		r.t.Fatalf("churn client: %v\n%s\n%s", err, c.stdout(), c.stderr())
+	}
+	first := "none"
+	if s.FirstError != nil {
+		first = fmt.Sprintf("%.1f s in", *s.FirstError)
+	}
+	failed := "none"
+	if len(s.Errors) > 0 {
+		var parts []string
+		for k, v := range s.Errors {
+			parts = append(parts, fmt.Sprintf("%s %d", k, v))
+		}
+		sort.Strings(parts)
+		failed = strings.Join(parts, ", ")
+	}
+	r.measured("client: %d connects in %.1f s, %d ok; failed: %s (first failure %s)", s.Attempts, s.Seconds, s.OK, failed, first)
+	return s
+}
+
+// churnSummary is what churn_client.py prints.
+type churnSummary struct {
+	Attempts, OK int
+	Errors       map[string]int
+	FirstError   *float64 `json:"first_error_s"`
+	Seconds      float64
+}
+
+// churnLoopback: short connections to a loopback peer with a narrow port
+// range; tcp_tw_reuse 2 lets connect() reuse loopback TIME_WAIT ports.
+func churnLoopback(r *run) {
+	r.need("python3")
+	ns := testns.New(r.t, "chl").Name
+	nsRun(r.t, ns, "sysctl", "-q", "-w", "net.ipv4.ip_local_port_range=40000 40999")
+	if v := strings.TrimSpace(nsRun(r.t, ns, "sysctl", "-n", "net.ipv4.tcp_tw_reuse")); v != "2" {
+		r.t.Fatalf("tcp_tw_reuse %s in a new namespace, want the default 2", v)
+	}
+	s := churn(r, ns, ns, echoLocal, 15, 10*time.Second, place{"client and server", ns})
+	if len(s.Errors) > 0 {
+		r.t.Errorf("connect() failed on loopback: %v", s.Errors)
+	}
+	if s.OK < 1500 {
+		r.t.Errorf("want about 1,800 connections, got %d", s.OK)
+	}
+}
+
+// churnRemote: the same churn to a peer behind a veth, where TIME_WAIT
+// ports are not reused and the 1,000-port range runs out.
+func churnRemote(r *run) {
+	r.need("python3")
+	cns := testns.New(r.t, "chc").Name
+	sns := testns.New(r.t, "chs").Name
+	veth(r.t, cns, sns, "198.18.3.1/24", "198.18.3.2/24") // the server is echoRemote
+	nsRun(r.t, cns, "sysctl", "-q", "-w", "net.ipv4.ip_local_port_range=40000 40999")
+	s := churn(r, sns, cns, echoRemote, 16, 10*time.Second, place{"client", cns}, place{"server", sns})
+	if s.Errors["EADDRNOTAVAIL"] == 0 {
+		r.t.Errorf("want connect() to fail with EADDRNOTAVAIL once the range is in TIME_WAIT: %v", s.Errors)
+	}
+	if s.FirstError == nil || *s.FirstError > 10 {
+		r.t.Errorf("the range should run out before the check starts (10 s): first failure at %v s", s.FirstError)
+	}
+}
+
+// trickled is what trickle did.
+type trickled struct {
+	n   int
+	err error
+}
+
+// trickle connects to 127.0.0.1:port in ns perSec times a second for d,
+// each time sending a request and closing.
+func trickle(ns netns.NS, port, perSec int, d time.Duration) trickled {
+	var tr trickled
+	tr.err = netns.Do(ns, func() error {
+		start := time.Now()
+		for i := 0; time.Duration(i)*time.Second/time.Duration(perSec) < d; i++ {
+			if w := time.Until(start.Add(time.Duration(i) * time.Second / time.Duration(perSec))); w > 0 {
+				time.Sleep(w)
+			}
+			fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+			if err != nil {
+				return err
+			}
+			err = unix.Connect(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}, Port: port})
+			if err == nil {
+				_, err = unix.Write(fd, []byte("GET / HTTP/1.0\r\n\r\n"))
+			}
+			unix.Close(fd)
+			if err != nil {
+				return fmt.Errorf("client connection %d: %w", i, err)
+			}
+			tr.n++
+		}
+		return nil
+	})
+	return tr
+}
