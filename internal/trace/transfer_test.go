@@ -1,40 +1,41 @@
 package trace
 
 import (
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"net/netip"
 	"strings"
 	"testing"
 	"time"
 )
 
-const ms = time.Millisecond
+const msec = time.Millisecond
 
-// series builds a connection from rows: t (ms), acked, recvd, busy (µs),
+// series builds a connection from rows: t (msec), acked, recvd, busy (µs),
 // rwnd_limited (µs), sendq.
 func series(rows [][6]int64) *Conn {
 	c := &Conn{ID: 1, Local: netip.MustParseAddrPort("198.18.0.1:80"), Remote: netip.MustParseAddrPort("198.18.1.2:40000")}
 	for _, r := range rows {
-		c.Points = append(c.Points, Point{T: time.Duration(r[0]) * ms, Conn: 1, Acked: uint64(r[1]), Recvd: uint64(r[2]),
+		c.Points = append(c.Points, Point{T: time.Duration(r[0]) * msec, Conn: 1, State: snapshot.Established, Acked: uint64(r[1]), Recvd: uint64(r[2]),
 			Busy: uint64(r[3]), Rwnd: uint64(r[4]), SendQ: uint32(r[5]), Chrono: true, MSS: 1000, Cwnd: 10, RTT: 2000})
 	}
 	return c
 }
 
 func trace1(c ...*Conn) *Trace {
-	return &Trace{Header: Header{Trace: Version, Interval: 10 * ms}, Conns: c}
+	return &Trace{Header: Header{Trace: Version, Interval: 10 * msec}, Conns: c}
 }
 
 // A response, a request (the turn), a second response.
 func TestSegmentTurnsAndEdges(t *testing.T) {
 	c := series([][6]int64{
 		{0, 0, 100, 0, 0, 0},
-		{10, 10000, 100, 4000, 0, 5000},     // started 4 ms before the sample
-		{20, 30000, 100, 14000, 5000, 5000}, // 5 ms of it waiting for the window
+		{10, 10000, 100, 4000, 0, 5000},     // started 4 msec before the sample
+		{20, 30000, 100, 14000, 5000, 5000}, // 5 msec of it waiting for the window
 		{30, 50000, 100, 24000, 5000, 5000}, //
-		{40, 60000, 100, 27000, 5000, 0},    // done 3 ms after t=30
+		{40, 60000, 100, 27000, 5000, 0},    // done 3 msec after t=30
 		{50, 60000, 600, 27000, 5000, 0},    // the next request arrives
 		{60, 70000, 600, 37000, 5000, 1000}, // second response, busy all interval
-		{70, 80000, 600, 42000, 5000, 0},    // done 5 ms after t=60
+		{70, 80000, 600, 42000, 5000, 0},    // done 5 msec after t=60
 		{80, 80000, 600, 42000, 5000, 0},    //
 		{200, 80000, 600, 42000, 5000, 0},   //
 	})
@@ -43,17 +44,17 @@ func TestSegmentTurnsAndEdges(t *testing.T) {
 		t.Fatalf("got %d transfers, want 3: %+v", len(ts), ts)
 	}
 	first, second, req := ts[0], ts[1], ts[2]
-	if first.Dir != Send || first.Bytes != 60000 || first.Start != 6*ms || first.Dur != 27*ms {
+	if first.Dir != Send || first.Bytes != 60000 || first.Start != 6*msec || first.Dur != 27*msec {
 		t.Errorf("first: %s %d bytes at %v for %v, want send 60000 at 6ms for 27ms", first.Dir, first.Bytes, first.Start, first.Dur)
 	}
-	want := Split{Rwnd: 5 * ms, Congestion: 22 * ms}
+	want := Split{Rwnd: 5 * msec, Congestion: 22 * msec}
 	if first.Split != want {
 		t.Errorf("first split %+v, want %+v", first.Split, want)
 	}
-	if second.Bytes != 20000 || second.Start != 50*ms || second.Dur != 15*ms || second.Split.Congestion != 15*ms || second.Split.App != 0 {
+	if second.Bytes != 20000 || second.Start != 50*msec || second.Dur != 15*msec || second.Split.Congestion != 15*msec || second.Split.App != 0 {
 		t.Errorf("second: %d bytes at %v for %v split %+v", second.Bytes, second.Start, second.Dur, second.Split)
 	}
-	if req.Dir != Recv || req.Bytes != 500 || req.Start != 40*ms || req.Dur != 10*ms {
+	if req.Dir != Recv || req.Bytes != 500 || req.Start != 40*msec || req.Dur != 10*msec {
 		t.Errorf("request: %s %d at %v for %v", req.Dir, req.Bytes, req.Start, req.Dur)
 	}
 	if first.Goodput != 60000/0.027 {
@@ -61,28 +62,28 @@ func TestSegmentTurnsAndEdges(t *testing.T) {
 	}
 }
 
-// An idle gap of 50 ms or more ends a transfer; a shorter one does not;
+// An idle gap of 50 msec or more ends a transfer; a shorter one does not;
 // an application that writes with pauses shows as App.
 func TestSegmentGap(t *testing.T) {
 	c := series([][6]int64{
 		{0, 0, 0, 0, 0, 0},
 		{10, 1000, 0, 10000, 0, 0},
 		{20, 2000, 0, 20000, 0, 0},
-		{30, 2000, 0, 20000, 0, 0}, // 20 ms idle: same transfer
+		{30, 2000, 0, 20000, 0, 0}, // 20 msec idle: same transfer
 		{40, 2000, 0, 20000, 0, 0},
 		{50, 3000, 0, 30000, 0, 0},
 		{60, 4000, 0, 40000, 0, 0},
-		{120, 4000, 0, 40000, 0, 0}, // 60 ms idle: a new one
+		{120, 4000, 0, 40000, 0, 0}, // 60 msec idle: a new one
 		{130, 5000, 0, 50000, 0, 0},
 	})
 	ts := Segment(trace1(c), SegmentOptions{})
 	if len(ts) != 2 {
 		t.Fatalf("got %d transfers, want 2: %+v", len(ts), ts)
 	}
-	if ts[0].Bytes != 4000 || ts[0].Start != 0 || ts[0].Dur != 60*ms || ts[0].Split.Congestion != 40*ms || ts[0].Split.App != 20*ms {
+	if ts[0].Bytes != 4000 || ts[0].Start != 0 || ts[0].Dur != 60*msec || ts[0].Split.Congestion != 40*msec || ts[0].Split.App != 20*msec {
 		t.Errorf("first: %d bytes at %v for %v split %+v", ts[0].Bytes, ts[0].Start, ts[0].Dur, ts[0].Split)
 	}
-	if ts[1].Bytes != 1000 || ts[1].Start != 120*ms || ts[1].Dur != 10*ms {
+	if ts[1].Bytes != 1000 || ts[1].Start != 120*msec || ts[1].Dur != 10*msec {
 		t.Errorf("second: %d at %v for %v", ts[1].Bytes, ts[1].Start, ts[1].Dur)
 	}
 }
@@ -113,8 +114,8 @@ func TestSplitStallSndbufRecovery(t *testing.T) {
 		t.Fatalf("got %d transfers, want 1: %+v", len(ts), ts)
 	}
 	tr := ts[0]
-	want := Split{Rwnd: 20 * ms, Sndbuf: 10 * ms, Congestion: 15 * ms, Recovery: 10 * ms, App: 0, SndbufDerived: true}
-	if tr.Dur != 55*ms || tr.Split != want {
+	want := Split{Rwnd: 20 * msec, Sndbuf: 10 * msec, Congestion: 15 * msec, Recovery: 10 * msec, App: 0, SndbufDerived: true}
+	if tr.Dur != 55*msec || tr.Split != want {
 		t.Errorf("dur %v split %+v, want 55ms %+v", tr.Dur, tr.Split, want)
 	}
 	if tr.ZeroWindow != 1 || tr.Retrans != 1 {
@@ -127,10 +128,10 @@ func TestSplitStallSndbufRecovery(t *testing.T) {
 func TestSegmentRecv(t *testing.T) {
 	c := series([][6]int64{
 		{0, 0, 0, 0, 0, 0},
-		{10, 0, 5000, 0, 0, 0},  // 5 ms at 1 MB/s
-		{20, 0, 15000, 0, 0, 0}, // 10000 in 10 ms
+		{10, 0, 5000, 0, 0, 0},  // 5 msec at 1 MB/s
+		{20, 0, 15000, 0, 0, 0}, // 10000 in 10 msec
 		{30, 0, 25000, 0, 0, 0},
-		{40, 0, 27000, 0, 0, 0}, // 2 ms
+		{40, 0, 27000, 0, 0, 0}, // 2 msec
 		{50, 0, 27000, 0, 0, 0},
 	})
 	for i := 1; i <= 3; i++ {
@@ -143,7 +144,7 @@ func TestSegmentRecv(t *testing.T) {
 		t.Fatalf("got %d transfers: %+v", len(ts), ts)
 	}
 	r := ts[0]
-	if r.Dir != Recv || r.Start != 5*ms || r.Dur != 27*ms || r.Split.App != 10*ms || r.Split.Other != 17*ms {
+	if r.Dir != Recv || r.Start != 5*msec || r.Dur != 27*msec || r.Split.App != 10*msec || r.Split.Other != 17*msec {
 		t.Errorf("%s at %v for %v split %+v", r.Dir, r.Start, r.Dur, r.Split)
 	}
 }
@@ -163,7 +164,7 @@ func TestJudgeNamesReceiver(t *testing.T) {
 	ts := Segment(tr, SegmentOptions{})
 	Judge(tr, ts, JudgeOptions{Bandwidth: 100e6})
 	v := ts[0].Verdict
-	if v == nil || !v.Slow || v.Held != HeldRwnd || v.HeldFor != 32*ms {
+	if v == nil || !v.Slow || v.Held != HeldRwnd || v.HeldFor != 32*msec {
 		t.Fatalf("verdict %+v", v)
 	}
 	// 40000 bytes at 12.5 MB/s.

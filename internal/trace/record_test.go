@@ -1,0 +1,213 @@
+package trace
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/sockdiag"
+)
+
+func TestRoundTrip(t *testing.T) {
+	tr, _ := pageTrace()
+	var buf bytes.Buffer
+	if err := WriteAll(&buf, tr); err != nil {
+		t.Fatal(err)
+	}
+	back, err := Read(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(back.Conns) != 2 || len(back.Conns[1].Points) != len(tr.Conns[1].Points) || back.Conns[1].Points[3] != tr.Conns[1].Points[3] {
+		t.Fatalf("round trip lost data: %+v", back.Conns)
+	}
+	if back.Header.Interval != tr.Header.Interval || !back.Header.Started.Equal(tr.Header.Started) {
+		t.Errorf("header %+v, want %+v", back.Header, tr.Header)
+	}
+}
+
+func TestReadErrors(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want error
+	}{
+		{"", ErrNoHeader},
+		{`{"p":{"t":1,"c":1}}`, ErrNoHeader},
+		{`{"header":{"trace":1,"interval_ns":10000000}}` + "\n" + `{"p":{"t":1,"c":7}}`, ErrFormat},
+		{`{"header":{"trace":2,"interval_ns":10000000}}`, ErrFormat},
+		{`{"header":{"trace":1,"interval_ns":10000000}}` + "\n" + `{"conn":{"id":1}}` + "\n" + `{"p":{"t":5,"c":1}}` + "\n" + `{"p":{"t":4,"c":1}}`, ErrFormat},
+		{`{"header":{"trace":1,"interval_ns":10000000}}` + "\nnot json", ErrFormat},
+	} {
+		if _, err := Read(strings.NewReader(c.in)); !errors.Is(err, c.want) {
+			t.Errorf("%q: %v, want %v", c.in, err, c.want)
+		}
+	}
+}
+
+// FuzzRead: any input is read or refused with an error, never a panic,
+// and what is read analyses and renders.
+func FuzzRead(f *testing.F) {
+	tr, _ := pageTrace()
+	var buf bytes.Buffer
+	_ = WriteAll(&buf, tr)
+	f.Add(buf.Bytes())
+	f.Add([]byte(`{"header":{"trace":1,"interval_ns":1}}` + "\n" + `{"conn":{"id":1}}` + "\n" + `{"p":{"t":0,"c":1,"acked":5,"busy":9}}` + "\n" + `{"p":{"t":1,"c":1,"acked":1}}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		tr, err := Read(bytes.NewReader(b))
+		if err != nil {
+			return
+		}
+		ts := Segment(tr, SegmentOptions{})
+		Judge(tr, ts, JudgeOptions{})
+		for _, x := range ts {
+			if x.Dur <= 0 || x.Split.App < 0 || x.Split.Congestion < 0 {
+				t.Fatalf("bad transfer %+v", x)
+			}
+		}
+		var out bytes.Buffer
+		if err := WriteTable(&out, ts, 10); err != nil {
+			t.Fatal(err)
+		}
+		if err := WriteHTML(&out, tr, ts, "fuzz"); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// fakeSource serves sockets from a table the test changes between ticks.
+type fakeSource struct {
+	socks   map[uint64]*snapshot.Socket
+	dumps   int
+	lookups int
+}
+
+func (f *fakeSource) Dump(o sockdiag.Options, fn func(*snapshot.Socket) error) error {
+	f.dumps++
+	for c := uint64(1); c <= uint64(len(f.socks)+5); c++ {
+		if sk, ok := f.socks[c]; ok {
+			cp := *sk
+			if err := fn(&cp); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (f *fakeSource) Lookup(o sockdiag.Options, keys []sockdiag.Key, fn func(int, *snapshot.Socket) error) error {
+	f.lookups++
+	for i, k := range keys {
+		if sk, ok := f.socks[k.Cookie]; ok {
+			cp := *sk
+			if err := fn(i, &cp); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// fakeClock advances only when slept on, and by cost per Now call when
+// told to, so dump costs are seen.
+type fakeClock struct {
+	now  time.Time
+	cost time.Duration
+	tick func(time.Duration)
+}
+
+func (c *fakeClock) Now() time.Time { c.now = c.now.Add(c.cost); return c.now }
+func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
+	c.now = c.now.Add(d)
+	if c.tick != nil {
+		c.tick(d)
+	}
+	return ctx.Err()
+}
+
+func TestRecordDiscoversAndLooksUp(t *testing.T) {
+	src := &fakeSource{socks: map[uint64]*snapshot.Socket{}}
+	mk := func(cookie uint64, acked uint64) *snapshot.Socket {
+		return &snapshot.Socket{Family: 2, State: snapshot.Established, Cookie: cookie, Inode: uint32(cookie),
+			Local: netip.MustParseAddrPort("127.0.0.1:80"), Remote: netip.AddrPortFrom(netip.MustParseAddrPort("127.0.0.1:1").Addr(), uint16(cookie)),
+			Info: &snapshot.TCPInfo{Len: snapshot.SizeKnown, BytesAcked: acked}}
+	}
+	src.socks[1] = mk(1, 0)
+	clk := &fakeClock{now: time.Unix(1000, 0)}
+	ticks := 0
+	clk.tick = func(time.Duration) {
+		ticks++
+		if sk := src.socks[1]; sk != nil {
+			sk.Info.BytesAcked += 1000
+		}
+		if ticks == 50 {
+			src.socks[2] = mk(2, 0)
+		}
+		if ticks == 80 {
+			delete(src.socks, 1)
+		}
+	}
+	var out bytes.Buffer
+	tr, st, err := Record(context.Background(), Config{Source: src, Interval: 10 * time.Millisecond, Duration: time.Second,
+		MaxDiscover: 200 * time.Millisecond, Now: clk.Now, Sleep: clk.Sleep, Sink: NewWriter(&out),
+		Inodes: func() (map[uint32]bool, error) { return map[uint32]bool{1: true, 2: true}, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Ticks != 100 {
+		t.Errorf("%d ticks in 1s at 100/s", st.Ticks)
+	}
+	// No cost seen: dumps run every tick.
+	if src.dumps != 100 || src.lookups != 0 {
+		t.Errorf("%d dumps %d lookups, want 100 0", src.dumps, src.lookups)
+	}
+	if len(tr.Conns) != 2 || len(tr.Conns[0].Points) != 80 || len(tr.Conns[1].Points) != 50 {
+		t.Fatalf("conns %d, points %d %d", len(tr.Conns), len(tr.Conns[0].Points), len(tr.Conns[1].Points))
+	}
+	back, err := Read(&out)
+	if err != nil || len(back.Conns) != 2 || len(back.Conns[0].Points) != 80 {
+		t.Fatalf("recorded file: %v", err)
+	}
+	for _, j := range st.Jitter {
+		if j != 0 {
+			t.Fatalf("jitter %v on a fake clock", j)
+		}
+	}
+}
+
+// When a dump costs more than the share allows, ticks between dumps use
+// lookups.
+func TestRecordPacesDumps(t *testing.T) {
+	src := &fakeSource{socks: map[uint64]*snapshot.Socket{1: {Family: 2, State: snapshot.Established, Cookie: 1, Info: &snapshot.TCPInfo{}}}}
+	clk := &fakeClock{now: time.Unix(1000, 0), cost: 150 * time.Microsecond}
+	_, st, err := Record(context.Background(), Config{Source: src, Interval: 10 * time.Millisecond, Duration: time.Second,
+		Now: clk.Now, Sleep: clk.Sleep, DumpShare: 0.01})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each dump is seen to cost 150 µs: at 1 % one fits every 15 ms, so
+	// every other 10 ms tick dumps and the rest look up.
+	if src.dumps < 40 || src.dumps > 60 || src.lookups < 40 {
+		t.Errorf("%d dumps, %d lookups of %d ticks", src.dumps, src.lookups, st.Ticks)
+	}
+}
+
+func TestRecordStopsOnCancel(t *testing.T) {
+	src := &fakeSource{socks: map[uint64]*snapshot.Socket{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	clk := &fakeClock{now: time.Unix(1000, 0)}
+	n := 0
+	clk.tick = func(time.Duration) {
+		if n++; n == 7 {
+			cancel()
+		}
+	}
+	_, st, err := Record(ctx, Config{Source: src, Interval: 10 * time.Millisecond, Now: clk.Now, Sleep: clk.Sleep})
+	if err != nil || st.Ticks != 7 {
+		t.Errorf("err %v after %d ticks, want nil after 7", err, st.Ticks)
+	}
+}

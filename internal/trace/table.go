@@ -1,0 +1,96 @@
+package trace
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/units"
+)
+
+// Row is one transfer as the table and the page print it.
+type Row struct {
+	Conn                                        int
+	Dir, Peer, Bytes, Start, Dur, Goodput       string
+	Ideal, Rwnd, Sndbuf, Cong, Recov, App, Held string
+	Retrans, ZeroWin                            int
+	RTT, Cwnd                                   string
+	Slow                                        bool
+	Verdict                                     string
+}
+
+func ms(d time.Duration) string {
+	return fmt.Sprintf("%.1fms", float64(d)/float64(time.Millisecond))
+}
+
+// RowOf formats a judged transfer.
+func RowOf(t *Transfer) Row {
+	r := Row{Conn: t.Conn, Dir: string(t.Dir), Bytes: units.Bytes(float64(t.Bytes)),
+		Start: fmt.Sprintf("%.3fs", t.Start.Seconds()), Dur: ms(t.Dur), Goodput: units.Rate(t.Goodput),
+		Rwnd: ms(t.Split.Rwnd), Sndbuf: ms(t.Split.Sndbuf), Cong: ms(t.Split.Congestion), Recov: ms(t.Split.Recovery),
+		App: ms(t.Split.App), Retrans: int(t.Retrans), ZeroWin: t.ZeroWindow,
+		RTT:  units.RTT(t.RTTMin) + ".." + units.RTT(t.RTTMax),
+		Cwnd: fmt.Sprintf("%d..%d", t.CwndMin, t.CwndMax)}
+	r.Peer = t.Local.String() + " > " + t.Remote.String()
+	if t.Dir == Recv {
+		r.Peer = t.Local.String() + " < " + t.Remote.String()
+		r.Sndbuf, r.Cong, r.Recov = "-", "-", "-"
+		r.Rwnd = "-"
+	}
+	if v := t.Verdict; v != nil {
+		r.Ideal = ms(v.Ideal)
+		r.Held = string(v.Held)
+		r.Slow = v.Slow
+		r.Verdict = v.Line
+	}
+	return r
+}
+
+// WriteTable prints the n slowest transfers (all when n <= 0), each slow
+// one followed by its verdict line.
+func WriteTable(w io.Writer, ts []Transfer, n int) error {
+	ts = Slowest(ts)
+	if n > 0 && len(ts) > n {
+		ts = ts[:n]
+	}
+	if len(ts) == 0 {
+		_, err := fmt.Fprintln(w, "no transfers seen on the matched connections")
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "CONN\tDIR\tSOCKETS\tBYTES\tSTART\tDURATION\tIDEAL\tGOODPUT\tPEER WND\tSNDBUF\tCONGEST\tRECOVERY\tAPP\tZWIN\tRETX\tRTT\tCWND")
+	var verdicts []string
+	for i := range ts {
+		r := RowOf(&ts[i])
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", r.Conn, r.Dir, r.Peer, r.Bytes, r.Start, r.Dur, r.Ideal,
+			r.Goodput, r.Rwnd, r.Sndbuf, r.Cong, r.Recov, r.App, r.ZeroWin, r.Retrans, r.RTT, r.Cwnd)
+		if r.Slow {
+			verdicts = append(verdicts, fmt.Sprintf("conn %d %s at %s: %s", r.Conn, r.Dir, r.Start, r.Verdict))
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(verdicts) > 0 {
+		fmt.Fprintln(w)
+	}
+	for _, v := range verdicts {
+		if _, err := fmt.Fprintln(w, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// WriteJSON writes one JSON line per transfer, in start order.
+func WriteJSON(w io.Writer, ts []Transfer) error {
+	enc := json.NewEncoder(w)
+	for i := range ts {
+		if err := enc.Encode(&ts[i]); err != nil {
+			return fmt.Errorf("trace: write json: %w", err)
+		}
+	}
+	return nil
+}
