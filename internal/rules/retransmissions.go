@@ -23,6 +23,11 @@ const (
 	// retransPeerWarn/Crit: bytes_retrans / bytes_sent to one remote address.
 	retransPeerWarn = 0.02
 	retransPeerCrit = 0.10
+	// retransPeerUnknownPath: without the path's rate, a loss rate that
+	// caps any loss-based sender (a few segments per RTT) warns; below
+	// it, loss at a full bottleneck queue is how congestion control finds
+	// the path's rate, and --bandwidth tells whether it costs anything.
+	retransPeerUnknownPath = 0.05
 	// retransPeerMinBytes: a peer must have been sent this much in the window.
 	retransPeerMinBytes = 1 << 20
 	retransMaxFindings  = 10
@@ -33,11 +38,29 @@ func retransmissions() diag.Rule {
 }
 
 type peerRetrans struct {
-	addr                 netip.Addr
-	sent, retrans        uint64
+	addr           netip.Addr
+	sent, retrans  uint64
+	acked          uint64 // bytes acked over the window
 	conns, backoff int
-	maxRTO, lost         uint32
-	pids                 []int
+	maxRTO, lost   uint32
+	pids           []int
+	sample         *snapshot.Socket // the busiest connection, to judge the path by
+	sampleAcked    uint64
+}
+
+// verdict says whether the loss to this peer costs throughput: flows
+// still moving near their path's rate lose packets at a full bottleneck
+// queue, as loss-probing congestion control does by design.
+// known is false when the path's rate is unknown: then only a loss rate
+// that hurts any loss-based sender (retransPeerUnknownPath) warns.
+func (pr *peerRetrans) verdict(in *diag.Input, rates map[netip.Addr]float64, idx tcpmodel.Tuples) (v tcpmodel.Verdict, known bool) {
+	w := in.Window().Seconds()
+	if pr.sample == nil || w <= 0 {
+		return tcpmodel.Verdict{Why: "throughput unknown"}, false
+	}
+	rate := float64(pr.acked) / w
+	p := tcpmodel.PathOf(in.Options.Bandwidth, rates, idx, pr.sample, rate)
+	return p.Judge(rate), p.Rate > 0
 }
 
 func checkRetransmissions(in *diag.Input) ([]diag.Finding, error) {
@@ -91,6 +114,13 @@ func checkRetransmissions(in *diag.Input) ([]diag.Finding, error) {
 		pr.sent += sent
 		pr.retrans += rtx
 		pr.conns++
+		if p := in.PrevSocket(sk.Cookie); p != nil && p.Info != nil && ti.BytesAcked >= p.Info.BytesAcked {
+			d := ti.BytesAcked - p.Info.BytesAcked
+			pr.acked += d
+			if pr.sample == nil || d > pr.sampleAcked {
+				pr.sample, pr.sampleAcked = sk, d
+			}
+		}
 		if ti.Backoff > 0 {
 			pr.backoff++
 		}
@@ -116,13 +146,21 @@ func checkRetransmissions(in *diag.Input) ([]diag.Finding, error) {
 		}
 		return bad[i].addr.Less(bad[j].addr)
 	})
+	rates := tcpmodel.PeerRates(cur)
+	idx := tcpmodel.TuplesOf(cur)
 	var pf []diag.Finding
+	costly := false
 	for _, pr := range bad {
 		r := float64(pr.retrans) / float64(pr.sent)
-		sev := diag.Warning
-		if r >= retransPeerCrit {
-			sev = diag.Critical
+		v, known := pr.verdict(in, rates, idx)
+		sev := diag.Info
+		switch {
+		case r >= retransPeerCrit:
+			sev = diag.Critical // connections stall in RTO backoff
+		case known && v.Lost, !known && r >= retransPeerUnknownPath:
+			sev = diag.Warning
 		}
+		costly = costly || sev >= diag.Warning
 		sub := diag.Subject{Netns: cur.Netns.Name, Remote: pr.addr.String()}
 		if len(pr.pids) == 1 {
 			sub.Pid = pr.pids[0]
@@ -144,6 +182,8 @@ func checkRetransmissions(in *diag.Input) ([]diag.Finding, error) {
 		if len(pr.pids) > 0 {
 			ev = append(ev, diag.Evidence{Name: "processes", Value: tcpmodel.Who(cur, pr.pids), Source: "procs owners"})
 		}
+		ev = append(ev, diag.Evidence{Name: "performance", Value: v.Why, Source: "sock_diag tcp_info.bytes_acked (delta); --bandwidth or delivery rates",
+			Threshold: fmt.Sprintf("warning when the flows move below %s of a known path rate, or at %.0f%% loss when the path's rate is unknown; critical at %.0f%% whatever the rate", units.Pct(tcpmodel.LostShare), 100*retransPeerUnknownPath, 100*retransPeerCrit)})
 		pf = append(pf, diag.Finding{Severity: sev, Subject: sub,
 			Summary:  fmt.Sprintf("%.1f%% of bytes sent to %s were retransmitted over %s", 100*r, pr.addr, units.Dur(in.Window())),
 			Evidence: ev, Fixes: retransFixes("the path to " + pr.addr.String())})
@@ -153,6 +193,17 @@ func checkRetransmissions(in *diag.Input) ([]diag.Finding, error) {
 			Evidence: []diag.Evidence{{Name: "peers not shown", Value: fmt.Sprint(n), Source: "sock_diag tcp_info.bytes_retrans"}},
 			Fixes:    []diag.Fix{{Scope: "kernel", Text: "see the findings above"}}}
 	})
+	// The host-wide ratio alone: a warning only when some peer's loss
+	// costs throughput, or when no per-connection data can tell.
+	if sawInfo && !costly {
+		for i := range fs {
+			if fs[i].Severity == diag.Warning {
+				fs[i].Severity = diag.Info
+				fs[i].Evidence = append(fs[i].Evidence, diag.Evidence{Name: "consequence", Value: "no peer's flows lose throughput to it (loss at a full bottleneck queue, which congestion control probes for)",
+					Source: "per-peer tcp_info.bytes_retrans, bytes_acked against the path"})
+			}
+		}
+	}
 	return append(fs, pf...), nil
 }
 
