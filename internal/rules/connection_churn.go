@@ -102,8 +102,8 @@ func churnFinding(in *diag.Input, c *tcpmodel.Churn, sev diag.Severity) diag.Fin
 	}
 	w := units.Dur(c.Window)
 	ev := []diag.Evidence{
-		{Name: "connections closed", Value: fmt.Sprintf("%.1f/s: %d in %s (%d closed first by the opener, %d by the service)", c.Rate(), c.Closed(), w, c.ClosedByOpener, c.ClosedByService),
-			Source: "sock_diag TIME-WAIT sockets younger than the window (idiag_expires), either side", Threshold: fmt.Sprintf("warning >= %.0f/s with the opener on this host, info >= %.0f/s", churnWarnRate, churnInfoRate)},
+		{Name: "connections closed", Value: fmt.Sprintf("%.1f/s: %d in %s (%d closed first by the opener, %d by the service), %d in the last %s", c.Rate(), c.Closed(), w, c.ClosedByOpener, c.ClosedByService, c.ClosedRecent, units.Dur(c.Recent)),
+			Source: "sock_diag TIME-WAIT sockets younger than the window (idiag_expires), either side; the higher of the window's rate and the last second's (TIME_WAIT sockets are recycled within the window at high rates)", Threshold: fmt.Sprintf("warning >= %.0f/s with the opener on this host, info >= %.0f/s", churnWarnRate, churnInfoRate)},
 		{Name: "open now", Value: fmt.Sprintf("%d (mean lifetime %s by Little's law: open / rate)", c.Open, units.Dur(life)), Source: "sock_diag connections of the flow in other states"},
 	}
 	if c.LocalOpener {

@@ -26,6 +26,12 @@ type Churn struct {
 	// ClosedByOpener and ClosedByService count TIME_WAIT sockets that
 	// entered TIME_WAIT during the window on each side.
 	ClosedByOpener, ClosedByService int
+	// ClosedRecent counts those younger than Recent, on either side: a
+	// fast churn recycles TIME_WAIT sockets within the window (connect()
+	// reuses them after tcp_tw_reuse_delay; a new SYN to a server-side one
+	// replaces it), so the window undercounts and the recent count does not.
+	ClosedRecent int
+	Recent       time.Duration
 	// Open counts the flow's connections open now (opener-side sockets
 	// when the opener is in this namespace, else service-side).
 	Open int
@@ -41,14 +47,18 @@ type Churn struct {
 // Closed is the number of connections closed during the window.
 func (c *Churn) Closed() int { return c.ClosedByOpener + c.ClosedByService }
 
-// Rate is connections closed per second: in steady state, the rate they
-// are opened at.
+// Rate is connections closed per second, over the window or, when higher,
+// over the recent horizon: in steady state, the rate they are opened at.
 func (c *Churn) Rate() float64 {
 	w := min(c.Window, TimeWaitLen).Seconds()
 	if w <= 0 {
 		return 0
 	}
-	return float64(c.Closed()) / w
+	r := float64(c.Closed()) / w
+	if c.Recent > 0 {
+		r = max(r, float64(c.ClosedRecent)/c.Recent.Seconds())
+	}
+	return r
 }
 
 // Lifetime is the mean time a connection stays open (Little's law: open
@@ -70,10 +80,12 @@ func ChurnOf(s *snapshot.Snapshot, prev PrevState, window time.Duration) []*Chur
 	}
 	ls := ListenersOf(s)
 	m := map[Flow]*Churn{}
+	// TIME_WAIT younger than the reuse delay cannot have been taken over.
+	recent := min(window, time.Second, ReuseOf(s).Delay)
 	get := func(f Flow) *Churn {
 		c := m[f]
 		if c == nil {
-			c = &Churn{Flow: f, Window: window}
+			c = &Churn{Flow: f, Window: window, Recent: recent}
 			m[f] = c
 		}
 		return c
@@ -84,10 +96,16 @@ func ChurnOf(s *snapshot.Snapshot, prev PrevState, window time.Duration) []*Chur
 		if sk.State != snapshot.TimeWait || !ClosedInWindow(sk, prev, window) {
 			continue
 		}
+		var c *Churn
 		if ls.Of(sk) != nil {
-			get(Flow{Opener: sk.Remote.Addr(), Service: sk.Local}).ClosedByService++
+			c = get(Flow{Opener: sk.Remote.Addr(), Service: sk.Local})
+			c.ClosedByService++
 		} else {
-			get(Flow{Opener: sk.Local.Addr(), Service: sk.Remote}).ClosedByOpener++
+			c = get(Flow{Opener: sk.Local.Addr(), Service: sk.Remote})
+			c.ClosedByOpener++
+		}
+		if TimeWaitAge(sk) < recent {
+			c.ClosedRecent++
 		}
 	}
 	// Then who is behind them: open connections and listeners.
