@@ -102,6 +102,7 @@ func NewRoot(e *Env) *cobra.Command {
 		newSocketsCmd(e),
 		newRecordCmd(e),
 		newCheckCmd(e),
+		newTraceCmd(e),
 		newRulesCmd(e),
 		newExplainCmd(e),
 		newBenchCmd(e),

@@ -90,6 +90,7 @@ func Record(ctx context.Context, cfg Config) (*Trace, Stats, error) {
 	r := &recorder{cfg: cfg, tr: tr, byCookie: map[uint64]int{}}
 	opts := sockdiag.Options{States: traceStates, Info: true, Mem: true, Filter: &cfg.Filter}
 	var nextDump time.Time
+	var avg time.Duration // smoothed cost of a dump
 	next := start
 	for {
 		now := cfg.Now()
@@ -105,8 +106,14 @@ func Record(ctx context.Context, cfg Config) (*Trace, Stats, error) {
 			err = r.discover(opts, t)
 			st.Dumps++
 			cost := cfg.Now().Sub(t0)
-			// Dump again when the last one, repeated, fits the budget.
-			gap := time.Duration(float64(cost) / cfg.DumpShare)
+			// Dump again when dumps at this pace fit the budget; the cost
+			// is smoothed so that one slow dump (a preemption) does not
+			// leave new connections unseen for long.
+			if avg == 0 {
+				avg = cost
+			}
+			avg = (3*avg + cost) / 4
+			gap := time.Duration(float64(avg) / cfg.DumpShare)
 			nextDump = t0.Add(min(max(gap, cfg.Interval), cfg.MaxDiscover))
 		} else if len(r.live) > 0 {
 			err = r.lookup(opts, t)

@@ -1,0 +1,209 @@
+package cli
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/bdp"
+	"github.com/tcpdoctor/tcpdoctor/internal/netns"
+	"github.com/tcpdoctor/tcpdoctor/internal/sockdiag"
+	"github.com/tcpdoctor/tcpdoctor/internal/trace"
+)
+
+type traceOpts struct {
+	ports, lports, rports []uint
+	peers                 []string
+	pid                   int
+	netns                 string
+	duration              time.Duration
+	rate                  int
+	out, from, html       string
+	json                  bool
+	bandwidth             string
+	top                   int
+	gap                   time.Duration
+}
+
+func newTraceCmd(e *Env) *cobra.Command {
+	o := &traceOpts{}
+	cmd := &cobra.Command{
+		Use:   "trace",
+		Short: "Record chosen connections many times a second and explain each transfer on them",
+		Long: `Sample the matching connections --rate times a second (sock_diag, filtered in the kernel),
+cut each connection's life into transfers (runs of data one way, ended by idle gaps and
+request/response turns), split each transfer's time by what held it (the peer's receive window,
+the send buffer, congestion, retransmission recovery, the application), and print the slowest
+with a one-line verdict naming the side and the value to change (docs/trace.md).
+
+Records until --duration or Ctrl-C. Exit codes: 0 no slow transfer, 1 slow transfers, 2 usage
+error, 3 recording failed.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runTrace(cmd, e, o)
+		},
+	}
+	fs := cmd.Flags()
+	fs.UintSliceVar(&o.ports, "port", nil, "connections with this port at either end (repeatable)")
+	fs.UintSliceVar(&o.lports, "lport", nil, "connections with this local port")
+	fs.UintSliceVar(&o.rports, "rport", nil, "connections with this remote port")
+	fs.StringSliceVar(&o.peers, "peer", nil, "connections to this address or prefix (198.18.0.2, 2001:db8::/32)")
+	fs.IntVar(&o.pid, "pid", 0, "connections of this process (its network namespace unless --netns)")
+	fs.StringVar(&o.netns, "netns", "", "trace in the named network namespace (ip netns)")
+	fs.DurationVar(&o.duration, "duration", 0, "how long to record (default: until Ctrl-C)")
+	fs.IntVar(&o.rate, "rate", 100, fmt.Sprintf("samples per second (1..%d)", trace.MaxRate))
+	fs.StringVarP(&o.out, "output", "o", "", "also write the recording to this file (JSON lines; read back with --from)")
+	fs.StringVar(&o.from, "from", "", "analyse a recording instead of the live system")
+	fs.StringVar(&o.html, "html", "", "write the report page to this file")
+	fs.BoolVar(&o.json, "json", false, "print one JSON line per transfer instead of the table")
+	fs.StringVar(&o.bandwidth, "bandwidth", "", "the path's rate, e.g. 100mbit (default: best delivery rate measured to the peer)")
+	fs.IntVar(&o.top, "top", 20, "rows in the table of slowest transfers (0: all)")
+	fs.DurationVar(&o.gap, "gap", 0, "idle time that ends a transfer (default: max(50ms, 3 samples))")
+	return cmd
+}
+
+func runTrace(cmd *cobra.Command, e *Env, o *traceOpts) error {
+	if o.rate < 1 || o.rate > trace.MaxRate {
+		return usageErr("trace: --rate must be between 1 and %d", trace.MaxRate)
+	}
+	if o.duration < 0 || o.gap < 0 || o.top < 0 {
+		return usageErr("trace: --duration, --gap and --top must not be negative")
+	}
+	live := len(o.ports)+len(o.lports)+len(o.rports)+len(o.peers) > 0 || o.pid != 0 || o.netns != "" || o.duration > 0 || o.out != ""
+	if o.from != "" && live {
+		return usageErr("trace: --from reads a recording; filters, --pid, --netns, --duration and -o apply to live tracing")
+	}
+	var jo trace.JudgeOptions
+	if o.bandwidth != "" {
+		bw, err := bdp.ParseRate(o.bandwidth)
+		if err != nil {
+			return usageErr("trace: --bandwidth: %v", err)
+		}
+		jo.Bandwidth = bw
+	}
+	var tr *trace.Trace
+	if o.from != "" {
+		f, err := os.Open(o.from)
+		if err != nil {
+			return collectErr(fmt.Errorf("trace: %w", err))
+		}
+		tr, err = trace.Read(f)
+		f.Close()
+		if err != nil {
+			return collectErr(fmt.Errorf("trace: %s: %w", o.from, err))
+		}
+	} else {
+		var err error
+		if tr, err = traceLive(cmd, e, o); err != nil {
+			return err
+		}
+	}
+	a := trace.Analyze(tr, trace.SegmentOptions{Gap: o.gap}, jo)
+	if o.html != "" {
+		if err := writeTraceHTML(o.html, tr, a.Transfers); err != nil {
+			return collectErr(err)
+		}
+	}
+	var err error
+	if o.json {
+		err = trace.WriteJSON(e.Stdout, a.Transfers)
+	} else {
+		err = trace.WriteTable(e.Stdout, a.Transfers, o.top)
+	}
+	if err != nil {
+		return err
+	}
+	if a.Slow > 0 {
+		return errFindings
+	}
+	return nil
+}
+
+func traceLive(cmd *cobra.Command, e *Env, o *traceOpts) (*trace.Trace, error) {
+	var flt sockdiag.Filter
+	for _, l := range []struct {
+		name string
+		in   []uint
+		out  *[]uint16
+	}{{"port", o.ports, &flt.Ports}, {"lport", o.lports, &flt.LPorts}, {"rport", o.rports, &flt.RPorts}} {
+		for _, p := range l.in {
+			if p == 0 || p > 65535 {
+				return nil, usageErr("trace: --%s %d: ports are 1..65535", l.name, p)
+			}
+			*l.out = append(*l.out, uint16(p))
+		}
+	}
+	for _, p := range o.peers {
+		pfx, err := parsePrefix(p)
+		if err != nil {
+			return nil, usageErr("trace: --peer %q: %v", p, err)
+		}
+		flt.Peers = append(flt.Peers, pfx)
+	}
+	if _, err := flt.Bytecode(); err != nil {
+		return nil, usageErr("trace: %v", err)
+	}
+	lo := trace.LiveOptions{Filter: flt, Pid: o.pid, ProcRoot: e.ProcRoot, Interval: time.Second / time.Duration(o.rate),
+		Duration: o.duration, Now: e.Now, Sleep: e.Sleep}
+	switch {
+	case o.netns != "":
+		ns, err := netns.Finder{ProcRoot: e.ProcRoot, RunDir: "/run/netns"}.Named(o.netns)
+		if err != nil {
+			return nil, usageErr("trace: %v", err)
+		}
+		lo.NS = ns
+	case o.pid > 0:
+		lo.NS = trace.PidNS(e.ProcRoot, o.pid)
+	}
+	if o.out != "" {
+		f, err := os.Create(o.out)
+		if err != nil {
+			return nil, collectErr(fmt.Errorf("trace: %w", err))
+		}
+		defer f.Close()
+		lo.Sink = trace.NewWriter(f)
+	}
+	if o.duration == 0 {
+		e.progress("trace: recording %s until Ctrl-C", trace.Describe(&flt, o.pid))
+	}
+	tr, st, err := trace.Live(cmd.Context(), lo)
+	if err != nil {
+		return nil, collectErr(err)
+	}
+	p50, p99, worst := st.JitterSummary()
+	e.progress("trace: %d samples of %d connections, %d missed; lateness median %s, p99 %s, max %s", st.Ticks, len(tr.Conns), st.Missed,
+		p50.Round(time.Microsecond), p99.Round(time.Microsecond), worst.Round(time.Microsecond))
+	return tr, nil
+}
+
+// parsePrefix reads an address (a host prefix) or a prefix.
+func parsePrefix(s string) (netip.Prefix, error) {
+	if strings.Contains(s, "/") {
+		return netip.ParsePrefix(s)
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	return netip.PrefixFrom(a, a.BitLen()), nil
+}
+
+func writeTraceHTML(path string, tr *trace.Trace, ts []trace.Transfer) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("trace: %w", err)
+	}
+	title := tr.Header.Filter
+	if tr.Header.Netns != "" {
+		title += " in " + tr.Header.Netns
+	}
+	if err := trace.WriteHTML(f, tr, ts, title); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}

@@ -1,0 +1,135 @@
+package trace
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/netns"
+	"github.com/tcpdoctor/tcpdoctor/internal/procs"
+	"github.com/tcpdoctor/tcpdoctor/internal/sockdiag"
+)
+
+// LiveOptions configure a recording of the running system.
+type LiveOptions struct {
+	// NS is the namespace to trace; its zero value is our own.
+	NS       netns.NS
+	Filter   sockdiag.Filter
+	Pid      int // keep only this process's sockets; 0: any
+	ProcRoot string
+	Interval time.Duration
+	Duration time.Duration
+	Now      func() time.Time
+	Sleep    func(ctx context.Context, d time.Duration) error
+	Sink     *Writer
+}
+
+// PidNS is the network namespace process pid lives in.
+func PidNS(procRoot string, pid int) netns.NS {
+	return netns.NS{Name: "pid:" + strconv.Itoa(pid), Path: procRoot + "/" + strconv.Itoa(pid) + "/ns/net"}
+}
+
+// Live records the matching connections: it opens a sock_diag socket in
+// o.NS (which stays there) and runs Record.
+func Live(ctx context.Context, o LiveOptions) (*Trace, Stats, error) {
+	var conn *sockdiag.Conn
+	open := func() error {
+		var err error
+		conn, err = sockdiag.Open()
+		return err
+	}
+	var err error
+	if o.NS.Path != "" {
+		err = netns.Do(o.NS, open)
+	} else {
+		err = open()
+	}
+	if err != nil {
+		return nil, Stats{}, err
+	}
+	defer conn.Close()
+	host, _ := os.Hostname()
+	cfg := Config{Source: conn, Filter: o.Filter, Interval: o.Interval, Duration: o.Duration, Now: o.Now, Sleep: o.Sleep,
+		Sink: o.Sink, Header: Header{Host: host, Netns: o.NS.Name, Filter: Describe(&o.Filter, o.Pid)}}
+	if o.Pid > 0 {
+		sc := procs.Scanner{Root: o.ProcRoot}
+		cfg.Inodes = func() (map[uint32]bool, error) {
+			_, inodes, err := sc.Sockets(o.Pid)
+			if err != nil {
+				return nil, fmt.Errorf("trace: sockets of pid %d: %w", o.Pid, err)
+			}
+			m := make(map[uint32]bool, len(inodes))
+			for _, i := range inodes {
+				m[i] = true
+			}
+			return m, nil
+		}
+	}
+	return Record(ctx, cfg)
+}
+
+// Describe prints a filter as the header records it.
+func Describe(f *sockdiag.Filter, pid int) string {
+	var parts []string
+	add := func(name string, vs []string) {
+		if len(vs) > 0 {
+			parts = append(parts, name+" "+strings.Join(vs, ","))
+		}
+	}
+	ports := func(ps []uint16) []string {
+		var out []string
+		for _, p := range ps {
+			out = append(out, strconv.Itoa(int(p)))
+		}
+		return out
+	}
+	add("port", ports(f.Ports))
+	add("lport", ports(f.LPorts))
+	add("rport", ports(f.RPorts))
+	var peers []string
+	for _, p := range f.Peers {
+		peers = append(peers, p.String())
+	}
+	add("peer", peers)
+	if pid > 0 {
+		parts = append(parts, "pid "+strconv.Itoa(pid))
+	}
+	if len(parts) == 0 {
+		return "all connections"
+	}
+	return strings.Join(parts, " and ")
+}
+
+// Analysis is a trace's transfers, judged: what the outputs print.
+type Analysis struct {
+	Transfers []Transfer
+	Slow      int
+}
+
+// Analyze cuts, deduplicates and judges the transfers of tr.
+func Analyze(tr *Trace, so SegmentOptions, jo JudgeOptions) Analysis {
+	ts := Dedupe(tr, Segment(tr, so))
+	Judge(tr, ts, jo)
+	a := Analysis{Transfers: ts}
+	for i := range ts {
+		if ts[i].Verdict != nil && ts[i].Verdict.Slow {
+			a.Slow++
+		}
+	}
+	return a
+}
+
+// JitterSummary is the median, 99th percentile and maximum lateness of
+// the ticks.
+func (s Stats) JitterSummary() (p50, p99, worst time.Duration) {
+	if len(s.Jitter) == 0 {
+		return 0, 0, 0
+	}
+	j := slices.Clone(s.Jitter)
+	slices.Sort(j)
+	return j[len(j)/2], j[len(j)*99/100], j[len(j)-1]
+}
