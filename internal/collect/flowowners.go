@@ -24,7 +24,7 @@ const (
 	flowMaxSockets = 50_000
 	flowMaxFlows   = 16
 	flowMaxProcs   = 8
-	flowRounds     = 4
+	flowRounds     = 64
 	// flowBudget bounds the second look's time per namespace.
 	flowBudget = 80 * time.Millisecond
 	// flowChurnTW: a flow is looked for only when at least this many of
