@@ -26,7 +26,7 @@ type traceOpts struct {
 	json                  bool
 	bandwidth             string
 	top                   int
-	gap                   time.Duration
+	gap, discover         time.Duration
 }
 
 func newTraceCmd(e *Env) *cobra.Command {
@@ -63,6 +63,7 @@ error, 3 recording failed.`,
 	fs.StringVar(&o.bandwidth, "bandwidth", "", "the path's rate, e.g. 100mbit (default: best delivery rate measured to the peer)")
 	fs.IntVar(&o.top, "top", 20, "rows in the table of slowest transfers (0: all)")
 	fs.DurationVar(&o.gap, "gap", 0, "idle time that ends a transfer (default: max(50ms, 3 samples))")
+	fs.DurationVar(&o.discover, "discover", 0, "time between the dumps that find new connections (default: as often as 1% of one core allows)")
 	return cmd
 }
 
@@ -70,10 +71,10 @@ func runTrace(cmd *cobra.Command, e *Env, o *traceOpts) error {
 	if o.rate < 1 || o.rate > trace.MaxRate {
 		return usageErr("trace: --rate must be between 1 and %d", trace.MaxRate)
 	}
-	if o.duration < 0 || o.gap < 0 || o.top < 0 {
-		return usageErr("trace: --duration, --gap and --top must not be negative")
+	if o.duration < 0 || o.gap < 0 || o.top < 0 || o.discover < 0 {
+		return usageErr("trace: --duration, --gap, --discover and --top must not be negative")
 	}
-	live := len(o.ports)+len(o.lports)+len(o.rports)+len(o.peers) > 0 || o.pid != 0 || o.netns != "" || o.duration > 0 || o.out != ""
+	live := len(o.ports)+len(o.lports)+len(o.rports)+len(o.peers) > 0 || o.pid != 0 || o.netns != "" || o.duration > 0 || o.out != "" || o.discover > 0
 	if o.from != "" && live {
 		return usageErr("trace: --from reads a recording; filters, --pid, --netns, --duration and -o apply to live tracing")
 	}
@@ -148,7 +149,7 @@ func traceLive(cmd *cobra.Command, e *Env, o *traceOpts) (*trace.Trace, error) {
 		return nil, usageErr("trace: %v", err)
 	}
 	lo := trace.LiveOptions{Filter: flt, Pid: o.pid, ProcRoot: e.ProcRoot, Interval: time.Second / time.Duration(o.rate),
-		Duration: o.duration, Now: e.Now, Sleep: e.Sleep}
+		Duration: o.duration, Discover: o.discover, Now: e.Now, Sleep: e.Sleep}
 	switch {
 	case o.netns != "":
 		ns, err := netns.Finder{ProcRoot: e.ProcRoot, RunDir: "/run/netns"}.Named(o.netns)
@@ -175,7 +176,7 @@ func traceLive(cmd *cobra.Command, e *Env, o *traceOpts) (*trace.Trace, error) {
 		return nil, collectErr(err)
 	}
 	p50, p99, worst := st.JitterSummary()
-	e.progress("trace: %d samples of %d connections, %d missed; lateness median %s, p99 %s, max %s", st.Ticks, len(tr.Conns), st.Missed,
+	e.progress("trace: %d samples (%d dumps, %d lookups) of %d connections, %d missed; lateness median %s, p99 %s, max %s", st.Ticks, st.Dumps, st.Lookups, len(tr.Conns), st.Missed,
 		p50.Round(time.Microsecond), p99.Round(time.Microsecond), worst.Round(time.Microsecond))
 	return tr, nil
 }

@@ -23,6 +23,8 @@ type LiveOptions struct {
 	ProcRoot string
 	Interval time.Duration
 	Duration time.Duration
+	// Discover fixes the time between discovery dumps (see Config).
+	Discover time.Duration
 	Now      func() time.Time
 	Sleep    func(ctx context.Context, d time.Duration) error
 	Sink     *Writer
@@ -53,7 +55,7 @@ func Live(ctx context.Context, o LiveOptions) (*Trace, Stats, error) {
 	}
 	defer conn.Close()
 	host, _ := os.Hostname()
-	cfg := Config{Source: conn, Filter: o.Filter, Interval: o.Interval, Duration: o.Duration, Now: o.Now, Sleep: o.Sleep,
+	cfg := Config{Source: conn, Filter: o.Filter, Interval: o.Interval, Duration: o.Duration, Discover: o.Discover, Now: o.Now, Sleep: o.Sleep,
 		Sink: o.Sink, Header: Header{Host: host, Netns: o.NS.Name, Filter: Describe(&o.Filter, o.Pid)}}
 	if o.Pid > 0 {
 		sc := procs.Scanner{Root: o.ProcRoot}

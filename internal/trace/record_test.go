@@ -153,7 +153,7 @@ func TestRecordDiscoversAndLooksUp(t *testing.T) {
 	}
 	var out bytes.Buffer
 	tr, st, err := Record(context.Background(), Config{Source: src, Interval: 10 * time.Millisecond, Duration: time.Second,
-		MaxDiscover: 200 * time.Millisecond, Now: clk.Now, Sleep: clk.Sleep, Sink: NewWriter(&out),
+		Now: clk.Now, Sleep: clk.Sleep, Sink: NewWriter(&out),
 		Inodes: func() (map[uint32]bool, error) { return map[uint32]bool{1: true, 2: true}, nil }})
 	if err != nil {
 		t.Fatal(err)

@@ -31,11 +31,12 @@ type Config struct {
 	// Inodes, when set, lists the socket inodes to keep (--pid); it is
 	// called again at each discovery, for sockets opened since.
 	Inodes func() (map[uint32]bool, error)
-	// MaxDiscover is the longest time between two discovery dumps (new
-	// connections are seen this late at worst); 0 means one second.
-	MaxDiscover time.Duration
-	// DumpShare is the share of one core discovery dumps may take; they
-	// run at every tick while cheaper than that. 0 means 1 %.
+	// Discover, when set, is the fixed time between discovery dumps
+	// instead of the pace DumpShare allows.
+	Discover time.Duration
+	// DumpShare is the share of one core discovery dumps may take: the
+	// time between dumps is their cost over it, at least one tick (new
+	// connections are seen that late at worst). 0 means 1 %.
 	DumpShare float64
 	Now       func() time.Time
 	Sleep     func(ctx context.Context, d time.Duration) error
@@ -66,13 +67,14 @@ const traceStates = 1<<snapshot.Established | 1<<snapshot.SynSent | 1<<snapshot.
 // connections by exact lookup (a hash lookup each, whatever else the
 // namespace holds) and, when due, runs a kernel-filtered dump to find new
 // ones; dumps run every tick while they cost less than cfg.DumpShare.
+// A dump walks the kernel's whole established hash table, shared by all
+// namespaces (2.5 ms with 262,144 buckets and no sockets, 12 ms beside
+// other namespaces' sockets, measured on 6.18), so on most hosts discovery
+// runs every 0.25 to a few seconds and lookups fill the ticks.
 func Record(ctx context.Context, cfg Config) (*Trace, Stats, error) {
 	var st Stats
 	if cfg.Interval <= 0 || cfg.Interval < time.Second/MaxRate {
 		return nil, st, fmt.Errorf("trace: interval %v: at most %d samples per second", cfg.Interval, MaxRate)
-	}
-	if cfg.MaxDiscover <= 0 {
-		cfg.MaxDiscover = time.Second
 	}
 	if cfg.DumpShare <= 0 {
 		cfg.DumpShare = 0.01
@@ -113,8 +115,11 @@ func Record(ctx context.Context, cfg Config) (*Trace, Stats, error) {
 				avg = cost
 			}
 			avg = (3*avg + cost) / 4
-			gap := time.Duration(float64(avg) / cfg.DumpShare)
-			nextDump = t0.Add(min(max(gap, cfg.Interval), cfg.MaxDiscover))
+			gap := max(time.Duration(float64(avg)/cfg.DumpShare), cfg.Interval)
+			if cfg.Discover > 0 {
+				gap = cfg.Discover
+			}
+			nextDump = t0.Add(gap)
 		} else if len(r.live) > 0 {
 			err = r.lookup(opts, t)
 			st.Lookups++
