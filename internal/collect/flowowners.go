@@ -1,9 +1,11 @@
 package collect
 
 import (
-	"time"
+	"cmp"
 	"net/netip"
 	"runtime"
+	"slices"
+	"time"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/procs"
@@ -26,7 +28,7 @@ const (
 	flowMaxProcs   = 8
 	flowRounds     = 64
 	// flowBudget bounds the second look's time per namespace.
-	flowBudget = 80 * time.Millisecond
+	flowBudget = 150 * time.Millisecond
 	// flowChurnTW: a flow is looked for only when at least this many of
 	// its connections closed in the last flowChurnAge (10/s): churn worth
 	// naming, not the odd closed connection every host has.
@@ -98,9 +100,14 @@ func (c *Collector) nameFlowOwners(ns netns.NS, s *snapshot.Snapshot, own *procs
 	slack := uint32(1024 * (runtime.NumCPU() + 1))
 	var cands []int
 	for pid, ino := range own.Newest {
-		if top > slack && ino+slack >= top && len(cands) < flowMaxProcs {
+		if top > slack && ino+slack >= top {
 			cands = append(cands, pid)
 		}
+	}
+	// The newest sockets first: the busiest openers.
+	slices.SortFunc(cands, func(a, b int) int { return cmp.Compare(own.Newest[b], own.Newest[a]) })
+	if len(cands) > flowMaxProcs {
+		cands = cands[:flowMaxProcs]
 	}
 	if len(cands) == 0 {
 		return
