@@ -75,7 +75,7 @@ func runC1(ctx context.Context, o Options) (*Result, error) {
 		for _, n := range conns {
 			cell := c1Cell{buf: b, conns: n, callers: callers, req: req, dur: dur,
 				check: (b == bufs[0] && n == 1) || (b == fixBuf && n == fixConns)}
-			cl, srv, fs, err := c1Run(ctx, tb, cell)
+			cl, srv, fs, err := c1Measure(ctx, tb, cell)
 			if err != nil {
 				return res, err
 			}
@@ -110,9 +110,9 @@ func runC1(ctx context.Context, o Options) (*Result, error) {
 	return res, nil
 }
 
-// c1Run runs one cell: a fresh server and a client for cell.dur, with a
+// c1Measure runs one cell: a fresh server and a client for cell.dur, with a
 // check of both hosts during it when cell.check.
-func c1Run(ctx context.Context, tb *Testbed, cell c1Cell) (workload.RPCClientResult, workload.RPCServerResult, []diag.Finding, error) {
+func c1Measure(ctx context.Context, tb *Testbed, cell c1Cell) (workload.RPCClientResult, workload.RPCServerResult, []diag.Finding, error) {
 	callers, req, dur := cell.callers, cell.req, cell.dur
 	var cl workload.RPCClientResult
 	var sr workload.RPCServerResult

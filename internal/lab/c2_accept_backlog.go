@@ -67,7 +67,7 @@ func runC2AcceptBacklog(ctx context.Context, o Options) (*Result, error) {
 		{label: "after: backlog 4096", backlog: 4096, somax: 4096},
 	}
 	for i, ph := range phases {
-		fs, err := stormRun(ctx, tb, ph, stormLoad{addr: addr, count: count, rate: rate, accept: accept, hold: hold, settle: settle, interval: interval})
+		fs, err := measureStorm(ctx, tb, ph, stormLoad{addr: addr, count: count, rate: rate, accept: accept, hold: hold, settle: settle, interval: interval})
 		if err != nil {
 			return res, err
 		}
@@ -122,10 +122,10 @@ type stormLoad struct {
 	hold, settle, interval time.Duration
 }
 
-// stormRun runs one storm phase: somaxconn and a storm server with the
+// measureStorm runs one storm phase: somaxconn and a storm server with the
 // phase's backlog, the storm client from the client namespace, a check of
 // the server namespace during the storm, and the counters around it.
-func stormRun(ctx context.Context, tb *Testbed, ph *stormPhase, ld stormLoad) ([]diag.Finding, error) {
+func measureStorm(ctx context.Context, tb *Testbed, ph *stormPhase, ld stormLoad) ([]diag.Finding, error) {
 	addr, count, rate, accept := ld.addr, ld.count, ld.rate, ld.accept
 	hold, settle, interval := ld.hold, ld.settle, ld.interval
 	t := tb.Topo

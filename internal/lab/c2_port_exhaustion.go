@@ -64,7 +64,7 @@ func runC2PortExhaustion(ctx context.Context, o Options) (*Result, error) {
 		}
 		// A fresh topology per phase: the before phase leaves 1000
 		// upstream TIME_WAIT sockets to :7001 for 60 s.
-		fs, err := proxyRun(ctx, o, ph, proxyLoad{backends: n, clients: clients, rate: rate, hold: hold, interval: interval})
+		fs, err := measureProxy(ctx, o, ph, proxyLoad{backends: n, clients: clients, rate: rate, hold: hold, interval: interval})
 		if err != nil {
 			return res, err
 		}
@@ -117,11 +117,11 @@ type proxyLoad struct {
 	hold, interval    time.Duration
 }
 
-// proxyRun builds a topology, narrows the proxy namespace's port range,
+// measureProxy builds a topology, narrows the proxy namespace's port range,
 // starts nb churn backends and the proxy in the server namespace, holds
 // clients through it from the client namespace and checks the server
 // namespace once the clients are connected.
-func proxyRun(ctx context.Context, o Options, ph *proxyPhase, ld proxyLoad) ([]diag.Finding, error) {
+func measureProxy(ctx context.Context, o Options, ph *proxyPhase, ld proxyLoad) ([]diag.Finding, error) {
 	nb, clients, rate, hold, interval := ld.backends, ld.clients, ld.rate, ld.hold, ld.interval
 	tb, err := NewTestbed(ctx, o, Setup{})
 	if err != nil {

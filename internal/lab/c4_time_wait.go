@@ -57,7 +57,7 @@ func runC4TimeWait(ctx context.Context, o Options) (*Result, error) {
 	for i, ph := range phases {
 		// A fresh topology per phase: TIME_WAIT of the before phase
 		// would hold the ports for another 60 s.
-		fs, err := churnRun(ctx, o, ph, churnLoad{rate: rate, dur: dur, settle: settle, interval: interval})
+		fs, err := measureChurn(ctx, o, ph, churnLoad{rate: rate, dur: dur, settle: settle, interval: interval})
 		if err != nil {
 			return res, err
 		}
@@ -120,10 +120,10 @@ type churnLoad struct {
 	dur, settle, interval time.Duration
 }
 
-// churnRun builds a topology with the narrowed range in the client
+// measureChurn builds a topology with the narrowed range in the client
 // namespace, runs the churn client against a churn server and checks the
 // client namespace during the load.
-func churnRun(ctx context.Context, o Options, ph *churnPhase, ld churnLoad) ([]diag.Finding, error) {
+func measureChurn(ctx context.Context, o Options, ph *churnPhase, ld churnLoad) ([]diag.Finding, error) {
 	rate, dur, settle, interval := ld.rate, ld.dur, ld.settle, ld.interval
 	// A 30 ms RTT keeps a few dozen connections open at any moment (as over a
 	// real network), so the check can see who opens them: TIME_WAIT
