@@ -47,6 +47,7 @@ error, 3 recording failed.`,
 			return runTrace(cmd, e, o)
 		},
 	}
+	cmd.AddCommand(newTraceBenchCmd(e))
 	fs := cmd.Flags()
 	fs.UintSliceVar(&o.ports, "port", nil, "connections with this port at either end (repeatable)")
 	fs.UintSliceVar(&o.lports, "lport", nil, "connections with this local port")

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -19,7 +20,16 @@ type Conn struct {
 	buf []byte
 	seq uint32
 	req []byte
+	// Lookup replies are received many datagrams per syscall (recvmmsg)
+	// into slots of one buffer.
+	slots []byte
+	iovs  []unix.Iovec
+	msgs  []unix.Mmsghdr
 }
+
+// slotLen holds one lookup reply: inet_diag_msg, tcp_info, meminfo and
+// the congestion control name take under 600 bytes on 6.18.
+const slotLen = 2048
 
 // lookupRcvBuf holds the replies of one batch of exact lookups: each is
 // its own datagram of about 1 KiB of skb truesize per socket.
@@ -120,56 +130,97 @@ func (c *Conn) lookupBatch(opts Options, keys []Key, base int, fn func(int, *sna
 	if err := unix.Sendto(c.fd, c.req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return fmt.Errorf("sockdiag: lookup: send: %w", err)
 	}
+	c.ensureSlots()
 	left := len(keys)
 	var d decoded
 	for left > 0 {
-		n, err := recvTrunc(c.fd, c.buf)
+		n, err := c.recvmmsg(left)
 		if err != nil {
 			return fmt.Errorf("sockdiag: lookup: recv: %w", err)
 		}
-		if n > len(c.buf) || n == 0 {
-			return fmt.Errorf("sockdiag: lookup: %w: datagram of %d bytes", errShortMsg, n)
-		}
-		b := c.buf[:n]
-		for off := 0; off < len(b); {
-			if len(b)-off < nlmsgHdrLen {
-				return fmt.Errorf("sockdiag: lookup: %w", errShortHeader)
+		for k := 0; k < n; k++ {
+			if c.msgs[k].Hdr.Flags&unix.MSG_TRUNC != 0 {
+				return fmt.Errorf("sockdiag: lookup: %w: reply longer than %d bytes", errShortMsg, slotLen)
 			}
-			mlen := int(ne.Uint32(b[off:]))
-			typ := ne.Uint16(b[off+4:])
-			mseq := ne.Uint32(b[off+8:])
-			if mlen < nlmsgHdrLen || mlen > len(b)-off {
-				return fmt.Errorf("sockdiag: lookup: %w: nlmsg_len %d", errShortMsg, mlen)
+			b := c.slots[k*slotLen : k*slotLen+int(c.msgs[k].Len)]
+			if len(b) == 0 {
+				return fmt.Errorf("sockdiag: lookup: %w: empty datagram", errShortMsg)
 			}
-			body := b[off+nlmsgHdrLen : off+mlen]
-			off += (mlen + 3) &^ 3
-			if mseq < first || mseq >= first+uint32(len(keys)) {
-				continue // a stale reply
-			}
-			idx := base + int(mseq-first)
-			switch typ {
-			case sockDiagByFam:
-				left--
-				d = decoded{}
-				if err := decodeInto(body, &d); err != nil {
-					return fmt.Errorf("sockdiag: lookup: %w", err)
+			for off := 0; off < len(b); {
+				if len(b)-off < nlmsgHdrLen {
+					return fmt.Errorf("sockdiag: lookup: %w", errShortHeader)
 				}
-				if err := fn(idx, d.socket()); err != nil {
-					return err
+				mlen := int(ne.Uint32(b[off:]))
+				typ := ne.Uint16(b[off+4:])
+				mseq := ne.Uint32(b[off+8:])
+				if mlen < nlmsgHdrLen || mlen > len(b)-off {
+					return fmt.Errorf("sockdiag: lookup: %w: nlmsg_len %d", errShortMsg, mlen)
 				}
-			case nlmsgError:
-				left--
-				if len(body) < 4 {
-					return fmt.Errorf("sockdiag: lookup: %w: netlink error", errShortMsg)
+				body := b[off+nlmsgHdrLen : off+mlen]
+				off += (mlen + 3) &^ 3
+				if mseq < first || mseq >= first+uint32(len(keys)) {
+					continue // a stale reply
 				}
-				e := syscall.Errno(-int32(ne.Uint32(body)))
-				if e != 0 && !errors.Is(e, unix.ENOENT) {
-					return fmt.Errorf("sockdiag: lookup %v -> %v: %w", keys[idx-base].Local, keys[idx-base].Remote, e)
+				idx := base + int(mseq-first)
+				switch typ {
+				case sockDiagByFam:
+					left--
+					d = decoded{}
+					if err := decodeInto(body, &d); err != nil {
+						return fmt.Errorf("sockdiag: lookup: %w", err)
+					}
+					if err := fn(idx, d.socket()); err != nil {
+						return err
+					}
+				case nlmsgError:
+					left--
+					if len(body) < 4 {
+						return fmt.Errorf("sockdiag: lookup: %w: netlink error", errShortMsg)
+					}
+					e := syscall.Errno(-int32(ne.Uint32(body)))
+					if e != 0 && !errors.Is(e, unix.ENOENT) {
+						return fmt.Errorf("sockdiag: lookup %v -> %v: %w", keys[idx-base].Local, keys[idx-base].Remote, e)
+					}
 				}
 			}
 		}
 	}
 	return nil
+}
+
+func (c *Conn) ensureSlots() {
+	if c.msgs != nil {
+		return
+	}
+	c.slots = make([]byte, lookupBatch*slotLen)
+	c.iovs = make([]unix.Iovec, lookupBatch)
+	c.msgs = make([]unix.Mmsghdr, lookupBatch)
+	for i := range c.msgs {
+		c.iovs[i].Base = &c.slots[i*slotLen]
+		c.iovs[i].SetLen(slotLen)
+		c.msgs[i].Hdr.Iov = &c.iovs[i]
+		c.msgs[i].Hdr.SetIovlen(1)
+	}
+}
+
+// recvmmsg receives up to n datagrams, waiting for the first only.
+func (c *Conn) recvmmsg(n int) (int, error) {
+	n = min(n, len(c.msgs))
+	for i := range n {
+		c.msgs[i].Len = 0
+		c.msgs[i].Hdr.Flags = 0
+	}
+	for {
+		r, _, errno := unix.Syscall6(unix.SYS_RECVMMSG, uintptr(c.fd), uintptr(unsafe.Pointer(&c.msgs[0])), uintptr(n),
+			unix.MSG_WAITFORONE, 0, 0)
+		if errno == unix.EINTR {
+			continue
+		}
+		if errno != 0 {
+			return 0, errno
+		}
+		return int(r), nil
+	}
 }
 
 // exactRequest builds an inet_diag_req_v2 for one socket (no NLM_F_DUMP).

@@ -53,8 +53,9 @@ type Stats struct {
 	Missed int
 	// Lateness of each tick against its schedule.
 	Jitter []time.Duration
-	// Busy is the time spent sampling (dumps, lookups, bookkeeping).
-	Busy time.Duration
+	// Busy is the time spent sampling (dumps, lookups, bookkeeping);
+	// DumpTime the part spent in discovery dumps.
+	Busy, DumpTime time.Duration
 }
 
 // Conns states: what dumps ask for. Listeners, TIME_WAIT and request
@@ -108,6 +109,7 @@ func Record(ctx context.Context, cfg Config) (*Trace, Stats, error) {
 			err = r.discover(opts, t)
 			st.Dumps++
 			cost := cfg.Now().Sub(t0)
+			st.DumpTime += cost
 			// Dump again when dumps at this pace fit the budget; the cost
 			// is smoothed so that one slow dump (a preemption) does not
 			// leave new connections unseen for long.

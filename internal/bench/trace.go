@@ -1,0 +1,135 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/netns"
+	"github.com/tcpdoctor/tcpdoctor/internal/sockdiag"
+	"github.com/tcpdoctor/tcpdoctor/internal/trace"
+)
+
+// TraceOptions configure Trace.
+type TraceOptions struct {
+	Others   int // established connections beside the traced ones (two sockets each)
+	Matched  int // traced sockets (Matched/2 connections to a port of their own)
+	Rate     int // samples per second
+	Duration time.Duration
+	Self     Self
+	Progress io.Writer
+}
+
+// TraceResult is what Trace measured.
+type TraceResult struct {
+	Sockets, Matched int // sockets in the namespace, traced sockets seen
+	Rate             int
+	Wall, CPU        time.Duration // wall time recording, CPU time of this process meanwhile
+	Stats            trace.Stats
+	// DumpCost is the mean time of one discovery dump.
+	DumpCost time.Duration
+}
+
+// Share is the CPU share of one core spent recording.
+func (r *TraceResult) Share() float64 { return r.CPU.Seconds() / r.Wall.Seconds() }
+
+// Trace measures the recorder: it traces o.Matched sockets at o.Rate
+// among o.Others connections held by child processes in a lab
+// namespace, and reports this process's CPU time (user and system, the
+// kernel's work for our syscalls included) over the wall time, and the
+// lateness of the ticks.
+func Trace(ctx context.Context, o TraceOptions) (*TraceResult, error) {
+	if o.Others < 0 || o.Others > MaxConns || o.Matched < 2 || o.Matched > 2000 || o.Rate < 1 || o.Rate > trace.MaxRate {
+		return nil, fmt.Errorf("bench: --others 0..%d, --matched 2..2000, --rate 1..%d", MaxConns, trace.MaxRate)
+	}
+	sp, err := newSpace(ctx, o.Self, max(o.Others, 1), o.Progress)
+	if err != nil {
+		return nil, err
+	}
+	defer sp.close()
+	var fds []int
+	defer func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}()
+	var port uint16
+	err = netns.Do(sp.ns, func() error {
+		l, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		fds = append(fds, l)
+		if err := unix.Bind(l, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 2}}); err != nil {
+			return err
+		}
+		if err := unix.Listen(l, 1024); err != nil {
+			return err
+		}
+		sa, err := unix.Getsockname(l)
+		if err != nil {
+			return err
+		}
+		port = uint16(sa.(*unix.SockaddrInet4).Port)
+		for i := 0; i < o.Matched/2; i++ {
+			c, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+			if err != nil {
+				return err
+			}
+			fds = append(fds, c)
+			if err := unix.Connect(c, sa); err != nil {
+				return fmt.Errorf("bench: connect %d: %w", i, err)
+			}
+			a, _, err := unix.Accept4(l, unix.SOCK_CLOEXEC)
+			if err != nil {
+				return err
+			}
+			fds = append(fds, a)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if o.Progress != nil {
+		fmt.Fprintf(o.Progress, "tcpdoctor: bench: tracing %d sockets on port %d at %d/s for %s...\n", o.Matched, port, o.Rate, o.Duration)
+	}
+	var before, after unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &before); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	tr, st, err := trace.Live(ctx, trace.LiveOptions{NS: sp.ns, Filter: sockdiag.Filter{Ports: []uint16{port}},
+		Interval: time.Second / time.Duration(o.Rate), Duration: o.Duration, Now: time.Now, Sleep: sleep})
+	if err != nil {
+		return nil, err
+	}
+	wall := time.Since(start)
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &after); err != nil {
+		return nil, err
+	}
+	cpu := tv(after.Utime) + tv(after.Stime) - tv(before.Utime) - tv(before.Stime)
+	res := &TraceResult{Sockets: 2*max(o.Others, 1) + o.Matched, Matched: len(tr.Conns), Rate: o.Rate, Wall: wall, CPU: cpu, Stats: st}
+	if st.Dumps > 0 {
+		res.DumpCost = st.DumpTime / time.Duration(st.Dumps)
+	}
+	return res, nil
+}
+
+func tv(t unix.Timeval) time.Duration {
+	return time.Duration(t.Sec)*time.Second + time.Duration(t.Usec)*time.Microsecond
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,49 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/bench"
+	"github.com/tcpdoctor/tcpdoctor/internal/units"
+)
+
+// newTraceBenchCmd measures the recorder's cost (docs/performance.md).
+func newTraceBenchCmd(e *Env) *cobra.Command {
+	var o bench.TraceOptions
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure trace's CPU share and sampling jitter: N traced sockets among many others in a private namespace (root)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if os.Geteuid() != 0 {
+				return usageErr("trace bench: needs root (creates network namespaces)")
+			}
+			o.Self, o.Progress = benchSelf(e), e.Stderr
+			res, err := bench.Trace(cmd.Context(), o)
+			if err != nil {
+				return collectErr(err)
+			}
+			p50, p99, worst := res.Stats.JitterSummary()
+			us := func(d time.Duration) string { return fmt.Sprintf("%.0fµs", float64(d)/1e3) }
+			tw := tabwriter.NewWriter(e.Stdout, 0, 0, 2, ' ', 0)
+			fmt.Fprintf(tw, "sockets in the namespace\t%d\t(%d traced)\n", res.Sockets, res.Matched)
+			fmt.Fprintf(tw, "samples\t%d at %d/s over %s\t%d dumps (mean %s), %d lookup rounds, %d ticks missed\n", res.Stats.Ticks, res.Rate,
+				res.Wall.Round(time.Millisecond), res.Stats.Dumps, us(res.DumpCost), res.Stats.Lookups, res.Stats.Missed)
+			fmt.Fprintf(tw, "CPU\t%s of one core\t(%s user+system over %s)\n", units.Pct(res.Share()), res.CPU.Round(time.Millisecond), res.Wall.Round(time.Millisecond))
+			fmt.Fprintf(tw, "CPU (precise)\t%.2f%%\n", 100*res.Share())
+			fmt.Fprintf(tw, "tick lateness\tmedian %s\tp99 %s\tmax %s\n", us(p50), us(p99), us(worst))
+			return tw.Flush()
+		},
+	}
+	fs := cmd.Flags()
+	fs.IntVar(&o.Others, "others", 50000, "established connections beside the traced ones (two sockets each)")
+	fs.IntVar(&o.Matched, "matched", 100, "traced sockets")
+	fs.IntVar(&o.Rate, "rate", 100, "samples per second")
+	fs.DurationVar(&o.Duration, "duration", 20*time.Second, "how long to record")
+	return cmd
+}
