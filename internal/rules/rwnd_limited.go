@@ -242,11 +242,9 @@ func rwndFinding(in *diag.Input, sk *snapshot.Socket, sh snapshot.Shares, share 
 				units.Bytes(acked), units.Dur(sh.Window), units.Dur(sh.Rwnd)), Source: "sock_diag tcp_info.bytes_acked, rwnd_limited (delta)"})
 		}
 	}
-	own := 0.0
+	own := tcpmodel.OwnRate(ti)
 	if acked > 0 {
 		own = acked / sh.Window.Seconds()
-	} else if ti.Has(snapshot.EndDeliveryRate) {
-		own = float64(ti.DeliveryRate)
 	}
 	wnd := -1.0
 	if ti.Has(snapshot.EndSndWnd) {

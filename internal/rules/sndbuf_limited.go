@@ -147,7 +147,7 @@ func sndbufFinding(in *diag.Input, sk, prev *snapshot.Socket, look sndbufLook, r
 	}
 	own := thr
 	if own == 0 {
-		own = float64(ti.DeliveryRate)
+		own = tcpmodel.OwnRate(ti)
 	}
 	ev = append(ev,
 		diag.Evidence{Name: "in flight", Value: fmt.Sprintf("%d segments x %d = %s (%.1f x sndbuf)", ti.Unacked, ti.SndMSS, units.Bytes(look.inflight), look.inflight/look.sndbuf),

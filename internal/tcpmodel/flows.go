@@ -86,13 +86,17 @@ type Path struct {
 }
 
 // PathOf finds the rate to judge sk by: bandwidth (bits/s, from
-// --bandwidth) when given, else the best delivery rate to the same peer
-// when clearly above own (another connection shows the path can do more).
+// --bandwidth) when given, else, for a path that leaves the host, the
+// best delivery rate to the same peer when clearly above own (another
+// connection shows the path can do more).
 func PathOf(bandwidth float64, rates map[netip.Addr]float64, t Tuples, sk *snapshot.Socket, own float64) Path {
 	p := Path{Local: IsLoopback(sk.Remote.Addr()) || t != nil && t.Peer(sk) != nil}
 	switch r := rates[sk.Remote.Addr().Unmap()]; {
 	case bandwidth > 0:
 		p.Rate, p.Source = bandwidth/8, "--bandwidth"
+	case p.Local:
+		// Inside the host a delivery-rate sample is a burst of memory
+		// copies (50+ Gbit/s seen on loopback), not a path's rate.
 	case r > 1.5*own && r > 0:
 		p.Rate, p.Source = r, "best tcp_info.delivery_rate to "+sk.Remote.Addr().String()
 	}
@@ -123,4 +127,27 @@ func (p Path) Judge(own float64) Verdict {
 		v.Why = fmt.Sprintf("moving %s on a path inside the host, which carries tens of Gbit/s; judged against %s", units.Rate(own), units.Rate(ReferenceRate))
 	}
 	return v
+}
+
+// BusyRate is what a connection moved per second while it had data in
+// flight, over its life (bytes_acked / busy_time): its rate when no
+// earlier sample gives a window; 0 without the chronograph (Linux 4.10+).
+func BusyRate(ti *snapshot.TCPInfo) float64 {
+	if !ti.Has(snapshot.EndChrono) || ti.BusyTime == 0 {
+		return 0
+	}
+	return float64(ti.BytesAcked) / (float64(ti.BusyTime) / 1e6)
+}
+
+// OwnRate is a connection's rate when there is no window to measure it
+// over: the busy-time average, else the kernel's last delivery rate
+// sample (one round trip, low when the application paused).
+func OwnRate(ti *snapshot.TCPInfo) float64 {
+	if r := BusyRate(ti); r > 0 {
+		return r
+	}
+	if ti.Has(snapshot.EndDeliveryRate) {
+		return float64(ti.DeliveryRate)
+	}
+	return 0
 }

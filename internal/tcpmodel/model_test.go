@@ -209,9 +209,14 @@ func TestPathJudge(t *testing.T) {
 	if v := PathOf(0, nil, nil, sk, 0).Judge(20e6 / 8); !v.Lost || v.Against != ReferenceRate {
 		t.Errorf("unknown path: %+v", v)
 	}
-	rates := map[netip.Addr]float64{far: 100e6 / 8}
+	rates := map[netip.Addr]float64{far: 100e6 / 8, lo: 53.6e9 / 8}
 	if p := PathOf(0, rates, nil, sk, 10e6/8); p.Rate != 100e6/8 {
 		t.Errorf("another connection's delivery rate: %+v", p)
+	}
+	// On loopback a delivery-rate sample is a burst, not a path: a
+	// 20 Gbit/s stream is not judged against a 53.6 Gbit/s sample.
+	if p := PathOf(0, rates, nil, loop, 20e9/8); p.Rate != 0 || p.Judge(20e9/8).Lost {
+		t.Errorf("loopback judged by a delivery-rate burst: %+v", p)
 	}
 }
 
