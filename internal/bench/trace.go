@@ -21,6 +21,15 @@ type TraceOptions struct {
 	Duration time.Duration
 	Self     Self
 	Progress io.Writer
+	// GoTimers sleeps with Go's timers instead of trace.PreciseSleep.
+	GoTimers bool
+}
+
+func (o TraceOptions) sleep() func(context.Context, time.Duration) error {
+	if o.GoTimers {
+		return sleep
+	}
+	return trace.PreciseSleep
 }
 
 // TraceResult is what Trace measured.
@@ -103,7 +112,7 @@ func Trace(ctx context.Context, o TraceOptions) (*TraceResult, error) {
 	}
 	start := time.Now()
 	tr, st, err := trace.Live(ctx, trace.LiveOptions{NS: sp.ns, Filter: sockdiag.Filter{Ports: []uint16{port}},
-		Interval: time.Second / time.Duration(o.Rate), Duration: o.Duration, Now: time.Now, Sleep: sleep})
+		Interval: time.Second / time.Duration(o.Rate), Duration: o.Duration, Now: time.Now, Sleep: o.sleep()})
 	if err != nil {
 		return nil, err
 	}

@@ -14,6 +14,7 @@ import (
 
 type labRunOpts struct {
 	quick, json, keep bool
+	html              string
 }
 
 func newLabCmd(e *Env) *cobra.Command {
@@ -61,7 +62,7 @@ func newLabRunCmd(e *Env) *cobra.Command {
 			if os.Geteuid() != 0 {
 				return usageErr("lab: needs root (creates network namespaces, veths and a TUN device)")
 			}
-			opts := lab.Options{Self: e.Args0, DelayLine: labDelayLineExec(e), Quick: o.quick, Keep: o.keep, Log: e.Stderr}
+			opts := lab.Options{Self: e.Args0, DelayLine: labDelayLineExec(e), Quick: o.quick, Keep: o.keep, Log: e.Stderr, HTMLDir: o.html}
 			var results []*lab.Result
 			failed := 0
 			for _, s := range todo {
@@ -101,6 +102,7 @@ func newLabRunCmd(e *Env) *cobra.Command {
 	fs.BoolVar(&o.quick, "quick", false, "reduced matrix and shorter loads (CI)")
 	fs.BoolVar(&o.json, "json", false, "print results as JSON")
 	fs.BoolVar(&o.keep, "keep", false, "leave namespaces and processes for inspection (lab clean removes them)")
+	fs.StringVar(&o.html, "html", "", "write the trace reports of the scenarios that record one (c5-small-rcvbuf, c3-pinned-sndbuf) to this directory")
 	return cmd
 }
 

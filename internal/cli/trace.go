@@ -150,7 +150,7 @@ func traceLive(cmd *cobra.Command, e *Env, o *traceOpts) (*trace.Trace, error) {
 		return nil, usageErr("trace: %v", err)
 	}
 	lo := trace.LiveOptions{Filter: flt, Pid: o.pid, ProcRoot: e.ProcRoot, Interval: time.Second / time.Duration(o.rate),
-		Duration: o.duration, Discover: o.discover, Now: e.Now, Sleep: e.Sleep}
+		Duration: o.duration, Discover: o.discover, Now: e.Now, Sleep: trace.PreciseSleep}
 	switch {
 	case o.netns != "":
 		ns, err := netns.Finder{ProcRoot: e.ProcRoot, RunDir: "/run/netns"}.Named(o.netns)

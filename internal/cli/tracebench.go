@@ -45,5 +45,6 @@ func newTraceBenchCmd(e *Env) *cobra.Command {
 	fs.IntVar(&o.Matched, "matched", 100, "traced sockets")
 	fs.IntVar(&o.Rate, "rate", 100, "samples per second")
 	fs.DurationVar(&o.Duration, "duration", 20*time.Second, "how long to record")
+	fs.BoolVar(&o.GoTimers, "go-timers", false, "sleep between samples with Go's timers (as tcpdoctor trace does) instead of nanosleep")
 	return cmd
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/linkemu"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/workload"
+	"github.com/tcpdoctor/tcpdoctor/internal/sockdiag"
 	"github.com/tcpdoctor/tcpdoctor/internal/units"
 )
 
@@ -42,7 +43,7 @@ func runC3(ctx context.Context, o Options) (*Result, error) {
 		rates = []c3Rate{{1e9, 24 << 20}}
 		bufs = []int{16 << 10, 0}
 	}
-	res := &Result{Table: Table{Columns: []string{"link", "SO_SNDBUF", "sndbuf (kernel)", "bytes", "time", "rate", "share of link", "cwnd", "kernel sndbuf_limited"}}}
+	res := &Result{Table: Table{Columns: []string{"link", "SO_SNDBUF", "sndbuf (kernel)", "bytes", "time", "rate", "share of link", "cwnd", "kernel sndbuf_limited", "trace: send buffer / congestion / application", "trace vs client time"}}}
 	var before, after []diag.Finding
 	var gig map[int]float64 // rate (Mbit/s) by SO_SNDBUF at 1 Gbit/s
 	for _, lr := range rates {
@@ -97,7 +98,7 @@ func c3AtRate(ctx context.Context, o Options, res *Result, lr c3Rate, rtt time.D
 	mbps := map[int]float64{}
 	var before, after []diag.Finding
 	for _, b := range bufs {
-		res1, rep, err := c3Transfer(ctx, tb, c3Send{addr: addr, sndbuf: b, size: lr.size, check: check && b == 16<<10})
+		res1, rep, err := c3Transfer(ctx, tb, c3Send{addr: addr, sndbuf: b, size: lr.size, check: check && b == 16<<10, rate: lr.rate})
 		if err != nil {
 			return nil, nil, nil, err
 		}
@@ -105,18 +106,18 @@ func c3AtRate(ctx context.Context, o Options, res *Result, lr c3Rate, rtt time.D
 			before = rep
 		}
 		mbps[b] = res1.Mbps
-		res.Table.Rows = append(res.Table.Rows, c3Row(link, b, res1, lr.rate))
+		res.Table.Rows = append(res.Table.Rows, append(c3Row(link, b, res1.BulkClientResult, lr.rate), res1.traced...))
 	}
 	if check {
 		// The autotuned table transfer is over in well under a second: the
 		// "after" check watches a longer one (about 4 s at the link rate).
 		long := int64(lr.rate / 8 * 4)
-		res1, fs, err := c3Transfer(ctx, tb, c3Send{addr: addr, size: long, check: true})
+		res1, fs, err := c3Transfer(ctx, tb, c3Send{addr: addr, size: long, check: true, rate: lr.rate})
 		after = fs
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		row := c3Row(link, 0, res1, lr.rate)
+		row := append(c3Row(link, 0, res1.BulkClientResult, lr.rate), res1.traced...)
 		row[1] += " (check run)"
 		res.Table.Rows = append(res.Table.Rows, row)
 	}
@@ -137,12 +138,29 @@ type c3Send struct {
 	sndbuf int
 	size   int64
 	check  bool
+	rate   float64 // the link's, bits/s: what the trace judges against
+}
+
+// c3Out is one transfer as the client measured it, and the trace's
+// table cells for it.
+type c3Out struct {
+	workload.BulkClientResult
+	traced []string
 }
 
 // c3Transfer runs one transfer and returns its result and, with check,
 // the findings.
-func c3Transfer(ctx context.Context, tb *Testbed, s c3Send) (out workload.BulkClientResult, findings []diag.Finding, err error) {
+func c3Transfer(ctx context.Context, tb *Testbed, s c3Send) (out c3Out, findings []diag.Finding, err error) {
 	addr, sndbuf, size, check := s.addr, s.sndbuf, s.size, s.check
+	port, err := portOf(addr)
+	if err != nil {
+		return out, findings, err
+	}
+	lt, err := startTrace(ctx, tb.Topo.Client, sockdiag.Filter{RPorts: []uint16{port}})
+	if err != nil {
+		return out, findings, err
+	}
+	defer lt.stop()
 	args := []string{"bulk-client", "--addr", addr, "--size", strconv.FormatInt(size, 10), "--direction", workload.Up, "--max-duration", "3m"}
 	if sndbuf > 0 {
 		args = append(args, "--sndbuf", strconv.Itoa(sndbuf))
@@ -180,7 +198,24 @@ func c3Transfer(ctx context.Context, tb *Testbed, s c3Send) (out workload.BulkCl
 			}
 		}
 	}
-	if err := p.Wait(3*time.Minute, &out); err != nil {
+	if err := p.Wait(3*time.Minute, &out.BulkClientResult); err != nil {
+		return out, findings, err
+	}
+	tr, err := lt.stop()
+	if err != nil {
+		return out, findings, err
+	}
+	out.traced = []string{"-", "-"}
+	if ts := tracedSends(tr, uint64(size)*9/10, s.rate); len(ts) > 0 {
+		t := ts[len(ts)-1]
+		out.traced[0] = msList([]time.Duration{t.Split.Sndbuf, t.Split.Congestion, t.Split.App})
+		out.traced[1], _ = traceAccuracy(ts[len(ts)-1:], []float64{out.Seconds * 1000})
+		if t.Verdict != nil && t.Verdict.Slow {
+			tb.Logf("c3: trace: %s", t.Verdict.Line)
+		}
+	}
+	name := fmt.Sprintf("c3-pinned-sndbuf-%s-%s", strings.ReplaceAll(units.Rate(s.rate/8), " ", ""), c3BufLabel(sndbuf))
+	if err := writeLabHTML(tb.Opts.HTMLDir, strings.ReplaceAll(name, "/", ""), tr, s.rate); err != nil {
 		return out, findings, err
 	}
 	if out.Error != "" {
@@ -228,4 +263,12 @@ func tpReadyAddr(p *Proc) (string, error) {
 		return "", fmt.Errorf("lab: %s ready line %q: no address", p.Name, p.Ready)
 	}
 	return v.Addr, nil
+}
+
+// c3BufLabel names a transfer by the sender's buffer.
+func c3BufLabel(sndbuf int) string {
+	if sndbuf == 0 {
+		return "autotuned"
+	}
+	return "sndbuf-" + units.Bytes(float64(sndbuf))
 }

@@ -14,6 +14,8 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/workload"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/procs"
+	"github.com/tcpdoctor/tcpdoctor/internal/sockdiag"
+	"github.com/tcpdoctor/tcpdoctor/internal/trace"
 	"github.com/tcpdoctor/tcpdoctor/internal/units"
 )
 
@@ -41,6 +43,10 @@ type c5Out struct {
 	server   workload.BigServerResult
 	findings []diag.Finding
 	receiver string // who the client socket is, as a second look saw it
+	// traced are the responses as the recorder saw them on the server.
+	traced   []trace.Transfer
+	accuracy string // traced durations against the client's
+	accOK    bool
 }
 
 func runC5(ctx context.Context, o Options) (*Result, error) {
@@ -55,7 +61,7 @@ func runC5(ctx context.Context, o Options) (*Result, error) {
 	}
 	defer tb.Close()
 	ideal := float64(c5Size) * 8 / c5Rate * 1000
-	res := &Result{Table: Table{Columns: []string{"client SO_RCVBUF", "rcvbuf (kernel)", "responses", "mean total", "mean transfer", "ideal (S*8/rate)", "transfer / ideal", "server rwnd_limited", "server snd_wnd"}}}
+	res := &Result{Table: Table{Columns: []string{"client SO_RCVBUF", "rcvbuf (kernel)", "responses", "mean total", "mean transfer", "ideal (S*8/rate)", "transfer / ideal", "server rwnd_limited", "server snd_wnd", "trace: waiting for the window, per response", "trace vs client response time"}}}
 	outs := map[int]c5Out{}
 	for _, b := range bufs {
 		row, err := c5Row(ctx, tb, b, requests, b == 128<<10 || b == 4<<20)
@@ -74,6 +80,15 @@ func runC5(ctx context.Context, o Options) (*Result, error) {
 			res.Notes = append(res.Notes, fmt.Sprintf("%s run: %s", units.Bytes(float64(b)), w))
 		}
 	}
+	for _, b := range bufs {
+		if ts := trace.Slowest(outs[b].traced); len(ts) > 0 && ts[0].Verdict != nil && ts[0].Verdict.Slow {
+			res.Notes = append(res.Notes, fmt.Sprintf("trace, %s run, slowest response: %s", c5BufLabel(b), ts[0].Verdict.Line))
+		}
+		if !outs[b].accOK && len(outs[b].traced) > 0 {
+			res.Notes = append(res.Notes, fmt.Sprintf("trace accuracy, %s run: %s", c5BufLabel(b), outs[b].accuracy))
+		}
+	}
+	res.Notes = append(res.Notes, fmt.Sprintf("trace columns: tcpdoctor trace on the server namespace at %v a sample (docs/trace.md); a response is a send transfer of the server's socket; the time waiting for the window is the kernel's rwnd_limited over it; durations are compared with the client's request-to-last-byte time, within 5 %% or one sample interval; responses before the recorder found the connection are not traced", labTraceInterval))
 	res.Notes = append(res.Notes,
 		fmt.Sprintf("link %s, %v RTT; responses of %d bytes, sequential on one keep-alive connection; ideal %.0f ms is the bytes at the link rate, without the request's RTT or slow start", units.Rate(c5Rate/8), c5RTT, c5Size, ideal),
 		"cubic on the hosts' routes (as on most production hosts): with bbr, this machine's default, the same 128K run gave the same times but the server's rwnd_limited chronograph only 33-41 % of busy time, since bbr's pacing stops most transmissions before the window does; rwnd-limited still fired at its 30 % threshold, with less margin",
@@ -99,6 +114,15 @@ func c5Row(ctx context.Context, tb *Testbed, rcvbuf, requests int, check bool) (
 	if err != nil {
 		return o, err
 	}
+	port, err := portOf(addr)
+	if err != nil {
+		return o, err
+	}
+	lt, err := startTrace(ctx, tb.Topo.Server, sockdiag.Filter{LPorts: []uint16{port}})
+	if err != nil {
+		return o, err
+	}
+	defer lt.stop()
 	args := []string{"bigresponse-client", "--addr", addr, "--requests", strconv.Itoa(requests), "--link-rate", strconv.FormatFloat(c5Rate, 'f', 0, 64), "--max-duration", "2m"}
 	if rcvbuf > 0 {
 		args = append(args, "--rcvbuf", strconv.Itoa(rcvbuf))
@@ -124,6 +148,19 @@ func c5Row(ctx context.Context, tb *Testbed, rcvbuf, requests int, check bool) (
 		return o, err
 	}
 	if err := srv.Wait(30*time.Second, &o.server); err != nil {
+		return o, err
+	}
+	tr, err := lt.stop()
+	if err != nil {
+		return o, err
+	}
+	o.traced = tracedSends(tr, c5Size*9/10, c5Rate)
+	measured := make([]float64, len(o.client.Requests))
+	for i, r := range o.client.Requests {
+		measured[i] = r.TotalMs
+	}
+	o.accuracy, o.accOK = traceAccuracy(o.traced, measured)
+	if err := writeLabHTML(tb.Opts.HTMLDir, "c5-small-rcvbuf-"+c5BufLabel(rcvbuf), tr, c5Rate); err != nil {
 		return o, err
 	}
 	if n := len(o.server.Responses); n > 0 && o.server.Responses[n-1].ConnInfo != nil {
@@ -209,6 +246,19 @@ func c5Cells(rcvbuf int, o c5Out, ideal float64) []string {
 			wnd = units.Bytes(float64(ci.SndWnd))
 		}
 	}
+	waits := make([]time.Duration, len(o.traced))
+	for i, t := range o.traced {
+		waits[i] = t.Split.Rwnd
+	}
 	return []string{asked, kern, strconv.Itoa(len(o.client.Requests)), fmt.Sprintf("%.0f ms", o.client.MeanTotalMs),
-		fmt.Sprintf("%.0f ms", o.client.MeanTransfer), fmt.Sprintf("%.0f ms", ideal), fmt.Sprintf("%.2fx", o.client.MeanTransfer/ideal), lim, wnd}
+		fmt.Sprintf("%.0f ms", o.client.MeanTransfer), fmt.Sprintf("%.0f ms", ideal), fmt.Sprintf("%.2fx", o.client.MeanTransfer/ideal), lim, wnd,
+		msList(waits), o.accuracy}
+}
+
+// c5BufLabel names a row by the client's buffer: "rcvbuf-128K", "autotuned".
+func c5BufLabel(rcvbuf int) string {
+	if rcvbuf == 0 {
+		return "autotuned"
+	}
+	return "rcvbuf-" + units.Bytes(float64(rcvbuf))
 }

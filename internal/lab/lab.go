@@ -49,6 +49,9 @@ type Options struct {
 	Keep bool
 	// Log receives progress lines.
 	Log io.Writer
+	// HTMLDir, when set, receives the trace reports of the scenarios that
+	// record one (tcpdoctor trace --html).
+	HTMLDir string
 }
 
 // Scenario is one reproducible case.

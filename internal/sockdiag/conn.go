@@ -25,6 +25,9 @@ type Conn struct {
 	slots []byte
 	iovs  []unix.Iovec
 	msgs  []unix.Mmsghdr
+	// d and sk are reused for every lookup reply.
+	d  decoded
+	sk snapshot.Socket
 }
 
 // slotLen holds one lookup reply: inet_diag_msg, tcp_info, meminfo and
@@ -108,7 +111,8 @@ func KeyOf(sk *snapshot.Socket) Key {
 // Lookup asks for each key's socket by its 4-tuple and cookie: the kernel
 // finds each in its hash table, so the cost does not grow with the other
 // sockets of the namespace, unlike a dump. fn gets the key's index and the
-// socket; keys whose socket is gone (or whose tuple now belongs to another
+// socket, which is reused: valid only during the call, copy what is kept.
+// Keys whose socket is gone (or whose tuple now belongs to another
 // socket) are skipped. opts.Info and opts.Mem choose the extras.
 func (c *Conn) Lookup(opts Options, keys []Key, fn func(int, *snapshot.Socket) error) error {
 	for start := 0; start < len(keys); start += lookupBatch {
@@ -132,7 +136,6 @@ func (c *Conn) lookupBatch(opts Options, keys []Key, base int, fn func(int, *sna
 	}
 	c.ensureSlots()
 	left := len(keys)
-	var d decoded
 	for left > 0 {
 		n, err := c.recvmmsg(left)
 		if err != nil {
@@ -165,11 +168,11 @@ func (c *Conn) lookupBatch(opts Options, keys []Key, base int, fn func(int, *sna
 				switch typ {
 				case sockDiagByFam:
 					left--
-					d = decoded{}
-					if err := decodeInto(body, &d); err != nil {
+					sk, err := c.decodeShared(body)
+					if err != nil {
 						return fmt.Errorf("sockdiag: lookup: %w", err)
 					}
-					if err := fn(idx, d.socket()); err != nil {
+					if err := fn(idx, sk); err != nil {
 						return err
 					}
 				case nlmsgError:
@@ -186,6 +189,25 @@ func (c *Conn) lookupBatch(opts Options, keys []Key, base int, fn func(int, *sna
 		}
 	}
 	return nil
+}
+
+// decodeShared decodes a reply into the Conn's reused socket.
+func (c *Conn) decodeShared(body []byte) (*snapshot.Socket, error) {
+	c.d = decoded{}
+	if err := decodeInto(body, &c.d); err != nil {
+		return nil, err
+	}
+	c.sk = c.d.sk
+	if c.d.hasInfo {
+		c.sk.Info = &c.d.info
+	}
+	if c.d.hasMem {
+		c.sk.Mem = &c.d.mem
+	}
+	if c.d.hasShut {
+		c.sk.Shutdown = &c.d.shut
+	}
+	return &c.sk, nil
 }
 
 func (c *Conn) ensureSlots() {

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/procs"
 	"github.com/tcpdoctor/tcpdoctor/internal/sockdiag"
@@ -134,4 +136,21 @@ func (s Stats) JitterSummary() (p50, p99, worst time.Duration) {
 	j := slices.Clone(s.Jitter)
 	slices.Sort(j)
 	return j[len(j)/2], j[len(j)*99/100], j[len(j)-1]
+}
+
+// PreciseSleep sleeps in nanosleep on the calling thread, looking at ctx
+// every 50 ms: Go's timers woke the sampler about 0.5 ms late (median,
+// measured on 6.18), half a tick at 1000 samples a second.
+func PreciseSleep(ctx context.Context, d time.Duration) error {
+	for d > 0 {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		step := min(d, 50*time.Millisecond)
+		ts := unix.NsecToTimespec(int64(step))
+		for unix.Nanosleep(&ts, &ts) == unix.EINTR {
+		}
+		d -= step
+	}
+	return ctx.Err()
 }

@@ -1,0 +1,147 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/netns"
+	"github.com/tcpdoctor/tcpdoctor/internal/sockdiag"
+	"github.com/tcpdoctor/tcpdoctor/internal/trace"
+)
+
+// Scenarios record a trace (tcpdoctor trace) of their flows while they
+// run, to show each transfer's time split in their tables.
+const (
+	labTraceInterval = 10 * time.Millisecond
+	// labTraceDiscover: a discovery dump walks the kernel's whole
+	// established hash (2.5-15 ms here), so five a second; a connection's
+	// transfers before it is found are not traced.
+	labTraceDiscover = 200 * time.Millisecond
+)
+
+// labTrace records one namespace's connections matching a filter.
+type labTrace struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	tr     *trace.Trace
+	err    error
+}
+
+// startTrace begins recording in namespace nsName.
+func startTrace(ctx context.Context, nsName string, f sockdiag.Filter) (*labTrace, error) {
+	ns, err := netns.Default().Named(nsName)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	lt := &labTrace{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(lt.done)
+		lt.tr, _, lt.err = trace.Live(ctx, trace.LiveOptions{NS: ns, Filter: f, Interval: labTraceInterval,
+			Discover: labTraceDiscover, Duration: 10 * time.Minute, Now: time.Now, Sleep: trace.PreciseSleep})
+	}()
+	return lt, nil
+}
+
+// stop ends the recording and returns it.
+func (lt *labTrace) stop() (*trace.Trace, error) {
+	lt.cancel()
+	<-lt.done
+	if lt.err != nil {
+		return nil, lt.err
+	}
+	return lt.tr, nil
+}
+
+// portOf is the port of a "host:port" address.
+func portOf(addr string) (uint16, error) {
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return 0, fmt.Errorf("lab: address %q: %w", addr, err)
+	}
+	return ap.Port(), nil
+}
+
+// tracedSends are the send transfers of at least minBytes in tr, judged
+// against bandwidth (bits/s), in start order.
+func tracedSends(tr *trace.Trace, minBytes uint64, bandwidth float64) []trace.Transfer {
+	if tr == nil {
+		return nil
+	}
+	a := trace.Analyze(tr, trace.SegmentOptions{}, trace.JudgeOptions{Bandwidth: bandwidth})
+	var out []trace.Transfer
+	for _, t := range a.Transfers {
+		if t.Dir == trace.Send && t.Bytes >= minBytes {
+			out = append(out, t)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Start < out[j].Start })
+	return out
+}
+
+// msList prints durations in ms, space separated.
+func msList(ds []time.Duration) string {
+	if len(ds) == 0 {
+		return "-"
+	}
+	parts := make([]string, len(ds))
+	for i, d := range ds {
+		parts[i] = fmt.Sprintf("%.0f", float64(d)/float64(time.Millisecond))
+	}
+	return strings.Join(parts, " ") + " ms"
+}
+
+// traceAccuracy compares traced durations with what the workload measured
+// (ms, same order, the last len(traced) of measured when the trace missed
+// the first ones): the worst difference, and whether every one is within
+// 5 % or one sample interval.
+func traceAccuracy(traced []trace.Transfer, measuredMs []float64) (string, bool) {
+	if len(traced) == 0 || len(measuredMs) == 0 {
+		return "-", false
+	}
+	if len(traced) > len(measuredMs) {
+		traced = traced[len(traced)-len(measuredMs):]
+	}
+	measuredMs = measuredMs[len(measuredMs)-len(traced):]
+	worst, ok := 0.0, true
+	for i, t := range traced {
+		got := float64(t.Dur) / float64(time.Millisecond)
+		diff := math.Abs(got - measuredMs[i])
+		if diff > 0.05*measuredMs[i] && diff > float64(labTraceInterval)/float64(time.Millisecond) {
+			ok = false
+		}
+		worst = max(worst, diff)
+	}
+	within := "within"
+	if !ok {
+		within = "NOT within"
+	}
+	return fmt.Sprintf("%d traced, worst %.1f ms (%s 5%% or %v)", len(traced), worst, within, labTraceInterval), ok
+}
+
+// writeLabHTML writes a trace's report to dir/name.html when dir is set.
+func writeLabHTML(dir, name string, tr *trace.Trace, bandwidth float64) error {
+	if dir == "" || tr == nil {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("lab: html: %w", err)
+	}
+	a := trace.Analyze(tr, trace.SegmentOptions{}, trace.JudgeOptions{Bandwidth: bandwidth})
+	f, err := os.Create(filepath.Join(dir, name+".html"))
+	if err != nil {
+		return fmt.Errorf("lab: html: %w", err)
+	}
+	if err := trace.WriteHTML(f, tr, a.Transfers, name); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
