@@ -12,7 +12,8 @@ import (
 // The buffer fixes in the wording of check's rwnd-limited and
 // sndbuf-limited findings, for callers outside the rules (trace).
 
-// UnpinRcvBuf: the receiver (who) stops pinning its receive buffer.
+// UnpinRcvBuf is the fix for a pinned receive buffer: the receiver (who)
+// stops pinning it.
 func UnpinRcvBuf(who string) diag.Fix {
 	return diag.Fix{Scope: "application", Text: "receiver side, " + who + ": stop pinning the receive buffer (remove Java setReceiveBufferSize, Netty ChannelOption.SO_RCVBUF, Go (*net.TCPConn).SetReadBuffer, setsockopt(SO_RCVBUF)) so receive autotuning grows it up to tcp_rmem[2]",
 		Risk: "more memory per busy connection on the receiver"}
@@ -30,7 +31,8 @@ func SizeRcvBuf(plan bdp.Plan, rtt time.Duration) diag.Fix {
 		Command: "tcpdoctor bdp --rtt " + units.RTT(rtt) + " --bandwidth <link rate>", Risk: "requests above net.core.rmem_max are silently capped"}
 }
 
-// UnpinSndBuf: the sender stops pinning its send buffer.
+// UnpinSndBuf is the fix for a pinned send buffer: the sender stops
+// pinning it.
 func UnpinSndBuf() diag.Fix {
 	return diag.Fix{Scope: "application", Text: "stop pinning the send buffer so autotuning (up to tcp_wmem[2]) sizes it: remove Java socket.setSendBufferSize, Netty ChannelOption.SO_SNDBUF, Go (*net.TCPConn).SetWriteBuffer, nginx listen/proxy sndbuf=, setsockopt(SO_SNDBUF)",
 		Risk: "more memory per busy connection (bounded by tcp_wmem and tcp_mem)"}
