@@ -154,12 +154,15 @@ func c5Row(ctx context.Context, tb *Testbed, rcvbuf, requests int, check bool) (
 	if err != nil {
 		return o, err
 	}
+	// One traced only in part (before the recorder found the connection)
+	// is left out; the rest line up with the client's last ones.
 	o.traced = tracedSends(tr, c5Size*9/10, c5Rate)
 	measured := make([]float64, len(o.client.Requests))
 	for i, r := range o.client.Requests {
 		measured[i] = r.TotalMs
 	}
 	o.accuracy, o.accOK = traceAccuracy(o.traced, measured)
+	tb.Logf("c5: SO_RCVBUF %d: traced response times %s, the client's %v ms: %s", rcvbuf, msList(durations(o.traced)), measured, o.accuracy)
 	if err := writeLabHTML(tb.Opts.HTMLDir, "c5-small-rcvbuf-"+c5BufLabel(rcvbuf), tr, c5Rate); err != nil {
 		return o, err
 	}

@@ -69,8 +69,9 @@ func portOf(addr string) (uint16, error) {
 	return ap.Port(), nil
 }
 
-// tracedSends are the send transfers of at least minBytes in tr, judged
-// against bandwidth (bits/s), in start order.
+// tracedSends are the send transfers of at least minBytes in tr, whole
+// (not clipped by the recording), judged against bandwidth (bits/s), in
+// start order.
 func tracedSends(tr *trace.Trace, minBytes uint64, bandwidth float64) []trace.Transfer {
 	if tr == nil {
 		return nil
@@ -78,11 +79,20 @@ func tracedSends(tr *trace.Trace, minBytes uint64, bandwidth float64) []trace.Tr
 	a := trace.Analyze(tr, trace.SegmentOptions{}, trace.JudgeOptions{Bandwidth: bandwidth})
 	var out []trace.Transfer
 	for _, t := range a.Transfers {
-		if t.Dir == trace.Send && t.Bytes >= minBytes {
+		if t.Dir == trace.Send && t.Bytes >= minBytes && !t.Clipped {
 			out = append(out, t)
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Start < out[j].Start })
+	return out
+}
+
+// durations are the transfers' durations.
+func durations(ts []trace.Transfer) []time.Duration {
+	out := make([]time.Duration, len(ts))
+	for i, t := range ts {
+		out[i] = t.Dur
+	}
 	return out
 }
 
@@ -99,9 +109,9 @@ func msList(ds []time.Duration) string {
 }
 
 // traceAccuracy compares traced durations with what the workload measured
-// (ms, same order, the last len(traced) of measured when the trace missed
-// the first ones): the worst difference, and whether every one is within
-// 5 % or one sample interval.
+// (ms, same order; a run of consecutive ones when the trace has fewer):
+// the worst difference, and whether every one is within 5 % or one sample
+// interval.
 func traceAccuracy(traced []trace.Transfer, measuredMs []float64) (string, bool) {
 	if len(traced) == 0 || len(measuredMs) == 0 {
 		return "-", false
@@ -109,7 +119,19 @@ func traceAccuracy(traced []trace.Transfer, measuredMs []float64) (string, bool)
 	if len(traced) > len(measuredMs) {
 		traced = traced[len(traced)-len(measuredMs):]
 	}
-	measuredMs = measuredMs[len(measuredMs)-len(traced):]
+	// Responses the trace lacks (found late, clipped at the close) leave
+	// gaps at either end: line the traced ones up where they differ least.
+	best, bestSum := 0, math.Inf(1)
+	for off := 0; off+len(traced) <= len(measuredMs); off++ {
+		sum := 0.0
+		for i, t := range traced {
+			sum += math.Abs(float64(t.Dur)/float64(time.Millisecond) - measuredMs[off+i])
+		}
+		if sum < bestSum {
+			best, bestSum = off, sum
+		}
+	}
+	measuredMs = measuredMs[best : best+len(traced)]
 	worst, ok := 0.0, true
 	for i, t := range traced {
 		got := float64(t.Dur) / float64(time.Millisecond)

@@ -69,7 +69,7 @@ func TestLiveSmallRcvbuf(t *testing.T) {
 			Discover: 100 * time.Millisecond, Duration: 20 * time.Second, Now: time.Now, Sleep: checkup.Sleep})
 	}()
 	time.Sleep(300 * time.Millisecond) // discovered before the first response
-	go func() { // the server: one response per request
+	go func() {                        // the server: one response per request
 		buf := make([]byte, size)
 		req := make([]byte, 16)
 		for range responses {

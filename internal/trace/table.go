@@ -39,6 +39,9 @@ func RowOf(t *Transfer) Row {
 		r.Sndbuf, r.Cong, r.Recov = "-", "-", "-"
 		r.Rwnd = "-"
 	}
+	if t.Clipped {
+		r.Dur += "*" // part of it is outside the recording
+	}
 	if v := t.Verdict; v != nil {
 		r.Ideal = ms(v.Ideal)
 		r.Held = string(v.Held)

@@ -91,6 +91,9 @@ type Transfer struct {
 	SkBuf uint32 `json:"sk_buf"`
 	// Samples is how many samples the transfer spans.
 	Samples int `json:"samples"`
+	// Clipped: the transfer was under way at the connection's first
+	// sample or still at its last, so part of it is not in the trace.
+	Clipped bool `json:"clipped,omitempty"`
 	// Verdict is filled by Judge.
 	Verdict *Verdict `json:"verdict,omitempty"`
 
@@ -108,7 +111,9 @@ type SegmentOptions struct {
 // connection. A transfer is a run of sampling intervals in which the
 // direction's byte counter grows (or, sending, data stays queued), ended by
 // an idle gap or by a turn: the other direction carrying data while this
-// one is idle, as a request/response exchange does.
+// one is idle, or starting a message while this one still moves (a
+// keep-alive client's next request comes with the last ACK of the
+// response before it; that interval ends the earlier transfer).
 func Segment(tr *Trace, o SegmentOptions) []Transfer {
 	gap := o.Gap
 	if gap <= 0 {
@@ -167,6 +172,11 @@ func segmentConn(c *Conn, dir Direction, gap time.Duration) []Transfer {
 		first, last = -1, -1
 	}
 	for i := 1; i < len(ps); i++ {
+		speaks := grow(&ps[i-1], &ps[i], other(dir)) > 0
+		// The other side starts a message: the next request of a
+		// keep-alive exchange, often arriving with the last ACK of the
+		// response before it.
+		starts := speaks && (i == 1 || grow(&ps[i-2], &ps[i-1], other(dir)) == 0)
 		if active(ps, i, dir) {
 			if first >= 0 && ps[i-1].T-ps[last].T >= gap {
 				flush()
@@ -175,9 +185,12 @@ func segmentConn(c *Conn, dir Direction, gap time.Duration) []Transfer {
 				first = i
 			}
 			last = i
+			if starts && first < i {
+				flush() // this interval is the tail; the reply starts after it
+			}
 			continue
 		}
-		if first >= 0 && grow(&ps[i-1], &ps[i], other(dir)) > 0 {
+		if first >= 0 && speaks {
 			flush() // a turn: the other side speaks while we are idle
 		}
 	}
@@ -191,6 +204,9 @@ func measure(c *Conn, dir Direction, first, last int) (Transfer, bool) {
 	a, b := &ps[first-1], &ps[last]
 	t := Transfer{Conn: c.ID, Local: c.Local, Remote: c.Remote, Dir: dir, Bytes: counter(b, dir) - counter(a, dir),
 		first: first, last: last, Samples: last - first + 2}
+	busyAtStart := dir == Send && ps[0].SendQ > 0 || dir == Recv && ps[0].RecvQ > 0
+	busyAtEnd := dir == Send && b.SendQ > 0
+	t.Clipped = first == 1 && (busyAtStart || counter(&ps[0], dir) > 0 && dir == Recv) || last == len(ps)-1 && busyAtEnd
 	if t.Bytes == 0 {
 		return t, false
 	}

@@ -177,3 +177,37 @@ func TestJudgeNamesReceiver(t *testing.T) {
 		}
 	}
 }
+
+// Back-to-back responses: the next request arrives in the interval that
+// carries the last ACKs of the response before it.
+func TestSegmentBackToBack(t *testing.T) {
+	c := series([][6]int64{
+		{0, 0, 0, 0, 0, 0},
+		{10, 0, 100, 0, 0, 0},            // request 1
+		{20, 10000, 100, 10000, 0, 5000}, // response 1
+		{30, 20000, 100, 20000, 0, 5000}, //
+		{40, 30000, 200, 30000, 0, 5000}, // its tail, and request 2
+		{50, 40000, 200, 40000, 0, 5000}, // response 2
+		{60, 50000, 200, 50000, 0, 5000}, //
+		{70, 60000, 300, 60000, 0, 5000}, // its tail, and request 3
+		{80, 65000, 300, 65000, 0, 0},    // response 3, short
+		{90, 65000, 300, 65000, 0, 0},
+	})
+	var sends []Transfer
+	for _, x := range Segment(trace1(c), SegmentOptions{}) {
+		if x.Dir == Send {
+			sends = append(sends, x)
+		}
+	}
+	if len(sends) != 3 {
+		t.Fatalf("%d send transfers, want 3: %+v", len(sends), sends)
+	}
+	for i, want := range []struct {
+		bytes      uint64
+		start, dur time.Duration
+	}{{30000, 10 * msec, 30 * msec}, {30000, 40 * msec, 30 * msec}, {5000, 75 * msec, 5 * msec}} {
+		if got := sends[i]; got.Bytes != want.bytes || got.Start != want.start || got.Dur != want.dur {
+			t.Errorf("response %d: %d bytes at %v for %v, want %d at %v for %v", i+1, got.Bytes, got.Start, got.Dur, want.bytes, want.start, want.dur)
+		}
+	}
+}
