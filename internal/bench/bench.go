@@ -59,6 +59,8 @@ type CollectionOptions struct {
 
 // CollectionResult is what Collection measured.
 type CollectionResult struct {
+	// Netns is the namespace that held the connections (removed by now).
+	Netns          string
 	Sockets, Conns int
 	Kernel         string
 	Runs           int
@@ -81,7 +83,7 @@ func Collection(ctx context.Context, o CollectionOptions) (*CollectionResult, er
 		return nil, err
 	}
 	defer sp.close()
-	res := &CollectionResult{Conns: o.Conns, Kernel: collect.KernelRelease(), Runs: o.Runs}
+	res := &CollectionResult{Netns: sp.name, Conns: o.Conns, Kernel: collect.KernelRelease(), Runs: o.Runs}
 	plain := &collect.Collector{Opts: collect.Options{ProcRoot: o.ProcRoot}, Now: time.Now}
 	owned := &collect.Collector{Opts: collect.Options{Owners: true, ProcRoot: o.ProcRoot}, Now: time.Now}
 	nss := []netns.NS{sp.ns}
