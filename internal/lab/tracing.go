@@ -148,13 +148,25 @@ func traceAccuracy(traced []trace.Transfer, measuredMs []float64) (string, bool)
 	return fmt.Sprintf("%d traced, worst %.1f ms (%s 5%% or %v)", len(traced), worst, within, labTraceInterval), ok
 }
 
-// writeLabHTML writes a trace's report to dir/name.html when dir is set.
+// writeLabHTML writes a trace's report to dir/name.html, and the
+// recording to dir/name.jsonl (tcpdoctor trace --from), when dir is set.
 func writeLabHTML(dir, name string, tr *trace.Trace, bandwidth float64) error {
 	if dir == "" || tr == nil {
 		return nil
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("lab: html: %w", err)
+	}
+	rec, err := os.Create(filepath.Join(dir, name+".jsonl"))
+	if err != nil {
+		return fmt.Errorf("lab: trace file: %w", err)
+	}
+	if err := trace.WriteAll(rec, tr); err != nil {
+		rec.Close()
+		return err
+	}
+	if err := rec.Close(); err != nil {
+		return fmt.Errorf("lab: trace file: %w", err)
 	}
 	a := trace.Analyze(tr, trace.SegmentOptions{}, trace.JudgeOptions{Bandwidth: bandwidth})
 	f, err := os.Create(filepath.Join(dir, name+".html"))
