@@ -206,7 +206,10 @@ func c3Transfer(ctx context.Context, tb *Testbed, s c3Send) (out c3Out, findings
 		return out, findings, err
 	}
 	out.traced = []string{"-", "-"}
-	if ts := tracedSends(tr, uint64(size)*9/10, s.rate); len(ts) > 0 {
+	// Each transfer is a connection of its own, found by the recorder
+	// after it started (its start placed by the kernel's busy time) and
+	// closed as the recording stops.
+	if ts := tracedSends(tr, uint64(size)*9/10, s.rate, false); len(ts) > 0 {
 		t := ts[len(ts)-1]
 		out.traced[0] = msList([]time.Duration{t.Split.Sndbuf, t.Split.Congestion, t.Split.App})
 		out.traced[1], _ = traceAccuracy(ts[len(ts)-1:], []float64{out.Seconds * 1000})

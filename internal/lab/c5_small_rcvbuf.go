@@ -156,7 +156,7 @@ func c5Row(ctx context.Context, tb *Testbed, rcvbuf, requests int, check bool) (
 	}
 	// One traced only in part (before the recorder found the connection)
 	// is left out; the rest line up with the client's last ones.
-	o.traced = tracedSends(tr, c5Size*9/10, c5Rate)
+	o.traced = tracedSends(tr, c5Size*9/10, c5Rate, true)
 	measured := make([]float64, len(o.client.Requests))
 	for i, r := range o.client.Requests {
 		measured[i] = r.TotalMs

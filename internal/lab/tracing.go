@@ -69,17 +69,17 @@ func portOf(addr string) (uint16, error) {
 	return ap.Port(), nil
 }
 
-// tracedSends are the send transfers of at least minBytes in tr, whole
-// (not clipped by the recording), judged against bandwidth (bits/s), in
-// start order.
-func tracedSends(tr *trace.Trace, minBytes uint64, bandwidth float64) []trace.Transfer {
+// tracedSends are the send transfers of at least minBytes in tr (with
+// whole, only those the recording did not clip), judged against bandwidth
+// (bits/s), in start order.
+func tracedSends(tr *trace.Trace, minBytes uint64, bandwidth float64, whole bool) []trace.Transfer {
 	if tr == nil {
 		return nil
 	}
 	a := trace.Analyze(tr, trace.SegmentOptions{}, trace.JudgeOptions{Bandwidth: bandwidth})
 	var out []trace.Transfer
 	for _, t := range a.Transfers {
-		if t.Dir == trace.Send && t.Bytes >= minBytes && !t.Clipped {
+		if t.Dir == trace.Send && t.Bytes >= minBytes && (!whole || !t.Clipped) {
 			out = append(out, t)
 		}
 	}

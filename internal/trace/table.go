@@ -42,6 +42,9 @@ func RowOf(t *Transfer) Row {
 	if t.Clipped {
 		r.Dur += "*" // part of it is outside the recording
 	}
+	if t.StartEstimated {
+		r.Start = "~" + r.Start // placed by the busy time before the first sample
+	}
 	if v := t.Verdict; v != nil {
 		r.Ideal = ms(v.Ideal)
 		r.Held = string(v.Held)

@@ -94,10 +94,16 @@ type Transfer struct {
 	// Clipped: the transfer was under way at the connection's first
 	// sample or still at its last, so part of it is not in the trace.
 	Clipped bool `json:"clipped,omitempty"`
+	// StartEstimated: the connection was found sending; the transfer's
+	// start is placed by the busy time the kernel counted before the
+	// first sample (see withBirth).
+	StartEstimated bool `json:"start_estimated,omitempty"`
 	// Verdict is filled by Judge.
 	Verdict *Verdict `json:"verdict,omitempty"`
 
 	first, last int // indices of the points bounding it: first-1 .. last
+	clipStart   bool
+	clipEnd     bool
 }
 
 // SegmentOptions tune how transfers are cut.
@@ -119,10 +125,26 @@ func Segment(tr *Trace, o SegmentOptions) []Transfer {
 	if gap <= 0 {
 		gap = max(50*time.Millisecond, 3*tr.Header.Interval)
 	}
+	// The recording's last tick: a connection seen until then may have
+	// a transfer the recording cut; one that ended earlier was closed.
+	var end time.Duration
+	for _, c := range tr.Conns {
+		if n := len(c.Points); n > 0 {
+			end = max(end, c.Points[n-1].T)
+		}
+	}
 	var out []Transfer
 	for _, c := range tr.Conns {
 		for _, dir := range []Direction{Send, Recv} {
-			out = append(out, segmentConn(c, dir, gap)...)
+			for _, t := range segmentConn(c, dir, gap) {
+				if t.clipEnd && c.Points[len(c.Points)-1].T < end-tr.Header.Interval/2 {
+					// The connection closed before the recording ended:
+					// the transfer ended within a sample of its last.
+					t.clipEnd = false
+					t.Clipped = t.clipStart
+				}
+				out = append(out, t)
+			}
 		}
 	}
 	return out
@@ -161,11 +183,16 @@ func active(ps []Point, i int, dir Direction) bool {
 
 func segmentConn(c *Conn, dir Direction, gap time.Duration) []Transfer {
 	ps := c.Points
+	born := false
+	if dir == Send {
+		ps, born = withBirth(ps)
+	}
 	var out []Transfer
 	first, last := -1, -1
 	flush := func() {
 		if first >= 0 {
-			if t, ok := measure(c, dir, first, last); ok {
+			if t, ok := measure(c, ps, dir, first, last); ok {
+				t.StartEstimated = born && first == 1
 				out = append(out, t)
 			}
 		}
@@ -199,14 +226,36 @@ func segmentConn(c *Conn, dir Direction, gap time.Duration) []Transfer {
 }
 
 // measure builds the transfer over intervals first..last.
-func measure(c *Conn, dir Direction, first, last int) (Transfer, bool) {
-	ps := c.Points
+// withBirth puts a point before the first of a connection found sending:
+// the chronographs and byte counters count from the connection's start,
+// so the data sent before the first sample took at least its busy time;
+// the point sits that long before the first sample with the counters at
+// zero. (Earlier transfers with idle time between them would be merged
+// into one, starting too late: such a start is marked estimated.)
+func withBirth(ps []Point) ([]Point, bool) {
+	if len(ps) == 0 {
+		return ps, false
+	}
+	p := ps[0]
+	if p.Acked == 0 || !p.Chrono || p.Busy == 0 {
+		return ps, false
+	}
+	birth := p
+	birth.T -= time.Duration(p.Busy) * time.Microsecond
+	birth.Acked, birth.Busy, birth.Rwnd, birth.Sndbuf, birth.Retrans = 0, 0, 0, 0, 0
+	birth.SendQ, birth.CA = 0, 0
+	return append([]Point{birth}, ps...), true
+}
+
+func measure(c *Conn, ps []Point, dir Direction, first, last int) (Transfer, bool) {
 	a, b := &ps[first-1], &ps[last]
 	t := Transfer{Conn: c.ID, Local: c.Local, Remote: c.Remote, Dir: dir, Bytes: counter(b, dir) - counter(a, dir),
 		first: first, last: last, Samples: last - first + 2}
 	busyAtStart := dir == Send && ps[0].SendQ > 0 || dir == Recv && ps[0].RecvQ > 0
 	busyAtEnd := dir == Send && b.SendQ > 0
-	t.Clipped = first == 1 && (busyAtStart || counter(&ps[0], dir) > 0 && dir == Recv) || last == len(ps)-1 && busyAtEnd
+	t.clipStart = first == 1 && (busyAtStart || counter(&ps[0], dir) > 0 && dir == Recv)
+	t.clipEnd = last == len(ps)-1 && busyAtEnd
+	t.Clipped = t.clipStart || t.clipEnd
 	if t.Bytes == 0 {
 		return t, false
 	}
