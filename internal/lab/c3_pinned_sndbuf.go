@@ -212,7 +212,7 @@ func c3Transfer(ctx context.Context, tb *Testbed, s c3Send) (out c3Out, findings
 	if ts := tracedSends(tr, uint64(size)*9/10, s.rate, false); len(ts) > 0 {
 		t := ts[len(ts)-1]
 		out.traced[0] = msList([]time.Duration{t.Split.Sndbuf, t.Split.Congestion, t.Split.App})
-		out.traced[1], _ = traceAccuracy(ts[len(ts)-1:], []float64{out.Seconds * 1000})
+		out.traced[1], _ = traceAccuracy(ts[len(ts)-1:], []measured{{ms: out.Seconds * 1000, bytes: out.Bytes}})
 		if t.Verdict != nil && t.Verdict.Slow {
 			tb.Logf("c3: trace: %s", t.Verdict.Line)
 		}

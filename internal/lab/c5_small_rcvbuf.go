@@ -157,12 +157,12 @@ func c5Row(ctx context.Context, tb *Testbed, rcvbuf, requests int, check bool) (
 	// One traced only in part (before the recorder found the connection)
 	// is left out; the rest line up with the client's last ones.
 	o.traced = tracedSends(tr, c5Size*9/10, c5Rate, true)
-	measured := make([]float64, len(o.client.Requests))
+	got := make([]measured, len(o.client.Requests))
 	for i, r := range o.client.Requests {
-		measured[i] = r.TotalMs
+		got[i] = measured{ms: r.TotalMs, bytes: r.Bytes}
 	}
-	o.accuracy, o.accOK = traceAccuracy(o.traced, measured)
-	tb.Logf("c5: SO_RCVBUF %d: traced response times %s, the client's %v ms: %s", rcvbuf, msList(durations(o.traced)), measured, o.accuracy)
+	o.accuracy, o.accOK = traceAccuracy(o.traced, got)
+	tb.Logf("c5: SO_RCVBUF %d: traced response times %s, the client's %v: %s", rcvbuf, msList(durations(o.traced)), got, o.accuracy)
 	if err := writeLabHTML(tb.Opts.HTMLDir, "c5-small-rcvbuf-"+c5BufLabel(rcvbuf), tr, c5Rate); err != nil {
 		return o, err
 	}

@@ -108,11 +108,21 @@ func msList(ds []time.Duration) string {
 	return strings.Join(parts, " ") + " ms"
 }
 
-// traceAccuracy compares traced durations with what the workload measured
-// (ms, same order; a run of consecutive ones when the trace has fewer):
-// the worst difference, and whether every one is within 5 % or one sample
-// interval.
-func traceAccuracy(traced []trace.Transfer, measuredMs []float64) (string, bool) {
+// measured is one transfer as the workload saw it.
+type measured struct {
+	ms    float64
+	bytes int64
+}
+
+// traceAccuracy compares traced durations and bytes with what the workload
+// measured (same order; a run of consecutive ones when the trace has
+// fewer): the worst differences, and whether every duration is within 5 %
+// or one sample interval and every byte count within 5 %.
+func traceAccuracy(traced []trace.Transfer, want []measured) (string, bool) {
+	measuredMs := make([]float64, len(want))
+	for i, m := range want {
+		measuredMs[i] = m.ms
+	}
 	if len(traced) == 0 || len(measuredMs) == 0 {
 		return "-", false
 	}
@@ -132,7 +142,8 @@ func traceAccuracy(traced []trace.Transfer, measuredMs []float64) (string, bool)
 		}
 	}
 	measuredMs = measuredMs[best : best+len(traced)]
-	worst, ok := 0.0, true
+	want = want[best : best+len(traced)]
+	worst, worstBytes, ok := 0.0, 0.0, true
 	for i, t := range traced {
 		got := float64(t.Dur) / float64(time.Millisecond)
 		diff := math.Abs(got - measuredMs[i])
@@ -140,12 +151,17 @@ func traceAccuracy(traced []trace.Transfer, measuredMs []float64) (string, bool)
 			ok = false
 		}
 		worst = max(worst, diff)
+		db := math.Abs(float64(t.Bytes)-float64(want[i].bytes)) / float64(max(want[i].bytes, 1))
+		if db > 0.05 {
+			ok = false
+		}
+		worstBytes = max(worstBytes, db)
 	}
 	within := "within"
 	if !ok {
 		within = "NOT within"
 	}
-	return fmt.Sprintf("%d traced, worst %.1f ms (%s 5%% or %v)", len(traced), worst, within, labTraceInterval), ok
+	return fmt.Sprintf("%d traced, worst %.1f ms, bytes %.2f%% (%s 5%% or %v)", len(traced), worst, 100*worstBytes, within, labTraceInterval), ok
 }
 
 // writeLabHTML writes a trace's report to dir/name.html, and the

@@ -1,0 +1,37 @@
+package lab
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/trace"
+)
+
+func TestTraceAccuracy(t *testing.T) {
+	tr := func(ms ...int) []trace.Transfer {
+		var out []trace.Transfer
+		for _, m := range ms {
+			out = append(out, trace.Transfer{Dur: time.Duration(m) * time.Millisecond, Bytes: 3_400_090})
+		}
+		return out
+	}
+	want := []measured{{700, 3_400_000}, {610, 3_400_000}, {612, 3_400_000}, {640, 3_400_000}}
+	// The first response was not traced: the rest line up after it.
+	if s, ok := traceAccuracy(tr(606, 615, 645), want); !ok || !strings.Contains(s, "worst 5.0 ms") {
+		t.Errorf("%s %v", s, ok)
+	}
+	// 700 against 640: off by more than 5 % and one sample.
+	if s, ok := traceAccuracy(tr(610, 612, 700), want[1:]); ok {
+		t.Errorf("%s: want not within", s)
+	}
+	// Bytes off by 10 %.
+	short := tr(610)
+	short[0].Bytes = 3_060_000
+	if s, ok := traceAccuracy(short, want[1:2]); ok {
+		t.Errorf("%s: want not within", s)
+	}
+	if s, ok := traceAccuracy(nil, want); ok || s != "-" {
+		t.Errorf("nothing traced: %s %v", s, ok)
+	}
+}
