@@ -23,6 +23,8 @@ type TraceOptions struct {
 	Progress io.Writer
 	// GoTimers sleeps with Go's timers instead of trace.PreciseSleep.
 	GoTimers bool
+	// IdleEvery is trace's --idle-every (the traced connections are idle).
+	IdleEvery int
 }
 
 func (o TraceOptions) sleep() func(context.Context, time.Duration) error {
@@ -112,7 +114,7 @@ func Trace(ctx context.Context, o TraceOptions) (*TraceResult, error) {
 	}
 	start := time.Now()
 	tr, st, err := trace.Live(ctx, trace.LiveOptions{NS: sp.ns, Filter: sockdiag.Filter{Ports: []uint16{port}},
-		Interval: time.Second / time.Duration(o.Rate), Duration: o.Duration, Now: time.Now, Sleep: o.sleep()})
+		Interval: time.Second / time.Duration(o.Rate), Duration: o.Duration, IdleEvery: o.IdleEvery, Now: time.Now, Sleep: o.sleep()})
 	if err != nil {
 		return nil, err
 	}

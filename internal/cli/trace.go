@@ -27,6 +27,7 @@ type traceOpts struct {
 	bandwidth             string
 	top                   int
 	gap, discover         time.Duration
+	idleEvery             int
 }
 
 func newTraceCmd(e *Env) *cobra.Command {
@@ -64,6 +65,7 @@ error, 3 recording failed.`,
 	fs.StringVar(&o.bandwidth, "bandwidth", "", "the path's rate, e.g. 100mbit (default: best delivery rate measured to the peer)")
 	fs.IntVar(&o.top, "top", 20, "rows in the table of slowest transfers (0: all)")
 	fs.DurationVar(&o.gap, "gap", 0, "idle time that ends a transfer (default: max(50ms, 3 samples))")
+	fs.IntVar(&o.idleEvery, "idle-every", 10, "read connections with nothing queued, in flight or moving only every Nth sample until they move (1: every sample)")
 	fs.DurationVar(&o.discover, "discover", 0, "time between the dumps that find new connections (default: as often as 1% of one core allows)")
 	return cmd
 }
@@ -72,8 +74,8 @@ func runTrace(cmd *cobra.Command, e *Env, o *traceOpts) error {
 	if o.rate < 1 || o.rate > trace.MaxRate {
 		return usageErr("trace: --rate must be between 1 and %d", trace.MaxRate)
 	}
-	if o.duration < 0 || o.gap < 0 || o.top < 0 || o.discover < 0 {
-		return usageErr("trace: --duration, --gap, --discover and --top must not be negative")
+	if o.duration < 0 || o.gap < 0 || o.top < 0 || o.discover < 0 || o.idleEvery < 0 {
+		return usageErr("trace: --duration, --gap, --discover, --idle-every and --top must not be negative")
 	}
 	live := len(o.ports)+len(o.lports)+len(o.rports)+len(o.peers) > 0 || o.pid != 0 || o.netns != "" || o.duration > 0 || o.out != "" || o.discover > 0
 	if o.from != "" && live {
@@ -150,7 +152,7 @@ func traceLive(cmd *cobra.Command, e *Env, o *traceOpts) (*trace.Trace, error) {
 		return nil, usageErr("trace: %v", err)
 	}
 	lo := trace.LiveOptions{Filter: flt, Pid: o.pid, ProcRoot: e.ProcRoot, Interval: time.Second / time.Duration(o.rate),
-		Duration: o.duration, Discover: o.discover, Now: e.Now, Sleep: trace.PreciseSleep}
+		Duration: o.duration, Discover: o.discover, IdleEvery: o.idleEvery, Now: e.Now, Sleep: trace.PreciseSleep}
 	switch {
 	case o.netns != "":
 		ns, err := netns.Finder{ProcRoot: e.ProcRoot, RunDir: "/run/netns"}.Named(o.netns)

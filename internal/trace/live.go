@@ -27,9 +27,11 @@ type LiveOptions struct {
 	Duration time.Duration
 	// Discover fixes the time between discovery dumps (see Config).
 	Discover time.Duration
-	Now      func() time.Time
-	Sleep    func(ctx context.Context, d time.Duration) error
-	Sink     *Writer
+	// IdleEvery: see Config.
+	IdleEvery int
+	Now       func() time.Time
+	Sleep     func(ctx context.Context, d time.Duration) error
+	Sink      *Writer
 }
 
 // PidNS is the network namespace process pid lives in.
@@ -57,7 +59,7 @@ func Live(ctx context.Context, o LiveOptions) (*Trace, Stats, error) {
 	}
 	defer conn.Close()
 	host, _ := os.Hostname()
-	cfg := Config{Source: conn, Filter: o.Filter, Interval: o.Interval, Duration: o.Duration, Discover: o.Discover, Now: o.Now, Sleep: o.Sleep,
+	cfg := Config{Source: conn, Filter: o.Filter, Interval: o.Interval, Duration: o.Duration, Discover: o.Discover, IdleEvery: o.IdleEvery, Now: o.Now, Sleep: o.Sleep,
 		Sink: o.Sink, Header: Header{Host: host, Netns: o.NS.Name, Filter: Describe(&o.Filter, o.Pid)}}
 	if o.Pid > 0 {
 		sc := procs.Scanner{Root: o.ProcRoot}

@@ -211,3 +211,33 @@ func TestRecordStopsOnCancel(t *testing.T) {
 		t.Errorf("err %v after %d ticks, want nil after 7", err, st.Ticks)
 	}
 }
+
+// A quiet connection is read every IdleEvery-th tick until it moves.
+func TestRecordIdleEvery(t *testing.T) {
+	sk := &snapshot.Socket{Family: 2, State: snapshot.Established, Cookie: 1, Info: &snapshot.TCPInfo{Len: snapshot.SizeKnown}}
+	src := &fakeSource{socks: map[uint64]*snapshot.Socket{1: sk}}
+	clk := &fakeClock{now: time.Unix(1000, 0)}
+	ticks := 0
+	clk.tick = func(time.Duration) {
+		if ticks++; ticks >= 50 {
+			sk.Info.BytesAcked += 1000
+		}
+	}
+	tr, st, err := Record(context.Background(), Config{Source: src, Interval: 10 * time.Millisecond, Duration: time.Second,
+		Discover: time.Hour, IdleEvery: 10, Now: clk.Now, Sleep: clk.Sleep})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var quiet, moving int
+	for _, p := range tr.Conns[0].Points {
+		if p.T < 500*time.Millisecond {
+			quiet++
+		} else {
+			moving++
+		}
+	}
+	// Quiet: the dump, two samples to call it quiet, then one in ten.
+	if quiet < 5 || quiet > 10 || moving < 48 || st.Ticks != 100 {
+		t.Errorf("%d samples while quiet, %d while moving, of %d ticks", quiet, moving, st.Ticks)
+	}
+}

@@ -34,6 +34,11 @@ type Config struct {
 	// Discover, when set, is the fixed time between discovery dumps
 	// instead of the pace DumpShare allows.
 	Discover time.Duration
+	// IdleEvery: connections with nothing queued, in flight or counted
+	// for two samples are read every IdleEvery-th tick until they move
+	// (a transfer's start is then placed by the kernel's busy time in
+	// the longer interval). 0 or 1 reads every connection every tick.
+	IdleEvery int
 	// DumpShare is the share of one core discovery dumps may take: the
 	// time between dumps is their cost over it, at least one tick (new
 	// connections are seen that late at worst). 0 means 1 %.
@@ -157,6 +162,12 @@ type recorder struct {
 	live     []int          // indices of connections still open
 	keys     []sockdiag.Key // their lookup keys, same order
 	inodes   map[uint32]bool
+	// quiet counts each connection's consecutive samples with nothing
+	// queued or in flight and no byte counted, by index in tr.Conns.
+	quiet []int
+	tick  int
+	sel   []int          // positions in live looked up this tick
+	selK  []sockdiag.Key // their keys
 }
 
 // discover dumps the matching sockets, adds the new ones, and records a
@@ -199,23 +210,41 @@ func (r *recorder) discover(opts sockdiag.Options, t time.Duration) error {
 }
 
 // lookup reads the known connections one by one; those gone are dropped.
+// Connections quiet for two samples or more are read every IdleEvery-th
+// tick only, spread over the ticks; any change brings them back to every
+// tick.
 func (r *recorder) lookup(opts sockdiag.Options, t time.Duration) error {
-	found := make([]bool, len(r.live))
-	err := r.cfg.Source.Lookup(opts, r.keys, func(i int, sk *snapshot.Socket) error {
+	r.tick++
+	every := r.cfg.IdleEvery
+	r.sel, r.selK = r.sel[:0], r.selK[:0]
+	for i, idx := range r.live {
+		if every <= 1 || r.quiet[idx] < 2 || (r.tick+idx)%every == 0 {
+			r.sel, r.selK = append(r.sel, i), append(r.selK, r.keys[i])
+		}
+	}
+	if len(r.sel) == 0 {
+		return nil
+	}
+	gone := make([]bool, len(r.live))
+	for _, i := range r.sel {
+		gone[i] = true
+	}
+	err := r.cfg.Source.Lookup(opts, r.selK, func(j int, sk *snapshot.Socket) error {
 		if sk.Info == nil || traceStates&(1<<sk.State) == 0 {
 			return nil // TIME_WAIT now: closed
 		}
-		found[i] = true
+		i := r.sel[j]
+		gone[i] = false
 		return r.add(r.live[i], t, sk)
 	})
 	if err != nil {
 		return err
 	}
-	if slices.Contains(found, false) {
+	if slices.Contains(gone, true) {
 		var live []int
 		var keys []sockdiag.Key
-		for i, ok := range found {
-			if ok {
+		for i, g := range gone {
+			if !g {
 				live, keys = append(live, r.live[i]), append(keys, r.keys[i])
 			}
 		}
@@ -227,9 +256,22 @@ func (r *recorder) lookup(opts sockdiag.Options, t time.Duration) error {
 func (r *recorder) add(idx int, t time.Duration, sk *snapshot.Socket) error {
 	c := r.tr.Conns[idx]
 	p := pointOf(t, c.ID, sk)
+	for len(r.quiet) <= idx {
+		r.quiet = append(r.quiet, 0)
+	}
+	if n := len(c.Points); n > 0 && quietAfter(&c.Points[n-1], &p) {
+		r.quiet[idx]++
+	} else {
+		r.quiet[idx] = 0
+	}
 	c.Points = append(c.Points, p)
 	if r.cfg.Sink != nil {
 		return r.cfg.Sink.Point(&p)
 	}
 	return nil
+}
+
+// quietAfter: nothing moved from a to b and nothing waits to.
+func quietAfter(a, b *Point) bool {
+	return a.Acked == b.Acked && a.Recvd == b.Recvd && b.SendQ == 0 && b.RecvQ == 0 && b.Unacked == 0
 }
