@@ -25,15 +25,22 @@ var (
 
 var reportTmpl = template.Must(template.New("report").Parse(reportHTML))
 
+type holderColor struct {
+	Name  string `json:"name"`
+	Color string `json:"color"`
+}
+
 // holderColors: one colour per holder, shared by the shading and the strip.
-var holderColors = []struct{ Name, Color string }{
-	{string(HeldRwnd), "#e6194b"},
-	{string(HeldSndbuf), "#f58231"},
-	{string(HeldCongestion), "#4363d8"},
-	{string(HeldRecovery), "#911eb4"},
-	{string(HeldAppWrite), "#3cb44b"},
-	{string(HeldAppRead), "#9a6324"},
-	{string(HeldOther), "#808080"},
+func holderColors() []holderColor {
+	return []holderColor{
+		{string(HeldRwnd), "#e6194b"},
+		{string(HeldSndbuf), "#f58231"},
+		{string(HeldCongestion), "#4363d8"},
+		{string(HeldRecovery), "#911eb4"},
+		{string(HeldAppWrite), "#3cb44b"},
+		{string(HeldAppRead), "#9a6324"},
+		{string(HeldOther), "#808080"},
+	}
 }
 
 // MaxPageConns bounds the connections plotted in one page: the ones with
@@ -66,11 +73,8 @@ type pageConn struct {
 }
 
 type pageData struct {
-	HoldersJ []struct {
-		Name  string `json:"name"`
-		Color string `json:"color"`
-	} `json:"holders"`
-	Conns []pageConn `json:"conns"`
+	Holders []holderColor `json:"holders"`
+	Conns   []pageConn    `json:"conns"`
 }
 
 type connSection struct {
@@ -103,13 +107,7 @@ func WriteHTML(w io.Writer, tr *Trace, ts []Transfer, title string) error {
 	}
 	sort.SliceStable(conns, func(i, j int) bool { return conns[i].ID < conns[j].ID })
 
-	var data pageData
-	for _, h := range holderColors {
-		data.HoldersJ = append(data.HoldersJ, struct {
-			Name  string `json:"name"`
-			Color string `json:"color"`
-		}{h.Name, h.Color})
-	}
+	data := pageData{Holders: holderColors()}
 	var sections []connSection
 	for _, c := range conns {
 		pc := pageConn{ID: c.ID}
@@ -174,7 +172,7 @@ func WriteHTML(w io.Writer, tr *Trace, ts []Transfer, title string) error {
 		"NConns":     len(tr.Conns),
 		"NTransfers": len(ts),
 		"NSlow":      nSlow,
-		"Holders":    holderColors,
+		"Holders":    data.Holders,
 		"Slowest":    slowest,
 		"Conns":      sections,
 		"Data":       template.JS(js),
