@@ -28,6 +28,9 @@ const (
 	// it, loss at a full bottleneck queue is how congestion control finds
 	// the path's rate, and --bandwidth tells whether it costs anything.
 	retransPeerUnknownPath = 0.05
+	// retransQueuedRTT: smoothed RTT at least this many times the
+	// minimum RTT means a queue on the path (see queued).
+	retransQueuedRTT = 1.2
 	// retransPeerMinBytes: a peer must have been sent this much in the window.
 	retransPeerMinBytes = 1 << 20
 	retransMaxFindings  = 10
@@ -51,6 +54,18 @@ type peerRetrans struct {
 // verdict says whether the loss to this peer costs throughput: flows
 // still moving near their path's rate lose packets at a full bottleneck
 // queue, as loss-probing congestion control does by design.
+// queued: the busiest connection's smoothed RTT stands well above its
+// minimum, so a queue has built on the path and losses come from it
+// overflowing: a flow filling its bottleneck. Loss without a queue is
+// the path's own (a bad link, a policer), and costs every connection.
+func (pr *peerRetrans) queued() bool {
+	if pr.sample == nil || pr.sample.Info == nil || pr.sample.Info.MinRTT == 0 {
+		return true // unknown: no loss is blamed on the path without it
+	}
+	ti := pr.sample.Info
+	return float64(ti.RTT) >= retransQueuedRTT*float64(ti.MinRTT)
+}
+
 // known is false when the path's rate is unknown: then only a loss rate
 // that hurts any loss-based sender (retransPeerUnknownPath) warns.
 func (pr *peerRetrans) verdict(in *diag.Input, rates map[netip.Addr]float64, idx tcpmodel.Tuples) (v tcpmodel.Verdict, known bool) {
@@ -157,7 +172,7 @@ func checkRetransmissions(in *diag.Input) ([]diag.Finding, error) {
 		switch {
 		case r >= retransPeerCrit:
 			sev = diag.Critical // connections stall in RTO backoff
-		case known && v.Lost, !known && r >= retransPeerUnknownPath:
+		case known && v.Lost, !known && r >= retransPeerUnknownPath, !known && !pr.queued():
 			sev = diag.Warning
 		}
 		costly = costly || sev >= diag.Warning
@@ -183,7 +198,16 @@ func checkRetransmissions(in *diag.Input) ([]diag.Finding, error) {
 			ev = append(ev, diag.Evidence{Name: "processes", Value: tcpmodel.Who(cur, pr.pids), Source: "procs owners"})
 		}
 		ev = append(ev, diag.Evidence{Name: "performance", Value: v.Why, Source: "sock_diag tcp_info.bytes_acked (delta); --bandwidth or delivery rates",
-			Threshold: fmt.Sprintf("warning when the flows move below %s of a known path rate, or at %.0f%% loss when the path's rate is unknown; critical at %.0f%% whatever the rate", units.Pct(tcpmodel.LostShare), 100*retransPeerUnknownPath, 100*retransPeerCrit)})
+			Threshold: fmt.Sprintf("warning when the flows move below %s of a known path rate; with the rate unknown, at %.0f%% loss, or at any loss above %.0f%% without a queue on the path; critical at %.0f%% whatever the rate", units.Pct(tcpmodel.LostShare), 100*retransPeerUnknownPath, 100*retransPeerWarn, 100*retransPeerCrit)})
+		if pr.sample != nil && pr.sample.Info != nil && pr.sample.Info.MinRTT > 0 {
+			ti := pr.sample.Info
+			q := "a queue has built (losses at a full bottleneck queue)"
+			if !pr.queued() {
+				q = "no queue (the path itself drops: a bad link or a policer)"
+			}
+			ev = append(ev, diag.Evidence{Name: "queue on the path", Value: fmt.Sprintf("smoothed RTT %s against minimum %s: %s", units.RTT(tcpmodel.RTT(ti)), units.RTT(time.Duration(ti.MinRTT)*time.Microsecond), q),
+				Source: "sock_diag tcp_info.rtt, min_rtt of the busiest connection", Threshold: fmt.Sprintf("queue: rtt >= %.1f x min_rtt", retransQueuedRTT)})
+		}
 		pf = append(pf, diag.Finding{Severity: sev, Subject: sub,
 			Summary:  fmt.Sprintf("%.1f%% of bytes sent to %s were retransmitted over %s", 100*r, pr.addr, units.Dur(in.Window())),
 			Evidence: ev, Fixes: retransFixes("the path to " + pr.addr.String())})
