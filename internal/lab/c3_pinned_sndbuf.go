@@ -217,7 +217,7 @@ func c3Transfer(ctx context.Context, tb *Testbed, s c3Send) (out c3Out, findings
 			tb.Logf("c3: trace: %s", t.Verdict.Line)
 		}
 	}
-	name := fmt.Sprintf("c3-pinned-sndbuf-%s-%s", strings.ReplaceAll(units.Rate(s.rate/8), " ", ""), c3BufLabel(sndbuf))
+	name := fmt.Sprintf("c3-pinned-sndbuf-%s-%s-%s", strings.ReplaceAll(units.Rate(s.rate/8), " ", ""), c3BufLabel(sndbuf), units.Bytes(float64(size)))
 	if err := writeLabHTML(tb.Opts.HTMLDir, strings.ReplaceAll(name, "/", ""), tr, s.rate); err != nil {
 		return out, findings, err
 	}
