@@ -202,8 +202,8 @@ func TestFillBroken(t *testing.T) {
 func TestSysctlNamesInFixture(t *testing.T) {
 	s := fill(t, fixtureFS("linux-6.18"))
 	names := SysctlNames()
-	if len(names) != 37 {
-		t.Errorf("%d sysctl names, want 37", len(names))
+	if len(names) != 38 {
+		t.Errorf("%d sysctl names, want 38", len(names))
 	}
 	for _, n := range names {
 		_, ok := s.Sysctls[n]

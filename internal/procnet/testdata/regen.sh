@@ -17,7 +17,7 @@ for name in \
 	net.core.rmem_max net.core.wmem_default net.core.wmem_max \
 	net.ipv4.tcp_rmem net.ipv4.tcp_wmem net.ipv4.tcp_mem \
 	net.ipv4.tcp_moderate_rcvbuf net.ipv4.ip_local_port_range \
-	net.ipv4.ip_local_reserved_ports net.ipv4.tcp_tw_reuse \
+	net.ipv4.ip_local_reserved_ports net.ipv4.tcp_tw_reuse net.ipv4.tcp_tw_reuse_delay \
 	net.ipv4.tcp_fin_timeout net.ipv4.tcp_max_tw_buckets \
 	net.ipv4.tcp_max_syn_backlog net.ipv4.tcp_syncookies \
 	net.ipv4.tcp_congestion_control net.ipv4.tcp_available_congestion_control \
