@@ -117,7 +117,7 @@ func churnFinding(in *diag.Input, c *tcpmodel.Churn, sev diag.Severity) diag.Fin
 		if c.Openers.Len() == 0 && pid != 0 {
 			v = tcpmodel.Who(in.Prev, []int{pid}) + " (from the previous sample)"
 		} else if pid == 0 && life < time.Second {
-			v += fmt.Sprintf(" (connections living about %s end before the owner scan that follows the socket dump reaches them)", units.Dur(life))
+			v += fmt.Sprintf(" (connections living about %s ended before the owner scan and its second look reached them)", units.Dur(life))
 		}
 		ev = append(ev, diag.Evidence{Name: "opener", Value: v, Source: "/proc/PID/fd socket inodes of the flow's open connections"})
 	} else {
