@@ -65,7 +65,7 @@ error, 3 recording failed.`,
 	fs.StringVar(&o.bandwidth, "bandwidth", "", "the path's rate, e.g. 100mbit (default: best delivery rate measured to the peer)")
 	fs.IntVar(&o.top, "top", 20, "rows in the table of slowest transfers (0: all)")
 	fs.DurationVar(&o.gap, "gap", 0, "idle time that ends a transfer (default: max(50ms, 3 samples))")
-	fs.IntVar(&o.idleEvery, "idle-every", 10, "read connections with nothing queued, in flight or moving only every Nth sample until they move (1: every sample)")
+	fs.IntVar(&o.idleEvery, "idle-every", 1, "read connections with nothing queued, in flight or moving only every Nth sample until they move (cheaper; short transfers on them are seen coarsely)")
 	fs.DurationVar(&o.discover, "discover", 0, "time between the dumps that find new connections (default: as often as 1% of one core allows)")
 	return cmd
 }

@@ -45,7 +45,7 @@ func newTraceBenchCmd(e *Env) *cobra.Command {
 	fs.IntVar(&o.Matched, "matched", 100, "traced sockets")
 	fs.IntVar(&o.Rate, "rate", 100, "samples per second")
 	fs.DurationVar(&o.Duration, "duration", 20*time.Second, "how long to record")
-	fs.IntVar(&o.IdleEvery, "idle-every", 1, "trace's --idle-every: 1 reads every traced connection every sample (they are idle: 10 reads them at a tenth of the rate)")
+	fs.IntVar(&o.IdleEvery, "idle-every", 1, "trace's --idle-every: 1 reads every traced connection every sample (the default); they are idle, so 10 reads them at a tenth of the rate")
 	fs.BoolVar(&o.GoTimers, "go-timers", false, "sleep between samples with Go's timers (as tcpdoctor trace does) instead of nanosleep")
 	return cmd
 }

@@ -99,7 +99,7 @@ func Record(ctx context.Context, cfg Config) (*Trace, Stats, error) {
 	r := &recorder{cfg: cfg, tr: tr, byCookie: map[uint64]int{}}
 	opts := sockdiag.Options{States: traceStates, Info: true, Mem: true, Filter: &cfg.Filter}
 	var nextDump time.Time
-	var avg time.Duration // smoothed cost of a dump
+	var costs []time.Duration // of the last dumps
 	next := start
 	for {
 		now := cfg.Now()
@@ -116,14 +116,19 @@ func Record(ctx context.Context, cfg Config) (*Trace, Stats, error) {
 			st.Dumps++
 			cost := cfg.Now().Sub(t0)
 			st.DumpTime += cost
-			// Dump again when dumps at this pace fit the budget; the cost
-			// is smoothed so that one slow dump (a preemption) does not
-			// leave new connections unseen for long.
-			if avg == 0 {
-				avg = cost
+			// Dump again when dumps at this pace fit the budget. The cost
+			// is the least of the last four, so that a slow one (the
+			// process preempted, the first one in a namespace) does not
+			// leave new connections unseen for long; until four are
+			// known the gap stays under a second.
+			costs = append(costs, cost)
+			if len(costs) > 4 {
+				costs = costs[1:]
 			}
-			avg = (3*avg + cost) / 4
-			gap := max(time.Duration(float64(avg)/cfg.DumpShare), cfg.Interval)
+			gap := max(time.Duration(float64(slices.Min(costs))/cfg.DumpShare), cfg.Interval)
+			if st.Dumps < 4 {
+				gap = min(gap, max(time.Second, cfg.Interval))
+			}
 			if cfg.Discover > 0 {
 				gap = cfg.Discover
 			}

@@ -21,7 +21,7 @@ type Verdict struct {
 	PathRate float64       `json:"path_rate_Bps"`
 	PathFrom string        `json:"path_from"`
 	// Slow: moving less than tcpmodel.LostShare of the path's rate, for
-	// longer than MinSlow.
+	// longer than MinSlow and over two sampling intervals at least.
 	Slow bool   `json:"slow"`
 	Held Holder `json:"held_by"`
 	// HeldFor is the time Held took.
@@ -73,7 +73,9 @@ func Judge(tr *Trace, ts []Transfer, o JudgeOptions) {
 		if path.Rate > 0 {
 			rate = path.Rate
 		}
-		verdict := &Verdict{PathRate: rate, PathFrom: path.Source, Slow: v.Lost && t.Dur >= minSlow}
+		// A transfer inside one sampling interval has a duration no better
+		// than that interval (a small request): not judged.
+		verdict := &Verdict{PathRate: rate, PathFrom: path.Source, Slow: v.Lost && t.Dur >= minSlow && t.Samples >= 3}
 		if verdict.PathFrom == "" {
 			verdict.PathFrom = "reference " + units.Rate(tcpmodel.ReferenceRate)
 		}
