@@ -32,7 +32,16 @@ The tables below are real output of `sudo bin/tcpdoctor lab run NAME` (full form
 2-core Linux 6.18 VM, copied by `scripts/lab-doc.sh` from the files in docs/lab/ (which hold the
 complete output, progress lines included). Absolute figures vary from run to run; the shape (who
 wins, by roughly how much) is what the lab asserts. Where this kernel differs from the case as
-reported (the figures each scenario's notes quote), the scenario says so in its notes.''')
+reported (the figures each scenario's notes quote), the scenario says so in its notes.
+
+The quick forms (`--quick`, what `go test ./internal/lab` runs) must not depend on a quiet
+machine. A check window judges two instants, and a busy machine can catch the writer or the delay
+line off the CPU at one of them or stretch the window itself, so: c3-pinned-sndbuf gives the pinned
+sender up to three windows and its client namespace a 16 MiB tcp_wmem maximum, so that an
+autotuned sender held at 4 MiB by a load-stretched RTT does not make the fix look unfinished;
+c2-port-exhaustion holds its clients long enough for a window five times its length. Measured:
+every quick form reproduced in two runs beside two busy loops and in one beside four, on the
+2-core VM.''')
 for name in order:
     txt = open(f"docs/lab/{name}.txt").read()
     m = re.search(r"^== .*?(?=^verdict)", txt, re.S | re.M)
