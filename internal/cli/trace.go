@@ -178,6 +178,9 @@ func traceLive(cmd *cobra.Command, e *Env, o *traceOpts) (*trace.Trace, error) {
 	if err != nil {
 		return nil, collectErr(err)
 	}
+	if st.Ended != "" {
+		e.progress("trace: stopped early: %s", st.Ended)
+	}
 	p50, p99, worst := st.JitterSummary()
 	e.progress("trace: %d samples (%d dumps, %d lookups) of %d connections, %d missed; lateness median %s, p99 %s, max %s", st.Ticks, st.Dumps, st.Lookups, len(tr.Conns), st.Missed,
 		p50.Round(time.Microsecond), p99.Round(time.Microsecond), worst.Round(time.Microsecond))

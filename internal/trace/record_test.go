@@ -241,3 +241,27 @@ func TestRecordIdleEvery(t *testing.T) {
 		t.Errorf("%d samples while quiet, %d while moving, of %d ticks", quiet, moving, st.Ticks)
 	}
 }
+
+// The traced process ending ends the recording, keeping what was seen;
+// a process missing at the start is an error.
+func TestRecordProcessEnds(t *testing.T) {
+	src := &fakeSource{socks: map[uint64]*snapshot.Socket{}}
+	clk := &fakeClock{now: time.Unix(1000, 0)}
+	calls := 0
+	inodes := func() (map[uint32]bool, error) {
+		if calls++; calls > 3 {
+			return nil, errors.New("open /proc/42/fd: no such file or directory")
+		}
+		return map[uint32]bool{}, nil
+	}
+	_, st, err := Record(context.Background(), Config{Source: src, Interval: 10 * time.Millisecond, Duration: time.Second,
+		Now: clk.Now, Sleep: clk.Sleep, Inodes: inodes})
+	if err != nil || st.Ended == "" || st.Ticks != 4 {
+		t.Errorf("err %v, ended %q after %d ticks", err, st.Ended, st.Ticks)
+	}
+	calls = 10
+	if _, _, err := Record(context.Background(), Config{Source: src, Interval: 10 * time.Millisecond, Duration: time.Second,
+		Now: clk.Now, Sleep: clk.Sleep, Inodes: inodes}); err == nil {
+		t.Error("a process missing at the start: no error")
+	}
+}

@@ -58,10 +58,15 @@ type Stats struct {
 	Missed int
 	// Lateness of each tick against its schedule.
 	Jitter []time.Duration
+	// Ended says why the recording stopped early, if it did.
+	Ended string
 	// Busy is the time spent sampling (dumps, lookups, bookkeeping);
 	// DumpTime the part spent in discovery dumps.
 	Busy, DumpTime time.Duration
 }
+
+// errGone stops a recording whose process (Inodes) has ended.
+var errGone = errors.New("trace: traced process ended")
 
 // Conns states: what dumps ask for. Listeners, TIME_WAIT and request
 // sockets carry no transfers.
@@ -137,6 +142,10 @@ func Record(ctx context.Context, cfg Config) (*Trace, Stats, error) {
 			err = r.lookup(opts, t)
 			st.Lookups++
 		}
+		if errors.Is(err, errGone) {
+			st.Ended = "the traced process ended"
+			break
+		}
 		if err != nil {
 			return tr, st, err
 		}
@@ -182,6 +191,9 @@ func (r *recorder) discover(opts sockdiag.Options, t time.Duration) error {
 	if r.cfg.Inodes != nil {
 		m, err := r.cfg.Inodes()
 		if err != nil {
+			if r.inodes != nil {
+				return errGone // the process ended: so does the recording
+			}
 			return err
 		}
 		r.inodes = m
