@@ -9,8 +9,8 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/units"
 )
 
-// The buffer fixes in the wording of check's rwnd-limited and
-// sndbuf-limited findings, for callers outside the rules (trace).
+// The buffer fixes of rwnd-limited and sndbuf-limited, also used by
+// trace's verdicts.
 
 // UnpinRcvBuf is the fix for a pinned receive buffer: the receiver (who)
 // stops pinning it.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tcpdoctor/tcpdoctor/internal/bdp"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
+	"github.com/tcpdoctor/tcpdoctor/internal/remedy"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/tcpmodel"
 	"github.com/tcpdoctor/tcpdoctor/internal/units"
@@ -352,16 +353,7 @@ func rwndFixes(s *snapshot.Snapshot, peer *snapshot.Socket, plan bdp.Plan, rtt t
 			who += " (its Recv-Q is full: it also reads too slowly; see slow-reader)"
 		}
 	}
-	fs := []diag.Fix{{Scope: "application", Text: "receiver side, " + who + ": stop pinning the receive buffer (remove Java setReceiveBufferSize, Netty ChannelOption.SO_RCVBUF, Go (*net.TCPConn).SetReadBuffer, setsockopt(SO_RCVBUF)) so receive autotuning grows it up to tcp_rmem[2]",
-		Risk: "more memory per busy connection on the receiver"}}
-	if plan.BDP > 0 {
-		ask := fmt.Sprint(int64(plan.AskRcvBuf))
-		fs = append(fs, diag.Fix{Scope: "application", Text: "or set the receiver's buffer to " + ask + " bytes (the kernel doubles it and advertises about half of the result), e.g. Java socket.setReceiveBufferSize(" + ask + ")",
-			Command: "SO_RCVBUF=" + ask, Risk: "requests above net.core.rmem_max are silently capped; a fixed size is wrong again when the path changes"})
-	} else {
-		fs = append(fs, diag.Fix{Scope: "application", Text: "or set the receiver's buffer to at least the path's BDP (the kernel doubles it and advertises about half of the result)",
-			Command: "tcpdoctor bdp --rtt " + units.RTT(rtt) + " --bandwidth <link rate>", Risk: "requests above net.core.rmem_max are silently capped"})
-	}
+	fs := []diag.Fix{remedy.UnpinRcvBuf(who), remedy.SizeRcvBuf(plan, rtt)}
 	if peer == nil {
 		// The receiver's sysctls are not in this snapshot: give the values.
 		if plan.BDP > 0 {

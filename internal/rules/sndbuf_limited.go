@@ -7,6 +7,7 @@ import (
 
 	"github.com/tcpdoctor/tcpdoctor/internal/bdp"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
+	"github.com/tcpdoctor/tcpdoctor/internal/remedy"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/tcpmodel"
 	"github.com/tcpdoctor/tcpdoctor/internal/units"
@@ -251,18 +252,7 @@ func sndbufFinding(in *diag.Input, sk, prev *snapshot.Socket, look sndbufLook, r
 func sndbufFixes(s *snapshot.Snapshot, plan bdp.Plan, pinned, atAuto bool, rtt time.Duration) []diag.Fix {
 	var fs []diag.Fix
 	if !atAuto || pinned {
-		fs = append(fs,
-			diag.Fix{Scope: "application", Text: "stop pinning the send buffer so autotuning (up to tcp_wmem[2]) sizes it: remove Java socket.setSendBufferSize, Netty ChannelOption.SO_SNDBUF, Go (*net.TCPConn).SetWriteBuffer, nginx listen/proxy sndbuf=, setsockopt(SO_SNDBUF)",
-				Risk: "more memory per busy connection (bounded by tcp_wmem and tcp_mem)"},
-		)
-		if plan.BDP > 0 {
-			ask := fmt.Sprint(int64(plan.AskSndBuf))
-			fs = append(fs, diag.Fix{Scope: "application", Text: "or set the send buffer to " + ask + " bytes, e.g. Java socket.setSendBufferSize(" + ask + ")",
-				Command: "SO_SNDBUF=" + ask, Risk: "a fixed size is wrong again when RTT or rate change; requests above net.core.wmem_max are silently capped"})
-		} else {
-			fs = append(fs, diag.Fix{Scope: "application", Text: "or set the send buffer to at least the path's BDP",
-				Command: "tcpdoctor bdp --rtt " + units.RTT(rtt) + " --bandwidth <link rate>", Risk: "requests above net.core.wmem_max are silently capped"})
-		}
+		fs = append(fs, remedy.UnpinSndBuf(), remedy.SizeSndBuf(plan, rtt))
 	}
 	for _, c := range plan.Checks {
 		if c.OK || c.Command == "" {
