@@ -3,10 +3,11 @@ module github.com/tcpdoctor/tcpdoctor
 go 1.26.8
 
 require (
+	github.com/cilium/ebpf v0.22.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/common v0.72.0
 	github.com/spf13/cobra v1.10.2
-	github.com/spf13/pflag v1.0.9
+	github.com/spf13/pflag v1.0.10
 	golang.org/x/sys v0.49.0
 )
 

@@ -1,0 +1,212 @@
+// SPDX-License-Identifier: GPL-2.0
+/* Connection lifecycle counters from tp_btf/inet_sock_set_state.
+ *
+ * Counted in a hash map keyed by (netns, pid, comm, peer, family), read and
+ * emptied by user space each interval; nothing is sent per event.
+ *   opens          CLOSE->SYN_SENT: connect(), in the caller's context
+ *   failed_ports   SYN_SENT->CLOSE with source port 0: no ephemeral port
+ *                  (EADDRNOTAVAIL), in the caller's context
+ *   active_closes  ESTABLISHED->FIN_WAIT1: close()/shutdown() of a
+ *                  connection whose peer had not closed, in the closer's
+ *                  context (it will hold the TIME_WAIT)
+ *   peer_closes    ESTABLISHED->CLOSE_WAIT of a connection this program saw
+ *                  opened (softirq: attributed to the opener by cookie)
+ *   lifetime_*     SYN_SENT to CLOSE of connections seen opened
+ */
+#include "vmlinux.h"
+
+#define SEC(name) __attribute__((section(name), used))
+#define __uint(name, val) int(*name)[val]
+#define __type(name, val) typeof(val) *name
+
+#define BPF_MAP_TYPE_HASH 1
+#define BPF_MAP_TYPE_ARRAY 2
+#define BPF_MAP_TYPE_LRU_HASH 9
+#define BPF_NOEXIST 1
+#define AF_INET 2
+#define AF_INET6 10
+#define IPPROTO_TCP 6
+
+enum {
+	TCP_ESTABLISHED = 1,
+	TCP_SYN_SENT = 2,
+	TCP_FIN_WAIT1 = 4,
+	TCP_CLOSE = 7,
+	TCP_CLOSE_WAIT = 8,
+};
+
+static void *(*bpf_map_lookup_elem)(void *map, const void *key) = (void *)1;
+static long (*bpf_map_update_elem)(void *map, const void *key, const void *value, __u64 flags) = (void *)2;
+static long (*bpf_map_delete_elem)(void *map, const void *key) = (void *)3;
+static __u64 (*bpf_ktime_get_ns)(void) = (void *)5;
+static __u64 (*bpf_get_current_pid_tgid)(void) = (void *)14;
+static long (*bpf_get_current_comm)(void *buf, __u32 size_of_buf) = (void *)16;
+static __u64 (*bpf_get_socket_cookie)(void *ctx) = (void *)46;
+
+struct flow_key {
+	__u32 netns;
+	__u32 pid;
+	__u8 comm[16];
+	__u8 daddr[16];
+	__u16 dport; /* host order */
+	__u16 family;
+};
+
+struct flow_counts {
+	__u64 opens;
+	__u64 failed_ports;
+	__u64 active_closes;
+	__u64 peer_closes;
+	__u64 lifetime_ns;
+	__u64 lifetimes;
+};
+
+struct open_conn {
+	__u64 start_ns;
+	struct flow_key key;
+};
+
+/* Overflow counters: index 0 flows map full, 1 open-connection map
+ * updates failed. */
+#define OVERFLOW_FLOWS 0
+#define OVERFLOW_CONNS 1
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct flow_key);
+	__type(value, struct flow_counts);
+} flows SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64);
+	__type(value, struct open_conn);
+} conns SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2);
+	__type(key, __u32);
+	__type(value, __u64);
+} overflow SEC(".maps");
+
+/* Referenced so bpf2go can generate Go types for them. */
+const struct flow_key *unused_key __attribute__((unused));
+const struct flow_counts *unused_counts __attribute__((unused));
+
+static void count_overflow(__u32 i)
+{
+	__u64 *n = bpf_map_lookup_elem(&overflow, &i);
+	if (n)
+		__sync_fetch_and_add(n, 1);
+}
+
+static struct flow_counts *counts_for(struct flow_key *k)
+{
+	struct flow_counts *c = bpf_map_lookup_elem(&flows, k);
+	if (c)
+		return c;
+	struct flow_counts zero = {};
+	if (bpf_map_update_elem(&flows, k, &zero, BPF_NOEXIST) != 0) {
+		/* -EEXIST: another CPU made it; anything else: full */
+		c = bpf_map_lookup_elem(&flows, k);
+		if (!c)
+			count_overflow(OVERFLOW_FLOWS);
+		return c;
+	}
+	return bpf_map_lookup_elem(&flows, k);
+}
+
+static void fill_key(struct flow_key *k, struct sock *sk, __u16 family)
+{
+	k->netns = sk->__sk_common.skc_net.net->ns.inum;
+	k->pid = bpf_get_current_pid_tgid() >> 32;
+	bpf_get_current_comm(k->comm, sizeof(k->comm));
+	k->family = family;
+	__be16 dport = sk->__sk_common.skc_dport;
+	k->dport = (__u16)((dport >> 8) | (dport << 8));
+	if (family == AF_INET) {
+		__be32 d = sk->__sk_common.skc_daddr;
+		__builtin_memcpy(k->daddr, &d, 4);
+	} else {
+		struct in6_addr d6 = sk->__sk_common.skc_v6_daddr;
+		__builtin_memcpy(k->daddr, &d6, 16);
+	}
+}
+
+SEC("tp_btf/inet_sock_set_state")
+int lifecycle(__u64 *ctx)
+{
+	struct sock *sk = (struct sock *)ctx[0];
+	int oldstate = (int)ctx[1];
+	int newstate = (int)ctx[2];
+
+	if (!sk || sk->sk_protocol != IPPROTO_TCP)
+		return 0;
+	__u16 family = sk->__sk_common.skc_family;
+	if (family != AF_INET && family != AF_INET6)
+		return 0;
+
+	if (oldstate == TCP_CLOSE && newstate == TCP_SYN_SENT) {
+		struct open_conn oc = {};
+		fill_key(&oc.key, sk, family);
+		struct flow_counts *c = counts_for(&oc.key);
+		if (c)
+			__sync_fetch_and_add(&c->opens, 1);
+		oc.start_ns = bpf_ktime_get_ns();
+		__u64 cookie = bpf_get_socket_cookie(sk);
+		if (bpf_map_update_elem(&conns, &cookie, &oc, 0) != 0)
+			count_overflow(OVERFLOW_CONNS);
+		return 0;
+	}
+	if (oldstate == TCP_ESTABLISHED && newstate == TCP_FIN_WAIT1) {
+		struct flow_key k = {};
+		fill_key(&k, sk, family);
+		struct flow_counts *c = counts_for(&k);
+		if (c)
+			__sync_fetch_and_add(&c->active_closes, 1);
+		return 0;
+	}
+	if (newstate == TCP_CLOSE_WAIT && oldstate == TCP_ESTABLISHED) {
+		__u64 cookie = bpf_get_socket_cookie(sk);
+		struct open_conn *oc = bpf_map_lookup_elem(&conns, &cookie);
+		if (!oc)
+			return 0;
+		struct flow_key k = oc->key;
+		struct flow_counts *c = counts_for(&k);
+		if (c)
+			__sync_fetch_and_add(&c->peer_closes, 1);
+		return 0;
+	}
+	if (newstate != TCP_CLOSE)
+		return 0;
+
+	__u64 cookie = bpf_get_socket_cookie(sk);
+	if (oldstate == TCP_SYN_SENT && sk->__sk_common.skc_num == 0) {
+		/* The port allocation failed inside connect(): the caller's
+		 * context, so pid and comm are the caller's. */
+		struct flow_key k = {};
+		fill_key(&k, sk, family);
+		struct flow_counts *c = counts_for(&k);
+		if (c)
+			__sync_fetch_and_add(&c->failed_ports, 1);
+		bpf_map_delete_elem(&conns, &cookie);
+		return 0;
+	}
+	struct open_conn *oc = bpf_map_lookup_elem(&conns, &cookie);
+	if (!oc)
+		return 0;
+	__u64 d = bpf_ktime_get_ns() - oc->start_ns;
+	struct flow_key k = oc->key;
+	bpf_map_delete_elem(&conns, &cookie);
+	struct flow_counts *c = counts_for(&k);
+	if (c) {
+		__sync_fetch_and_add(&c->lifetime_ns, d);
+		__sync_fetch_and_add(&c->lifetimes, 1);
+	}
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "GPL";

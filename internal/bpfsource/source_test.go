@@ -1,0 +1,247 @@
+package bpfsource
+
+import (
+	"encoding/binary"
+	"errors"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/netns"
+	"github.com/tcpdoctor/tcpdoctor/internal/testns"
+)
+
+func rawFlow(ns, pid uint32, comm string, addr netip.Addr, port uint16, c [6]uint64) ([]byte, []byte) {
+	ne := binary.NativeEndian
+	k := make([]byte, flowKeySize)
+	ne.PutUint32(k[0:], ns)
+	ne.PutUint32(k[4:], pid)
+	copy(k[8:24], comm)
+	fam := uint16(syscall.AF_INET6)
+	if addr.Is4() {
+		fam = syscall.AF_INET
+		a := addr.As4()
+		copy(k[24:], a[:])
+	} else {
+		a := addr.As16()
+		copy(k[24:], a[:])
+	}
+	ne.PutUint16(k[40:], port)
+	ne.PutUint16(k[42:], fam)
+	v := make([]byte, flowCountsSize)
+	for i, n := range c {
+		ne.PutUint64(v[i*8:], n)
+	}
+	return k, v
+}
+
+func TestDecodeFlow(t *testing.T) {
+	k, v := rawFlow(4026531840, 812, "nginx", netip.MustParseAddr("10.0.0.5"), 8080, [6]uint64{5, 412, 3, 1, 2_000_000, 4})
+	ns, f, err := decodeFlow(k, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Flow{Pid: 812, Comm: "nginx", Peer: netip.MustParseAddrPort("10.0.0.5:8080"), Opens: 5, FailedPorts: 412,
+		ActiveCloses: 3, PeerCloses: 1, LifetimeTotal: 2 * time.Millisecond, Lifetimes: 4}
+	if ns != 4026531840 || f != want {
+		t.Errorf("decodeFlow = %d %+v, want %+v", ns, f, want)
+	}
+	k, v = rawFlow(1, 1, "a-sixteen-chars!", netip.MustParseAddr("2001:db8::1"), 443, [6]uint64{})
+	if _, f, err = decodeFlow(k, v); err != nil || f.Comm != "a-sixteen-chars!" || f.Peer.String() != "[2001:db8::1]:443" {
+		t.Errorf("decodeFlow v6 = %+v, %v", f, err)
+	}
+	k, v = rawFlow(1, 1, "x", netip.MustParseAddr("::ffff:10.1.2.3"), 80, [6]uint64{})
+	if _, f, err = decodeFlow(k, v); err != nil || f.Peer.String() != "10.1.2.3:80" {
+		t.Errorf("decodeFlow v4-mapped = %+v, %v", f, err)
+	}
+	if _, _, err := decodeFlow(k[:10], v); err == nil {
+		t.Error("short key decoded")
+	}
+	k[42] = 99
+	if _, _, err := decodeFlow(k, v); err == nil {
+		t.Error("unknown family decoded")
+	}
+}
+
+func FuzzDecodeFlow(f *testing.F) {
+	k, v := rawFlow(4026531840, 812, "nginx", netip.MustParseAddr("10.0.0.5"), 8080, [6]uint64{5, 412, 3, 1, 2_000_000, 4})
+	f.Add(k, v)
+	k, v = rawFlow(1, 2, "python3", netip.MustParseAddr("fe80::1"), 1, [6]uint64{1 << 63, 1<<64 - 1})
+	f.Add(k, v)
+	f.Add([]byte{}, []byte{})
+	f.Fuzz(func(t *testing.T, key, val []byte) {
+		_, fl, err := decodeFlow(key, val)
+		if err != nil {
+			return
+		}
+		if !fl.Peer.IsValid() || fl.LifetimeTotal < 0 || len(fl.Comm) > 16 {
+			t.Errorf("decoded %+v from %x %x", fl, key, val)
+		}
+	})
+}
+
+func TestNotSupportedError(t *testing.T) {
+	err := notSupported("no kernel BTF")
+	if !errors.Is(err, ErrNotSupported) || err.Error() != "bpfsource: not supported: no kernel BTF" {
+		t.Errorf("err = %v", err)
+	}
+	if os.Geteuid() != 0 {
+		_, err := Open(Options{})
+		if !errors.Is(err, ErrNotSupported) || !strings.Contains(err.Error(), "not root") {
+			t.Errorf("Open as non-root = %v, want not supported: not root", err)
+		}
+	}
+}
+
+// comm is what the kernel calls this test binary's threads.
+func comm(t *testing.T) string {
+	b, err := os.ReadFile("/proc/self/comm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// TestLifecycle provokes connects, active closes and EADDRNOTAVAIL in a
+// namespace of its own and checks what the program counted.
+func TestLifecycle(t *testing.T) {
+	ns := testns.New(t, "bpf")
+	src, err := Open(Options{})
+	if errors.Is(err, ErrNotSupported) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := src.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	const closes, failures = 20, 7
+	var ln net.Listener
+	var peer netip.AddrPort
+	var failed int
+	err = netns.Do(ns, func() error {
+		var err error
+		ln, err = net.Listen("tcp4", "127.0.0.1:8080")
+		if err != nil {
+			return err
+		}
+		peer = netip.MustParseAddrPort(ln.Addr().String())
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				go func() {
+					var b [1]byte
+					_, _ = c.Read(b[:]) // until the client closes
+					_ = c.Close()
+				}()
+			}
+		}()
+		// Connect and close first, one after another.
+		for range closes {
+			c, err := net.Dial("tcp4", peer.String())
+			if err != nil {
+				return err
+			}
+			_ = c.Close()
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ln.Close() }()
+	// Four ephemeral ports: the fifth connection held to one peer fails.
+	testns.Run(t, "ip", "netns", "exec", ns.Name, "sysctl", "-qw", "net.ipv4.ip_local_port_range=40000 40003")
+	err = netns.Do(ns, func() error {
+		ln2, err := net.Listen("tcp4", "127.0.0.2:9090")
+		if err != nil {
+			return err
+		}
+		defer func() { _ = ln2.Close() }()
+		// Raw connect(): net.Dial retries EADDRNOTAVAIL twice itself.
+		var held []int
+		defer func() {
+			for _, fd := range held {
+				_ = syscall.Close(fd)
+			}
+		}()
+		sa := &syscall.SockaddrInet4{Port: 9090, Addr: [4]byte{127, 0, 0, 2}}
+		for range 4 + failures {
+			fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+			if err != nil {
+				return err
+			}
+			err = syscall.Connect(fd, sa)
+			if errors.Is(err, syscall.EADDRNOTAVAIL) {
+				failed++
+				_ = syscall.Close(fd)
+				continue
+			}
+			if err != nil {
+				_ = syscall.Close(fd)
+				return err
+			}
+			held = append(held, fd)
+		}
+		peer2 := netip.MustParseAddrPort(ln2.Addr().String())
+		t.Logf("held %d connections to %v, %d connects failed with EADDRNOTAVAIL", len(held), peer2, failed)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if failed == 0 {
+		t.Fatal("no connect failed with EADDRNOTAVAIL: the port range did not bite")
+	}
+	time.Sleep(200 * time.Millisecond) // FIN exchanges on loopback
+	r, err := src.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, name := os.Getpid(), comm(t)
+	var opens, active, lifetimes, fails uint64
+	for _, f := range r.ByNetns[ns.Inode] {
+		t.Logf("%+v", f)
+		if f.Pid != pid || f.Comm != name {
+			continue
+		}
+		if f.Peer == peer {
+			opens += f.Opens
+			active += f.ActiveCloses
+			lifetimes += f.Lifetimes
+		}
+		if f.Peer.Addr() == netip.MustParseAddr("127.0.0.2") {
+			fails += f.FailedPorts
+		}
+	}
+	if opens != closes || active != closes {
+		t.Errorf("pid %d %s to %v: %d opens, %d active closes; want %d each", pid, name, peer, opens, active, closes)
+	}
+	if lifetimes != closes {
+		t.Errorf("%d lifetimes, want %d", lifetimes, closes)
+	}
+	if fails != uint64(failed) {
+		t.Errorf("%d failed port allocations counted, want %d", fails, failed)
+	}
+	if r.LostFlows != 0 {
+		t.Errorf("%d events lost", r.LostFlows)
+	}
+	// Read empties the map: a second read has nothing from this namespace.
+	r, err = src.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(r.ByNetns[ns.Inode]); n != 0 {
+		t.Errorf("second read: %d flows, want 0 (deltas)", n)
+	}
+}
