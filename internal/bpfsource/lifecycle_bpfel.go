@@ -30,14 +30,15 @@ type lifecycleFlowKey struct {
 	Comm   [16]uint8
 	Daddr  [16]uint8
 	Dport  uint16
+	Lport  uint16
 	Family uint16
+	Pad    uint16
 }
 
 type lifecycleOpenConn struct {
 	_       structs.HostLayout
 	StartNs uint64
 	Key     lifecycleFlowKey
-	_       [4]byte
 }
 
 // Names of all BPF objects in the ELF.

@@ -58,7 +58,11 @@ type Source struct {
 type Flow struct {
 	Pid  int
 	Comm string
-	Peer netip.AddrPort
+	// Peer is the connected-to address; for connections the process
+	// accepted rather than opened it is the unspecified address with port
+	// 0 and LocalPort is the port they were accepted on.
+	Peer      netip.AddrPort
+	LocalPort uint16
 	// Opens counts connect() calls (CLOSE->SYN_SENT), failed ones included.
 	Opens uint64
 	// FailedPorts counts connect() calls that found no free ephemeral
@@ -229,7 +233,7 @@ func (s *Source) Read() (*Reading, error) {
 
 // Sizes of struct flow_key and struct flow_counts (bpf/lifecycle.c).
 const (
-	flowKeySize    = 44
+	flowKeySize    = 48
 	flowCountsSize = 48
 )
 
@@ -242,7 +246,8 @@ func decodeFlow(key, val []byte) (uint64, Flow, error) {
 	ns := uint64(ne.Uint32(key[0:4]))
 	f := Flow{Pid: int(ne.Uint32(key[4:8])), Comm: cString(key[8:24])}
 	port := ne.Uint16(key[40:42])
-	switch fam := ne.Uint16(key[42:44]); fam {
+	f.LocalPort = ne.Uint16(key[42:44])
+	switch fam := ne.Uint16(key[44:46]); fam {
 	case unix.AF_INET:
 		f.Peer = netip.AddrPortFrom(netip.AddrFrom4([4]byte(key[24:28])), port)
 	case unix.AF_INET6:

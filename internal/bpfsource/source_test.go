@@ -31,7 +31,7 @@ func rawFlow(ns, pid uint32, comm string, addr netip.Addr, port uint16, c [6]uin
 		copy(k[24:], a[:])
 	}
 	ne.PutUint16(k[40:], port)
-	ne.PutUint16(k[42:], fam)
+	ne.PutUint16(k[44:], fam)
 	v := make([]byte, flowCountsSize)
 	for i, n := range c {
 		ne.PutUint64(v[i*8:], n)
@@ -61,7 +61,7 @@ func TestDecodeFlow(t *testing.T) {
 	if _, _, err := decodeFlow(k[:10], v); err == nil {
 		t.Error("short key decoded")
 	}
-	k[42] = 99
+	k[44] = 99
 	if _, _, err := decodeFlow(k, v); err == nil {
 		t.Error("unknown family decoded")
 	}
@@ -154,6 +154,30 @@ func TestLifecycle(t *testing.T) {
 			}
 			_ = c.Close()
 		}
+		// A server that closes first: the client waits for its FIN.
+		srv, err := net.Listen("tcp4", "127.0.0.1:8081")
+		if err != nil {
+			return err
+		}
+		defer func() { _ = srv.Close() }()
+		go func() {
+			for {
+				c, err := srv.Accept()
+				if err != nil {
+					return
+				}
+				_ = c.Close()
+			}
+		}()
+		for range closes {
+			c, err := net.Dial("tcp4", "127.0.0.1:8081")
+			if err != nil {
+				return err
+			}
+			var b [1]byte
+			_, _ = c.Read(b[:])
+			_ = c.Close()
+		}
 		return nil
 	})
 	if err != nil {
@@ -209,7 +233,7 @@ func TestLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	pid, name := os.Getpid(), comm(t)
-	var opens, active, lifetimes, fails uint64
+	var opens, active, lifetimes, fails, peerCloses, srvCloses uint64
 	for _, f := range r.ByNetns[ns.Inode] {
 		t.Logf("%+v", f)
 		if f.Pid != pid || f.Comm != name {
@@ -220,12 +244,21 @@ func TestLifecycle(t *testing.T) {
 			active += f.ActiveCloses
 			lifetimes += f.Lifetimes
 		}
+		if f.Peer == netip.MustParseAddrPort("127.0.0.1:8081") {
+			peerCloses += f.PeerCloses
+		}
+		if f.LocalPort == 8081 && f.Peer == netip.MustParseAddrPort("0.0.0.0:0") {
+			srvCloses += f.ActiveCloses
+		}
 		if f.Peer.Addr() == netip.MustParseAddr("127.0.0.2") {
 			fails += f.FailedPorts
 		}
 	}
 	if opens != closes || active != closes {
 		t.Errorf("pid %d %s to %v: %d opens, %d active closes; want %d each", pid, name, peer, opens, active, closes)
+	}
+	if peerCloses != closes || srvCloses != closes {
+		t.Errorf("server closing first: client saw %d peer closes, server %d active closes on :8081; want %d each", peerCloses, srvCloses, closes)
 	}
 	if lifetimes != closes {
 		t.Errorf("%d lifetimes, want %d", lifetimes, closes)

@@ -8,7 +8,10 @@
  *                  (EADDRNOTAVAIL), in the caller's context
  *   active_closes  ESTABLISHED->FIN_WAIT1: close()/shutdown() of a
  *                  connection whose peer had not closed, in the closer's
- *                  context (it will hold the TIME_WAIT)
+ *                  context (it will hold the TIME_WAIT). Connections seen
+ *                  opened count under their opener's key; others
+ *                  (accepted) under (pid, comm, local port) with no peer,
+ *                  so a server's many clients make one entry
  *   peer_closes    ESTABLISHED->CLOSE_WAIT of a connection this program saw
  *                  opened (softirq: attributed to the opener by cookie)
  *   lifetime_*     SYN_SENT to CLOSE of connections seen opened
@@ -48,8 +51,10 @@ struct flow_key {
 	__u32 pid;
 	__u8 comm[16];
 	__u8 daddr[16];
-	__u16 dport; /* host order */
+	__u16 dport; /* host order; 0 for accepted connections */
+	__u16 lport; /* accepted connections: the listening port; else 0 */
 	__u16 family;
+	__u16 pad;
 };
 
 struct flow_counts {
@@ -162,8 +167,14 @@ int lifecycle(__u64 *ctx)
 		return 0;
 	}
 	if (oldstate == TCP_ESTABLISHED && newstate == TCP_FIN_WAIT1) {
+		__u64 cookie = bpf_get_socket_cookie(sk);
 		struct flow_key k = {};
 		fill_key(&k, sk, family);
+		if (!bpf_map_lookup_elem(&conns, &cookie)) {
+			__builtin_memset(k.daddr, 0, sizeof(k.daddr));
+			k.dport = 0;
+			k.lport = sk->__sk_common.skc_num;
+		}
 		struct flow_counts *c = counts_for(&k);
 		if (c)
 			__sync_fetch_and_add(&c->active_closes, 1);
