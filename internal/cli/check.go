@@ -15,6 +15,7 @@ import (
 
 type checkOpts struct {
 	src       sourceOpts
+	bpf       bpfOpts
 	interval  time.Duration
 	json      bool
 	failOn    string
@@ -41,6 +42,7 @@ Exit codes: 0 nothing at or above --fail-on, 1 findings, 2 usage error, 3 collec
 	}
 	fs := cmd.Flags()
 	o.src.register(fs)
+	o.bpf.register(fs)
 	fs.DurationVar(&o.interval, "interval", 5*time.Second, "time between the two samples (0: one snapshot)")
 	fs.BoolVar(&o.json, "json", false, "print the versioned JSON report (docs/json.md)")
 	fs.StringVar(&o.failOn, "fail-on", "warning", "exit 1 when a finding is at or above this severity (info, warning, critical)")
@@ -53,6 +55,9 @@ Exit codes: 0 nothing at or above --fail-on, 1 findings, 2 usage error, 3 collec
 
 func runCheck(cmd *cobra.Command, e *Env, o *checkOpts) error {
 	if err := o.src.validate(); err != nil {
+		return err
+	}
+	if err := o.bpf.validate(&o.src); err != nil {
 		return err
 	}
 	failOn, err := diag.ParseSeverity(o.failOn)
@@ -86,7 +91,12 @@ func runCheck(cmd *cobra.Command, e *Env, o *checkOpts) error {
 	if !o.json && o.src.from == "" && count == 2 {
 		e.progress("sampling for %s (--interval 0 for a single snapshot)...", o.interval)
 	}
-	ss, err := o.src.sample(cmd.Context(), e, collect.Options{Owners: !o.noOwners, BufLock: !o.noOwners}, count, o.interval)
+	ev, closeEv, err := o.bpf.open(e, &o.src)
+	if err != nil {
+		return err
+	}
+	defer closeEv()
+	ss, err := o.src.sample(cmd.Context(), e, collect.Options{Owners: !o.noOwners, BufLock: !o.noOwners}, ev, count, o.interval)
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 
 type recordOpts struct {
 	src      sourceOpts
+	bpf      bpfOpts
 	interval time.Duration
 	count    int
 	out      string
@@ -36,6 +37,7 @@ func newRecordCmd(e *Env) *cobra.Command {
 	fs.IntVar(&o.count, "count", 2, "number of samples")
 	fs.StringVarP(&o.out, "output", "o", "", "file to write (- for stdout)")
 	fs.BoolVar(&o.noOwners, "no-owners", false, "do not map sockets to processes")
+	o.bpf.register(fs)
 	return cmd
 }
 
@@ -50,6 +52,9 @@ func runRecord(cmd *cobra.Command, e *Env, o *recordOpts) error {
 		return usageErr("record: --interval must be positive")
 	}
 	if err := o.src.validate(); err != nil {
+		return err
+	}
+	if err := o.bpf.validate(&o.src); err != nil {
 		return err
 	}
 	nss, err := o.src.namespaces(e)
@@ -69,7 +74,12 @@ func runRecord(cmd *cobra.Command, e *Env, o *recordOpts) error {
 	if err != nil {
 		return collectErr(err)
 	}
-	c := &collect.Collector{Opts: collect.Options{Owners: !o.noOwners, BufLock: !o.noOwners, ProcRoot: e.ProcRoot}, Now: e.Now}
+	ev, closeEv, err := o.bpf.open(e, &o.src)
+	if err != nil {
+		return err
+	}
+	defer closeEv()
+	c := &collect.Collector{Opts: collect.Options{Owners: !o.noOwners, BufLock: !o.noOwners, ProcRoot: e.ProcRoot}, Now: e.Now, Events: ev}
 	var got int
 	for i := 0; i < o.count; i++ {
 		if i > 0 {

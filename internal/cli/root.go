@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
+	"github.com/tcpdoctor/tcpdoctor/internal/bpfsource"
 	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/linkemu"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/workload/workloadcmd"
@@ -46,6 +47,9 @@ type Env struct {
 	Args0 string
 	// IsTTY reports whether stdout is a terminal (colour only then).
 	IsTTY bool
+	// OpenEvents loads the eBPF connection-event source (--bpf); nil
+	// means none is available.
+	OpenEvents func() (*bpfsource.Source, error)
 }
 
 // DefaultEnv is the real process environment.
@@ -56,14 +60,15 @@ func DefaultEnv() *Env {
 	}
 	fi, _ := os.Stdout.Stat()
 	return &Env{
-		Stdout:   os.Stdout,
-		Stderr:   os.Stderr,
-		Getenv:   os.Getenv,
-		Now:      time.Now,
-		Sleep:    checkup.Sleep,
-		ProcRoot: "/proc",
-		Args0:    self,
-		IsTTY:    fi != nil && fi.Mode()&os.ModeCharDevice != 0,
+		Stdout:     os.Stdout,
+		Stderr:     os.Stderr,
+		Getenv:     os.Getenv,
+		Now:        time.Now,
+		Sleep:      checkup.Sleep,
+		ProcRoot:   "/proc",
+		Args0:      self,
+		IsTTY:      fi != nil && fi.Mode()&os.ModeCharDevice != 0,
+		OpenEvents: openEvents,
 	}
 }
 

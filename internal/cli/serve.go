@@ -28,6 +28,7 @@ import (
 type serveOpts struct {
 	listen    string
 	src       sourceOpts
+	bpf       bpfOpts
 	interval  time.Duration
 	top       int
 	noOwners  bool
@@ -58,12 +59,16 @@ result and never starts a collection. Binds to loopback unless --listen says oth
 	fs.IntVar(&o.top, "top", exporter.DefaultTop, "listeners and destinations exported per namespace (label cardinality)")
 	fs.BoolVar(&o.noOwners, "no-owners", false, "do not map sockets to processes (no command labels, cheaper)")
 	fs.StringVar(&o.bandwidth, "bandwidth", "", "path bandwidth for BDP arithmetic, e.g. 100mbit (default: estimated)")
+	o.bpf.register(fs)
 	cmd.AddCommand(newServeBenchCmd(e))
 	return cmd
 }
 
 func runServe(ctx context.Context, e *Env, o *serveOpts) error {
 	if err := o.src.validate(); err != nil {
+		return err
+	}
+	if err := o.bpf.validate(&o.src); err != nil {
 		return err
 	}
 	if o.interval < 100*time.Millisecond {
@@ -91,8 +96,14 @@ func runServe(ctx context.Context, e *Env, o *serveOpts) error {
 	if err != nil {
 		return usageErr("serve: %v", err)
 	}
+	ev, closeEv, err := o.bpf.open(e, &o.src)
+	if err != nil {
+		_ = ln.Close()
+		return err
+	}
+	defer closeEv()
 	e.progress("serving http://%s/metrics, collecting every %s", ln.Addr(), o.interval)
-	c := &collect.Collector{Opts: collect.Options{Owners: !o.noOwners, BufLock: !o.noOwners, ProcRoot: e.ProcRoot}, Now: e.Now}
+	c := &collect.Collector{Opts: collect.Options{Owners: !o.noOwners, BufLock: !o.noOwners, ProcRoot: e.ProcRoot}, Now: e.Now, Events: ev}
 	var lastNote string
 	loop := &exporter.Loop{
 		X:        x,

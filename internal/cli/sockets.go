@@ -17,6 +17,7 @@ import (
 
 type socketsOpts struct {
 	src      sourceOpts
+	bpf      bpfOpts
 	interval time.Duration
 	states   []string
 	port     int
@@ -43,6 +44,7 @@ tcp_info chronographs.`,
 	}
 	fs := cmd.Flags()
 	o.src.register(fs)
+	o.bpf.register(fs)
 	fs.DurationVar(&o.interval, "interval", 0, "take two samples this far apart and show limiter shares")
 	fs.StringSliceVar(&o.states, "state", nil, "only these states (e.g. established,time-wait,listen)")
 	fs.IntVar(&o.port, "port", 0, "only sockets with this local or remote port")
@@ -106,6 +108,9 @@ func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
 	if err := o.src.validate(); err != nil {
 		return err
 	}
+	if err := o.bpf.validate(&o.src); err != nil {
+		return err
+	}
 	if o.interval < 0 {
 		return usageErr("sockets: --interval must not be negative")
 	}
@@ -132,7 +137,12 @@ func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
 	if o.interval > 0 {
 		count = 2
 	}
-	ss, err := o.src.sample(cmd.Context(), e, collect.Options{Owners: !o.noOwners}, count, o.interval)
+	ev, closeEv, err := o.bpf.open(e, &o.src)
+	if err != nil {
+		return err
+	}
+	defer closeEv()
+	ss, err := o.src.sample(cmd.Context(), e, collect.Options{Owners: !o.noOwners}, ev, count, o.interval)
 	if err != nil {
 		return err
 	}
@@ -147,6 +157,9 @@ func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
 		return enc.Encode(rows)
 	}
 	printSockets(e.Stdout, rows, o.interval > 0 || hasShares(rows))
+	if count == 2 {
+		printEvents(e.Stdout, ss, flt)
+	}
 	return nil
 }
 

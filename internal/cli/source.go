@@ -78,7 +78,7 @@ func (o *sourceOpts) namespaces(e *Env) ([]netns.NS, error) {
 
 // sample returns, per namespace, count samples interval apart, live or
 // from --from. Progress goes to stderr.
-func (o *sourceOpts) sample(ctx context.Context, e *Env, copts collect.Options, count int, interval time.Duration) ([]series, error) {
+func (o *sourceOpts) sample(ctx context.Context, e *Env, copts collect.Options, ev collect.EventReader, count int, interval time.Duration) ([]series, error) {
 	if o.from != "" {
 		return readSeries(o.from)
 	}
@@ -87,7 +87,7 @@ func (o *sourceOpts) sample(ctx context.Context, e *Env, copts collect.Options, 
 		return nil, usageErr("%v", err)
 	}
 	copts.ProcRoot = e.ProcRoot
-	c := &collect.Collector{Opts: copts, Now: e.Now}
+	c := &collect.Collector{Opts: copts, Now: e.Now, Events: ev}
 	out, err := checkup.Sample(ctx, c, nss, count, interval, e.Sleep)
 	if err != nil {
 		return nil, err

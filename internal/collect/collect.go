@@ -36,6 +36,8 @@ type Options struct {
 type Collector struct {
 	Opts Options
 	Now  func() time.Time
+	// Events, when set, adds the eBPF connection events to each snapshot.
+	Events EventReader
 }
 
 // Collect takes one snapshot of each namespace. Failures of a source are
@@ -59,6 +61,9 @@ func (c *Collector) Collect(nss []netns.NS) []*snapshot.Snapshot {
 			s.Host, s.Kernel = host, kernel
 		}
 		out = append(out, s)
+	}
+	if c.Events != nil {
+		c.addEvents(out)
 	}
 	if c.Opts.Owners {
 		own := c.attachOwners(out)

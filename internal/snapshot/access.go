@@ -67,4 +67,5 @@ const (
 	SourceOwners   = "procs.owners"
 	SourceNetns    = "netns"
 	SourceBufLock  = "procs.buflock"
+	SourceBPF      = "bpf"
 )

@@ -32,6 +32,9 @@ type Snapshot struct {
 	// matched by the owner scan: found by a second look at the processes
 	// opening sockets at the time of the scan.
 	FlowOwners []FlowOwner `json:"flow_owners,omitempty"`
+	// Events holds the eBPF connection events since the previous
+	// snapshot; nil when that source was off or failed.
+	Events *Events `json:"bpf,omitempty"`
 
 	// Errors lists every source that failed or was partial; collection
 	// carries on past them.

@@ -1,0 +1,46 @@
+package collect
+
+import (
+	"errors"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/bpfsource"
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+)
+
+type fakeEvents struct {
+	r   *bpfsource.Reading
+	err error
+}
+
+func (f fakeEvents) Read() (*bpfsource.Reading, error) { return f.r, f.err }
+
+func TestAddEvents(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	r := &bpfsource.Reading{Since: t0, Until: t0.Add(5 * time.Second), LostFlows: 2, ByNetns: map[uint64][]bpfsource.Flow{
+		7: {
+			{Pid: 9, Comm: "b", Peer: netip.MustParseAddrPort("10.0.0.2:80"), Opens: 1},
+			{Pid: 3, Comm: "a", Peer: netip.MustParseAddrPort("10.0.0.1:80"), FailedPorts: 4, Lifetimes: 2, LifetimeTotal: time.Second},
+		},
+		8: {{Pid: 1, Comm: "other"}},
+	}}
+	snaps := []*snapshot.Snapshot{{Netns: snapshot.Netns{Name: "x", Inode: 7}}, {Netns: snapshot.Netns{Name: "y", Inode: 99}}}
+	c := &Collector{Events: fakeEvents{r: r}}
+	c.addEvents(snaps)
+	ev := snaps[0].Events
+	if ev == nil || len(ev.Flows) != 2 || ev.Flows[0].Pid != 3 || ev.Flows[0].FailedPorts != 4 || ev.Flows[0].Ended != 2 ||
+		ev.Flows[0].Lifetime != time.Second || ev.Lost != 2 || ev.Interval() != 5*time.Second {
+		t.Errorf("events = %+v", ev)
+	}
+	if ev := snaps[1].Events; ev == nil || len(ev.Flows) != 0 {
+		t.Errorf("quiet namespace: events = %+v, want an empty section", ev)
+	}
+	snaps = []*snapshot.Snapshot{{Netns: snapshot.Netns{Name: "x", Inode: 7}}}
+	c.Events = fakeEvents{err: errors.New("bpfsource: read flows: boom")}
+	c.addEvents(snaps)
+	if snaps[0].Events != nil || len(snaps[0].Errors) != 1 || snaps[0].Errors[0].Source != snapshot.SourceBPF {
+		t.Errorf("failed read: events %+v, errors %+v", snaps[0].Events, snaps[0].Errors)
+	}
+}
