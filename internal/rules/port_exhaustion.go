@@ -112,9 +112,16 @@ func checkPortExhaustion(in *diag.Input) ([]diag.Finding, error) {
 }
 
 // destOwner names the process holding most open sockets to a destination.
-func destOwner(cur *snapshot.Snapshot, u *tcpmodel.DestUse) (pid int, cmd, who string) {
+// When none of its sockets is open now (a range in TIME_WAIT, connects
+// failing), the owner of its connections in the previous sample.
+func destOwner(in *diag.Input, k tcpmodel.Dest, u *tcpmodel.DestUse) (pid int, cmd, who string) {
 	pid = u.Owners.Top()
-	cmd = tcpmodel.Command(cur, pid)
+	cmd = tcpmodel.Command(in.Cur, pid)
+	if pid == 0 {
+		if pid = prevOpener(in.Prev, tcpmodel.Flow{Opener: k.Src, Service: k.Dst}); pid != 0 {
+			cmd = tcpmodel.Command(in.Prev, pid)
+		}
+	}
 	who = "owner unknown"
 	if pid != 0 {
 		who = fmt.Sprintf("%s pid %d", cmd, pid)
@@ -125,7 +132,7 @@ func destOwner(cur *snapshot.Snapshot, u *tcpmodel.DestUse) (pid int, cmd, who s
 func portFinding(in *diag.Input, p *tcpmodel.PortSpace, h destHit) diag.Finding {
 	cur := in.Cur
 	u, f := h.use, h.f
-	pid, cmd, who := destOwner(cur, u)
+	pid, cmd, who := destOwner(in, h.key, u)
 	sub := diag.Subject{Netns: cur.Netns.Name, Local: h.key.Src.String(), Remote: h.key.Dst.String(), Pid: pid, Command: cmd}
 	summary := fmt.Sprintf("connections from %s to %s (%s) hold %d of %d usable ephemeral ports (%s)",
 		h.key.Src, h.key.Dst, who, u.Held(), p.Usable(), units.Pct(f.Frac))
@@ -137,7 +144,7 @@ func portFinding(in *diag.Input, p *tcpmodel.PortSpace, h destHit) diag.Finding 
 	}
 	ev := portEvidence(p, u, f, in.Window(), fmt.Sprintf("warning >= %.0f%%, critical >= %.0f%%; or forecast exhaustion within %s / %s",
 		portWarnFrac*100, portCritFrac*100, units.Dur(portWarnETA), units.Dur(portCritETA)))
-	ev = append(ev, processesEvidence(cur, u),
+	ev = append(ev, processesEvidence(in, h.key, u),
 		diag.Evidence{Name: "connect() failures", Value: "not counted by the kernel: EADDRNOTAVAIL (\"Cannot assign requested address\") only reaches the application and its log", Source: "kernel: no counter exists"})
 	peak := f.Peak(u.Held())
 	fixes := []diag.Fix{remedy.Reuse(cmd, h.key.Dst, poolSize(u.Open)), remedy.Spread(peak, p.Usable())}
@@ -152,10 +159,16 @@ func portFinding(in *diag.Input, p *tcpmodel.PortSpace, h destHit) diag.Finding 
 	return diag.Finding{Severity: h.sev, Subject: sub, Summary: summary, Evidence: ev, Fixes: fixes}
 }
 
-// processesEvidence names who holds a destination's open sockets.
-func processesEvidence(cur *snapshot.Snapshot, u *tcpmodel.DestUse) diag.Evidence {
+// processesEvidence names who holds a destination's open sockets, or
+// held them in the previous sample.
+func processesEvidence(in *diag.Input, k tcpmodel.Dest, u *tcpmodel.DestUse) diag.Evidence {
+	cur := in.Cur
 	ev := diag.Evidence{Name: "processes", Value: u.Owners.List(cur), Source: "/proc/PID/fd socket inodes"}
 	if ev.Value == "" {
+		if pid := prevOpener(in.Prev, tcpmodel.Flow{Opener: k.Src, Service: k.Dst}); pid != 0 {
+			ev.Value = tcpmodel.Who(in.Prev, []int{pid}) + " (in the previous sample; none of its connections to this destination is open now)"
+			return ev
+		}
 		ev.Value = "unknown: no open socket to this destination has a known owner (TIME_WAIT sockets belong to no process)"
 		if why := tcpmodel.OwnersMissing(cur); why != "" {
 			ev.Value += "; owner scan: " + why

@@ -38,8 +38,12 @@ type Churn struct {
 	// LocalService says the service listens in this namespace; LocalOpener
 	// that opener-side sockets were seen here.
 	LocalService, LocalOpener bool
-	Openers Tally // owners of open opener-side sockets
-	Server  Tally // owners of the service's listener
+	Openers                   Tally // owners of open opener-side sockets
+	Server                    Tally // owners of the service's listener
+	// Connects is the eBPF source's count of connect() calls to Service
+	// from this namespace over its interval; nil without events, or when
+	// the opener is not known to be here.
+	Connects *Connects
 	// flowOwned: Openers came from the collector's second look.
 	flowOwned bool
 }
@@ -47,9 +51,20 @@ type Churn struct {
 // Closed is the number of connections closed during the window.
 func (c *Churn) Closed() int { return c.ClosedByOpener + c.ClosedByService }
 
-// Rate is connections closed per second, over the window or, when higher,
-// over the recent horizon: in steady state, the rate they are opened at.
+// Rate is connections opened per second as the eBPF source counted them
+// when it did, else connections closed per second, over the window or,
+// when higher, over the recent horizon: in steady state, the rate they
+// are opened at.
 func (c *Churn) Rate() float64 {
+	if r, ok := c.MeasuredRate(); ok {
+		return r
+	}
+	return c.CloseRate()
+}
+
+// CloseRate is connections closed per second from TIME_WAIT sockets, over
+// the window or, when higher, over the recent horizon.
+func (c *Churn) CloseRate() float64 {
 	w := min(c.Window, TimeWaitLen).Seconds()
 	if w <= 0 {
 		return 0
@@ -59,6 +74,15 @@ func (c *Churn) Rate() float64 {
 		r = max(r, float64(c.ClosedRecent)/c.Recent.Seconds())
 	}
 	return r
+}
+
+// MeasuredRate is the new connections per second the eBPF source
+// counted; ok is false without them.
+func (c *Churn) MeasuredRate() (float64, bool) {
+	if c.Connects == nil || c.Connects.Interval <= 0 || c.Connects.Opened() == 0 {
+		return 0, false
+	}
+	return float64(c.Connects.Opened()) / c.Connects.Interval.Seconds(), true
 }
 
 // Lifetime is the mean time a connection stays open (Little's law: open
@@ -138,6 +162,23 @@ func ChurnOf(s *snapshot.Snapshot, prev PrevState, window time.Duration) []*Chur
 			c.LocalOpener = true
 			for range max(fo.Sockets, 1) {
 				c.Openers.Add(fo.Pid)
+			}
+		}
+	}
+	// connect() calls the eBPF source counted go to the flow whose opener
+	// is here; a service with one flow takes them too (the calls were made
+	// in this namespace, so its opener is here).
+	if byDst, ok := ConnectsOf(s); ok {
+		perService := map[netip.AddrPort]int{}
+		for f := range m {
+			perService[f.Service]++
+		}
+		for f, c := range m {
+			if c.LocalOpener || c.ClosedByOpener > 0 || perService[f.Service] == 1 {
+				if cn := byDst.To(f.Service); cn.Opens > 0 || c.LocalOpener || c.ClosedByOpener > 0 {
+					c.Connects = cn
+					c.LocalOpener = c.LocalOpener || cn.Opens > 0
+				}
 			}
 		}
 	}

@@ -1,8 +1,10 @@
 package tcpmodel
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/procnet"
@@ -200,7 +202,10 @@ type DestUse struct {
 	// NoTimestamps that an established socket to it lacks timestamps,
 	// which rules reuse out.
 	Reuse, NoTimestamps bool
-	Owners Tally
+	Owners              Tally
+	// Connects is what the eBPF source counted towards Dst (any source
+	// address) over its interval; nil when the snapshot has no events.
+	Connects *Connects
 }
 
 // Held is what the destination takes from the usable range now.
@@ -275,7 +280,95 @@ func (p *PortSpace) DestUsage(cur *snapshot.Snapshot, prev PrevState, window tim
 		u := m[k]
 		u.NoTimestamps, u.Reuse, u.TWReusable = true, false, 0
 	}
+	if byDst, ok := ConnectsOf(cur); ok {
+		for k, u := range m {
+			u.Connects = byDst.To(k.Dst)
+		}
+	}
 	return m
+}
+
+// Connects is what the eBPF source counted of the connect() calls towards
+// one destination over Interval, by process.
+type Connects struct {
+	Interval time.Duration
+	// Opens counts connect() calls, Failed those that found no free
+	// ephemeral port (EADDRNOTAVAIL).
+	Opens, Failed uint64
+	// Procs is who called connect(), most failures then most opens first.
+	Procs []ConnectProc
+}
+
+// ConnectProc is one process's share of Connects.
+type ConnectProc struct {
+	Pid           int
+	Command       string
+	Opens, Failed uint64
+}
+
+// Opened is the connect() calls that got a port: new connections.
+func (c *Connects) Opened() uint64 { return c.Opens - min(c.Failed, c.Opens) }
+
+// Top is the process that failed most, else opened most; nil when none.
+func (c *Connects) Top() *ConnectProc {
+	if len(c.Procs) == 0 {
+		return nil
+	}
+	return &c.Procs[0]
+}
+
+// ConnectsByDest indexes a snapshot's eBPF connects by destination.
+type ConnectsByDest struct {
+	interval time.Duration
+	m        map[netip.AddrPort]*Connects
+}
+
+// ConnectsOf indexes s's eBPF events by destination; ok is false when s
+// has none (the source was off or failed: nothing is known).
+func ConnectsOf(s *snapshot.Snapshot) (ConnectsByDest, bool) {
+	ev := s.Events
+	if ev == nil {
+		return ConnectsByDest{}, false
+	}
+	b := ConnectsByDest{interval: ev.Interval(), m: map[netip.AddrPort]*Connects{}}
+	for _, f := range ev.Flows {
+		if f.Accepted() || f.Opens == 0 && f.FailedPorts == 0 {
+			continue
+		}
+		c := b.m[f.Remote]
+		if c == nil {
+			c = &Connects{Interval: b.interval}
+			b.m[f.Remote] = c
+		}
+		c.Opens += f.Opens
+		c.Failed += f.FailedPorts
+		c.Procs = append(c.Procs, ConnectProc{Pid: f.Pid, Command: f.Command, Opens: f.Opens, Failed: f.FailedPorts})
+	}
+	for _, c := range b.m {
+		slices.SortStableFunc(c.Procs, func(a, b ConnectProc) int {
+			return cmp.Or(cmp.Compare(b.Failed, a.Failed), cmp.Compare(b.Opens, a.Opens), cmp.Compare(a.Pid, b.Pid))
+		})
+	}
+	return b, true
+}
+
+// To is the connects towards dst: zero counts when none were seen.
+func (b ConnectsByDest) To(dst netip.AddrPort) *Connects {
+	if c := b.m[dst]; c != nil {
+		return c
+	}
+	return &Connects{Interval: b.interval}
+}
+
+// EventsMissing says why a snapshot has no eBPF events, "" when it has.
+func EventsMissing(s *snapshot.Snapshot) string {
+	if s.Events != nil {
+		return ""
+	}
+	if msg, failed := s.Failed(snapshot.SourceBPF); failed {
+		return msg
+	}
+	return "the eBPF source was not running (--bpf off, not loadable here, or a recording made without it)"
 }
 
 // OptTimestamps is TCPI_OPT_TIMESTAMPS in tcp_info.options.
