@@ -159,11 +159,21 @@ func prevState(in *diag.Input) tcpmodel.PrevState {
 }
 
 // ownersGone returns an unknown error when no process could be named at
-// all (the owner scan failed or did not run): a rule that names processes
-// still reports, by service and peer, and says why it cannot name them.
+// all (the owner scan failed or did not run) while sockets that processes
+// hold are there: a rule that names processes still reports, by service
+// and peer, and says why it cannot name them.
 func ownersGone(s *snapshot.Snapshot) error {
-	if why := tcpmodel.OwnersMissing(s); why != "" && len(s.Procs) == 0 {
-		return diag.Unknownf("processes not named: %s", why)
+	why := tcpmodel.OwnersMissing(s)
+	if why == "" || len(s.Procs) > 0 {
+		return nil
 	}
-	return nil
+	for i := range s.Sockets {
+		switch sk := &s.Sockets[i]; sk.State {
+		case snapshot.Established, snapshot.CloseWait, snapshot.SynSent, snapshot.Listen:
+			if len(sk.Pids) == 0 {
+				return diag.Unknownf("processes not named: %s", why)
+			}
+		}
+	}
+	return nil // no socket that a process holds went unnamed
 }
