@@ -3,6 +3,7 @@ package rules
 import (
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
@@ -73,6 +74,14 @@ func churnFinding(in *diag.Input, c *tcpmodel.Churn, sev diag.Severity) diag.Fin
 	if cmd == "" && pid != 0 {
 		cmd = tcpmodel.Command(in.Prev, pid)
 	}
+	// Connections too short for any socket scan: the eBPF source saw the
+	// process call connect().
+	var byConnect *tcpmodel.ConnectProc
+	if pid == 0 && c.Connects != nil {
+		if byConnect = c.Connects.Top(); byConnect != nil {
+			pid, cmd = byConnect.Pid, byConnect.Command
+		}
+	}
 	opener := fmt.Sprintf("clients at %s", c.Opener)
 	switch {
 	case pid != 0:
@@ -102,7 +111,7 @@ func churnFinding(in *diag.Input, c *tcpmodel.Churn, sev diag.Severity) diag.Fin
 	}
 	w := units.Dur(c.Window)
 	ev := []diag.Evidence{
-		{Name: "connections closed", Value: fmt.Sprintf("%.1f/s: %d in %s (%d closed first by the opener, %d by the service), %d in the last %s", c.Rate(), c.Closed(), w, c.ClosedByOpener, c.ClosedByService, c.ClosedRecent, units.Dur(c.Recent)),
+		{Name: "connections closed", Value: fmt.Sprintf("%.1f/s: %d in %s (%d closed first by the opener, %d by the service), %d in the last %s", c.CloseRate(), c.Closed(), w, c.ClosedByOpener, c.ClosedByService, c.ClosedRecent, units.Dur(c.Recent)),
 			Source: "sock_diag TIME-WAIT sockets younger than the window (idiag_expires), either side; the higher of the window's rate and the last second's (TIME_WAIT sockets are recycled within the window at high rates)", Threshold: fmt.Sprintf("warning >= %.0f/s with the opener on this host, info >= %.0f/s", churnWarnRate, churnInfoRate)},
 		{Name: "open now", Value: fmt.Sprintf("%d (mean lifetime %s by Little's law: open / rate)", c.Open, units.Dur(life)), Source: "sock_diag connections of the flow in other states"},
 	}
@@ -114,12 +123,23 @@ func churnFinding(in *diag.Input, c *tcpmodel.Churn, sev diag.Severity) diag.Fin
 				v += "; owner scan: " + why
 			}
 		}
-		if c.Openers.Len() == 0 && pid != 0 {
+		src := "/proc/PID/fd socket inodes of the flow's open connections"
+		switch {
+		case byConnect != nil:
+			v = fmt.Sprintf("%s(pid %d) from its connect() calls: no socket of the flow had an owner when sampled", cmd, pid)
+			src = "eBPF tp_btf/inet_sock_set_state: CLOSE->SYN_SENT in the caller's context"
+		case c.Openers.Len() == 0 && pid != 0:
 			v = tcpmodel.Who(in.Prev, []int{pid}) + " (from the previous sample)"
-		} else if pid == 0 && life < time.Second {
+		case pid == 0 && life < time.Second:
 			v += fmt.Sprintf(" (connections living about %s ended before the owner scan and its second look reached them)", units.Dur(life))
 		}
-		ev = append(ev, diag.Evidence{Name: "opener", Value: v, Source: "/proc/PID/fd socket inodes of the flow's open connections"})
+		if pid == 0 && c.Connects == nil {
+			v += "; the eBPF source (--bpf) would name it from its connect() calls: " + tcpmodel.EventsMissing(cur)
+		}
+		ev = append(ev, diag.Evidence{Name: "opener", Value: v, Source: src})
+		if c.Connects != nil {
+			ev = append(ev, connectsEvidence(c.Connects))
+		}
 	} else {
 		ev = append(ev, diag.Evidence{Name: "opener", Value: fmt.Sprintf("%s is not on this host (in this namespace): the pool to fix is the client's", c.Opener), Source: "no client-side socket of the flow here"})
 	}
@@ -164,4 +184,25 @@ func prevOpener(prev *snapshot.Snapshot, f tcpmodel.Flow) int {
 		}
 	}
 	return t.Top()
+}
+
+// connectsEvidence is the eBPF count of connect() calls to one service.
+func connectsEvidence(cn *tcpmodel.Connects) diag.Evidence {
+	w := units.Dur(cn.Interval)
+	v := fmt.Sprintf("%d connect() calls in %s (%.1f/s)", cn.Opens, w, float64(cn.Opens)/max(cn.Interval.Seconds(), 1e-9))
+	if cn.Failed > 0 {
+		v += fmt.Sprintf(", %d failed for want of a port (EADDRNOTAVAIL)", cn.Failed)
+	}
+	var who []string
+	for i, p := range cn.Procs {
+		if i == 3 {
+			who = append(who, fmt.Sprintf("%d more", len(cn.Procs)-i))
+			break
+		}
+		who = append(who, fmt.Sprintf("%s(pid %d) %d", p.Command, p.Pid, p.Opens))
+	}
+	if len(who) > 0 {
+		v += ": " + strings.Join(who, ", ")
+	}
+	return diag.Evidence{Name: "connects (eBPF)", Value: v, Source: "eBPF tp_btf/inet_sock_set_state: CLOSE->SYN_SENT (connect()) and SYN_SENT->CLOSE without a source port, counted in the kernel per process and destination"}
 }

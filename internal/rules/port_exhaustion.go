@@ -2,6 +2,7 @@ package rules
 
 import (
 	"fmt"
+	"net/netip"
 	"sort"
 	"strings"
 	"time"
@@ -133,10 +134,19 @@ func portFinding(in *diag.Input, p *tcpmodel.PortSpace, h destHit) diag.Finding 
 	cur := in.Cur
 	u, f := h.use, h.f
 	pid, cmd, who := destOwner(in, h.key, u)
+	// No socket owner seen: the eBPF source names who calls connect().
+	if pid == 0 && u.Connects != nil {
+		if top := u.Connects.Top(); top != nil {
+			pid, cmd = top.Pid, top.Command
+			who = fmt.Sprintf("%s pid %d, from its connect() calls", cmd, pid)
+		}
+	}
 	sub := diag.Subject{Netns: cur.Netns.Name, Local: h.key.Src.String(), Remote: h.key.Dst.String(), Pid: pid, Command: cmd}
 	summary := fmt.Sprintf("connections from %s to %s (%s) hold %d of %d usable ephemeral ports (%s)",
 		h.key.Src, h.key.Dst, who, u.Held(), p.Usable(), units.Pct(f.Frac))
 	switch {
+	case u.Connects != nil && u.Connects.Failed > 0:
+		summary += fmt.Sprintf(": connect() to it failed with EADDRNOTAVAIL %d times in %s", u.Connects.Failed, units.Dur(u.Connects.Interval))
 	case f.Full:
 		summary += ": connect() to it fails with EADDRNOTAVAIL now"
 	case f.Exhausts:
@@ -144,8 +154,7 @@ func portFinding(in *diag.Input, p *tcpmodel.PortSpace, h destHit) diag.Finding 
 	}
 	ev := portEvidence(p, u, f, in.Window(), fmt.Sprintf("warning >= %.0f%%, critical >= %.0f%%; or forecast exhaustion within %s / %s",
 		portWarnFrac*100, portCritFrac*100, units.Dur(portWarnETA), units.Dur(portCritETA)))
-	ev = append(ev, processesEvidence(in, h.key, u),
-		diag.Evidence{Name: "connect() failures", Value: "not counted by the kernel: EADDRNOTAVAIL (\"Cannot assign requested address\") only reaches the application and its log", Source: "kernel: no counter exists"})
+	ev = append(ev, processesEvidence(in, h.key, u), connectFailures(cur, h.key.Dst, u.Connects))
 	peak := f.Peak(u.Held())
 	fixes := []diag.Fix{remedy.Reuse(cmd, h.key.Dst, poolSize(u.Open)), remedy.Spread(peak, p.Usable())}
 	if fx, ok := remedy.WidenRange(p, peak); ok {
@@ -157,6 +166,35 @@ func portFinding(in *diag.Input, p *tcpmodel.PortSpace, h destHit) diag.Finding 
 		}
 	}
 	return diag.Finding{Severity: h.sev, Subject: sub, Summary: summary, Evidence: ev, Fixes: fixes}
+}
+
+// connectFailures is the eBPF count of connect() calls to dst that found
+// no free port, or what is missing without it.
+func connectFailures(cur *snapshot.Snapshot, dst netip.AddrPort, cn *tcpmodel.Connects) diag.Evidence {
+	ev := diag.Evidence{Name: "connect() failures", Source: "eBPF tp_btf/inet_sock_set_state: SYN_SENT->CLOSE with no source port, in the caller's context"}
+	if cn == nil {
+		ev.Value = "not counted: the kernel keeps no counter of EADDRNOTAVAIL (\"Cannot assign requested address\"), which only reaches the application and its log; the eBPF source (--bpf) counts them: " + tcpmodel.EventsMissing(cur)
+		ev.Source = "kernel: no counter exists"
+		return ev
+	}
+	w := units.Dur(cn.Interval)
+	if cn.Failed == 0 {
+		ev.Value = fmt.Sprintf("none in %s (%d connect() calls to %s)", w, cn.Opens, dst)
+		return ev
+	}
+	var parts []string
+	for i, p := range cn.Procs {
+		if p.Failed == 0 {
+			break
+		}
+		if i == 3 {
+			parts = append(parts, "more")
+			break
+		}
+		parts = append(parts, fmt.Sprintf("connect() failed with EADDRNOTAVAIL %d times in %s from %s (pid %d) to %s", p.Failed, w, p.Command, p.Pid, dst))
+	}
+	ev.Value = strings.Join(parts, "; ") + fmt.Sprintf(" (%d of %d connect() calls)", cn.Failed, cn.Opens)
+	return ev
 }
 
 // processesEvidence names who holds a destination's open sockets, or

@@ -1,0 +1,115 @@
+package rules
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/diag"
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+)
+
+// fixtureWithoutOwners reads a fixture and forgets every socket owner, as
+// when connections are too short for the owner scan; events, when given,
+// become the last snapshot's eBPF section over the window.
+func fixtureWithoutOwners(t *testing.T, path string, flows []snapshot.EventFlow) (prev, cur *snapshot.Snapshot) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	snaps, err := snapshot.ReadAll(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range snaps {
+		for i := range s.Sockets {
+			s.Sockets[i].Pids = nil
+		}
+		s.Procs, s.FlowOwners = nil, nil
+	}
+	prev, cur = snaps[0], snaps[len(snaps)-1]
+	if flows != nil {
+		cur.Events = &snapshot.Events{Since: prev.Taken, Until: cur.Taken, Flows: flows}
+	}
+	return prev, cur
+}
+
+func runRule(r diag.Rule, prev, cur *snapshot.Snapshot) diag.Result {
+	var res diag.Result
+	diag.Run([]diag.Rule{r}, diag.NewInput(prev, cur, diag.Options{}), &res)
+	return res
+}
+
+func evidence(f diag.Finding, name string) string {
+	for _, e := range f.Evidence {
+		if e.Name == name {
+			return e.Value
+		}
+	}
+	return ""
+}
+
+func TestChurnOpenerFromEvents(t *testing.T) {
+	path := "testdata/connection-churn/fires.jsonl"
+	prev, cur := fixtureWithoutOwners(t, path, nil)
+	res := runRule(connectionChurn(), prev, cur)
+	if len(res.Findings) == 0 {
+		t.Fatal("no finding without owners")
+	}
+	if f := res.Findings[0]; f.Subject.Pid != 0 || !strings.Contains(evidence(f, "opener"), "eBPF source (--bpf)") {
+		t.Errorf("without events: pid %d, opener %q; want unknown and the missing eBPF source named", f.Subject.Pid, evidence(f, "opener"))
+	}
+	window := cur.Taken.Sub(prev.Taken)
+	opens := uint64(window.Seconds() * 250)
+	prev, cur = fixtureWithoutOwners(t, path, []snapshot.EventFlow{
+		{Pid: 4242, Command: "python3", Remote: netip.MustParseAddrPort("127.0.0.1:8080"), Opens: opens, ActiveCloses: opens},
+		{Pid: 4243, Command: "curl", Remote: netip.MustParseAddrPort("127.0.0.1:9999"), Opens: 1},
+	})
+	res = runRule(connectionChurn(), prev, cur)
+	if len(res.Findings) == 0 {
+		t.Fatal("no finding with events")
+	}
+	f := res.Findings[0]
+	if f.Subject.Pid != 4242 || f.Subject.Command != "python3" || !strings.Contains(f.Summary, "python3 (pid 4242) opens 250 new connections/s") {
+		t.Errorf("with events: %+v %q", f.Subject, f.Summary)
+	}
+	if v := evidence(f, "connects (eBPF)"); !strings.HasPrefix(v, fmt.Sprintf("%d connect() calls in", opens)) || !strings.Contains(v, fmt.Sprintf("python3(pid %d) %d", 4242, opens)) {
+		t.Errorf("connects evidence = %q", v)
+	}
+	if v := evidence(f, "opener"); !strings.Contains(v, "from its connect() calls") {
+		t.Errorf("opener evidence = %q", v)
+	}
+}
+
+func TestPortExhaustionFailuresFromEvents(t *testing.T) {
+	path := "testdata/port-exhaustion/fires.jsonl"
+	dst := netip.MustParseAddrPort("198.18.2.9:7001")
+	prev, cur := fixtureWithoutOwners(t, path, []snapshot.EventFlow{
+		{Pid: 812, Command: "nginx", Remote: dst, Opens: 500, FailedPorts: 412},
+	})
+	res := runRule(portExhaustion(), prev, cur)
+	var found bool
+	for _, f := range res.Findings {
+		if f.Subject.Remote != dst.String() {
+			continue
+		}
+		found = true
+		if f.Subject.Pid != 812 || f.Subject.Command != "nginx" {
+			t.Errorf("subject %+v, want nginx pid 812", f.Subject)
+		}
+		want := "connect() failed with EADDRNOTAVAIL 412 times in 5s from nginx (pid 812) to 198.18.2.9:7001"
+		if v := evidence(f, "connect() failures"); !strings.Contains(v, want) {
+			t.Errorf("connect() failures = %q, want %q", v, want)
+		}
+		if !strings.Contains(f.Summary, "failed with EADDRNOTAVAIL 412 times") {
+			t.Errorf("summary %q", f.Summary)
+		}
+	}
+	if !found {
+		t.Fatalf("no finding for %v: %+v", dst, res.Findings)
+	}
+}
