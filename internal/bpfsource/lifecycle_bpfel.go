@@ -45,12 +45,13 @@ type lifecycleOpenConn struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	lifecycleMapConns        = "conns"
-	lifecycleMapFlows        = "flows"
-	lifecycleMapOverflow     = "overflow"
-	lifecycleProgLifecycle   = "lifecycle"
-	lifecycleVarUnusedCounts = "unused_counts"
-	lifecycleVarUnusedKey    = "unused_key"
+	lifecycleMapConns          = "conns"
+	lifecycleMapFlows          = "flows"
+	lifecycleMapOverflow       = "overflow"
+	lifecycleProgLifecycle     = "lifecycle"
+	lifecycleVarTrackLifetimes = "track_lifetimes"
+	lifecycleVarUnusedCounts   = "unused_counts"
+	lifecycleVarUnusedKey      = "unused_key"
 )
 
 // loadLifecycle returns the embedded CollectionSpec for lifecycle.
@@ -111,8 +112,9 @@ type lifecycleMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type lifecycleVariableSpecs struct {
-	UnusedCounts *ebpf.VariableSpec `ebpf:"unused_counts"`
-	UnusedKey    *ebpf.VariableSpec `ebpf:"unused_key"`
+	TrackLifetimes *ebpf.VariableSpec `ebpf:"track_lifetimes"`
+	UnusedCounts   *ebpf.VariableSpec `ebpf:"unused_counts"`
+	UnusedKey      *ebpf.VariableSpec `ebpf:"unused_key"`
 }
 
 // lifecycleObjects contains all objects after they have been loaded into the kernel.
@@ -152,8 +154,9 @@ func (m *lifecycleMaps) Close() error {
 //
 // It can be passed to loadLifecycleObjects or ebpf.CollectionSpec.LoadAndAssign.
 type lifecycleVariables struct {
-	UnusedCounts *ebpf.Variable `ebpf:"unused_counts"`
-	UnusedKey    *ebpf.Variable `ebpf:"unused_key"`
+	TrackLifetimes *ebpf.Variable `ebpf:"track_lifetimes"`
+	UnusedCounts   *ebpf.Variable `ebpf:"unused_counts"`
+	UnusedKey      *ebpf.Variable `ebpf:"unused_key"`
 }
 
 // lifecyclePrograms contains all programs after they have been loaded into the kernel.

@@ -41,6 +41,10 @@ func notSupported(format string, a ...any) error {
 type Options struct {
 	// Now is the clock for reading intervals; time.Now when nil.
 	Now func() time.Time
+	// Lifetimes also counts peer closes and lifetimes of connections seen
+	// opened, which needs per-socket storage: it about doubles the cost
+	// per connection (docs/performance.md).
+	Lifetimes bool
 }
 
 // Source is the attached program and its maps. Not safe for concurrent
@@ -71,10 +75,12 @@ type Flow struct {
 	// ActiveCloses counts connections this process closed before its peer
 	// did (ESTABLISHED->FIN_WAIT1): it holds their TIME_WAIT.
 	ActiveCloses uint64
-	// PeerCloses counts connections it opened that the peer closed first.
+	// PeerCloses counts connections it opened that the peer closed first
+	// (with Options.Lifetimes).
 	PeerCloses uint64
 	// Lifetimes counts connections it opened that ended in the interval;
-	// LifetimeTotal is the sum of their lives, connect() to close.
+	// LifetimeTotal is the sum of their lives, connect() to close (with
+	// Options.Lifetimes).
 	Lifetimes     uint64
 	LifetimeTotal time.Duration
 }
@@ -85,7 +91,8 @@ type Reading struct {
 	// ByNetns holds the flows by network namespace inode.
 	ByNetns map[uint64][]Flow
 	// LostFlows counts events not counted because the flow map was full;
-	// LostConns counts opens whose lifetime could not be tracked.
+	// LostConns counts opens whose lifetime could not be tracked (socket
+	// storage not allocated).
 	LostFlows, LostConns uint64
 }
 
@@ -95,8 +102,17 @@ func Open(opts Options) (*Source, error) {
 	if err := probe(); err != nil {
 		return nil, err
 	}
+	spec, err := loadLifecycle()
+	if err != nil {
+		return nil, fmt.Errorf("bpfsource: %w", err)
+	}
+	if opts.Lifetimes {
+		if err := spec.Variables[lifecycleVarTrackLifetimes].Set(uint32(1)); err != nil {
+			return nil, fmt.Errorf("bpfsource: %w", err)
+		}
+	}
 	var objs lifecycleObjects
-	if err := loadLifecycleObjects(&objs, nil); err != nil {
+	if err := spec.LoadAndAssign(&objs, nil); err != nil {
 		return nil, loadError(err)
 	}
 	l, err := link.AttachTracing(link.TracingOptions{Program: objs.Lifecycle, AttachType: ebpf.AttachTraceRawTp})

@@ -3,6 +3,7 @@ package bpfsource
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -107,10 +108,17 @@ func comm(t *testing.T) string {
 }
 
 // TestLifecycle provokes connects, active closes and EADDRNOTAVAIL in a
-// namespace of its own and checks what the program counted.
+// namespace of its own and checks what the program counted, with and
+// without the lifetime join.
 func TestLifecycle(t *testing.T) {
+	for _, lifetimes := range []bool{false, true} {
+		t.Run(fmt.Sprintf("lifetimes=%v", lifetimes), func(t *testing.T) { testLifecycle(t, lifetimes) })
+	}
+}
+
+func testLifecycle(t *testing.T, lifetimes bool) {
 	ns := testns.New(t, "bpf")
-	src, err := Open(Options{})
+	src, err := Open(Options{Lifetimes: lifetimes})
 	if errors.Is(err, ErrNotSupported) {
 		t.Skip(err)
 	}
@@ -233,7 +241,7 @@ func TestLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	pid, name := os.Getpid(), comm(t)
-	var opens, active, lifetimes, fails, peerCloses, srvCloses uint64
+	var opens, active, ended, fails, peerCloses, srvCloses uint64
 	for _, f := range r.ByNetns[ns.Inode] {
 		t.Logf("%+v", f)
 		if f.Pid != pid || f.Comm != name {
@@ -242,7 +250,7 @@ func TestLifecycle(t *testing.T) {
 		if f.Peer == peer {
 			opens += f.Opens
 			active += f.ActiveCloses
-			lifetimes += f.Lifetimes
+			ended += f.Lifetimes
 		}
 		if f.Peer == netip.MustParseAddrPort("127.0.0.1:8081") {
 			peerCloses += f.PeerCloses
@@ -257,11 +265,15 @@ func TestLifecycle(t *testing.T) {
 	if opens != closes || active != closes {
 		t.Errorf("pid %d %s to %v: %d opens, %d active closes; want %d each", pid, name, peer, opens, active, closes)
 	}
-	if peerCloses != closes || srvCloses != closes {
-		t.Errorf("server closing first: client saw %d peer closes, server %d active closes on :8081; want %d each", peerCloses, srvCloses, closes)
+	want := uint64(0)
+	if lifetimes {
+		want = closes
 	}
-	if lifetimes != closes {
-		t.Errorf("%d lifetimes, want %d", lifetimes, closes)
+	if srvCloses != closes {
+		t.Errorf("server closing first: %d active closes on :8081 under the server, want %d", srvCloses, closes)
+	}
+	if peerCloses != want || ended != want {
+		t.Errorf("%d peer closes, %d lifetimes; want %d each", peerCloses, ended, want)
 	}
 	if fails != uint64(failed) {
 		t.Errorf("%d failed port allocations counted, want %d", fails, failed)

@@ -8,14 +8,25 @@
  *                  (EADDRNOTAVAIL), in the caller's context
  *   active_closes  ESTABLISHED->FIN_WAIT1: close()/shutdown() of a
  *                  connection whose peer had not closed, in the closer's
- *                  context (it will hold the TIME_WAIT). Connections seen
- *                  opened count under their opener's key; others
- *                  (accepted) under (pid, comm, local port) with no peer,
- *                  so a server's many clients make one entry
+ *                  context (it will hold the TIME_WAIT). Sockets that
+ *                  called connect() count under (pid, comm, peer);
+ *                  accepted ones under (pid, comm, local port) with no
+ *                  peer, so a server's many clients make one entry
  *   peer_closes    ESTABLISHED->CLOSE_WAIT of a connection this program saw
- *                  opened (softirq: attributed to the opener by cookie)
- *   lifetime_*     SYN_SENT to CLOSE of connections seen opened
+ *                  opened (with track_lifetimes)
+ *   lifetime_*     SYN_SENT to CLOSE of connections seen opened (with
+ *                  track_lifetimes)
+ * peer_closes and lifetimes need the opener's key at transitions that run
+ * in softirq context: with track_lifetimes set at load, a connection seen
+ * opened carries its key and start time in socket local storage (freed
+ * with the socket). That join costs about as much as the counting itself,
+ * so it is off unless asked for.
+ *
+ * An accepted socket is a copy of its listener and keeps the listener's
+ * sk_max_ack_backlog; a socket that called connect() has 0 there. That
+ * tells a server's active close from a client's without any storage.
  */
+
 #include "vmlinux.h"
 
 #define SEC(name) __attribute__((section(name), used))
@@ -24,8 +35,10 @@
 
 #define BPF_MAP_TYPE_HASH 1
 #define BPF_MAP_TYPE_ARRAY 2
-#define BPF_MAP_TYPE_LRU_HASH 9
+#define BPF_MAP_TYPE_SK_STORAGE 24
 #define BPF_NOEXIST 1
+#define BPF_F_NO_PREALLOC 1
+#define BPF_SK_STORAGE_GET_F_CREATE 1
 #define AF_INET 2
 #define AF_INET6 10
 #define IPPROTO_TCP 6
@@ -40,11 +53,14 @@ enum {
 
 static void *(*bpf_map_lookup_elem)(void *map, const void *key) = (void *)1;
 static long (*bpf_map_update_elem)(void *map, const void *key, const void *value, __u64 flags) = (void *)2;
-static long (*bpf_map_delete_elem)(void *map, const void *key) = (void *)3;
 static __u64 (*bpf_ktime_get_ns)(void) = (void *)5;
 static __u64 (*bpf_get_current_pid_tgid)(void) = (void *)14;
 static long (*bpf_get_current_comm)(void *buf, __u32 size_of_buf) = (void *)16;
-static __u64 (*bpf_get_socket_cookie)(void *ctx) = (void *)46;
+static void *(*bpf_sk_storage_get)(void *map, void *sk, void *value, __u64 flags) = (void *)107;
+
+/* Set by the loader before loading; the verifier drops the code it
+ * guards when 0. */
+const volatile __u32 track_lifetimes = 0;
 
 struct flow_key {
 	__u32 netns;
@@ -67,12 +83,12 @@ struct flow_counts {
 };
 
 struct open_conn {
-	__u64 start_ns;
+	__u64 start_ns; /* 0 once closed */
 	struct flow_key key;
 };
 
-/* Overflow counters: index 0 flows map full, 1 open-connection map
- * updates failed. */
+/* Overflow counters: index 0 flows map full, 1 socket storage not
+ * allocated. */
 #define OVERFLOW_FLOWS 0
 #define OVERFLOW_CONNS 1
 
@@ -84,9 +100,9 @@ struct {
 } flows SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 65536);
-	__type(key, __u64);
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
 	__type(value, struct open_conn);
 } conns SEC(".maps");
 
@@ -148,29 +164,41 @@ int lifecycle(__u64 *ctx)
 	int oldstate = (int)ctx[1];
 	int newstate = (int)ctx[2];
 
+	/* The transitions counted; most others return here. */
+	int open = oldstate == TCP_CLOSE && newstate == TCP_SYN_SENT;
+	int active = oldstate == TCP_ESTABLISHED && newstate == TCP_FIN_WAIT1;
+	int passive = oldstate == TCP_ESTABLISHED && newstate == TCP_CLOSE_WAIT;
+	if (!open && !active && !passive && newstate != TCP_CLOSE)
+		return 0;
 	if (!sk || sk->sk_protocol != IPPROTO_TCP)
 		return 0;
 	__u16 family = sk->__sk_common.skc_family;
 	if (family != AF_INET && family != AF_INET6)
 		return 0;
 
-	if (oldstate == TCP_CLOSE && newstate == TCP_SYN_SENT) {
-		struct open_conn oc = {};
-		fill_key(&oc.key, sk, family);
-		struct flow_counts *c = counts_for(&oc.key);
-		if (c)
-			__sync_fetch_and_add(&c->opens, 1);
-		oc.start_ns = bpf_ktime_get_ns();
-		__u64 cookie = bpf_get_socket_cookie(sk);
-		if (bpf_map_update_elem(&conns, &cookie, &oc, 0) != 0)
-			count_overflow(OVERFLOW_CONNS);
-		return 0;
-	}
-	if (oldstate == TCP_ESTABLISHED && newstate == TCP_FIN_WAIT1) {
-		__u64 cookie = bpf_get_socket_cookie(sk);
+	if (open) {
 		struct flow_key k = {};
 		fill_key(&k, sk, family);
-		if (!bpf_map_lookup_elem(&conns, &cookie)) {
+		struct flow_counts *c = counts_for(&k);
+		if (c)
+			__sync_fetch_and_add(&c->opens, 1);
+		if (!track_lifetimes)
+			return 0;
+		struct open_conn *oc = bpf_sk_storage_get(&conns, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+		if (!oc) {
+			count_overflow(OVERFLOW_CONNS);
+			return 0;
+		}
+		oc->key = k;
+		oc->start_ns = bpf_ktime_get_ns();
+		return 0;
+	}
+	if (active) {
+		/* close() or shutdown(): the closer's own context. */
+		struct flow_key k = {};
+		fill_key(&k, sk, family);
+		if (sk->sk_max_ack_backlog) {
+			/* Accepted: one key per server and port, not per client. */
 			__builtin_memset(k.daddr, 0, sizeof(k.daddr));
 			k.dport = 0;
 			k.lport = sk->__sk_common.skc_num;
@@ -180,22 +208,8 @@ int lifecycle(__u64 *ctx)
 			__sync_fetch_and_add(&c->active_closes, 1);
 		return 0;
 	}
-	if (newstate == TCP_CLOSE_WAIT && oldstate == TCP_ESTABLISHED) {
-		__u64 cookie = bpf_get_socket_cookie(sk);
-		struct open_conn *oc = bpf_map_lookup_elem(&conns, &cookie);
-		if (!oc)
-			return 0;
-		struct flow_key k = oc->key;
-		struct flow_counts *c = counts_for(&k);
-		if (c)
-			__sync_fetch_and_add(&c->peer_closes, 1);
-		return 0;
-	}
-	if (newstate != TCP_CLOSE)
-		return 0;
-
-	__u64 cookie = bpf_get_socket_cookie(sk);
-	if (oldstate == TCP_SYN_SENT && sk->__sk_common.skc_num == 0) {
+	/* The connect() failure needs no storage. */
+	if (newstate == TCP_CLOSE && oldstate == TCP_SYN_SENT && sk->__sk_common.skc_num == 0) {
 		/* The port allocation failed inside connect(): the caller's
 		 * context, so pid and comm are the caller's. */
 		struct flow_key k = {};
@@ -203,15 +217,29 @@ int lifecycle(__u64 *ctx)
 		struct flow_counts *c = counts_for(&k);
 		if (c)
 			__sync_fetch_and_add(&c->failed_ports, 1);
-		bpf_map_delete_elem(&conns, &cookie);
+		if (track_lifetimes) {
+			struct open_conn *oc = bpf_sk_storage_get(&conns, sk, 0, 0);
+			if (oc)
+				oc->start_ns = 0;
+		}
 		return 0;
 	}
-	struct open_conn *oc = bpf_map_lookup_elem(&conns, &cookie);
-	if (!oc)
+	if (!track_lifetimes)
 		return 0;
+	struct open_conn *oc = bpf_sk_storage_get(&conns, sk, 0, 0);
+	if (!oc || oc->start_ns == 0)
+		return 0; /* not seen opened, or closed and not reopened */
+	if (passive) {
+		struct flow_key k = oc->key;
+		struct flow_counts *c = counts_for(&k);
+		if (c)
+			__sync_fetch_and_add(&c->peer_closes, 1);
+		return 0;
+	}
+	/* newstate == TCP_CLOSE */
 	__u64 d = bpf_ktime_get_ns() - oc->start_ns;
+	oc->start_ns = 0;
 	struct flow_key k = oc->key;
-	bpf_map_delete_elem(&conns, &cookie);
 	struct flow_counts *c = counts_for(&k);
 	if (c) {
 		__sync_fetch_and_add(&c->lifetime_ns, d);

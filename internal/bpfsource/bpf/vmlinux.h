@@ -47,6 +47,7 @@ struct sock_common {
 struct sock {
 	struct sock_common __sk_common;
 	__u16 sk_protocol;
+	__u32 sk_max_ack_backlog;
 };
 
 #pragma clang attribute pop
