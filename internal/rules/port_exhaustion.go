@@ -114,13 +114,22 @@ func checkPortExhaustion(in *diag.Input) ([]diag.Finding, error) {
 
 // destOwner names the process holding most open sockets to a destination.
 // When none of its sockets is open now (a range in TIME_WAIT, connects
-// failing), the owner of its connections in the previous sample.
+// failing), the owner of its connections in the previous sample, else the
+// process the eBPF source saw call connect() to it.
 func destOwner(in *diag.Input, k tcpmodel.Dest, u *tcpmodel.DestUse) (pid int, cmd, who string) {
 	pid = u.Owners.Top()
 	cmd = tcpmodel.Command(in.Cur, pid)
 	if pid == 0 {
 		if pid = prevOpener(in.Prev, tcpmodel.Flow{Opener: k.Src, Service: k.Dst}); pid != 0 {
 			cmd = tcpmodel.Command(in.Prev, pid)
+		}
+	}
+	// No socket owner seen, now or before: the eBPF source names who
+	// calls connect() to it.
+	if pid == 0 && u.Connects != nil {
+		if top := u.Connects.Top(); top != nil {
+			pid, cmd = top.Pid, top.Command
+			return pid, cmd, fmt.Sprintf("%s pid %d, from its connect() calls", cmd, pid)
 		}
 	}
 	who = "owner unknown"
@@ -134,13 +143,6 @@ func portFinding(in *diag.Input, p *tcpmodel.PortSpace, h destHit) diag.Finding 
 	cur := in.Cur
 	u, f := h.use, h.f
 	pid, cmd, who := destOwner(in, h.key, u)
-	// No socket owner seen: the eBPF source names who calls connect().
-	if pid == 0 && u.Connects != nil {
-		if top := u.Connects.Top(); top != nil {
-			pid, cmd = top.Pid, top.Command
-			who = fmt.Sprintf("%s pid %d, from its connect() calls", cmd, pid)
-		}
-	}
 	sub := diag.Subject{Netns: cur.Netns.Name, Local: h.key.Src.String(), Remote: h.key.Dst.String(), Pid: pid, Command: cmd}
 	summary := fmt.Sprintf("connections from %s to %s (%s) hold %d of %d usable ephemeral ports (%s)",
 		h.key.Src, h.key.Dst, who, u.Held(), p.Usable(), units.Pct(f.Frac))
