@@ -130,8 +130,8 @@ func Open(opts Options) (*Source, error) {
 // probe rules out the common reasons first, so the error names the cause
 // rather than a verifier log.
 func probe() error {
-	if os.Geteuid() != 0 {
-		return notSupported("not root (loading BPF programs needs CAP_BPF and CAP_PERFMON; unprivileged BPF is usually off)")
+	if !privileged() {
+		return notSupported("not root (loading BPF programs needs CAP_BPF and CAP_PERFMON, or CAP_SYS_ADMIN; unprivileged BPF is usually off)")
 	}
 	spec, err := btf.LoadKernelSpec()
 	if err != nil {
@@ -142,6 +142,21 @@ func probe() error {
 		return notSupported("kernel has no inet_sock_set_state tracepoint: %v", err)
 	}
 	return checkPrototype(td)
+}
+
+// privileged reports whether this process may load tracing programs:
+// root, CAP_SYS_ADMIN, or CAP_BPF with CAP_PERFMON in its effective set.
+func privileged() bool {
+	if os.Geteuid() == 0 {
+		return true
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return false
+	}
+	has := func(c uint) bool { return data[c/32].Effective&(1<<(c%32)) != 0 }
+	return has(unix.CAP_SYS_ADMIN) || has(unix.CAP_BPF) && has(unix.CAP_PERFMON)
 }
 
 // checkPrototype wants void (*)(void *, const struct sock *, int, int):
