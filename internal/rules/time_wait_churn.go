@@ -84,7 +84,7 @@ func twFinding(in *diag.Input, p *tcpmodel.PortSpace, h destHit) diag.Finding {
 		who = fmt.Sprintf("%s (pid %d)", cmd, pid)
 	}
 	summary := fmt.Sprintf("%s closes connections to %s first: %d in TIME_WAIT hold ports, %d of %d usable held in all", who, h.key.Dst, twHeld(u), u.Held(), p.Usable())
-	if f.HasRate {
+	if f.HasRate && f.CloseRate > 0 {
 		summary = fmt.Sprintf("%s closes %.0f connections/s to %s first: %d in TIME_WAIT hold ports for %s each, %d of %d usable held in all", who, f.CloseRate, h.key.Dst, twHeld(u), units.Dur(f.Hold), u.Held(), p.Usable())
 	}
 	switch {
