@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/tcpdoctor/tcpdoctor/internal/procs"
 	"golang.org/x/sys/unix"
 )
 
@@ -266,31 +267,9 @@ func (f Finder) All() ([]NS, error) {
 		return compareNames(a.Name, b.Name)
 	})
 	if len(denied) > 0 {
-		return out, fmt.Errorf("netns: %s: /proc/PID/ns/net unreadable: %w (needs ptrace access to the process)", whoPids(f.ProcRoot, denied), os.ErrPermission)
+		return out, fmt.Errorf("netns: %s: /proc/PID/ns/net unreadable: %w (needs ptrace access to the process)", procs.Names(f.ProcRoot, denied), os.ErrPermission)
 	}
 	return out, nil
-}
-
-// whoPids names up to three processes by pid and command, and counts the
-// rest: "pid 1 (init)", "3 processes: pid 1 (init), pid 7 (a), pid 9 (b)".
-func whoPids(procRoot string, pids []int) string {
-	var b strings.Builder
-	for i, pid := range pids[:min(len(pids), 3)] {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString("pid " + strconv.Itoa(pid))
-		if comm, err := os.ReadFile(procRoot + "/" + strconv.Itoa(pid) + "/comm"); err == nil {
-			b.WriteString(" (" + strings.TrimSpace(string(comm)) + ")")
-		}
-	}
-	if len(pids) > 3 {
-		b.WriteString(", ...")
-	}
-	if len(pids) == 1 {
-		return b.String()
-	}
-	return strconv.Itoa(len(pids)) + " processes: " + b.String()
 }
 
 // compareNames orders names, "pid:N" ones by number.

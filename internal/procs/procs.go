@@ -132,11 +132,11 @@ func (s Scanner) Scan(want func(inode uint32) bool) (*Owners, error) {
 	var errs []error
 	if len(denied) > 0 {
 		slices.Sort(denied)
-		errs = append(errs, fmt.Errorf("procs: %s: fds unreadable: %w (%w)", whoPids(root, denied), os.ErrPermission, ErrPermission))
+		errs = append(errs, fmt.Errorf("procs: %s: fds unreadable: %w (%w)", Names(root, denied), os.ErrPermission, ErrPermission))
 	}
 	if len(failed) > 0 {
 		slices.Sort(failed)
-		errs = append(errs, fmt.Errorf("procs: %s: fds unreadable: %w", whoPids(root, failed), firstFail))
+		errs = append(errs, fmt.Errorf("procs: %s: fds unreadable: %w", Names(root, failed), firstFail))
 	}
 	return out, errors.Join(errs...)
 }
@@ -162,9 +162,10 @@ func listPids(root string) ([]int, error) {
 	return pids, nil
 }
 
-// whoPids names up to three processes by pid and command, and counts the
-// rest: "pid 1 (init)", "4 processes: pid 1 (init), pid 7 (a), pid 9 (b), ...".
-func whoPids(root string, pids []int) string {
+// Names names up to three processes by pid and command (read below
+// root), and counts the rest: "pid 1 (init)",
+// "4 processes: pid 1 (init), pid 7 (a), pid 9 (b), ...".
+func Names(root string, pids []int) string {
 	var b strings.Builder
 	for i, pid := range pids[:min(len(pids), 3)] {
 		if i > 0 {
