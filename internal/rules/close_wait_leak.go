@@ -133,7 +133,7 @@ func checkCloseWaitLeak(in *diag.Input) ([]diag.Finding, error) {
 		}
 		fs = append(fs, cwFinding(in, g))
 	}
-	return fs, ownersGone(cur)
+	return fs, ownersGone(cur, snapshot.CloseWait)
 }
 
 // topCounts lists the n largest counts, largest first, then by key.

@@ -201,7 +201,7 @@ func checkConnectionBottleneck(in *diag.Input) ([]diag.Finding, error) {
 			{Scope: "application", Text: "do not pin small socket buffers on these connections (see sndbuf-limited, rwnd-limited)", Risk: "memory per connection"},
 		}})
 	}
-	return fs, ownersGone(cur)
+	return fs, ownersGone(cur, snapshot.Established)
 }
 
 // segRates is the data segments per second each way between p and sk.

@@ -61,7 +61,7 @@ func checkConnectionChurn(in *diag.Input) ([]diag.Finding, error) {
 	})
 	return rankFindings(hits, churnMaxFindings, func(n int) diag.Finding {
 		return moreFinding(cur, n, "flows", "open a new connection per request", "sock_diag TIME-WAIT sockets by opener and service")
-	}), ownersGone(cur)
+	}), churnOwnersGone(cur, hits)
 }
 
 func churnFinding(in *diag.Input, c *tcpmodel.Churn, sev diag.Severity) diag.Finding {
@@ -205,4 +205,15 @@ func connectsEvidence(cn *tcpmodel.Connects) diag.Evidence {
 		v += ": " + strings.Join(who, ", ")
 	}
 	return diag.Evidence{Name: "connects (eBPF)", Value: v, Source: "eBPF tp_btf/inet_sock_set_state: CLOSE->SYN_SENT (connect()) and SYN_SENT->CLOSE without a source port, counted in the kernel per process and destination"}
+}
+
+// churnOwnersGone: unknown when a flow's opener went unnamed because no
+// process could be named at all.
+func churnOwnersGone(cur *snapshot.Snapshot, hits []scored) error {
+	for _, h := range hits {
+		if h.f.Subject.Pid == 0 {
+			return ownersGone(cur, snapshot.Established, snapshot.SynSent, snapshot.CloseWait)
+		}
+	}
+	return nil
 }

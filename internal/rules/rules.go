@@ -5,6 +5,7 @@ package rules
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
@@ -159,21 +160,19 @@ func prevState(in *diag.Input) tcpmodel.PrevState {
 }
 
 // ownersGone returns an unknown error when no process could be named at
-// all (the owner scan failed or did not run) while sockets that processes
-// hold are there: a rule that names processes still reports, by service
-// and peer, and says why it cannot name them.
-func ownersGone(s *snapshot.Snapshot) error {
+// all (the owner scan failed or did not run) while sockets in the given
+// states, the ones the rule judges, went unnamed: the rule still reports,
+// by service and peer, and says why it cannot name processes.
+func ownersGone(s *snapshot.Snapshot, states ...snapshot.State) error {
 	why := tcpmodel.OwnersMissing(s)
 	if why == "" || len(s.Procs) > 0 {
 		return nil
 	}
 	for i := range s.Sockets {
-		switch sk := &s.Sockets[i]; sk.State {
-		case snapshot.Established, snapshot.CloseWait, snapshot.SynSent, snapshot.Listen:
-			if len(sk.Pids) == 0 {
-				return diag.Unknownf("processes not named: %s", why)
-			}
+		sk := &s.Sockets[i]
+		if len(sk.Pids) == 0 && slices.Contains(states, sk.State) {
+			return diag.Unknownf("processes not named: %s", why)
 		}
 	}
-	return nil // no socket that a process holds went unnamed
+	return nil
 }
