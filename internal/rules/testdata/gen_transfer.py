@@ -2,9 +2,9 @@
 """Writes the fixtures of the transfer rules (sndbuf-limited, rwnd-limited,
 slow-reader, connection-bottleneck, retransmissions, buffer-limits).
 
-The numbers follow what Linux 6.18 reports for the lab's cases (design.md,
-cases.md): 20 ms RTT, 1448-byte MSS, doubled SO_SNDBUF/SO_RCVBUF, chronographs
-in microseconds. Run from internal/rules: python3 testdata/gen_transfer.py
+The numbers follow what Linux 6.18 reports for the lab's cases (docs/lab.md):
+20 ms RTT, 1448-byte MSS, doubled SO_SNDBUF/SO_RCVBUF, chronographs in
+microseconds. Run from internal/rules: python3 testdata/gen_transfer.py
 """
 import copy, json, os
 
