@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/sockdiag"
 	"github.com/tcpdoctor/tcpdoctor/internal/trace"
@@ -29,7 +30,7 @@ type TraceOptions struct {
 
 func (o TraceOptions) sleep() func(context.Context, time.Duration) error {
 	if o.GoTimers {
-		return sleep
+		return checkup.Sleep
 	}
 	return trace.PreciseSleep
 }
@@ -132,15 +133,4 @@ func Trace(ctx context.Context, o TraceOptions) (*TraceResult, error) {
 
 func tv(t unix.Timeval) time.Duration {
 	return time.Duration(t.Sec)*time.Second + time.Duration(t.Usec)*time.Microsecond
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

@@ -65,33 +65,7 @@ func (c *Conn) Close() error { return unix.Close(c.fd) }
 
 // Dump is the package's Dump over this Conn's socket.
 func (c *Conn) Dump(opts Options, fn func(*snapshot.Socket) error) error {
-	fams := opts.Families
-	if fams == nil {
-		fams = []uint8{unix.AF_INET, unix.AF_INET6}
-	}
-	bc, err := opts.Filter.Bytecode()
-	if err != nil {
-		return err
-	}
-	var fnErr error
-	call := func(sk *snapshot.Socket) error {
-		if err := fn(sk); err != nil {
-			fnErr = err
-			return err
-		}
-		return nil
-	}
-	for _, fam := range fams {
-		c.seq++
-		err := dumpFamily(c.fd, c.buf, request(fam, c.seq, opts, bc), c.seq, call)
-		if fnErr != nil {
-			return fnErr
-		}
-		if err != nil {
-			return fmt.Errorf("sockdiag: dump %s: %w", familyName(fam), err)
-		}
-	}
-	return nil
+	return dumpFamilies(c.fd, c.buf, &c.seq, opts, fn)
 }
 
 // Key names one connection for an exact lookup: as the dump reported it.

@@ -44,10 +44,6 @@ const recvBufLen = 64 << 10
 // States is 0) come as Close. TIME_WAIT and request sockets carry no
 // tcp_info, meminfo, cc or shutdown, and inode 0.
 func Dump(opts Options, fn func(*snapshot.Socket) error) error {
-	fams := opts.Families
-	if fams == nil {
-		fams = []uint8{unix.AF_INET, unix.AF_INET6}
-	}
 	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG)
 	if err != nil {
 		return fmt.Errorf("sockdiag: open netlink socket: %w", err)
@@ -56,11 +52,21 @@ func Dump(opts Options, fn func(*snapshot.Socket) error) error {
 	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return fmt.Errorf("sockdiag: bind netlink socket: %w", err)
 	}
+	var seq uint32
+	return dumpFamilies(fd, make([]byte, recvBufLen), &seq, opts, fn)
+}
+
+// dumpFamilies dumps every family opts asks for over fd, numbering the
+// requests from *seq on.
+func dumpFamilies(fd int, buf []byte, seq *uint32, opts Options, fn func(*snapshot.Socket) error) error {
+	fams := opts.Families
+	if fams == nil {
+		fams = []uint8{unix.AF_INET, unix.AF_INET6}
+	}
 	bc, err := opts.Filter.Bytecode()
 	if err != nil {
 		return err
 	}
-	buf := make([]byte, recvBufLen)
 	var fnErr error
 	call := func(sk *snapshot.Socket) error {
 		if err := fn(sk); err != nil {
@@ -69,9 +75,9 @@ func Dump(opts Options, fn func(*snapshot.Socket) error) error {
 		}
 		return nil
 	}
-	for i, fam := range fams {
-		seq := uint32(i + 1)
-		err := dumpFamily(fd, buf, request(fam, seq, opts, bc), seq, call)
+	for _, fam := range fams {
+		*seq++
+		err := dumpFamily(fd, buf, request(fam, *seq, opts, bc), *seq, call)
 		if fnErr != nil {
 			return fnErr
 		}

@@ -157,7 +157,9 @@ func ChurnOf(s *snapshot.Snapshot, prev PrevState, window time.Duration) []*Chur
 	// Openers too quick for the owner scan, named by the collector's
 	// second look (snapshot.FlowOwners).
 	for _, fo := range s.FlowOwners {
-		if c := m[Flow{Opener: fo.Local, Service: fo.Remote}]; c != nil && c.Openers.Len() == 0 || c != nil && c.flowOwned {
+		// Only for flows whose open sockets named no one (flowOwned: the
+		// tally already holds earlier flow owners).
+		if c := m[Flow{Opener: fo.Local, Service: fo.Remote}]; c != nil && (c.Openers.Len() == 0 || c.flowOwned) {
 			c.flowOwned = true
 			c.LocalOpener = true
 			for range max(fo.Sockets, 1) {
