@@ -10,12 +10,14 @@ import (
 
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/linkemu"
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 )
 
 // TestSndbufLimited: a bulk sender with SO_SNDBUF pinned at 16K (sndbuf
 // 32K) through a 20 ms, 1 Gbit/s link to an autotuned receiver that reads
-// as fast as data comes. The kernel's sndbuf_limited chronograph misses
-// this; the rule derives it and proves the pin with SO_BUF_LOCK. The same
+// as fast as data comes. The rule derives the limit from what is in
+// flight (the kernel's chronograph reads it only for paced senders, see
+// TestSndbufChronograph) and proves the pin with SO_BUF_LOCK. The same
 // path with an autotuned sender is quiet.
 func TestSndbufLimited(t *testing.T) {
 	for _, tc := range []struct {
@@ -65,5 +67,54 @@ func TestSndbufLimited(t *testing.T) {
 				t.Errorf("no SO_BUF_LOCK proof of the pin in the evidence")
 			}
 		})
+	}
+}
+
+// TestSndbufChronograph measures what docs/rules/sndbuf-limited.md says
+// of the kernel's sndbuf_limited chronograph: for the same pinned 16K
+// sender through the same 20 ms, 1 Gbit/s link it reads near 0 when the
+// sender is not paced (cubic) and high when it is (bbr paces internally).
+// go test -v -run TestSndbufChronograph ./internal/livetest prints both.
+func TestSndbufChronograph(t *testing.T) {
+	share := map[string]float64{}
+	for _, cc := range []string{"cubic", "bbr"} {
+		t.Run(cc, func(t *testing.T) {
+			p := newPath(t, linkemu.Params{RTT: 20 * time.Millisecond, RateUp: 1e9, RateDown: 1e9})
+			setup := func(fd int) error {
+				if err := unix.SetsockoptString(fd, unix.IPPROTO_TCP, unix.TCP_CONGESTION, cc); err != nil {
+					return err
+				}
+				return setBuf(unix.SO_SNDBUF, 16<<10)(fd)
+			}
+			c, s, local, _ := pairAcross(t, p, setup, nil)
+			loop(t, []int{c, s}, writer(c))
+			loop(t, []int{c, s}, reader(s, 256<<10, 0))
+			time.Sleep(time.Second)
+			_, _, prev, cur := sample(t, p.client, 2*time.Second)
+			var ps, cs *snapshot.Socket
+			for i := range prev.Sockets {
+				if prev.Sockets[i].Local == local {
+					ps = &prev.Sockets[i]
+				}
+			}
+			for i := range cur.Sockets {
+				if cur.Sockets[i].Local == local {
+					cs = &cur.Sockets[i]
+				}
+			}
+			if ps == nil || cs == nil || cs.CC != cc {
+				t.Fatalf("sender %s not found in both samples with cc %s", local, cc)
+			}
+			sh, ok := snapshot.ChronoShares(ps.Info, cs.Info, cur.Taken.Sub(prev.Taken))
+			if !ok || sh.Busy == 0 {
+				t.Fatalf("no chronographs: %+v", sh)
+			}
+			share[cc] = snapshot.Frac(sh.Sndbuf, sh.Busy)
+			t.Logf("%s: busy %s of the window, sndbuf_limited %.0f%% of busy, rwnd_limited %.0f%%, %.1f Mbit/s",
+				cc, sh.Busy.Round(time.Millisecond), 100*share[cc], 100*snapshot.Frac(sh.Rwnd, sh.Busy), acked(prev, cur, local)/1e6)
+		})
+	}
+	if c, b := share["cubic"], share["bbr"]; c > 0.2 || b < 0.3 {
+		t.Errorf("sndbuf_limited: cubic %.0f%% (want under 20%%), bbr %.0f%% (want over 30%%)", 100*c, 100*b)
 	}
 }
