@@ -96,8 +96,9 @@ func Unreachable(ns snapshot.Netns, taken time.Time, err error) *snapshot.Snapsh
 func (c *Collector) dump(s *snapshot.Snapshot) {
 	start := time.Now()
 	s.Sockets = make([]snapshot.Socket, 0, expectedSockets(s))
+	st := store{shut: [4]uint8{0, 1, 2, 3}}
 	err := sockdiag.Dump(sockdiag.Options{States: c.Opts.States, Info: true, Mem: true}, func(sk *snapshot.Socket) error {
-		s.Sockets = append(s.Sockets, *sk)
+		s.Sockets = append(s.Sockets, st.keep(sk))
 		return nil
 	})
 	s.Sources = append(s.Sources, snapshot.SourceStat{Source: snapshot.SourceSockdiag, OK: err == nil, Duration: time.Since(start)})
@@ -106,11 +107,54 @@ func (c *Collector) dump(s *snapshot.Snapshot) {
 	}
 }
 
-// expectedSockets sizes the dump from sockstat (allocated TCP sockets plus
-// TIME_WAIT, with a little room), so 100,000 sockets are not copied over
-// and over while the slice grows.
+// slabLen is how many tcp_info or meminfo values one block of a store holds.
+const slabLen = 1024
+
+// store holds a snapshot's tcp_info and meminfo values in blocks of
+// slabLen, so a socket costs its own bytes and not an allocation of the
+// decoder's (which also holds a copy of the socket) kept alive by a
+// pointer into it: at 100,000 sockets that halves the sample.
+type store struct {
+	infos []snapshot.TCPInfo
+	mems  []snapshot.MemInfo
+	// shut holds the shutdown values (bits 1 rcv, 2 snd) at their own
+	// index, for sockets to point at.
+	shut [4]uint8
+}
+
+// keep returns a copy of sk whose extras point into the store.
+func (st *store) keep(sk *snapshot.Socket) snapshot.Socket {
+	out := *sk
+	if sk.Info != nil {
+		if len(st.infos) == cap(st.infos) {
+			st.infos = make([]snapshot.TCPInfo, 0, slabLen)
+		}
+		st.infos = append(st.infos, *sk.Info)
+		out.Info = &st.infos[len(st.infos)-1]
+	}
+	if sk.Mem != nil {
+		if len(st.mems) == cap(st.mems) {
+			st.mems = make([]snapshot.MemInfo, 0, slabLen)
+		}
+		st.mems = append(st.mems, *sk.Mem)
+		out.Mem = &st.mems[len(st.mems)-1]
+	}
+	if sk.Shutdown != nil {
+		v := *sk.Shutdown
+		out.Shutdown = &v
+		if int(v) < len(st.shut) {
+			out.Shutdown = &st.shut[v]
+		}
+	}
+	return out
+}
+
+// expectedSockets sizes the dump from this namespace's sockstat (TCP and
+// TCP6 sockets in use plus TIME_WAIT, with a little room), so 100,000
+// sockets are not copied over and over while the slice grows. TCP.alloc
+// is not used: it counts every namespace's sockets.
 func expectedSockets(s *snapshot.Snapshot) int {
-	n := s.Sockstat["TCP.alloc"] + s.Sockstat["TCP.tw"]
+	n := s.Sockstat["TCP.inuse"] + s.Sockstat["TCP6.inuse"] + s.Sockstat["TCP.tw"]
 	if n < 0 || n > 10_000_000 {
 		n = 0
 	}

@@ -1,0 +1,135 @@
+package bpfsource
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/cilium/ebpf/btf"
+	"github.com/cilium/ebpf/link"
+)
+
+// Lock bits of sk_userlocks (SO_BUF_LOCK reads the same two bits).
+const (
+	LockSnd uint8 = 1 // SO_SNDBUF set by the application
+	LockRcv uint8 = 2 // SO_RCVBUF set by the application
+)
+
+// SockLocks is the loaded iter/tcp program (bpf/socklocks.c) that reads
+// the buffer lock bits and sizes of every TCP socket without touching
+// any: the read-only replacement for duplicating owners' fds. Load it
+// once per process; each Read walks the namespace of the calling thread.
+// Read may be called from several goroutines at once.
+type SockLocks struct {
+	objs socklocksObjects
+	link *link.Iter
+}
+
+// SockLock is one full TCP socket as the iterator saw it.
+type SockLock struct {
+	Cookie uint64
+	State  uint8
+	// Locks is sk_userlocks & 3: LockSnd, LockRcv.
+	Locks          uint8
+	Sndbuf, Rcvbuf uint32
+}
+
+// Locks is one walk of one namespace.
+type Locks struct {
+	// Netns is the namespace inode the records came from; 0 when the
+	// namespace had no full TCP socket.
+	Netns    uint64
+	ByCookie map[uint64]SockLock
+}
+
+// OpenSockLocks checks the kernel can run the iterator and loads it.
+// Errors that mean "cannot run here" wrap ErrNotSupported and say why.
+func OpenSockLocks() (*SockLocks, error) {
+	if !privileged() {
+		return nil, notSupported("not root (loading BPF programs needs CAP_BPF and CAP_PERFMON, or CAP_SYS_ADMIN; unprivileged BPF is usually off)")
+	}
+	spec, err := btf.LoadKernelSpec()
+	if err != nil {
+		return nil, notSupported("no kernel BTF (/sys/kernel/btf/vmlinux): %v", err)
+	}
+	var st *btf.Struct
+	if err := spec.TypeByName("bpf_iter__tcp", &st); err != nil {
+		return nil, notSupported("kernel has no iter/tcp BPF iterator (needs Linux >= 5.9): %v", err)
+	}
+	var objs socklocksObjects
+	if err := loadSocklocksObjects(&objs, nil); err != nil {
+		return nil, loadError(fmt.Errorf("load iter/tcp: %w", err))
+	}
+	l, err := link.AttachIter(link.IterOptions{Program: objs.Socklocks})
+	if err != nil {
+		_ = objs.Close()
+		return nil, loadError(fmt.Errorf("attach iter/tcp: %w", err))
+	}
+	return &SockLocks{objs: objs, link: l}, nil
+}
+
+// Close detaches the iterator and unloads the program.
+func (l *SockLocks) Close() error {
+	if l == nil {
+		return nil
+	}
+	return errors.Join(l.link.Close(), l.objs.Close())
+}
+
+// Read walks the TCP sockets of the calling thread's network namespace:
+// call it inside netns.Do to read another namespace (the kernel binds an
+// iterator to the namespace of the task that opens it).
+func (l *SockLocks) Read() (*Locks, error) {
+	rc, err := l.link.Open()
+	if err != nil {
+		return nil, fmt.Errorf("bpfsource: socklocks: open iterator: %w", err)
+	}
+	defer rc.Close()
+	return decodeSockLocks(bufio.NewReaderSize(rc, 64<<10))
+}
+
+// sockLockSize is sizeof(struct sock_lock) (bpf/socklocks.c).
+const sockLockSize = 24
+
+// decodeSockLocks reads records of struct sock_lock until EOF. A
+// truncated record or one no kernel writes is an error.
+func decodeSockLocks(r io.Reader) (*Locks, error) {
+	out := &Locks{ByCookie: map[uint64]SockLock{}}
+	var b [sockLockSize]byte
+	ne := binary.NativeEndian
+	for n := 0; ; n++ {
+		if _, err := io.ReadFull(r, b[:]); err != nil {
+			if err == io.EOF {
+				return out, nil
+			}
+			if errors.Is(err, io.ErrUnexpectedEOF) {
+				return nil, fmt.Errorf("bpfsource: socklocks: record %d truncated", n)
+			}
+			return nil, fmt.Errorf("bpfsource: socklocks: read: %w", err)
+		}
+		sl := SockLock{
+			Cookie: ne.Uint64(b[0:]),
+			State:  b[20],
+			Locks:  b[21],
+		}
+		ns := uint64(ne.Uint32(b[8:]))
+		snd, rcv := int32(ne.Uint32(b[12:])), int32(ne.Uint32(b[16:]))
+		switch {
+		case sl.Cookie == 0 || ns == 0:
+			return nil, fmt.Errorf("bpfsource: socklocks: record %d: zero cookie or namespace", n)
+		case sl.State == 0 || sl.State > 13 || sl.State == 6 || sl.State == 12:
+			return nil, fmt.Errorf("bpfsource: socklocks: record %d: state %d is no full socket's", n, sl.State)
+		case sl.Locks&^(LockSnd|LockRcv) != 0 || b[22] != 0 || b[23] != 0:
+			return nil, fmt.Errorf("bpfsource: socklocks: record %d: lock bits %#x or padding set", n, sl.Locks)
+		case snd < 0 || rcv < 0:
+			return nil, fmt.Errorf("bpfsource: socklocks: record %d: negative buffer size %d/%d", n, snd, rcv)
+		case out.Netns != 0 && ns != out.Netns:
+			return nil, fmt.Errorf("bpfsource: socklocks: record %d from namespace %d, the others from %d", n, ns, out.Netns)
+		}
+		out.Netns = ns
+		sl.Sndbuf, sl.Rcvbuf = uint32(snd), uint32(rcv)
+		out.ByCookie[sl.Cookie] = sl
+	}
+}

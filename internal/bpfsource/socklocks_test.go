@@ -1,0 +1,250 @@
+package bpfsource
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/netns"
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/sockdiag"
+	"github.com/tcpdoctor/tcpdoctor/internal/testns"
+)
+
+func rawLock(cookie uint64, ns uint32, state, locks uint8, snd, rcv int32) []byte {
+	ne := binary.NativeEndian
+	b := make([]byte, sockLockSize)
+	ne.PutUint64(b[0:], cookie)
+	ne.PutUint32(b[8:], ns)
+	ne.PutUint32(b[12:], uint32(snd))
+	ne.PutUint32(b[16:], uint32(rcv))
+	b[20], b[21] = state, locks
+	return b
+}
+
+func TestDecodeSockLocks(t *testing.T) {
+	in := append(rawLock(7, 4026531840, 1, 3, 32768, 65536), rawLock(9, 4026531840, 10, 0, 16384, 131072)...)
+	got, err := decodeSockLocks(bytes.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[uint64]SockLock{
+		7: {Cookie: 7, State: 1, Locks: 3, Sndbuf: 32768, Rcvbuf: 65536},
+		9: {Cookie: 9, State: 10, Sndbuf: 16384, Rcvbuf: 131072},
+	}
+	if got.Netns != 4026531840 || len(got.ByCookie) != 2 || got.ByCookie[7] != want[7] || got.ByCookie[9] != want[9] {
+		t.Errorf("decoded %+v, want netns 4026531840 and %+v", got, want)
+	}
+	if got, err := decodeSockLocks(bytes.NewReader(nil)); err != nil || got.Netns != 0 || len(got.ByCookie) != 0 {
+		t.Errorf("empty input = %+v, %v", got, err)
+	}
+	bad := map[string][]byte{
+		"truncated":      in[:30],
+		"zero cookie":    rawLock(0, 1, 1, 0, 1, 1),
+		"zero netns":     rawLock(1, 0, 1, 0, 1, 1),
+		"time-wait":      rawLock(1, 1, 6, 0, 1, 1),
+		"state 14":       rawLock(1, 1, 14, 0, 1, 1),
+		"bind lock bits": rawLock(1, 1, 1, 4, 1, 1),
+		"negative size":  rawLock(1, 1, 1, 0, -1, 1),
+		"two namespaces": append(rawLock(1, 1, 1, 0, 1, 1), rawLock(2, 2, 1, 0, 1, 1)...),
+	}
+	for name, b := range bad {
+		if got, err := decodeSockLocks(bytes.NewReader(b)); err == nil {
+			t.Errorf("%s: decoded %+v, want an error", name, got)
+		}
+	}
+}
+
+func FuzzDecodeSockLocks(f *testing.F) {
+	f.Add(append(rawLock(7, 4026531840, 1, 3, 32768, 65536), rawLock(9, 4026531840, 10, 0, 16384, 131072)...))
+	f.Add(rawLock(1, 1, 6, 0, 1, 1))
+	f.Add([]byte{1, 2, 3})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, err := decodeSockLocks(bytes.NewReader(b))
+		if err != nil {
+			return
+		}
+		if len(b)%sockLockSize != 0 || len(got.ByCookie) > len(b)/sockLockSize || (len(b) > 0) != (got.Netns != 0) {
+			t.Fatalf("decoded %+v from %d bytes", got, len(b))
+		}
+		for c, sl := range got.ByCookie {
+			if c == 0 || sl.Cookie != c || sl.Locks > 3 || sl.Sndbuf > 1<<31-1 || sl.Rcvbuf > 1<<31-1 {
+				t.Fatalf("decoded %+v", sl)
+			}
+		}
+	})
+}
+
+func TestOpenSockLocksNotRoot(t *testing.T) {
+	if os.Geteuid() == 0 {
+		t.Skip("runs as non-root: checks the refusal says why")
+	}
+	_, err := OpenSockLocks()
+	if !errors.Is(err, ErrNotSupported) || !strings.Contains(err.Error(), "not root") {
+		t.Errorf("OpenSockLocks as non-root = %v, want not supported: not root", err)
+	}
+}
+
+// bufCase is one client socket: what it asks for before connecting.
+type bufCase struct{ snd, rcv int }
+
+// sockFacts is what the socket's owner reads with getsockopt.
+type sockFacts struct {
+	cookie         uint64
+	lock           int
+	sndbuf, rcvbuf int
+}
+
+// TestSockLocks sets SO_SNDBUF/SO_RCVBUF on real sockets in two private
+// namespaces and checks the iterator against getsockopt and sock_diag's
+// SK_MEMINFO, socket by socket, and that each walk stays in its
+// namespace.
+func TestSockLocks(t *testing.T) {
+	nss := []netns.NS{testns.New(t, "lk1"), testns.New(t, "lk2")}
+	l, err := OpenSockLocks()
+	if errors.Is(err, ErrNotSupported) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := l.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	cases := [][]bufCase{
+		{{snd: 16384}, {rcv: 32768}, {snd: 8192, rcv: 65536}, {}},
+		{{rcv: 4096}, {snd: 100000, rcv: 100000}, {}},
+	}
+	seen := map[uint64]bool{}
+	for i, ns := range nss {
+		var fds []int
+		defer func() {
+			for _, fd := range fds {
+				_ = unix.Close(fd)
+			}
+		}()
+		err := netns.Do(ns, func() error {
+			ln, err := net.Listen("tcp4", "127.0.0.1:0")
+			if err != nil {
+				return err
+			}
+			defer func() { _ = ln.Close() }()
+			port := ln.Addr().(*net.TCPAddr).Port
+			var accepted []net.Conn
+			defer func() {
+				for _, c := range accepted {
+					_ = c.Close()
+				}
+			}()
+			want := map[uint64]sockFacts{}
+			for _, c := range cases[i] {
+				fd, err := dialWithBuffers(port, c)
+				if err != nil {
+					return err
+				}
+				fds = append(fds, fd)
+				a, err := ln.Accept()
+				if err != nil {
+					return err
+				}
+				accepted = append(accepted, a)
+				f, err := facts(fd)
+				if err != nil {
+					return err
+				}
+				want[f.cookie] = f
+			}
+			got, err := l.Read()
+			if err != nil {
+				return err
+			}
+			if got.Netns != ns.Inode {
+				return fmt.Errorf("iterator read namespace %d inside %s (%d)", got.Netns, ns.Name, ns.Inode)
+			}
+			// The listener, the clients and the accepted ends.
+			if n := 1 + 2*len(cases[i]); len(got.ByCookie) != n {
+				return fmt.Errorf("iterator saw %d sockets in %s, want %d: %+v", len(got.ByCookie), ns.Name, n, got.ByCookie)
+			}
+			for c := range got.ByCookie {
+				if seen[c] {
+					return fmt.Errorf("cookie %d seen in two namespaces", c)
+				}
+				seen[c] = true
+			}
+			mem := map[uint64]*snapshot.MemInfo{}
+			err = sockdiag.Dump(sockdiag.Options{Mem: true}, func(sk *snapshot.Socket) error {
+				mem[sk.Cookie] = sk.Mem
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			for c, w := range want {
+				sl, ok := got.ByCookie[c]
+				switch {
+				case !ok:
+					return fmt.Errorf("socket %+v not in the iterator's walk", w)
+				case int(sl.Locks) != w.lock || int(sl.Sndbuf) != w.sndbuf || int(sl.Rcvbuf) != w.rcvbuf || sl.State != uint8(snapshot.Established):
+					return fmt.Errorf("iterator says %+v, getsockopt says %+v", sl, w)
+				case mem[c] == nil:
+					return fmt.Errorf("socket %+v not in the sock_diag dump", w)
+				case mem[c].Sndbuf != sl.Sndbuf || mem[c].Rcvbuf != sl.Rcvbuf:
+					return fmt.Errorf("iterator says %+v, SK_MEMINFO sndbuf %d rcvbuf %d", sl, mem[c].Sndbuf, mem[c].Rcvbuf)
+				}
+				t.Logf("%s: cookie %d: locks %d sndbuf %d rcvbuf %d (getsockopt and SK_MEMINFO agree)", ns.Name, c, sl.Locks, sl.Sndbuf, sl.Rcvbuf)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// dialWithBuffers connects to 127.0.0.1:port from a socket whose buffers
+// are set (when non-zero) before connect, and returns its fd.
+func dialWithBuffers(port int, c bufCase) (int, error) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	set := func(opt, v int) error {
+		if v == 0 {
+			return nil
+		}
+		return unix.SetsockoptInt(fd, unix.SOL_SOCKET, opt, v)
+	}
+	if err := errors.Join(set(unix.SO_SNDBUF, c.snd), set(unix.SO_RCVBUF, c.rcv)); err != nil {
+		_ = unix.Close(fd)
+		return -1, err
+	}
+	if err := unix.Connect(fd, &unix.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		_ = unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
+}
+
+// facts reads what the owner of fd can see of it.
+func facts(fd int) (sockFacts, error) {
+	var f sockFacts
+	var err error
+	get := func(opt int) int {
+		v, e := unix.GetsockoptInt(fd, unix.SOL_SOCKET, opt)
+		err = errors.Join(err, e)
+		return v
+	}
+	f.lock, f.sndbuf, f.rcvbuf = get(unix.SO_BUF_LOCK), get(unix.SO_SNDBUF), get(unix.SO_RCVBUF)
+	c, e := unix.GetsockoptUint64(fd, unix.SOL_SOCKET, unix.SO_COOKIE)
+	f.cookie = c
+	return f, errors.Join(err, e)
+}
