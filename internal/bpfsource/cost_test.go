@@ -125,7 +125,7 @@ func TestCost(t *testing.T) {
 		if _, err := churn(ns, conns); err != nil {
 			t.Fatal(err)
 		}
-		st, err := src.objs.Lifecycle.Stats()
+		st, err := src.runStats()
 		_ = src.Close()
 		if err != nil {
 			t.Fatal(err)

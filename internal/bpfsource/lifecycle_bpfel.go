@@ -46,12 +46,16 @@ type lifecycleOpenConn struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	lifecycleMapConns          = "conns"
+	lifecycleMapEvLost         = "ev_lost"
+	lifecycleMapEvents         = "events"
 	lifecycleMapFlows          = "flows"
 	lifecycleMapOverflow       = "overflow"
 	lifecycleProgLifecycle     = "lifecycle"
 	lifecycleVarTrackLifetimes = "track_lifetimes"
 	lifecycleVarUnusedCounts   = "unused_counts"
+	lifecycleVarUnusedEvent    = "unused_event"
 	lifecycleVarUnusedKey      = "unused_key"
+	lifecycleVarWakeupBytes    = "wakeup_bytes"
 )
 
 // loadLifecycle returns the embedded CollectionSpec for lifecycle.
@@ -104,6 +108,8 @@ type lifecycleProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type lifecycleMapSpecs struct {
 	Conns    *ebpf.MapSpec `ebpf:"conns"`
+	EvLost   *ebpf.MapSpec `ebpf:"ev_lost"`
+	Events   *ebpf.MapSpec `ebpf:"events"`
 	Flows    *ebpf.MapSpec `ebpf:"flows"`
 	Overflow *ebpf.MapSpec `ebpf:"overflow"`
 }
@@ -114,7 +120,9 @@ type lifecycleMapSpecs struct {
 type lifecycleVariableSpecs struct {
 	TrackLifetimes *ebpf.VariableSpec `ebpf:"track_lifetimes"`
 	UnusedCounts   *ebpf.VariableSpec `ebpf:"unused_counts"`
+	UnusedEvent    *ebpf.VariableSpec `ebpf:"unused_event"`
 	UnusedKey      *ebpf.VariableSpec `ebpf:"unused_key"`
+	WakeupBytes    *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 }
 
 // lifecycleObjects contains all objects after they have been loaded into the kernel.
@@ -138,6 +146,8 @@ func (o *lifecycleObjects) Close() error {
 // It can be passed to loadLifecycleObjects or ebpf.CollectionSpec.LoadAndAssign.
 type lifecycleMaps struct {
 	Conns    *ebpf.Map `ebpf:"conns"`
+	EvLost   *ebpf.Map `ebpf:"ev_lost"`
+	Events   *ebpf.Map `ebpf:"events"`
 	Flows    *ebpf.Map `ebpf:"flows"`
 	Overflow *ebpf.Map `ebpf:"overflow"`
 }
@@ -145,6 +155,8 @@ type lifecycleMaps struct {
 func (m *lifecycleMaps) Close() error {
 	return _LifecycleClose(
 		m.Conns,
+		m.EvLost,
+		m.Events,
 		m.Flows,
 		m.Overflow,
 	)
@@ -156,7 +168,9 @@ func (m *lifecycleMaps) Close() error {
 type lifecycleVariables struct {
 	TrackLifetimes *ebpf.Variable `ebpf:"track_lifetimes"`
 	UnusedCounts   *ebpf.Variable `ebpf:"unused_counts"`
+	UnusedEvent    *ebpf.Variable `ebpf:"unused_event"`
 	UnusedKey      *ebpf.Variable `ebpf:"unused_key"`
+	WakeupBytes    *ebpf.Variable `ebpf:"wakeup_bytes"`
 }
 
 // lifecyclePrograms contains all programs after they have been loaded into the kernel.

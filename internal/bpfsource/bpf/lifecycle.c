@@ -16,6 +16,8 @@
  *                  opened (with track_lifetimes)
  *   lifetime_*     SYN_SENT to CLOSE of connections seen opened (with
  *                  track_lifetimes)
+ * A failed port allocation is rare and also goes to the ring buffer of
+ * events shared with events.c.
  * peer_closes and lifetimes need the opener's key at transitions that run
  * in softirq context: with track_lifetimes set at load, a connection seen
  * opened carries its key and start time in socket local storage (freed
@@ -36,6 +38,10 @@
 #define BPF_MAP_TYPE_HASH 1
 #define BPF_MAP_TYPE_ARRAY 2
 #define BPF_MAP_TYPE_SK_STORAGE 24
+#define BPF_MAP_TYPE_RINGBUF 27
+#define BPF_RB_NO_WAKEUP 1
+#define BPF_RB_FORCE_WAKEUP 2
+#define BPF_RB_AVAIL_DATA 0
 #define BPF_NOEXIST 1
 #define BPF_F_NO_PREALLOC 1
 #define BPF_SK_STORAGE_GET_F_CREATE 1
@@ -57,10 +63,17 @@ static __u64 (*bpf_ktime_get_ns)(void) = (void *)5;
 static __u64 (*bpf_get_current_pid_tgid)(void) = (void *)14;
 static long (*bpf_get_current_comm)(void *buf, __u32 size_of_buf) = (void *)16;
 static void *(*bpf_sk_storage_get)(void *map, void *sk, void *value, __u64 flags) = (void *)107;
+static void *(*bpf_ringbuf_reserve)(void *ringbuf, __u64 size, __u64 flags) = (void *)131;
+static void (*bpf_ringbuf_submit)(void *data, __u64 flags) = (void *)132;
+static __u64 (*bpf_ringbuf_query)(void *ringbuf, __u64 flags) = (void *)134;
 
 /* Set by the loader before loading; the verifier drops the code it
  * guards when 0. */
 const volatile __u32 track_lifetimes = 0;
+/* Failed connects also go to the shared ring buffer (events_shared.h). */
+const volatile __u64 wakeup_bytes = 64 * 1024;
+
+#include "events_shared.h"
 
 struct flow_key {
 	__u32 netns;
@@ -217,6 +230,17 @@ int lifecycle(__u64 *ctx)
 		struct flow_counts *c = counts_for(&k);
 		if (c)
 			__sync_fetch_and_add(&c->failed_ports, 1);
+		struct event *e = reserve();
+		if (e) {
+			e->kind = EV_FAILED_CONNECT;
+			e->netns = k.netns;
+			e->pid = k.pid;
+			__builtin_memcpy(e->comm, k.comm, 16);
+			e->family = family;
+			__builtin_memcpy(e->daddr, k.daddr, 16);
+			e->dport = k.dport;
+			submit(e);
+		}
 		if (track_lifetimes) {
 			struct open_conn *oc = bpf_sk_storage_get(&conns, sk, 0, 0);
 			if (oc)

@@ -1,0 +1,235 @@
+package bpfsource
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/netns"
+	"github.com/tcpdoctor/tcpdoctor/internal/testns"
+)
+
+// openAll opens every program and fails if one that this kernel should
+// run is missing (every one loads on Linux 6.11 and later with BTF).
+func openAll(t *testing.T) *Source {
+	t.Helper()
+	testns.NeedRoot(t)
+	src, err := Open(Options{})
+	if errors.Is(err, ErrNotSupported) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := src.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	for _, m := range src.Missing() {
+		t.Errorf("program not running: %v", m)
+	}
+	return src
+}
+
+// collectEvents gathers events of namespace ns until done says enough
+// or the deadline passes.
+func collectEvents(t *testing.T, ch <-chan Event, ns uint64, within time.Duration, done func([]Event) bool) []Event {
+	t.Helper()
+	var got []Event
+	deadline := time.After(within)
+	for !done(got) {
+		select {
+		case e, ok := <-ch:
+			if !ok {
+				t.Fatal("event stream closed early")
+			}
+			if e.Netns == ns {
+				got = append(got, e)
+			}
+		case <-deadline:
+			return got
+		}
+	}
+	return got
+}
+
+func countKind(es []Event, k EventKind) int {
+	n := 0
+	for _, e := range es {
+		if e.Kind == k {
+			n++
+		}
+	}
+	return n
+}
+
+// TestEventsLingerReset closes a connection with SO_LINGER(0): the
+// closer sends a reset in its own context, the server receives it. Both
+// reach the stream and the counters, with the reason from BTF.
+func TestEventsLingerReset(t *testing.T) {
+	src := openAll(t)
+	ns := testns.New(t, "bpfrst")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch, err := src.Events(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := src.Events(ctx); err == nil {
+		t.Error("a second stream started")
+	}
+	const n = 5
+	start := time.Now()
+	var srv netip.AddrPort
+	err = netns.Do(ns, func() error {
+		ln, err := net.Listen("tcp4", "127.0.0.1:8080")
+		if err != nil {
+			return err
+		}
+		defer func() { _ = ln.Close() }()
+		srv = netip.MustParseAddrPort(ln.Addr().String())
+		accepted := make(chan net.Conn, n)
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				accepted <- c
+			}
+		}()
+		for range n {
+			c, err := net.Dial("tcp4", srv.String())
+			if err != nil {
+				return err
+			}
+			sc := <-accepted
+			if err := c.(*net.TCPConn).SetLinger(0); err != nil {
+				return err
+			}
+			_ = c.Close()
+			var b [1]byte
+			_, rerr := sc.Read(b[:])
+			_ = sc.Close()
+			if !errors.Is(rerr, syscall.ECONNRESET) {
+				return fmt.Errorf("server read after the linger close: %w, want ECONNRESET", rerr)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := collectEvents(t, ch, ns.Inode, 3*time.Second, func(es []Event) bool {
+		return countKind(es, ResetSent) >= n && countKind(es, ResetReceived) >= n
+	})
+	pid := os.Getpid()
+	var sent, recv int
+	for _, e := range got {
+		t.Logf("%+v", e)
+		switch e.Kind {
+		case ResetSent:
+			if e.Remote == srv && e.Pid == pid && e.Comm == comm(t) && fromProcess(e.Reason) {
+				sent++
+			}
+		case ResetReceived:
+			if e.Local == srv && e.Reason == "" && e.Pid == 0 {
+				recv++
+			}
+		}
+		if e.Time.Before(start.Add(-time.Second)) || e.Time.After(time.Now().Add(time.Second)) {
+			t.Errorf("event time %v not within the test's run (started %v)", e.Time, start)
+		}
+	}
+	if sent != n || recv != n {
+		t.Errorf("%d resets sent by pid %d to %v with a process reason, %d received on %v; want %d each", sent, pid, srv, recv, srv, n)
+	}
+	r, err := src.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cSent, cRecv uint64
+	for _, rs := range r.Resets[ns.Inode] {
+		t.Logf("%+v", rs)
+		if rs.Sent && rs.Peer == srv && rs.LocalPort == 0 && fromProcess(rs.Reason) {
+			cSent += rs.Count
+		}
+		// The server's sockets were accepted: keyed by client address
+		// and the listening port.
+		if !rs.Sent && rs.Peer == netip.MustParseAddrPort("127.0.0.1:0") && rs.LocalPort == 8080 {
+			cRecv += rs.Count
+		}
+	}
+	if cSent != n || cRecv != n {
+		t.Errorf("counted %d resets sent to %v and %d received on :8080, want %d each", cSent, srv, cRecv, n)
+	}
+	cancel()
+	for range ch {
+	}
+}
+
+// TestEventsFailedConnect: a connect() without a free port reaches the
+// stream with the caller and the destination.
+func TestEventsFailedConnect(t *testing.T) {
+	src := openAll(t)
+	ns := testns.New(t, "bpfport")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch, err := src.Events(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testns.Run(t, "ip", "netns", "exec", ns.Name, "sysctl", "-qw", "net.ipv4.ip_local_port_range=40000 40001")
+	failed := 0
+	err = netns.Do(ns, func() error {
+		ln, err := net.Listen("tcp4", "127.0.0.2:9090")
+		if err != nil {
+			return err
+		}
+		defer func() { _ = ln.Close() }()
+		var held []int
+		defer func() {
+			for _, fd := range held {
+				_ = syscall.Close(fd)
+			}
+		}()
+		sa := &syscall.SockaddrInet4{Port: 9090, Addr: [4]byte{127, 0, 0, 2}}
+		for range 6 {
+			fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+			if err != nil {
+				return err
+			}
+			err = syscall.Connect(fd, sa)
+			if errors.Is(err, syscall.EADDRNOTAVAIL) {
+				failed++
+				_ = syscall.Close(fd)
+				continue
+			}
+			held = append(held, fd)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if failed == 0 {
+		t.Fatal("no connect failed: the port range did not bite")
+	}
+	got := collectEvents(t, ch, ns.Inode, 3*time.Second, func(es []Event) bool { return countKind(es, FailedConnect) >= failed })
+	n := 0
+	for _, e := range got {
+		if e.Kind == FailedConnect && e.Pid == os.Getpid() && e.Remote == netip.MustParseAddrPort("127.0.0.2:9090") && e.Reason == "EADDRNOTAVAIL" {
+			n++
+		}
+	}
+	if n != failed {
+		t.Errorf("%d failed-connect events from this process to 127.0.0.2:9090, want %d: %+v", n, failed, got)
+	}
+}
