@@ -87,23 +87,41 @@ func KeyOf(sk *snapshot.Socket) Key {
 // sockets of the namespace, unlike a dump. fn gets the key's index and the
 // socket, which is reused: valid only during the call, copy what is kept.
 // Keys whose socket is gone (or whose tuple now belongs to another
-// socket) are skipped. opts.Info and opts.Mem choose the extras.
+// socket) are skipped. opts.Info and opts.Mem choose the extras; the
+// congestion control name is never asked for (the dump that found the
+// socket told it), which spares the kernel a string per reply.
 func (c *Conn) Lookup(opts Options, keys []Key, fn func(int, *snapshot.Socket) error) error {
+	return c.lookup(lookupExt(opts), keys, fn)
+}
+
+// lookupExt is the idiag_ext bits a lookup asks for.
+func lookupExt(opts Options) uint8 {
+	var ext uint8
+	if opts.Info {
+		ext |= 1 << (attrInfo - 1)
+	}
+	if opts.Mem {
+		ext |= 1 << (attrSkMemInfo - 1)
+	}
+	return ext
+}
+
+func (c *Conn) lookup(ext uint8, keys []Key, fn func(int, *snapshot.Socket) error) error {
 	for start := 0; start < len(keys); start += lookupBatch {
 		end := min(start+lookupBatch, len(keys))
-		if err := c.lookupBatch(opts, keys[start:end], start, fn); err != nil {
+		if err := c.lookupBatch(ext, keys[start:end], start, fn); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (c *Conn) lookupBatch(opts Options, keys []Key, base int, fn func(int, *snapshot.Socket) error) error {
+func (c *Conn) lookupBatch(ext uint8, keys []Key, base int, fn func(int, *snapshot.Socket) error) error {
 	first := c.seq + 1
 	c.req = c.req[:0]
 	for _, k := range keys {
 		c.seq++
-		c.req = append(c.req, exactRequest(k, c.seq, opts)...)
+		c.req = appendExact(c.req, k, c.seq, ext)
 	}
 	if err := unix.Sendto(c.fd, c.req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return fmt.Errorf("sockdiag: lookup: send: %w", err)
@@ -219,9 +237,12 @@ func (c *Conn) recvmmsg(n int) (int, error) {
 	}
 }
 
-// exactRequest builds an inet_diag_req_v2 for one socket (no NLM_F_DUMP).
-func exactRequest(k Key, seq uint32, opts Options) []byte {
-	var b [nlmsgHdrLen + diagReqLen]byte
+// appendExact appends an inet_diag_req_v2 for one socket (no NLM_F_DUMP)
+// asking for the extras in ext.
+func appendExact(dst []byte, k Key, seq uint32, ext uint8) []byte {
+	n := len(dst)
+	dst = append(dst, make([]byte, nlmsgHdrLen+diagReqLen)...)
+	b := dst[n:]
 	ne.PutUint32(b[0:], uint32(len(b)))
 	ne.PutUint16(b[4:], sockDiagByFam)
 	ne.PutUint16(b[6:], unix.NLM_F_REQUEST)
@@ -229,13 +250,6 @@ func exactRequest(k Key, seq uint32, opts Options) []byte {
 	r := b[nlmsgHdrLen:]
 	r[0] = k.Family
 	r[1] = unix.IPPROTO_TCP
-	var ext uint8
-	if opts.Info {
-		ext |= 1<<(attrInfo-1) | 1<<(attrCong-1)
-	}
-	if opts.Mem {
-		ext |= 1 << (attrSkMemInfo - 1)
-	}
 	r[2] = ext
 	ne.PutUint32(r[4:], ^uint32(0))
 	id := r[8:]
@@ -246,7 +260,7 @@ func exactRequest(k Key, seq uint32, opts Options) []byte {
 	ne.PutUint32(id[36:], k.IfIndex)
 	ne.PutUint32(id[40:], uint32(k.Cookie))
 	ne.PutUint32(id[44:], uint32(k.Cookie>>32))
-	return b[:]
+	return dst
 }
 
 func putAddr(dst []byte, a netip.Addr, fam uint8) {
