@@ -27,8 +27,8 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 )
 
-// MaxConns bounds the connections a bench opens.
-const MaxConns = 200000
+// MaxConns bounds the connections a bench opens (1,200,000 sockets).
+const MaxConns = 600000
 
 // PerHolder keeps each holder process under a 20,000 fd hard limit, which
 // a root without CAP_SYS_RESOURCE cannot raise.
@@ -156,8 +156,9 @@ func CollectOnce(name, procRoot string, out io.Writer) error {
 
 // Hold runs in a holder child: it opens conns connections to a listener
 // of its own in namespace name, writes "ready" to out, and holds them
-// until ctx ends or for ten minutes at most.
-func Hold(ctx context.Context, name string, conns int, out io.Writer) error {
+// until ctx ends, in reaches EOF (the bench that started it closed the
+// pipe or died), or MaxHold has passed.
+func Hold(ctx context.Context, name string, conns int, in io.Reader, out io.Writer) error {
 	if conns < 1 || conns > PerHolder {
 		return fmt.Errorf("bench: a holder takes 1..%d connections", PerHolder)
 	}
@@ -208,75 +209,132 @@ func Hold(ctx context.Context, name string, conns int, out io.Writer) error {
 		return err
 	}
 	fmt.Fprintln(out, "ready")
-	t := time.NewTimer(10 * time.Minute)
+	eof := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(io.Discard, in)
+		close(eof)
+	}()
+	t := time.NewTimer(MaxHold)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
+	case <-eof:
 	case <-t.C:
 	}
 	return nil
 }
 
+// MaxHold bounds how long a holder keeps its connections if nobody
+// closes its stdin.
+const MaxHold = 2 * time.Hour
+
 // space is a lab topology whose server namespace holds the connections.
-// `lab clean` removes it if the bench is killed.
+// `lab clean` removes it if the bench is killed; the holders exit when
+// their stdin closes, so they do not outlive the bench either.
 type space struct {
 	topo    *topo.Topo
 	name    string
 	ns      netns.NS
-	holders []*exec.Cmd
+	self    Self
+	conns   int
+	holders []holder
+}
+
+// holder is one child holding connections; closing stdin ends it.
+type holder struct {
+	cmd   *exec.Cmd
+	stdin io.Closer
 }
 
 // newSpace builds the topology and starts holders for conns connections
 // in its server namespace; it cleans up itself on error.
 func newSpace(ctx context.Context, self Self, conns int, progress io.Writer) (_ *space, err error) {
-	t, err := topo.Build(topo.Config{})
+	sp, err := emptySpace(self)
 	if err != nil {
-		return nil, err
-	}
-	sp := &space{topo: t, name: t.Server}
-	defer func() {
-		if err != nil {
-			sp.close()
-		}
-	}()
-	if sp.ns, err = netns.Default().Named(sp.name); err != nil {
 		return nil, err
 	}
 	if progress != nil {
 		fmt.Fprintf(progress, "tcpdoctor: bench: opening %d connections in netns %s...\n", conns, sp.name)
 	}
-	for left := conns; left > 0; left -= PerHolder {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		k := min(left, PerHolder)
-		c := exec.Command(self.Hold[0], append(self.Hold[1:], sp.name, "--conns", strconv.Itoa(k))...)
-		c.Stderr = self.Stderr
-		out, err := c.StdoutPipe()
-		if err != nil {
-			return nil, err
-		}
-		if err := c.Start(); err != nil {
-			return nil, fmt.Errorf("bench: start holder: %w", err)
-		}
-		sp.holders = append(sp.holders, c)
-		line, err := bufio.NewReader(out).ReadString('\n')
-		if err == nil && !strings.HasPrefix(line, "ready") {
-			err = errors.New("no ready line")
-		}
-		if err != nil {
-			return nil, fmt.Errorf("bench: holder failed: %q: %w", line, err)
-		}
+	if err := sp.grow(ctx, conns, 1); err != nil {
+		sp.close()
+		return nil, err
 	}
 	return sp, nil
+}
+
+// emptySpace builds the topology with no connections yet.
+func emptySpace(self Self) (*space, error) {
+	t, err := topo.Build(topo.Config{})
+	if err != nil {
+		return nil, err
+	}
+	sp := &space{topo: t, name: t.Server, self: self}
+	if sp.ns, err = netns.Default().Named(sp.name); err != nil {
+		sp.close()
+		return nil, err
+	}
+	return sp, nil
+}
+
+// grow starts holders until the namespace holds conns connections,
+// parallel holders connecting at a time. On error the holders started
+// so far stay in sp.holders for close.
+func (sp *space) grow(ctx context.Context, conns, parallel int) error {
+	for sp.conns < conns {
+		var batch []*bufio.Reader
+		var sizes []int
+		for len(batch) < max(parallel, 1) && sp.conns+sum(sizes) < conns {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			k := min(conns-sp.conns-sum(sizes), PerHolder)
+			c := exec.Command(sp.self.Hold[0], append(sp.self.Hold[1:], sp.name, "--conns", strconv.Itoa(k))...)
+			c.Stderr = sp.self.Stderr
+			in, err := c.StdinPipe()
+			if err != nil {
+				return err
+			}
+			out, err := c.StdoutPipe()
+			if err != nil {
+				return err
+			}
+			if err := c.Start(); err != nil {
+				return fmt.Errorf("bench: start holder: %w", err)
+			}
+			sp.holders = append(sp.holders, holder{cmd: c, stdin: in})
+			batch = append(batch, bufio.NewReader(out))
+			sizes = append(sizes, k)
+		}
+		for i, br := range batch {
+			line, err := br.ReadString('\n')
+			if err == nil && !strings.HasPrefix(line, "ready") {
+				err = errors.New("no ready line")
+			}
+			if err != nil {
+				return fmt.Errorf("bench: holder failed: %q: %w", line, err)
+			}
+			sp.conns += sizes[i]
+		}
+	}
+	return nil
+}
+
+func sum(xs []int) int {
+	n := 0
+	for _, x := range xs {
+		n += x
+	}
+	return n
 }
 
 // close ends the holders (by pid: they are our children) and removes the
 // topology.
 func (sp *space) close() {
-	for _, c := range sp.holders {
-		_ = c.Process.Kill()
-		_ = c.Wait()
+	for _, h := range sp.holders {
+		_ = h.stdin.Close()
+		_ = h.cmd.Process.Kill()
+		_ = h.cmd.Wait()
 	}
 	_ = sp.topo.Close()
 }

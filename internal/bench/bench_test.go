@@ -31,7 +31,7 @@ func TestScrape(t *testing.T) {
 	body := "# HELP x\ntcpdoctor_collections_total 3\ntcpdoctor_collection_sockets{netns=\"a\"} 5\nother{l=\"1\"} 9\nprocess_resident_memory_bytes 1e+06\n"
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, body) }))
 	defer srv.Close()
-	m, n, err := scrape(srv.URL)
+	m, n, err := scrape(http.DefaultClient, srv.URL)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -95,7 +95,7 @@ func Exporter(ctx context.Context, o ExporterOptions) (*ExporterResult, error) {
 			return nil, err
 		}
 		start := time.Now()
-		m, n, err := scrape(url)
+		m, n, err := scrape(http.DefaultClient, url)
 		if err != nil {
 			return nil, err
 		}
@@ -114,7 +114,7 @@ func Exporter(ctx context.Context, o ExporterOptions) (*ExporterResult, error) {
 	for i := range conc {
 		wg.Go(func() {
 			s := time.Now()
-			if _, _, err := scrape(url); err == nil {
+			if _, _, err := scrape(http.DefaultClient, url); err == nil {
 				conc[i] = time.Since(s)
 			}
 		})
@@ -155,8 +155,8 @@ func serveAddr(r io.Reader) (string, error) {
 
 // scrape fetches url and returns every unlabelled sample and every
 // tcpdoctor_collection_sockets sample by its full name, and the body size.
-func scrape(url string) (map[string]float64, int, error) {
-	resp, err := http.Get(url)
+func scrape(client *http.Client, url string) (map[string]float64, int, error) {
+	resp, err := client.Get(url)
 	if err != nil {
 		return nil, 0, fmt.Errorf("serve bench: scrape: %w", err)
 	}
