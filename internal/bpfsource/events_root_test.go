@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -231,5 +232,186 @@ func TestEventsFailedConnect(t *testing.T) {
 	}
 	if n != failed {
 		t.Errorf("%d failed-connect events from this process to 127.0.0.2:9090, want %d: %+v", n, failed, got)
+	}
+}
+
+// TestEventsListenOverflow fills a listener with backlog 1 that never
+// accepts: handshakes that complete against the full queue are dropped
+// with TCP_LISTEN_OVERFLOW, counted under that listener, and the clients'
+// SYNs are retransmitted (the client side of the full queue).
+func TestEventsListenOverflow(t *testing.T) {
+	src := openAll(t)
+	ns := testns.New(t, "bpfovf")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch, err := src.Events(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	listener := netip.MustParseAddrPort("127.0.0.1:8080")
+	const clients = 40
+	var fds []int
+	defer func() {
+		for _, fd := range fds {
+			_ = syscall.Close(fd)
+		}
+	}()
+	err = netns.Do(ns, func() error {
+		lfd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		fds = append(fds, lfd)
+		if err := syscall.Bind(lfd, &syscall.SockaddrInet4{Port: 8080, Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+			return err
+		}
+		// TCP_DEFER_ACCEPT: a bare final ACK leaves the handshake
+		// pending until data arrives, so every client's handshake is
+		// answered while the queue is still empty; their first data then
+		// finds it full (on loopback a plain handshake completes before
+		// the next SYN, and SYNs to a full queue are refused silently).
+		if err := syscall.SetsockoptInt(lfd, syscall.IPPROTO_TCP, syscall.TCP_DEFER_ACCEPT, 5); err != nil {
+			return err
+		}
+		if err := syscall.Listen(lfd, 1); err != nil {
+			return err
+		}
+		sa := &syscall.SockaddrInet4{Port: 8080, Addr: [4]byte{127, 0, 0, 1}}
+		var clientFds []int
+		for range clients {
+			fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC|syscall.SOCK_NONBLOCK, 0)
+			if err != nil {
+				return err
+			}
+			fds = append(fds, fd)
+			clientFds = append(clientFds, fd)
+			if err := syscall.Connect(fd, sa); err != nil && !errors.Is(err, syscall.EINPROGRESS) {
+				return err
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+		for _, fd := range clientFds {
+			_, _ = syscall.Write(fd, []byte("hello"))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// SYN retransmits start 1 s after the first SYN, SYN-ACK retransmits
+	// (and the ACKs they draw) also after 1 s.
+	got := collectEvents(t, ch, ns.Inode, 4*time.Second, func(es []Event) bool {
+		return countKind(es, ListenOverflow) > 0 && countKind(es, SynRetransmit) > 0
+	})
+	var ovf, syn int
+	for _, e := range got {
+		if e.Kind == ListenOverflow && e.Local == listener && e.Reason == "TCP_LISTEN_OVERFLOW" && e.Remote.Addr() == listener.Addr() {
+			ovf++
+		}
+		if e.Kind == SynRetransmit && e.Remote == listener && e.Local.Port() != 0 {
+			syn++
+		}
+	}
+	t.Logf("%d events: %d listen overflows at %v, %d SYN retransmits to it", len(got), ovf, listener, syn)
+	if ovf == 0 || syn == 0 {
+		t.Errorf("want listen overflow and SYN retransmit events for %v: %+v", listener, got)
+	}
+	r, err := src.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var drops, synCount uint64
+	for _, d := range r.Drops[ns.Inode] {
+		t.Logf("%+v", d)
+		if d.Reason == "TCP_LISTEN_OVERFLOW" && d.Listener == listener {
+			drops += d.Count
+		}
+	}
+	for _, rt := range r.Retransmits[ns.Inode] {
+		t.Logf("%+v", rt)
+		if rt.SYN && rt.Peer == listener && rt.LocalPort == 0 {
+			synCount += rt.Count
+		}
+	}
+	if drops < uint64(ovf) || synCount < uint64(syn) {
+		t.Errorf("counted %d overflow drops at %v and %d SYN retransmits to it; the stream saw %d and %d", drops, listener, synCount, ovf, syn)
+	}
+	for _, d := range r.Drops[ns.Inode] {
+		if d.Reason == "QUEUE_PURGE" || d.Reason == "NOT_SPECIFIED" {
+			t.Errorf("noise counted: %+v", d)
+		}
+	}
+}
+
+// TestRetransmitsPerPeer sends data across a veth between two namespaces
+// of its own while the receiver's ACKs go to a blackhole route: the
+// sender retransmits, counted under the receiver's address and port.
+func TestRetransmitsPerPeer(t *testing.T) {
+	src := openAll(t)
+	a, b := testns.New(t, "bpfrta"), testns.New(t, "bpfrtb")
+	testns.Run(t, "ip", "-n", a.Name, "link", "add", "rt0", "type", "veth", "peer", "name", "rt1", "netns", b.Name)
+	testns.Run(t, "ip", "-n", a.Name, "addr", "add", "198.18.0.1/24", "dev", "rt0")
+	testns.Run(t, "ip", "-n", b.Name, "addr", "add", "198.18.0.2/24", "dev", "rt1")
+	testns.Run(t, "ip", "-n", a.Name, "link", "set", "rt0", "up")
+	testns.Run(t, "ip", "-n", b.Name, "link", "set", "rt1", "up")
+	peer := netip.MustParseAddrPort("198.18.0.2:5201")
+	var ln net.Listener
+	err := netns.Do(b, func() error {
+		var err error
+		ln, err = net.Listen("tcp4", peer.String())
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ln.Close() }()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { _, _ = io.Copy(io.Discard, c); _ = c.Close() }()
+		}
+	}()
+	var c net.Conn
+	err = netns.Do(a, func() error {
+		var err error
+		c, err = net.DialTimeout("tcp4", peer.String(), 5*time.Second)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Close() }()
+	if _, err := c.Write(make([]byte, 1000)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if _, err := src.Read(); err != nil { // start from zero
+		t.Fatal(err)
+	}
+	testns.Run(t, "ip", "-n", b.Name, "route", "add", "blackhole", "198.18.0.1/32")
+	if _, err := c.Write(make([]byte, 1000)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond) // RTO 200 ms, doubling: 3 or more retransmits
+	testns.Run(t, "ip", "-n", b.Name, "route", "del", "blackhole", "198.18.0.1/32")
+	r, err := src.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n uint64
+	for _, rt := range r.Retransmits[a.Inode] {
+		t.Logf("%+v", rt)
+		if rt.Peer == peer && !rt.SYN && rt.LocalPort == 0 {
+			n += rt.Count
+		}
+	}
+	if n < 2 {
+		t.Errorf("%d retransmits to %v counted in the sender's namespace, want at least 2", n, peer)
+	}
+	if len(r.Retransmits[b.Inode]) != 0 {
+		t.Errorf("retransmits counted in the receiver's namespace: %+v", r.Retransmits[b.Inode])
 	}
 }

@@ -252,12 +252,16 @@ int retransmit(__u64 *ctx)
 		return 0;
 	struct peer_key k = {};
 	__u8 la[16] = {};
+	__u16 lport = 0;
 	k.netns = sk_netns(sk);
-	k.family = sk_addrs(sk, k.raddr, &k.rport, la, &k.lport);
+	k.family = sk_addrs(sk, k.raddr, &k.rport, la, &lport);
+	k.lport = lport;
 	if (!k.family)
 		return 0;
 	k.syn = sk->__sk_common.skc_state == TCP_SYN_SENT;
-	if (!k.syn)
+	if (k.syn)
+		k.lport = 0; /* the client's ephemeral port: one key per destination */
+	else
 		service_side(sk, &k);
 	count(&retrans, &k, LOST_RETRANS);
 	if (!k.syn)
@@ -269,7 +273,7 @@ int retransmit(__u64 *ctx)
 	e->netns = k.netns;
 	e->family = k.family;
 	__builtin_memcpy(e->saddr, la, 16);
-	e->sport = k.lport;
+	e->sport = lport;
 	__builtin_memcpy(e->daddr, k.raddr, 16);
 	e->dport = k.rport;
 	submit(e);
