@@ -13,12 +13,18 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
 )
 
-// bpfOpts is --bpf, shared by the commands that collect live.
-type bpfOpts struct{ mode string }
+// bpfOpts is --bpf, shared by the commands that collect live, and the
+// opt-in --pidfd-buflock.
+type bpfOpts struct {
+	mode  string
+	pidfd bool
+}
 
 func (o *bpfOpts) register(fs *pflag.FlagSet) {
-	fs.StringVar(&o.mode, "bpf", "auto", "eBPF connection events (connects, failed port allocations, who closed first): "+
-		"auto (use where it loads, else say once why not), on (fail with exit 3 if it cannot load), off")
+	fs.StringVar(&o.mode, "bpf", "auto", "eBPF sources: connection events (connects, failed port allocations, who closed first) and the buffer lock bits of every socket (iter/tcp): "+
+		"auto (use what loads, else say once why not), on (fail with exit 3 if one cannot load), off")
+	fs.BoolVar(&o.pidfd, "pidfd-buflock", false, "where the eBPF iterator cannot read the buffer lock bits, read SO_BUF_LOCK of owned sockets that look pinned "+
+		"through a copy of the owner's fd (pidfd_getfd, needs CAP_SYS_PTRACE); not read-only: it re-stamps the socket's cgroup v1 net_cls/net_prio values, so it is refused where those are mounted")
 }
 
 func (o *bpfOpts) validate(src *sourceOpts) error {
@@ -31,40 +37,100 @@ func (o *bpfOpts) validate(src *sourceOpts) error {
 	default:
 		return usageErr("--bpf must be auto, on or off, not %q", o.mode)
 	}
+	if o.pidfd && src.from != "" {
+		return usageErr("--pidfd-buflock applies to live collection; --from replays the lock bits recorded in the file")
+	}
 	return nil
 }
 
-// open loads the event source as the mode says. It returns a nil reader
-// when off, replaying --from, or (auto) not loadable, and a close func
-// that is always safe to call.
-func (o *bpfOpts) open(e *Env, src *sourceOpts) (collect.EventReader, func(), error) {
-	none := func() {}
-	if o.mode == "off" || src.from != "" {
-		return nil, none, nil
+// bpfSet is what --bpf loaded, and how buffer lock bits are read.
+type bpfSet struct {
+	events collect.EventReader
+	locks  collect.LockReader
+	// locksOff says why locks is nil.
+	locksOff string
+	pidfd    bool
+}
+
+// options adds the lock sources to a command's collect options. Without
+// --pidfd-buflock nothing is written to any socket.
+func (b bpfSet) options(o collect.Options) collect.Options {
+	o.Locks, o.LocksOff = b.locks, b.locksOff
+	o.BufLock = b.pidfd && o.Owners
+	return o
+}
+
+// open loads the eBPF sources as the mode says, each on its own. A source
+// left nil (off, replaying --from, or in auto not loadable) says why; the
+// close func is always safe to call.
+func (o *bpfOpts) open(e *Env, src *sourceOpts) (bpfSet, func(), error) {
+	set := bpfSet{pidfd: o.pidfd}
+	var closers []func() error
+	closeAll := func() {
+		for _, c := range closers {
+			if err := c(); err != nil {
+				e.progress("note: %v", err)
+			}
+		}
 	}
+	if src.from != "" {
+		return set, closeAll, nil
+	}
+	if o.mode == "off" {
+		set.locksOff = "eBPF off (--bpf off)"
+		return set, closeAll, nil
+	}
+	var evErr, lkErr error
 	if e.OpenEvents == nil {
-		if o.mode == "on" {
-			return nil, none, collectErr(errors.New("--bpf on: this build has no eBPF loader"))
-		}
-		return nil, none, nil
+		evErr = errors.New("this build has no eBPF loader")
+	} else if s, err := e.OpenEvents(); err != nil {
+		evErr = err
+	} else {
+		set.events = s
+		closers = append(closers, s.Close)
 	}
-	s, err := e.OpenEvents()
-	if err != nil {
-		if o.mode == "on" {
-			return nil, none, collectErr(err)
-		}
-		e.progress("note: eBPF connection events off: %v (--bpf off silences this)", err)
-		return nil, none, nil
+	if e.OpenLocks == nil {
+		lkErr = errors.New("this build has no eBPF loader")
+	} else if l, err := e.OpenLocks(); err != nil {
+		lkErr = err
+	} else {
+		set.locks = l
+		closers = append(closers, l.Close)
 	}
-	return s, func() {
-		if err := s.Close(); err != nil {
-			e.progress("note: %v", err)
+	if lkErr != nil {
+		set.locksOff = "eBPF iter/tcp not loaded: " + lkErr.Error()
+	}
+	if o.mode == "on" {
+		if evErr != nil && lkErr != nil && evErr.Error() == lkErr.Error() {
+			lkErr = nil // one cause, said once
 		}
-	}, nil
+		if err := errors.Join(evErr, lkErr); err != nil {
+			closeAll()
+			return bpfSet{}, func() {}, collectErr(fmt.Errorf("--bpf on: %w", err))
+		}
+		return set, closeAll, nil
+	}
+	switch {
+	case e.OpenEvents == nil && e.OpenLocks == nil:
+		// A build without eBPF: nothing to say.
+	case evErr != nil && lkErr != nil && evErr.Error() == lkErr.Error():
+		e.progress("note: eBPF off: %v: no connection events, and pinned buffers judged from their sizes only (--bpf off silences this)", evErr)
+	default:
+		if evErr != nil {
+			e.progress("note: eBPF connection events off: %v (--bpf off silences this)", evErr)
+		}
+		if lkErr != nil {
+			e.progress("note: eBPF buffer lock bits (iter/tcp) off: %v: pinned buffers judged from their sizes only (--bpf off silences this)", lkErr)
+		}
+	}
+	return set, closeAll, nil
 }
 
 // openEvents is the production loader for Env.OpenEvents.
 func openEvents() (*bpfsource.Source, error) { return bpfsource.Open(bpfsource.Options{}) }
+
+// openLocks is the production loader for Env.OpenLocks.
+func openLocks() (*bpfsource.SockLocks, error) { return bpfsource.OpenSockLocks() }
 
 // printEvents lists, under the sockets table, the connections each process
 // opened and closed between the two samples as the eBPF source counted

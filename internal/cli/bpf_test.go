@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/pflag"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/collect"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 )
 
@@ -58,5 +61,44 @@ func TestPrintEvents(t *testing.T) {
 	printEvents(&b, ss, &socketFilter{})
 	if b.Len() != 0 {
 		t.Errorf("no events: printed %q", b.String())
+	}
+}
+
+// Collection writes to no socket unless asked: the commands' defaults
+// leave the pidfd_getfd probe off, --pidfd-buflock turns it on, and a
+// lock source that is not loaded says why.
+func TestPidfdOptIn(t *testing.T) {
+	var errb strings.Builder
+	e := &Env{Stderr: &errb}
+	for _, c := range []struct {
+		args  []string
+		pidfd bool
+		off   string
+	}{
+		{nil, false, "this build has no eBPF loader"},
+		{[]string{"--bpf", "off"}, false, "--bpf off"},
+		{[]string{"--pidfd-buflock"}, true, "this build has no eBPF loader"},
+	} {
+		var o bpfOpts
+		fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+		o.register(fs)
+		if err := fs.Parse(c.args); err != nil {
+			t.Fatal(err)
+		}
+		set, closeFn, err := o.open(e, &sourceOpts{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		closeFn()
+		opts := set.options(collect.Options{Owners: true})
+		if opts.BufLock != c.pidfd || opts.Locks != nil || !strings.Contains(opts.LocksOff, c.off) {
+			t.Errorf("%v: BufLock %v, Locks %v, LocksOff %q; want BufLock %v and a reason with %q", c.args, opts.BufLock, opts.Locks, opts.LocksOff, c.pidfd, c.off)
+		}
+		if set.options(collect.Options{}).BufLock {
+			t.Errorf("%v: pidfd probe asked for without owners", c.args)
+		}
+	}
+	if code, _, stderr := run(t, "check", "--from", overflowFixture, "--pidfd-buflock"); code != ExitUsage || !strings.Contains(stderr, "--pidfd-buflock") {
+		t.Errorf("--pidfd-buflock with --from: exit %d (%s), want %d", code, stderr, ExitUsage)
 	}
 }

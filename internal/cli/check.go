@@ -91,12 +91,12 @@ func runCheck(cmd *cobra.Command, e *Env, o *checkOpts) error {
 	if !o.json && o.src.from == "" && count == 2 {
 		e.progress("sampling for %s (--interval 0 for a single snapshot)...", o.interval)
 	}
-	ev, closeEv, err := o.bpf.open(e, &o.src)
+	bs, closeBPF, err := o.bpf.open(e, &o.src)
 	if err != nil {
 		return err
 	}
-	defer closeEv()
-	ss, err := o.src.sample(cmd.Context(), e, collect.Options{Owners: !o.noOwners, BufLock: !o.noOwners}, ev, count, o.interval)
+	defer closeBPF()
+	ss, err := o.src.sample(cmd.Context(), e, bs.options(collect.Options{Owners: !o.noOwners}), bs.events, count, o.interval)
 	if err != nil {
 		return err
 	}

@@ -74,12 +74,12 @@ func runRecord(cmd *cobra.Command, e *Env, o *recordOpts) error {
 	if err != nil {
 		return collectErr(err)
 	}
-	ev, closeEv, err := o.bpf.open(e, &o.src)
+	bs, closeBPF, err := o.bpf.open(e, &o.src)
 	if err != nil {
 		return err
 	}
-	defer closeEv()
-	c := &collect.Collector{Opts: collect.Options{Owners: !o.noOwners, BufLock: !o.noOwners, ProcRoot: e.ProcRoot}, Now: e.Now, Events: ev}
+	defer closeBPF()
+	c := &collect.Collector{Opts: bs.options(collect.Options{Owners: !o.noOwners, ProcRoot: e.ProcRoot}), Now: e.Now, Events: bs.events}
 	var got int
 	for i := 0; i < o.count; i++ {
 		if i > 0 {

@@ -50,6 +50,9 @@ type Env struct {
 	// OpenEvents loads the eBPF connection-event source (--bpf); nil
 	// means none is available.
 	OpenEvents func() (*bpfsource.Source, error)
+	// OpenLocks loads the eBPF iter/tcp buffer-lock reader (--bpf); nil
+	// means none is available.
+	OpenLocks func() (*bpfsource.SockLocks, error)
 }
 
 // DefaultEnv is the real process environment.
@@ -69,6 +72,7 @@ func DefaultEnv() *Env {
 		Args0:      self,
 		IsTTY:      fi != nil && fi.Mode()&os.ModeCharDevice != 0,
 		OpenEvents: openEvents,
+		OpenLocks:  openLocks,
 	}
 }
 

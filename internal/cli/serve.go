@@ -96,14 +96,14 @@ func runServe(ctx context.Context, e *Env, o *serveOpts) error {
 	if err != nil {
 		return usageErr("serve: %v", err)
 	}
-	ev, closeEv, err := o.bpf.open(e, &o.src)
+	bs, closeBPF, err := o.bpf.open(e, &o.src)
 	if err != nil {
 		_ = ln.Close()
 		return err
 	}
-	defer closeEv()
+	defer closeBPF()
 	e.progress("serving http://%s/metrics, collecting every %s", ln.Addr(), o.interval)
-	c := &collect.Collector{Opts: collect.Options{Owners: !o.noOwners, BufLock: !o.noOwners, ProcRoot: e.ProcRoot}, Now: e.Now, Events: ev}
+	c := &collect.Collector{Opts: bs.options(collect.Options{Owners: !o.noOwners, ProcRoot: e.ProcRoot}), Now: e.Now, Events: bs.events}
 	var lastNote string
 	loop := &exporter.Loop{
 		X:        x,

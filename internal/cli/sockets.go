@@ -137,12 +137,12 @@ func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
 	if o.interval > 0 {
 		count = 2
 	}
-	ev, closeEv, err := o.bpf.open(e, &o.src)
+	bs, closeBPF, err := o.bpf.open(e, &o.src)
 	if err != nil {
 		return err
 	}
-	defer closeEv()
-	ss, err := o.src.sample(cmd.Context(), e, collect.Options{Owners: !o.noOwners}, ev, count, o.interval)
+	defer closeBPF()
+	ss, err := o.src.sample(cmd.Context(), e, bs.options(collect.Options{Owners: !o.noOwners}), bs.events, count, o.interval)
 	if err != nil {
 		return err
 	}

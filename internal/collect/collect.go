@@ -96,57 +96,15 @@ func Unreachable(ns snapshot.Netns, taken time.Time, err error) *snapshot.Snapsh
 func (c *Collector) dump(s *snapshot.Snapshot) {
 	start := time.Now()
 	s.Sockets = make([]snapshot.Socket, 0, expectedSockets(s))
-	st := store{shut: [4]uint8{0, 1, 2, 3}}
+	var st snapshot.Store
 	err := sockdiag.Dump(sockdiag.Options{States: c.Opts.States, Info: true, Mem: true}, func(sk *snapshot.Socket) error {
-		s.Sockets = append(s.Sockets, st.keep(sk))
+		s.Sockets = append(s.Sockets, st.Keep(sk))
 		return nil
 	})
 	s.Sources = append(s.Sources, snapshot.SourceStat{Source: snapshot.SourceSockdiag, OK: err == nil, Duration: time.Since(start)})
 	if err != nil {
 		s.AddError(snapshot.SourceSockdiag, err)
 	}
-}
-
-// slabLen is how many tcp_info or meminfo values one block of a store holds.
-const slabLen = 1024
-
-// store holds a snapshot's tcp_info and meminfo values in blocks of
-// slabLen, so a socket costs its own bytes and not an allocation of the
-// decoder's (which also holds a copy of the socket) kept alive by a
-// pointer into it: at 100,000 sockets that halves the sample.
-type store struct {
-	infos []snapshot.TCPInfo
-	mems  []snapshot.MemInfo
-	// shut holds the shutdown values (bits 1 rcv, 2 snd) at their own
-	// index, for sockets to point at.
-	shut [4]uint8
-}
-
-// keep returns a copy of sk whose extras point into the store.
-func (st *store) keep(sk *snapshot.Socket) snapshot.Socket {
-	out := *sk
-	if sk.Info != nil {
-		if len(st.infos) == cap(st.infos) {
-			st.infos = make([]snapshot.TCPInfo, 0, slabLen)
-		}
-		st.infos = append(st.infos, *sk.Info)
-		out.Info = &st.infos[len(st.infos)-1]
-	}
-	if sk.Mem != nil {
-		if len(st.mems) == cap(st.mems) {
-			st.mems = make([]snapshot.MemInfo, 0, slabLen)
-		}
-		st.mems = append(st.mems, *sk.Mem)
-		out.Mem = &st.mems[len(st.mems)-1]
-	}
-	if sk.Shutdown != nil {
-		v := *sk.Shutdown
-		out.Shutdown = &v
-		if int(v) < len(st.shut) {
-			out.Shutdown = &st.shut[v]
-		}
-	}
-	return out
 }
 
 // expectedSockets sizes the dump from this namespace's sockstat (TCP and

@@ -275,7 +275,7 @@ func rwndFinding(in *diag.Input, sk *snapshot.Socket, sh snapshot.Shares, share 
 			if pp := in.PrevSocket(peer.Cookie); pp != nil && pp.Mem != nil {
 				prevSize = pp.Mem.Rcvbuf
 			}
-			rcvPin = tcpmodel.JudgeBuf(peer.Mem.Rcvbuf, prevSize, peer.BufLock, 2, tcpmodel.RcvLimits(cur))
+			rcvPin = tcpmodel.JudgeBufFrom(peer.Mem.Rcvbuf, prevSize, peer.BufLock, tcpmodel.LockRcv, tcpmodel.RcvLimits(cur), cur.BufLocks)
 			v := fmt.Sprintf("rcvbuf %s, Recv-Q %s", units.Bytes(float64(peer.Mem.Rcvbuf)), units.Bytes(float64(peer.RecvQ)))
 			if rcvPin.Pinned {
 				v += "; pinned: " + rcvPin.Why

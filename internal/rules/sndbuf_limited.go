@@ -176,7 +176,7 @@ func sndbufFinding(in *diag.Input, sk, prev *snapshot.Socket, look sndbufLook, r
 	if prev != nil && prev.Mem != nil {
 		prevSize = prev.Mem.Sndbuf
 	}
-	pin := tcpmodel.JudgeBuf(sk.Mem.Sndbuf, prevSize, sk.BufLock, 1, lim)
+	pin := tcpmodel.JudgeBufFrom(sk.Mem.Sndbuf, prevSize, sk.BufLock, tcpmodel.LockSnd, lim, in.Cur.BufLocks)
 	atAuto := lim.Auto > 0 && int64(sk.Mem.Sndbuf) >= lim.Auto
 	switch {
 	case pin.Pinned:

@@ -68,4 +68,6 @@ const (
 	SourceNetns    = "netns"
 	SourceBufLock  = "procs.buflock"
 	SourceBPF      = "bpf"
+	// SourceSockLocks is the eBPF iter/tcp walk for the lock bits.
+	SourceSockLocks = "bpf.socklocks"
 )

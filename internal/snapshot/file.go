@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 )
 
 // File format (docs/snapshot-format.md): JSON Lines. The first line is a
@@ -16,8 +17,6 @@ import (
 const (
 	FormatName    = "tcpdoctor-snapshot"
 	FormatVersion = 1
-	// maxLine bounds one snapshot line (100k sockets is about 150 MB).
-	maxLine = 1 << 30
 )
 
 // Header is the first line of a snapshot file.
@@ -81,15 +80,20 @@ func (w *Writer) Write(s *Snapshot) error {
 	return nil
 }
 
-// Reader reads a snapshot file one snapshot at a time.
+// Reader reads a snapshot file one snapshot at a time. A snapshot's
+// sockets are decoded one at a time from the stream: neither its line nor
+// a tree of it is held, so reading costs about the snapshot's own size.
 type Reader struct {
-	sc     *bufio.Scanner
+	br     *bufio.Reader
 	line   int
 	Header Header
 }
 
 // ErrNotSnapshot is wrapped by errors for files that are not snapshot files.
 var ErrNotSnapshot = errors.New("not a tcpdoctor snapshot file")
+
+// maxHeader bounds the header line that is read before it is judged.
+const maxHeader = 1 << 16
 
 // NewReader checks the header and returns a Reader.
 func NewReader(r io.Reader) (*Reader, error) {
@@ -99,51 +103,174 @@ func NewReader(r io.Reader) (*Reader, error) {
 		if err != nil {
 			return nil, fmt.Errorf("snapshot: gzip: %w", err)
 		}
-		r = gz
-	} else {
-		r = br
+		br = bufio.NewReaderSize(gz, 1<<16)
 	}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 1<<16), maxLine)
-	rd := &Reader{sc: sc}
-	if !sc.Scan() {
-		if err := sc.Err(); err != nil {
-			return nil, fmt.Errorf("snapshot: line 1: %w", err)
+	rd := &Reader{br: br}
+	if _, err := br.Peek(1); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("snapshot: empty file: %w", ErrNotSnapshot)
 		}
-		return nil, fmt.Errorf("snapshot: empty file: %w", ErrNotSnapshot)
+		return nil, fmt.Errorf("snapshot: line 1: %w", err)
 	}
 	rd.line = 1
-	dec := json.NewDecoder(bytes.NewReader(sc.Bytes()))
+	lr := &lineReader{br: br}
+	dec := json.NewDecoder(io.LimitReader(lr, maxHeader))
 	if err := dec.Decode(&rd.Header); err != nil || rd.Header.Format != FormatName {
 		return nil, fmt.Errorf("snapshot: line 1: no %q header: %w", FormatName, ErrNotSnapshot)
 	}
 	if rd.Header.Version < 1 || rd.Header.Version > FormatVersion {
 		return nil, fmt.Errorf("snapshot: format version %d not supported (this build reads 1..%d)", rd.Header.Version, FormatVersion)
 	}
+	if _, err := io.Copy(io.Discard, lr); err != nil {
+		return nil, fmt.Errorf("snapshot: line 1: %w", err)
+	}
 	return rd, nil
 }
 
 // Next returns the next snapshot, or io.EOF after the last one.
 func (r *Reader) Next() (*Snapshot, error) {
-	for r.sc.Scan() {
-		r.line++
-		b := bytes.TrimSpace(r.sc.Bytes())
-		if len(b) == 0 {
-			continue
+	for {
+		if _, err := r.br.Peek(1); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil, io.EOF
+			}
+			return nil, fmt.Errorf("snapshot: line %d: %w", r.line+1, err)
 		}
-		var s Snapshot
-		if err := json.Unmarshal(b, &s); err != nil {
+		r.line++
+		s, err := decodeLine(&lineReader{br: r.br})
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF // the line ended inside the snapshot
+		}
+		if err != nil {
 			return nil, fmt.Errorf("snapshot: line %d: %w", r.line, err)
+		}
+		if s == nil {
+			continue // a blank line
 		}
 		if s.Taken.IsZero() {
 			return nil, fmt.Errorf("snapshot: line %d: snapshot has no \"taken\" time", r.line)
 		}
-		return &s, nil
+		return s, nil
 	}
-	if err := r.sc.Err(); err != nil {
-		return nil, fmt.Errorf("snapshot: line %d: %w", r.line+1, err)
+}
+
+// decodeLine decodes the snapshot on one line, nil for a blank line. The
+// sockets are decoded one by one into a Store; every other field is
+// gathered as raw JSON and decoded as a Snapshot, so fields keep their
+// usual JSON rules.
+func decodeLine(lr *lineReader) (*Snapshot, error) {
+	dec := json.NewDecoder(lr)
+	t, err := dec.Token()
+	if errors.Is(err, io.EOF) {
+		return nil, nil
 	}
-	return nil, io.EOF
+	if err != nil {
+		return nil, err
+	}
+	if t != json.Delim('{') {
+		return nil, fmt.Errorf("want a JSON object, got %v", t)
+	}
+	var head bytes.Buffer
+	head.WriteByte('{')
+	var sockets []Socket
+	var st Store
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		key, _ := t.(string)
+		if !strings.EqualFold(key, "sockets") {
+			var raw json.RawMessage
+			if err := dec.Decode(&raw); err != nil {
+				return nil, err
+			}
+			if head.Len() > 1 {
+				head.WriteByte(',')
+			}
+			kb, _ := json.Marshal(key)
+			head.Write(kb)
+			head.WriteByte(':')
+			head.Write(raw)
+			continue
+		}
+		if sockets, err = decodeSockets(dec, &st); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, err
+	}
+	head.WriteByte('}')
+	var s Snapshot
+	if err := json.Unmarshal(head.Bytes(), &s); err != nil {
+		return nil, err
+	}
+	s.Sockets = sockets
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, errors.New("more than one JSON value on the line")
+	}
+	return &s, nil
+}
+
+// decodeSockets decodes a "sockets" value: null or an array of sockets.
+func decodeSockets(dec *json.Decoder, st *Store) ([]Socket, error) {
+	t, err := dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	if t == nil {
+		return nil, nil
+	}
+	if t != json.Delim('[') {
+		return nil, fmt.Errorf("sockets: want an array, got %v", t)
+	}
+	out := []Socket{}
+	for dec.More() {
+		var sk Socket
+		if err := dec.Decode(&sk); err != nil {
+			return nil, fmt.Errorf("socket %d: %w", len(out), err)
+		}
+		out = append(out, st.Keep(&sk))
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// lineReader reads one line of br, without its newline, then io.EOF.
+type lineReader struct {
+	br   *bufio.Reader
+	done bool
+}
+
+func (l *lineReader) Read(p []byte) (int, error) {
+	if l.done {
+		return 0, io.EOF
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if l.br.Buffered() == 0 {
+		if _, err := l.br.Peek(1); err != nil {
+			l.done = true
+			if errors.Is(err, io.EOF) {
+				return 0, io.EOF // the last line has no newline
+			}
+			return 0, err
+		}
+	}
+	b, _ := l.br.Peek(min(l.br.Buffered(), len(p)))
+	if i := bytes.IndexByte(b, '\n'); i >= 0 {
+		n := copy(p, b[:i])
+		_, _ = l.br.Discard(i + 1)
+		l.done = true
+		return n, nil
+	}
+	n := copy(p, b)
+	_, _ = l.br.Discard(n)
+	return n, nil
 }
 
 // ReadAll reads every snapshot in r.

@@ -3,6 +3,7 @@ package snapshot
 import (
 	"bytes"
 	"compress/gzip"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/netip"
@@ -165,5 +166,61 @@ func TestStateNames(t *testing.T) {
 	}
 	if State(99).String() != "UNKNOWN" {
 		t.Error("out-of-range state")
+	}
+}
+
+func TestReaderTruncatedIsNotEOF(t *testing.T) {
+	in := `{"format":"tcpdoctor-snapshot","version":1}` + "\n" + `{"taken": 12` + "\n"
+	r, err := NewReader(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = r.Next()
+	if err == nil || errors.Is(err, io.EOF) || !strings.Contains(err.Error(), "line 2") {
+		t.Errorf("a snapshot cut short: err %v, want a line 2 error that is not io.EOF", err)
+	}
+}
+
+// TestReaderMatchesUnmarshal: streaming the sockets reads a line exactly
+// as decoding it whole does (blank lines skipped, absent sockets nil).
+func TestReaderMatchesUnmarshal(t *testing.T) {
+	var buf bytes.Buffer
+	w, err := NewWriter(&buf, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Write(sample()); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.SplitAfter(buf.String(), "\n")
+	extra := []string{
+		`{"taken":"2026-11-22T05:00:01Z","netns":{"name":"x"}}`,
+		`{"taken":"2026-11-22T05:00:02Z","sockets":[],"Sockets":null}`,
+		`{"SOCKETS":[{"state":"LISTEN"}],"taken":"2026-11-22T05:00:03Z"}`,
+	}
+	in := lines[0] + lines[1] + "\n  \n" + strings.Join(extra, "\n") + "\n"
+	got, err := ReadAll(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{strings.TrimSpace(lines[1])}
+	want = append(want, extra...)
+	if len(got) != len(want) {
+		t.Fatalf("read %d snapshots, want %d", len(got), len(want))
+	}
+	for i, line := range want {
+		var s Snapshot
+		if err := json.Unmarshal([]byte(line), &s); err != nil {
+			t.Fatal(err)
+		}
+		a, _ := json.Marshal(&s)
+		b, _ := json.Marshal(got[i])
+		if !bytes.Equal(a, b) || (s.Sockets == nil) != (got[i].Sockets == nil) {
+			t.Errorf("snapshot %d:\n got %s\nwant %s", i, b, a)
+		}
+	}
+	bad := `{"format":"tcpdoctor-snapshot","version":1}` + "\n" + `{"taken":"2026-11-22T05:00:00Z"} {"taken":"2026-11-22T05:00:00Z"}` + "\n"
+	if _, err := ReadAll(strings.NewReader(bad)); err == nil || !strings.Contains(err.Error(), "line 2") {
+		t.Errorf("two values on a line: err %v", err)
 	}
 }

@@ -35,12 +35,33 @@ type Snapshot struct {
 	// Events holds the eBPF connection events since the previous
 	// snapshot; nil when that source was off or failed.
 	Events *Events `json:"bpf,omitempty"`
+	// BufLocks says where the sockets' BufLock bits came from, or why
+	// they are absent; nil in files recorded before it existed.
+	BufLocks *BufLockOrigin `json:"buf_locks,omitempty"`
 
 	// Errors lists every source that failed or was partial; collection
 	// carries on past them.
 	Errors []SourceError `json:"errors,omitempty"`
 	// Sources lists every source attempted, with timing.
 	Sources []SourceStat `json:"sources,omitempty"`
+}
+
+// Where BufLock bits come from (BufLockOrigin.From).
+const (
+	// LocksIter: the eBPF iter/tcp iterator read sk_userlocks of every
+	// full socket without touching any.
+	LocksIter = "iter/tcp"
+	// LocksPidfd: getsockopt(SO_BUF_LOCK) on a copy of an owner's fd
+	// (pidfd_getfd), for owned sockets that looked pinned; opt-in.
+	LocksPidfd = "pidfd_getfd"
+)
+
+// BufLockOrigin is where a snapshot's SO_BUF_LOCK bits came from.
+type BufLockOrigin struct {
+	// From is LocksIter or LocksPidfd; empty when the bits were not read.
+	From string `json:"from,omitempty"`
+	// Why says why they were not read (or only partly), for people.
+	Why string `json:"why,omitempty"`
 }
 
 // FlowOwner is a process seen holding a connection from Local to Remote.
@@ -97,8 +118,9 @@ type Socket struct {
 	Mem      *MemInfo `json:"mem"`
 	// Pids owning this socket (sharing its file); empty when unknown.
 	Pids []int `json:"pids,omitempty"`
-	// BufLock is SO_BUF_LOCK as read from the owner (bit 0 SNDBUF, bit 1
-	// RCVBUF pinned by the application); nil when not probed.
+	// BufLock is the socket's SO_BUF_LOCK bits (sk_userlocks & 3: bit 0
+	// SNDBUF, bit 1 RCVBUF set by the application); nil when not read.
+	// Snapshot.BufLocks says how they were read.
 	BufLock *uint8 `json:"buf_lock,omitempty"`
 }
 

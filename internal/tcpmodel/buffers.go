@@ -18,14 +18,18 @@ const (
 // application (SO_SNDBUF/SO_RCVBUF, which stop autotuning) and why.
 type Pin struct {
 	Pinned bool   // proven or hinted
-	Proof  bool   // read from the owner with SO_BUF_LOCK
+	Proof  bool   // the lock bit was read (iter/tcp or SO_BUF_LOCK)
 	Capped bool   // the size is 2 x the net.core.*mem_max cap
 	Why    string // the evidence used, for people
+	From   string // snapshot.LocksIter or LocksPidfd, with Proof
 }
 
 // Source names where the verdict came from.
 func (p Pin) Source() string {
-	if p.Proof {
+	switch {
+	case p.Proof && p.From == snapshot.LocksIter:
+		return "sk_userlocks via eBPF iter/tcp"
+	case p.Proof:
 		return "getsockopt(SO_BUF_LOCK) via pidfd_getfd"
 	}
 	return "SK_MEMINFO size pattern and sysctls (hint)"
@@ -56,21 +60,33 @@ func limitsOf(s *snapshot.Snapshot, core, tcp string) Limits {
 }
 
 // JudgeBuf decides whether a buffer of size bytes (the kernel's doubled
-// value) was pinned. lock is SO_BUF_LOCK when probed and bit the bit for
+// value) was pinned. lock is SO_BUF_LOCK when read and bit the bit for
 // this direction; prev is the size in the previous sample (0 when none).
 // Without the lock bit the verdict is a hint: a size of exactly 2 x the
 // cap, or 2 x a power of two (the kernel doubles requests; autotuned sizes
 // are not round), unchanged across samples.
 func JudgeBuf(size, prev uint32, lock *uint8, bit uint8, lim Limits) Pin {
+	return JudgeBufFrom(size, prev, lock, bit, lim, nil)
+}
+
+// JudgeBufFrom is JudgeBuf for a snapshot whose lock bits came from
+// origin (Snapshot.BufLocks; nil in files from before it was recorded,
+// where bits were read via pidfd_getfd): the verdict names the source, or
+// why the bits are unknown.
+func JudgeBufFrom(size, prev uint32, lock *uint8, bit uint8, lim Limits, origin *snapshot.BufLockOrigin) Pin {
 	sz := int64(size)
 	capped := lim.Core > 0 && sz == 2*lim.Core
 	if lock != nil {
-		p := Pin{Proof: true, Pinned: *lock&bit != 0}
+		p := Pin{Proof: true, Pinned: *lock&bit != 0, From: snapshot.LocksPidfd}
 		p.Capped = p.Pinned && capped
+		how := "SO_BUF_LOCK read from the owner via pidfd_getfd"
+		if origin != nil && origin.From == snapshot.LocksIter {
+			p.From, how = snapshot.LocksIter, "sk_userlocks read with the eBPF iter/tcp iterator"
+		}
 		if p.Pinned {
-			p.Why = "SO_BUF_LOCK read from the owner via pidfd_getfd: set by the application"
+			p.Why = how + ": set by the application"
 		} else {
-			p.Why = "SO_BUF_LOCK read from the owner via pidfd_getfd: not set (autotuned)"
+			p.Why = how + ": not set (autotuned)"
 		}
 		return p
 	}
@@ -88,5 +104,9 @@ func JudgeBuf(size, prev uint32, lock *uint8, bit uint8, lim Limits) Pin {
 	if len(why) == 0 {
 		return Pin{}
 	}
-	return Pin{Pinned: true, Capped: capped, Why: strings.Join(why, ", ") + " (a hint, not proof: SO_BUF_LOCK not read)"}
+	notRead := "SO_BUF_LOCK not read"
+	if origin != nil && origin.From == "" && origin.Why != "" {
+		notRead = "lock bits not read: " + origin.Why
+	}
+	return Pin{Pinned: true, Capped: capped, Why: strings.Join(why, ", ") + " (a hint, not proof: " + notRead + ")"}
 }

@@ -1,0 +1,56 @@
+package collect
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/bpfsource"
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+)
+
+// LockReader walks the TCP sockets of the namespace the calling thread is
+// in and returns their lock bits (*bpfsource.SockLocks, eBPF iter/tcp).
+type LockReader interface {
+	Read() (*bpfsource.Locks, error)
+}
+
+// readLocks runs inside the namespace, after the dump: it joins the
+// iterator's lock bits to the dumped sockets by cookie and records where
+// the bits came from, or why there are none.
+func (c *Collector) readLocks(s *snapshot.Snapshot) {
+	if c.Opts.Locks == nil {
+		why := c.Opts.LocksOff
+		if why == "" {
+			why = "the eBPF iter/tcp iterator was not loaded"
+		}
+		s.BufLocks = &snapshot.BufLockOrigin{Why: why}
+		return
+	}
+	start := time.Now()
+	l, err := c.Opts.Locks.Read()
+	if err == nil && l.Netns != 0 && s.Netns.Inode != 0 && l.Netns != s.Netns.Inode {
+		err = fmt.Errorf("bpfsource: socklocks: the iterator walked namespace %d, not %d", l.Netns, s.Netns.Inode)
+	}
+	s.Sources = append(s.Sources, snapshot.SourceStat{Source: snapshot.SourceSockLocks, OK: err == nil, Duration: time.Since(start)})
+	if err != nil {
+		s.AddError(snapshot.SourceSockLocks, err)
+		s.BufLocks = &snapshot.BufLockOrigin{Why: err.Error()}
+		return
+	}
+	joinLocks(s, l)
+}
+
+// joinLocks sets BufLock of every socket the walk saw. Sockets it did not
+// see (TIME_WAIT and request sockets, or closed since the dump) stay nil.
+func joinLocks(s *snapshot.Snapshot, l *bpfsource.Locks) {
+	// The bits are 0..3: sockets point into one array, not an
+	// allocation each.
+	vals := &[4]uint8{0, 1, 2, 3}
+	for i := range s.Sockets {
+		sk := &s.Sockets[i]
+		if sl, ok := l.ByCookie[sk.Cookie]; ok && sk.Cookie != 0 && int(sl.Locks) < len(vals) {
+			sk.BufLock = &vals[sl.Locks]
+		}
+	}
+	s.BufLocks = &snapshot.BufLockOrigin{From: snapshot.LocksIter}
+}
