@@ -23,8 +23,16 @@ import (
 type Options struct {
 	// Owners maps sockets to processes (walks /proc/*/fd).
 	Owners bool
-	// BufLock probes SO_BUF_LOCK of owned, established sockets whose
-	// buffers look pinned (needs Owners and CAP_SYS_PTRACE).
+	// Locks reads the buffer lock bits of every socket in each namespace
+	// (eBPF iter/tcp, read-only); nil when not loaded, and LocksOff says
+	// why, for the snapshot.
+	Locks    LockReader
+	LocksOff string
+	// BufLock, an opt-in, probes SO_BUF_LOCK of owned, established
+	// sockets that look pinned where Locks gave nothing, by duplicating
+	// the owner's fd with pidfd_getfd (needs Owners and CAP_SYS_PTRACE).
+	// That is not read-only: under cgroup v1 it re-stamps the socket's
+	// net_cls/net_prio values, so it is refused where those are mounted.
 	BufLock bool
 	// States limits the socket dump (bitmask of 1<<state); 0 = all.
 	States uint32
@@ -38,6 +46,9 @@ type Collector struct {
 	Now  func() time.Time
 	// Events, when set, adds the eBPF connection events to each snapshot.
 	Events EventReader
+	// probe reads SO_BUF_LOCK through pidfd_getfd; procs.BufLock when
+	// nil (tests count the calls).
+	probe func(procs.FDRef, uint32) (uint8, error)
 }
 
 // Collect takes one snapshot of each namespace. Failures of a source are
@@ -54,6 +65,7 @@ func (c *Collector) Collect(nss []netns.NS) []*snapshot.Snapshot {
 			// Counters first: sockstat sizes the socket slice.
 			procnet.Default().Fill(s)
 			c.dump(s)
+			c.readLocks(s)
 			return nil
 		})
 		if err != nil {
@@ -137,11 +149,11 @@ func (c *Collector) attachOwners(snaps []*snapshot.Snapshot) *procs.Owners {
 	for _, s := range snaps {
 		if own != nil {
 			own.Attach(s)
-			if c.Opts.BufLock {
+			if c.Opts.BufLock && (s.BufLocks == nil || s.BufLocks.From == "") {
 				if why := netCgroupV1(root); why != "" {
 					s.AddError(snapshot.SourceBufLock, fmt.Errorf("not probed: %s", why))
 				} else {
-					probeBufLocks(s, own)
+					probeBufLocks(s, own, c.probeFunc())
 				}
 			}
 		}
@@ -162,7 +174,7 @@ const maxBufLockProbes = 512
 // those carrying data (senders), then the rest (a pinned receiver that
 // reads fast holds no data yet throttles its peer). Errors are
 // summarised once.
-func probeBufLocks(s *snapshot.Snapshot, own *procs.Owners) {
+func probeBufLocks(s *snapshot.Snapshot, own *procs.Owners, probe func(procs.FDRef, uint32) (uint8, error)) {
 	var failed, probed int
 	var lastErr error
 	for _, busy := range []bool{true, false} {
@@ -179,7 +191,7 @@ func probeBufLocks(s *snapshot.Snapshot, own *procs.Owners) {
 				break
 			}
 			probed++
-			v, err := procs.BufLock(refs[0], sk.Inode)
+			v, err := probe(refs[0], sk.Inode)
 			if errors.Is(err, procs.ErrFDReused) {
 				continue // closed since the scan: nothing to say
 			}
@@ -194,6 +206,20 @@ func probeBufLocks(s *snapshot.Snapshot, own *procs.Owners) {
 	if failed > 0 {
 		s.AddError(snapshot.SourceBufLock, fmt.Errorf("%d sockets not probed: %w", failed, lastErr))
 	}
+	if probed > 0 {
+		o := &snapshot.BufLockOrigin{From: snapshot.LocksPidfd, Why: "only owned, established sockets that looked pinned were probed"}
+		if s.BufLocks != nil && s.BufLocks.Why != "" {
+			o.Why += "; iter/tcp: " + s.BufLocks.Why
+		}
+		s.BufLocks = o
+	}
+}
+
+func (c *Collector) probeFunc() func(procs.FDRef, uint32) (uint8, error) {
+	if c.probe != nil {
+		return c.probe
+	}
+	return procs.BufLock
 }
 
 // netCgroupV1 says why SO_BUF_LOCK must not be probed here, or "".
