@@ -1,0 +1,333 @@
+package bpfsource
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
+	"golang.org/x/sys/unix"
+)
+
+// TraceKind is what a TraceEvent reports.
+type TraceKind uint8
+
+// The kinds of trace.c.
+const (
+	TraceRetransmit    TraceKind = 1 // a segment retransmitted
+	TraceRcvSpace      TraceKind = 2 // receive autotuning stepped the buffer or window clamp
+	TraceResetSent     TraceKind = 3
+	TraceResetReceived TraceKind = 4
+)
+
+var traceKindNames = [...]string{TraceRetransmit: "retransmit", TraceRcvSpace: "rcv_space",
+	TraceResetSent: "reset_sent", TraceResetReceived: "reset_received"}
+
+func (k TraceKind) String() string {
+	if k >= TraceRetransmit && k <= TraceResetReceived {
+		return traceKindNames[k]
+	}
+	return fmt.Sprintf("kind %d", uint8(k))
+}
+
+// ParseTraceKind is String's inverse.
+func ParseTraceKind(s string) (TraceKind, error) {
+	for k := TraceRetransmit; k <= TraceResetReceived; k++ {
+		if traceKindNames[k] == s {
+			return k, nil
+		}
+	}
+	return 0, fmt.Errorf("bpfsource: unknown trace event kind %q", s)
+}
+
+// TraceEvent is one event of a watched socket, timed by the kernel.
+type TraceEvent struct {
+	// Mono is the kernel's CLOCK_MONOTONIC at the event (MonoNow's clock).
+	Mono   time.Duration
+	Cookie uint64
+	Kind   TraceKind
+	// Reason names a sent reset's sk_rst_reason (from the kernel's BTF).
+	Reason string
+	// Rcvbuf and Clamp are sk_rcvbuf and the window clamp at the event
+	// (for TraceRcvSpace: after the step).
+	Rcvbuf, Clamp uint32
+}
+
+// traceEventSize is sizeof(struct trace_event).
+const traceEventSize = 32
+
+// decodeTraceEvent decodes one struct trace_event; a short record or an
+// unknown kind is an error, never a panic.
+func decodeTraceEvent(b []byte, resets map[uint32]string) (TraceEvent, error) {
+	if len(b) < traceEventSize {
+		return TraceEvent{}, fmt.Errorf("bpfsource: trace event of %d bytes, want %d", len(b), traceEventSize)
+	}
+	ne := binary.NativeEndian
+	k := TraceKind(ne.Uint32(b[16:]))
+	if ne.Uint32(b[16:]) > uint32(TraceResetReceived) || k < TraceRetransmit {
+		return TraceEvent{}, fmt.Errorf("bpfsource: trace event of unknown kind %d", ne.Uint32(b[16:]))
+	}
+	mono := ne.Uint64(b[0:])
+	if mono > 1<<62 {
+		return TraceEvent{}, fmt.Errorf("bpfsource: trace event time %d out of range", mono)
+	}
+	e := TraceEvent{Mono: time.Duration(mono), Cookie: ne.Uint64(b[8:]), Kind: k, Rcvbuf: ne.Uint32(b[24:]), Clamp: ne.Uint32(b[28:])}
+	if k == TraceResetSent {
+		r := ne.Uint32(b[20:])
+		if s, ok := resets[r]; ok {
+			e.Reason = s
+		} else {
+			e.Reason = fmt.Sprintf("reason %d", r)
+		}
+	}
+	return e, nil
+}
+
+// MonoNow reads CLOCK_MONOTONIC, the clock of TraceEvent.Mono.
+func MonoNow() time.Duration {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) // cannot fail on Linux
+	return time.Duration(ts.Nano())
+}
+
+// TraceOptions configure OpenTrace.
+type TraceOptions struct {
+	// Netns is the inode of the traced network namespace: Established
+	// counts its sockets only.
+	Netns uint64
+	// Ports, when not empty, restricts Established to sockets with one of
+	// these ports at either end.
+	Ports []uint16
+}
+
+// Tracer is trace.c loaded: events of the watched sockets and the count
+// of sockets established in the traced namespace. Not safe for
+// concurrent use.
+type Tracer struct {
+	objs    traceprogObjects
+	links   []link.Link
+	reader  *ringbuf.Reader
+	rec     ringbuf.Record
+	resets  map[uint32]string
+	missing []Missing
+	state   bool // inet_sock_set_state attached: Established counts
+}
+
+// OpenTrace loads trace.c and attaches each of its programs the kernel
+// accepts (Missing lists the others). It fails, wrapping ErrNotSupported,
+// when BPF cannot run here or no event program attaches.
+func OpenTrace(o TraceOptions) (*Tracer, error) {
+	if !privileged() {
+		return nil, notSupported("not root (loading BPF programs needs CAP_BPF and CAP_PERFMON, or CAP_SYS_ADMIN; unprivileged BPF is usually off)")
+	}
+	ksp, err := btf.LoadKernelSpec()
+	if err != nil {
+		return nil, notSupported("no kernel BTF (/sys/kernel/btf/vmlinux): %v", err)
+	}
+	if len(o.Ports) > 256 {
+		return nil, fmt.Errorf("bpfsource: trace: %d ports, at most 256", len(o.Ports))
+	}
+	spec, err := loadTraceprog()
+	if err != nil {
+		return nil, fmt.Errorf("bpfsource: %w", err)
+	}
+	set := func(name string, v any) error {
+		if err := spec.Variables[name].Set(v); err != nil {
+			return fmt.Errorf("bpfsource: trace: %w", err)
+		}
+		return nil
+	}
+	if err := errors.Join(set(traceprogVarTracedNetns, uint32(o.Netns)), set(traceprogVarAnyPort, boolU32(len(o.Ports) == 0))); err != nil {
+		return nil, err
+	}
+	// Each program on its own: a kernel that refuses one runs the rest.
+	progs := spec.Programs
+	spec.Programs = nil
+	t := &Tracer{resets: enumNames(ksp, "sk_rst_reason", "SK_RST_REASON_")}
+	if err := spec.LoadAndAssign(&t.objs.traceprogMaps, nil); err != nil {
+		return nil, loadError(err)
+	}
+	// Every program shares these maps; each gets its own copy of the
+	// constants (.rodata).
+	repl := map[string]*ebpf.Map{}
+	for _, name := range []string{traceprogMapPorts, traceprogMapTraceCounts, traceprogMapTraceEvents, traceprogMapWatched} {
+		repl[name] = t.mapByName(name)
+	}
+	events := 0
+	for name, ps := range progs {
+		tp := ps.AttachTo
+		one := spec.Copy()
+		one.Programs = map[string]*ebpf.ProgramSpec{name: ps}
+		coll, err := ebpf.NewCollectionWithOptions(one, ebpf.CollectionOptions{MapReplacements: repl})
+		if err != nil {
+			t.missing = append(t.missing, Missing{Program: tp, Reason: reason(loadError(err))})
+			continue
+		}
+		prog := coll.Programs[name]
+		delete(coll.Programs, name)
+		coll.Close()
+		l, err := link.AttachTracing(link.TracingOptions{Program: prog, AttachType: ebpf.AttachTraceRawTp})
+		if err != nil {
+			prog.Close()
+			t.missing = append(t.missing, Missing{Program: tp, Reason: reason(loadError(fmt.Errorf("attach tp_btf/%s: %w", tp, err)))})
+			continue
+		}
+		t.links = append(t.links, l)
+		t.setProgram(name, prog)
+		if tp == "inet_sock_set_state" {
+			t.state = true
+		} else {
+			events++
+		}
+	}
+	if events == 0 {
+		_ = t.Close()
+		reasons := make([]string, len(t.missing))
+		for i, m := range t.missing {
+			reasons[i] = m.String()
+		}
+		return nil, notSupported("no trace event program loaded: %s", strings.Join(reasons, "; "))
+	}
+	for _, p := range o.Ports {
+		if err := t.objs.Ports.Put(p, uint8(1)); err != nil {
+			_ = t.Close()
+			return nil, fmt.Errorf("bpfsource: trace: port %d: %w", p, err)
+		}
+	}
+	if t.reader, err = ringbuf.NewReader(t.objs.TraceEvents); err != nil {
+		_ = t.Close()
+		return nil, fmt.Errorf("bpfsource: trace: ring buffer reader: %w", err)
+	}
+	return t, nil
+}
+
+func boolU32(b bool) uint32 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func reason(err error) string {
+	var ns *NotSupportedError
+	if errors.As(err, &ns) {
+		return ns.Reason
+	}
+	return err.Error()
+}
+
+func (t *Tracer) mapByName(name string) *ebpf.Map {
+	switch name {
+	case traceprogMapPorts:
+		return t.objs.Ports
+	case traceprogMapTraceCounts:
+		return t.objs.TraceCounts
+	case traceprogMapTraceEvents:
+		return t.objs.TraceEvents
+	case traceprogMapWatched:
+		return t.objs.Watched
+	}
+	return nil
+}
+
+func (t *Tracer) setProgram(name string, p *ebpf.Program) {
+	switch name {
+	case "trace_retransmit":
+		t.objs.TraceRetransmit = p
+	case "trace_rcv_space":
+		t.objs.TraceRcvSpace = p
+	case "trace_reset_sent":
+		t.objs.TraceResetSent = p
+	case "trace_reset_received":
+		t.objs.TraceResetReceived = p
+	case "trace_state":
+		t.objs.TraceState = p
+	default:
+		p.Close()
+	}
+}
+
+// Missing lists the programs that did not load or attach, and why.
+func (t *Tracer) Missing() []Missing { return append([]Missing(nil), t.missing...) }
+
+// Watch makes the socket with this cookie emit events.
+func (t *Tracer) Watch(cookie uint64) error {
+	if err := t.objs.Watched.Update(cookie, traceprogWatchedVal{}, ebpf.UpdateNoExist); err != nil && !errors.Is(err, ebpf.ErrKeyExist) {
+		return fmt.Errorf("bpfsource: watch cookie %d: %w", cookie, err)
+	}
+	return nil
+}
+
+// Unwatch stops the socket's events.
+func (t *Tracer) Unwatch(cookie uint64) error {
+	if err := t.objs.Watched.Delete(cookie); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("bpfsource: unwatch cookie %d: %w", cookie, err)
+	}
+	return nil
+}
+
+// Established is how many sockets of the traced namespace (with one of
+// the ports) entered ESTABLISHED since OpenTrace; ok is false when that
+// program is not running.
+func (t *Tracer) Established() (n uint64, ok bool, err error) {
+	if !t.state {
+		return 0, false, nil
+	}
+	return t.count(0)
+}
+
+// Lost is how many events the ring buffer could not take.
+func (t *Tracer) Lost() (uint64, error) {
+	n, _, err := t.count(1)
+	return n, err
+}
+
+func (t *Tracer) count(i uint32) (uint64, bool, error) {
+	var n uint64
+	if err := t.objs.TraceCounts.Lookup(i, &n); err != nil {
+		return 0, false, fmt.Errorf("bpfsource: trace counts: %w", err)
+	}
+	return n, true, nil
+}
+
+// Drain hands fn every event waiting in the ring buffer, without
+// blocking. A malformed record is an error.
+func (t *Tracer) Drain(fn func(TraceEvent)) error {
+	if t.reader.AvailableBytes() == 0 {
+		return nil
+	}
+	t.reader.SetDeadline(time.Unix(1, 0)) // passed: read what is there
+	for {
+		err := t.reader.ReadInto(&t.rec)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("bpfsource: trace events: %w", err)
+		}
+		e, err := decodeTraceEvent(t.rec.RawSample, t.resets)
+		if err != nil {
+			return err
+		}
+		fn(e)
+	}
+}
+
+// Close detaches the programs and frees the maps.
+func (t *Tracer) Close() error {
+	var errs []error
+	if t.reader != nil {
+		errs = append(errs, t.reader.Close())
+	}
+	for _, l := range t.links {
+		errs = append(errs, l.Close())
+	}
+	errs = append(errs, t.objs.Close())
+	return errors.Join(errs...)
+}
