@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"os"
+	"runtime"
 	"testing"
 	"time"
 
@@ -79,8 +80,12 @@ func FuzzDecodeTraceEvent(f *testing.F) {
 // connection is counted established in this namespace on its port.
 func TestTracerReset(t *testing.T) {
 	testns.NeedRoot(t)
+	// The namespace of this thread: another test may have left the
+	// process's main thread in one of its own.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	var st unix.Stat_t
-	if err := unix.Stat("/proc/self/ns/net", &st); err != nil {
+	if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
 		t.Fatal(err)
 	}
 	l, port := listenLoopback(t)
