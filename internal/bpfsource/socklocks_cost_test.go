@@ -1,0 +1,226 @@
+package bpfsource
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/netns"
+	"github.com/tcpdoctor/tcpdoctor/internal/procs"
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/sockdiag"
+	"github.com/tcpdoctor/tcpdoctor/internal/testns"
+)
+
+// TestSockLocksCost measures what reading the buffer lock bits costs per
+// socket on 20,000 loopback sockets (10,000 connections, both ends) in a
+// namespace of its own: one iter/tcp walk of the namespace against a
+// pidfd_getfd + getsockopt(SO_BUF_LOCK) probe of every socket, with the
+// sock_diag dump the walk is joined to for scale. CPU time of the reading
+// thread (kernel and user) and wall time, medians of 5 rounds
+// (docs/bpf.md).
+//
+//	TCPDOCTOR_BPF_COST=1 go test -count=1 -run TestSockLocksCost -v ./internal/bpfsource
+func TestSockLocksCost(t *testing.T) {
+	if os.Getenv(costEnv) == "" {
+		t.Skip("set " + costEnv + "=1 to measure the cost")
+	}
+	ns := testns.New(t, "lkcost")
+	l, err := OpenSockLocks()
+	if err != nil {
+		t.Skip(err)
+	}
+	defer func() { _ = l.Close() }()
+	const conns, rounds = 10000, 5
+	// The accepted ends live in a helper process (this test binary again):
+	// RLIMIT_NOFILE may be too low for 20,000 fds in one process.
+	var fds []int
+	var holder *exec.Cmd
+	var holderIn io.Closer
+	defer func() {
+		if holderIn != nil {
+			_ = holderIn.Close()
+		}
+		for _, fd := range fds {
+			_ = unix.Close(fd)
+		}
+		if holder != nil {
+			_ = holder.Process.Kill()
+			_ = holder.Wait()
+		}
+	}()
+	err = netns.Do(ns, func() error {
+		// Started from this thread, the helper is born in ns.
+		holder = exec.Command(os.Args[0], "-test.run=^TestSockLocksHolder$")
+		holder.Env = append(os.Environ(), holderEnv+"="+strconv.Itoa(conns))
+		holder.Stderr = os.Stderr
+		out, err := holder.StdoutPipe()
+		if err != nil {
+			return err
+		}
+		if holderIn, err = holder.StdinPipe(); err != nil {
+			return err
+		}
+		if err := holder.Start(); err != nil {
+			holder = nil
+			return err
+		}
+		lines := bufio.NewScanner(out)
+		if !lines.Scan() || lines.Text() != "listening" {
+			return fmt.Errorf("holder: %q: %w", lines.Text(), lines.Err())
+		}
+		for i := range conns {
+			c, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+			if err != nil {
+				return err
+			}
+			fds = append(fds, c)
+			if i%2 == 0 { // half pinned, so the bits vary
+				if err := unix.SetsockoptInt(c, unix.SOL_SOCKET, unix.SO_SNDBUF, 16384); err != nil {
+					return err
+				}
+			}
+			if err := unix.Connect(c, &unix.SockaddrInet4{Port: holderPort, Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+				return err
+			}
+		}
+		if !lines.Scan() || lines.Text() != "held" {
+			return fmt.Errorf("holder: %q: %w", lines.Text(), lines.Err())
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	socks := 2 * conns
+
+	var iterCPU, iterWall, probeCPU, probeWall, dumpCPU, dumpWall []float64
+	pid := os.Getpid()
+	for range rounds {
+		err := netns.Do(ns, func() error {
+			var n int
+			cpu, wall, err := measure(func() error {
+				got, err := l.Read()
+				if got != nil {
+					n = len(got.ByCookie)
+				}
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			if n < socks {
+				return fmt.Errorf("iterator saw %d sockets, want at least %d", n, socks)
+			}
+			iterCPU, iterWall = append(iterCPU, cpu/float64(n)), append(iterWall, wall/float64(n))
+
+			n = 0
+			cpu, wall, err = measure(func() error {
+				return sockdiag.Dump(sockdiag.Options{Info: true, Mem: true}, func(*snapshot.Socket) error { n++; return nil })
+			})
+			if err != nil {
+				return err
+			}
+			dumpCPU, dumpWall = append(dumpCPU, cpu/float64(n)), append(dumpWall, wall/float64(n))
+
+			pinned := 0
+			cpu, wall, err = measure(func() error {
+				for _, fd := range fds {
+					v, err := procs.BufLock(procs.FDRef{Pid: pid, FD: fd}, 0)
+					if err != nil {
+						return err
+					}
+					if v&LockSnd != 0 {
+						pinned++
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			if pinned != conns/2 {
+				return fmt.Errorf("probe found %d pinned, want %d", pinned, conns/2)
+			}
+			probeCPU, probeWall = append(probeCPU, cpu/float64(len(fds))), append(probeWall, wall/float64(len(fds)))
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	load, _ := os.ReadFile("/proc/loadavg")
+	t.Logf("%d sockets in the namespace, medians of %d rounds, per socket (loadavg %s):", socks+1, rounds, strings.TrimSpace(string(load)))
+	t.Logf("%-44s %10s %10s", "", "CPU", "wall")
+	t.Logf("%-44s %8.0f ns %8.0f ns", "iter/tcp walk (lock bits, sndbuf, rcvbuf)", median(iterCPU), median(iterWall))
+	t.Logf("%-44s %8.0f ns %8.0f ns", "pidfd_getfd + getsockopt(SO_BUF_LOCK) probe", median(probeCPU), median(probeWall))
+	t.Logf("%-44s %8.0f ns %8.0f ns", "sock_diag dump (tcp_info, SK_MEMINFO)", median(dumpCPU), median(dumpWall))
+}
+
+const (
+	holderEnv  = "TCPDOCTOR_LOCKS_HOLDER"
+	holderPort = 7000
+)
+
+// TestSockLocksHolder is TestSockLocksCost's helper process: it listens on
+// 127.0.0.1:7000, says "listening", accepts as many connections as the
+// environment asks, says "held" and keeps them until its stdin closes.
+func TestSockLocksHolder(t *testing.T) {
+	n, err := strconv.Atoi(os.Getenv(holderEnv))
+	if err != nil {
+		t.Skip("the helper of TestSockLocksCost")
+	}
+	lfd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Bind(lfd, &unix.SockaddrInet4{Port: holderPort, Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Listen(lfd, 4096); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Println("listening")
+	for range n {
+		if _, _, err := unix.Accept4(lfd, unix.SOCK_CLOEXEC); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fmt.Println("held")
+	_, _ = io.Copy(io.Discard, os.Stdin)
+}
+
+// measure runs fn and returns the calling thread's CPU time (user and
+// system, RUSAGE_THREAD: the caller is locked to its thread) and the wall
+// time, in nanoseconds.
+func measure(fn func() error) (cpu, wall float64, err error) {
+	var a, b unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_THREAD, &a); err != nil {
+		return 0, 0, err
+	}
+	start := time.Now()
+	err = fn()
+	wall = float64(time.Since(start).Nanoseconds())
+	if e := unix.Getrusage(unix.RUSAGE_THREAD, &b); e != nil {
+		return 0, 0, e
+	}
+	tv := func(r *unix.Rusage) float64 {
+		return float64(r.Utime.Nano() + r.Stime.Nano())
+	}
+	return tv(&b) - tv(&a), wall, err
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
