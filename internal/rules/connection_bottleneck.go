@@ -136,7 +136,7 @@ func checkConnectionBottleneck(in *diag.Input) ([]diag.Finding, error) {
 		return keys[i].remote.String() < keys[j].remote.String()
 	})
 	rates := tcpmodel.PeerRates(cur)
-	idx := tcpmodel.TuplesOf(cur)
+	idx := in.CurTuples()
 	ls := tcpmodel.ListenersOf(cur)
 	var fs []diag.Finding
 	for _, k := range keys {

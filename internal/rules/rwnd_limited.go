@@ -101,7 +101,7 @@ func checkRwndLimited(in *diag.Input) ([]diag.Finding, error) {
 		return nil, err
 	}
 	window := in.Window()
-	idx := tcpmodel.TuplesOf(cur)
+	idx := in.CurTuples()
 	rates := tcpmodel.PeerRates(cur)
 	// TcpExt counters of this host as a receiver advertising, or wanting
 	// to advertise, a zero window.

@@ -134,7 +134,7 @@ func checkSlowReader(in *diag.Input) ([]diag.Finding, error) {
 		}
 		return list[i].pid < list[j].pid
 	})
-	idx := tcpmodel.TuplesOf(cur)
+	idx := in.CurTuples()
 	ls := tcpmodel.ListenersOf(cur)
 	rates := tcpmodel.PeerRates(cur)
 	fs := make([]diag.Finding, 0, len(list))

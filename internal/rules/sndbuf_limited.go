@@ -79,7 +79,7 @@ func checkSndbufLimited(in *diag.Input) ([]diag.Finding, error) {
 	}
 	window := in.Window()
 	rates := tcpmodel.PeerRates(cur)
-	idx := tcpmodel.TuplesOf(cur)
+	idx := in.CurTuples()
 	lim := tcpmodel.SndLimits(cur)
 	var hits []scored // score: share of the path rate not used; 0 when unknown
 	for i := range cur.Sockets {
