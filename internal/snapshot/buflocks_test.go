@@ -1,0 +1,37 @@
+package snapshot
+
+import (
+	"bytes"
+	"testing"
+	"time"
+)
+
+// Where the lock bits came from, or why they are unknown, survives a
+// record and replay (--from).
+func TestBufLocksRoundTrip(t *testing.T) {
+	lock := uint8(1)
+	in := []*Snapshot{
+		{Taken: time.Unix(1, 0).UTC(), BufLocks: &BufLockOrigin{From: LocksIter}, Sockets: []Socket{{State: Established, Cookie: 9, BufLock: &lock}, {State: TimeWait, Cookie: 10}}},
+		{Taken: time.Unix(2, 0).UTC(), BufLocks: &BufLockOrigin{Why: "eBPF off (--bpf off)"}},
+		{Taken: time.Unix(3, 0).UTC()},
+	}
+	var b bytes.Buffer
+	w, err := NewWriter(&b, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range in {
+		if err := w.Write(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err := ReadAll(&b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out) != 3 || out[0].BufLocks == nil || *out[0].BufLocks != *in[0].BufLocks || out[0].Sockets[0].BufLock == nil ||
+		*out[0].Sockets[0].BufLock != 1 || out[0].Sockets[1].BufLock != nil ||
+		out[1].BufLocks == nil || *out[1].BufLocks != *in[1].BufLocks || out[2].BufLocks != nil {
+		t.Errorf("read back %+v %+v %+v", out[0], out[1], out[2])
+	}
+}
