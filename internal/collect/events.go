@@ -33,7 +33,28 @@ func (c *Collector) addEvents(snaps []*snapshot.Snapshot) {
 }
 
 func eventsOf(r *bpfsource.Reading, inode uint64) *snapshot.Events {
-	ev := &snapshot.Events{Since: r.Since, Until: r.Until, Lost: r.LostFlows}
+	ev := &snapshot.Events{Since: r.Since, Until: r.Until, Lost: r.LostFlows + r.LostDrops + r.LostRetransmits + r.LostResets}
+	for _, m := range r.Missing {
+		ev.Missing = append(ev.Missing, snapshot.EventProgram{Program: m.Program, Reason: m.Reason})
+	}
+	for _, d := range r.Drops[inode] {
+		ev.Drops = append(ev.Drops, snapshot.EventDrop{Reason: d.Reason, Listener: d.Listener, Count: d.Count})
+	}
+	slices.SortFunc(ev.Drops, func(a, b snapshot.EventDrop) int {
+		return cmp.Or(cmp.Compare(a.Reason, b.Reason), a.Listener.Compare(b.Listener))
+	})
+	for _, x := range r.Resets[inode] {
+		ev.Resets = append(ev.Resets, snapshot.EventReset{Sent: x.Sent, Reason: x.Reason, Remote: x.Peer, LocalPort: x.LocalPort, Count: x.Count})
+	}
+	slices.SortFunc(ev.Resets, func(a, b snapshot.EventReset) int {
+		return cmp.Or(-cmp.Compare(btoi(a.Sent), btoi(b.Sent)), cmp.Compare(a.Reason, b.Reason), a.Remote.Compare(b.Remote), cmp.Compare(a.LocalPort, b.LocalPort))
+	})
+	for _, x := range r.Retransmits[inode] {
+		ev.Retransmits = append(ev.Retransmits, snapshot.EventRetransmit{Remote: x.Peer, LocalPort: x.LocalPort, SYN: x.SYN, Count: x.Count})
+	}
+	slices.SortFunc(ev.Retransmits, func(a, b snapshot.EventRetransmit) int {
+		return cmp.Or(-cmp.Compare(btoi(a.SYN), btoi(b.SYN)), a.Remote.Compare(b.Remote), cmp.Compare(a.LocalPort, b.LocalPort))
+	})
 	for _, f := range r.ByNetns[inode] {
 		ev.Flows = append(ev.Flows, snapshot.EventFlow{
 			Pid: f.Pid, Command: f.Comm, Remote: f.Peer, LocalPort: f.LocalPort,
@@ -45,4 +66,11 @@ func eventsOf(r *bpfsource.Reading, inode uint64) *snapshot.Events {
 		return cmp.Or(cmp.Compare(a.Pid, b.Pid), a.Remote.Compare(b.Remote), cmp.Compare(a.LocalPort, b.LocalPort))
 	})
 	return ev
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

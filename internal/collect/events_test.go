@@ -44,3 +44,35 @@ func TestAddEvents(t *testing.T) {
 		t.Errorf("failed read: events %+v, errors %+v", snaps[0].Events, snaps[0].Errors)
 	}
 }
+
+func TestAddEventsCounters(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	ovf := netip.MustParseAddrPort("0.0.0.0:8080")
+	r := &bpfsource.Reading{Since: t0, Until: t0.Add(time.Second), LostFlows: 1, LostDrops: 2, LostResets: 3, LostRetransmits: 4,
+		Drops: map[uint64][]bpfsource.Drop{7: {{Reason: "NO_SOCKET", Count: 2}, {Reason: "TCP_LISTEN_OVERFLOW", Listener: ovf, Count: 380}}},
+		Resets: map[uint64][]bpfsource.Reset{7: {
+			{Sent: false, Peer: netip.MustParseAddrPort("10.0.0.9:0"), LocalPort: 8080, Count: 5},
+			{Sent: true, Reason: "TCP_STATE", Peer: netip.MustParseAddrPort("10.0.0.5:80"), Count: 7},
+		}},
+		Retransmits: map[uint64][]bpfsource.Retransmit{7: {
+			{Peer: netip.MustParseAddrPort("10.0.0.5:80"), Count: 9},
+			{Peer: netip.MustParseAddrPort("10.0.0.5:80"), SYN: true, Count: 3},
+		}},
+		Missing: []bpfsource.Missing{{Program: "tcp_send_reset", Reason: "no reason argument"}},
+	}
+	snaps := []*snapshot.Snapshot{{Netns: snapshot.Netns{Inode: 7}}}
+	(&Collector{Events: fakeEvents{r: r}}).addEvents(snaps)
+	ev := snaps[0].Events
+	if ev.Lost != 10 || len(ev.Drops) != 2 || ev.Drops[1] != (snapshot.EventDrop{Reason: "TCP_LISTEN_OVERFLOW", Listener: ovf, Count: 380}) {
+		t.Errorf("drops: %+v lost %d", ev.Drops, ev.Lost)
+	}
+	if len(ev.Resets) != 2 || !ev.Resets[0].Sent || ev.Resets[0].Reason != "TCP_STATE" || ev.Resets[1].LocalPort != 8080 {
+		t.Errorf("resets (sent first): %+v", ev.Resets)
+	}
+	if len(ev.Retransmits) != 2 || !ev.Retransmits[0].SYN || ev.Retransmits[1].Count != 9 {
+		t.Errorf("retransmits (SYN first): %+v", ev.Retransmits)
+	}
+	if ev.Has(snapshot.ProgResetsSent) || !ev.Has(snapshot.ProgDrops) || len(ev.Missing) != 1 {
+		t.Errorf("missing: %+v", ev.Missing)
+	}
+}

@@ -113,3 +113,70 @@ func TestPortExhaustionFailuresFromEvents(t *testing.T) {
 		t.Fatalf("no finding for %v: %+v", dst, res.Findings)
 	}
 }
+
+// fixtureWithEvents reads a fixture and gives its last snapshot ev as
+// its eBPF section over the window.
+func fixtureWithEvents(t *testing.T, path string, ev *snapshot.Events) (prev, cur *snapshot.Snapshot) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	snaps, err := snapshot.ReadAll(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prev, cur = snaps[0], snaps[len(snaps)-1]
+	if ev != nil {
+		ev.Since, ev.Until = prev.Taken, cur.Taken
+		cur.Events = ev
+	}
+	return prev, cur
+}
+
+func TestListenOverflowDropsFromEvents(t *testing.T) {
+	path := "testdata/listen-overflow/fires.jsonl"
+	prev, cur := fixtureWithEvents(t, path, nil)
+	off := runRule(listenOverflow(), prev, cur)
+	prev, cur = fixtureWithEvents(t, path, &snapshot.Events{
+		Drops: []snapshot.EventDrop{
+			{Reason: "TCP_LISTEN_OVERFLOW", Listener: netip.MustParseAddrPort("0.0.0.0:8080"), Count: 380},
+			{Reason: "TCP_LISTEN_OVERFLOW", Listener: netip.MustParseAddrPort("0.0.0.0:9090"), Count: 7},
+			{Reason: "NO_SOCKET", Count: 3},
+		},
+		Retransmits: []snapshot.EventRetransmit{
+			{Remote: netip.MustParseAddrPort("10.0.0.1:8080"), SYN: true, Count: 12},
+			{Remote: netip.MustParseAddrPort("10.0.0.1:8081"), SYN: true, Count: 99},
+			{Remote: netip.MustParseAddrPort("10.0.0.1:8080"), Count: 50},
+		},
+	})
+	on := runRule(listenOverflow(), prev, cur)
+	if len(on.Findings) != len(off.Findings) || len(on.Findings) == 0 {
+		t.Fatalf("findings with events %d, without %d", len(on.Findings), len(off.Findings))
+	}
+	for i := range on.Findings {
+		if on.Findings[i].Severity != off.Findings[i].Severity {
+			t.Errorf("severity changed with events: %v -> %v", off.Findings[i].Severity, on.Findings[i].Severity)
+		}
+	}
+	f := on.Findings[0]
+	if !strings.Contains(f.Summary, "listener :8080 dropped 380 handshakes (kfree_skb TCP_LISTEN_OVERFLOW)") {
+		t.Errorf("summary: %s", f.Summary)
+	}
+	if v := evidence(f, "overflow drops (eBPF)"); !strings.HasPrefix(v, "listener :8080 dropped 380 handshakes in ") {
+		t.Errorf("drops evidence: %q", v)
+	}
+	if v := evidence(f, "SYN retransmits to it (eBPF)"); !strings.HasPrefix(v, "12 in ") || !strings.Contains(v, "10.0.0.1:8080 12") {
+		t.Errorf("SYN retransmit evidence: %q", v)
+	}
+	if v := evidence(off.Findings[0], "overflow drops (eBPF)"); !strings.HasPrefix(v, "unknown") {
+		t.Errorf("without events: %q", v)
+	}
+	// A program that did not load leaves its evidence unknown, not zero.
+	prev, cur = fixtureWithEvents(t, path, &snapshot.Events{Missing: []snapshot.EventProgram{{Program: snapshot.ProgDrops, Reason: "kfree_skb has no drop reason argument"}}})
+	res := runRule(listenOverflow(), prev, cur)
+	if v := evidence(res.Findings[0], "overflow drops (eBPF)"); !strings.Contains(v, "unknown") || !strings.Contains(v, "no drop reason argument") {
+		t.Errorf("missing program: %q", v)
+	}
+}

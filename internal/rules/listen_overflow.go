@@ -2,6 +2,7 @@ package rules
 
 import (
 	"fmt"
+	"net/netip"
 	"sort"
 	"strings"
 
@@ -159,6 +160,8 @@ func listenerFinding(in *diag.Input, l listener, over, drops int64, hasDrops boo
 		{Name: "binding limit", Value: why, Source: "derived: Send-Q against net.core.somaxconn"},
 		{Name: "owner", Value: tcpmodel.Who(cur, sk.Pids), Source: "/proc/PID/fd socket inodes"},
 	}
+	dropped, dropEv := overflowDropEvidence(in, sk.Local)
+	ev = append(ev, dropEv, synRetransmitEvidence(in, sk.Local))
 	var summary string
 	sev := diag.Warning
 	port := sk.Local.Port()
@@ -186,6 +189,9 @@ func listenerFinding(in *diag.Input, l listener, over, drops int64, hasDrops boo
 	} else {
 		summary = fmt.Sprintf("listener :%d (%s) has a full accept queue (%d/%d): the next connections overflow; backlog %d is %s",
 			port, who, sk.RecvQ, sk.SendQ, sk.SendQ, binding)
+	}
+	if dropped > 0 {
+		summary += fmt.Sprintf("; listener %s dropped %d handshakes (kfree_skb %s)", listenerName(sk.Local), dropped, tcpmodel.ReasonListenOverflow)
 	}
 	ev = append(ev, abortOnOverflowEvidence(cur))
 	ev = append(ev, notes...)
@@ -225,6 +231,26 @@ func transientOverflow(in *diag.Input, ls []listener, over, drops int64, hasDrop
 	if hasDrops {
 		ev = append(ev, diag.Evidence{Name: "ListenDrops", Value: fmt.Sprintf("+%d in %s", drops, units.Dur(in.Window())), Source: "/proc/net/netstat TcpExt.ListenDrops"})
 	}
+	named := ""
+	bev := diag.Evidence{Name: "overflow drops (eBPF)", Source: "eBPF tp_btf/kfree_skb reason " + tcpmodel.ReasonListenOverflow + ", rx_sk = the listener"}
+	switch ds, ok := tcpmodel.OverflowDrops(cur); {
+	case !ok:
+		bev.Value = "unknown, so the listener cannot be named: " + tcpmodel.ProgramMissing(cur, snapshot.ProgDrops)
+	case len(ds) == 0:
+		bev.Value = "none counted in this namespace in " + units.Dur(cur.Events.Interval())
+	default:
+		var parts []string
+		for i, d := range ds {
+			if i == 5 {
+				parts = append(parts, fmt.Sprintf("and %d more", len(ds)-5))
+				break
+			}
+			parts = append(parts, fmt.Sprintf("listener %s dropped %d handshakes", listenerName(d.Listener), d.Count))
+		}
+		bev.Value = strings.Join(parts, "; ") + " in " + units.Dur(cur.Events.Interval())
+		named = fmt.Sprintf("; eBPF names it: listener %s dropped %d handshakes (kfree_skb %s)", listenerName(ds[0].Listener), ds[0].Count, tcpmodel.ReasonListenOverflow)
+	}
+	ev = append(ev, bev)
 	target := tcpmodel.BacklogTarget(0, largest)
 	fixes := []diag.Fix{{
 		Scope: "application", Target: "diagnosis",
@@ -237,8 +263,8 @@ func transientOverflow(in *diag.Input, ls []listener, over, drops int64, hasDrop
 	return diag.Finding{
 		Severity: sev,
 		Subject:  diag.Subject{Netns: cur.Netns.Name},
-		Summary: fmt.Sprintf("accept queues overflowed %d times in %s (%.1f/s) but no listener was seen near full: transient, the queue filled and drained between samples (%d listeners)",
-			over, units.Dur(in.Window()), rate, len(ls)),
+		Summary: fmt.Sprintf("accept queues overflowed %d times in %s (%.1f/s) but no listener was seen near full: transient, the queue filled and drained between samples (%d listeners)%s",
+			over, units.Dur(in.Window()), rate, len(ls), named),
 		Evidence: ev,
 		Fixes:    fixes,
 	}
@@ -312,4 +338,50 @@ func abortOnOverflowEvidence(s *snapshot.Snapshot) diag.Evidence {
 func backlogFixes(s *snapshot.Snapshot, sk *snapshot.Socket, n, somax int64, hasSomax bool) []diag.Fix {
 	_, cmd := tcpmodel.FirstOwner(s, sk)
 	return remedy.Backlog(cmd, sk.Local.Port(), n, somax, hasSomax)
+}
+
+// listenerName is ":8080" for a listener on every address, else
+// "10.0.0.1:8080".
+func listenerName(l netip.AddrPort) string {
+	if l.Addr().IsUnspecified() {
+		return fmt.Sprintf(":%d", l.Port())
+	}
+	return l.String()
+}
+
+// overflowDropEvidence is the handshakes the listener at local dropped
+// for a full queue, as the eBPF source counted them in the current
+// snapshot's window; n is 0 when unknown.
+func overflowDropEvidence(in *diag.Input, local netip.AddrPort) (uint64, diag.Evidence) {
+	cur := in.Cur
+	ev := diag.Evidence{Name: "overflow drops (eBPF)", Source: "eBPF tp_btf/kfree_skb reason " + tcpmodel.ReasonListenOverflow + ", rx_sk = this listener"}
+	n, ok := tcpmodel.DropsAt(cur, local)
+	if !ok {
+		ev.Value = "unknown (the counter above is netns-wide): " + tcpmodel.ProgramMissing(cur, snapshot.ProgDrops)
+		return 0, ev
+	}
+	ev.Value = fmt.Sprintf("listener %s dropped %d handshakes in %s", listenerName(local), n, units.Dur(cur.Events.Interval()))
+	return n, ev
+}
+
+// synRetransmitEvidence is the client side of a full queue: SYNs sent
+// from this namespace to the listener that went unanswered.
+func synRetransmitEvidence(in *diag.Input, local netip.AddrPort) diag.Evidence {
+	cur := in.Cur
+	ev := diag.Evidence{Name: "SYN retransmits to it (eBPF)", Source: "eBPF tp_btf/tcp_retransmit_skb in SYN_SENT, clients in this namespace"}
+	rs, ok := tcpmodel.SynRetransmits(cur, func(d netip.AddrPort) bool { return tcpmodel.SameListener(local, d) })
+	if !ok {
+		ev.Value = "unknown: " + tcpmodel.ProgramMissing(cur, snapshot.ProgRetransmits)
+		return ev
+	}
+	var n uint64
+	for _, r := range rs {
+		n += r.Count
+	}
+	if n == 0 {
+		ev.Value = fmt.Sprintf("none from clients in this namespace in %s (clients elsewhere count them in theirs)", units.Dur(cur.Events.Interval()))
+		return ev
+	}
+	ev.Value = fmt.Sprintf("%d in %s: %s", n, units.Dur(cur.Events.Interval()), tcpmodel.TopPeers(rs, 5))
+	return ev
 }

@@ -5,17 +5,94 @@ import (
 	"time"
 )
 
-// Events is what the eBPF lifecycle source (internal/bpfsource) counted in
-// this namespace between Since and Until: the interval since its previous
-// read, which for every snapshot after the first is the time since the
-// previous snapshot. Flows hold only processes and peers that had events.
+// Events is what the eBPF source (internal/bpfsource) counted in this
+// namespace between Since and Until: the interval since its previous read,
+// which for every snapshot after the first is the time since the previous
+// snapshot. Flows, Drops, Resets and Retransmits hold only what had
+// events; a program listed in Missing did not run, so what it counts is
+// unknown rather than zero.
 type Events struct {
 	Since time.Time   `json:"since"`
 	Until time.Time   `json:"until"`
 	Flows []EventFlow `json:"flows,omitempty"`
-	// Lost counts events (any namespace) not counted because the kernel
-	// map was full: the counts are then lower bounds.
+	// Drops are packets the kernel dropped, by reason (kfree_skb).
+	Drops []EventDrop `json:"drops,omitempty"`
+	// Resets are resets sent and received, by reason and peer.
+	Resets []EventReset `json:"resets,omitempty"`
+	// Retransmits are retransmitted segments by peer, SYNs apart.
+	Retransmits []EventRetransmit `json:"retransmits,omitempty"`
+	// Lost counts events (any namespace) not counted because a kernel map
+	// was full: the counts are then lower bounds.
 	Lost uint64 `json:"lost,omitempty"`
+	// Missing lists the programs that did not run, and why.
+	Missing []EventProgram `json:"missing,omitempty"`
+}
+
+// Has reports whether the program attached at the tracepoint prog ran
+// (the section exists and does not list it as missing).
+func (e *Events) Has(prog string) bool {
+	if e == nil {
+		return false
+	}
+	for _, m := range e.Missing {
+		if m.Program == prog {
+			return false
+		}
+	}
+	return true
+}
+
+// The tracepoints of the eBPF programs, as EventProgram.Program names them.
+const (
+	ProgLifecycle      = "inet_sock_set_state"
+	ProgDrops          = "kfree_skb"
+	ProgRetransmits    = "tcp_retransmit_skb"
+	ProgResetsSent     = "tcp_send_reset"
+	ProgResetsReceived = "tcp_receive_reset"
+)
+
+// EventProgram names an eBPF program that did not run and why.
+type EventProgram struct {
+	Program string `json:"program"`
+	Reason  string `json:"reason"`
+}
+
+// EventDrop is packets dropped for one reason.
+type EventDrop struct {
+	// Reason is the kernel's skb_drop_reason without its prefix, e.g.
+	// TCP_LISTEN_OVERFLOW, NO_SOCKET.
+	Reason string `json:"reason"`
+	// Listener is the listening socket for TCP_LISTEN_OVERFLOW (each drop
+	// a handshake that found its accept queue full); absent otherwise.
+	Listener netip.AddrPort `json:"listener,omitzero"`
+	Count    uint64         `json:"count"`
+}
+
+// EventReset is resets with one peer for one reason.
+type EventReset struct {
+	// Sent is true for resets this namespace sent, false for received.
+	Sent bool `json:"sent"`
+	// Reason is the kernel's sk_rst_reason without its prefix for sent
+	// resets (TCP_STATE is close() with SO_LINGER 0, NO_SOCKET a packet
+	// for no socket); "" for received ones.
+	Reason string `json:"reason,omitempty"`
+	// Remote is the peer. For connections this host accepted its port is
+	// 0 and LocalPort is the port they came in on; for connections it
+	// opened LocalPort is 0.
+	Remote    netip.AddrPort `json:"remote"`
+	LocalPort uint16         `json:"local_port,omitempty"`
+	Count     uint64         `json:"count"`
+}
+
+// EventRetransmit is segments retransmitted to one peer.
+type EventRetransmit struct {
+	// Remote and LocalPort as in EventReset.
+	Remote    netip.AddrPort `json:"remote"`
+	LocalPort uint16         `json:"local_port,omitempty"`
+	// SYN: SYNs retransmitted because nobody answered (SYN_SENT): the
+	// client side of a full accept queue, a lost SYN or a dead peer.
+	SYN   bool   `json:"syn,omitempty"`
+	Count uint64 `json:"count"`
 }
 
 // Interval is Until - Since.

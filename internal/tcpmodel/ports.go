@@ -327,7 +327,7 @@ type ConnectsByDest struct {
 // has none (the source was off or failed: nothing is known).
 func ConnectsOf(s *snapshot.Snapshot) (ConnectsByDest, bool) {
 	ev := s.Events
-	if ev == nil {
+	if ev == nil || !ev.Has(snapshot.ProgLifecycle) {
 		return ConnectsByDest{}, false
 	}
 	b := ConnectsByDest{interval: ev.Interval(), m: map[netip.AddrPort]*Connects{}}
@@ -360,9 +360,19 @@ func (b ConnectsByDest) To(dst netip.AddrPort) *Connects {
 	return &Connects{Interval: b.interval}
 }
 
-// EventsMissing says why a snapshot has no eBPF events, "" when it has.
-func EventsMissing(s *snapshot.Snapshot) string {
+// EventsMissing says why a snapshot has no eBPF connection events, ""
+// when it has.
+func EventsMissing(s *snapshot.Snapshot) string { return ProgramMissing(s, snapshot.ProgLifecycle) }
+
+// ProgramMissing says why a snapshot has no counts from the eBPF program
+// on tracepoint prog (snapshot.Prog*), "" when it has.
+func ProgramMissing(s *snapshot.Snapshot, prog string) string {
 	if s.Events != nil {
+		for _, m := range s.Events.Missing {
+			if m.Program == prog {
+				return "the eBPF program on " + prog + " did not run: " + m.Reason
+			}
+		}
 		return ""
 	}
 	if msg, failed := s.Failed(snapshot.SourceBPF); failed {
