@@ -26,6 +26,8 @@ var ErrFDReused = errors.New("procs: buflock: fd now holds another file")
 // Caveat: pidfd_getfd (like SCM_RIGHTS) re-stamps the socket's cgroup v1
 // net_cls class id and net_prio index with the caller's; callers must not
 // probe where those controllers are in use (collect checks the mounts).
+// So collect calls it only when asked (--pidfd-buflock); by default the
+// bits come read-only from bpfsource.SockLocks (eBPF iter/tcp).
 func BufLock(ref FDRef, inode uint32) (uint8, error) {
 	where := "procs: buflock pid " + strconv.Itoa(ref.Pid) + " fd " + strconv.Itoa(ref.FD) + ": "
 	if ref.Pid <= 0 || ref.FD < 0 {
