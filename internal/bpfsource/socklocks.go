@@ -80,7 +80,10 @@ func (l *SockLocks) Close() error {
 
 // Read walks the TCP sockets of the calling thread's network namespace:
 // call it inside netns.Do to read another namespace (the kernel binds an
-// iterator to the namespace of the task that opens it).
+// iterator to the namespace of the task that opens it). Like a sock_diag
+// dump, the kernel walks the host-wide TCP hash tables and skips other
+// namespaces' sockets: a walk costs in proportion to every TCP socket on
+// the host.
 func (l *SockLocks) Read() (*Locks, error) {
 	rc, err := l.link.Open()
 	if err != nil {
