@@ -119,6 +119,7 @@ func NewRoot(e *Env) *cobra.Command {
 		workloadcmd.New(e.Stdout, e.ProcRoot),
 		newLabCmd(e),
 		newServeCmd(e),
+		newWatchCmd(e),
 	)
 	usageArgs(root)
 	return root

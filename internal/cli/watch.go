@@ -1,0 +1,153 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/netns"
+	"github.com/tcpdoctor/tcpdoctor/internal/watch"
+)
+
+type watchOpts struct {
+	port, pid int
+	netns     []string
+	kinds     []string
+	json      bool
+	duration  time.Duration
+	count     int
+	tick      time.Duration
+	burst     uint64
+}
+
+func newWatchCmd(e *Env) *cobra.Command {
+	o := &watchOpts{}
+	cmd := &cobra.Command{
+		Use:   "watch",
+		Short: "Stream notable TCP events as they happen (eBPF): failed connects, resets, overflows, retransmits",
+		Long: `Stream, as the kernel sees them, the events two snapshots cannot: connect() failing for want
+of a port (EADDRNOTAVAIL), resets sent and received with the kernel's reason, handshakes dropped
+by a full accept queue, SYN retransmits, and bursts of retransmits towards one peer; with the
+process, network namespace and peer. Text folds repeats of one event into a count per --tick;
+--json prints every event, one object per line (docs/watch.md).
+
+Needs eBPF (root, kernel BTF); without it watch exits 3 and says why. Runs until Ctrl-C,
+--duration or --count.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runWatch(cmd.Context(), e, o)
+		},
+	}
+	fs := cmd.Flags()
+	fs.IntVar(&o.port, "port", 0, "only events with this local or remote port")
+	fs.IntVar(&o.pid, "pid", 0, "only events caused by this process (events with no process, e.g. received resets, need --port)")
+	fs.StringSliceVar(&o.netns, "netns", nil, "only these network namespaces (`ip netns` names, or host)")
+	fs.StringSliceVar(&o.kinds, "kind", nil, "only these kinds: "+strings.Join(watch.Kinds, ","))
+	fs.BoolVar(&o.json, "json", false, "one JSON object per event and line")
+	fs.DurationVar(&o.duration, "duration", 0, "stop after this long (0: until Ctrl-C)")
+	fs.IntVar(&o.count, "count", 0, "stop after this many lines (0: no limit)")
+	fs.DurationVar(&o.tick, "tick", time.Second, "how often retransmit counts are read and text repeats summed")
+	fs.Uint64Var(&o.burst, "burst", 10, "retransmits towards one peer within one --tick that make a retransmit-burst line (0: none)")
+	return cmd
+}
+
+func runWatch(ctx context.Context, e *Env, o *watchOpts) error {
+	if o.port < 0 || o.port > 65535 {
+		return usageErr("watch: port %d out of range", o.port)
+	}
+	if o.duration < 0 || o.count < 0 || o.tick <= 0 {
+		return usageErr("watch: --duration and --count must not be negative, --tick must be positive")
+	}
+	f := watch.Filter{Port: o.port, Pid: o.pid}
+	if len(o.kinds) > 0 {
+		f.Kinds = map[string]bool{}
+		for _, k := range o.kinds {
+			if !slices.Contains(watch.Kinds, k) {
+				return usageErr("watch: unknown kind %q (kinds: %s)", k, strings.Join(watch.Kinds, ", "))
+			}
+			f.Kinds[k] = true
+		}
+	}
+	// Namespaces a process of which we may not read have no name: their
+	// events show the inode.
+	names := &nsNames{find: netns.Finder{ProcRoot: e.ProcRoot, RunDir: "/run/netns"}, now: e.Now}
+	nsErr := names.refresh()
+	if len(o.netns) > 0 {
+		f.Netns = map[uint64]bool{}
+		for _, n := range o.netns {
+			ino, ok := names.inodeNamed(n)
+			if !ok {
+				if nsErr != nil {
+					return usageErr("watch: no network namespace named %q (%v)", n, nsErr)
+				}
+				return usageErr("watch: no network namespace named %q", n)
+			}
+			f.Netns[ino] = true
+		}
+	}
+	if e.OpenEvents == nil {
+		return collectErr(errors.New("watch: this build has no eBPF loader"))
+	}
+	src, err := e.OpenEvents()
+	if err != nil {
+		return collectErr(err)
+	}
+	defer func() {
+		if err := src.Close(); err != nil {
+			e.progress("note: %v", err)
+		}
+	}()
+	if o.duration > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, o.duration)
+		defer cancel()
+	}
+	wo := watch.Options{Filter: f, JSON: o.json, Tick: o.tick, Burst: o.burst, Count: o.count,
+		NameOf: names.of, Now: e.Now, Notes: e.Stderr}
+	if err := watch.Run(ctx, src, wo, e.Stdout); err != nil {
+		return collectErr(err)
+	}
+	return nil
+}
+
+// nsNames names namespaces by inode, looking again (at most once a
+// second) when an event comes from one created since.
+type nsNames struct {
+	find   netns.Finder
+	now    func() time.Time
+	byIno  map[uint64]string
+	looked time.Time
+}
+
+func (n *nsNames) refresh() error {
+	n.looked = n.now()
+	all, err := n.find.All()
+	m := make(map[uint64]string, len(all))
+	for _, ns := range all {
+		m[ns.Inode] = ns.Name
+	}
+	n.byIno = m
+	return err
+}
+
+func (n *nsNames) of(ino uint64) (string, bool) {
+	name, ok := n.byIno[ino]
+	if !ok && ino != 0 && n.now().Sub(n.looked) >= time.Second {
+		_ = n.refresh() // a partial list still names what it can
+		name, ok = n.byIno[ino]
+	}
+	return name, ok
+}
+
+func (n *nsNames) inodeNamed(name string) (uint64, bool) {
+	for ino, nm := range n.byIno {
+		if nm == name {
+			return ino, true
+		}
+	}
+	return 0, false
+}

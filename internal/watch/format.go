@@ -1,0 +1,102 @@
+package watch
+
+import (
+	"encoding/json"
+	"net/netip"
+	"strconv"
+)
+
+// jsonLine is one line of `watch --json` (docs/watch.md); fields are only
+// ever added.
+type jsonLine struct {
+	Time       string `json:"time"`
+	Kind       string `json:"kind"`
+	Netns      string `json:"netns"`
+	NetnsInode uint64 `json:"netns_inode"`
+	// Pid and Command are null when the kernel ran the event for no
+	// process (interrupt or timer context).
+	Pid     *int    `json:"pid"`
+	Command *string `json:"command"`
+	Local   string  `json:"local"`
+	Remote  string  `json:"remote"`
+	Reason  string  `json:"reason,omitempty"`
+	Count   uint64  `json:"count"`
+}
+
+const timeJSON = "2006-01-02T15:04:05.000000Z07:00"
+
+func appendJSON(b []byte, l *Line, nameOf func(uint64) (string, bool)) []byte {
+	j := jsonLine{Time: l.Time.Format(timeJSON), Kind: l.Kind, Netns: nsName(l.Netns, nameOf), NetnsInode: l.Netns,
+		Local: endpoint(l.Local), Remote: endpoint(l.Remote), Reason: l.Reason, Count: l.Count}
+	if l.Pid != 0 {
+		pid, cmd := l.Pid, l.Command
+		j.Pid, j.Command = &pid, &cmd
+	}
+	out, err := json.Marshal(j)
+	if err != nil { // only strings and numbers: cannot fail
+		return append(b, "{}\n"...)
+	}
+	return append(append(b, out...), '\n')
+}
+
+// appendText writes one line for a person:
+//
+//	09:31:02.123 reset-sent       host   curl/1234   198.18.0.1:5555 > 198.18.0.2:80  TCP_ABORT_ON_LINGER
+func appendText(b []byte, l *Line, nameOf func(uint64) (string, bool)) []byte {
+	b = l.Time.AppendFormat(b, "15:04:05.000")
+	b = append(b, ' ')
+	b = pad(append(b, l.Kind...), len(l.Kind), 17)
+	ns := nsName(l.Netns, nameOf)
+	b = pad(append(b, ns...), len(ns), 10)
+	proc := "-"
+	if l.Pid != 0 {
+		proc = l.Command + "/" + strconv.Itoa(l.Pid)
+	}
+	b = pad(append(b, proc...), len(proc), 18)
+	ends := endpoint(l.Local) + " > " + endpoint(l.Remote)
+	b = pad(append(b, ends...), len(ends), 46)
+	b = append(b, l.Reason...)
+	if l.Kind == BurstKind {
+		b = append(b, strconv.FormatUint(l.Count, 10)...)
+		b = append(b, " retransmits"...)
+	}
+	return append(b, '\n')
+}
+
+// pad adds spaces after a field of n bytes up to width, and at least one.
+func pad(b []byte, n, width int) []byte {
+	b = append(b, ' ')
+	for ; n < width-1; n++ {
+		b = append(b, ' ')
+	}
+	return b
+}
+
+// endpoint prints an address and port; "*" stands for an address or a
+// port the kernel did not give (a burst's local address, the port of a
+// socket aborted by close()).
+func endpoint(ap netip.AddrPort) string {
+	addr, port := "*", "*"
+	if a := ap.Addr(); a.IsValid() && !a.IsUnspecified() {
+		addr = a.String()
+		if a.Is6() {
+			addr = "[" + addr + "]"
+		}
+	}
+	if ap.Port() != 0 {
+		port = strconv.Itoa(int(ap.Port()))
+	}
+	return addr + ":" + port
+}
+
+func nsName(ino uint64, nameOf func(uint64) (string, bool)) string {
+	if nameOf != nil {
+		if n, ok := nameOf(ino); ok {
+			return n
+		}
+	}
+	if ino == 0 {
+		return "?"
+	}
+	return "ns:" + strconv.FormatUint(ino, 10)
+}

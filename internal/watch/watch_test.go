@@ -1,0 +1,216 @@
+package watch
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/bpfsource"
+)
+
+// fakeSource replays events, then the readings one per Read.
+type fakeSource struct {
+	events   []bpfsource.Event
+	readings []*bpfsource.Reading
+	reads    int
+	missing  []bpfsource.Missing
+	err      error
+	// end closes the stream after the events, as Close does.
+	end bool
+}
+
+func (f *fakeSource) Events(ctx context.Context) (<-chan bpfsource.Event, error) {
+	if f.err != nil {
+		return nil, f.err
+	}
+	ch := make(chan bpfsource.Event)
+	go func() {
+		defer close(ch)
+		for _, e := range f.events {
+			select {
+			case ch <- e:
+			case <-ctx.Done():
+				return
+			}
+		}
+		if !f.end {
+			<-ctx.Done()
+		}
+	}()
+	return ch, nil
+}
+
+func (f *fakeSource) Read() (*bpfsource.Reading, error) {
+	i := f.reads
+	f.reads++
+	if i < len(f.readings) {
+		return f.readings[i], nil
+	}
+	return &bpfsource.Reading{}, nil
+}
+
+func (f *fakeSource) Missing() []bpfsource.Missing { return f.missing }
+
+var t0 = time.Date(2026, 11, 23, 9, 31, 2, 123e6, time.UTC)
+
+func ev(kind bpfsource.EventKind, local, remote string, pid int, reason string) bpfsource.Event {
+	e := bpfsource.Event{Time: t0, Kind: kind, Netns: 4026531840, Local: netip.MustParseAddrPort(local),
+		Remote: netip.MustParseAddrPort(remote), Reason: reason, Pid: pid}
+	if pid != 0 {
+		e.Comm = "nginx"
+	}
+	return e
+}
+
+func run(t *testing.T, src Source, o Options) (string, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	var out, notes bytes.Buffer
+	o.Notes = &notes
+	o.NameOf = func(ino uint64) (string, bool) { return "host", ino == 4026531840 }
+	if err := Run(ctx, src, o, &out); err != nil {
+		t.Fatal(err)
+	}
+	return out.String(), notes.String()
+}
+
+func TestTextFoldsRepeats(t *testing.T) {
+	src := &fakeSource{events: []bpfsource.Event{
+		ev(bpfsource.FailedConnect, "0.0.0.0:0", "198.18.0.2:8080", 812, "EADDRNOTAVAIL"),
+		ev(bpfsource.FailedConnect, "0.0.0.0:0", "198.18.0.2:8080", 812, "EADDRNOTAVAIL"),
+		ev(bpfsource.FailedConnect, "0.0.0.0:0", "198.18.0.2:8080", 812, "EADDRNOTAVAIL"),
+		ev(bpfsource.ListenOverflow, "198.18.0.2:8080", "198.18.0.1:40001", 0, "TCP_LISTEN_OVERFLOW"),
+		ev(bpfsource.ListenOverflow, "198.18.0.2:8080", "198.18.0.1:40002", 0, "TCP_LISTEN_OVERFLOW"),
+	}, end: true}
+	out, _ := run(t, src, Options{Tick: time.Hour})
+	want := []string{
+		"09:31:02.123 failed-connect   host      nginx/812         *:* > 198.18.0.2:8080                         EADDRNOTAVAIL",
+		"09:31:02.123 listen-overflow  host      -                 198.18.0.2:8080 > 198.18.0.1:40001            TCP_LISTEN_OVERFLOW",
+		"  ... and 2 more failed-connect like it within 1h0m0s",
+		"  ... and 1 more listen-overflow like it within 1h0m0s",
+	}
+	if got := strings.Split(strings.TrimRight(out, "\n"), "\n"); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("got\n%s\nwant\n%s", out, strings.Join(want, "\n"))
+	}
+}
+
+func TestJSONEveryEvent(t *testing.T) {
+	src := &fakeSource{events: []bpfsource.Event{
+		ev(bpfsource.ResetSent, "198.18.0.1:0", "198.18.0.2:80", 77, "TCP_ABORT_ON_LINGER"),
+		ev(bpfsource.ResetSent, "198.18.0.1:0", "198.18.0.2:80", 77, "TCP_ABORT_ON_LINGER"),
+		ev(bpfsource.ResetReceived, "198.18.0.2:80", "198.18.0.1:5000", 0, ""),
+	}}
+	out, _ := run(t, src, Options{JSON: true, Count: 3})
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("%d lines, want 3:\n%s", len(lines), out)
+	}
+	var first, last map[string]any
+	if err := json.Unmarshal([]byte(lines[0]), &first); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(lines[2]), &last); err != nil {
+		t.Fatal(err)
+	}
+	if first["kind"] != "reset-sent" || first["pid"] != float64(77) || first["command"] != "nginx" ||
+		first["local"] != "198.18.0.1:*" || first["reason"] != "TCP_ABORT_ON_LINGER" || first["netns"] != "host" ||
+		first["time"] != "2026-11-23T09:31:02.123000Z" {
+		t.Fatalf("first line %s", lines[0])
+	}
+	if last["pid"] != nil || last["command"] != nil || last["kind"] != "reset-received" {
+		t.Fatalf("last line %s", lines[2])
+	}
+	if _, ok := last["reason"]; ok {
+		t.Fatalf("empty reason printed: %s", lines[2])
+	}
+}
+
+func TestFilter(t *testing.T) {
+	evs := []bpfsource.Event{
+		ev(bpfsource.FailedConnect, "0.0.0.0:0", "198.18.0.2:8080", 812, "EADDRNOTAVAIL"),
+		ev(bpfsource.ResetSent, "198.18.0.1:0", "198.18.0.2:80", 77, "TCP_ABORT_ON_LINGER"),
+		ev(bpfsource.SynRetransmit, "198.18.0.1:41000", "198.18.0.2:80", 0, ""),
+	}
+	for _, c := range []struct {
+		name string
+		f    Filter
+		want []string
+	}{
+		{"port", Filter{Port: 80}, []string{"reset-sent", "syn-retransmit"}},
+		{"pid", Filter{Pid: 812}, []string{"failed-connect"}},
+		{"kind", Filter{Kinds: map[string]bool{"syn-retransmit": true}}, []string{"syn-retransmit"}},
+		{"netns", Filter{Netns: map[uint64]bool{1: true}}, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			out, _ := run(t, &fakeSource{events: evs, end: true}, Options{JSON: true, Filter: c.f})
+			var kinds []string
+			for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+				var m map[string]any
+				if l == "" {
+					continue
+				}
+				if err := json.Unmarshal([]byte(l), &m); err != nil {
+					t.Fatal(err)
+				}
+				kinds = append(kinds, m["kind"].(string))
+			}
+			if strings.Join(kinds, ",") != strings.Join(c.want, ",") {
+				t.Fatalf("kinds %v, want %v", kinds, c.want)
+			}
+		})
+	}
+}
+
+func TestBurstsAndNotes(t *testing.T) {
+	peer := netip.MustParseAddrPort("198.18.0.2:5201")
+	src := &fakeSource{
+		missing: []bpfsource.Missing{{Program: "kfree_skb", Reason: "refused"}},
+		readings: []*bpfsource.Reading{
+			{Retransmits: map[uint64][]bpfsource.Retransmit{1: {{Peer: peer, Count: 999}}}}, // before the stream: dropped
+			{LostEvents: 7, Retransmits: map[uint64][]bpfsource.Retransmit{4026531840: {
+				{Peer: peer, LocalPort: 40000, Count: 42},
+				{Peer: netip.MustParseAddrPort("198.18.0.3:80"), Count: 3},
+				{Peer: netip.MustParseAddrPort("198.18.0.4:80"), SYN: true, Count: 50},
+			}}},
+		},
+	}
+	out, notes := run(t, src, Options{Burst: 10, Tick: 20 * time.Millisecond, Count: 1, Now: func() time.Time { return t0 }})
+	want := "09:31:02.123 retransmit-burst host      -                 *:40000 > 198.18.0.2:5201                     42 retransmits\n"
+	if out != want {
+		t.Fatalf("got %q\nwant %q", out, want)
+	}
+	for _, s := range []string{"not watching what kfree_skb sees: refused", "7 events lost"} {
+		if !strings.Contains(notes, s) {
+			t.Errorf("notes lack %q:\n%s", s, notes)
+		}
+	}
+}
+
+func TestStreamError(t *testing.T) {
+	err := Run(context.Background(), &fakeSource{err: errors.New("no event program loaded")}, Options{}, &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "no event program") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestEndpoint(t *testing.T) {
+	for in, want := range map[string]string{
+		"0.0.0.0:0":       "*:*",
+		"198.18.0.1:0":    "198.18.0.1:*",
+		"[::]:80":         "*:80",
+		"[2001:db8::1]:5": "[2001:db8::1]:5",
+	} {
+		if got := endpoint(netip.MustParseAddrPort(in)); got != want {
+			t.Errorf("endpoint(%s) = %s, want %s", in, got, want)
+		}
+	}
+	if got := endpoint(netip.AddrPort{}); got != "*:*" {
+		t.Errorf("zero endpoint = %s", got)
+	}
+}
