@@ -331,9 +331,12 @@ func sum(xs []int) int {
 // close ends the holders (by pid: they are our children) and removes the
 // topology.
 func (sp *space) close() {
+	// All killed first: the kernel tears their sockets down in parallel.
 	for _, h := range sp.holders {
 		_ = h.stdin.Close()
 		_ = h.cmd.Process.Kill()
+	}
+	for _, h := range sp.holders {
 		_ = h.cmd.Wait()
 	}
 	_ = sp.topo.Close()

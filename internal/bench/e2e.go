@@ -74,6 +74,9 @@ type E2EOptions struct {
 	Exe string
 	// Parallel holders connect at a time while the namespace fills.
 	Parallel int
+	// OnSize, if set, is called as each size completes (to print it
+	// before the next size, and before the namespace is torn down).
+	OnSize   func(r *E2EResult, i int)
 	ProcRoot string
 	Self     Self
 	Progress io.Writer
@@ -145,7 +148,10 @@ func EndToEnd(ctx context.Context, o E2EOptions) (*E2EResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer sp.close()
+	defer func() {
+		o.progress("removing netns %s and its %d holders...", sp.name, len(sp.holders))
+		sp.close()
+	}()
 	res := &E2EResult{Netns: sp.name, Kernel: collect.KernelRelease(), Runs: o.Runs}
 	base, err := kernelMem(sp.ns)
 	if err != nil {
@@ -176,6 +182,9 @@ func EndToEnd(ctx context.Context, o E2EOptions) (*E2EResult, error) {
 		}
 		sr.LoadTo = loadavg(o.ProcRoot)
 		res.Sizes = append(res.Sizes, sr)
+		if o.OnSize != nil {
+			o.OnSize(res, len(res.Sizes)-1)
+		}
 	}
 	return res, ctx.Err()
 }

@@ -170,60 +170,69 @@ func spread(s Stats) string {
 	return fmt.Sprintf("%s (%s-%s)", ms(s.Median), ms(s.Min), ms(s.Max))
 }
 
-// Write prints one table per size, then the targets with their verdicts.
+// Write prints the header and one table per size, each followed by the
+// targets at that size with their verdicts.
 func (r *E2EResult) Write(w io.Writer) error {
-	fmt.Fprintf(w, "kernel %s; every command a separate process in netns %s (setns before exec), stdout to /dev/null; wall time fork to exit, median (min-max) of %d runs, ours and ss alternating; peak RSS = ru_maxrss of the largest run (\"<=\": at most our own size when it started); MB = 10^6 bytes\n",
-		r.Kernel, r.Netns, r.Runs)
-	verdicts := Judge(r.Sizes, Targets())
-	for _, sz := range r.Sizes {
-		fmt.Fprintf(w, "\n== %d sockets asked (TCP sockets in use in the namespace: %d = %d connections x 2 + %d holder listeners)\n",
-			sz.Want, sz.Sockets, sz.Conns, sz.Holders)
-		fmt.Fprintf(w, "setup %s (%d holder processes); kernel memory since the bench began: Slab %+.1f MB, SUnreclaim %+.1f MB (host-wide), sockstat TCP mem %s\n",
-			sz.Setup.Round(10*time.Millisecond), sz.Holders, float64(sz.Kernel.Slab-sz.Base.Slab)/MB, float64(sz.Kernel.SUnreclaim-sz.Base.SUnreclaim)/MB, mb(sz.Kernel.TCPMem))
-		fmt.Fprintf(w, "loadavg %s before, %s after\n", sz.LoadFrom, sz.LoadTo)
-		var failures []string
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "tcpdoctor command\ttime\tpeak RSS\tagainst\ttime\tpeak RSS\tratio\t")
-		for _, row := range sz.Rows {
-			name := strings.Join(row.Args, " ")
-			switch {
-			case row.Err != "":
-				fmt.Fprintf(tw, "%s\tFAILED (below)\t\t\t\t\t\t\n", name)
-				failures = append(failures, row.Err)
-			case row.Serve:
-				s := Summarize(row.Scrapes)
-				fmt.Fprintf(tw, "%s\tfirst window after %s\t%s\tscrapes\tmedian %s, max %s (%d)\t\t\t\n",
-					name, ms(row.Ours[0].Wall), peakText(row.Ours), ms(s.Median), ms(s.Max), s.N)
-			case row.SS == nil:
-				fmt.Fprintf(tw, "%s\t%s\t%s\tabove interval\t%s\t\t\t\n", name, spread(Summarize(walls(row.Ours))), peakText(row.Ours), ms(row.Above()))
-			default:
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%.2fx\t\n", name, spread(Summarize(walls(row.Ours))), peakText(row.Ours),
-					strings.Join(row.SS, " "), spread(Summarize(walls(row.Theirs))), peakText(row.Theirs), row.Ratio())
-			}
-		}
-		if err := tw.Flush(); err != nil {
-			return err
-		}
-		for _, f := range failures {
-			fmt.Fprintf(w, "FAILED: %s\n", f)
-		}
-		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		for _, v := range verdicts {
-			if v.Size != sz.Want {
-				continue
-			}
-			verdict := "MISSED"
-			switch {
-			case v.Missing:
-				verdict = "-"
-			case v.Met:
-				verdict = "met"
-			}
-			fmt.Fprintf(tw, "target at %d: %s\t%s\t%s\n", v.Size, v.Text, v.Figure, verdict)
-		}
-		if err := tw.Flush(); err != nil {
+	r.WriteHeader(w)
+	for i := range r.Sizes {
+		if err := r.WriteSize(w, i); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// WriteHeader says how every figure was taken.
+func (r *E2EResult) WriteHeader(w io.Writer) {
+	fmt.Fprintf(w, "kernel %s; every command a separate process in netns %s (setns before exec), stdout to /dev/null; wall time fork to exit, median (min-max) of %d runs, ours and ss alternating; peak RSS = ru_maxrss of the largest run (\"<=\": at most our own size when it started); MB = 10^6 bytes\n",
+		r.Kernel, r.Netns, r.Runs)
+}
+
+// WriteSize prints size i's table and its targets.
+func (r *E2EResult) WriteSize(w io.Writer, i int) error {
+	sz := r.Sizes[i]
+	verdicts := Judge(r.Sizes[i:i+1], Targets())
+	fmt.Fprintf(w, "\n== %d sockets asked (TCP sockets in use in the namespace: %d = %d connections x 2 + %d holder listeners)\n",
+		sz.Want, sz.Sockets, sz.Conns, sz.Holders)
+	fmt.Fprintf(w, "setup %s (%d holder processes); kernel memory since the bench began: Slab %+.1f MB, SUnreclaim %+.1f MB (host-wide), sockstat TCP mem %s\n",
+		sz.Setup.Round(10*time.Millisecond), sz.Holders, float64(sz.Kernel.Slab-sz.Base.Slab)/MB, float64(sz.Kernel.SUnreclaim-sz.Base.SUnreclaim)/MB, mb(sz.Kernel.TCPMem))
+	fmt.Fprintf(w, "loadavg %s before, %s after\n", sz.LoadFrom, sz.LoadTo)
+	var failures []string
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "tcpdoctor command\ttime\tpeak RSS\tagainst\ttime\tpeak RSS\tratio\t")
+	for _, row := range sz.Rows {
+		name := strings.Join(row.Args, " ")
+		switch {
+		case row.Err != "":
+			fmt.Fprintf(tw, "%s\tFAILED (below)\t\t\t\t\t\t\n", name)
+			failures = append(failures, row.Err)
+		case row.Serve:
+			s := Summarize(row.Scrapes)
+			fmt.Fprintf(tw, "%s\tfirst window after %s\t%s\tscrapes\tmedian %s, max %s (%d)\t\t\t\n",
+				name, ms(row.Ours[0].Wall), peakText(row.Ours), ms(s.Median), ms(s.Max), s.N)
+		case row.SS == nil:
+			fmt.Fprintf(tw, "%s\t%s\t%s\tabove interval\t%s\t\t\t\n", name, spread(Summarize(walls(row.Ours))), peakText(row.Ours), ms(row.Above()))
+		default:
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%.2fx\t\n", name, spread(Summarize(walls(row.Ours))), peakText(row.Ours),
+				strings.Join(row.SS, " "), spread(Summarize(walls(row.Theirs))), peakText(row.Theirs), row.Ratio())
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, f := range failures {
+		fmt.Fprintf(w, "FAILED: %s\n", f)
+	}
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, v := range verdicts {
+		verdict := "MISSED"
+		switch {
+		case v.Missing:
+			verdict = "-"
+		case v.Met:
+			verdict = "met"
+		}
+		fmt.Fprintf(tw, "target at %d: %s\t%s\t%s\n", v.Size, v.Text, v.Figure, verdict)
+	}
+	return tw.Flush()
 }

@@ -73,15 +73,20 @@ targets of docs/performance.md met or missed. --inner times the collection libra
 			if err != nil {
 				return usageErr("bench: --sizes: %v", err)
 			}
-			res, err := bench.EndToEnd(cmd.Context(), bench.E2EOptions{
+			var werr error
+			_, err = bench.EndToEnd(cmd.Context(), bench.E2EOptions{
 				Sizes: sizes, Runs: o.runs, Only: o.only, Scrapes: o.scrapes, ScrapeEvery: 200 * time.Millisecond,
 				ServeInterval: o.serveInterval, Timeout: o.timeout, MaxRSS: int64(o.maxRSSMB) << 20,
 				Exe: e.Args0, Parallel: o.parallel, ProcRoot: e.ProcRoot, Self: benchSelf(e), Progress: e.Stderr,
+				OnSize: func(r *bench.E2EResult, i int) {
+					if i == 0 {
+						r.WriteHeader(e.Stdout)
+					}
+					werr = r.WriteSize(e.Stdout, i)
+				},
 			})
-			if res != nil && len(res.Sizes) > 0 {
-				if werr := res.Write(e.Stdout); werr != nil {
-					return werr
-				}
+			if werr != nil {
+				return werr
 			}
 			if err != nil {
 				return collectErr(err)
