@@ -160,8 +160,6 @@ func listenerFinding(in *diag.Input, l listener, over, drops int64, hasDrops boo
 		{Name: "binding limit", Value: why, Source: "derived: Send-Q against net.core.somaxconn"},
 		{Name: "owner", Value: tcpmodel.Who(cur, sk.Pids), Source: "/proc/PID/fd socket inodes"},
 	}
-	dropped, dropEv := overflowDropEvidence(in, sk.Local)
-	ev = append(ev, dropEv, synRetransmitEvidence(in, sk.Local))
 	var summary string
 	sev := diag.Warning
 	port := sk.Local.Port()
@@ -190,6 +188,8 @@ func listenerFinding(in *diag.Input, l listener, over, drops int64, hasDrops boo
 		summary = fmt.Sprintf("listener :%d (%s) has a full accept queue (%d/%d): the next connections overflow; backlog %d is %s",
 			port, who, sk.RecvQ, sk.SendQ, sk.SendQ, binding)
 	}
+	dropped, dropEv := overflowDropEvidence(in, sk.Local)
+	ev = append(ev, dropEv, synRetransmitEvidence(in, sk.Local))
 	if dropped > 0 {
 		summary += fmt.Sprintf("; listener %s dropped %d handshakes (kfree_skb %s)", listenerName(sk.Local), dropped, tcpmodel.ReasonListenOverflow)
 	}
@@ -357,7 +357,7 @@ func overflowDropEvidence(in *diag.Input, local netip.AddrPort) (uint64, diag.Ev
 	ev := diag.Evidence{Name: "overflow drops (eBPF)", Source: "eBPF tp_btf/kfree_skb reason " + tcpmodel.ReasonListenOverflow + ", rx_sk = this listener"}
 	n, ok := tcpmodel.DropsAt(cur, local)
 	if !ok {
-		ev.Value = "unknown (the counter above is netns-wide): " + tcpmodel.ProgramMissing(cur, snapshot.ProgDrops)
+		ev.Value = "unknown (ListenOverflows is netns-wide): " + tcpmodel.ProgramMissing(cur, snapshot.ProgDrops)
 		return 0, ev
 	}
 	ev.Value = fmt.Sprintf("listener %s dropped %d handshakes in %s", listenerName(local), n, units.Dur(cur.Events.Interval()))
