@@ -28,7 +28,7 @@ type Pin struct {
 func (p Pin) Source() string {
 	switch {
 	case p.Proof && p.From == snapshot.LocksIter:
-		return "sk_userlocks via eBPF iter/tcp"
+		return "sk_userlocks (the SO_BUF_LOCK bits) via eBPF iter/tcp"
 	case p.Proof:
 		return "getsockopt(SO_BUF_LOCK) via pidfd_getfd"
 	}

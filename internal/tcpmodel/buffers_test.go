@@ -13,7 +13,7 @@ func TestJudgeBufFrom(t *testing.T) {
 	lock := LockSnd | LockRcv
 	iter := &snapshot.BufLockOrigin{From: snapshot.LocksIter}
 	p := JudgeBufFrom(32768, 0, &lock, LockSnd, lim, iter)
-	if !p.Pinned || !p.Proof || p.Source() != "sk_userlocks via eBPF iter/tcp" || !strings.Contains(p.Why, "iter/tcp") {
+	if !p.Pinned || !p.Proof || p.Source() != "sk_userlocks (the SO_BUF_LOCK bits) via eBPF iter/tcp" || !strings.Contains(p.Why, "iter/tcp") {
 		t.Errorf("iter/tcp lock: %+v, source %q", p, p.Source())
 	}
 	none := uint8(0)
