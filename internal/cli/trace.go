@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/bdp"
+	"github.com/tcpdoctor/tcpdoctor/internal/bpfsource"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/sockdiag"
 	"github.com/tcpdoctor/tcpdoctor/internal/trace"
@@ -28,6 +29,7 @@ type traceOpts struct {
 	top                   int
 	gap, discover         time.Duration
 	idleEvery             int
+	bpf                   string
 }
 
 func newTraceCmd(e *Env) *cobra.Command {
@@ -66,6 +68,7 @@ error, 3 recording failed.`,
 	fs.IntVar(&o.top, "top", 20, "rows in the table of slowest transfers (0: all)")
 	fs.DurationVar(&o.gap, "gap", 0, "idle time that ends a transfer (default: max(50ms, 3 samples))")
 	fs.IntVar(&o.idleEvery, "idle-every", 1, "read connections with nothing queued, in flight or moving only every Nth sample until they move (cheaper; short transfers on them are seen coarsely)")
+	fs.StringVar(&o.bpf, "bpf", "auto", "eBPF events of the traced sockets with the kernel's timestamps (retransmits, receive buffer steps, resets), and no discovery dump while no connection is established: auto (if they load), on (fail without them), off")
 	fs.DurationVar(&o.discover, "discover", 0, "time between the dumps that find new connections (default: as often as 1% of one core allows)")
 	return cmd
 }
@@ -77,9 +80,14 @@ func runTrace(cmd *cobra.Command, e *Env, o *traceOpts) error {
 	if o.duration < 0 || o.gap < 0 || o.top < 0 || o.discover < 0 || o.idleEvery < 0 {
 		return usageErr("trace: --duration, --gap, --discover, --idle-every and --top must not be negative")
 	}
-	live := len(o.ports)+len(o.lports)+len(o.rports)+len(o.peers) > 0 || o.pid != 0 || o.netns != "" || o.duration > 0 || o.out != "" || o.discover > 0
+	switch o.bpf {
+	case "auto", "on", "off":
+	default:
+		return usageErr("trace: --bpf must be auto, on or off, not %q", o.bpf)
+	}
+	live := len(o.ports)+len(o.lports)+len(o.rports)+len(o.peers) > 0 || o.pid != 0 || o.netns != "" || o.duration > 0 || o.out != "" || o.discover > 0 || o.bpf != "auto"
 	if o.from != "" && live {
-		return usageErr("trace: --from reads a recording; filters, --pid, --netns, --duration and -o apply to live tracing")
+		return usageErr("trace: --from reads a recording; filters, --pid, --netns, --duration, -o and --bpf apply to live tracing")
 	}
 	var jo trace.JudgeOptions
 	if o.bandwidth != "" {
@@ -153,6 +161,11 @@ func traceLive(cmd *cobra.Command, e *Env, o *traceOpts) (*trace.Trace, error) {
 	}
 	lo := trace.LiveOptions{Filter: flt, Pid: o.pid, ProcRoot: e.ProcRoot, Interval: time.Second / time.Duration(o.rate),
 		Duration: o.duration, Discover: o.discover, IdleEvery: o.idleEvery, Now: e.Now, Sleep: trace.PreciseSleep}
+	if o.bpf == "off" {
+		lo.NoEvents = "eBPF off (--bpf off)"
+	} else {
+		lo.OpenEvents = traceEvents(e, o.bpf == "on")
+	}
 	switch {
 	case o.netns != "":
 		ns, err := netns.Finder{ProcRoot: e.ProcRoot, RunDir: "/run/netns"}.Named(o.netns)
@@ -184,7 +197,29 @@ func traceLive(cmd *cobra.Command, e *Env, o *traceOpts) (*trace.Trace, error) {
 	p50, p99, worst := st.JitterSummary()
 	e.progress("trace: %d samples (%d dumps, %d lookups) of %d connections, %d missed; lateness median %s, p99 %s, max %s", st.Ticks, st.Dumps, st.Lookups, len(tr.Conns), st.Missed,
 		p50.Round(time.Microsecond), p99.Round(time.Microsecond), worst.Round(time.Microsecond))
+	if tr.Header.Events {
+		e.progress("trace: %d eBPF events; %d ticks had a discovery dump due and skipped it (no connection established since the last)", st.Events, st.DumpsSkipped)
+	}
 	return tr, nil
+}
+
+// traceEvents opens the eBPF events of trace (bpfsource.OpenTrace). With
+// --bpf auto a failure is a note and the recording goes on without them.
+func traceEvents(e *Env, required bool) func(uint64, []uint16) (trace.EventSource, func() error, string, error) {
+	return func(ns uint64, ports []uint16) (trace.EventSource, func() error, string, error) {
+		tr, err := bpfsource.OpenTrace(bpfsource.TraceOptions{Netns: ns, Ports: ports})
+		if err != nil {
+			if required {
+				return nil, nil, "", fmt.Errorf("trace: --bpf on: %w", err)
+			}
+			e.progress("note: trace: no eBPF events (retransmits, receive buffer steps, resets with the kernel's timestamps): %v (--bpf off silences this)", err)
+			return nil, nil, err.Error(), nil
+		}
+		for _, m := range tr.Missing() {
+			e.progress("note: trace: eBPF program %s not running: %s", m.Program, m.Reason)
+		}
+		return tr, tr.Close, "", nil
+	}
 }
 
 // parsePrefix reads an address (a host prefix) or a prefix.

@@ -59,8 +59,25 @@ type pageTransfer struct {
 	Parts []pagePart `json:"parts"`
 }
 
+type pageEvent struct {
+	T    float64 `json:"t"`
+	Kind string  `json:"kind"`
+	Text string  `json:"text"`
+}
+
+// eventColors: one colour per event kind, for the markers.
+func eventColors() []holderColor {
+	return []holderColor{
+		{EvRetransmit, "#d62728"},
+		{EvRcvSpace, "#2ca02c"},
+		{EvResetSent, "#000000"},
+		{EvResetReceived, "#7f7f7f"},
+	}
+}
+
 type pageConn struct {
 	ID        int            `json:"id"`
+	Events    []pageEvent    `json:"events"`
 	T         []float64      `json:"t"`
 	Inflight  []float64      `json:"inflight"`
 	Cwnd      []float64      `json:"cwnd"`
@@ -74,6 +91,7 @@ type pageConn struct {
 
 type pageData struct {
 	Holders []holderColor `json:"holders"`
+	Kinds   []holderColor `json:"kinds"`
 	Conns   []pageConn    `json:"conns"`
 }
 
@@ -107,7 +125,7 @@ func WriteHTML(w io.Writer, tr *Trace, ts []Transfer, title string) error {
 	}
 	sort.SliceStable(conns, func(i, j int) bool { return conns[i].ID < conns[j].ID })
 
-	data := pageData{Holders: holderColors()}
+	data := pageData{Holders: holderColors(), Kinds: eventColors()}
 	var sections []connSection
 	for _, c := range conns {
 		pc := pageConn{ID: c.ID}
@@ -121,6 +139,16 @@ func WriteHTML(w io.Writer, tr *Trace, ts []Transfer, title string) error {
 			pc.RecvQ = append(pc.RecvQ, float64(p.RecvQ))
 			pc.Rate = append(pc.Rate, float64(p.Rate)*8/1e6)
 			pc.RTT = append(pc.RTT, float64(p.RTT)/1000)
+		}
+		for _, e := range c.Events {
+			text := fmt.Sprintf("%s at %.4fs", e.Kind, e.T.Seconds())
+			switch e.Kind {
+			case EvRcvSpace:
+				text += fmt.Sprintf(": rcvbuf %d, window clamp %d", e.Rcvbuf, e.Clamp)
+			case EvResetSent:
+				text += ": " + e.Reason
+			}
+			pc.Events = append(pc.Events, pageEvent{T: e.T.Seconds(), Kind: e.Kind, Text: text})
 		}
 		sec := connSection{ID: c.ID, Local: c.Local.String(), Remote: c.Remote.String(), CC: c.CC}
 		for _, t := range byConn[c.ID] {
@@ -173,6 +201,9 @@ func WriteHTML(w io.Writer, tr *Trace, ts []Transfer, title string) error {
 		"NTransfers": len(ts),
 		"NSlow":      nSlow,
 		"Holders":    data.Holders,
+		"Kinds":      data.Kinds,
+		"Events":     tr.Header.Events,
+		"NoEvents":   tr.Header.NoEvents,
 		"Slowest":    slowest,
 		"Conns":      sections,
 		"Data":       template.JS(js),

@@ -33,6 +33,9 @@ func pageTrace() (*Trace, []Transfer) {
 	}
 	tr := trace1(a, b)
 	tr.Header.Started = time.Date(2026, 11, 23, 7, 0, 0, 0, time.UTC)
+	tr.Header.Events = true
+	tr.Conns[0].Events = []Event{{T: 25 * time.Millisecond, Conn: 1, Kind: EvRetransmit}}
+	tr.Conns[1].Events = []Event{{T: 15 * time.Millisecond, Conn: 2, Kind: EvRetransmit}, {T: 45 * time.Millisecond, Conn: 2, Kind: EvResetSent, Reason: "TCP_ABORT_ON_CLOSE"}}
 	ts := Segment(tr, SegmentOptions{})
 	Judge(tr, ts, JudgeOptions{Bandwidth: 100e6})
 	return tr, ts
@@ -110,6 +113,12 @@ func TestHTMLInChromium(t *testing.T) {
 	for _, p := range points {
 		if p[1] == "0" {
 			t.Errorf("a plot has no data")
+		}
+	}
+	// Every plot of a connection carries its event markers.
+	for _, e := range regexp.MustCompile(`data-events="(\d+)"`).FindAllStringSubmatch(dom, -1) {
+		if e[1] != "1" && e[1] != "2" {
+			t.Errorf("a plot has %s event markers, want its connection's 1 or 2", e[1])
 		}
 	}
 	if n := strings.Count(dom, `class="u-over"`); n != 6 {

@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/tcpdoctor/tcpdoctor/internal/bpfsource"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/procs"
 	"github.com/tcpdoctor/tcpdoctor/internal/sockdiag"
@@ -32,6 +33,28 @@ type LiveOptions struct {
 	Now       func() time.Time
 	Sleep     func(ctx context.Context, d time.Duration) error
 	Sink      *Writer
+	// OpenEvents, when set, opens the eBPF events for the traced
+	// namespace (its inode) and the filter's ports (nil: any port). A nil
+	// source with a reason says they are unavailable; an error stops the
+	// recording (--bpf on). close is called when the recording ends.
+	OpenEvents func(netns uint64, ports []uint16) (src EventSource, close func() error, why string, err error)
+	// NoEvents is recorded as why there are no events when OpenEvents is
+	// nil (--bpf off).
+	NoEvents string
+}
+
+// portsOf lists the ports every socket f matches has at one end, or nil
+// when f does not restrict ports.
+func portsOf(f *sockdiag.Filter) []uint16 {
+	var ps []uint16
+	for _, l := range [][]uint16{f.Ports, f.LPorts, f.RPorts} {
+		for _, p := range l {
+			if !slices.Contains(ps, p) {
+				ps = append(ps, p)
+			}
+		}
+	}
+	return ps
 }
 
 // PidNS is the network namespace process pid lives in.
@@ -43,7 +66,13 @@ func PidNS(procRoot string, pid int) netns.NS {
 // o.NS (which stays there) and runs Record.
 func Live(ctx context.Context, o LiveOptions) (*Trace, Stats, error) {
 	var conn *sockdiag.Conn
+	var nsIno uint64
 	open := func() error {
+		var st unix.Stat_t
+		if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
+			return fmt.Errorf("trace: netns inode: %w", err)
+		}
+		nsIno = st.Ino
 		var err error
 		conn, err = sockdiag.Open()
 		return err
@@ -60,7 +89,19 @@ func Live(ctx context.Context, o LiveOptions) (*Trace, Stats, error) {
 	defer conn.Close()
 	host, _ := os.Hostname()
 	cfg := Config{Source: conn, Filter: o.Filter, Interval: o.Interval, Duration: o.Duration, Discover: o.Discover, IdleEvery: o.IdleEvery, Now: o.Now, Sleep: o.Sleep,
-		Sink: o.Sink, Header: Header{Host: host, Netns: o.NS.Name, Filter: Describe(&o.Filter, o.Pid)}}
+		Sink: o.Sink, Header: Header{Host: host, Netns: o.NS.Name, Filter: Describe(&o.Filter, o.Pid), NoEvents: o.NoEvents}}
+	if o.OpenEvents != nil {
+		src, closeEvents, why, err := o.OpenEvents(nsIno, portsOf(&o.Filter))
+		if err != nil {
+			return nil, Stats{}, err
+		}
+		if src != nil {
+			defer func() { _ = closeEvents() }()
+			cfg.Events, cfg.Mono = src, bpfsource.MonoNow
+		} else {
+			cfg.Header.NoEvents = why
+		}
+	}
 	if o.Pid > 0 {
 		sc := procs.Scanner{Root: o.ProcRoot}
 		cfg.Inodes = func() (map[uint32]bool, error) {

@@ -7,18 +7,21 @@ package trace
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 )
 
 // Version is the trace file format's version (the header's "trace").
-const Version = 1
+// Version 2 added event lines ("ev"); Read takes both.
+const Version = 2
 
 // Header is the first line of a trace file.
 type Header struct {
@@ -29,6 +32,10 @@ type Header struct {
 	Host     string        `json:"host,omitempty"`
 	Netns    string        `json:"netns,omitempty"`
 	Filter   string        `json:"filter,omitempty"`
+	// Events: the eBPF events of the traced sockets were recorded;
+	// NoEvents says why not, when they were not.
+	Events   bool   `json:"events,omitempty"`
+	NoEvents string `json:"no_events,omitempty"`
 }
 
 // Conn is one traced connection, named the first time it is seen.
@@ -42,6 +49,32 @@ type Conn struct {
 	// Points are the connection's samples, in time order (not written
 	// with the Conn line: each is its own line).
 	Points []Point `json:"-"`
+	// Events are the connection's eBPF events, in time order (each its
+	// own line too).
+	Events []Event `json:"-"`
+}
+
+// The kinds of Event.
+const (
+	EvRetransmit    = "retransmit"     // a segment retransmitted
+	EvRcvSpace      = "rcv_space"      // receive autotuning stepped the buffer or window clamp
+	EvResetSent     = "reset_sent"     // we sent a reset
+	EvResetReceived = "reset_received" // the peer's reset arrived
+)
+
+var eventKinds = []string{EvRetransmit, EvRcvSpace, EvResetSent, EvResetReceived}
+
+// Event is one eBPF event of a traced connection, timed by the kernel
+// (CLOCK_MONOTONIC, mapped to the recording's start).
+type Event struct {
+	T      time.Duration `json:"t"` // since Header.Started, ns
+	Conn   int           `json:"c"`
+	Kind   string        `json:"kind"`
+	Reason string        `json:"reason,omitempty"` // a sent reset's sk_rst_reason
+	// Rcvbuf and Clamp are the receive buffer and window clamp at the
+	// event, bytes.
+	Rcvbuf uint32 `json:"rcvbuf,omitempty"`
+	Clamp  uint32 `json:"clamp,omitempty"`
 }
 
 // Point is one connection at one tick: the tcp_info and meminfo fields
@@ -106,6 +139,7 @@ type line struct {
 	Header *Header `json:"header,omitempty"`
 	Conn   *Conn   `json:"conn,omitempty"`
 	Point  *Point  `json:"p,omitempty"`
+	Event  *Event  `json:"ev,omitempty"`
 }
 
 // Writer writes a trace as JSON lines as it is recorded.
@@ -124,6 +158,9 @@ func (w *Writer) Conn(c *Conn) error { return w.write(line{Conn: c}) }
 
 // Point writes a point line.
 func (w *Writer) Point(p *Point) error { return w.write(line{Point: p}) }
+
+// Event writes an event line.
+func (w *Writer) Event(e *Event) error { return w.write(line{Event: e}) }
 
 func (w *Writer) write(l line) error {
 	if err := w.enc.Encode(l); err != nil {
@@ -144,6 +181,11 @@ func WriteAll(w io.Writer, tr *Trace) error {
 		}
 		for i := range c.Points {
 			if err := tw.Point(&c.Points[i]); err != nil {
+				return err
+			}
+		}
+		for i := range c.Events {
+			if err := tw.Event(&c.Events[i]); err != nil {
 				return err
 			}
 		}
@@ -182,7 +224,7 @@ func Read(r io.Reader) (*Trace, error) {
 			if l.Header == nil || l.Header.Trace == 0 {
 				return nil, fmt.Errorf("%w (line %d)", ErrNoHeader, n)
 			}
-			if l.Header.Trace != Version {
+			if l.Header.Trace < 1 || l.Header.Trace > Version {
 				return nil, fmt.Errorf("%w %d: trace format %d, this build reads %d", ErrFormat, n, l.Header.Trace, Version)
 			}
 			if l.Header.Interval <= 0 {
@@ -209,6 +251,15 @@ func Read(r io.Reader) (*Trace, error) {
 				return nil, fmt.Errorf("%w %d: connection %d goes back in time", ErrFormat, n, l.Point.Conn)
 			}
 			c.Points = append(c.Points, *l.Point)
+		case l.Event != nil:
+			c := byID[l.Event.Conn]
+			if c == nil {
+				return nil, fmt.Errorf("%w %d: event of undefined connection %d", ErrFormat, n, l.Event.Conn)
+			}
+			if !slices.Contains(eventKinds, l.Event.Kind) {
+				return nil, fmt.Errorf("%w %d: event of unknown kind %q", ErrFormat, n, l.Event.Kind)
+			}
+			c.Events = append(c.Events, *l.Event)
 		default:
 			return nil, fmt.Errorf("%w %d: neither header, conn nor point", ErrFormat, n)
 		}
@@ -218,6 +269,11 @@ func Read(r io.Reader) (*Trace, error) {
 	}
 	if tr.Header.Trace == 0 {
 		return nil, ErrNoHeader
+	}
+	// Events are drained a tick late and a CPU's ring reservations may
+	// interleave: order them here.
+	for _, c := range tr.Conns {
+		slices.SortStableFunc(c.Events, func(a, b Event) int { return cmp.Compare(a.T, b.T) })
 	}
 	return tr, nil
 }

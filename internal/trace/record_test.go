@@ -39,7 +39,7 @@ func TestReadErrors(t *testing.T) {
 		{"", ErrNoHeader},
 		{`{"p":{"t":1,"c":1}}`, ErrNoHeader},
 		{`{"header":{"trace":1,"interval_ns":10000000}}` + "\n" + `{"p":{"t":1,"c":7}}`, ErrFormat},
-		{`{"header":{"trace":2,"interval_ns":10000000}}`, ErrFormat},
+		{`{"header":{"trace":3,"interval_ns":10000000}}`, ErrFormat},
 		{`{"header":{"trace":1,"interval_ns":10000000}}` + "\n" + `{"conn":{"id":1}}` + "\n" + `{"p":{"t":5,"c":1}}` + "\n" + `{"p":{"t":4,"c":1}}`, ErrFormat},
 		{`{"header":{"trace":1,"interval_ns":10000000}}` + "\nnot json", ErrFormat},
 	} {

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/tcpdoctor/tcpdoctor/internal/bpfsource"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/sockdiag"
 )
@@ -19,6 +20,19 @@ const MaxRate = 1000
 type Source interface {
 	Dump(opts sockdiag.Options, fn func(*snapshot.Socket) error) error
 	Lookup(opts sockdiag.Options, keys []sockdiag.Key, fn func(int, *snapshot.Socket) error) error
+}
+
+// EventSource is the eBPF program that times events of watched sockets
+// (bpfsource.Tracer), or a fake in tests.
+type EventSource interface {
+	Watch(cookie uint64) error
+	Unwatch(cookie uint64) error
+	// Drain hands fn the events waiting, without blocking.
+	Drain(fn func(bpfsource.TraceEvent)) error
+	// Established counts sockets of the traced namespace (on the
+	// filter's ports) that entered ESTABLISHED; ok is false when it
+	// cannot tell.
+	Established() (n uint64, ok bool, err error)
 }
 
 // Config says what to record and how often.
@@ -47,6 +61,12 @@ type Config struct {
 	Sleep     func(ctx context.Context, d time.Duration) error
 	// Sink, when set, receives each line as it is recorded (-o).
 	Sink *Writer
+	// Events, when set, adds the eBPF events of the traced sockets; Mono
+	// reads their clock (CLOCK_MONOTONIC). Discovery dumps are skipped
+	// while Established says no socket entered ESTABLISHED since the last
+	// one (not with Inodes: those dumps also notice the process ending).
+	Events EventSource
+	Mono   func() time.Duration
 	// Header fields to record.
 	Header Header
 }
@@ -54,6 +74,9 @@ type Config struct {
 // Stats is what recording cost and how regular it was.
 type Stats struct {
 	Ticks, Dumps, Lookups int
+	// DumpsSkipped counts discovery dumps not run because the eBPF count
+	// of new connections had not moved; Events counts events recorded.
+	DumpsSkipped, Events int
 	// Missed counts ticks skipped because sampling ran late.
 	Missed int
 	// Lateness of each tick against its schedule.
@@ -92,16 +115,21 @@ func Record(ctx context.Context, cfg Config) (*Trace, Stats, error) {
 		cfg.DumpShare = 0.01
 	}
 	start := cfg.Now()
+	var monoStart time.Duration
+	if cfg.Events != nil {
+		monoStart = cfg.Mono()
+	}
 	tr := &Trace{Header: cfg.Header}
 	tr.Header.Trace = Version
 	tr.Header.Started = start
 	tr.Header.Interval = cfg.Interval
+	tr.Header.Events = cfg.Events != nil
 	if cfg.Sink != nil {
 		if err := cfg.Sink.Header(&tr.Header); err != nil {
 			return nil, st, err
 		}
 	}
-	r := &recorder{cfg: cfg, tr: tr, byCookie: map[uint64]int{}}
+	r := &recorder{cfg: cfg, tr: tr, byCookie: map[uint64]int{}, monoStart: monoStart}
 	opts := sockdiag.Options{States: traceStates, Info: true, Mem: true, Filter: &cfg.Filter}
 	var nextDump time.Time
 	var costs []time.Duration // of the last dumps
@@ -116,7 +144,19 @@ func Record(ctx context.Context, cfg Config) (*Trace, Stats, error) {
 		t0 := now
 		t := now.Sub(start)
 		var err error
-		if !now.Before(nextDump) {
+		// A due dump is skipped while the eBPF count shows nothing new;
+		// the count is read again each tick, so a new connection is
+		// dumped for at the next tick.
+		due := !now.Before(nextDump)
+		if due {
+			var skip bool
+			skip, err = r.nothingNew(st.Dumps)
+			if skip {
+				st.DumpsSkipped++
+				due = false
+			}
+		}
+		if err == nil && due {
 			err = r.discover(opts, t)
 			st.Dumps++
 			cost := cfg.Now().Sub(t0)
@@ -138,9 +178,12 @@ func Record(ctx context.Context, cfg Config) (*Trace, Stats, error) {
 				gap = cfg.Discover
 			}
 			nextDump = t0.Add(gap)
-		} else if len(r.live) > 0 {
+		} else if err == nil && len(r.live) > 0 {
 			err = r.lookup(opts, t)
 			st.Lookups++
+		}
+		if err == nil && cfg.Events != nil {
+			err = r.drain(&st)
 		}
 		if errors.Is(err, errGone) {
 			st.Ended = "the traced process ended"
@@ -183,6 +226,65 @@ type recorder struct {
 	tick  int
 	sel   []int          // positions in live looked up this tick
 	selK  []sockdiag.Key // their keys
+	// monoStart is the events' clock at the start; established the
+	// count of new connections read before the last dump.
+	monoStart   time.Duration
+	established uint64
+}
+
+// nothingNew reports whether the eBPF count says no connection was
+// established since the last dump, so the due dump can be skipped. It
+// reads the count for the next dump.
+func (r *recorder) nothingNew(dumps int) (bool, error) {
+	if r.cfg.Events == nil || r.cfg.Inodes != nil {
+		return false, nil
+	}
+	n, ok, err := r.cfg.Events.Established()
+	if err != nil || !ok {
+		return false, err
+	}
+	if dumps > 0 && n == r.established {
+		return true, nil
+	}
+	r.established = n // read before the dump: one made during it is seen next time
+	return false, nil
+}
+
+// drain records the events waiting.
+func (r *recorder) drain(st *Stats) error {
+	var werr error
+	err := r.cfg.Events.Drain(func(e bpfsource.TraceEvent) {
+		idx, ok := r.byCookie[e.Cookie]
+		if !ok || werr != nil {
+			return
+		}
+		c := r.tr.Conns[idx]
+		ev := Event{T: e.Mono - r.monoStart, Conn: c.ID, Kind: e.Kind.String(), Reason: e.Reason, Rcvbuf: e.Rcvbuf, Clamp: e.Clamp}
+		c.Events = append(c.Events, ev)
+		st.Events++
+		if r.cfg.Sink != nil {
+			werr = r.cfg.Sink.Event(&ev)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	return werr
+}
+
+// watch and unwatch tell the event source which sockets are traced.
+func (r *recorder) watch(cookie uint64) error {
+	if r.cfg.Events == nil {
+		return nil
+	}
+	return r.cfg.Events.Watch(cookie)
+}
+
+func (r *recorder) unwatch(idx int) error {
+	if r.cfg.Events == nil {
+		return nil
+	}
+	return r.cfg.Events.Unwatch(r.tr.Conns[idx].Cookie)
 }
 
 // discover dumps the matching sockets, adds the new ones, and records a
@@ -210,6 +312,9 @@ func (r *recorder) discover(opts sockdiag.Options, t time.Duration) error {
 			idx = len(r.tr.Conns)
 			r.tr.Conns = append(r.tr.Conns, c)
 			r.byCookie[sk.Cookie] = idx
+			if err := r.watch(sk.Cookie); err != nil {
+				return err
+			}
 			if r.cfg.Sink != nil {
 				if err := r.cfg.Sink.Conn(c); err != nil {
 					return err
@@ -222,6 +327,19 @@ func (r *recorder) discover(opts sockdiag.Options, t time.Duration) error {
 	})
 	if err != nil {
 		return err
+	}
+	if r.cfg.Events != nil {
+		seen := make(map[int]bool, len(live))
+		for _, idx := range live {
+			seen[idx] = true
+		}
+		for _, idx := range r.live {
+			if !seen[idx] {
+				if err := r.unwatch(idx); err != nil {
+					return err
+				}
+			}
+		}
 	}
 	r.live, r.keys = live, keys
 	return nil
@@ -264,6 +382,8 @@ func (r *recorder) lookup(opts sockdiag.Options, t time.Duration) error {
 		for i, g := range gone {
 			if !g {
 				live, keys = append(live, r.live[i]), append(keys, r.keys[i])
+			} else if err := r.unwatch(r.live[i]); err != nil {
+				return err
 			}
 		}
 		r.live, r.keys = live, keys

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -17,8 +18,10 @@ type Row struct {
 	Ideal, Rwnd, Sndbuf, Cong, Recov, App, Held string
 	Retrans, ZeroWin                            int
 	RTT, Cwnd                                   string
-	Slow                                        bool
-	Verdict                                     string
+	// Events counts the eBPF events ("-" when the trace has none).
+	Events  string
+	Slow    bool
+	Verdict string
 }
 
 func ms(d time.Duration) string {
@@ -39,6 +42,7 @@ func RowOf(t *Transfer) Row {
 		r.Sndbuf, r.Cong, r.Recov = "-", "-", "-"
 		r.Rwnd = "-"
 	}
+	r.Events = eventsText(t.Events)
 	if t.Clipped {
 		r.Dur += "*" // part of it is outside the recording
 	}
@@ -54,6 +58,27 @@ func RowOf(t *Transfer) Row {
 	return r
 }
 
+// eventsText is an EventCounts as the table shows it: "-" without eBPF,
+// "none", or e.g. "3 retx, 1 rst sent".
+func eventsText(n *EventCounts) string {
+	if n == nil {
+		return "-"
+	}
+	var parts []string
+	for _, p := range []struct {
+		n    int
+		name string
+	}{{n.Retransmits, "retx"}, {n.WindowSteps, "rcvbuf steps"}, {n.ResetsSent, "rst sent"}, {n.ResetsReceived, "rst recv"}} {
+		if p.n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", p.n, p.name))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
 // WriteTable prints the n slowest transfers (all when n <= 0), each slow
 // one followed by its verdict line.
 func WriteTable(w io.Writer, ts []Transfer, n int) error {
@@ -66,12 +91,12 @@ func WriteTable(w io.Writer, ts []Transfer, n int) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "CONN\tDIR\tSOCKETS\tBYTES\tSTART\tDURATION\tIDEAL\tGOODPUT\tPEER WND\tSNDBUF\tCONGEST\tRECOVERY\tAPP\tZWIN\tRETX\tRTT\tCWND")
+	fmt.Fprintln(tw, "CONN\tDIR\tSOCKETS\tBYTES\tSTART\tDURATION\tIDEAL\tGOODPUT\tPEER WND\tSNDBUF\tCONGEST\tRECOVERY\tAPP\tZWIN\tRETX\tRTT\tCWND\tEVENTS")
 	var verdicts []string
 	for i := range ts {
 		r := RowOf(&ts[i])
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", r.Conn, r.Dir, r.Peer, r.Bytes, r.Start, r.Dur, r.Ideal,
-			r.Goodput, r.Rwnd, r.Sndbuf, r.Cong, r.Recov, r.App, r.ZeroWin, r.Retrans, r.RTT, r.Cwnd)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", r.Conn, r.Dir, r.Peer, r.Bytes, r.Start, r.Dur, r.Ideal,
+			r.Goodput, r.Rwnd, r.Sndbuf, r.Cong, r.Recov, r.App, r.ZeroWin, r.Retrans, r.RTT, r.Cwnd, r.Events)
 		if r.Slow {
 			verdicts = append(verdicts, fmt.Sprintf("conn %d %s at %s: %s", r.Conn, r.Dir, r.Start, r.Verdict))
 		}

@@ -98,12 +98,46 @@ type Transfer struct {
 	// start is placed by the busy time the kernel counted before the
 	// first sample (see withBirth).
 	StartEstimated bool `json:"start_estimated,omitempty"`
+	// Events counts the connection's eBPF events within the transfer's
+	// sampling intervals; nil when the trace has no events.
+	Events *EventCounts `json:"events,omitempty"`
 	// Verdict is filled by Judge.
 	Verdict *Verdict `json:"verdict,omitempty"`
 
 	first, last int // indices of the points bounding it: first-1 .. last
 	clipStart   bool
 	clipEnd     bool
+}
+
+// EventCounts are a transfer's eBPF events by kind: retransmits on a send
+// transfer, receive autotuning steps on a receive one, resets on both.
+type EventCounts struct {
+	Retransmits    int `json:"retransmits"`
+	WindowSteps    int `json:"rcv_space_steps"`
+	ResetsSent     int `json:"resets_sent"`
+	ResetsReceived int `json:"resets_received"`
+}
+
+// countEvents counts c's events in (from, to] that belong to direction dir.
+func countEvents(c *Conn, dir Direction, from, to time.Duration) *EventCounts {
+	var n EventCounts
+	for i := range c.Events {
+		e := &c.Events[i]
+		if e.T <= from || e.T > to {
+			continue
+		}
+		switch {
+		case e.Kind == EvRetransmit && dir == Send:
+			n.Retransmits++
+		case e.Kind == EvRcvSpace && dir == Recv:
+			n.WindowSteps++
+		case e.Kind == EvResetSent:
+			n.ResetsSent++
+		case e.Kind == EvResetReceived:
+			n.ResetsReceived++
+		}
+	}
+	return &n
 }
 
 // SegmentOptions tune how transfers are cut.
@@ -136,7 +170,7 @@ func Segment(tr *Trace, o SegmentOptions) []Transfer {
 	var out []Transfer
 	for _, c := range tr.Conns {
 		for _, dir := range []Direction{Send, Recv} {
-			for _, t := range segmentConn(c, dir, gap) {
+			for _, t := range segmentConn(c, dir, gap, tr.Header.Events) {
 				if t.clipEnd && c.Points[len(c.Points)-1].T < end-tr.Header.Interval/2 {
 					// The connection closed before the recording ended:
 					// the transfer ended within a sample of its last.
@@ -181,7 +215,7 @@ func active(ps []Point, i int, dir Direction) bool {
 	return dir == Send && ps[i-1].SendQ > 0 && ps[i].SendQ > 0
 }
 
-func segmentConn(c *Conn, dir Direction, gap time.Duration) []Transfer {
+func segmentConn(c *Conn, dir Direction, gap time.Duration, events bool) []Transfer {
 	ps := c.Points
 	born := false
 	if dir == Send {
@@ -193,6 +227,9 @@ func segmentConn(c *Conn, dir Direction, gap time.Duration) []Transfer {
 		if first >= 0 {
 			if t, ok := measure(c, ps, dir, first, last); ok {
 				t.StartEstimated = born && first == 1
+				if events {
+					t.Events = countEvents(c, dir, ps[first-1].T, ps[last].T)
+				}
 				out = append(out, t)
 			}
 		}
