@@ -1,11 +1,12 @@
 package trace
 
 import (
-	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"net/netip"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 )
 
 const msec = time.Millisecond
