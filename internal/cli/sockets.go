@@ -1,18 +1,17 @@
 package cli
 
 import (
-	"encoding/json"
-	"fmt"
-	"io"
+	"bufio"
+	"errors"
+	"net/netip"
 	"strconv"
-	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/sockdiag"
 )
 
 type socketsOpts struct {
@@ -104,6 +103,37 @@ func (f *socketFilter) match(sk *snapshot.Socket) bool {
 	return true
 }
 
+// kernel returns the dump request that does f's state and port tests in
+// the kernel (idiag_states and INET_DIAG bytecode), so rejected sockets
+// are never copied out; match still runs on what comes back, so the
+// result is match's either way.
+func (f *socketFilter) kernel() (states uint32, kf *sockdiag.Filter) {
+	for st := range f.states {
+		states |= 1 << st
+		switch st {
+		case snapshot.Close:
+			// Sockets only bound come as CLOSE but answer to this bit.
+			states |= 1 << snapshot.BoundInactive
+		case snapshot.SynRecv:
+			states |= 1 << snapshot.NewSynRecv
+		}
+	}
+	kf = &sockdiag.Filter{}
+	if f.port != 0 {
+		kf.Ports = []uint16{uint16(f.port)}
+	}
+	if f.lport != 0 {
+		kf.LPorts = []uint16{uint16(f.lport)}
+	}
+	if f.rport != 0 {
+		kf.RPorts = []uint16{uint16(f.rport)}
+	}
+	if kf.Empty() {
+		kf = nil
+	}
+	return states, kf
+}
+
 func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
 	if err := o.src.validate(); err != nil {
 		return err
@@ -133,164 +163,382 @@ func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
 			flt.states[st] = true
 		}
 	}
-	count := 1
-	if o.interval > 0 {
-		count = 2
+	w := bufio.NewWriterSize(e.Stdout, 64<<10)
+	if o.src.from != "" {
+		ss, err := readSeries(o.src.from)
+		if err != nil {
+			return err
+		}
+		warnErrors(e, ss)
+		if err := printSeries(w, ss, flt, o.json); err != nil {
+			return err
+		}
+		return w.Flush()
 	}
 	bs, closeBPF, err := o.bpf.open(e, &o.src)
 	if err != nil {
 		return err
 	}
 	defer closeBPF()
-	ss, err := o.src.sample(cmd.Context(), e, bs.options(collect.Options{Owners: !o.noOwners}), bs.events, count, o.interval)
+	nss, err := o.src.namespaces(e)
+	if err != nil {
+		return usageErr("%v", err)
+	}
+	states, kf := flt.kernel()
+	st := &collect.Streamer{
+		Opts: collect.StreamOptions{Owners: !o.noOwners, States: states, Filter: kf, ProcRoot: e.ProcRoot,
+			Locks: bs.locks, LocksOff: bs.locksOff, BufLock: bs.pidfd && !o.noOwners},
+		Now: e.Now, Events: bs.events,
+	}
+	var first []*snapshot.Snapshot
+	var prev *chronoIndex
+	if o.interval > 0 {
+		prev = &chronoIndex{byNS: map[string]map[uint64]chrono{}, taken: map[string]time.Time{}}
+		first, err = st.Stream(nss, func(s *snapshot.Snapshot, sk *snapshot.Socket) error {
+			if flt.match(sk) {
+				prev.add(s, sk)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, s := range first {
+			prev.taken[s.Netns.Name] = s.Taken
+		}
+		if err := e.Sleep(cmd.Context(), o.interval); err != nil {
+			return err
+		}
+	}
+	p := &socketPrinter{w: w, json: o.json, multiNS: len(nss) > 1, shares: o.interval > 0}
+	var sh sharesView
+	heads, err := st.Stream(nss, func(s *snapshot.Snapshot, sk *snapshot.Socket) error {
+		if !flt.match(sk) {
+			return nil
+		}
+		r := socketRow{netns: s.Netns.Name, sk: sk}
+		r.owner(s.Procs)
+		if prev != nil && prev.shares(s, sk, &sh) {
+			r.shares = &sh
+		}
+		return p.row(&r)
+	})
 	if err != nil {
 		return err
 	}
+	ss := make([]series, len(heads))
+	for i, s := range heads {
+		ss[i] = series{Netns: s.Netns.Name, Snaps: []*snapshot.Snapshot{s}}
+		if first != nil {
+			ss[i].Snaps = []*snapshot.Snapshot{first[i], s}
+		}
+	}
 	warnErrors(e, ss)
-	rows := socketRows(ss, flt)
-	if o.json {
-		enc := json.NewEncoder(e.Stdout)
-		enc.SetIndent("", "  ")
-		if rows == nil {
-			rows = []socketView{}
-		}
-		return enc.Encode(rows)
+	if p.rows == 0 && noDump(heads) {
+		return collectErr(errors.New("nothing could be collected: " + firstErrors(ss)))
 	}
-	printSockets(e.Stdout, rows, o.interval > 0 || hasShares(rows))
-	if count == 2 {
-		printEvents(e.Stdout, ss, flt)
+	if err := p.close(); err != nil {
+		return err
 	}
-	return nil
+	if o.interval > 0 {
+		printEvents(w, ss, flt)
+	}
+	return w.Flush()
 }
 
-func socketRows(ss []series, flt *socketFilter) []socketView {
-	var rows []socketView
-	for _, sr := range ss {
-		prev, cur := sr.Window()
-		var prevBy map[uint64]*snapshot.Socket
-		if prev != nil {
-			prevBy = make(map[uint64]*snapshot.Socket, len(prev.Sockets))
-			for i := range prev.Sockets {
-				prevBy[prev.Sockets[i].Cookie] = &prev.Sockets[i]
-			}
+// noDump is true when no namespace's dump succeeded.
+func noDump(heads []*snapshot.Snapshot) bool {
+	for _, s := range heads {
+		ok := false
+		for _, src := range s.Sources {
+			ok = ok || (src.Source == snapshot.SourceSockdiag && src.OK)
 		}
-		for i := range cur.Sockets {
-			sk := &cur.Sockets[i]
-			if !flt.match(sk) {
-				continue
-			}
-			v := socketView{Netns: cur.Netns.Name, Socket: *sk}
-			if len(sk.Pids) > 0 {
-				pid := sk.Pids[0]
-				v.Pid = &pid
-				if p := cur.Procs[pid]; p != nil {
-					v.Command = &p.Command
+		if ok {
+			return false
+		}
+	}
+	return true
+}
+
+// owner sets the row's command from its first owner.
+func (r *socketRow) owner(procs map[int]*snapshot.Proc) {
+	if len(r.sk.Pids) == 0 {
+		return
+	}
+	if p := procs[r.sk.Pids[0]]; p != nil {
+		r.command, r.hasCommand = p.Command, true
+	}
+}
+
+// chronoIndex is the first of two samples: per namespace and cookie only
+// the chronographs the shares need, not copies of the sockets.
+type chronoIndex struct {
+	byNS  map[string]map[uint64]chrono
+	taken map[string]time.Time
+}
+
+type chrono struct{ busy, rwnd, sndbuf uint64 }
+
+func (c *chronoIndex) add(s *snapshot.Snapshot, sk *snapshot.Socket) {
+	if !sk.Info.Has(snapshot.EndChrono) {
+		return
+	}
+	m := c.byNS[s.Netns.Name]
+	if m == nil {
+		m = map[uint64]chrono{}
+		c.byNS[s.Netns.Name] = m
+	}
+	m[sk.Cookie] = chrono{sk.Info.BusyTime, sk.Info.RwndLimited, sk.Info.SndbufLimited}
+}
+
+// shares fills sh for sk from its first sample; false when there is none.
+func (c *chronoIndex) shares(s *snapshot.Snapshot, sk *snapshot.Socket, sh *sharesView) bool {
+	ch, ok := c.byNS[s.Netns.Name][sk.Cookie]
+	if !ok {
+		return false
+	}
+	prev := snapshot.TCPInfo{Len: snapshot.EndChrono, BusyTime: ch.busy, RwndLimited: ch.rwnd, SndbufLimited: ch.sndbuf}
+	return sharesOf(&prev, sk.Info, s.Taken.Sub(c.taken[s.Netns.Name]), sh)
+}
+
+func sharesOf(prev, cur *snapshot.TCPInfo, window time.Duration, v *sharesView) bool {
+	sh, ok := snapshot.ChronoShares(prev, cur, window)
+	if !ok {
+		return false
+	}
+	*v = sharesView{
+		WindowMS:   float64(sh.Window) / float64(time.Millisecond),
+		Busy:       snapshot.Frac(sh.Busy, sh.Window),
+		Sndbuf:     snapshot.Frac(sh.Sndbuf, sh.Busy),
+		Rwnd:       snapshot.Frac(sh.Rwnd, sh.Busy),
+		Congestion: snapshot.Frac(sh.Cwnd, sh.Busy),
+	}
+	return true
+}
+
+// printSeries prints the sockets of snapshots read from a file (already in
+// memory): a first pass finds which columns the table needs.
+func printSeries(w *bufio.Writer, ss []series, flt *socketFilter, asJSON bool) error {
+	p := &socketPrinter{w: w, json: asJSON}
+	first := ""
+	each := func(fn func(*socketRow) error) error {
+		var sh sharesView
+		for _, sr := range ss {
+			prev, cur := sr.Window()
+			var prevBy map[uint64]*snapshot.Socket
+			if prev != nil {
+				prevBy = make(map[uint64]*snapshot.Socket, len(prev.Sockets))
+				for i := range prev.Sockets {
+					prevBy[prev.Sockets[i].Cookie] = &prev.Sockets[i]
 				}
 			}
-			if p := prevBy[sk.Cookie]; p != nil {
-				if sh, ok := snapshot.ChronoShares(p.Info, sk.Info, cur.Taken.Sub(prev.Taken)); ok {
-					v.Shares = &sharesView{
-						WindowMS:   float64(sh.Window) / float64(time.Millisecond),
-						Busy:       snapshot.Frac(sh.Busy, sh.Window),
-						Sndbuf:     snapshot.Frac(sh.Sndbuf, sh.Busy),
-						Rwnd:       snapshot.Frac(sh.Rwnd, sh.Busy),
-						Congestion: snapshot.Frac(sh.Cwnd, sh.Busy),
-					}
+			for i := range cur.Sockets {
+				sk := &cur.Sockets[i]
+				if !flt.match(sk) {
+					continue
+				}
+				r := socketRow{netns: cur.Netns.Name, sk: sk}
+				r.owner(cur.Procs)
+				if ps := prevBy[sk.Cookie]; ps != nil && sharesOf(ps.Info, sk.Info, cur.Taken.Sub(prev.Taken), &sh) {
+					r.shares = &sh
+				}
+				if err := fn(&r); err != nil {
+					return err
 				}
 			}
-			rows = append(rows, v)
 		}
+		return nil
 	}
-	return rows
-}
-
-func hasShares(rows []socketView) bool {
-	for _, r := range rows {
-		if r.Shares != nil {
-			return true
-		}
-	}
-	return false
-}
-
-func printSockets(w io.Writer, rows []socketView, shares bool) {
-	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)
-	multiNS := false
-	for _, r := range rows {
-		multiNS = multiNS || r.Netns != rows[0].Netns
-	}
-	hdr := "State\tRecv-Q\tSend-Q\tLocal\tRemote\tRTT\tCwnd\tRate\tSndbuf\tRcvbuf\tProcess"
-	if shares {
-		hdr += "\tBusy\tSndbuf-lim\tRwnd-lim\tCwnd-lim"
-	}
-	if multiNS {
-		hdr = "Netns\t" + hdr
-	}
-	fmt.Fprintln(tw, hdr)
-	for _, r := range rows {
-		var b strings.Builder
-		if multiNS {
-			b.WriteString(r.Netns + "\t")
-		}
-		remote := r.Remote.String()
-		if r.State == snapshot.Listen {
-			remote = "*"
-		}
-		fmt.Fprintf(&b, "%s\t%d\t%d\t%s\t%s", r.State, r.RecvQ, r.SendQ, r.Local, remote)
-		if in := r.Info; in != nil && r.State != snapshot.Listen {
-			fmt.Fprintf(&b, "\t%s\t%d\t%s", fmtMS(in.RTT), in.SndCwnd, fmtBps(in.DeliveryRate))
-		} else {
-			b.WriteString("\t-\t-\t-")
-		}
-		if m := r.Mem; m != nil {
-			fmt.Fprintf(&b, "\t%s\t%s", fmtSize(m.Sndbuf), fmtSize(m.Rcvbuf))
-		} else {
-			b.WriteString("\t-\t-")
-		}
-		proc := "-"
-		if r.Pid != nil {
-			cmd := "?"
-			if r.Command != nil {
-				cmd = *r.Command
+	if !asJSON {
+		_ = each(func(r *socketRow) error {
+			if first == "" {
+				first = r.netns
 			}
-			proc = cmd + "/" + strconv.Itoa(*r.Pid)
-		}
-		b.WriteString("\t" + proc)
-		if shares {
-			if s := r.Shares; s != nil {
-				fmt.Fprintf(&b, "\t%.0f%%\t%.0f%%\t%.0f%%\t%.0f%%", s.Busy*100, s.Sndbuf*100, s.Rwnd*100, s.Congestion*100)
-			} else {
-				b.WriteString("\t-\t-\t-\t-")
-			}
-		}
-		fmt.Fprintln(tw, b.String())
+			p.multiNS = p.multiNS || r.netns != first
+			p.shares = p.shares || r.shares != nil
+			return nil
+		})
 	}
-	tw.Flush()
+	if err := each(p.row); err != nil {
+		return err
+	}
+	return p.close()
 }
 
-func fmtMS(us uint32) string { return strconv.FormatFloat(float64(us)/1000, 'f', 1, 64) + "ms" }
+// socketPrinter prints rows as they come: a JSON array, one object a
+// line, or a table whose widths come from its first rows.
+type socketPrinter struct {
+	w               *bufio.Writer
+	json            bool
+	multiNS, shares bool
+	rows            int
+	buf             []byte
+	tab             *table
+}
 
-func fmtBps(bytesPerSec uint64) string {
+func (p *socketPrinter) row(r *socketRow) error {
+	p.rows++
+	if p.json {
+		p.buf = p.buf[:0]
+		if p.rows == 1 {
+			p.buf = append(p.buf, "[\n"...)
+		} else {
+			p.buf = append(p.buf, ",\n"...)
+		}
+		p.buf = appendSocketJSON(p.buf, r)
+		_, err := p.w.Write(p.buf)
+		return err
+	}
+	if p.tab == nil {
+		if err := p.header(); err != nil {
+			return err
+		}
+	}
+	t := p.tab
+	sk := r.sk
+	if p.multiNS {
+		t.row = append(t.row, r.netns...)
+		t.cell()
+	}
+	t.row = append(t.row, sk.State.String()...)
+	t.cell()
+	t.row = strconv.AppendUint(t.row, uint64(sk.RecvQ), 10)
+	t.cell()
+	t.row = strconv.AppendUint(t.row, uint64(sk.SendQ), 10)
+	t.cell()
+	t.row = appendAddrPort(t.row, sk.Local)
+	t.cell()
+	if sk.State == snapshot.Listen {
+		t.row = append(t.row, '*')
+	} else {
+		t.row = appendAddrPort(t.row, sk.Remote)
+	}
+	t.cell()
+	if in := sk.Info; in != nil && sk.State != snapshot.Listen {
+		t.row = appendMS(t.row, in.RTT)
+		t.cell()
+		t.row = strconv.AppendUint(t.row, uint64(in.SndCwnd), 10)
+		t.cell()
+		t.row = appendBps(t.row, in.DeliveryRate)
+		t.cell()
+	} else {
+		t.dashes(3)
+	}
+	if m := sk.Mem; m != nil {
+		t.row = appendSize(t.row, m.Sndbuf)
+		t.cell()
+		t.row = appendSize(t.row, m.Rcvbuf)
+		t.cell()
+	} else {
+		t.dashes(2)
+	}
+	if len(sk.Pids) > 0 {
+		if r.hasCommand {
+			t.row = append(t.row, r.command...)
+		} else {
+			t.row = append(t.row, '?')
+		}
+		t.row = append(t.row, '/')
+		t.row = strconv.AppendInt(t.row, int64(sk.Pids[0]), 10)
+	} else {
+		t.row = append(t.row, '-')
+	}
+	t.cell()
+	if p.shares {
+		if s := r.shares; s != nil {
+			for _, v := range []float64{s.Busy, s.Sndbuf, s.Rwnd, s.Congestion} {
+				t.row = strconv.AppendFloat(t.row, v*100, 'f', 0, 64)
+				t.row = append(t.row, '%')
+				t.cell()
+			}
+		} else {
+			t.dashes(4)
+		}
+	}
+	return t.endRow()
+}
+
+// dashes adds n cells holding "-".
+func (t *table) dashes(n int) {
+	for range n {
+		t.row = append(t.row, '-')
+		t.cell()
+	}
+}
+
+func (p *socketPrinter) header() error {
+	p.tab = newTable(p.w)
+	var cols []string
+	if p.multiNS {
+		cols = append(cols, "Netns")
+	}
+	cols = append(cols, "State", "Recv-Q", "Send-Q", "Local", "Remote", "RTT", "Cwnd", "Rate", "Sndbuf", "Rcvbuf", "Process")
+	if p.shares {
+		cols = append(cols, "Busy", "Sndbuf-lim", "Rwnd-lim", "Cwnd-lim")
+	}
+	for _, c := range cols {
+		p.tab.row = append(p.tab.row, c...)
+		p.tab.cell()
+	}
+	return p.tab.endRow()
+}
+
+// close ends the array or prints the rows the table still holds (the
+// header alone when there were no rows).
+func (p *socketPrinter) close() error {
+	if p.json {
+		end := "\n]\n"
+		if p.rows == 0 {
+			end = "[]\n"
+		}
+		_, err := p.w.WriteString(end)
+		return err
+	}
+	if p.tab == nil {
+		if err := p.header(); err != nil {
+			return err
+		}
+	}
+	return p.tab.flush()
+}
+
+// appendAddrPort appends what AddrPort.String gives.
+func appendAddrPort(b []byte, ap netip.AddrPort) []byte {
+	if !ap.Addr().IsValid() {
+		return append(b, ap.String()...)
+	}
+	return ap.AppendTo(b)
+}
+
+func appendMS(b []byte, us uint32) []byte {
+	return append(strconv.AppendFloat(b, float64(us)/1000, 'f', 1, 64), "ms"...)
+}
+
+func appendBps(b []byte, bytesPerSec uint64) []byte {
 	bits := float64(bytesPerSec) * 8
 	switch {
 	case bits >= 1e9:
-		return strconv.FormatFloat(bits/1e9, 'f', 2, 64) + "Gbps"
+		return append(strconv.AppendFloat(b, bits/1e9, 'f', 2, 64), "Gbps"...)
 	case bits >= 1e6:
-		return strconv.FormatFloat(bits/1e6, 'f', 1, 64) + "Mbps"
+		return append(strconv.AppendFloat(b, bits/1e6, 'f', 1, 64), "Mbps"...)
 	case bits >= 1e3:
-		return strconv.FormatFloat(bits/1e3, 'f', 0, 64) + "kbps"
+		return append(strconv.AppendFloat(b, bits/1e3, 'f', 0, 64), "kbps"...)
 	}
-	return strconv.FormatFloat(bits, 'f', 0, 64) + "bps"
+	return append(strconv.AppendFloat(b, bits, 'f', 0, 64), "bps"...)
 }
 
-func fmtSize(b uint32) string {
+func appendSize(b []byte, v uint32) []byte {
 	switch {
-	case b >= 1<<20 && b%(1<<20) == 0:
-		return strconv.Itoa(int(b>>20)) + "M"
-	case b >= 1<<10 && b%(1<<10) == 0:
-		return strconv.Itoa(int(b>>10)) + "K"
-	case b >= 1<<10:
-		return strconv.FormatFloat(float64(b)/1024, 'f', 1, 64) + "K"
+	case v >= 1<<20 && v%(1<<20) == 0:
+		return append(strconv.AppendUint(b, uint64(v>>20), 10), 'M')
+	case v >= 1<<10 && v%(1<<10) == 0:
+		return append(strconv.AppendUint(b, uint64(v>>10), 10), 'K')
+	case v >= 1<<10:
+		return append(strconv.AppendFloat(b, float64(v)/1024, 'f', 1, 64), 'K')
 	}
-	return strconv.Itoa(int(b))
+	return strconv.AppendUint(b, uint64(v), 10)
 }
+
+func fmtBps(bytesPerSec uint64) string { return string(appendBps(nil, bytesPerSec)) }
+
+func fmtSize(b uint32) string { return string(appendSize(nil, b)) }

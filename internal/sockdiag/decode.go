@@ -77,6 +77,25 @@ func (d *decoded) socket() *snapshot.Socket {
 	return sk
 }
 
+// set copies d into f and returns f's socket pointing at f's extras; nil
+// when f is nil.
+func (f *full) set(d *decoded) *snapshot.Socket {
+	if f == nil {
+		return nil
+	}
+	f.sk, f.info, f.mem, f.shut = d.sk, d.info, d.mem, d.shut
+	if d.hasInfo {
+		f.sk.Info = &f.info
+	}
+	if d.hasMem {
+		f.sk.Mem = &f.mem
+	}
+	if d.hasShut {
+		f.sk.Shutdown = &f.shut
+	}
+	return &f.sk
+}
+
 // fill copies d into sk, allocating the extras that are present.
 func (d *decoded) fill(sk *snapshot.Socket) {
 	*sk = d.sk
@@ -292,6 +311,12 @@ func DecodeTCPInfo(b []byte) snapshot.TCPInfo {
 // with each socket of the dump numbered seq. base is the stream offset of
 // b[0], used in errors. done reports NLMSG_DONE.
 func parseDump(b []byte, seq uint32, base int, fn func(*snapshot.Socket) error) (done bool, err error) {
+	return parseDumpInto(b, seq, base, nil, fn)
+}
+
+// parseDumpInto is parseDump decoding every socket into reuse when it is
+// not nil, or into a fresh one each.
+func parseDumpInto(b []byte, seq uint32, base int, reuse *full, fn func(*snapshot.Socket) error) (done bool, err error) {
 	var d decoded
 	for off := 0; off < len(b); {
 		if len(b)-off < nlmsgHdrLen {
@@ -336,7 +361,11 @@ func parseDump(b []byte, seq uint32, base int, fn func(*snapshot.Socket) error) 
 			if err := decodeInto(body, &d); err != nil {
 				return false, fmt.Errorf("offset %d: %w", base+off, err)
 			}
-			if err := fn(d.socket()); err != nil {
+			sk := reuse.set(&d)
+			if sk == nil {
+				sk = d.socket()
+			}
+			if err := fn(sk); err != nil {
 				return false, err
 			}
 		}

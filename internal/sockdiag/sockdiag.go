@@ -20,6 +20,10 @@ type Options struct {
 	// Filter, when not empty, is run by the kernel on each socket
 	// (INET_DIAG_REQ_BYTECODE) so only matching ones are sent.
 	Filter *Filter
+	// Reuse hands fn the same Socket (and Info, Mem, Shutdown) for every
+	// socket of a dump: valid only during the call, nothing allocated per
+	// socket. For callers that stream sockets out rather than keep them.
+	Reuse bool
 }
 
 // recvBufLen is the receive buffer. The kernel fills at most about 32 KiB
@@ -67,6 +71,10 @@ func dumpFamilies(fd int, buf []byte, seq *uint32, opts Options, fn func(*snapsh
 	if err != nil {
 		return err
 	}
+	var reuse *full
+	if opts.Reuse {
+		reuse = new(full)
+	}
 	var fnErr error
 	call := func(sk *snapshot.Socket) error {
 		if err := fn(sk); err != nil {
@@ -77,7 +85,7 @@ func dumpFamilies(fd int, buf []byte, seq *uint32, opts Options, fn func(*snapsh
 	}
 	for _, fam := range fams {
 		*seq++
-		err := dumpFamily(fd, buf, request(fam, *seq, opts, bc), *seq, call)
+		err := dumpFamily(fd, buf, request(fam, *seq, opts, bc), *seq, reuse, call)
 		if fnErr != nil {
 			return fnErr
 		}
@@ -126,8 +134,9 @@ func request(family uint8, seq uint32, opts Options, bc []byte) []byte {
 	return b
 }
 
-// dumpFamily sends req and streams the reply through parseDump.
-func dumpFamily(fd int, buf, req []byte, seq uint32, fn func(*snapshot.Socket) error) error {
+// dumpFamily sends req and streams the reply through parseDump (into
+// reuse when not nil).
+func dumpFamily(fd int, buf, req []byte, seq uint32, reuse *full, fn func(*snapshot.Socket) error) error {
 	if err := unix.Sendto(fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return fmt.Errorf("send request: %w", err)
 	}
@@ -143,7 +152,7 @@ func dumpFamily(fd int, buf, req []byte, seq uint32, fn func(*snapshot.Socket) e
 		if n == 0 {
 			return fmt.Errorf("offset %d: %w: empty datagram", base, errShortMsg)
 		}
-		done, err := parseDump(buf[:n], seq, base, fn)
+		done, err := parseDumpInto(buf[:n], seq, base, reuse, fn)
 		if err != nil {
 			return err
 		}

@@ -1,0 +1,235 @@
+package collect
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/bpfsource"
+	"github.com/tcpdoctor/tcpdoctor/internal/netns"
+	"github.com/tcpdoctor/tcpdoctor/internal/procs"
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/sockdiag"
+)
+
+// StreamOptions say what Stream dumps.
+type StreamOptions struct {
+	// Owners maps sockets to processes: one walk of /proc/*/fd before
+	// the first dump.
+	Owners bool
+	// States limits the dump (bitmask of 1<<state); 0 = all.
+	States uint32
+	// Filter is run by the kernel on each socket (ports, addresses).
+	Filter *sockdiag.Filter
+	// Locks reads the buffer lock bits in each namespace before its dump
+	// (eBPF iter/tcp); nil when not loaded, and LocksOff says why.
+	Locks    LockReader
+	LocksOff string
+	// BufLock probes SO_BUF_LOCK through pidfd_getfd where Locks gave
+	// nothing: Collector's opt-in, for the first maxBufLockProbes owned,
+	// established sockets that look pinned, in dump order.
+	BufLock bool
+	// ProcRoot is "/proc" in production.
+	ProcRoot string
+}
+
+// Streamer hands out each socket as the dump decodes it, without holding
+// the namespace's sockets: what `sockets` needs to print 1,000,000 rows in
+// constant memory. Rules need whole snapshots; they use Collector.
+type Streamer struct {
+	Opts StreamOptions
+	Now  func() time.Time
+	// Events, when set, adds the eBPF connection events to each header.
+	Events EventReader
+}
+
+// Stream dumps each namespace in turn and calls fn with each socket. The
+// socket, its extras and its Pids (sorted, unique, all owners) are reused:
+// valid only during the call. s is the namespace's header, also reused for
+// all its sockets: Netns, Taken (when its dump began), Procs (every
+// process seen holding a socket, in any namespace, shared by all headers)
+// and the errors so far. An error from fn stops Stream and is returned as
+// is; a source's failure is recorded in the header instead, and the
+// headers come back complete (Sources, Errors, Events) once every
+// namespace is done.
+func (st *Streamer) Stream(nss []netns.NS, fn func(s *snapshot.Snapshot, sk *snapshot.Socket) error) ([]*snapshot.Snapshot, error) {
+	heads := make([]*snapshot.Snapshot, len(nss))
+	for i, ns := range nss {
+		heads[i] = &snapshot.Snapshot{Netns: snapshot.Netns{Name: ns.Name, Inode: ns.Inode}}
+	}
+	root := st.Opts.ProcRoot
+	if root == "" {
+		root = "/proc"
+	}
+	var own *procs.Owners
+	if st.Opts.Owners {
+		start := time.Now()
+		// Every socket inode is kept: the walk comes before the dump, so
+		// which ones it will list is not known yet.
+		var err error
+		own, err = procs.Scanner{Root: root}.Scan(nil)
+		d := time.Since(start)
+		for _, s := range heads {
+			s.Sources = append(s.Sources, snapshot.SourceStat{Source: snapshot.SourceOwners, OK: err == nil, Duration: d})
+			if err != nil {
+				s.AddError(snapshot.SourceOwners, err)
+			}
+			if own != nil {
+				s.Procs = own.Procs
+			}
+		}
+	}
+	var pids []int
+	var lockBits [4]uint8
+	for i := range lockBits {
+		lockBits[i] = uint8(i)
+	}
+	probe := st.Opts.BufLock && own != nil
+	if probe {
+		if why := netCgroupV1(root); why != "" {
+			probe = false
+			for _, s := range heads {
+				s.AddError(snapshot.SourceBufLock, fmt.Errorf("not probed: %s", why))
+			}
+		}
+	}
+	opts := sockdiag.Options{States: st.Opts.States, Info: true, Mem: true, Filter: st.Opts.Filter, Reuse: true}
+	for i, ns := range nss {
+		s := heads[i]
+		var fnErr error
+		var probes probeCount
+		err := netns.Do(ns, func() error {
+			s.Taken = st.Now()
+			locks := st.readLocks(s)
+			start := time.Now()
+			err := sockdiag.Dump(opts, func(sk *snapshot.Socket) error {
+				if own != nil {
+					pids = ownerPids(own, sk.Inode, pids[:0])
+					sk.Pids = pids
+				}
+				if locks != nil && sk.Cookie != 0 {
+					if sl, ok := locks.ByCookie[sk.Cookie]; ok && int(sl.Locks) < len(lockBits) {
+						sk.BufLock = &lockBits[sl.Locks]
+					}
+				}
+				if probe && locks == nil {
+					probes.probe(own, sk)
+				}
+				if err := fn(s, sk); err != nil {
+					fnErr = err
+					return err
+				}
+				return nil
+			})
+			if fnErr != nil {
+				return fnErr
+			}
+			probes.record(s)
+			s.Sources = append(s.Sources, snapshot.SourceStat{Source: snapshot.SourceSockdiag, OK: err == nil, Duration: time.Since(start)})
+			if err != nil {
+				s.AddError(snapshot.SourceSockdiag, err)
+			}
+			return nil
+		})
+		if fnErr != nil {
+			return heads, fnErr
+		}
+		if err != nil {
+			u := Unreachable(s.Netns, st.Now(), err)
+			s.Taken, s.Errors = u.Taken, append(s.Errors, u.Errors...)
+		}
+	}
+	if st.Events != nil {
+		// Collector.addEvents reads once for all namespaces as well.
+		(&Collector{Events: st.Events}).addEvents(heads)
+	}
+	return heads, nil
+}
+
+// readLocks reads the lock bits of the namespace the thread is in, or
+// records in s why there are none.
+func (st *Streamer) readLocks(s *snapshot.Snapshot) *bpfsource.Locks {
+	if st.Opts.Locks == nil {
+		why := st.Opts.LocksOff
+		if why == "" {
+			why = "the eBPF iter/tcp iterator was not loaded"
+		}
+		s.BufLocks = &snapshot.BufLockOrigin{Why: why}
+		return nil
+	}
+	start := time.Now()
+	l, err := st.Opts.Locks.Read()
+	if err == nil && l.Netns != 0 && s.Netns.Inode != 0 && l.Netns != s.Netns.Inode {
+		err = fmt.Errorf("bpfsource: socklocks: the iterator walked namespace %d, not %d", l.Netns, s.Netns.Inode)
+	}
+	s.Sources = append(s.Sources, snapshot.SourceStat{Source: snapshot.SourceSockLocks, OK: err == nil, Duration: time.Since(start)})
+	if err != nil {
+		s.AddError(snapshot.SourceSockLocks, err)
+		s.BufLocks = &snapshot.BufLockOrigin{Why: err.Error()}
+		return nil
+	}
+	s.BufLocks = &snapshot.BufLockOrigin{From: snapshot.LocksIter}
+	return l
+}
+
+// probeCount is the pidfd_getfd probes of one namespace's stream.
+type probeCount struct {
+	probed, failed int
+	lastErr        error
+	val            uint8
+}
+
+// probe reads SO_BUF_LOCK of sk if it is one probeBufLocks would probe;
+// sk.BufLock then points into p, valid until the next socket.
+func (p *probeCount) probe(own *procs.Owners, sk *snapshot.Socket) {
+	if p.probed == maxBufLockProbes || sk.BufLock != nil || sk.State != snapshot.Established || sk.Mem == nil || !looksPinned(sk.Mem) {
+		return
+	}
+	refs := own.ByInode[sk.Inode]
+	if len(refs) == 0 {
+		return
+	}
+	p.probed++
+	v, err := procs.BufLock(refs[0], sk.Inode)
+	switch {
+	case errors.Is(err, procs.ErrFDReused):
+		// closed since the scan: nothing to say
+	case err != nil:
+		p.failed++
+		p.lastErr = err
+	default:
+		p.val = v
+		sk.BufLock = &p.val
+	}
+}
+
+// record notes the probes in s as probeBufLocks does.
+func (p *probeCount) record(s *snapshot.Snapshot) {
+	if p.failed > 0 {
+		s.AddError(snapshot.SourceBufLock, fmt.Errorf("%d sockets not probed: %w", p.failed, p.lastErr))
+	}
+	if p.probed > 0 {
+		o := &snapshot.BufLockOrigin{From: snapshot.LocksPidfd, Why: "only owned, established sockets that looked pinned were probed"}
+		if s.BufLocks != nil && s.BufLocks.Why != "" {
+			o.Why += "; iter/tcp: " + s.BufLocks.Why
+		}
+		s.BufLocks = o
+	}
+}
+
+// ownerPids appends the sorted, unique pids holding inode to buf.
+func ownerPids(own *procs.Owners, inode uint32, buf []int) []int {
+	if inode == 0 {
+		return buf
+	}
+	refs := own.ByInode[inode]
+	for _, r := range refs {
+		buf = append(buf, r.Pid)
+	}
+	if len(refs) > 1 {
+		slices.Sort(buf)
+		buf = slices.Compact(buf)
+	}
+	return buf
+}
