@@ -13,6 +13,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/procs"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/tcpmodel"
 	"github.com/tcpdoctor/tcpdoctor/internal/testns"
 )
 
@@ -137,6 +138,11 @@ func TestNoPidfdByDefault(t *testing.T) {
 	s, sk, probes = collectWith(Options{Owners: true, BufLock: true, Locks: l})
 	if probes != 0 || sk.BufLock == nil || *sk.BufLock != bpfsource.LockSnd || s.BufLocks.From != snapshot.LocksIter {
 		t.Errorf("iter/tcp: %d probes, lock %v, origin %+v", probes, sk.BufLock, s.BufLocks)
+	}
+	// What the rules make of it: proof, from the iterator.
+	if p := tcpmodel.JudgeBufFrom(sk.Mem.Sndbuf, 0, sk.BufLock, tcpmodel.LockSnd, tcpmodel.SndLimits(s), s.BufLocks); !p.Pinned || !p.Proof ||
+		!strings.Contains(p.Source(), "iter/tcp") {
+		t.Errorf("pinned sender judged %+v, source %q", p, p.Source())
 	}
 	for _, o := range s.Sockets {
 		if o.State != snapshot.TimeWait && o.BufLock == nil {
