@@ -180,3 +180,41 @@ func TestListenOverflowDropsFromEvents(t *testing.T) {
 		t.Errorf("missing program: %q", v)
 	}
 }
+
+func TestRetransmissionsPerPeerFromEvents(t *testing.T) {
+	path := "testdata/retransmissions/fires.jsonl"
+	prev, cur := fixtureWithEvents(t, path, nil)
+	off := runRule(retransmissions(), prev, cur)
+	prev, cur = fixtureWithEvents(t, path, &snapshot.Events{Retransmits: []snapshot.EventRetransmit{
+		{Remote: netip.MustParseAddrPort("203.0.113.9:443"), Count: 40},
+		{Remote: netip.MustParseAddrPort("203.0.113.9:80"), Count: 2},
+		{Remote: netip.MustParseAddrPort("198.18.0.7:0"), LocalPort: 8080, Count: 5},
+		{Remote: netip.MustParseAddrPort("203.0.113.9:443"), SYN: true, Count: 9},
+	}})
+	on := runRule(retransmissions(), prev, cur)
+	if len(on.Findings) != len(off.Findings) {
+		t.Fatalf("findings with events %d, without %d", len(on.Findings), len(off.Findings))
+	}
+	seen := 0
+	for i, f := range on.Findings {
+		if f.Subject.Remote == "" || f.Subject.Remote == "203.0.113.9" {
+			seen++
+		}
+		if f.Severity != off.Findings[i].Severity || f.Summary != off.Findings[i].Summary {
+			t.Errorf("verdict changed with events: %v %q -> %v %q", off.Findings[i].Severity, off.Findings[i].Summary, f.Severity, f.Summary)
+		}
+		switch f.Subject.Remote {
+		case "":
+			if v := evidence(f, "retransmits by peer (eBPF)"); !strings.HasPrefix(v, "203.0.113.9:443 40; 198.18.0.7 on :8080 5; 203.0.113.9:80 2 in ") {
+				t.Errorf("host-wide: %q", v)
+			}
+		case "203.0.113.9":
+			if v := evidence(f, "retransmitted segments (eBPF)"); !strings.HasPrefix(v, "42 in ") {
+				t.Errorf("per peer (SYNs apart): %q", v)
+			}
+		}
+	}
+	if seen != 2 {
+		t.Errorf("%d of the host-wide and 203.0.113.9 findings seen, want both", seen)
+	}
+}

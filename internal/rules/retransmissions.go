@@ -98,6 +98,7 @@ func checkRetransmissions(in *diag.Input) ([]diag.Finding, error) {
 					ev = append(ev, diag.Evidence{Name: c, Value: fmt.Sprintf("+%d", d), Source: "/proc/net/netstat TcpExt." + c})
 				}
 			}
+			ev = append(ev, retransByPeerEvidence(cur))
 			fs = append(fs, diag.Finding{Severity: sev, Subject: diag.Subject{Netns: cur.Netns.Name},
 				Summary:  fmt.Sprintf("host-wide retransmission rate %.2f%% over %s (%d of %d segments)", 100*r, units.Dur(in.Window()), re, out),
 				Evidence: ev, Fixes: retransFixes("the lossy paths (per-peer findings below)")})
@@ -188,6 +189,7 @@ func checkRetransmissions(in *diag.Input) ([]diag.Finding, error) {
 				Source: "sock_diag tcp_info.bytes_retrans / bytes_sent (delta)", Threshold: fmt.Sprintf(">= %.0f%% warning, >= %.0f%% critical, of >= %s sent", 100*retransPeerWarn, 100*retransPeerCrit, units.Bytes(retransPeerMinBytes))},
 			{Name: "largest RTO", Value: units.RTT(rttDur(pr.maxRTO)), Source: "sock_diag tcp_info.rto"},
 		}
+		ev = append(ev, retransToEvidence(cur, pr.addr))
 		if pr.backoff > 0 {
 			ev = append(ev, diag.Evidence{Name: "connections in RTO backoff", Value: fmt.Sprint(pr.backoff), Source: "sock_diag tcp_info.backoff"})
 		}
@@ -251,4 +253,33 @@ func retransFixes(where string) []diag.Fix {
 		{Scope: "kernel", Text: "look for queue drops on this host's egress (qdisc, NIC ring)",
 			Command: "tc -s qdisc show; ethtool -g <if>", Risk: "none (read-only)"},
 	}
+}
+
+// retransByPeerEvidence names the peers the host retransmitted to most,
+// connections closed between the samples included, as eBPF counted.
+func retransByPeerEvidence(cur *snapshot.Snapshot) diag.Evidence {
+	ev := diag.Evidence{Name: "retransmits by peer (eBPF)", Source: "eBPF tp_btf/tcp_retransmit_skb, per peer (accepted connections: client address on the local port)"}
+	ps, ok := tcpmodel.Retransmits(cur)
+	switch {
+	case !ok:
+		ev.Value = "unknown: " + tcpmodel.ProgramMissing(cur, snapshot.ProgRetransmits)
+	case len(ps) == 0:
+		ev.Value = "none counted in " + units.Dur(cur.Events.Interval())
+	default:
+		ev.Value = tcpmodel.TopPeers(ps, 5) + " in " + units.Dur(cur.Events.Interval())
+	}
+	return ev
+}
+
+// retransToEvidence is the segments retransmitted to one peer address as
+// eBPF counted them: every connection, closed ones included.
+func retransToEvidence(cur *snapshot.Snapshot, a netip.Addr) diag.Evidence {
+	ev := diag.Evidence{Name: "retransmitted segments (eBPF)", Source: "eBPF tp_btf/tcp_retransmit_skb to this address, connections closed between the samples included"}
+	n, ok := tcpmodel.RetransmitsTo(cur, a)
+	if !ok {
+		ev.Value = "unknown: " + tcpmodel.ProgramMissing(cur, snapshot.ProgRetransmits)
+		return ev
+	}
+	ev.Value = fmt.Sprintf("%d in %s", n, units.Dur(cur.Events.Interval()))
+	return ev
 }

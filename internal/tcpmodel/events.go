@@ -180,3 +180,16 @@ func SameListener(local, dst netip.AddrPort) bool {
 	}
 	return local.Addr().IsUnspecified() || local.Addr() == dst.Addr()
 }
+
+// RetransmitsTo sums the data retransmits to peer address a, on every
+// port.
+func RetransmitsTo(s *snapshot.Snapshot, a netip.Addr) (uint64, bool) {
+	ps, ok := Retransmits(s)
+	var n uint64
+	for _, p := range ps {
+		if p.Remote.Addr().Unmap() == a.Unmap() {
+			n += p.Count
+		}
+	}
+	return n, ok
+}
