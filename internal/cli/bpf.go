@@ -64,6 +64,13 @@ func (b bpfSet) options(o collect.Options) collect.Options {
 // left nil (off, replaying --from, or in auto not loadable) says why; the
 // close func is always safe to call.
 func (o *bpfOpts) open(e *Env, src *sourceOpts) (bpfSet, func(), error) {
+	return o.openSome(e, src, true, true)
+}
+
+// openSome is open for a command whose output uses only some sources:
+// those it does not use are not loaded (loading costs a command that
+// prints one sample tens of milliseconds), and nothing is said of them.
+func (o *bpfOpts) openSome(e *Env, src *sourceOpts, events, locks bool) (bpfSet, func(), error) {
 	set := bpfSet{pidfd: o.pidfd}
 	var closers []func() error
 	closeAll := func() {
@@ -81,15 +88,21 @@ func (o *bpfOpts) open(e *Env, src *sourceOpts) (bpfSet, func(), error) {
 		return set, closeAll, nil
 	}
 	var evErr, lkErr error
-	if e.OpenEvents == nil {
+	switch {
+	case !events:
+	case e.OpenEvents == nil:
 		evErr = errors.New("this build has no eBPF loader")
-	} else if s, err := e.OpenEvents(); err != nil {
-		evErr = err
-	} else {
-		set.events = s
-		closers = append(closers, s.Close)
+	default:
+		if s, err := e.OpenEvents(); err != nil {
+			evErr = err
+		} else {
+			set.events = s
+			closers = append(closers, s.Close)
+		}
 	}
-	if e.OpenLocks == nil {
+	if !locks {
+		set.locksOff = "not read: this output does not show buffer lock bits"
+	} else if e.OpenLocks == nil {
 		lkErr = errors.New("this build has no eBPF loader")
 	} else if l, err := e.OpenLocks(); err != nil {
 		lkErr = err

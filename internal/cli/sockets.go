@@ -175,7 +175,9 @@ func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
 		}
 		return w.Flush()
 	}
-	bs, closeBPF, err := o.bpf.open(e, &o.src)
+	// Connection events show only under an --interval table; lock bits
+	// only in JSON.
+	bs, closeBPF, err := o.bpf.openSome(e, &o.src, o.interval > 0, o.json)
 	if err != nil {
 		return err
 	}
@@ -187,7 +189,7 @@ func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
 	states, kf := flt.kernel()
 	st := &collect.Streamer{
 		Opts: collect.StreamOptions{Owners: !o.noOwners, States: states, Filter: kf, ProcRoot: e.ProcRoot,
-			Locks: bs.locks, LocksOff: bs.locksOff, BufLock: bs.pidfd && !o.noOwners},
+			Locks: bs.locks, LocksOff: bs.locksOff, BufLock: bs.pidfd && !o.noOwners && o.json},
 		Now: e.Now, Events: bs.events,
 	}
 	var first []*snapshot.Snapshot
