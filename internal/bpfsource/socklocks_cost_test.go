@@ -76,7 +76,7 @@ func TestSockLocksCost(t *testing.T) {
 		}
 		lines := bufio.NewScanner(out)
 		if !lines.Scan() || lines.Text() != "listening" {
-			return fmt.Errorf("holder: %q: %w", lines.Text(), lines.Err())
+			return holderErr(lines)
 		}
 		for i := range conns {
 			c, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
@@ -94,7 +94,7 @@ func TestSockLocksCost(t *testing.T) {
 			}
 		}
 		if !lines.Scan() || lines.Text() != "held" {
-			return fmt.Errorf("holder: %q: %w", lines.Text(), lines.Err())
+			return holderErr(lines)
 		}
 		return nil
 	})
@@ -200,6 +200,14 @@ func TestSockLocksHolder(t *testing.T) {
 	}
 	fmt.Println("held")
 	_, _ = io.Copy(io.Discard, os.Stdin)
+}
+
+// holderErr says what the helper said instead of what was expected.
+func holderErr(lines *bufio.Scanner) error {
+	if err := lines.Err(); err != nil {
+		return fmt.Errorf("holder: %w", err)
+	}
+	return fmt.Errorf("holder said %q", lines.Text())
 }
 
 // hostTCP is /proc/net/sockstat's TCP line (alloc counts every namespace).
