@@ -46,6 +46,31 @@ static void *(*bpf_skc_to_tcp_sock)(void *sk) = (void *)137;
 #define SOCK_SNDBUF_LOCK 1
 #define SOCK_RCVBUF_LOCK 2
 
+/* sk_userlocks is a 4-bit bitfield before Linux 6.x and a u8 after: read
+ * it as libbpf's BPF_CORE_READ_BITFIELD does, with the offset, size and
+ * shifts relocated against the running kernel's layout. */
+enum {
+	FIELD_BYTE_OFFSET = 0,
+	FIELD_BYTE_SIZE = 1,
+	FIELD_LSHIFT_U64 = 4,
+	FIELD_RSHIFT_U64 = 5,
+};
+#define CORE_INFO(s, field, kind) __builtin_preserve_field_info((s)->field, kind)
+#define READ_BITFIELD(s, field) ({                                              \
+	const void *p = (const void *)(s) + CORE_INFO(s, field, FIELD_BYTE_OFFSET); \
+	__u64 val = 0;                                                          \
+	asm volatile("" : "=r"(p) : "0"(p));                                    \
+	switch (CORE_INFO(s, field, FIELD_BYTE_SIZE)) {                         \
+	case 1: val = *(const __u8 *)p; break;                                  \
+	case 2: val = *(const __u16 *)p; break;                                 \
+	case 4: val = *(const __u32 *)p; break;                                 \
+	case 8: val = *(const __u64 *)p; break;                                 \
+	}                                                                       \
+	val <<= CORE_INFO(s, field, FIELD_LSHIFT_U64);                          \
+	val >>= CORE_INFO(s, field, FIELD_RSHIFT_U64);                          \
+	val;                                                                    \
+})
+
 /* One record; decoded by decodeSockLocks (socklocks.go). */
 struct sock_lock {
 	__u64 cookie;
@@ -75,7 +100,7 @@ int socklocks(__u64 *ctx)
 	r.cookie = bpf_get_socket_cookie(skc);
 	r.netns = skc->skc_net.net->ns.inum;
 	r.state = skc->skc_state;
-	r.locks = sk->sk_userlocks & (SOCK_SNDBUF_LOCK | SOCK_RCVBUF_LOCK);
+	r.locks = READ_BITFIELD(sk, sk_userlocks) & (SOCK_SNDBUF_LOCK | SOCK_RCVBUF_LOCK);
 	r.sndbuf = sk->sk_sndbuf;
 	r.rcvbuf = sk->sk_rcvbuf;
 	bpf_seq_write(meta->seq, &r, sizeof(r));
