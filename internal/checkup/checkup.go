@@ -59,44 +59,77 @@ func Sample(ctx context.Context, c *collect.Collector, nss []netns.NS, count int
 	return out, nil
 }
 
-// Diagnose runs the rules over each namespace's window and assembles the report.
+// Diagnose runs the rules over each namespace's window and assembles the
+// report. Each window's input (its previous sample indexed by cookie) is
+// built just before its rules run and dropped after.
 func Diagnose(ss []Series, rs []diag.Rule, opts diag.Options) *report.Report {
-	var res diag.Result
-	rep := &report.Report{Version: report.JSONVersion}
+	var d diagnosis
 	for _, sr := range ss {
 		if len(sr.Snaps) == 0 {
 			continue
 		}
 		prev, cur := sr.Window()
-		diag.Run(rs, diag.NewInput(prev, cur, opts), &res)
-		rep.Netns = append(rep.Netns, sr.Netns)
-		rep.Sockets += len(cur.Sockets)
-		if rep.Host == "" {
-			rep.Host, rep.Kernel = cur.Host, cur.Kernel
-		}
-		if cur.Taken.After(rep.Taken) {
-			rep.Taken = cur.Taken
-		}
-		rep.Window.To = cur.Taken
-		if prev != nil {
-			rep.Window.From = prev.Taken
-			rep.Window.Seconds = cur.Taken.Sub(prev.Taken).Seconds()
-		}
-		if prev != nil {
-			// Said once: a failure the second sample repeats is not
-			// reported for the first as well.
-			for _, er := range prev.Errors {
-				if !slices.Contains(cur.Errors, er) {
-					rep.Sources = append(rep.Sources, report.SourceError{Netns: sr.Netns, Source: er.Source, Error: "first sample: " + er.Err})
-				}
+		d.add(Window{Netns: sr.Netns, In: diag.NewInput(prev, cur, opts)}, rs)
+	}
+	return d.report()
+}
+
+// Window is one namespace's rule input, for callers that build it
+// themselves (the exporter reads it too, and indexes it only once).
+type Window struct {
+	Netns string
+	In    *diag.Input
+}
+
+// DiagnoseWindows is Diagnose over inputs already built.
+func DiagnoseWindows(ws []Window, rs []diag.Rule) *report.Report {
+	var d diagnosis
+	for _, w := range ws {
+		d.add(w, rs)
+	}
+	return d.report()
+}
+
+// diagnosis is a report being assembled, one window at a time.
+type diagnosis struct {
+	res diag.Result
+	rep report.Report
+}
+
+func (d *diagnosis) add(w Window, rs []diag.Rule) {
+	prev, cur := w.In.Prev, w.In.Cur
+	diag.Run(rs, w.In, &d.res)
+	rep := &d.rep
+	rep.Netns = append(rep.Netns, w.Netns)
+	rep.Sockets += len(cur.Sockets)
+	if rep.Host == "" {
+		rep.Host, rep.Kernel = cur.Host, cur.Kernel
+	}
+	if cur.Taken.After(rep.Taken) {
+		rep.Taken = cur.Taken
+	}
+	rep.Window.To = cur.Taken
+	if prev != nil {
+		rep.Window.From = prev.Taken
+		rep.Window.Seconds = cur.Taken.Sub(prev.Taken).Seconds()
+		// Said once: a failure the second sample repeats is not
+		// reported for the first as well.
+		for _, er := range prev.Errors {
+			if !slices.Contains(cur.Errors, er) {
+				rep.Sources = append(rep.Sources, report.SourceError{Netns: w.Netns, Source: er.Source, Error: "first sample: " + er.Err})
 			}
 		}
-		for _, er := range cur.Errors {
-			rep.Sources = append(rep.Sources, report.SourceError{Netns: sr.Netns, Source: er.Source, Error: er.Err})
-		}
 	}
-	res.Sort()
-	rep.Findings, rep.Unknown, rep.RulesRun = res.Findings, res.Unknown, res.Ran
+	for _, er := range cur.Errors {
+		rep.Sources = append(rep.Sources, report.SourceError{Netns: w.Netns, Source: er.Source, Error: er.Err})
+	}
+}
+
+func (d *diagnosis) report() *report.Report {
+	rep := &d.rep
+	rep.Version = report.JSONVersion
+	d.res.Sort()
+	rep.Findings, rep.Unknown, rep.RulesRun = d.res.Findings, d.res.Unknown, d.res.Ran
 	if rep.Host == "" {
 		rep.Host, _ = os.Hostname()
 	}

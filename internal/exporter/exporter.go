@@ -127,7 +127,7 @@ func (x *Exporter) Update(snaps []*snapshot.Snapshot, collectTook time.Duration)
 	b := &viewBuilder{seen: map[string]bool{}}
 	d := x.d
 	next := make(map[string]*snapshot.Snapshot, len(snaps))
-	var windows []checkup.Series
+	var windows []checkup.Window
 	var newest time.Time
 	for _, cur := range snaps {
 		ns := cur.Netns.Name
@@ -146,14 +146,14 @@ func (x *Exporter) Update(snaps []*snapshot.Snapshot, collectTook time.Duration)
 			// pid:N name passed on): no window.
 			continue
 		}
-		windows = append(windows, checkup.Series{Netns: ns, Snaps: []*snapshot.Snapshot{prev, cur}})
 		in := diag.NewInput(prev, cur, x.opts.Diag)
+		windows = append(windows, checkup.Window{Netns: ns, In: in})
 		b.add(d.window, prometheus.GaugeValue, in.Window().Seconds(), ns)
 		x.addLimiters(b, in)
 	}
 	if len(windows) > 0 {
 		// The rules run exactly as `check` runs them.
-		rep := checkup.Diagnose(windows, x.opts.Rules, x.opts.Diag)
+		rep := checkup.DiagnoseWindows(windows, x.opts.Rules)
 		for _, f := range rep.Findings {
 			s := f.Subject
 			pid := ""
