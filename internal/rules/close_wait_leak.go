@@ -191,6 +191,14 @@ func cwFinding(in *diag.Input, g *cwGroup) diag.Finding {
 	} else {
 		ev = append(ev, diag.Evidence{Name: "side", Value: "client: the application opened these connections and never closed them after the servers did", Source: "sock_diag: local port is no listener's"})
 	}
+	// A leak's sockets end in resets when the peer gives up or the
+	// process finally exits; an abortive close by the peer shows here too.
+	match := func(r snapshot.EventReset) bool { return r.LocalPort == 0 && g.remotes[r.Remote.String()] > 0 }
+	if g.service.IsValid() {
+		match = tcpmodel.OnFlow(netip.Addr{}, g.service)
+	}
+	ev = append(ev, diag.Evidence{Name: "resets with these peers (eBPF)", Value: tcpmodel.ResetSummary(cur, match),
+		Source: "eBPF tp_btf/tcp_send_reset (reason: the kernel's sk_rst_reason) and tcp_receive_reset, on the service's port or to these destinations"})
 	if g.pid == 0 {
 		if note, ok := ownersNote(cur); ok {
 			ev = append(ev, note)

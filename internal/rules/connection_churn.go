@@ -143,6 +143,8 @@ func churnFinding(in *diag.Input, c *tcpmodel.Churn, sev diag.Severity) diag.Fin
 	} else {
 		ev = append(ev, diag.Evidence{Name: "opener", Value: fmt.Sprintf("%s is not on this host (in this namespace): the pool to fix is the client's", c.Opener), Source: "no client-side socket of the flow here"})
 	}
+	ev = append(ev, diag.Evidence{Name: "resets on this flow (eBPF)", Value: tcpmodel.ResetSummary(cur, tcpmodel.OnFlow(c.Opener, c.Service)),
+		Source: "eBPF tp_btf/tcp_send_reset (reason: the kernel's sk_rst_reason; TCP_STATE is close() with SO_LINGER 0) and tcp_receive_reset; an abortive close leaves no TIME_WAIT, so the closes above miss it"})
 	for _, k := range []string{"Tcp.ActiveOpens", "Tcp.PassiveOpens"} {
 		if d, ok := in.CounterDelta(k); ok && d >= 0 {
 			ev = append(ev, diag.Evidence{Name: k + " (netns)", Value: fmt.Sprintf("%.1f/s", float64(d)/c.Window.Seconds()), Source: "/proc/net/snmp " + k})

@@ -218,3 +218,41 @@ func TestRetransmissionsPerPeerFromEvents(t *testing.T) {
 		t.Errorf("%d of the host-wide and 203.0.113.9 findings seen, want both", seen)
 	}
 }
+
+func TestResetsOnFlowFromEvents(t *testing.T) {
+	svc := netip.MustParseAddrPort("127.0.0.1:8080")
+	ev := func() *snapshot.Events {
+		return &snapshot.Events{Resets: []snapshot.EventReset{
+			{Sent: true, Reason: "TCP_STATE", Remote: svc, Count: 120},                                                // the opener's linger aborts
+			{Sent: false, Remote: netip.MustParseAddrPort("127.0.0.1:0"), LocalPort: 8080, Count: 118},                // the service's side
+			{Sent: true, Reason: "NO_SOCKET", Remote: netip.MustParseAddrPort("10.9.9.9:0"), LocalPort: 22, Count: 4}, // another flow
+		}}
+	}
+	prev, cur := fixtureWithEvents(t, "testdata/connection-churn/fires.jsonl", ev())
+	res := runRule(connectionChurn(), prev, cur)
+	if len(res.Findings) == 0 {
+		t.Fatal("no churn finding")
+	}
+	if v := evidence(res.Findings[0], "resets on this flow (eBPF)"); !strings.HasPrefix(v, "sent TCP_STATE 120; received 118 in ") {
+		t.Errorf("churn resets: %q", v)
+	}
+	cw := netip.MustParseAddrPort("198.18.4.2:443")
+	prev, cur = fixtureWithEvents(t, "testdata/close-wait-leak/fires.jsonl", &snapshot.Events{Resets: []snapshot.EventReset{
+		{Sent: false, Remote: cw, Count: 3},
+		{Sent: true, Reason: "TCP_ABORT_ON_DATA", Remote: cw, Count: 2},
+		{Sent: true, Reason: "NO_SOCKET", Remote: netip.MustParseAddrPort("10.9.9.9:443"), Count: 4},
+	}})
+	res = runRule(closeWaitLeak(), prev, cur)
+	found := false
+	for _, f := range res.Findings {
+		if f.Subject.Remote == cw.String() {
+			found = true
+			if v := evidence(f, "resets with these peers (eBPF)"); !strings.HasPrefix(v, "sent TCP_ABORT_ON_DATA 2; received 3 in ") {
+				t.Errorf("close-wait resets: %q", v)
+			}
+		}
+	}
+	if !found {
+		t.Error("no close-wait finding for " + cw.String())
+	}
+}

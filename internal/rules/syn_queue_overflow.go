@@ -373,6 +373,7 @@ func synListenerFinding(in *diag.Input, l *synListener, c synCounters, cookiesMe
 	if in.Prev != nil {
 		ev = append(ev, synCounterEvidence(in, c, cookiesMean)...)
 	}
+	ev = append(ev, synRetransmitEvidence(in, sk.Local))
 	ev = append(ev, synSysctlEvidence(cur)...)
 	return diag.Finding{Severity: sev, Subject: sub, Summary: summary, Evidence: ev, Fixes: synFixes(cur, sk, max(l.reqs, l.prev), flood, top)}
 }
@@ -449,6 +450,7 @@ func synTransient(in *diag.Input, ls []*synListener, c synCounters, cookiesMean 
 	}
 	ev := append(synCounterEvidence(in, c, cookiesMean),
 		diag.Evidence{Name: "listeners (fullest SYN queue first)", Value: listed, Source: "sock_diag LISTEN Send-Q and SYN-RECV sockets", Threshold: fmt.Sprintf("none at >= %.0f%% of its backlog in either sample", synNearFull*100)})
+	ev = append(ev, synRetransmitsByDest(cur))
 	ev = append(ev, synSysctlEvidence(cur)...)
 	fixes := []diag.Fix{{Scope: "application", Target: "diagnosis",
 		Text:    "the SYN queue filled and drained between samples, or SYNs were dropped for another reason (no route, firewall hook, memory); sample faster during the burst and list the requests",
@@ -502,4 +504,20 @@ func moreSynListeners(cur *snapshot.Snapshot, rest []*synListener) diag.Finding 
 		Summary:  fmt.Sprintf("%d more listeners with a full or nearly full SYN queue", len(rest)),
 		Evidence: []diag.Evidence{{Name: "listeners", Value: strings.Join(ports, " "), Source: "sock_diag SYN-RECV sockets per listener", Threshold: fmt.Sprintf(">= %.0f%% of backlog", synNearFull*100)}},
 		Fixes:    []diag.Fix{{Scope: "application", Target: "diagnosis", Text: "list the pending requests", Command: "ss -tn state syn-recv"}}}
+}
+
+// synRetransmitsByDest is every destination this namespace's clients
+// retransmitted SYNs to (the client side of full queues), as eBPF counted.
+func synRetransmitsByDest(cur *snapshot.Snapshot) diag.Evidence {
+	ev := diag.Evidence{Name: "SYN retransmits by destination (eBPF)", Source: "eBPF tp_btf/tcp_retransmit_skb in SYN_SENT, clients in this namespace"}
+	rs, ok := tcpmodel.SynRetransmits(cur, nil)
+	switch {
+	case !ok:
+		ev.Value = "unknown: " + tcpmodel.ProgramMissing(cur, snapshot.ProgRetransmits)
+	case len(rs) == 0:
+		ev.Value = "none from clients in this namespace in " + units.Dur(cur.Events.Interval())
+	default:
+		ev.Value = tcpmodel.TopPeers(rs, 5) + " in " + units.Dur(cur.Events.Interval())
+	}
+	return ev
 }

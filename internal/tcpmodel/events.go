@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/units"
 )
 
 // The eBPF event counts rules cite as evidence (snapshot.Events): drops
@@ -192,4 +193,49 @@ func RetransmitsTo(s *snapshot.Snapshot, a netip.Addr) (uint64, bool) {
 		}
 	}
 	return n, ok
+}
+
+// OnFlow matches the resets of the connections from opener to service on
+// either side: the opener's sockets key by the service's address and
+// port, the service's accepted sockets by the opener's address and the
+// service port. An invalid opener matches any client.
+func OnFlow(opener netip.Addr, service netip.AddrPort) func(snapshot.EventReset) bool {
+	return func(r snapshot.EventReset) bool {
+		if r.Remote == service && r.LocalPort == 0 {
+			return true
+		}
+		return r.LocalPort == service.Port() && r.Remote.Port() == 0 && (!opener.IsValid() || r.Remote.Addr() == opener)
+	}
+}
+
+// ResetSummary prints the resets sent and received that match, by
+// reason: "sent TCP_STATE 120; received 118", "none", or the reason
+// they are unknown.
+func ResetSummary(s *snapshot.Snapshot, match func(snapshot.EventReset) bool) string {
+	if !s.Events.Has(snapshot.ProgResetsSent) && !s.Events.Has(snapshot.ProgResetsReceived) {
+		return "unknown: " + ProgramMissing(s, snapshot.ProgResetsSent)
+	}
+	sent, okS := Resets(s, true, match)
+	recv, okR := Resets(s, false, match)
+	var parts []string
+	switch {
+	case !okS:
+		parts = append(parts, "sent unknown: "+ProgramMissing(s, snapshot.ProgResetsSent))
+	case len(sent) > 0:
+		parts = append(parts, "sent "+JoinReasons(sent))
+	}
+	switch {
+	case !okR:
+		parts = append(parts, "received unknown: "+ProgramMissing(s, snapshot.ProgResetsReceived))
+	case len(recv) > 0:
+		var n uint64
+		for _, r := range recv {
+			n += r.Count
+		}
+		parts = append(parts, fmt.Sprintf("received %d", n))
+	}
+	if len(parts) == 0 {
+		return "none in " + units.Dur(s.Events.Interval())
+	}
+	return strings.Join(parts, "; ") + " in " + units.Dur(s.Events.Interval())
 }
