@@ -68,8 +68,9 @@ func (o *bpfOpts) open(e *Env, src *sourceOpts) (bpfSet, func(), error) {
 }
 
 // openSome is open for a command whose output uses only some sources:
-// those it does not use are not loaded (loading costs a command that
-// prints one sample tens of milliseconds), and nothing is said of them.
+// those it does not use are not loaded (a load, and each iter/tcp walk of
+// the host's TCP tables, cost a command that prints one sample), and
+// nothing is said of them.
 func (o *bpfOpts) openSome(e *Env, src *sourceOpts, events, locks bool) (bpfSet, func(), error) {
 	set := bpfSet{pidfd: o.pidfd}
 	var closers []func() error

@@ -94,7 +94,7 @@ func (st *Streamer) Stream(nss []netns.NS, fn func(s *snapshot.Snapshot, sk *sna
 			}
 		}
 	}
-	opts := sockdiag.Options{States: st.Opts.States, Info: true, Mem: true, Filter: st.Opts.Filter, Reuse: true}
+	opts := sockdiag.Options{States: st.Opts.States, Info: true, Mem: true, Filter: st.Opts.Filter, Reuse: true, OneWalk: true}
 	for i, ns := range nss {
 		s := heads[i]
 		var fnErr error

@@ -19,6 +19,10 @@ const (
 	nlmsgDone     = 3  // NLMSG_DONE
 	nlmsgError    = 2  // NLMSG_ERROR
 	sockDiagByFam = 20 // SOCK_DIAG_BY_FAMILY
+	// tcpdiagGetSock (TCPDIAG_GETSOCK) is the compat request, and the
+	// type of its replies; compatReqLen is its struct inet_diag_req.
+	tcpdiagGetSock = 18
+	compatReqLen   = 60
 
 	attrInfo      = 2 // INET_DIAG_INFO
 	attrCong      = 4 // INET_DIAG_CONG
@@ -356,7 +360,7 @@ func parseDumpInto(b []byte, seq uint32, base int, reuse *full, fn func(*snapsho
 				e = -e
 			}
 			return false, fmt.Errorf("offset %d: netlink: %w", base+off, syscall.Errno(-e))
-		case sockDiagByFam:
+		case sockDiagByFam, tcpdiagGetSock:
 			d = decoded{}
 			if err := decodeInto(body, &d); err != nil {
 				return false, fmt.Errorf("offset %d: %w", base+off, err)

@@ -3,6 +3,7 @@
 package sockdiag
 
 import (
+	"errors"
 	"fmt"
 	"unsafe"
 
@@ -24,6 +25,13 @@ type Options struct {
 	// socket of a dump: valid only during the call, nothing allocated per
 	// socket. For callers that stream sockets out rather than keep them.
 	Reuse bool
+	// OneWalk, with Families nil, dumps both families in one walk of the
+	// kernel's TCP tables (the inet_diag compat request, family
+	// AF_UNSPEC) instead of one walk per family: the tables hold every
+	// namespace's sockets, so the second walk costs as much as the first
+	// even where there is no IPv6 socket. Sockets come in table order, the
+	// families mixed. Where the kernel refuses it, Dump walks per family.
+	OneWalk bool
 }
 
 // recvBufLen is the receive buffer. The kernel fills at most about 32 KiB
@@ -83,6 +91,24 @@ func dumpFamilies(fd int, buf []byte, seq *uint32, opts Options, fn func(*snapsh
 		}
 		return nil
 	}
+	if opts.OneWalk && opts.Families == nil {
+		*seq++
+		delivered := false
+		err := dumpFamily(fd, buf, compatRequest(*seq, opts, bc), *seq, reuse, func(sk *snapshot.Socket) error {
+			delivered = true
+			return call(sk)
+		})
+		if fnErr != nil {
+			return fnErr
+		}
+		if err == nil || delivered || !(errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOENT)) {
+			if err != nil {
+				return fmt.Errorf("sockdiag: dump AF_UNSPEC: %w", err)
+			}
+			return nil
+		}
+		// A kernel without the compat request: one walk per family.
+	}
 	for _, fam := range fams {
 		*seq++
 		err := dumpFamily(fd, buf, request(fam, *seq, opts, bc), *seq, reuse, call)
@@ -127,6 +153,41 @@ func request(family uint8, seq uint32, opts Options, bc []byte) []byte {
 	// id is left zero: no filter; cookie INET_DIAG_NOCOOKIE is not needed for dumps.
 	if len(bc) > 0 {
 		a := b[nlmsgHdrLen+diagReqLen:]
+		ne.PutUint16(a[0:], uint16(rtaHdrLen+len(bc)))
+		ne.PutUint16(a[2:], attrReqBytecode)
+		copy(a[rtaHdrLen:], bc)
+	}
+	return b
+}
+
+// compatRequest builds a struct inet_diag_req (TCPDIAG_GETSOCK) dump
+// request: the kernel answers it for both families in one walk, with
+// replies of that type.
+func compatRequest(seq uint32, opts Options, bc []byte) []byte {
+	n := nlmsgHdrLen + compatReqLen
+	if len(bc) > 0 {
+		n += rtaHdrLen + len(bc)
+	}
+	b := make([]byte, n)
+	ne.PutUint32(b[0:], uint32(len(b)))
+	ne.PutUint16(b[4:], tcpdiagGetSock)
+	ne.PutUint16(b[6:], unix.NLM_F_REQUEST|unix.NLM_F_DUMP)
+	ne.PutUint32(b[8:], seq)
+	r := b[nlmsgHdrLen:]
+	r[0] = unix.AF_UNSPEC
+	if opts.Info {
+		r[3] |= 1<<(attrInfo-1) | 1<<(attrCong-1)
+	}
+	if opts.Mem {
+		r[3] |= 1 << (attrSkMemInfo - 1)
+	}
+	states := opts.States
+	if states == 0 {
+		states = ^uint32(0)
+	}
+	ne.PutUint32(r[52:], states) // after the 48-byte inet_diag_sockid
+	if len(bc) > 0 {
+		a := b[nlmsgHdrLen+compatReqLen:]
 		ne.PutUint16(a[0:], uint16(rtaHdrLen+len(bc)))
 		ne.PutUint16(a[2:], attrReqBytecode)
 		copy(a[rtaHdrLen:], bc)
