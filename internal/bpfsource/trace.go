@@ -117,7 +117,18 @@ type Tracer struct {
 	resets  map[uint32]string
 	missing []Missing
 	state   bool // inet_sock_set_state attached: Established counts
+	// The activity counters, mapped: each watched socket has a slot;
+	// seen is the count at the last Moved. mem is nil when the hooks
+	// that make a quiet socket's counter move are not all running.
+	mem    *ebpf.Memory
+	slotOf map[uint64]uint32
+	free   []uint32
+	next   uint32
+	seen   []uint64
 }
+
+// maxWatched is trace.c's MAX_WATCHED.
+const maxWatched = 65536
 
 // OpenTrace loads trace.c and attaches each of its programs the kernel
 // accepts (Missing lists the others). It fails, wrapping ErrNotSupported,
@@ -149,17 +160,18 @@ func OpenTrace(o TraceOptions) (*Tracer, error) {
 	// Each program on its own: a kernel that refuses one runs the rest.
 	progs := spec.Programs
 	spec.Programs = nil
-	t := &Tracer{resets: enumNames(ksp, "sk_rst_reason", "SK_RST_REASON_")}
+	t := &Tracer{resets: enumNames(ksp, "sk_rst_reason", "SK_RST_REASON_"), slotOf: map[uint64]uint32{}}
 	if err := spec.LoadAndAssign(&t.objs.traceprogMaps, nil); err != nil {
 		return nil, loadError(err)
 	}
 	// Every program shares these maps; each gets its own copy of the
 	// constants (.rodata).
 	repl := map[string]*ebpf.Map{}
-	for _, name := range []string{traceprogMapPorts, traceprogMapTraceCounts, traceprogMapTraceEvents, traceprogMapWatched} {
+	for _, name := range []string{traceprogMapPorts, traceprogMapTraceCounts, traceprogMapTraceEvents, traceprogMapWatched, traceprogMapActivity} {
 		repl[name] = t.mapByName(name)
 	}
 	events := 0
+	marks := map[string]bool{}
 	for name, ps := range progs {
 		tp := ps.AttachTo
 		one := spec.Copy()
@@ -180,9 +192,16 @@ func OpenTrace(o TraceOptions) (*Tracer, error) {
 		}
 		t.links = append(t.links, l)
 		t.setProgram(name, prog)
-		if tp == "inet_sock_set_state" {
+		switch tp {
+		case "inet_sock_set_state":
 			t.state = true
-		} else {
+			marks[tp] = true
+		case "tcp_sendmsg_locked", "tcp_rcv_space_adjust", "sk_data_ready":
+			marks[tp] = true
+		default:
+			events++
+		}
+		if tp == "tcp_rcv_space_adjust" {
 			events++
 		}
 	}
@@ -198,6 +217,15 @@ func OpenTrace(o TraceOptions) (*Tracer, error) {
 		if err := t.objs.Ports.Put(p, uint8(1)); err != nil {
 			_ = t.Close()
 			return nil, fmt.Errorf("bpfsource: trace: port %d: %w", p, err)
+		}
+	}
+	// A quiet socket moves by a write, data or a FIN arriving, a read or
+	// a state change: with these four hooks a counter that stands still
+	// means nothing happened on it.
+	if marks["tcp_sendmsg_locked"] && marks["sk_data_ready"] && marks["tcp_rcv_space_adjust"] && marks["inet_sock_set_state"] {
+		if t.mem, err = t.objs.Activity.Memory(); err != nil {
+			t.missing = append(t.missing, Missing{Program: "activity map", Reason: "cannot map it: " + err.Error()})
+			t.mem = nil
 		}
 	}
 	if t.reader, err = ringbuf.NewReader(t.objs.TraceEvents); err != nil {
@@ -232,6 +260,8 @@ func (t *Tracer) mapByName(name string) *ebpf.Map {
 		return t.objs.TraceEvents
 	case traceprogMapWatched:
 		return t.objs.Watched
+	case traceprogMapActivity:
+		return t.objs.Activity
 	}
 	return nil
 }
@@ -248,6 +278,10 @@ func (t *Tracer) setProgram(name string, p *ebpf.Program) {
 		t.objs.TraceResetReceived = p
 	case "trace_state":
 		t.objs.TraceState = p
+	case "trace_data_ready":
+		t.objs.TraceDataReady = p
+	case "trace_send":
+		t.objs.TraceSend = p
 	default:
 		p.Close()
 	}
@@ -256,20 +290,73 @@ func (t *Tracer) setProgram(name string, p *ebpf.Program) {
 // Missing lists the programs that did not load or attach, and why.
 func (t *Tracer) Missing() []Missing { return append([]Missing(nil), t.missing...) }
 
-// Watch makes the socket with this cookie emit events.
+// Watch makes the socket with this cookie emit events and count its
+// activity.
 func (t *Tracer) Watch(cookie uint64) error {
-	if err := t.objs.Watched.Update(cookie, traceprogWatchedVal{}, ebpf.UpdateNoExist); err != nil && !errors.Is(err, ebpf.ErrKeyExist) {
+	if _, ok := t.slotOf[cookie]; ok {
+		return nil
+	}
+	var slot uint32
+	switch {
+	case len(t.free) > 0:
+		slot, t.free = t.free[len(t.free)-1], t.free[:len(t.free)-1]
+	case t.next < maxWatched:
+		slot = t.next
+		t.next++
+		t.seen = append(t.seen, 0)
+	default:
+		return fmt.Errorf("bpfsource: watch cookie %d: %d sockets watched already", cookie, maxWatched)
+	}
+	t.seen[slot] = t.counter(slot)
+	if err := t.objs.Watched.Update(cookie, traceprogWatchedVal{Slot: slot}, ebpf.UpdateNoExist); err != nil {
+		t.free = append(t.free, slot)
 		return fmt.Errorf("bpfsource: watch cookie %d: %w", cookie, err)
 	}
+	t.slotOf[cookie] = slot
 	return nil
 }
 
 // Unwatch stops the socket's events.
 func (t *Tracer) Unwatch(cookie uint64) error {
+	slot, ok := t.slotOf[cookie]
+	if !ok {
+		return nil
+	}
+	delete(t.slotOf, cookie)
+	t.free = append(t.free, slot)
 	if err := t.objs.Watched.Delete(cookie); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("bpfsource: unwatch cookie %d: %w", cookie, err)
 	}
 	return nil
+}
+
+// counter reads a slot's activity count from the mapped array (0
+// without it).
+func (t *Tracer) counter(slot uint32) uint64 {
+	if t.mem == nil {
+		return 0
+	}
+	var b [8]byte
+	if _, err := t.mem.ReadAt(b[:], int64(slot)*8); err != nil {
+		return 0
+	}
+	return binary.NativeEndian.Uint64(b[:])
+}
+
+// Moved reports whether the application wrote to or read from the
+// watched socket, data or a FIN arrived, or it changed state, since the
+// last call for it (or since Watch). ok is false
+// when that cannot be told (the hooks are not all running, or the cookie
+// is not watched): read the socket then.
+func (t *Tracer) Moved(cookie uint64) (moved, ok bool) {
+	slot, watched := t.slotOf[cookie]
+	if t.mem == nil || !watched {
+		return false, false
+	}
+	n := t.counter(slot)
+	moved = n != t.seen[slot]
+	t.seen[slot] = n
+	return moved, true
 }
 
 // Established is how many sockets of the traced namespace (with one of

@@ -113,6 +113,36 @@ func TestTracerReset(t *testing.T) {
 	if n, ok, err := tr.Established(); err != nil || !ok || n != 2 {
 		t.Errorf("established: %d, %v, %v; want both ends counted", n, ok, err)
 	}
+	cookie := func(fd int) uint64 {
+		ck, err := unix.GetsockoptUint64(fd, unix.SOL_SOCKET, unix.SO_COOKIE)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ck
+	}
+	for _, fd := range []int{c, a} {
+		if moved, ok := tr.Moved(cookie(fd)); !ok || moved {
+			t.Errorf("fd %d: moved %v, ok %v before any traffic", fd, moved, ok)
+		}
+	}
+	if _, err := unix.Write(c, []byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * time.Millisecond)
+	if moved, _ := tr.Moved(cookie(a)); !moved {
+		t.Errorf("the receiver did not move when the data arrived")
+	}
+	if _, err := unix.Read(a, make([]byte, 16)); err != nil {
+		t.Fatal(err)
+	}
+	for _, fd := range []int{c, a} { // the writer's sendmsg, the reader's read
+		if moved, ok := tr.Moved(cookie(fd)); !ok || !moved {
+			t.Errorf("fd %d: moved %v, ok %v after a write and a read", fd, moved, ok)
+		}
+		if moved, _ := tr.Moved(cookie(fd)); moved {
+			t.Errorf("fd %d: moved again with nothing done", fd)
+		}
+	}
 	before := MonoNow()
 	if err := unix.SetsockoptLinger(c, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 0}); err != nil {
 		t.Fatal(err)

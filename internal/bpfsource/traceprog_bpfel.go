@@ -27,20 +27,24 @@ type traceprogWatchedVal struct {
 	_      structs.HostLayout
 	Rcvbuf uint32
 	Clamp  uint32
+	Slot   uint32
 }
 
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	traceprogMapActivity            = "activity"
 	traceprogMapPorts               = "ports"
 	traceprogMapTraceCounts         = "trace_counts"
 	traceprogMapTraceEvents         = "trace_events"
 	traceprogMapWatched             = "watched"
+	traceprogProgTraceDataReady     = "trace_data_ready"
 	traceprogProgTraceRcvSpace      = "trace_rcv_space"
 	traceprogProgTraceResetReceived = "trace_reset_received"
 	traceprogProgTraceResetSent     = "trace_reset_sent"
 	traceprogProgTraceRetransmit    = "trace_retransmit"
+	traceprogProgTraceSend          = "trace_send"
 	traceprogProgTraceState         = "trace_state"
 	traceprogVarAnyPort             = "any_port"
 	traceprogVarTracedNetns         = "traced_netns"
@@ -90,10 +94,12 @@ type traceprogSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type traceprogProgramSpecs struct {
+	TraceDataReady     *ebpf.ProgramSpec `ebpf:"trace_data_ready"`
 	TraceRcvSpace      *ebpf.ProgramSpec `ebpf:"trace_rcv_space"`
 	TraceResetReceived *ebpf.ProgramSpec `ebpf:"trace_reset_received"`
 	TraceResetSent     *ebpf.ProgramSpec `ebpf:"trace_reset_sent"`
 	TraceRetransmit    *ebpf.ProgramSpec `ebpf:"trace_retransmit"`
+	TraceSend          *ebpf.ProgramSpec `ebpf:"trace_send"`
 	TraceState         *ebpf.ProgramSpec `ebpf:"trace_state"`
 }
 
@@ -101,6 +107,7 @@ type traceprogProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type traceprogMapSpecs struct {
+	Activity    *ebpf.MapSpec `ebpf:"activity"`
 	Ports       *ebpf.MapSpec `ebpf:"ports"`
 	TraceCounts *ebpf.MapSpec `ebpf:"trace_counts"`
 	TraceEvents *ebpf.MapSpec `ebpf:"trace_events"`
@@ -137,6 +144,7 @@ func (o *traceprogObjects) Close() error {
 //
 // It can be passed to loadTraceprogObjects or ebpf.CollectionSpec.LoadAndAssign.
 type traceprogMaps struct {
+	Activity    *ebpf.Map `ebpf:"activity"`
 	Ports       *ebpf.Map `ebpf:"ports"`
 	TraceCounts *ebpf.Map `ebpf:"trace_counts"`
 	TraceEvents *ebpf.Map `ebpf:"trace_events"`
@@ -145,6 +153,7 @@ type traceprogMaps struct {
 
 func (m *traceprogMaps) Close() error {
 	return _TraceprogClose(
+		m.Activity,
 		m.Ports,
 		m.TraceCounts,
 		m.TraceEvents,
@@ -166,19 +175,23 @@ type traceprogVariables struct {
 //
 // It can be passed to loadTraceprogObjects or ebpf.CollectionSpec.LoadAndAssign.
 type traceprogPrograms struct {
+	TraceDataReady     *ebpf.Program `ebpf:"trace_data_ready"`
 	TraceRcvSpace      *ebpf.Program `ebpf:"trace_rcv_space"`
 	TraceResetReceived *ebpf.Program `ebpf:"trace_reset_received"`
 	TraceResetSent     *ebpf.Program `ebpf:"trace_reset_sent"`
 	TraceRetransmit    *ebpf.Program `ebpf:"trace_retransmit"`
+	TraceSend          *ebpf.Program `ebpf:"trace_send"`
 	TraceState         *ebpf.Program `ebpf:"trace_state"`
 }
 
 func (p *traceprogPrograms) Close() error {
 	return _TraceprogClose(
+		p.TraceDataReady,
 		p.TraceRcvSpace,
 		p.TraceResetReceived,
 		p.TraceResetSent,
 		p.TraceRetransmit,
+		p.TraceSend,
 		p.TraceState,
 	)
 }

@@ -17,6 +17,15 @@
  * found, inet_sock_set_state counts sockets of the traced namespace
  * entering ESTABLISHED with a port in "ports" (any port when any_port).
  *
+ * So that user space reads a quiet socket only once it moves, every hook
+ * above (tcp_rcv_space_adjust runs at each read by the application,
+ * inet_sock_set_state at each state change), tcp_sendmsg_locked (the
+ * application writing) and sk_data_ready (data or a FIN arriving) bump the
+ * watched socket's counter in "activity", an array user space maps into
+ * its memory: no system call to tell which sockets moved since the last
+ * sample. sk_data_ready runs for every socket of the host that receives:
+ * a cookie and a hash lookup each.
+ *
  * Kernel types carry a "___tr" flavour suffix (CO-RE ignores it), so this
  * file needs nothing from the shared vmlinux.h beyond its base types.
  */
@@ -33,6 +42,8 @@
 #define BPF_RB_NO_WAKEUP 1
 #define BPF_RB_FORCE_WAKEUP 2
 #define BPF_RB_AVAIL_DATA 0
+#define BPF_F_MMAPABLE 1024
+#define MAX_WATCHED 65536
 
 #define TCP_ESTABLISHED 1
 
@@ -86,20 +97,47 @@ struct trace_event {
 	__u32 clamp;  /* every kind: window_clamp at the event */
 };
 
-/* What rcv_space() last saw of a watched socket. */
+/* A watched socket: its slot in "activity", and what rcv_space() last
+ * saw of it. */
 struct watched_val {
 	__u32 rcvbuf;
 	__u32 clamp;
+	__u32 slot;
 };
 
 const struct trace_event *unused_trace_event __attribute__((unused));
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
+	__uint(max_entries, MAX_WATCHED);
 	__type(key, __u64);
 	__type(value, struct watched_val);
 } watched SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, MAX_WATCHED);
+	__type(key, __u32);
+	__type(value, __u64); /* array elements are 8-byte aligned in the mapping */
+} activity SEC(".maps");
+
+static void moved(struct watched_val *w)
+{
+	__u32 slot = w->slot;
+	__u64 *n = bpf_map_lookup_elem(&activity, &slot);
+	if (n)
+		__sync_fetch_and_add(n, 1);
+}
+
+/* watched_sk is the watched entry of sk, or NULL. */
+static struct watched_val *watched_sk(void *sk, __u64 *cookie)
+{
+	if (!sk)
+		return 0;
+	*cookie = bpf_get_socket_cookie(sk);
+	return bpf_map_lookup_elem(&watched, cookie);
+}
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -151,13 +189,37 @@ static void emit(struct sock___tr *sk, __u64 cookie, __u32 kind, __u32 reason)
 /* watch emits kind for sk when its cookie is watched. */
 static void watch(struct sock___tr *sk, __u32 kind, __u32 reason)
 {
-	if (!sk)
+	__u64 cookie;
+	struct watched_val *w = watched_sk(sk, &cookie);
+	if (!w)
 		return;
-	__u64 cookie = bpf_get_socket_cookie(sk);
-	if (!bpf_map_lookup_elem(&watched, &cookie))
-		return;
+	moved(w);
 	emit(sk, cookie, kind, reason);
 }
+
+/* mark bumps sk's activity counter when it is watched. */
+static void mark(void *sk)
+{
+	__u64 cookie;
+	struct watched_val *w = watched_sk(sk, &cookie);
+	if (w)
+		moved(w);
+}
+
+SEC("tp_btf/tcp_sendmsg_locked")
+int trace_send(__u64 *ctx)
+{
+	mark((void *)ctx[0]);
+	return 0;
+}
+
+SEC("tp_btf/sk_data_ready")
+int trace_data_ready(__u64 *ctx)
+{
+	mark((void *)ctx[0]);
+	return 0;
+}
+
 
 SEC("tp_btf/tcp_retransmit_skb")
 int trace_retransmit(__u64 *ctx)
@@ -170,12 +232,11 @@ SEC("tp_btf/tcp_rcv_space_adjust")
 int trace_rcv_space(__u64 *ctx)
 {
 	struct sock___tr *sk = (struct sock___tr *)ctx[0];
-	if (!sk)
-		return 0;
-	__u64 cookie = bpf_get_socket_cookie(sk);
-	struct watched_val *w = bpf_map_lookup_elem(&watched, &cookie);
+	__u64 cookie;
+	struct watched_val *w = watched_sk(sk, &cookie);
 	if (!w)
 		return 0;
+	moved(w); /* the application read */
 	struct tcp_sock___tr *tp = bpf_skc_to_tcp_sock(sk);
 	if (!tp)
 		return 0;
@@ -208,7 +269,10 @@ SEC("tp_btf/inet_sock_set_state")
 int trace_state(__u64 *ctx)
 {
 	struct sock___tr *sk = (struct sock___tr *)ctx[0];
-	if (!sk || (int)ctx[2] != TCP_ESTABLISHED)
+	if (!sk)
+		return 0;
+	mark(sk); /* a watched socket closing */
+	if ((int)ctx[2] != TCP_ESTABLISHED)
 		return 0;
 	if (sk->__sk_common.skc_net.net->ns.inum != traced_netns)
 		return 0;
