@@ -191,3 +191,100 @@ func firstDiff(got, want []string) []string {
 	}
 	return d
 }
+
+// TestSocketsIntervalShares: with --interval, a connection sending all the
+// time shows a window of about the interval and a busy share, from the
+// first sample's chronographs kept by cookie.
+func TestSocketsIntervalShares(t *testing.T) {
+	ns := testns.New(t, "ski")
+	var fds []int
+	t.Cleanup(func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	})
+	var port int
+	var c, a int
+	err := netns.Do(ns, func() error {
+		l, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		fds = append(fds, l)
+		if err := unix.Bind(l, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+			return err
+		}
+		if err := unix.Listen(l, 8); err != nil {
+			return err
+		}
+		sa, err := unix.Getsockname(l)
+		if err != nil {
+			return err
+		}
+		port = sa.(*unix.SockaddrInet4).Port
+		if c, err = unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0); err != nil {
+			return err
+		}
+		fds = append(fds, c)
+		if err := unix.Connect(c, sa); err != nil {
+			return err
+		}
+		a, _, err = unix.Accept4(l, unix.SOCK_CLOEXEC)
+		fds = append(fds, a)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The sender writes and the receiver reads until the test ends:
+	// shutdown wakes both from a blocked call (close alone would not).
+	done := make(chan struct{})
+	t.Cleanup(func() {
+		close(done)
+		_ = unix.Shutdown(c, unix.SHUT_RDWR)
+		_ = unix.Shutdown(a, unix.SHUT_RDWR)
+	})
+	go func() {
+		buf := make([]byte, 64<<10)
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			if _, err := unix.Write(c, buf); err != nil {
+				return
+			}
+		}
+	}()
+	go func() {
+		buf := make([]byte, 64<<10)
+		for {
+			if n, err := unix.Read(a, buf); err != nil || n == 0 {
+				return
+			}
+		}
+	}()
+	code, out, stderr := run(t, "sockets", "--netns", ns.Name, "--bpf", "off", "--no-owners", "--interval", "300ms", "--json", "--rport", strconv.Itoa(port))
+	if code != ExitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var rows []struct {
+		State   string
+		Limited *struct {
+			WindowMS float64 `json:"window_ms"`
+			Busy     float64
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &rows); err != nil || len(rows) != 1 {
+		t.Fatalf("rows %+v (%v):\n%s", rows, err, out)
+	}
+	l := rows[0].Limited
+	if l == nil || l.WindowMS < 250 || l.WindowMS > 2000 || l.Busy <= 0 {
+		t.Errorf("sender's shares %+v, want a window of about 300 ms and a busy share", l)
+	}
+	code, out, _ = run(t, "sockets", "--netns", ns.Name, "--bpf", "off", "--no-owners", "--interval", "100ms", "--rport", strconv.Itoa(port))
+	if code != ExitOK || !strings.Contains(out, "Busy") || !strings.Contains(out, "%") {
+		t.Errorf("text with --interval: exit %d\n%s", code, out)
+	}
+}
