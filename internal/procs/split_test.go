@@ -18,11 +18,9 @@ func TestScanSplitsBigProcess(t *testing.T) {
 	const n = 2*splitMin + 123
 	fds := map[int]string{}
 	for fd := range n {
-		switch {
-		case fd%7 == 0:
+		fds[fd] = "socket:[" + strconv.Itoa(100000+fd) + "]"
+		if fd%7 == 0 {
 			fds[fd] = "/dev/null"
-		default:
-			fds[fd] = "socket:[" + strconv.Itoa(100000+fd) + "]"
 		}
 	}
 	fakeProc(t, root, 42, "holder", limitsNginx, fds)
