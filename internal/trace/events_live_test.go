@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -72,6 +73,42 @@ func TestLiveResetEvent(t *testing.T) {
 	}
 	aborted, kept := fds[1], fds[3]
 	abortedLocal := localPort(t, aborted)
+	// Both connections move a byte every 2 ms, so neither is ever quiet
+	// and both are read every tick: the tick after the abort is on the
+	// record.
+	var stopAborted, stopKept atomic.Bool
+	var movers sync.WaitGroup
+	for _, m := range []struct {
+		w, r int
+		stop *atomic.Bool
+	}{{aborted, fds[2], &stopAborted}, {kept, fds[4], &stopKept}} {
+		movers.Add(2)
+		go func() {
+			defer movers.Done()
+			for !m.stop.Load() {
+				if _, err := unix.Write(m.w, []byte{1}); err != nil {
+					return
+				}
+				time.Sleep(2 * time.Millisecond)
+			}
+		}()
+		go func() {
+			defer movers.Done()
+			buf := make([]byte, 64)
+			for {
+				if n, err := unix.Read(m.r, buf); n <= 0 || err != nil {
+					return
+				}
+			}
+		}()
+	}
+	defer func() {
+		stopAborted.Store(true)
+		stopKept.Store(true)
+		unix.Shutdown(fds[2], unix.SHUT_RDWR) // ends the readers
+		unix.Shutdown(fds[4], unix.SHUT_RDWR)
+		movers.Wait()
+	}()
 
 	sink := &lockedBuffer{}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -92,16 +129,18 @@ func TestLiveResetEvent(t *testing.T) {
 				return src, src.Close, "", nil
 			}})
 	}()
-	// Loading the programs takes a while on a busy machine: wait until
-	// the four sockets are found, then for a few samples.
-	for deadline := time.Now().Add(15 * time.Second); sink.count(`{"conn":`) < 4; time.Sleep(20 * time.Millisecond) {
+	// Loading the programs and the first dump (it walks the whole host's
+	// established table) take a while on a busy machine: wait until the
+	// four sockets were found and sampled five times each.
+	for deadline := time.Now().Add(15 * time.Second); sink.count(`{"conn":`) < 4 || sink.count(`{"p":`) < 4*5; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			cancel()
 			wg.Wait()
-			t.Fatalf("the four sockets were not found in 15s: %v", traceErr)
+			t.Fatalf("the four sockets were not found and sampled in 15s: %v", traceErr)
 		}
 	}
-	time.Sleep(200 * time.Millisecond)
+	stopAborted.Store(true)
+	time.Sleep(3 * time.Millisecond) // its writer is done
 	if err := unix.SetsockoptLinger(aborted, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 0}); err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +189,7 @@ func TestLiveResetEvent(t *testing.T) {
 				break
 			}
 		}
-		t.Logf("%s at %v: last sample of its connection %v, next tick %v", ev.Kind, ev.T, last, next)
+		t.Logf("%s at %v: last sample of its connection %v (%d samples), next tick %v", ev.Kind, ev.T, last, len(x.c.Points), next)
 		if ev.T <= last || next < 0 || ev.T > next {
 			t.Errorf("%s at %v, not in the interval (%v, %v] it happened in", ev.Kind, ev.T, last, next)
 		}

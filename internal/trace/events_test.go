@@ -18,6 +18,21 @@ type fakeEvents struct {
 	unwatched   []uint64
 	queue       []bpfsource.TraceEvent
 	established uint64
+	// moved lists the cookies that moved since the last Moved call;
+	// noActivity makes Moved say it cannot tell.
+	moved      map[uint64]bool
+	noActivity bool
+	movedCalls int
+}
+
+func (f *fakeEvents) Moved(c uint64) (bool, bool) {
+	f.movedCalls++
+	if f.noActivity {
+		return false, false
+	}
+	m := f.moved[c]
+	delete(f.moved, c)
+	return m, true
 }
 
 func (f *fakeEvents) Watch(c uint64) error { f.watched[c] = true; return nil }
@@ -49,7 +64,7 @@ func TestRecordEvents(t *testing.T) {
 			Info: &snapshot.TCPInfo{Len: snapshot.SizeKnown}}
 	}
 	src := &fakeSource{socks: map[uint64]*snapshot.Socket{1: mk(1)}}
-	ev := &fakeEvents{watched: map[uint64]bool{}}
+	ev := &fakeEvents{watched: map[uint64]bool{}, moved: map[uint64]bool{}}
 	clk := &fakeClock{now: time.Unix(1000, 0)}
 	const monoStart = 50 * time.Second // the kernel clock at the start
 	mono := monoStart
@@ -77,6 +92,7 @@ func TestRecordEvents(t *testing.T) {
 			ev.queue = append(ev.queue, bpfsource.TraceEvent{Mono: mono - time.Millisecond, Cookie: 1, Kind: bpfsource.TraceResetSent, Reason: "TCP_ABORT_ON_CLOSE"},
 				bpfsource.TraceEvent{Mono: mono, Cookie: 99, Kind: bpfsource.TraceRetransmit}) // not ours
 			delete(src.socks, 1)
+			ev.moved[1] = true // the close is a state change
 		}
 	}
 	var out bytes.Buffer
@@ -152,5 +168,62 @@ func TestReadEventErrors(t *testing.T) {
 	// Version 1 files (no events) still read.
 	if _, err := Read(strings.NewReader(`{"header":{"trace":1,"interval_ns":10000000}}`)); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestRecordReadsQuietOnlyWhenMoved: with activity from the event
+// source, a quiet connection is read once a second until it moves, then
+// at the very next tick; without it, every tick.
+func TestRecordReadsQuietOnlyWhenMoved(t *testing.T) {
+	for _, noActivity := range []bool{false, true} {
+		mk := func(cookie uint64) *snapshot.Socket {
+			return &snapshot.Socket{Family: 2, State: snapshot.Established, Cookie: cookie,
+				Local: netip.MustParseAddrPort("127.0.0.1:80"), Remote: netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(1000+cookie)),
+				Info: &snapshot.TCPInfo{Len: snapshot.SizeKnown}}
+		}
+		src := &fakeSource{socks: map[uint64]*snapshot.Socket{1: mk(1), 2: mk(2)}}
+		ev := &fakeEvents{watched: map[uint64]bool{}, moved: map[uint64]bool{}, noActivity: noActivity}
+		clk := &fakeClock{now: time.Unix(1000, 0)}
+		ticks := 0
+		clk.tick = func(time.Duration) {
+			ticks++
+			if ticks == 50 { // the application writes between ticks 50 and 51
+				src.socks[1].Info.BytesAcked += 1000
+				ev.moved[1] = true
+			}
+		}
+		tr, _, err := Record(context.Background(), Config{Source: src, Interval: 10 * time.Millisecond, Duration: 2 * time.Second,
+			Now: clk.Now, Sleep: clk.Sleep, Events: ev, Mono: func() time.Duration { return 0 }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var moved, still *Conn
+		for _, c := range tr.Conns {
+			if c.Cookie == 1 {
+				moved = c
+			} else {
+				still = c
+			}
+		}
+		if noActivity {
+			if len(still.Points) != 200 {
+				t.Errorf("without activity: %d points of the quiet connection in 200 ticks, want 200", len(still.Points))
+			}
+			continue
+		}
+		// The first dump and two quiet samples, then one a second.
+		if n := len(still.Points); n < 3 || n > 6 {
+			t.Errorf("quiet connection read %d times in 2s, want 3 to 6", n)
+		}
+		var at time.Duration = -1
+		for _, p := range moved.Points {
+			if p.Acked > 0 {
+				at = p.T
+				break
+			}
+		}
+		if at != 500*time.Millisecond {
+			t.Errorf("the write was seen at %v, want 500ms (the tick after it)", at)
+		}
 	}
 }

@@ -59,6 +59,7 @@ func TestLiveSmallRcvbuf(t *testing.T) {
 	defer unix.Close(cfd)
 	defer unix.Close(sfd)
 
+	sink := &lockedBuffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var wg sync.WaitGroup
@@ -69,10 +70,18 @@ func TestLiveSmallRcvbuf(t *testing.T) {
 	go func() {
 		defer wg.Done()
 		tr, st, traceErr = Live(ctx, LiveOptions{NS: ns, Filter: sockdiag.Filter{Ports: []uint16{port}}, Interval: 10 * time.Millisecond,
-			Discover: 100 * time.Millisecond, Duration: 20 * time.Second, Now: time.Now, Sleep: checkup.Sleep})
+			Discover: 100 * time.Millisecond, Duration: 20 * time.Second, Now: time.Now, Sleep: checkup.Sleep, Sink: NewWriter(sink)})
 	}()
-	time.Sleep(300 * time.Millisecond) // discovered before the first response
-	go func() {                        // the server: one response per request
+	// Discovered before the first response: the first dump walks the
+	// host's whole established table, slow on a loaded machine.
+	for deadline := time.Now().Add(15 * time.Second); sink.count(`{"p":`) < 2*3; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			cancel()
+			wg.Wait()
+			t.Fatalf("the connection was not found and sampled in 15s: %v", traceErr)
+		}
+	}
+	go func() { // the server: one response per request
 		buf := make([]byte, size)
 		req := make([]byte, 16)
 		for range responses {

@@ -33,6 +33,10 @@ type EventSource interface {
 	// filter's ports) that entered ESTABLISHED; ok is false when it
 	// cannot tell.
 	Established() (n uint64, ok bool, err error)
+	// Moved says whether the socket was written, read, received data or
+	// changed state since the last call for it; ok is false when it
+	// cannot tell.
+	Moved(cookie uint64) (moved, ok bool)
 }
 
 // Config says what to record and how often.
@@ -52,6 +56,9 @@ type Config struct {
 	// for two samples are read every IdleEvery-th tick until they move
 	// (a transfer's start is then placed by the kernel's busy time in
 	// the longer interval). 0 or 1 reads every connection every tick.
+	// Where Events tells which sockets moved, such quiet connections are
+	// read only in the tick after they move (and once a second, or every
+	// IdleEvery-th tick if that is rarer): nothing is seen late.
 	IdleEvery int
 	// DumpShare is the share of one core discovery dumps may take: the
 	// time between dumps is their cost over it, at least one tick (new
@@ -352,11 +359,24 @@ func (r *recorder) discover(opts sockdiag.Options, t time.Duration) error {
 func (r *recorder) lookup(opts sockdiag.Options, t time.Duration) error {
 	r.tick++
 	every := r.cfg.IdleEvery
+	refresh := max(every, int(time.Second/r.cfg.Interval))
 	r.sel, r.selK = r.sel[:0], r.selK[:0]
 	for i, idx := range r.live {
-		if every <= 1 || r.quiet[idx] < 2 || (r.tick+idx)%every == 0 {
-			r.sel, r.selK = append(r.sel, i), append(r.selK, r.keys[i])
+		if r.quiet[idx] >= 2 {
+			if r.cfg.Events != nil {
+				if moved, ok := r.cfg.Events.Moved(r.keys[i].Cookie); ok {
+					if !moved && (r.tick+idx)%refresh != 0 {
+						continue
+					}
+					r.sel, r.selK = append(r.sel, i), append(r.selK, r.keys[i])
+					continue
+				}
+			}
+			if every > 1 && (r.tick+idx)%every != 0 {
+				continue
+			}
 		}
+		r.sel, r.selK = append(r.sel, i), append(r.selK, r.keys[i])
 	}
 	if len(r.sel) == 0 {
 		return nil
