@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/link"
 )
@@ -46,7 +47,11 @@ type Locks struct {
 
 // OpenSockLocks checks the kernel can run the iterator and loads it.
 // Errors that mean "cannot run here" wrap ErrNotSupported and say why.
-func OpenSockLocks() (*SockLocks, error) {
+func OpenSockLocks() (*SockLocks, error) { return openSockLocks(nil) }
+
+// openSockLocks loads with opts (tests relocate against a kernel layout
+// of their own).
+func openSockLocks(opts *ebpf.CollectionOptions) (*SockLocks, error) {
 	if !privileged() {
 		return nil, notSupported("not root (loading BPF programs needs CAP_BPF and CAP_PERFMON, or CAP_SYS_ADMIN; unprivileged BPF is usually off)")
 	}
@@ -59,7 +64,7 @@ func OpenSockLocks() (*SockLocks, error) {
 		return nil, notSupported("kernel has no iter/tcp BPF iterator (needs Linux >= 5.9): %v", err)
 	}
 	var objs socklocksObjects
-	if err := loadSocklocksObjects(&objs, nil); err != nil {
+	if err := loadSocklocksObjects(&objs, opts); err != nil {
 		return nil, loadError(fmt.Errorf("load iter/tcp: %w", err))
 	}
 	l, err := link.AttachIter(link.IterOptions{Program: objs.Socklocks})

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
 	"golang.org/x/sys/unix"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
@@ -247,4 +249,81 @@ func facts(fd int) (sockFacts, error) {
 	c, e := unix.GetsockoptUint64(fd, unix.SOL_SOCKET, unix.SO_COOKIE)
 	f.cookie = c
 	return f, errors.Join(err, e)
+}
+
+// TestSockLocksBitfield loads the program against this kernel's types
+// with sk_userlocks declared as the 4-bit bitfield older kernels have
+// (over the low bits of the byte it really is, so the memory read is the
+// same): the bitfield relocation must still give the bits getsockopt
+// reports.
+func TestSockLocksBitfield(t *testing.T) {
+	ns := testns.New(t, "lkbf")
+	kernel, err := btf.LoadKernelSpec()
+	if err != nil {
+		t.Skip(err)
+	}
+	types := kernel.Copy()
+	var sock *btf.Struct
+	if err := types.TypeByName("sock", &sock); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for i := range sock.Members {
+		m := &sock.Members[i]
+		if m.Name != "sk_userlocks" {
+			continue
+		}
+		if sz, err := btf.Sizeof(m.Type); err != nil || sz != 1 || m.BitfieldSize != 0 {
+			t.Skipf("sk_userlocks is %v (bitfield %d) here, not a byte", m.Type, m.BitfieldSize)
+		}
+		m.Type = &btf.Int{Name: "unsigned char", Size: 1, Encoding: btf.Unsigned}
+		m.BitfieldSize = 4
+		found = true
+	}
+	if !found {
+		t.Fatal("struct sock has no sk_userlocks")
+	}
+	l, err := openSockLocks(&ebpf.CollectionOptions{Programs: ebpf.ProgramOptions{KernelTypes: types}})
+	if errors.Is(err, ErrNotSupported) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = l.Close() }()
+	err = netns.Do(ns, func() error {
+		ln, err := net.Listen("tcp4", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		defer func() { _ = ln.Close() }()
+		port := ln.Addr().(*net.TCPAddr).Port
+		for _, c := range []bufCase{{snd: 16384}, {rcv: 32768}, {snd: 8192, rcv: 8192}, {}} {
+			fd, err := dialWithBuffers(port, c)
+			if err != nil {
+				return err
+			}
+			defer func() { _ = unix.Close(fd) }()
+			a, err := ln.Accept()
+			if err != nil {
+				return err
+			}
+			defer func() { _ = a.Close() }()
+			f, err := facts(fd)
+			if err != nil {
+				return err
+			}
+			got, err := l.Read()
+			if err != nil {
+				return err
+			}
+			if sl := got.ByCookie[f.cookie]; int(sl.Locks) != f.lock || int(sl.Sndbuf) != f.sndbuf {
+				return fmt.Errorf("bitfield layout: iterator says %+v, getsockopt says %+v", sl, f)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
