@@ -290,7 +290,7 @@ func (s *Source) openEventProgram(ksp *btf.Spec, ep eventProgram) error {
 			delete(spec.Programs, name)
 		}
 	}
-	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: s.shared.replacements()})
+	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: s.shared.replacements(), Cache: s.cache})
 	if err != nil {
 		return loadError(err)
 	}

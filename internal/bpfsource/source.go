@@ -93,6 +93,7 @@ type Source struct {
 	shared   sharedMaps
 	names    reasonNames
 	missing  []Missing
+	cache    *btf.Cache // used while loading
 	now      func() time.Time
 	last     time.Time
 	overflow [2]uint64
@@ -161,7 +162,9 @@ func Open(opts Options) (*Source, error) {
 	if !privileged() {
 		return nil, notSupported("not root (loading BPF programs needs CAP_BPF and CAP_PERFMON, or CAP_SYS_ADMIN; unprivileged BPF is usually off)")
 	}
-	ksp, err := btf.LoadKernelSpec()
+	// One cache of kernel BTF for every load (CO-RE relocations).
+	cache := btf.NewCache()
+	ksp, err := cache.Kernel()
 	if err != nil {
 		return nil, notSupported("no kernel BTF (/sys/kernel/btf/vmlinux): %v", err)
 	}
@@ -169,7 +172,7 @@ func Open(opts Options) (*Source, error) {
 	if now == nil {
 		now = time.Now
 	}
-	s := &Source{now: now, names: reasonNames{
+	s := &Source{now: now, cache: cache, names: reasonNames{
 		drops:  enumNames(ksp, "skb_drop_reason", "SKB_DROP_REASON_", "SKB_"),
 		resets: enumNames(ksp, "sk_rst_reason", "SK_RST_REASON_"),
 	}}
@@ -205,6 +208,7 @@ func Open(opts Options) (*Source, error) {
 		}
 		return nil, notSupported("no program loaded: %s", strings.Join(reasons, "; "))
 	}
+	s.cache = nil
 	s.last = now()
 	return s, nil
 }
@@ -245,7 +249,7 @@ func (s *Source) openLifecycle(ksp *btf.Spec, opts Options) error {
 	}
 	var objs lifecycleObjects
 	repl := map[string]*ebpf.Map{lifecycleMapEvents: s.shared.ring, lifecycleMapEvLost: s.shared.lost}
-	if err := spec.LoadAndAssign(&objs, &ebpf.CollectionOptions{MapReplacements: repl}); err != nil {
+	if err := spec.LoadAndAssign(&objs, &ebpf.CollectionOptions{MapReplacements: repl, Cache: s.cache}); err != nil {
 		return loadError(err)
 	}
 	l, err := link.AttachTracing(link.TracingOptions{Program: objs.Lifecycle, AttachType: ebpf.AttachTraceRawTp})

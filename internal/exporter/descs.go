@@ -73,6 +73,10 @@ type descs struct {
 	sourceUp, sourceDur               *prometheus.Desc
 	collectDur, diagDur, collections  *prometheus.Desc
 	lastCollect                       *prometheus.Desc
+
+	evDrops, evOverflow, evResets *prometheus.Desc
+	evRetrans, evSynRetrans       *prometheus.Desc
+	evConnects, evFailed          *prometheus.Desc
 }
 
 func newDescs() *descs {
@@ -105,6 +109,13 @@ func newDescs() *descs {
 	d.collectDur = nd("tcpdoctor_collection_duration_seconds", "Time the last collection took (every source, every namespace).")
 	d.diagDur = nd("tcpdoctor_diagnosis_duration_seconds", "Time the last diagnosis and metric preparation took.")
 	d.collections = nd("tcpdoctor_collections_total", "Collections completed since start.")
+	d.evDrops = nd("tcpdoctor_bpf_drops_total", "Packets the kernel dropped, by its drop reason (eBPF tp_btf/kfree_skb; QUEUE_PURGE and NOT_SPECIFIED, freed on every close, not counted). Absent when the program did not run.", "netns", "reason")
+	d.evOverflow = nd("tcpdoctor_bpf_listen_overflow_drops_total", "Handshakes a listener dropped because its accept queue was full (kfree_skb TCP_LISTEN_OVERFLOW with the listener), first Top listeners, the rest under listener=\"other\".", "netns", "listener")
+	d.evResets = nd("tcpdoctor_bpf_resets_total", "TCP resets sent and received (eBPF tp_btf/tcp_send_reset, tcp_receive_reset); reason is the kernel's sk_rst_reason for sent ones (TCP_STATE: close() with SO_LINGER 0), empty for received.", "netns", "direction", "reason")
+	d.evRetrans = nd("tcpdoctor_bpf_retransmits_total", "Data segments retransmitted, connections closed between collections included (eBPF tp_btf/tcp_retransmit_skb).", "netns")
+	d.evSynRetrans = nd("tcpdoctor_bpf_syn_retransmits_total", "SYNs retransmitted because nobody answered (the client side of a full accept queue), first Top destinations, the rest under dst=\"other\".", "netns", "dst")
+	d.evConnects = nd("tcpdoctor_bpf_connects_total", "connect() calls, failed ones included (eBPF tp_btf/inet_sock_set_state CLOSE->SYN_SENT).", "netns")
+	d.evFailed = nd("tcpdoctor_bpf_failed_connects_total", "connect() calls that failed, by errno (EADDRNOTAVAIL: no free ephemeral port), first Top destinations, the rest under dst=\"other\".", "netns", "errno", "dst")
 	d.lastCollect = nd("tcpdoctor_last_collection_timestamp_seconds", "When the newest snapshot was taken, Unix time.")
 	return d
 }

@@ -49,6 +49,8 @@ type Exporter struct {
 	mu          sync.Mutex
 	last        map[string]*snapshot.Snapshot
 	collections int64
+	// events adds up each namespace's eBPF counts (forgotten with it).
+	events map[string]*eventTotals
 
 	view atomic.Pointer[view]
 }
@@ -61,7 +63,7 @@ func New(opts Options) *Exporter {
 	if opts.Clock == nil {
 		opts.Clock = time.Now
 	}
-	x := &Exporter{opts: opts, d: newDescs(), last: map[string]*snapshot.Snapshot{}}
+	x := &Exporter{opts: opts, d: newDescs(), last: map[string]*snapshot.Snapshot{}, events: map[string]*eventTotals{}}
 	x.view.Store(&view{})
 	return x
 }
@@ -139,6 +141,16 @@ func (x *Exporter) Update(snaps []*snapshot.Snapshot, collectTook time.Duration)
 			newest = cur.Taken
 		}
 		x.addSnapshot(b, cur)
+		if cur.Events != nil {
+			t := x.events[ns]
+			if t == nil {
+				t = newEventTotals()
+				x.events[ns] = t
+			}
+			t.add(cur.Events, x.opts.Top)
+			t.expire(listening(cur))
+			x.addEvents(b, ns, cur.Events, t)
+		}
 		prev := x.last[ns]
 		if prev == nil || !cur.Taken.After(prev.Taken) || prev.Netns.Inode != cur.Netns.Inode {
 			// First sample, the clock went backwards, or the name now
@@ -167,6 +179,11 @@ func (x *Exporter) Update(snaps []*snapshot.Snapshot, collectTook time.Duration)
 		}
 	}
 	x.last = next
+	for ns := range x.events {
+		if next[ns] == nil {
+			delete(x.events, ns)
+		}
+	}
 	b.add(d.collectDur, prometheus.GaugeValue, collectTook.Seconds())
 	b.add(d.collections, prometheus.CounterValue, float64(x.collections))
 	if !newest.IsZero() {
