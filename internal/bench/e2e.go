@@ -112,7 +112,10 @@ type SizeResult struct {
 	Base     KernelMem
 	LoadFrom string // /proc/loadavg before and after the rows
 	LoadTo   string
-	Rows     []Row
+	// Files is the host's open files (fs/file-nr) before the rows: the
+	// owner walks of sockets and ss -p read every one.
+	Files int64
+	Rows  []Row
 }
 
 // KernelMem is the kernel memory that grows with sockets: /proc/meminfo
@@ -173,6 +176,7 @@ func EndToEnd(ctx context.Context, o E2EOptions) (*E2EResult, error) {
 			return nil, err
 		}
 		sr.LoadFrom = loadavg(o.ProcRoot)
+		sr.Files = openFiles(o.ProcRoot)
 		for _, c := range cmds {
 			if err := ctx.Err(); err != nil {
 				return nil, err
@@ -519,4 +523,19 @@ func loadavg(procRoot string) string {
 		return "?"
 	}
 	return strings.Join(f[:3], " ")
+}
+
+// openFiles is the first field of fs/file-nr: file handles allocated on
+// the host, 0 if unreadable.
+func openFiles(procRoot string) int64 {
+	b, err := os.ReadFile(procRoot + "/sys/fs/file-nr")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	n, _ := strconv.ParseInt(f[0], 10, 64)
+	return n
 }
