@@ -72,7 +72,11 @@ func chromium(t *testing.T) string {
 }
 
 // TestHTMLInChromium renders the page in headless chromium: no script
-// errors, every plot drawn with data, a screenshot that is not blank.
+// errors, every plot drawn with data and its event markers, a screenshot
+// that is not blank. CI installs chromium (.ci/run) and runs as root, so
+// the browser runs without its sandbox (--no-sandbox; it refuses root
+// otherwise) and with /tmp for shared memory (a container's /dev/shm is
+// small).
 func TestHTMLInChromium(t *testing.T) {
 	bin := chromium(t)
 	tr, ts := pageTrace()
@@ -86,7 +90,7 @@ func TestHTMLInChromium(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
-	args := []string{"--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-extensions",
+	args := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run", "--disable-extensions",
 		"--user-data-dir=" + filepath.Join(dir, "profile"), "--virtual-time-budget=5000", "--window-size=1280,2400"}
 	run := func(extra ...string) []byte {
 		cmd := exec.Command(bin, append(args, extra...)...)
