@@ -108,8 +108,12 @@ func Unreachable(ns snapshot.Netns, taken time.Time, err error) *snapshot.Snapsh
 func (c *Collector) dump(s *snapshot.Snapshot) {
 	start := time.Now()
 	s.Sockets = make([]snapshot.Socket, 0, expectedSockets(s))
+	// The decoder's socket is reused (nothing allocated per socket) and
+	// copied into the snapshot; one walk of the kernel's tables serves
+	// both families.
 	var st snapshot.Store
-	err := sockdiag.Dump(sockdiag.Options{States: c.Opts.States, Info: true, Mem: true}, func(sk *snapshot.Socket) error {
+	opts := sockdiag.Options{States: c.Opts.States, Info: true, Mem: true, Reuse: true, OneWalk: true}
+	err := sockdiag.Dump(opts, func(sk *snapshot.Socket) error {
 		s.Sockets = append(s.Sockets, st.Keep(sk))
 		return nil
 	})
