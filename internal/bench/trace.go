@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/tcpdoctor/tcpdoctor/internal/bpfsource"
 	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/sockdiag"
@@ -26,6 +27,9 @@ type TraceOptions struct {
 	GoTimers bool
 	// IdleEvery is trace's --idle-every (the traced connections are idle).
 	IdleEvery int
+	// BPF loads trace's eBPF events (bpfsource.OpenTrace), which also
+	// spares the discovery dumps while no connection is established.
+	BPF bool
 }
 
 func (o TraceOptions) sleep() func(context.Context, time.Duration) error {
@@ -40,6 +44,7 @@ type TraceResult struct {
 	Sockets, Matched int // sockets in the namespace, traced sockets seen
 	Rate             int
 	Wall, CPU        time.Duration // wall time recording, CPU time of this process meanwhile
+	User, System     time.Duration // CPU split: system is the kernel's work for our requests
 	Stats            trace.Stats
 	// DumpCost is the mean time of one discovery dump.
 	DumpCost time.Duration
@@ -110,12 +115,29 @@ func Trace(ctx context.Context, o TraceOptions) (*TraceResult, error) {
 		fmt.Fprintf(o.Progress, "tcpdoctor: bench: tracing %d sockets on port %d at %d/s for %s...\n", o.Matched, port, o.Rate, o.Duration)
 	}
 	var before, after unix.Rusage
+	lo := trace.LiveOptions{NS: sp.ns, Filter: sockdiag.Filter{Ports: []uint16{port}},
+		Interval: time.Second / time.Duration(o.Rate), Duration: o.Duration, IdleEvery: o.IdleEvery, Now: time.Now, Sleep: o.sleep()}
+	if o.BPF {
+		// Loaded before the CPU is counted: parsing the kernel's BTF and
+		// loading the programs is a one-off of a few hundred ms.
+		var st unix.Stat_t
+		if err := unix.Stat(sp.ns.Path, &st); err != nil {
+			return nil, fmt.Errorf("bench: netns inode: %w", err)
+		}
+		t, err := bpfsource.OpenTrace(bpfsource.TraceOptions{Netns: st.Ino, Ports: []uint16{port}})
+		if err != nil {
+			return nil, fmt.Errorf("bench: --bpf: %w", err)
+		}
+		defer t.Close()
+		lo.OpenEvents = func(uint64, []uint16) (trace.EventSource, func() error, string, error) {
+			return t, func() error { return nil }, "", nil
+		}
+	}
 	if err := unix.Getrusage(unix.RUSAGE_SELF, &before); err != nil {
 		return nil, err
 	}
 	start := time.Now()
-	tr, st, err := trace.Live(ctx, trace.LiveOptions{NS: sp.ns, Filter: sockdiag.Filter{Ports: []uint16{port}},
-		Interval: time.Second / time.Duration(o.Rate), Duration: o.Duration, IdleEvery: o.IdleEvery, Now: time.Now, Sleep: o.sleep()})
+	tr, st, err := trace.Live(ctx, lo)
 	if err != nil {
 		return nil, err
 	}
@@ -123,8 +145,9 @@ func Trace(ctx context.Context, o TraceOptions) (*TraceResult, error) {
 	if err := unix.Getrusage(unix.RUSAGE_SELF, &after); err != nil {
 		return nil, err
 	}
-	cpu := tv(after.Utime) + tv(after.Stime) - tv(before.Utime) - tv(before.Stime)
-	res := &TraceResult{Sockets: 2*max(o.Others, 1) + o.Matched, Matched: len(tr.Conns), Rate: o.Rate, Wall: wall, CPU: cpu, Stats: st}
+	user, sys := tv(after.Utime)-tv(before.Utime), tv(after.Stime)-tv(before.Stime)
+	res := &TraceResult{Sockets: 2*max(o.Others, 1) + o.Matched, Matched: len(tr.Conns), Rate: o.Rate, Wall: wall, CPU: user + sys,
+		User: user, System: sys, Stats: st}
 	if st.Dumps > 0 {
 		res.DumpCost = st.DumpTime / time.Duration(st.Dumps)
 	}

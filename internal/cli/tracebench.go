@@ -35,8 +35,15 @@ func newTraceBenchCmd(e *Env) *cobra.Command {
 			fmt.Fprintf(tw, "samples\t%d at %d/s over %s\t%d dumps (mean %s), %d lookup rounds, %d ticks missed\n", res.Stats.Ticks, res.Rate,
 				res.Wall.Round(time.Millisecond), res.Stats.Dumps, us(res.DumpCost), res.Stats.Lookups, res.Stats.Missed)
 			fmt.Fprintf(tw, "CPU\t%s of one core\t(%s user+system over %s)\n", units.Pct(res.Share()), res.CPU.Round(time.Millisecond), res.Wall.Round(time.Millisecond))
-			fmt.Fprintf(tw, "CPU (precise)\t%.2f%%\n", 100*res.Share())
+			fmt.Fprintf(tw, "CPU (precise)\t%.2f%%\t(user %.2f%%, system %.2f%%; discovery dumps took %.2f%% of the wall time)\n", 100*res.Share(),
+				100*res.User.Seconds()/res.Wall.Seconds(), 100*res.System.Seconds()/res.Wall.Seconds(), 100*res.Stats.DumpTime.Seconds()/res.Wall.Seconds())
+			if o.BPF {
+				fmt.Fprintf(tw, "eBPF\tevents on\t%d ticks skipped a due dump (nothing established), %d events\n", res.Stats.DumpsSkipped, res.Stats.Events)
+			}
 			fmt.Fprintf(tw, "tick lateness\tmedian %s\tp99 %s\tmax %s\n", us(p50), us(p99), us(worst))
+			if load, err := os.ReadFile("/proc/loadavg"); err == nil {
+				fmt.Fprintf(tw, "loadavg\t%s", load) // the figures are only as quiet as the machine
+			}
 			return tw.Flush()
 		},
 	}
@@ -46,6 +53,7 @@ func newTraceBenchCmd(e *Env) *cobra.Command {
 	fs.IntVar(&o.Rate, "rate", 100, "samples per second")
 	fs.DurationVar(&o.Duration, "duration", 20*time.Second, "how long to record")
 	fs.IntVar(&o.IdleEvery, "idle-every", 1, "trace's --idle-every: 1 reads every traced connection every sample (the default); they are idle, so 10 reads them at a tenth of the rate")
+	fs.BoolVar(&o.BPF, "bpf", false, "load trace's eBPF events (as tcpdoctor trace does where they load): discovery dumps are skipped while no connection is established")
 	fs.BoolVar(&o.GoTimers, "go-timers", false, "sleep between samples with Go's timers (as tcpdoctor trace does) instead of nanosleep")
 	return cmd
 }
