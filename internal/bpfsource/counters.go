@@ -302,6 +302,7 @@ func (s *Source) openEventProgram(ksp *btf.Spec, ep eventProgram) error {
 		return loadError(fmt.Errorf("attach tp_btf/%s: %w", ep.tracepoint, err))
 	}
 	s.progs = append(s.progs, prog)
+	s.progNames = append(s.progNames, ep.tracepoint)
 	s.links = append(s.links, l)
 	return nil
 }

@@ -85,19 +85,20 @@ func (o *Options) wants(prog string) bool {
 // concurrent use; Events runs beside it, and Close may be called from any
 // goroutine.
 type Source struct {
-	life     *lifecycleObjects // nil when inet_sock_set_state did not load
-	lifeLink link.Link
-	progs    []*ebpf.Program // events.c programs, one per tracepoint
-	links    []link.Link
-	attached int
-	shared   sharedMaps
-	names    reasonNames
-	missing  []Missing
-	cache    *btf.Cache // used while loading
-	now      func() time.Time
-	last     time.Time
-	overflow [2]uint64
-	lost     [lostSlots]uint64
+	life      *lifecycleObjects // nil when inet_sock_set_state did not load
+	lifeLink  link.Link
+	progs     []*ebpf.Program // events.c programs, one per tracepoint
+	progNames []string        // their tracepoints
+	links     []link.Link
+	attached  int
+	shared    sharedMaps
+	names     reasonNames
+	missing   []Missing
+	cache     *btf.Cache // used while loading
+	now       func() time.Time
+	last      time.Time
+	overflow  [2]uint64
+	lost      [lostSlots]uint64
 
 	mu        sync.Mutex
 	reader    *ringbuf.Reader
@@ -450,21 +451,23 @@ func cString(b []byte) string {
 	return string(b)
 }
 
-// runStats sums the kernel's run-time statistics of every attached
-// program (they count only while ebpf.EnableStats is on).
-func (s *Source) runStats() (*ebpf.ProgramStats, error) {
-	progs := slices.Clone(s.progs)
-	if s.life != nil {
-		progs = append(progs, s.life.Lifecycle)
+// runStats returns the kernel's run-time statistics of every attached
+// program by tracepoint (they count only while ebpf.EnableStats is on).
+func (s *Source) runStats() (map[string]*ebpf.ProgramStats, error) {
+	progs := map[string]*ebpf.Program{}
+	for i, p := range s.progs {
+		progs[s.progNames[i]] = p
 	}
-	var sum ebpf.ProgramStats
-	for _, p := range progs {
+	if s.life != nil {
+		progs["inet_sock_set_state"] = s.life.Lifecycle
+	}
+	out := map[string]*ebpf.ProgramStats{}
+	for name, p := range progs {
 		st, err := p.Stats()
 		if err != nil {
 			return nil, err
 		}
-		sum.RunCount += st.RunCount
-		sum.Runtime += st.Runtime
+		out[name] = st
 	}
-	return &sum, nil
+	return out, nil
 }
