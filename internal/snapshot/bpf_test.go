@@ -14,7 +14,13 @@ func TestEventsRoundTrip(t *testing.T) {
 	s := &Snapshot{Taken: t0, Netns: Netns{Name: "host"}, Events: &Events{Since: t0.Add(-5 * time.Second), Until: t0, Lost: 1, Flows: []EventFlow{
 		{Pid: 812, Command: "nginx", Remote: netip.MustParseAddrPort("10.0.0.5:8080"), Opens: 500, FailedPorts: 412, Ended: 88, Lifetime: time.Second},
 		{Pid: 812, Command: "nginx", Remote: netip.MustParseAddrPort("0.0.0.0:0"), LocalPort: 443, ActiveCloses: 7},
-	}}}
+	},
+		Drops: []EventDrop{{Reason: "NO_SOCKET", Count: 3}, {Reason: "TCP_LISTEN_OVERFLOW", Listener: netip.MustParseAddrPort("0.0.0.0:8080"), Count: 380}},
+		Resets: []EventReset{{Sent: true, Reason: "TCP_STATE", Remote: netip.MustParseAddrPort("10.0.0.5:8080"), Count: 7},
+			{Remote: netip.MustParseAddrPort("10.0.0.9:0"), LocalPort: 443, Count: 2}},
+		Retransmits: []EventRetransmit{{Remote: netip.MustParseAddrPort("10.0.0.5:8080"), SYN: true, Count: 4}},
+		Missing:     []EventProgram{{Program: ProgResetsReceived, Reason: "kernel has no tcp_receive_reset tracepoint"}},
+	}}
 	var buf bytes.Buffer
 	w, err := NewWriter(&buf, "test")
 	if err != nil {
@@ -29,6 +35,9 @@ func TestEventsRoundTrip(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got[0].Events, s.Events) {
 		t.Errorf("events = %+v, want %+v", got[0].Events, s.Events)
+	}
+	if got[0].Events.Has(ProgResetsReceived) || !got[0].Events.Has(ProgDrops) || (*Events)(nil).Has(ProgDrops) {
+		t.Error("Has wrong")
 	}
 	if !got[0].Events.Flows[1].Accepted() || got[0].Events.Flows[0].Accepted() {
 		t.Error("Accepted() wrong")
