@@ -287,6 +287,19 @@ func (t *Tracer) setProgram(name string, p *ebpf.Program) {
 	}
 }
 
+// programs lists the attached programs by name.
+func (t *Tracer) programs() map[string]*ebpf.Program {
+	m := map[string]*ebpf.Program{}
+	for name, p := range map[string]*ebpf.Program{"trace_retransmit": t.objs.TraceRetransmit, "trace_rcv_space": t.objs.TraceRcvSpace,
+		"trace_reset_sent": t.objs.TraceResetSent, "trace_reset_received": t.objs.TraceResetReceived, "trace_state": t.objs.TraceState,
+		"trace_send": t.objs.TraceSend, "trace_data_ready": t.objs.TraceDataReady} {
+		if p != nil {
+			m[name] = p
+		}
+	}
+	return m
+}
+
 // Missing lists the programs that did not load or attach, and why.
 func (t *Tracer) Missing() []Missing { return append([]Missing(nil), t.missing...) }
 

@@ -49,10 +49,15 @@
 
 #pragma clang attribute push(__attribute__((preserve_access_index)), apply_to = record)
 
+struct atomic64___tr {
+	__s64 counter;
+};
+
 struct sock_common___tr {
 	__be16 skc_dport;
 	__u16 skc_num;
 	possible_net_t skc_net;
+	struct atomic64___tr skc_cookie;
 };
 
 struct sock___tr {
@@ -69,7 +74,6 @@ struct tcp_sock___tr {
 
 static void *(*bpf_map_lookup_elem)(void *map, const void *key) = (void *)1;
 static __u64 (*bpf_ktime_get_ns)(void) = (void *)5;
-static __u64 (*bpf_get_socket_cookie)(void *sk) = (void *)46;
 static void *(*bpf_skc_to_tcp_sock)(void *sk) = (void *)137;
 static void *(*bpf_ringbuf_reserve)(void *ringbuf, __u64 size, __u64 flags) = (void *)131;
 static void (*bpf_ringbuf_submit)(void *data, __u64 flags) = (void *)132;
@@ -130,12 +134,16 @@ static void moved(struct watched_val *w)
 		__sync_fetch_and_add(n, 1);
 }
 
-/* watched_sk is the watched entry of sk, or NULL. */
+/* watched_sk is the watched entry of sk, or NULL. The cookie is read,
+ * not made: a socket nobody asked the cookie of (0) is not traced, and
+ * the hooks on every write and receive of the host stay cheap. */
 static struct watched_val *watched_sk(void *sk, __u64 *cookie)
 {
 	if (!sk)
 		return 0;
-	*cookie = bpf_get_socket_cookie(sk);
+	*cookie = ((struct sock___tr *)sk)->__sk_common.skc_cookie.counter;
+	if (!*cookie)
+		return 0;
 	return bpf_map_lookup_elem(&watched, cookie);
 }
 
