@@ -119,12 +119,12 @@ func (n *reasonNames) dropValue(name string) (uint32, bool) {
 // sharedMaps are created once and handed to every program: the ring of
 // events, the lost counters and the counting maps of events.c.
 type sharedMaps struct {
-	ring, lost, drops, retrans, resets *ebpf.Map
+	ring, lost, stream, drops, retrans, resets *ebpf.Map
 }
 
 func (m *sharedMaps) close() error {
 	var errs []error
-	for _, mp := range []*ebpf.Map{m.ring, m.lost, m.drops, m.retrans, m.resets} {
+	for _, mp := range []*ebpf.Map{m.ring, m.lost, m.stream, m.drops, m.retrans, m.resets} {
 		if mp != nil {
 			errs = append(errs, mp.Close())
 		}
@@ -137,7 +137,8 @@ func newSharedMaps(spec *ebpf.CollectionSpec) (sharedMaps, error) {
 	for _, x := range []struct {
 		name string
 		dst  **ebpf.Map
-	}{{eventsMapEvents, &m.ring}, {eventsMapEvLost, &m.lost}, {eventsMapDrops, &m.drops}, {eventsMapRetrans, &m.retrans}, {eventsMapResets, &m.resets}} {
+	}{{eventsMapEvents, &m.ring}, {eventsMapEvLost, &m.lost}, {eventsMapEvStream, &m.stream},
+		{eventsMapDrops, &m.drops}, {eventsMapRetrans, &m.retrans}, {eventsMapResets, &m.resets}} {
 		mp, err := ebpf.NewMap(spec.Maps[x.name])
 		if err != nil {
 			_ = m.close()
@@ -150,7 +151,7 @@ func newSharedMaps(spec *ebpf.CollectionSpec) (sharedMaps, error) {
 
 func (m *sharedMaps) replacements() map[string]*ebpf.Map {
 	return map[string]*ebpf.Map{
-		eventsMapEvents: m.ring, eventsMapEvLost: m.lost,
+		eventsMapEvents: m.ring, eventsMapEvLost: m.lost, eventsMapEvStream: m.stream,
 		eventsMapDrops: m.drops, eventsMapRetrans: m.retrans, eventsMapResets: m.resets,
 	}
 }

@@ -168,6 +168,11 @@ func (s *Source) Events(ctx context.Context) (<-chan Event, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bpfsource: events: %w", err)
 	}
+	// The programs fill the ring only while a stream runs.
+	if err := s.shared.stream.Put(uint32(0), uint32(1)); err != nil {
+		_ = rd.Close()
+		return nil, fmt.Errorf("bpfsource: events: %w", err)
+	}
 	s.reader = rd
 	d := &decoder{names: &s.names, wall: s.wallClock()}
 	ch := make(chan Event, 256)
@@ -204,6 +209,7 @@ func (s *Source) stopReader(rd *ringbuf.Reader) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.reader == rd {
+		_ = s.shared.stream.Put(uint32(0), uint32(0))
 		_ = rd.Close()
 		s.reader = nil
 	}

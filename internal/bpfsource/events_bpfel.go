@@ -58,6 +58,7 @@ type eventsPeerKey struct {
 const (
 	eventsMapDrops              = "drops"
 	eventsMapEvLost             = "ev_lost"
+	eventsMapEvStream           = "ev_stream"
 	eventsMapEvents             = "events"
 	eventsMapResets             = "resets"
 	eventsMapRetrans            = "retrans"
@@ -128,11 +129,12 @@ type eventsProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type eventsMapSpecs struct {
-	Drops   *ebpf.MapSpec `ebpf:"drops"`
-	EvLost  *ebpf.MapSpec `ebpf:"ev_lost"`
-	Events  *ebpf.MapSpec `ebpf:"events"`
-	Resets  *ebpf.MapSpec `ebpf:"resets"`
-	Retrans *ebpf.MapSpec `ebpf:"retrans"`
+	Drops    *ebpf.MapSpec `ebpf:"drops"`
+	EvLost   *ebpf.MapSpec `ebpf:"ev_lost"`
+	EvStream *ebpf.MapSpec `ebpf:"ev_stream"`
+	Events   *ebpf.MapSpec `ebpf:"events"`
+	Resets   *ebpf.MapSpec `ebpf:"resets"`
+	Retrans  *ebpf.MapSpec `ebpf:"retrans"`
 }
 
 // eventsVariableSpecs contains global variables before they are loaded into the kernel.
@@ -170,17 +172,19 @@ func (o *eventsObjects) Close() error {
 //
 // It can be passed to loadEventsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type eventsMaps struct {
-	Drops   *ebpf.Map `ebpf:"drops"`
-	EvLost  *ebpf.Map `ebpf:"ev_lost"`
-	Events  *ebpf.Map `ebpf:"events"`
-	Resets  *ebpf.Map `ebpf:"resets"`
-	Retrans *ebpf.Map `ebpf:"retrans"`
+	Drops    *ebpf.Map `ebpf:"drops"`
+	EvLost   *ebpf.Map `ebpf:"ev_lost"`
+	EvStream *ebpf.Map `ebpf:"ev_stream"`
+	Events   *ebpf.Map `ebpf:"events"`
+	Resets   *ebpf.Map `ebpf:"resets"`
+	Retrans  *ebpf.Map `ebpf:"retrans"`
 }
 
 func (m *eventsMaps) Close() error {
 	return _EventsClose(
 		m.Drops,
 		m.EvLost,
+		m.EvStream,
 		m.Events,
 		m.Resets,
 		m.Retrans,

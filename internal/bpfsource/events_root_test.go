@@ -415,3 +415,55 @@ func TestRetransmitsPerPeer(t *testing.T) {
 		t.Errorf("retransmits counted in the receiver's namespace: %+v", r.Retransmits[b.Inode])
 	}
 }
+
+// TestNoRingWithoutStream: without a running Events stream the programs
+// put nothing in the ring (check and serve pay nothing for it); the
+// counters still count.
+func TestNoRingWithoutStream(t *testing.T) {
+	src := openAll(t)
+	ns := testns.New(t, "bpfnostream")
+	err := netns.Do(ns, func() error {
+		ln, err := net.Listen("tcp4", "127.0.0.1:8080")
+		if err != nil {
+			return err
+		}
+		defer func() { _ = ln.Close() }()
+		c, err := net.Dial("tcp4", "127.0.0.1:8080")
+		if err != nil {
+			return err
+		}
+		sc, err := ln.Accept()
+		if err != nil {
+			return err
+		}
+		defer func() { _ = sc.Close() }()
+		_ = c.(*net.TCPConn).SetLinger(0)
+		return c.Close()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch, err := src.Events(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := collectEvents(t, ch, ns.Inode, 300*time.Millisecond, func([]Event) bool { return false }); len(got) != 0 {
+		t.Errorf("events from before the stream started: %+v", got)
+	}
+	r, err := src.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sent uint64
+	for _, rs := range r.Resets[ns.Inode] {
+		if rs.Sent {
+			sent += rs.Count
+		}
+	}
+	if sent != 1 || r.LostEvents != 0 {
+		t.Errorf("%d resets sent counted (want 1), %d ring events lost (want 0)", sent, r.LostEvents)
+	}
+}

@@ -47,6 +47,7 @@ type lifecycleOpenConn struct {
 const (
 	lifecycleMapConns          = "conns"
 	lifecycleMapEvLost         = "ev_lost"
+	lifecycleMapEvStream       = "ev_stream"
 	lifecycleMapEvents         = "events"
 	lifecycleMapFlows          = "flows"
 	lifecycleMapOverflow       = "overflow"
@@ -109,6 +110,7 @@ type lifecycleProgramSpecs struct {
 type lifecycleMapSpecs struct {
 	Conns    *ebpf.MapSpec `ebpf:"conns"`
 	EvLost   *ebpf.MapSpec `ebpf:"ev_lost"`
+	EvStream *ebpf.MapSpec `ebpf:"ev_stream"`
 	Events   *ebpf.MapSpec `ebpf:"events"`
 	Flows    *ebpf.MapSpec `ebpf:"flows"`
 	Overflow *ebpf.MapSpec `ebpf:"overflow"`
@@ -147,6 +149,7 @@ func (o *lifecycleObjects) Close() error {
 type lifecycleMaps struct {
 	Conns    *ebpf.Map `ebpf:"conns"`
 	EvLost   *ebpf.Map `ebpf:"ev_lost"`
+	EvStream *ebpf.Map `ebpf:"ev_stream"`
 	Events   *ebpf.Map `ebpf:"events"`
 	Flows    *ebpf.Map `ebpf:"flows"`
 	Overflow *ebpf.Map `ebpf:"overflow"`
@@ -156,6 +159,7 @@ func (m *lifecycleMaps) Close() error {
 	return _LifecycleClose(
 		m.Conns,
 		m.EvLost,
+		m.EvStream,
 		m.Events,
 		m.Flows,
 		m.Overflow,

@@ -249,7 +249,7 @@ func (s *Source) openLifecycle(ksp *btf.Spec, opts Options) error {
 		return fmt.Errorf("bpfsource: %w", err)
 	}
 	var objs lifecycleObjects
-	repl := map[string]*ebpf.Map{lifecycleMapEvents: s.shared.ring, lifecycleMapEvLost: s.shared.lost}
+	repl := map[string]*ebpf.Map{lifecycleMapEvents: s.shared.ring, lifecycleMapEvLost: s.shared.lost, lifecycleMapEvStream: s.shared.stream}
 	if err := spec.LoadAndAssign(&objs, &ebpf.CollectionOptions{MapReplacements: repl, Cache: s.cache}); err != nil {
 		return loadError(err)
 	}

@@ -55,6 +55,16 @@ struct {
 	__type(value, __u64);
 } ev_lost SEC(".maps");
 
+/* ev_stream[0] is 1 while user space reads the ring (Source.Events):
+ * without a reader nothing is reserved, so check and serve pay nothing
+ * for the ring and a full ring never forces wakeups. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} ev_stream SEC(".maps");
+
 const struct event *unused_event __attribute__((unused));
 
 static void count_lost(__u32 i)
@@ -64,10 +74,14 @@ static void count_lost(__u32 i)
 		__sync_fetch_and_add(n, 1);
 }
 
-/* A zeroed event stamped with the time, or NULL (counted) when the ring
- * is full. */
+/* A zeroed event stamped with the time; NULL when nobody streams, or
+ * (counted) when the ring is full. */
 static struct event *reserve(void)
 {
+	__u32 zero = 0;
+	__u32 *on = bpf_map_lookup_elem(&ev_stream, &zero);
+	if (!on || !*on)
+		return 0;
 	struct event *e = bpf_ringbuf_reserve(&events, sizeof(struct event), 0);
 	if (!e) {
 		count_lost(LOST_RING);

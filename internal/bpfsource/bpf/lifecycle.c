@@ -177,11 +177,14 @@ int lifecycle(__u64 *ctx)
 	int oldstate = (int)ctx[1];
 	int newstate = (int)ctx[2];
 
-	/* The transitions counted; most others return here. */
+	/* The transitions counted; every other one returns here without
+	 * reading the socket (without track_lifetimes, two of a connection's
+	 * eight or so state changes get past this). */
 	int open = oldstate == TCP_CLOSE && newstate == TCP_SYN_SENT;
 	int active = oldstate == TCP_ESTABLISHED && newstate == TCP_FIN_WAIT1;
 	int passive = oldstate == TCP_ESTABLISHED && newstate == TCP_CLOSE_WAIT;
-	if (!open && !active && !passive && newstate != TCP_CLOSE)
+	int failed = oldstate == TCP_SYN_SENT && newstate == TCP_CLOSE;
+	if (!open && !active && !failed && (!track_lifetimes || (!passive && newstate != TCP_CLOSE)))
 		return 0;
 	if (!sk || sk->sk_protocol != IPPROTO_TCP)
 		return 0;
@@ -222,7 +225,7 @@ int lifecycle(__u64 *ctx)
 		return 0;
 	}
 	/* The connect() failure needs no storage. */
-	if (newstate == TCP_CLOSE && oldstate == TCP_SYN_SENT && sk->__sk_common.skc_num == 0) {
+	if (failed && sk->__sk_common.skc_num == 0) {
 		/* The port allocation failed inside connect(): the caller's
 		 * context, so pid and comm are the caller's. */
 		struct flow_key k = {};
