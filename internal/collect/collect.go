@@ -139,7 +139,11 @@ func expectedSockets(s *snapshot.Snapshot) int {
 // unique host-wide.
 func (c *Collector) attachOwners(snaps []*snapshot.Snapshot) *procs.Owners {
 	start := time.Now()
-	want := make(map[uint32]struct{})
+	n := 0
+	for _, s := range snaps {
+		n += len(s.Sockets)
+	}
+	want := make(map[uint32]struct{}, n)
 	for _, s := range snaps {
 		for i := range s.Sockets {
 			if ino := s.Sockets[i].Inode; ino != 0 {
