@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"text/tabwriter"
 	"time"
 
@@ -98,6 +99,10 @@ func (o *bpfOpts) openSome(e *Env, src *sourceOpts, events, locks bool) (bpfSet,
 			evErr = err
 		} else {
 			set.events = s
+			for _, m := range s.Missing() {
+				// The others run; what this one counts is unknown in findings.
+				e.progress("note: eBPF program on %s off: %s", m.Program, m.Reason)
+			}
 			closers = append(closers, s.Close)
 		}
 	}
@@ -184,6 +189,68 @@ func printEvents(w io.Writer, ss []series, flt *socketFilter) {
 			}
 			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%s\t%d\t%d\t%d\t%s\n", sr.Netns, f.Pid, f.Command, remote,
 				f.Opens, rate, f.FailedPorts, f.ActiveCloses, f.PeerCloses, life)
+		}
+	}
+	_ = tw.Flush()
+	printKernelEvents(w, ss, flt)
+}
+
+// printKernelEvents lists the drops, resets and retransmits the eBPF
+// source counted between the samples (--pid does not apply: they happen
+// in the kernel, not in a process's own context).
+func printKernelEvents(w io.Writer, ss []series, flt *socketFilter) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	header := false
+	row := func(ns, what, reason, where string, n uint64, rport, lport int) {
+		if (flt.rport != 0 && rport != flt.rport) || (flt.lport != 0 && lport != flt.lport) ||
+			(flt.port != 0 && rport != flt.port && lport != flt.port) {
+			return
+		}
+		if !header {
+			fmt.Fprintln(w, "\ndrops, resets and retransmits between the samples (eBPF):")
+			fmt.Fprintln(tw, "NETNS\tEVENT\tREASON\tPEER OR LISTENER\tCOUNT")
+			header = true
+		}
+		if reason == "" {
+			reason = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\n", ns, what, reason, where, n)
+	}
+	peer := func(remote netip.AddrPort, lport uint16) string {
+		if lport != 0 && remote.Port() == 0 {
+			return fmt.Sprintf("%v on :%d", remote.Addr(), lport)
+		}
+		return remote.String()
+	}
+	for _, sr := range ss {
+		_, cur := sr.Window()
+		ev := cur.Events
+		if ev == nil || flt.pid != 0 {
+			continue
+		}
+		for _, d := range ev.Drops {
+			where, lport := "-", 0
+			if d.Listener.IsValid() {
+				where, lport = "listener "+d.Listener.String(), int(d.Listener.Port())
+			}
+			row(sr.Netns, "drop", d.Reason, where, d.Count, 0, lport)
+		}
+		for _, r := range ev.Resets {
+			what := "reset received"
+			if r.Sent {
+				what = "reset sent"
+			}
+			row(sr.Netns, what, r.Reason, peer(r.Remote, r.LocalPort), r.Count, int(r.Remote.Port()), int(r.LocalPort))
+		}
+		for _, r := range ev.Retransmits {
+			what := "retransmit"
+			if r.SYN {
+				what = "SYN retransmit"
+			}
+			row(sr.Netns, what, "", peer(r.Remote, r.LocalPort), r.Count, int(r.Remote.Port()), int(r.LocalPort))
+		}
+		for _, m := range ev.Missing {
+			fmt.Fprintf(w, "(eBPF program on %s did not run: %s)\n", m.Program, m.Reason)
 		}
 	}
 	_ = tw.Flush()

@@ -57,6 +57,23 @@ func TestPrintEvents(t *testing.T) {
 		t.Errorf("--lport 8080:\n%s", out)
 	}
 	b.Reset()
+	cur.Events.Drops = []snapshot.EventDrop{{Reason: "TCP_LISTEN_OVERFLOW", Listener: netip.MustParseAddrPort("0.0.0.0:8080"), Count: 380}}
+	cur.Events.Resets = []snapshot.EventReset{{Sent: true, Reason: "TCP_STATE", Remote: netip.MustParseAddrPort("127.0.0.1:7000"), Count: 5},
+		{Remote: netip.MustParseAddrPort("127.0.0.1:0"), LocalPort: 8080, Count: 4}}
+	cur.Events.Retransmits = []snapshot.EventRetransmit{{Remote: netip.MustParseAddrPort("10.0.0.5:443"), SYN: true, Count: 3}}
+	printEvents(&b, ss, &socketFilter{})
+	out = b.String()
+	for _, want := range []string{"drop", "TCP_LISTEN_OVERFLOW", "listener 0.0.0.0:8080", "380", "reset sent", "TCP_STATE", "reset received", "127.0.0.1 on :8080", "SYN retransmit", "10.0.0.5:443"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	b.Reset()
+	printEvents(&b, ss, &socketFilter{lport: 8080})
+	if out := b.String(); strings.Contains(out, "TCP_STATE") || !strings.Contains(out, "TCP_LISTEN_OVERFLOW") || !strings.Contains(out, "reset received") {
+		t.Errorf("--lport 8080 over drops and resets:\n%s", out)
+	}
+	b.Reset()
 	cur.Events = nil
 	printEvents(&b, ss, &socketFilter{})
 	if b.Len() != 0 {
