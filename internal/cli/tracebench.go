@@ -37,6 +37,9 @@ func newTraceBenchCmd(e *Env) *cobra.Command {
 			fmt.Fprintf(tw, "CPU\t%s of one core\t(%s user+system over %s)\n", units.Pct(res.Share()), res.CPU.Round(time.Millisecond), res.Wall.Round(time.Millisecond))
 			fmt.Fprintf(tw, "CPU (precise)\t%.2f%%\t(user %.2f%%, system %.2f%%; discovery dumps took %.2f%% of the wall time)\n", 100*res.Share(),
 				100*res.User.Seconds()/res.Wall.Seconds(), 100*res.System.Seconds()/res.Wall.Seconds(), 100*res.Stats.DumpTime.Seconds()/res.Wall.Seconds())
+			fmt.Fprintf(tw, "sampling thread\t%.2f%% of one core\t(%.2f%% without the discovery dumps: %d dumps took %s of CPU)\n",
+				100*res.Stats.CPU.Seconds()/res.Wall.Seconds(), 100*(res.Stats.CPU-res.Stats.DumpCPU).Seconds()/res.Wall.Seconds(),
+				res.Stats.Dumps, res.Stats.DumpCPU.Round(time.Millisecond))
 			if o.BPF {
 				fmt.Fprintf(tw, "eBPF\tevents on\t%d ticks skipped a due dump (nothing established), %d events\n", res.Stats.DumpsSkipped, res.Stats.Events)
 			}

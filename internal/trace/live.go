@@ -88,7 +88,7 @@ func Live(ctx context.Context, o LiveOptions) (*Trace, Stats, error) {
 	}
 	defer conn.Close()
 	host, _ := os.Hostname()
-	cfg := Config{Source: conn, Filter: o.Filter, Interval: o.Interval, Duration: o.Duration, Discover: o.Discover, IdleEvery: o.IdleEvery, Now: o.Now, Sleep: o.Sleep,
+	cfg := Config{Source: conn, Filter: o.Filter, Interval: o.Interval, Duration: o.Duration, Discover: o.Discover, IdleEvery: o.IdleEvery, Now: o.Now, Sleep: o.Sleep, ThreadCPU: ThreadCPU,
 		Sink: o.Sink, Header: Header{Host: host, Netns: o.NS.Name, Filter: Describe(&o.Filter, o.Pid), NoEvents: o.NoEvents}}
 	if o.OpenEvents != nil {
 		src, closeEvents, why, err := o.OpenEvents(nsIno, portsOf(&o.Filter))
@@ -179,6 +179,17 @@ func (s Stats) JitterSummary() (p50, p99, worst time.Duration) {
 	j := slices.Clone(s.Jitter)
 	slices.Sort(j)
 	return j[len(j)/2], j[len(j)*99/100], j[len(j)-1]
+}
+
+// ThreadCPU is the calling thread's CPU time, user and system
+// (CLOCK_THREAD_CPUTIME_ID: exact, unlike rusage, which is brought up to
+// date only at ticks and sleeps).
+func ThreadCPU() time.Duration {
+	var ts unix.Timespec
+	if unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts) != nil {
+		return 0
+	}
+	return time.Duration(ts.Nano())
 }
 
 // PreciseSleep sleeps in nanosleep on the calling thread, looking at ctx

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"time"
 
@@ -66,6 +67,9 @@ type Config struct {
 	DumpShare float64
 	Now       func() time.Time
 	Sleep     func(ctx context.Context, d time.Duration) error
+	// ThreadCPU, when set, reads the CPU time of the calling OS thread
+	// (Record keeps to one while it runs): Stats.CPU and DumpCPU.
+	ThreadCPU func() time.Duration
 	// Sink, when set, receives each line as it is recorded (-o).
 	Sink *Writer
 	// Events, when set, adds the eBPF events of the traced sockets; Mono
@@ -93,6 +97,9 @@ type Stats struct {
 	// Busy is the time spent sampling (dumps, lookups, bookkeeping);
 	// DumpTime the part spent in discovery dumps.
 	Busy, DumpTime time.Duration
+	// CPU is the sampling thread's CPU time (user and system) and
+	// DumpCPU the part in discovery dumps, with Config.ThreadCPU.
+	CPU, DumpCPU time.Duration
 }
 
 // errGone stops a recording whose process (Inodes) has ended.
@@ -113,13 +120,21 @@ const traceStates = 1<<snapshot.Established | 1<<snapshot.SynSent | 1<<snapshot.
 // other namespaces' sockets, 36-60 ms beside 100,000, measured on 6.18),
 // so discovery runs every quarter second to several seconds and lookups
 // fill the ticks.
-func Record(ctx context.Context, cfg Config) (*Trace, Stats, error) {
-	var st Stats
+func Record(ctx context.Context, cfg Config) (_ *Trace, st Stats, _ error) {
 	if cfg.Interval <= 0 || cfg.Interval < time.Second/MaxRate {
 		return nil, st, fmt.Errorf("trace: interval %v: at most %d samples per second", cfg.Interval, MaxRate)
 	}
 	if cfg.DumpShare <= 0 {
 		cfg.DumpShare = 0.01
+	}
+	cpu := func() time.Duration { return 0 }
+	if cfg.ThreadCPU != nil {
+		// One thread throughout, so that its CPU clock is the sampler's.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		cpu = cfg.ThreadCPU
+		cpu0 := cpu()
+		defer func() { st.CPU = cpu() - cpu0 }()
 	}
 	start := cfg.Now()
 	var monoStart time.Duration
@@ -164,7 +179,9 @@ func Record(ctx context.Context, cfg Config) (*Trace, Stats, error) {
 			}
 		}
 		if err == nil && due {
+			c0 := cpu()
 			err = r.discover(opts, t)
+			st.DumpCPU += cpu() - c0
 			st.Dumps++
 			cost := cfg.Now().Sub(t0)
 			st.DumpTime += cost
