@@ -10,6 +10,7 @@ import (
 
 	"github.com/tcpdoctor/tcpdoctor/internal/bpfsource"
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
+	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/linkemu"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
@@ -34,17 +35,30 @@ func TestSndbufLimitedIterLocks(t *testing.T) {
 	loop(t, []int{c, s}, reader(s, 256<<10, 0))
 	time.Sleep(time.Second) // past slow start
 	coll := &collect.Collector{Opts: collect.Options{Owners: true, Locks: l}, Now: time.Now}
-	prev := coll.Collect([]netns.NS{p.client})[0]
-	time.Sleep(1500 * time.Millisecond)
-	cur := coll.Collect([]netns.NS{p.client})[0]
-	if cur.BufLocks == nil || cur.BufLocks.From != snapshot.LocksIter {
-		t.Fatalf("lock bits from %+v, want iter/tcp (errors %+v)", cur.BufLocks, cur.Errors)
+	// The severity is TestSndbufLimited's business; this test wants the
+	// finding's proof. A loaded machine can leave a window without one:
+	// up to three windows.
+	var f diag.Finding
+	for try := 0; ; try++ {
+		prev := coll.Collect([]netns.NS{p.client})[0]
+		time.Sleep(1500 * time.Millisecond)
+		cur := coll.Collect([]netns.NS{p.client})[0]
+		if cur.BufLocks == nil || cur.BufLocks.From != snapshot.LocksIter {
+			t.Fatalf("lock bits from %+v, want iter/tcp (errors %+v)", cur.BufLocks, cur.Errors)
+		}
+		if _, probed := cur.Failed(snapshot.SourceBufLock); probed {
+			t.Errorf("the pidfd_getfd probe ran: %+v", cur.Errors)
+		}
+		r, b := Diagnose(t, prev, cur)
+		if fs := r.Find("sndbuf-limited", diag.Info); len(fs) == 1 {
+			f = fs[0]
+			break
+		}
+		if try == 2 {
+			t.Fatalf("no sndbuf-limited finding in three windows:\n%s", b)
+		}
 	}
-	if _, probed := cur.Failed(snapshot.SourceBufLock); probed {
-		t.Errorf("the pidfd_getfd probe ran: %+v", cur.Errors)
-	}
-	r, b := Diagnose(t, prev, cur)
-	f := one(t, r, b, "sndbuf-limited")
+	logFinding(t, f)
 	var proof bool
 	for _, e := range f.Evidence {
 		t.Logf("  %s = %s  [%s]", e.Name, e.Value, e.Source)
