@@ -432,7 +432,15 @@ func TestBufLockOtherProcess(t *testing.T) {
 	if err := unix.SetsockoptInt(fds[0], unix.SOL_SOCKET, unix.SO_SNDBUF, 16384); err != nil {
 		t.Fatal(err)
 	}
-	f := os.NewFile(uintptr(fds[0]), "sock")
+	// The File gets a dup of its own: its finalizer would otherwise close
+	// fds[0] a second time, at some GC, after cleanup closed it and another
+	// test reused the number.
+	dup, err := unix.Dup(fds[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := os.NewFile(uintptr(dup), "sock")
+	t.Cleanup(func() { f.Close() })
 	cmd := exec.Command("sleep", "30")
 	cmd.ExtraFiles = []*os.File{f} // fd 3 in the child
 	if err := cmd.Start(); err != nil {
