@@ -107,7 +107,7 @@ func (o *bpfOpts) openSome(e *Env, src *sourceOpts, events, locks bool) (bpfSet,
 		}
 	}
 	if !locks {
-		set.locksOff = "not read: this output does not show buffer lock bits"
+		set.locksOff = "not read: sockets reads buffer lock bits with --json --locks"
 	} else if e.OpenLocks == nil {
 		lkErr = errors.New("this build has no eBPF loader")
 	} else if l, err := e.OpenLocks(); err != nil {

@@ -119,3 +119,10 @@ func TestPidfdOptIn(t *testing.T) {
 		t.Errorf("--pidfd-buflock with --from: exit %d (%s), want %d", code, stderr, ExitUsage)
 	}
 }
+
+// `sockets --locks` reads lock bits for JSON only.
+func TestSocketsLocksNeedsJSON(t *testing.T) {
+	if code, _, stderr := run(t, "sockets", "--locks"); code != ExitUsage || !strings.Contains(stderr, "--json") {
+		t.Errorf("sockets --locks: exit %d (%s), want %d", code, stderr, ExitUsage)
+	}
+}

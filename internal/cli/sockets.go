@@ -25,6 +25,7 @@ type socketsOpts struct {
 	pid      int
 	json     bool
 	noOwners bool
+	locks    bool
 }
 
 func newSocketsCmd(e *Env) *cobra.Command {
@@ -52,6 +53,7 @@ tcp_info chronographs.`,
 	fs.IntVar(&o.pid, "pid", 0, "only sockets owned by this process")
 	fs.BoolVar(&o.json, "json", false, "print a JSON array")
 	fs.BoolVar(&o.noOwners, "no-owners", false, "do not map sockets to processes (faster)")
+	fs.BoolVar(&o.locks, "locks", false, "with --json: read every socket's buffer lock bits (SO_SNDBUF/SO_RCVBUF set by the application) with eBPF iter/tcp, as buf_lock; loading the program costs tens of ms")
 	return cmd
 }
 
@@ -144,6 +146,9 @@ func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
 	if o.interval < 0 {
 		return usageErr("sockets: --interval must not be negative")
 	}
+	if o.locks && !o.json {
+		return usageErr("sockets: --locks shows in --json output only")
+	}
 	if o.pid != 0 && o.noOwners {
 		return usageErr("sockets: --pid needs owners; drop --no-owners")
 	}
@@ -176,8 +181,9 @@ func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
 		return w.Flush()
 	}
 	// Connection events show only under an --interval table; lock bits
-	// only in JSON.
-	bs, closeBPF, err := o.bpf.openSome(e, &o.src, o.interval > 0, o.json)
+	// only in JSON, when asked (their program's load would double the
+	// time of a plain listing).
+	bs, closeBPF, err := o.bpf.openSome(e, &o.src, o.interval > 0, o.locks)
 	if err != nil {
 		return err
 	}
@@ -189,7 +195,7 @@ func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
 	states, kf := flt.kernel()
 	st := &collect.Streamer{
 		Opts: collect.StreamOptions{Owners: !o.noOwners, States: states, Filter: kf, ProcRoot: e.ProcRoot,
-			Locks: bs.locks, LocksOff: bs.locksOff, BufLock: bs.pidfd && !o.noOwners && o.json},
+			Locks: bs.locks, LocksOff: bs.locksOff, BufLock: bs.pidfd && !o.noOwners && o.locks},
 		Now: e.Now, Events: bs.events,
 	}
 	var first []*snapshot.Snapshot
