@@ -18,16 +18,24 @@ type LockReader interface {
 // iterator's lock bits to the dumped sockets by cookie and records where
 // the bits came from, or why there are none.
 func (c *Collector) readLocks(s *snapshot.Snapshot) {
-	if c.Opts.Locks == nil {
-		why := c.Opts.LocksOff
-		if why == "" {
-			why = "the eBPF iter/tcp iterator was not loaded"
+	if l := readLocks(c.Opts.Locks, c.Opts.LocksOff, s); l != nil {
+		joinLocks(s, l)
+	}
+}
+
+// readLocks reads the lock bits of the namespace the thread is in with
+// r, recording in s where the bits came from, or why there are none
+// (off, when r is nil). It returns nil when there are none.
+func readLocks(r LockReader, off string, s *snapshot.Snapshot) *bpfsource.Locks {
+	if r == nil {
+		if off == "" {
+			off = "the eBPF iter/tcp iterator was not loaded"
 		}
-		s.BufLocks = &snapshot.BufLockOrigin{Why: why}
-		return
+		s.BufLocks = &snapshot.BufLockOrigin{Why: off}
+		return nil
 	}
 	start := time.Now()
-	l, err := c.Opts.Locks.Read()
+	l, err := r.Read()
 	if err == nil && l.Netns != 0 && s.Netns.Inode != 0 && l.Netns != s.Netns.Inode {
 		err = fmt.Errorf("bpfsource: socklocks: the iterator walked namespace %d, not %d", l.Netns, s.Netns.Inode)
 	}
@@ -35,9 +43,10 @@ func (c *Collector) readLocks(s *snapshot.Snapshot) {
 	if err != nil {
 		s.AddError(snapshot.SourceSockLocks, err)
 		s.BufLocks = &snapshot.BufLockOrigin{Why: err.Error()}
-		return
+		return nil
 	}
-	joinLocks(s, l)
+	s.BufLocks = &snapshot.BufLockOrigin{From: snapshot.LocksIter}
+	return l
 }
 
 // joinLocks sets BufLock of every socket the walk saw. Sockets it did not

@@ -150,27 +150,7 @@ func (st *Streamer) Stream(nss []netns.NS, fn func(s *snapshot.Snapshot, sk *sna
 // readLocks reads the lock bits of the namespace the thread is in, or
 // records in s why there are none.
 func (st *Streamer) readLocks(s *snapshot.Snapshot) *bpfsource.Locks {
-	if st.Opts.Locks == nil {
-		why := st.Opts.LocksOff
-		if why == "" {
-			why = "the eBPF iter/tcp iterator was not loaded"
-		}
-		s.BufLocks = &snapshot.BufLockOrigin{Why: why}
-		return nil
-	}
-	start := time.Now()
-	l, err := st.Opts.Locks.Read()
-	if err == nil && l.Netns != 0 && s.Netns.Inode != 0 && l.Netns != s.Netns.Inode {
-		err = fmt.Errorf("bpfsource: socklocks: the iterator walked namespace %d, not %d", l.Netns, s.Netns.Inode)
-	}
-	s.Sources = append(s.Sources, snapshot.SourceStat{Source: snapshot.SourceSockLocks, OK: err == nil, Duration: time.Since(start)})
-	if err != nil {
-		s.AddError(snapshot.SourceSockLocks, err)
-		s.BufLocks = &snapshot.BufLockOrigin{Why: err.Error()}
-		return nil
-	}
-	s.BufLocks = &snapshot.BufLockOrigin{From: snapshot.LocksIter}
-	return l
+	return readLocks(st.Opts.Locks, st.Opts.LocksOff, s)
 }
 
 // probeCount is the pidfd_getfd probes of one namespace's stream.
