@@ -46,7 +46,7 @@ Needs eBPF (root, kernel BTF); without it watch exits 3 and says why. Runs until
 	fs.IntVar(&o.port, "port", 0, "only events with this local or remote port")
 	fs.IntVar(&o.pid, "pid", 0, "only events caused by this process (events with no process, e.g. received resets, need --port)")
 	fs.StringSliceVar(&o.netns, "netns", nil, "only these network namespaces (`ip netns` names, or host)")
-	fs.StringSliceVar(&o.kinds, "kind", nil, "only these kinds: "+strings.Join(watch.Kinds, ","))
+	fs.StringSliceVar(&o.kinds, "kind", nil, "only these kinds: "+strings.Join(watch.Kinds(), ","))
 	fs.BoolVar(&o.json, "json", false, "one JSON object per event and line")
 	fs.DurationVar(&o.duration, "duration", 0, "stop after this long (0: until Ctrl-C)")
 	fs.IntVar(&o.count, "count", 0, "stop after this many lines (0: no limit)")
@@ -66,8 +66,8 @@ func runWatch(ctx context.Context, e *Env, o *watchOpts) error {
 	if len(o.kinds) > 0 {
 		f.Kinds = map[string]bool{}
 		for _, k := range o.kinds {
-			if !slices.Contains(watch.Kinds, k) {
-				return usageErr("watch: unknown kind %q (kinds: %s)", k, strings.Join(watch.Kinds, ", "))
+			if !slices.Contains(watch.Kinds(), k) {
+				return usageErr("watch: unknown kind %q (kinds: %s)", k, strings.Join(watch.Kinds(), ", "))
 			}
 			f.Kinds[k] = true
 		}

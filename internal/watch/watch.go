@@ -33,9 +33,11 @@ type Source interface {
 const BurstKind = "retransmit-burst"
 
 // Kinds lists every kind a line can have, as --kind takes them.
-var Kinds = []string{
-	bpfsource.FailedConnect.String(), bpfsource.ResetSent.String(), bpfsource.ResetReceived.String(),
-	bpfsource.ListenOverflow.String(), bpfsource.SynRetransmit.String(), BurstKind,
+func Kinds() []string {
+	return []string{
+		bpfsource.FailedConnect.String(), bpfsource.ResetSent.String(), bpfsource.ResetReceived.String(),
+		bpfsource.ListenOverflow.String(), bpfsource.SynRetransmit.String(), BurstKind,
+	}
 }
 
 // Filter keeps the lines that match every field set. The zero value keeps
