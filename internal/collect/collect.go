@@ -4,7 +4,6 @@
 package collect
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -183,44 +182,18 @@ const maxBufLockProbes = 512
 // reads fast holds no data yet throttles its peer). Errors are
 // summarised once.
 func probeBufLocks(s *snapshot.Snapshot, own *procs.Owners, probe func(procs.FDRef, uint32) (uint8, error)) {
-	var failed, probed int
-	var lastErr error
+	p := probeCount{fn: probe}
 	for _, busy := range []bool{true, false} {
 		for i := range s.Sockets {
-			sk := &s.Sockets[i]
-			if sk.BufLock != nil || sk.State != snapshot.Established || sk.Mem == nil || !looksPinned(sk.Mem) || carriesData(sk) != busy {
-				continue
-			}
-			refs := own.ByInode[sk.Inode]
-			if len(refs) == 0 {
-				continue
-			}
-			if probed == maxBufLockProbes {
+			if p.probed == maxBufLockProbes {
 				break
 			}
-			probed++
-			v, err := probe(refs[0], sk.Inode)
-			if errors.Is(err, procs.ErrFDReused) {
-				continue // closed since the scan: nothing to say
+			if sk := &s.Sockets[i]; carriesData(sk) == busy {
+				p.probe(own, sk)
 			}
-			if err != nil {
-				failed++
-				lastErr = err
-				continue
-			}
-			sk.BufLock = &v
 		}
 	}
-	if failed > 0 {
-		s.AddError(snapshot.SourceBufLock, fmt.Errorf("%d sockets not probed: %w", failed, lastErr))
-	}
-	if probed > 0 {
-		o := &snapshot.BufLockOrigin{From: snapshot.LocksPidfd, Why: "only owned, established sockets that looked pinned were probed"}
-		if s.BufLocks != nil && s.BufLocks.Why != "" {
-			o.Why += "; iter/tcp: " + s.BufLocks.Why
-		}
-		s.BufLocks = o
-	}
+	p.record(s)
 }
 
 func (c *Collector) probeFunc() func(procs.FDRef, uint32) (uint8, error) {

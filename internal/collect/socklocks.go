@@ -61,5 +61,4 @@ func joinLocks(s *snapshot.Snapshot, l *bpfsource.Locks) {
 			sk.BufLock = &vals[sl.Locks]
 		}
 	}
-	s.BufLocks = &snapshot.BufLockOrigin{From: snapshot.LocksIter}
 }

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/bpfsource"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/procs"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
@@ -101,7 +100,7 @@ func (st *Streamer) Stream(nss []netns.NS, fn func(s *snapshot.Snapshot, sk *sna
 		var probes probeCount
 		err := netns.Do(ns, func() error {
 			s.Taken = st.Now()
-			locks := st.readLocks(s)
+			locks := readLocks(st.Opts.Locks, st.Opts.LocksOff, s)
 			start := time.Now()
 			err := sockdiag.Dump(opts, func(sk *snapshot.Socket) error {
 				if own != nil {
@@ -147,21 +146,16 @@ func (st *Streamer) Stream(nss []netns.NS, fn func(s *snapshot.Snapshot, sk *sna
 	return heads, nil
 }
 
-// readLocks reads the lock bits of the namespace the thread is in, or
-// records in s why there are none.
-func (st *Streamer) readLocks(s *snapshot.Snapshot) *bpfsource.Locks {
-	return readLocks(st.Opts.Locks, st.Opts.LocksOff, s)
-}
-
-// probeCount is the pidfd_getfd probes of one namespace's stream.
+// probeCount is the pidfd_getfd probes of one namespace (Stream's, or
+// probeBufLocks').
 type probeCount struct {
+	fn             func(procs.FDRef, uint32) (uint8, error) // procs.BufLock when nil
 	probed, failed int
 	lastErr        error
-	val            uint8
 }
 
-// probe reads SO_BUF_LOCK of sk if it is one probeBufLocks would probe;
-// sk.BufLock then points into p, valid until the next socket.
+// probe reads SO_BUF_LOCK of sk if it is owned, established, without lock
+// bits yet and looks pinned, while fewer than maxBufLockProbes were read.
 func (p *probeCount) probe(own *procs.Owners, sk *snapshot.Socket) {
 	if p.probed == maxBufLockProbes || sk.BufLock != nil || sk.State != snapshot.Established || sk.Mem == nil || !looksPinned(sk.Mem) {
 		return
@@ -171,7 +165,11 @@ func (p *probeCount) probe(own *procs.Owners, sk *snapshot.Socket) {
 		return
 	}
 	p.probed++
-	v, err := procs.BufLock(refs[0], sk.Inode)
+	fn := p.fn
+	if fn == nil {
+		fn = procs.BufLock
+	}
+	v, err := fn(refs[0], sk.Inode)
 	switch {
 	case errors.Is(err, procs.ErrFDReused):
 		// closed since the scan: nothing to say
@@ -179,12 +177,12 @@ func (p *probeCount) probe(own *procs.Owners, sk *snapshot.Socket) {
 		p.failed++
 		p.lastErr = err
 	default:
-		p.val = v
-		sk.BufLock = &p.val
+		sk.BufLock = &v
 	}
 }
 
-// record notes the probes in s as probeBufLocks does.
+// record notes the probes in s: the failures summarised once, and where
+// the lock bits came from.
 func (p *probeCount) record(s *snapshot.Snapshot) {
 	if p.failed > 0 {
 		s.AddError(snapshot.SourceBufLock, fmt.Errorf("%d sockets not probed: %w", p.failed, p.lastErr))
