@@ -270,16 +270,14 @@ func isSockPtr(t btf.Type) bool {
 }
 
 // openEventProgram loads one program of events.c alone (the others not
-// even in its collection) against the shared maps, and attaches it.
-func (s *Source) openEventProgram(ksp *btf.Spec, ep eventProgram) error {
+// even in its collection) against the shared maps, and attaches it. It
+// works on a copy of espec, the parsed events.c, which it leaves as is.
+func (s *Source) openEventProgram(ksp *btf.Spec, espec *ebpf.CollectionSpec, ep eventProgram) error {
 	params, err := tracepointParams(ksp, ep.tracepoint)
 	if err != nil {
 		return err
 	}
-	spec, err := loadEvents()
-	if err != nil {
-		return fmt.Errorf("bpfsource: %w", err)
-	}
+	spec := espec.Copy()
 	if err := spec.Variables[eventsVarWakeupBytes].Set(uint64(wakeupBytes)); err != nil {
 		return fmt.Errorf("bpfsource: %w", err)
 	}

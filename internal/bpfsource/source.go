@@ -195,7 +195,7 @@ func Open(opts Options) (*Source, error) {
 		if !opts.wants(ep.tracepoint) {
 			continue
 		}
-		if err := s.openEventProgram(ksp, ep); err != nil {
+		if err := s.openEventProgram(ksp, espec, ep); err != nil {
 			s.note(ep.tracepoint, err)
 			continue
 		}
