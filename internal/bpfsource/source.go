@@ -229,11 +229,11 @@ func (s *Source) Missing() []Missing { return slices.Clone(s.missing) }
 
 // openLifecycle loads and attaches lifecycle.c.
 func (s *Source) openLifecycle(ksp *btf.Spec, opts Options) error {
-	var td *btf.Typedef
-	if err := ksp.TypeByName("btf_trace_inet_sock_set_state", &td); err != nil {
-		return notSupported("kernel has no inet_sock_set_state tracepoint: %v", err)
+	params, err := tracepointParams(ksp, "inet_sock_set_state")
+	if err != nil {
+		return err
 	}
-	if err := checkPrototype(td); err != nil {
+	if err := checkPrototype(params); err != nil {
 		return err
 	}
 	spec, err := loadLifecycle()
@@ -277,25 +277,16 @@ func privileged() bool {
 	return has(unix.CAP_SYS_ADMIN) || has(unix.CAP_BPF) && has(unix.CAP_PERFMON)
 }
 
-// checkPrototype wants void (*)(void *, const struct sock *, int, int):
-// the program reads its arguments by position.
-func checkPrototype(td *btf.Typedef) error {
-	ptr, ok := btf.UnderlyingType(td.Type).(*btf.Pointer)
-	if !ok {
-		return notSupported("inet_sock_set_state: unexpected tracepoint type %v", td.Type)
+// checkPrototype wants (ctx, const struct sock *, int, int): the
+// program reads its arguments by position.
+func checkPrototype(params []btf.FuncParam) error {
+	if len(params) != 4 {
+		return notSupported("inet_sock_set_state: unexpected tracepoint prototype with %d parameters (want ctx, sock, oldstate, newstate)", len(params))
 	}
-	proto, ok := btf.UnderlyingType(ptr.Target).(*btf.FuncProto)
-	if !ok || len(proto.Params) != 4 {
-		return notSupported("inet_sock_set_state: unexpected tracepoint prototype %v (want ctx, sock, oldstate, newstate)", ptr.Target)
+	if !isSockPtr(params[1].Type) {
+		return notSupported("inet_sock_set_state: argument 1 is %v, not a pointer to struct sock", params[1].Type)
 	}
-	sk, ok := btf.UnderlyingType(proto.Params[1].Type).(*btf.Pointer)
-	if !ok {
-		return notSupported("inet_sock_set_state: argument 1 is %v, not a pointer to struct sock", proto.Params[1].Type)
-	}
-	if st, ok := btf.UnderlyingType(sk.Target).(*btf.Struct); !ok || st.Name != "sock" {
-		return notSupported("inet_sock_set_state: argument 1 is %v, not a pointer to struct sock", proto.Params[1].Type)
-	}
-	for _, p := range proto.Params[2:] {
+	for _, p := range params[2:] {
 		if _, ok := btf.UnderlyingType(p.Type).(*btf.Int); !ok {
 			return notSupported("inet_sock_set_state: state argument is %v, not an int", p.Type)
 		}
@@ -423,16 +414,12 @@ func decodeFlow(key, val []byte) (uint64, Flow, error) {
 	ne := binary.NativeEndian
 	ns := uint64(ne.Uint32(key[0:4]))
 	f := Flow{Pid: int(ne.Uint32(key[4:8])), Comm: cString(key[8:24])}
-	port := ne.Uint16(key[40:42])
-	f.LocalPort = ne.Uint16(key[42:44])
-	switch fam := ne.Uint16(key[44:46]); fam {
-	case unix.AF_INET:
-		f.Peer = netip.AddrPortFrom(netip.AddrFrom4([4]byte(key[24:28])), port)
-	case unix.AF_INET6:
-		f.Peer = netip.AddrPortFrom(netip.AddrFrom16([16]byte(key[24:40])).Unmap(), port)
-	default:
-		return 0, Flow{}, fmt.Errorf("bpfsource: flow entry of address family %d", fam)
+	a, err := addrOf(ne.Uint16(key[44:46]), key[24:40])
+	if err != nil {
+		return 0, Flow{}, err
 	}
+	f.Peer = netip.AddrPortFrom(a, ne.Uint16(key[40:42]))
+	f.LocalPort = ne.Uint16(key[42:44])
 	f.Opens = ne.Uint64(val[0:])
 	f.FailedPorts = ne.Uint64(val[8:])
 	f.ActiveCloses = ne.Uint64(val[16:])
