@@ -166,8 +166,7 @@ func printEvents(w io.Writer, ss []series, flt *socketFilter) {
 		secs := cur.Events.Interval().Seconds()
 		for _, f := range cur.Events.Flows {
 			rp, lp := int(f.Remote.Port()), int(f.LocalPort)
-			if (flt.pid != 0 && f.Pid != flt.pid) || (flt.rport != 0 && rp != flt.rport) ||
-				(flt.port != 0 && rp != flt.port && lp != flt.port) || (flt.lport != 0 && lp != flt.lport) {
+			if (flt.pid != 0 && f.Pid != flt.pid) || !flt.ports(lp, rp) {
 				continue
 			}
 			if !header {
@@ -202,8 +201,7 @@ func printKernelEvents(w io.Writer, ss []series, flt *socketFilter) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	header := false
 	row := func(ns, what, reason, where string, n uint64, rport, lport int) {
-		if (flt.rport != 0 && rport != flt.rport) || (flt.lport != 0 && lport != flt.lport) ||
-			(flt.port != 0 && rport != flt.port && lport != flt.port) {
+		if !flt.ports(lport, rport) {
 			return
 		}
 		if !header {

@@ -85,14 +85,7 @@ func (f *socketFilter) match(sk *snapshot.Socket) bool {
 	if f.states != nil && !f.states[sk.State] {
 		return false
 	}
-	lp, rp := int(sk.Local.Port()), int(sk.Remote.Port())
-	if f.port != 0 && lp != f.port && rp != f.port {
-		return false
-	}
-	if f.lport != 0 && lp != f.lport {
-		return false
-	}
-	if f.rport != 0 && rp != f.rport {
+	if !f.ports(int(sk.Local.Port()), int(sk.Remote.Port())) {
 		return false
 	}
 	if f.pid != 0 {
@@ -103,6 +96,13 @@ func (f *socketFilter) match(sk *snapshot.Socket) bool {
 		return found
 	}
 	return true
+}
+
+// ports tests a local and a remote port against --port, --lport and
+// --rport (sockets and the eBPF events alike).
+func (f *socketFilter) ports(lp, rp int) bool {
+	return (f.port == 0 || lp == f.port || rp == f.port) &&
+		(f.lport == 0 || lp == f.lport) && (f.rport == 0 || rp == f.rport)
 }
 
 // kernel returns the dump request that does f's state and port tests in
