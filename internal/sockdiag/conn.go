@@ -25,9 +25,9 @@ type Conn struct {
 	slots []byte
 	iovs  []unix.Iovec
 	msgs  []unix.Mmsghdr
-	// d and sk are reused for every lookup reply.
-	d  decoded
-	sk snapshot.Socket
+	// d and f are reused for every lookup reply.
+	d decoded
+	f full
 }
 
 // slotLen holds one lookup reply: inet_diag_msg, tcp_info, meminfo and
@@ -189,17 +189,7 @@ func (c *Conn) decodeShared(body []byte) (*snapshot.Socket, error) {
 	if err := decodeInto(body, &c.d); err != nil {
 		return nil, err
 	}
-	c.sk = c.d.sk
-	if c.d.hasInfo {
-		c.sk.Info = &c.d.info
-	}
-	if c.d.hasMem {
-		c.sk.Mem = &c.d.mem
-	}
-	if c.d.hasShut {
-		c.sk.Shutdown = &c.d.shut
-	}
-	return &c.sk, nil
+	return c.f.set(&c.d), nil
 }
 
 func (c *Conn) ensureSlots() {
