@@ -112,17 +112,25 @@ func checkPortExhaustion(in *diag.Input) ([]diag.Finding, error) {
 	return destFindings(cur, hits, portMaxFindings, func(h destHit) diag.Finding { return portFinding(in, p, h) }), nil
 }
 
+// destPrevOwner is the owner of a destination's connections in the
+// previous sample when none of its sockets has an owner now (a range in
+// TIME_WAIT, connects failing), else 0: destOwner and processesEvidence
+// both use it, and finding it scans the previous sample's sockets.
+func destPrevOwner(in *diag.Input, k tcpmodel.Dest, u *tcpmodel.DestUse) int {
+	if u.Owners.Len() > 0 {
+		return 0
+	}
+	return prevOpener(in.Prev, tcpmodel.Flow{Opener: k.Src, Service: k.Dst})
+}
+
 // destOwner names the process holding most open sockets to a destination.
-// When none of its sockets is open now (a range in TIME_WAIT, connects
-// failing), the owner of its connections in the previous sample, else the
+// When none of its sockets is open now, prevPid (destPrevOwner), else the
 // process the eBPF source saw call connect() to it.
-func destOwner(in *diag.Input, k tcpmodel.Dest, u *tcpmodel.DestUse) (pid int, cmd, who string) {
+func destOwner(in *diag.Input, prevPid int, u *tcpmodel.DestUse) (pid int, cmd, who string) {
 	pid = u.Owners.Top()
 	cmd = tcpmodel.Command(in.Cur, pid)
-	if pid == 0 {
-		if pid = prevOpener(in.Prev, tcpmodel.Flow{Opener: k.Src, Service: k.Dst}); pid != 0 {
-			cmd = tcpmodel.Command(in.Prev, pid)
-		}
+	if pid == 0 && prevPid != 0 {
+		pid, cmd = prevPid, tcpmodel.Command(in.Prev, prevPid)
 	}
 	// No socket owner seen, now or before: the eBPF source names who
 	// calls connect() to it.
@@ -142,7 +150,8 @@ func destOwner(in *diag.Input, k tcpmodel.Dest, u *tcpmodel.DestUse) (pid int, c
 func portFinding(in *diag.Input, p *tcpmodel.PortSpace, h destHit) diag.Finding {
 	cur := in.Cur
 	u, f := h.use, h.f
-	pid, cmd, who := destOwner(in, h.key, u)
+	prevPid := destPrevOwner(in, h.key, u)
+	pid, cmd, who := destOwner(in, prevPid, u)
 	sub := diag.Subject{Netns: cur.Netns.Name, Local: h.key.Src.String(), Remote: h.key.Dst.String(), Pid: pid, Command: cmd}
 	summary := fmt.Sprintf("connections from %s to %s (%s) hold %d of %d usable ephemeral ports (%s)",
 		h.key.Src, h.key.Dst, who, u.Held(), p.Usable(), units.Pct(f.Frac))
@@ -156,7 +165,7 @@ func portFinding(in *diag.Input, p *tcpmodel.PortSpace, h destHit) diag.Finding 
 	}
 	ev := portEvidence(p, u, f, in.Window(), fmt.Sprintf("warning >= %.0f%%, critical >= %.0f%%; or forecast exhaustion within %s / %s",
 		portWarnFrac*100, portCritFrac*100, units.Dur(portWarnETA), units.Dur(portCritETA)))
-	ev = append(ev, processesEvidence(in, h.key, u), connectFailures(cur, h.key.Dst, u.Connects))
+	ev = append(ev, processesEvidence(in, prevPid, u), connectFailures(cur, h.key.Dst, u.Connects))
 	peak := f.Peak(u.Held())
 	fixes := []diag.Fix{remedy.Reuse(cmd, h.key.Dst, poolSize(u.Open)), remedy.Spread(peak, p.Usable())}
 	if fx, ok := remedy.WidenRange(p, peak); ok {
@@ -200,13 +209,13 @@ func connectFailures(cur *snapshot.Snapshot, dst netip.AddrPort, cn *tcpmodel.Co
 }
 
 // processesEvidence names who holds a destination's open sockets, or
-// held them in the previous sample.
-func processesEvidence(in *diag.Input, k tcpmodel.Dest, u *tcpmodel.DestUse) diag.Evidence {
+// held them in the previous sample (prevPid, from destPrevOwner).
+func processesEvidence(in *diag.Input, prevPid int, u *tcpmodel.DestUse) diag.Evidence {
 	cur := in.Cur
 	ev := diag.Evidence{Name: "processes", Value: u.Owners.List(cur), Source: "/proc/PID/fd socket inodes"}
 	if ev.Value == "" {
-		if pid := prevOpener(in.Prev, tcpmodel.Flow{Opener: k.Src, Service: k.Dst}); pid != 0 {
-			ev.Value = tcpmodel.Who(in.Prev, []int{pid}) + " (in the previous sample; none of its connections to this destination is open now)"
+		if prevPid != 0 {
+			ev.Value = tcpmodel.Who(in.Prev, []int{prevPid}) + " (in the previous sample; none of its connections to this destination is open now)"
 			return ev
 		}
 		ev.Value = "unknown: no open socket to this destination has a known owner (TIME_WAIT sockets belong to no process)"

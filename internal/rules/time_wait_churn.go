@@ -78,7 +78,8 @@ func checkTimeWaitChurn(in *diag.Input) ([]diag.Finding, error) {
 func twFinding(in *diag.Input, p *tcpmodel.PortSpace, h destHit) diag.Finding {
 	cur := in.Cur
 	u, f := h.use, h.f
-	pid, cmd, _ := destOwner(in, h.key, u)
+	prevPid := destPrevOwner(in, h.key, u)
+	pid, cmd, _ := destOwner(in, prevPid, u)
 	who := "process unknown (TIME_WAIT sockets have no owner and no open connection to it was seen)"
 	if pid != 0 {
 		who = fmt.Sprintf("%s (pid %d)", cmd, pid)
@@ -96,7 +97,7 @@ func twFinding(in *diag.Input, p *tcpmodel.PortSpace, h destHit) diag.Finding {
 		summary += fmt.Sprintf("; levels off near %s of the range", units.Pct(f.Plateau/float64(p.Usable())))
 	}
 	ev := portEvidence(p, u, f, in.Window(), fmt.Sprintf("TIME_WAIT holding warning >= %.0f%%, critical >= %.0f%% of usable ports, now or at the close rate x hold time", twWarnFrac*100, twCritFrac*100))
-	ev = append(ev, processesEvidence(in, h.key, u))
+	ev = append(ev, processesEvidence(in, prevPid, u))
 	if d, ok := in.CounterDelta("Tcp.ActiveOpens"); ok && d >= 0 {
 		ev = append(ev, diag.Evidence{Name: "active opens (netns)", Value: fmt.Sprintf("%.1f/s", float64(d)/in.Window().Seconds()), Source: "/proc/net/snmp Tcp.ActiveOpens"})
 	}
