@@ -69,12 +69,7 @@ type full struct {
 // socket returns a fresh Socket holding d, in one allocation when it can.
 func (d *decoded) socket() *snapshot.Socket {
 	if d.hasInfo && d.hasMem {
-		f := &full{sk: d.sk, info: d.info, mem: d.mem, shut: d.shut}
-		f.sk.Info, f.sk.Mem = &f.info, &f.mem
-		if d.hasShut {
-			f.sk.Shutdown = &f.shut
-		}
-		return &f.sk
+		return new(full).set(d)
 	}
 	sk := new(snapshot.Socket)
 	d.fill(sk)

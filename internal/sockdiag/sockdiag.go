@@ -125,38 +125,12 @@ func dumpFamilies(fd int, buf []byte, seq *uint32, opts Options, fn func(*snapsh
 // request builds an inet_diag_req_v2 dump request for TCP sockets, with
 // bytecode bc (compiled opts.Filter) as INET_DIAG_REQ_BYTECODE when set.
 func request(family uint8, seq uint32, opts Options, bc []byte) []byte {
-	n := nlmsgHdrLen + diagReqLen
-	if len(bc) > 0 {
-		n += rtaHdrLen + len(bc)
-	}
-	b := make([]byte, n)
-	ne.PutUint32(b[0:], uint32(len(b)))
-	ne.PutUint16(b[4:], sockDiagByFam)
-	ne.PutUint16(b[6:], unix.NLM_F_REQUEST|unix.NLM_F_DUMP)
-	ne.PutUint32(b[8:], seq)
-	r := b[nlmsgHdrLen:]
+	b, r := dumpRequest(sockDiagByFam, diagReqLen, seq, bc)
 	r[0] = family
 	r[1] = unix.IPPROTO_TCP
-	var ext uint8
-	if opts.Info {
-		ext |= 1<<(attrInfo-1) | 1<<(attrCong-1)
-	}
-	if opts.Mem {
-		ext |= 1 << (attrSkMemInfo - 1)
-	}
-	r[2] = ext
-	states := opts.States
-	if states == 0 {
-		states = ^uint32(0)
-	}
-	ne.PutUint32(r[4:], states)
+	r[2] = dumpExt(opts)
+	ne.PutUint32(r[4:], dumpStates(opts))
 	// id is left zero: no filter; cookie INET_DIAG_NOCOOKIE is not needed for dumps.
-	if len(bc) > 0 {
-		a := b[nlmsgHdrLen+diagReqLen:]
-		ne.PutUint16(a[0:], uint16(rtaHdrLen+len(bc)))
-		ne.PutUint16(a[2:], attrReqBytecode)
-		copy(a[rtaHdrLen:], bc)
-	}
 	return b
 }
 
@@ -164,35 +138,52 @@ func request(family uint8, seq uint32, opts Options, bc []byte) []byte {
 // request: the kernel answers it for both families in one walk, with
 // replies of that type.
 func compatRequest(seq uint32, opts Options, bc []byte) []byte {
-	n := nlmsgHdrLen + compatReqLen
+	b, r := dumpRequest(tcpdiagGetSock, compatReqLen, seq, bc)
+	r[0] = unix.AF_UNSPEC
+	r[3] = dumpExt(opts)
+	ne.PutUint32(r[52:], dumpStates(opts)) // after the 48-byte inet_diag_sockid
+	return b
+}
+
+// dumpRequest builds a dump request of type typ with a zeroed body of
+// bodyLen bytes, followed by bc as INET_DIAG_REQ_BYTECODE when set, and
+// returns it and its body to fill in.
+func dumpRequest(typ uint16, bodyLen int, seq uint32, bc []byte) (b, body []byte) {
+	n := nlmsgHdrLen + bodyLen
 	if len(bc) > 0 {
 		n += rtaHdrLen + len(bc)
 	}
-	b := make([]byte, n)
+	b = make([]byte, n)
 	ne.PutUint32(b[0:], uint32(len(b)))
-	ne.PutUint16(b[4:], tcpdiagGetSock)
+	ne.PutUint16(b[4:], typ)
 	ne.PutUint16(b[6:], unix.NLM_F_REQUEST|unix.NLM_F_DUMP)
 	ne.PutUint32(b[8:], seq)
-	r := b[nlmsgHdrLen:]
-	r[0] = unix.AF_UNSPEC
-	if opts.Info {
-		r[3] |= 1<<(attrInfo-1) | 1<<(attrCong-1)
-	}
-	if opts.Mem {
-		r[3] |= 1 << (attrSkMemInfo - 1)
-	}
-	states := opts.States
-	if states == 0 {
-		states = ^uint32(0)
-	}
-	ne.PutUint32(r[52:], states) // after the 48-byte inet_diag_sockid
 	if len(bc) > 0 {
-		a := b[nlmsgHdrLen+compatReqLen:]
+		a := b[nlmsgHdrLen+bodyLen:]
 		ne.PutUint16(a[0:], uint16(rtaHdrLen+len(bc)))
 		ne.PutUint16(a[2:], attrReqBytecode)
 		copy(a[rtaHdrLen:], bc)
 	}
-	return b
+	return b, b[nlmsgHdrLen : nlmsgHdrLen+bodyLen]
+}
+
+// dumpExt is the idiag_ext bits a dump asks for: a lookup's, and the
+// congestion control name with tcp_info.
+func dumpExt(opts Options) uint8 {
+	ext := lookupExt(opts)
+	if opts.Info {
+		ext |= 1 << (attrCong - 1)
+	}
+	return ext
+}
+
+// dumpStates is the idiag_states a dump asks for: every state when
+// opts.States is 0.
+func dumpStates(opts Options) uint32 {
+	if opts.States == 0 {
+		return ^uint32(0)
+	}
+	return opts.States
 }
 
 // dumpFamily sends req and streams the reply through parseDump (into
