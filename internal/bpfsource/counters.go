@@ -358,23 +358,24 @@ func decodePeer(key []byte) (ns uint64, reason uint32, peer netip.AddrPort, lpor
 		ne.Uint16(key[26:]), key[30] != 0, nil
 }
 
-// drain reads and deletes every entry of a counting map with keys of
-// size n, calling fn for each.
-func drain(m *ebpf.Map, n, limit int, fn func(key []byte, count uint64) error) error {
+// drain reads and deletes every entry of a map with keys of size n (at
+// most limit+1 of them), calling fn for each with its value.
+func drain[V any](m *ebpf.Map, n, limit int, fn func(key []byte, val V) error) error {
 	if m == nil {
 		return nil
 	}
-	var keys [][]byte
+	var keys []byte // n bytes a key
 	k := make([]byte, n)
-	var v uint64
+	var v V
 	it := m.Iterate()
-	for len(keys) <= limit && it.Next(&k, &v) {
-		keys = append(keys, append([]byte(nil), k...))
+	for len(keys) <= limit*n && it.Next(&k, &v) {
+		keys = append(keys, k...)
 	}
 	if err := it.Err(); err != nil {
 		return err
 	}
-	for _, key := range keys {
+	for off := 0; off < len(keys); off += n {
+		key := keys[off : off+n]
 		if err := m.LookupAndDelete(key, &v); err != nil {
 			if errors.Is(err, ebpf.ErrKeyNotExist) {
 				continue

@@ -357,32 +357,15 @@ func (s *Source) Read() (*Reading, error) {
 	if s.life == nil {
 		return r, nil
 	}
-	keys := make([][flowKeySize]byte, 0, 256)
-	var k [flowKeySize]byte
-	var v [flowCountsSize]byte
-	it := s.life.Flows.Iterate()
-	for it.Next(&k, &v) {
-		keys = append(keys, k)
-		if len(keys) > maxFlows {
-			break
+	err := drain(s.life.Flows, flowKeySize, maxFlows, func(key []byte, val [flowCountsSize]byte) error {
+		ns, f, err := decodeFlow(key, val[:])
+		if err == nil {
+			r.ByNetns[ns] = append(r.ByNetns[ns], f)
 		}
-	}
-	if err := it.Err(); err != nil {
+		return err
+	})
+	if err != nil {
 		return nil, fmt.Errorf("bpfsource: read flows: %w", err)
-	}
-	var val [flowCountsSize]byte
-	for _, key := range keys {
-		if err := s.life.Flows.LookupAndDelete(key, &val); err != nil {
-			if errors.Is(err, ebpf.ErrKeyNotExist) {
-				continue
-			}
-			return nil, fmt.Errorf("bpfsource: read flows: %w", err)
-		}
-		ns, f, err := decodeFlow(key[:], val[:])
-		if err != nil {
-			return nil, err
-		}
-		r.ByNetns[ns] = append(r.ByNetns[ns], f)
 	}
 	for i := range s.overflow {
 		var n uint64
