@@ -56,9 +56,20 @@ func joinLocks(s *snapshot.Snapshot, l *bpfsource.Locks) {
 	// allocation each.
 	vals := &[4]uint8{0, 1, 2, 3}
 	for i := range s.Sockets {
-		sk := &s.Sockets[i]
-		if sl, ok := l.ByCookie[sk.Cookie]; ok && sk.Cookie != 0 && int(sl.Locks) < len(vals) {
-			sk.BufLock = &vals[sl.Locks]
+		if v := lockOf(l, s.Sockets[i].Cookie, vals); v != nil {
+			s.Sockets[i].BufLock = v
 		}
 	}
+}
+
+// lockOf points at the lock bits the walk saw for cookie, in vals (which
+// holds 0..3); nil when it did not see the socket.
+func lockOf(l *bpfsource.Locks, cookie uint64, vals *[4]uint8) *uint8 {
+	if cookie == 0 {
+		return nil
+	}
+	if sl, ok := l.ByCookie[cookie]; ok && int(sl.Locks) < len(vals) {
+		return &vals[sl.Locks]
+	}
+	return nil
 }

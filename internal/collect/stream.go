@@ -80,10 +80,7 @@ func (st *Streamer) Stream(nss []netns.NS, fn func(s *snapshot.Snapshot, sk *sna
 		}
 	}
 	var pids []int
-	var lockBits [4]uint8
-	for i := range lockBits {
-		lockBits[i] = uint8(i)
-	}
+	lockBits := [4]uint8{0, 1, 2, 3}
 	probe := st.Opts.BufLock && own != nil
 	if probe {
 		if why := netCgroupV1(root); why != "" {
@@ -107,9 +104,9 @@ func (st *Streamer) Stream(nss []netns.NS, fn func(s *snapshot.Snapshot, sk *sna
 					pids = ownerPids(own, sk.Inode, pids[:0])
 					sk.Pids = pids
 				}
-				if locks != nil && sk.Cookie != 0 {
-					if sl, ok := locks.ByCookie[sk.Cookie]; ok && int(sl.Locks) < len(lockBits) {
-						sk.BufLock = &lockBits[sl.Locks]
+				if locks != nil {
+					if v := lockOf(locks, sk.Cookie, &lockBits); v != nil {
+						sk.BufLock = v
 					}
 				}
 				if probe && locks == nil {
