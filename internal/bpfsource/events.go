@@ -111,15 +111,12 @@ func (d *decoder) decode(b []byte) (Event, error) {
 		return Event{}, fmt.Errorf("bpfsource: event of unknown kind %d", b[70])
 	}
 	e := Event{Time: d.wall(ne.Uint64(b[0:])), Kind: kind, Netns: uint64(ne.Uint32(b[8:]))}
-	var local, remote netip.Addr
-	switch fam := ne.Uint16(b[68:]); fam {
-	case unix.AF_INET:
-		local, remote = netip.AddrFrom4([4]byte(b[32:36])), netip.AddrFrom4([4]byte(b[48:52]))
-	case unix.AF_INET6:
-		local, remote = netip.AddrFrom16([16]byte(b[32:48])).Unmap(), netip.AddrFrom16([16]byte(b[48:64])).Unmap()
-	default:
-		return Event{}, fmt.Errorf("bpfsource: event of address family %d", fam)
+	fam := ne.Uint16(b[68:])
+	local, err := addrOf(fam, b[32:48])
+	if err != nil {
+		return Event{}, err
 	}
+	remote, _ := addrOf(fam, b[48:64]) // the same family: cannot fail
 	e.Local = netip.AddrPortFrom(local, ne.Uint16(b[64:]))
 	e.Remote = netip.AddrPortFrom(remote, ne.Uint16(b[66:]))
 	reason := ne.Uint32(b[72:])

@@ -216,12 +216,7 @@ func Open(opts Options) (*Source, error) {
 
 // note records why a program is not running.
 func (s *Source) note(prog string, err error) {
-	var ns *NotSupportedError
-	reason := err.Error()
-	if errors.As(err, &ns) {
-		reason = ns.Reason
-	}
-	s.missing = append(s.missing, Missing{Program: prog, Reason: reason})
+	s.missing = append(s.missing, Missing{Program: prog, Reason: reason(err)})
 }
 
 // Missing lists the programs that did not load or attach, and why.

@@ -79,12 +79,8 @@ func decodeTraceEvent(b []byte, resets map[uint32]string) (TraceEvent, error) {
 	}
 	e := TraceEvent{Mono: time.Duration(mono), Cookie: ne.Uint64(b[8:]), Kind: k, Rcvbuf: ne.Uint32(b[24:]), Clamp: ne.Uint32(b[28:])}
 	if k == TraceResetSent {
-		r := ne.Uint32(b[20:])
-		if s, ok := resets[r]; ok {
-			e.Reason = s
-		} else {
-			e.Reason = fmt.Sprintf("reason %d", r)
-		}
+		names := reasonNames{resets: resets}
+		e.Reason = names.reset(ne.Uint32(b[20:]))
 	}
 	return e, nil
 }
