@@ -160,7 +160,7 @@ func (c *Collector) attachOwners(snaps []*snapshot.Snapshot) *procs.Owners {
 				if why := netCgroupV1(root); why != "" {
 					s.AddError(snapshot.SourceBufLock, fmt.Errorf("not probed: %s", why))
 				} else {
-					probeBufLocks(s, own, c.probeFunc())
+					probeBufLocks(s, own, c.probe)
 				}
 			}
 		}
@@ -180,7 +180,7 @@ const maxBufLockProbes = 512
 // round size), the only ones where the answer changes a verdict: first
 // those carrying data (senders), then the rest (a pinned receiver that
 // reads fast holds no data yet throttles its peer). Errors are
-// summarised once.
+// summarised once. probe is procs.BufLock when nil.
 func probeBufLocks(s *snapshot.Snapshot, own *procs.Owners, probe func(procs.FDRef, uint32) (uint8, error)) {
 	p := probeCount{fn: probe}
 	for _, busy := range []bool{true, false} {
@@ -194,13 +194,6 @@ func probeBufLocks(s *snapshot.Snapshot, own *procs.Owners, probe func(procs.FDR
 		}
 	}
 	p.record(s)
-}
-
-func (c *Collector) probeFunc() func(procs.FDRef, uint32) (uint8, error) {
-	if c.probe != nil {
-		return c.probe
-	}
-	return procs.BufLock
 }
 
 // netCgroupV1 says why SO_BUF_LOCK must not be probed here, or "".
