@@ -120,11 +120,7 @@ func Trace(ctx context.Context, o TraceOptions) (*TraceResult, error) {
 	if o.BPF {
 		// Loaded before the CPU is counted: parsing the kernel's BTF and
 		// loading the programs is a one-off of a few hundred ms.
-		var st unix.Stat_t
-		if err := unix.Stat(sp.ns.Path, &st); err != nil {
-			return nil, fmt.Errorf("bench: netns inode: %w", err)
-		}
-		t, err := bpfsource.OpenTrace(bpfsource.TraceOptions{Netns: st.Ino, Ports: []uint16{port}})
+		t, err := bpfsource.OpenTrace(bpfsource.TraceOptions{Netns: sp.ns.Inode, Ports: []uint16{port}})
 		if err != nil {
 			return nil, fmt.Errorf("bench: --bpf: %w", err)
 		}
