@@ -57,6 +57,6 @@ func newTraceBenchCmd(e *Env) *cobra.Command {
 	fs.DurationVar(&o.Duration, "duration", 20*time.Second, "how long to record")
 	fs.IntVar(&o.IdleEvery, "idle-every", 1, "trace's --idle-every: 1 reads every traced connection every sample (the default); they are idle, so 10 reads them at a tenth of the rate")
 	fs.BoolVar(&o.BPF, "bpf", false, "load trace's eBPF events (as tcpdoctor trace does where they load): discovery dumps are skipped while no connection is established")
-	fs.BoolVar(&o.GoTimers, "go-timers", false, "sleep between samples with Go's timers (as tcpdoctor trace does) instead of nanosleep")
+	fs.BoolVar(&o.GoTimers, "go-timers", false, "sleep between samples with Go's timers instead of nanosleep (trace.PreciseSleep, what tcpdoctor trace uses)")
 	return cmd
 }
