@@ -45,16 +45,17 @@ func (t *eventTotals) expire(live map[string]bool) {
 			delete(t.overflow, k)
 		}
 	}
-	for k := range t.synRetrans {
-		if t.gen-t.moved[k] > idleCollections {
-			delete(t.synRetrans, k)
-			delete(t.moved, k)
-		}
-	}
-	for k := range t.failed {
-		if t.gen-t.moved[k] > idleCollections {
-			delete(t.failed, k)
-			delete(t.moved, k)
+	forgetIdle(t.synRetrans, t.moved, t.gen)
+	forgetIdle(t.failed, t.moved, t.gen)
+}
+
+// forgetIdle deletes the series of m that have not moved for more than
+// idleCollections collections, here and in moved.
+func forgetIdle[K comparable](m map[K]float64, moved map[any]int, gen int) {
+	for k := range m {
+		if gen-moved[k] > idleCollections {
+			delete(m, k)
+			delete(moved, k)
 		}
 	}
 }
