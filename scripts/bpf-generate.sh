@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerates the committed eBPF objects and their Go bindings
-# (internal/bpfsource/{lifecycle,events,socklocks,traceprog}_bpfel.{o,go}) from internal/bpfsource/bpf/*.c.
+# (internal/bpfsource/{lifecycle,events,socklocks,traceprog,owners}_bpfel.{o,go}) from internal/bpfsource/bpf/*.c.
 # Needs clang-14 and llvm-strip-14 (Debian: apt-get install clang-14 llvm-14);
 # building tcpdoctor does not.
 set -euo pipefail

@@ -41,9 +41,46 @@ type SockLock struct {
 type Locks struct {
 	// Netns is the namespace inode the records came from; 0 when the
 	// namespace had no full TCP socket.
-	Netns    uint64
-	ByCookie map[uint64]SockLock
+	Netns uint64
+	// Recs are the sockets in the kernel's walk order: listeners, then
+	// the established hash bucket by bucket, the order of a sock_diag
+	// dump of the same namespace.
+	Recs []SockLock
 }
+
+// Joiner returns a lookup by cookie that is cheapest when asked in walk
+// order, as when joining a sock_diag dump: it tries the record after the
+// last one found and a few beyond it, and only when those miss does it
+// index every record (once) by cookie. The lookup is not safe for
+// concurrent use.
+func (l *Locks) Joiner() func(cookie uint64) (SockLock, bool) {
+	next := 0
+	var index map[uint64]int
+	return func(cookie uint64) (SockLock, bool) {
+		for k := next; k < min(next+joinAhead, len(l.Recs)); k++ {
+			if l.Recs[k].Cookie == cookie {
+				next = k + 1
+				return l.Recs[k], true
+			}
+		}
+		if index == nil {
+			index = make(map[uint64]int, len(l.Recs))
+			for k, r := range l.Recs {
+				index[r.Cookie] = k
+			}
+		}
+		if k, ok := index[cookie]; ok {
+			next = k + 1
+			return l.Recs[k], true
+		}
+		return SockLock{}, false
+	}
+}
+
+// joinAhead is how many records past the last match a Joiner tries
+// before its index: sockets opened or closed between the dump and the
+// walk shift the order by a few.
+const joinAhead = 8
 
 // OpenSockLocks checks the kernel can run the iterator and loads it.
 // Errors that mean "cannot run here" wrap ErrNotSupported and say why.
@@ -104,7 +141,7 @@ const sockLockSize = 24
 // decodeSockLocks reads records of struct sock_lock until EOF. A
 // truncated record or one no kernel writes is an error.
 func decodeSockLocks(r io.Reader) (*Locks, error) {
-	out := &Locks{ByCookie: map[uint64]SockLock{}}
+	out := &Locks{}
 	var b [sockLockSize]byte
 	ne := binary.NativeEndian
 	for n := 0; ; n++ {
@@ -138,6 +175,6 @@ func decodeSockLocks(r io.Reader) (*Locks, error) {
 		}
 		out.Netns = ns
 		sl.Sndbuf, sl.Rcvbuf = uint32(snd), uint32(rcv)
-		out.ByCookie[sl.Cookie] = sl
+		out.Recs = append(out.Recs, sl)
 	}
 }

@@ -111,7 +111,7 @@ func TestSockLocksCost(t *testing.T) {
 			cpu, wall, err := measure(func() error {
 				got, err := l.Read()
 				if got != nil {
-					n = len(got.ByCookie)
+					n = len(byCookie(got))
 				}
 				return err
 			})

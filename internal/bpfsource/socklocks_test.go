@@ -41,10 +41,10 @@ func TestDecodeSockLocks(t *testing.T) {
 		7: {Cookie: 7, State: 1, Locks: 3, Sndbuf: 32768, Rcvbuf: 65536},
 		9: {Cookie: 9, State: 10, Sndbuf: 16384, Rcvbuf: 131072},
 	}
-	if got.Netns != 4026531840 || len(got.ByCookie) != 2 || got.ByCookie[7] != want[7] || got.ByCookie[9] != want[9] {
+	if got.Netns != 4026531840 || len(byCookie(got)) != 2 || byCookie(got)[7] != want[7] || byCookie(got)[9] != want[9] {
 		t.Errorf("decoded %+v, want netns 4026531840 and %+v", got, want)
 	}
-	if got, err := decodeSockLocks(bytes.NewReader(nil)); err != nil || got.Netns != 0 || len(got.ByCookie) != 0 {
+	if got, err := decodeSockLocks(bytes.NewReader(nil)); err != nil || got.Netns != 0 || len(byCookie(got)) != 0 {
 		t.Errorf("empty input = %+v, %v", got, err)
 	}
 	bad := map[string][]byte{
@@ -64,6 +64,33 @@ func TestDecodeSockLocks(t *testing.T) {
 	}
 }
 
+// byCookie indexes a walk's records by cookie.
+func byCookie(l *Locks) map[uint64]SockLock {
+	m := make(map[uint64]SockLock, len(l.Recs))
+	for _, r := range l.Recs {
+		m[r.Cookie] = r
+	}
+	return m
+}
+
+// The joiner finds records asked in walk order, out of it, and not at
+// all, the same as an index would.
+func TestJoiner(t *testing.T) {
+	l := &Locks{}
+	for c := uint64(1); c <= 40; c++ {
+		l.Recs = append(l.Recs, SockLock{Cookie: c * 10, Locks: uint8(c % 4)})
+	}
+	find := l.Joiner()
+	asks := []uint64{10, 20, 40, 30, 400, 5, 390, 50, 60, 15, 110, 70}
+	for _, c := range asks {
+		got, ok := find(c)
+		want, wok := byCookie(l)[c]
+		if ok != wok || got != want {
+			t.Errorf("find(%d) = %+v, %v; want %+v, %v", c, got, ok, want, wok)
+		}
+	}
+}
+
 func FuzzDecodeSockLocks(f *testing.F) {
 	f.Add(append(rawLock(7, 4026531840, 1, 3, 32768, 65536), rawLock(9, 4026531840, 10, 0, 16384, 131072)...))
 	f.Add(rawLock(1, 1, 6, 0, 1, 1))
@@ -73,10 +100,10 @@ func FuzzDecodeSockLocks(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if len(b)%sockLockSize != 0 || len(got.ByCookie) > len(b)/sockLockSize || (len(b) > 0) != (got.Netns != 0) {
+		if len(b)%sockLockSize != 0 || len(byCookie(got)) > len(b)/sockLockSize || (len(b) > 0) != (got.Netns != 0) {
 			t.Fatalf("decoded %+v from %d bytes", got, len(b))
 		}
-		for c, sl := range got.ByCookie {
+		for c, sl := range byCookie(got) {
 			if c == 0 || sl.Cookie != c || sl.Locks > 3 || sl.Sndbuf > 1<<31-1 || sl.Rcvbuf > 1<<31-1 {
 				t.Fatalf("decoded %+v", sl)
 			}
@@ -173,10 +200,10 @@ func TestSockLocks(t *testing.T) {
 				return fmt.Errorf("iterator read namespace %d inside %s (%d)", got.Netns, ns.Name, ns.Inode)
 			}
 			// The listener, the clients and the accepted ends.
-			if n := 1 + 2*len(cases[i]); len(got.ByCookie) != n {
-				return fmt.Errorf("iterator saw %d sockets in %s, want %d: %+v", len(got.ByCookie), ns.Name, n, got.ByCookie)
+			if n := 1 + 2*len(cases[i]); len(byCookie(got)) != n {
+				return fmt.Errorf("iterator saw %d sockets in %s, want %d: %+v", len(byCookie(got)), ns.Name, n, byCookie(got))
 			}
-			for c := range got.ByCookie {
+			for c := range byCookie(got) {
 				if seen[c] {
 					return fmt.Errorf("cookie %d seen in two namespaces", c)
 				}
@@ -191,7 +218,7 @@ func TestSockLocks(t *testing.T) {
 				return err
 			}
 			for c, w := range want {
-				sl, ok := got.ByCookie[c]
+				sl, ok := byCookie(got)[c]
 				switch {
 				case !ok:
 					return fmt.Errorf("socket %+v not in the iterator's walk", w)
@@ -317,7 +344,7 @@ func TestSockLocksBitfield(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			if sl := got.ByCookie[f.cookie]; int(sl.Locks) != f.lock || int(sl.Sndbuf) != f.sndbuf {
+			if sl := byCookie(got)[f.cookie]; int(sl.Locks) != f.lock || int(sl.Sndbuf) != f.sndbuf {
 				return fmt.Errorf("bitfield layout: iterator says %+v, getsockopt says %+v", sl, f)
 			}
 		}

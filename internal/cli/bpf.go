@@ -12,6 +12,7 @@ import (
 
 	"github.com/tcpdoctor/tcpdoctor/internal/bpfsource"
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
+	"github.com/tcpdoctor/tcpdoctor/internal/procs"
 )
 
 // bpfOpts is --bpf, shared by the commands that collect live, and the
@@ -50,7 +51,10 @@ type bpfSet struct {
 	locks  collect.LockReader
 	// locksOff says why locks is nil.
 	locksOff string
-	pidfd    bool
+	// files lists processes' files for the owner walk (iter/task_file);
+	// nil reads /proc/PID/fd.
+	files procs.FileLister
+	pidfd bool
 }
 
 // options adds the lock sources to a command's collect options. Without
@@ -58,6 +62,9 @@ type bpfSet struct {
 func (b bpfSet) options(o collect.Options) collect.Options {
 	o.Locks, o.LocksOff = b.locks, b.locksOff
 	o.BufLock = b.pidfd && o.Owners
+	if o.Owners && b.files != nil {
+		o.Files = b.files
+	}
 	return o
 }
 
@@ -65,14 +72,17 @@ func (b bpfSet) options(o collect.Options) collect.Options {
 // left nil (off, replaying --from, or in auto not loadable) says why; the
 // close func is always safe to call.
 func (o *bpfOpts) open(e *Env, src *sourceOpts) (bpfSet, func(), error) {
-	return o.openSome(e, src, true, true)
+	return o.openSome(e, src, bpfNeed{events: true, locks: true, files: true})
 }
+
+// bpfNeed says which eBPF sources a command's output uses.
+type bpfNeed struct{ events, locks, files bool }
 
 // openSome is open for a command whose output uses only some sources:
 // those it does not use are not loaded (a load, and each iter/tcp walk of
 // the host's TCP tables, cost a command that prints one sample), and
 // nothing is said of them.
-func (o *bpfOpts) openSome(e *Env, src *sourceOpts, events, locks bool) (bpfSet, func(), error) {
+func (o *bpfOpts) openSome(e *Env, src *sourceOpts, need bpfNeed) (bpfSet, func(), error) {
 	set := bpfSet{pidfd: o.pidfd}
 	var closers []func() error
 	closeAll := func() {
@@ -89,9 +99,9 @@ func (o *bpfOpts) openSome(e *Env, src *sourceOpts, events, locks bool) (bpfSet,
 		set.locksOff = "eBPF off (--bpf off)"
 		return set, closeAll, nil
 	}
-	var evErr, lkErr error
+	var evErr, lkErr, flErr error
 	switch {
-	case !events:
+	case !need.events:
 	case e.OpenEvents == nil:
 		evErr = errors.New("this build has no eBPF loader")
 	default:
@@ -106,7 +116,17 @@ func (o *bpfOpts) openSome(e *Env, src *sourceOpts, events, locks bool) (bpfSet,
 			closers = append(closers, s.Close)
 		}
 	}
-	if !locks {
+	switch {
+	case !need.files, e.OpenFiles == nil:
+	default:
+		if f, err := e.OpenFiles(); err != nil {
+			flErr = err
+		} else {
+			set.files = f
+			closers = append(closers, f.Close)
+		}
+	}
+	if !need.locks {
 		set.locksOff = "not read: sockets reads buffer lock bits with --json --locks"
 	} else if e.OpenLocks == nil {
 		lkErr = errors.New("this build has no eBPF loader")
@@ -127,6 +147,7 @@ func (o *bpfOpts) openSome(e *Env, src *sourceOpts, events, locks bool) (bpfSet,
 			closeAll()
 			return bpfSet{}, func() {}, collectErr(fmt.Errorf("--bpf on: %w", err))
 		}
+		o.noteFiles(e, flErr, nil, nil)
 		return set, closeAll, nil
 	}
 	switch {
@@ -142,11 +163,30 @@ func (o *bpfOpts) openSome(e *Env, src *sourceOpts, events, locks bool) (bpfSet,
 			e.progress("note: eBPF buffer lock bits (iter/tcp) off: %v: pinned buffers judged from their sizes only (--bpf off silences this)", lkErr)
 		}
 	}
+	o.noteFiles(e, flErr, evErr, lkErr)
 	return set, closeAll, nil
+}
+
+// noteFiles says why the owner walk reads /proc/PID/fd, unless a note
+// already gave that cause. The in-kernel walk finds the same owners,
+// only faster, so its absence never fails --bpf on.
+func (o *bpfOpts) noteFiles(e *Env, flErr error, said ...error) {
+	if flErr == nil {
+		return
+	}
+	for _, s := range said {
+		if s != nil && s.Error() == flErr.Error() {
+			return
+		}
+	}
+	e.progress("note: eBPF owner walk (iter/task_file) off: %v: socket owners read from /proc/PID/fd, which is slower (--bpf off silences this)", flErr)
 }
 
 // openEvents is the production loader for Env.OpenEvents.
 func openEvents() (*bpfsource.Source, error) { return bpfsource.Open(bpfsource.Options{}) }
+
+// openFiles is the production loader for Env.OpenFiles.
+func openFiles() (*bpfsource.FileOwners, error) { return bpfsource.OpenFileOwners() }
 
 // openLocks is the production loader for Env.OpenLocks.
 func openLocks() (*bpfsource.SockLocks, error) { return bpfsource.OpenSockLocks() }

@@ -53,6 +53,9 @@ type Env struct {
 	// OpenLocks loads the eBPF iter/tcp buffer-lock reader (--bpf); nil
 	// means none is available.
 	OpenLocks func() (*bpfsource.SockLocks, error)
+	// OpenFiles loads the eBPF iter/task_file owner walk (--bpf); nil
+	// means none is available.
+	OpenFiles func() (*bpfsource.FileOwners, error)
 }
 
 // DefaultEnv is the real process environment.
@@ -73,6 +76,7 @@ func DefaultEnv() *Env {
 		IsTTY:      fi != nil && fi.Mode()&os.ModeCharDevice != 0,
 		OpenEvents: openEvents,
 		OpenLocks:  openLocks,
+		OpenFiles:  openFiles,
 	}
 }
 

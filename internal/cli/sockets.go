@@ -183,7 +183,7 @@ func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
 	// Connection events show only under an --interval table; lock bits
 	// only in JSON, when asked (their program's load would double the
 	// time of a plain listing).
-	bs, closeBPF, err := o.bpf.openSome(e, &o.src, o.interval > 0, o.locks)
+	bs, closeBPF, err := o.bpf.openSome(e, &o.src, bpfNeed{events: o.interval > 0, locks: o.locks})
 	if err != nil {
 		return err
 	}

@@ -27,6 +27,11 @@ type Options struct {
 	// why, for the snapshot.
 	Locks    LockReader
 	LocksOff string
+	// Files, when set, lists every process's files for Owners in the
+	// kernel (eBPF iter/task_file) instead of a readlink per /proc/PID/fd
+	// entry; the /proc walk is used when it fails or ProcRoot is not
+	// /proc.
+	Files procs.FileLister
 	// BufLock, an opt-in, probes SO_BUF_LOCK of owned, established
 	// sockets that look pinned where Locks gave nothing, by duplicating
 	// the owner's fd with pidfd_getfd (needs Owners and CAP_SYS_PTRACE).
@@ -151,9 +156,24 @@ func (c *Collector) attachOwners(snaps []*snapshot.Snapshot) *procs.Owners {
 		}
 	}
 	root := c.procRoot()
-	own, err := procs.Scanner{Root: root}.Scan(func(ino uint32) bool { _, ok := want[ino]; return ok })
+	keep := func(ino uint32) bool { _, ok := want[ino]; return ok }
+	var own *procs.Owners
+	var err, iterErr error
+	if c.Opts.Files != nil && root == "/proc" {
+		own, iterErr = procs.Scanner{Root: root}.ScanFiles(c.Opts.Files, keep)
+	}
+	iterD := time.Since(start)
+	if own == nil {
+		own, err = procs.Scanner{Root: root}.Scan(keep)
+	}
 	d := time.Since(start)
 	for _, s := range snaps {
+		if c.Opts.Files != nil && root == "/proc" {
+			s.Sources = append(s.Sources, snapshot.SourceStat{Source: snapshot.SourceFileOwners, OK: iterErr == nil, Duration: iterD})
+			if iterErr != nil {
+				s.AddError(snapshot.SourceFileOwners, fmt.Errorf("%w; owners read from /proc/PID/fd instead", iterErr))
+			}
+		}
 		if own != nil {
 			own.Attach(s)
 			if c.Opts.BufLock && (s.BufLocks == nil || s.BufLocks.From == "") {

@@ -55,20 +55,23 @@ func joinLocks(s *snapshot.Snapshot, l *bpfsource.Locks) {
 	// The bits are 0..3: sockets point into one array, not an
 	// allocation each.
 	vals := &[4]uint8{0, 1, 2, 3}
+	find := l.Joiner()
 	for i := range s.Sockets {
-		if v := lockOf(l, s.Sockets[i].Cookie, vals); v != nil {
+		if v := lockOf(find, &s.Sockets[i], vals); v != nil {
 			s.Sockets[i].BufLock = v
 		}
 	}
 }
 
-// lockOf points at the lock bits the walk saw for cookie, in vals (which
-// holds 0..3); nil when it did not see the socket.
-func lockOf(l *bpfsource.Locks, cookie uint64, vals *[4]uint8) *uint8 {
-	if cookie == 0 {
+// lockOf points at the lock bits the walk saw for sk, in vals (which
+// holds 0..3); nil when it did not see the socket. Sockets without a
+// tcp_sock, which the walk skips, are not looked for: they cost no
+// search.
+func lockOf(find func(uint64) (bpfsource.SockLock, bool), sk *snapshot.Socket, vals *[4]uint8) *uint8 {
+	if sk.Cookie == 0 || sk.State == snapshot.TimeWait || sk.State == snapshot.SynRecv {
 		return nil
 	}
-	if sl, ok := l.ByCookie[cookie]; ok && int(sl.Locks) < len(vals) {
+	if sl, ok := find(sk.Cookie); ok && int(sl.Locks) < len(vals) {
 		return &vals[sl.Locks]
 	}
 	return nil

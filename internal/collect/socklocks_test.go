@@ -32,7 +32,7 @@ func TestReadLocks(t *testing.T) {
 			{Cookie: 1, State: snapshot.Established}, {Cookie: 2, State: snapshot.Listen}, {Cookie: 3, State: snapshot.TimeWait},
 		}}
 	}
-	walk := &bpfsource.Locks{Netns: 42, ByCookie: map[uint64]bpfsource.SockLock{1: {Cookie: 1, Locks: 3}, 2: {Cookie: 2}}}
+	walk := &bpfsource.Locks{Netns: 42, Recs: []bpfsource.SockLock{{Cookie: 2}, {Cookie: 1, Locks: 3}}}
 	s := mk()
 	(&Collector{Opts: Options{Locks: fakeLocks{l: walk}}}).readLocks(s)
 	if s.BufLocks == nil || s.BufLocks.From != snapshot.LocksIter || s.Sockets[0].BufLock == nil || *s.Sockets[0].BufLock != 3 ||
@@ -41,7 +41,7 @@ func TestReadLocks(t *testing.T) {
 	}
 	for name, c := range map[string]*Collector{
 		"failed walk":      {Opts: Options{Locks: fakeLocks{err: errors.New("bpfsource: socklocks: open iterator: boom")}}},
-		"foreign walk":     {Opts: Options{Locks: fakeLocks{l: &bpfsource.Locks{Netns: 7, ByCookie: walk.ByCookie}}}},
+		"foreign walk":     {Opts: Options{Locks: fakeLocks{l: &bpfsource.Locks{Netns: 7, Recs: walk.Recs}}}},
 		"not loaded":       {Opts: Options{LocksOff: "eBPF off (--bpf off)"}},
 		"not loaded, why?": {},
 	} {

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/tcpdoctor/tcpdoctor/internal/bpfsource"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/procs"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
@@ -97,19 +98,22 @@ func (st *Streamer) Stream(nss []netns.NS, fn func(s *snapshot.Snapshot, sk *sna
 		var probes probeCount
 		err := netns.Do(ns, func() error {
 			s.Taken = st.Now()
-			locks := readLocks(st.Opts.Locks, st.Opts.LocksOff, s)
+			var find func(uint64) (bpfsource.SockLock, bool)
+			if locks := readLocks(st.Opts.Locks, st.Opts.LocksOff, s); locks != nil {
+				find = locks.Joiner()
+			}
 			start := time.Now()
 			err := sockdiag.Dump(opts, func(sk *snapshot.Socket) error {
 				if own != nil {
 					pids = ownerPids(own, sk.Inode, pids[:0])
 					sk.Pids = pids
 				}
-				if locks != nil {
-					if v := lockOf(locks, sk.Cookie, &lockBits); v != nil {
+				if find != nil {
+					if v := lockOf(find, sk, &lockBits); v != nil {
 						sk.BufLock = v
 					}
 				}
-				if probe && locks == nil {
+				if probe && find == nil {
 					probes.probe(own, sk)
 				}
 				if err := fn(s, sk); err != nil {

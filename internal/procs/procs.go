@@ -100,35 +100,11 @@ func (s Scanner) Scan(want func(inode uint32) bool) (*Owners, error) {
 			out.Newest[pid] = ino
 		}
 	}
-	// One slab backs every single-holder inode's slice: no allocation per
-	// socket. A second holder's append copies out of the slab.
-	out.ByInode = make(map[uint32][]FDRef, total)
-	slab := make([]FDRef, total)
-	var shared []uint32
-	n := 0
+	parts := make([][]inodeRef, len(ws))
 	for i := range ws {
-		for _, e := range ws[i].refs {
-			refs, ok := out.ByInode[e.ino]
-			if !ok {
-				slab[n] = e.ref
-				out.ByInode[e.ino] = slab[n : n+1 : n+1]
-				n++
-				continue
-			}
-			if len(refs) == 1 {
-				shared = append(shared, e.ino)
-			}
-			out.ByInode[e.ino] = append(refs, e.ref)
-		}
+		parts[i] = ws[i].refs
 	}
-	for _, ino := range shared {
-		slices.SortFunc(out.ByInode[ino], func(a, b FDRef) int {
-			if a.Pid != b.Pid {
-				return a.Pid - b.Pid
-			}
-			return a.FD - b.FD
-		})
-	}
+	out.ByInode = byInode(total, parts)
 	var errs []error
 	if len(denied) > 0 {
 		slices.Sort(denied)
@@ -139,6 +115,41 @@ func (s Scanner) Scan(want func(inode uint32) bool) (*Owners, error) {
 		errs = append(errs, fmt.Errorf("procs: %s: fds unreadable: %w", Names(root, failed), firstFail))
 	}
 	return out, errors.Join(errs...)
+}
+
+// byInode indexes the refs of every part (total in all) by inode, the
+// refs of a shared socket sorted by pid and fd. One slab backs every
+// single-holder inode's slice: no allocation per socket; a second
+// holder's append copies out of the slab.
+func byInode(total int, parts [][]inodeRef) map[uint32][]FDRef {
+	m := make(map[uint32][]FDRef, total)
+	slab := make([]FDRef, total)
+	var shared []uint32
+	n := 0
+	for _, part := range parts {
+		for _, e := range part {
+			refs, ok := m[e.ino]
+			if !ok {
+				slab[n] = e.ref
+				m[e.ino] = slab[n : n+1 : n+1]
+				n++
+				continue
+			}
+			if len(refs) == 1 {
+				shared = append(shared, e.ino)
+			}
+			m[e.ino] = append(refs, e.ref)
+		}
+	}
+	for _, ino := range shared {
+		slices.SortFunc(m[ino], func(a, b FDRef) int {
+			if a.Pid != b.Pid {
+				return a.Pid - b.Pid
+			}
+			return a.FD - b.FD
+		})
+	}
+	return m
 }
 
 // listPids returns the numeric entries of root.
@@ -298,6 +309,13 @@ func (w *walker) walk(root string, pid int) error {
 	if len(w.refs) == mark {
 		return nil
 	}
+	w.procs = append(w.procs, readProc(dir, pid, fds))
+	return nil
+}
+
+// readProc reads the command and RLIMIT_NOFILE of an owner from dir
+// (root/PID); what cannot be read stays unset.
+func readProc(dir string, pid, fds int) *snapshot.Proc {
 	p := &snapshot.Proc{Pid: pid, FDs: fds}
 	if b, err := os.ReadFile(dir + "/comm"); err == nil {
 		if len(b) > 0 && b[len(b)-1] == '\n' {
@@ -312,8 +330,7 @@ func (w *walker) walk(root string, pid int) error {
 			p.NofileSoft, p.NofileHard = &l.Soft, &l.Hard
 		}
 	}
-	w.procs = append(w.procs, p)
-	return nil
+	return p
 }
 
 // splitMin is the fd count from which one process's readlinks are split

@@ -70,4 +70,8 @@ const (
 	SourceBPF      = "bpf"
 	// SourceSockLocks is the eBPF iter/tcp walk for the lock bits.
 	SourceSockLocks = "bpf.socklocks"
+	// SourceFileOwners is the eBPF iter/task_file walk that finds socket
+	// owners in place of /proc/PID/fd (procs.owners then names the walk
+	// as a whole).
+	SourceFileOwners = "bpf.fileowners"
 )

@@ -1,0 +1,117 @@
+package bpfsource
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
+	"github.com/cilium/ebpf/link"
+)
+
+// FileOwners is the loaded iter/task_file program (bpf/owners.c) that
+// lists every process's open files, with the inode of each socket: the
+// owner walk without a readlink per descriptor. Load it once per process;
+// Files may be called from several goroutines at once.
+type FileOwners struct {
+	objs ownersObjects
+	link *link.Iter
+}
+
+// OpenFileOwners checks the kernel can run the iterator and that its pids
+// are this process's (the iterator gives the initial pid namespace's
+// numbers), and loads it. Errors that mean "cannot run here" wrap
+// ErrNotSupported and say why.
+func OpenFileOwners() (*FileOwners, error) {
+	if !privileged() {
+		return nil, notSupported("not root (loading BPF programs needs CAP_BPF and CAP_PERFMON, or CAP_SYS_ADMIN; unprivileged BPF is usually off)")
+	}
+	if b, err := os.ReadFile("/proc/self/status"); err != nil {
+		return nil, notSupported("cannot tell this process's pid namespace: %v", err)
+	} else if !initialPidNS(b) {
+		return nil, notSupported("in a child pid namespace: the iterator numbers processes as the host does")
+	}
+	spec, err := btf.LoadKernelSpec()
+	if err != nil {
+		return nil, notSupported("no kernel BTF (/sys/kernel/btf/vmlinux): %v", err)
+	}
+	var st *btf.Struct
+	if err := spec.TypeByName("bpf_iter__task_file", &st); err != nil {
+		return nil, notSupported("kernel has no iter/task_file BPF iterator (needs Linux >= 5.8): %v", err)
+	}
+	var objs ownersObjects
+	if err := loadOwnersObjects(&objs, (*ebpf.CollectionOptions)(nil)); err != nil {
+		return nil, loadError(fmt.Errorf("load iter/task_file: %w", err))
+	}
+	l, err := link.AttachIter(link.IterOptions{Program: objs.FileOwners})
+	if err != nil {
+		_ = objs.Close()
+		return nil, loadError(fmt.Errorf("attach iter/task_file: %w", err))
+	}
+	return &FileOwners{objs: objs, link: l}, nil
+}
+
+// initialPidNS reads /proc/self/status: a process in the initial pid
+// namespace has one number on its NSpid line (Linux >= 4.1; without the
+// line, nesting cannot be seen, and the answer is no).
+func initialPidNS(status []byte) bool {
+	for line := range bytes.Lines(status) {
+		if rest, ok := bytes.CutPrefix(line, []byte("NSpid:")); ok {
+			return len(bytes.Fields(rest)) == 1
+		}
+	}
+	return false
+}
+
+// Close detaches the iterator and unloads the program.
+func (o *FileOwners) Close() error {
+	if o == nil {
+		return nil
+	}
+	return errors.Join(o.link.Close(), o.objs.Close())
+}
+
+// Files walks every open file of every process, in the kernel's order
+// (one task's files together), calling fn for each: tgid and pid as the
+// host numbers them, the fd, and the socket inode (0 for other files).
+func (o *FileOwners) Files(fn func(tgid, pid, fd, ino uint32)) error {
+	rc, err := o.link.Open()
+	if err != nil {
+		return fmt.Errorf("bpfsource: file owners: open iterator: %w", err)
+	}
+	defer rc.Close()
+	return decodeFileOwners(bufio.NewReaderSize(rc, 64<<10), fn)
+}
+
+// fileOwnerSize is sizeof(struct file_owner) (bpf/owners.c).
+const fileOwnerSize = 16
+
+// decodeFileOwners reads records of struct file_owner until EOF. A
+// truncated record or one no kernel writes is an error; records before
+// it have been passed to fn.
+func decodeFileOwners(r io.Reader, fn func(tgid, pid, fd, ino uint32)) error {
+	var b [fileOwnerSize]byte
+	ne := binary.NativeEndian
+	for n := 0; ; n++ {
+		if _, err := io.ReadFull(r, b[:]); err != nil {
+			if err == io.EOF {
+				return nil
+			}
+			if errors.Is(err, io.ErrUnexpectedEOF) {
+				return fmt.Errorf("bpfsource: file owners: record %d truncated", n)
+			}
+			return fmt.Errorf("bpfsource: file owners: read: %w", err)
+		}
+		tgid, pid := ne.Uint32(b[0:]), ne.Uint32(b[4:])
+		// Pids are positive ints, at most 2^22 (PID_MAX_LIMIT).
+		if tgid == 0 || pid == 0 || tgid > 1<<22 || pid > 1<<22 || int32(ne.Uint32(b[8:])) < 0 {
+			return fmt.Errorf("bpfsource: file owners: record %d: tgid %d, pid %d or fd %d out of range", n, tgid, pid, int32(ne.Uint32(b[8:])))
+		}
+		fn(tgid, pid, ne.Uint32(b[8:]), ne.Uint32(b[12:]))
+	}
+}

@@ -1,0 +1,106 @@
+package procs
+
+import (
+	"errors"
+	"maps"
+	"os"
+	"slices"
+	"testing"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/bpfsource"
+)
+
+// fileRec is one record of a fake FileLister.
+type fileRec struct{ tgid, pid, fd, ino uint32 }
+
+type fakeFiles struct {
+	recs []fileRec
+	err  error
+}
+
+func (f fakeFiles) Files(fn func(tgid, pid, fd, ino uint32)) error {
+	for _, r := range f.recs {
+		fn(r.tgid, r.pid, r.fd, r.ino)
+	}
+	return f.err
+}
+
+// ScanFiles finds what Scan finds in the same processes: the fake tree of
+// TestScanFakeTree as the kernel would list it.
+func TestScanFilesMatchesScan(t *testing.T) {
+	root := t.TempDir()
+	fakeProc(t, root, 100, "nginx", limitsNginx, map[int]string{
+		0: "/dev/null", 1: "pipe:[99]", 3: "socket:[111]", 4: "socket:[222]", 5: "anon_inode:[eventpoll]",
+	})
+	fakeProc(t, root, 200, "nginx", limitsUnlimited, map[int]string{3: "socket:[111]", 7: "socket:[333]"})
+	fakeProc(t, root, 300, "bash", limitsNginx, map[int]string{0: "/dev/pts/0", 1: "/dev/pts/0"})
+	fakeProc(t, root, 400, "", "", map[int]string{9: "socket:[444]"})
+	want := func(ino uint32) bool { return ino != 333 }
+	fromProc, err := Scanner{Root: root}.Scan(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := []fileRec{
+		{100, 100, 0, 0}, {100, 100, 1, 0}, {100, 100, 3, 111}, {100, 100, 4, 222}, {100, 100, 5, 0},
+		// A thread with a file table of its own: not in /proc/100/fd.
+		{100, 101, 3, 555},
+		{200, 200, 3, 111}, {200, 200, 7, 333},
+		{300, 300, 0, 0}, {300, 300, 1, 0},
+		{400, 400, 9, 444},
+	}
+	fromIter, err := Scanner{Root: root}.ScanFiles(fakeFiles{recs: recs}, want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !maps.EqualFunc(fromProc.ByInode, fromIter.ByInode, slices.Equal) {
+		t.Errorf("ByInode: /proc %v, iterator %v", fromProc.ByInode, fromIter.ByInode)
+	}
+	if !maps.Equal(fromProc.Newest, fromIter.Newest) {
+		t.Errorf("Newest: /proc %v, iterator %v", fromProc.Newest, fromIter.Newest)
+	}
+	if len(fromProc.Procs) != len(fromIter.Procs) {
+		t.Fatalf("Procs: /proc %d, iterator %d", len(fromProc.Procs), len(fromIter.Procs))
+	}
+	for pid, p := range fromProc.Procs {
+		q := fromIter.Procs[pid]
+		if q == nil || q.Command != p.Command || q.FDs != p.FDs || (p.NofileSoft == nil) != (q.NofileSoft == nil) {
+			t.Errorf("Procs[%d]: /proc %+v, iterator %+v", pid, p, q)
+		}
+	}
+	// A failed walk is an error and no result.
+	if o, err := (Scanner{Root: root}).ScanFiles(fakeFiles{recs: recs, err: errors.New("truncated")}, want); err == nil || o != nil {
+		t.Errorf("failed walk = %v, %v", o, err)
+	}
+}
+
+// The kernel's walk finds this process's sockets as /proc does.
+func TestScanFilesReal(t *testing.T) {
+	l, err := bpfsource.OpenFileOwners()
+	if errors.Is(err, bpfsource.ErrNotSupported) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	fds, inos := openSockets(t, 5)
+	keep := func(ino uint32) bool { return slices.Contains(inos, ino) }
+	o, err := Scanner{Root: "/proc"}.ScanFiles(l, keep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := os.Getpid()
+	for i, ino := range inos {
+		if !slices.Equal(o.ByInode[ino], []FDRef{{pid, fds[i]}}) {
+			t.Errorf("inode %d: refs %v, want {%d %d}", ino, o.ByInode[ino], pid, fds[i])
+		}
+	}
+	p, q := o.Procs[pid], (*Owners)(nil)
+	if q, err = (Scanner{Root: "/proc"}).Scan(keep); err != nil && !errors.Is(err, ErrPermission) {
+		t.Fatal(err)
+	}
+	// Each walk holds one descriptor of its own while it reads.
+	if p == nil || q.Procs[pid] == nil || p.Command != q.Procs[pid].Command || p.FDs < q.Procs[pid].FDs-2 || p.FDs > q.Procs[pid].FDs+2 {
+		t.Errorf("Procs[self]: iterator %+v, /proc %+v", p, q.Procs[pid])
+	}
+}
