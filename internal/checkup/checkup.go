@@ -30,18 +30,21 @@ func (s Series) Window() (prev, cur *snapshot.Snapshot) {
 	return prev, cur
 }
 
-// Sample collects count samples of each namespace, interval apart.
+// Sample collects count samples of each namespace, starting interval
+// apart (back to back when one takes longer: see Pause).
 // sleep waits between samples and returns ctx's error when cancelled.
 func Sample(ctx context.Context, c *collect.Collector, nss []netns.NS, count int, interval time.Duration,
 	sleep func(context.Context, time.Duration) error) ([]Series, error) {
 	byNS := make(map[string]*Series)
 	var order []string
+	var last time.Time
 	for i := 0; i < count; i++ {
 		if i > 0 {
-			if err := sleep(ctx, interval); err != nil {
+			if err := sleep(ctx, Pause(interval, c.Now().Sub(last))); err != nil {
 				return nil, err
 			}
 		}
+		last = c.Now()
 		for _, s := range c.Collect(nss) {
 			sr := byNS[s.Netns.Name]
 			if sr == nil {
@@ -134,6 +137,14 @@ func (d *diagnosis) report() *report.Report {
 		rep.Host, _ = os.Hostname()
 	}
 	return rep
+}
+
+// Pause is the wait before the next sample when the last one started
+// took ago: samples start interval apart, so the time a collection takes
+// (seconds, with a million sockets) is not added to every window; 0 when
+// it took longer than interval.
+func Pause(interval, took time.Duration) time.Duration {
+	return max(interval-took, 0)
 }
 
 // Sleep waits d or until ctx ends, whichever is first, and returns ctx's

@@ -43,7 +43,7 @@ Exit codes: 0 nothing at or above --fail-on, 1 findings, 2 usage error, 3 collec
 	fs := cmd.Flags()
 	o.src.register(fs)
 	o.bpf.register(fs)
-	fs.DurationVar(&o.interval, "interval", 5*time.Second, "time between the two samples (0: one snapshot)")
+	fs.DurationVar(&o.interval, "interval", 5*time.Second, "time from the first sample's start to the second's (0: one snapshot; back to back when collecting takes longer)")
 	fs.BoolVar(&o.json, "json", false, "print the versioned JSON report (docs/json.md)")
 	fs.StringVar(&o.failOn, "fail-on", "warning", "exit 1 when a finding is at or above this severity (info, warning, critical)")
 	fs.BoolVarP(&o.verbose, "verbose", "v", false, "also print info findings")

@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 )
@@ -33,7 +34,7 @@ func newRecordCmd(e *Env) *cobra.Command {
 	fs := cmd.Flags()
 	fs.StringVar(&o.src.netns, "netns", "", "collect in the named network namespace (ip netns)")
 	fs.BoolVar(&o.src.allNetns, "all-netns", false, "collect in every network namespace on the host")
-	fs.DurationVar(&o.interval, "interval", 5*time.Second, "time between samples")
+	fs.DurationVar(&o.interval, "interval", 5*time.Second, "time from one sample's start to the next's (back to back when collecting takes longer)")
 	fs.IntVar(&o.count, "count", 2, "number of samples")
 	fs.StringVarP(&o.out, "output", "o", "", "file to write (- for stdout)")
 	fs.BoolVar(&o.noOwners, "no-owners", false, "do not map sockets to processes")
@@ -81,12 +82,14 @@ func runRecord(cmd *cobra.Command, e *Env, o *recordOpts) error {
 	defer closeBPF()
 	c := &collect.Collector{Opts: bs.options(collect.Options{Owners: !o.noOwners, ProcRoot: e.ProcRoot}), Now: e.Now, Events: bs.events}
 	var got int
+	var last time.Time
 	for i := 0; i < o.count; i++ {
 		if i > 0 {
-			if err := e.Sleep(cmd.Context(), o.interval); err != nil {
+			if err := e.Sleep(cmd.Context(), checkup.Pause(o.interval, e.Now().Sub(last))); err != nil {
 				break // Ctrl-C: keep what was written
 			}
 		}
+		last = e.Now()
 		snaps := c.Collect(nss)
 		ss := []series{{Snaps: snaps}}
 		warnErrors(e, ss)

@@ -62,14 +62,28 @@ func (c *Collector) Collect(nss []netns.NS) []*snapshot.Snapshot {
 	host, _ := os.Hostname()
 	kernel := KernelRelease()
 	out := make([]*snapshot.Snapshot, 0, len(nss))
+	// The kernel's walks of the file tables and of each namespace's
+	// sockets for lock bits run beside the dumps (on another CPU) and
+	// are joined after them.
+	var files func() fileWalk
+	if c.Opts.Owners && c.Opts.Files != nil && c.procRoot() == "/proc" {
+		files = background(func() fileWalk {
+			start := time.Now()
+			recs, err := procs.ReadFiles(c.Opts.Files)
+			return fileWalk{recs, err, time.Since(start)}
+		})
+	}
 	for _, ns := range nss {
 		s := &snapshot.Snapshot{Host: host, Kernel: kernel, Netns: snapshot.Netns{Name: ns.Name, Inode: ns.Inode}}
 		err := netns.Do(ns, func() error {
 			s.Taken = c.Now()
 			// Counters first: sockstat sizes the socket slice.
 			procnet.Default().Fill(s)
+			locks := c.startLocks(ns)
 			c.dump(s)
-			c.readLocks(s)
+			if l := locks.record(c.Opts.LocksOff, s); l != nil {
+				joinLocks(s, l)
+			}
 			return nil
 		})
 		if err != nil {
@@ -82,7 +96,12 @@ func (c *Collector) Collect(nss []netns.NS) []*snapshot.Snapshot {
 		c.addEvents(out)
 	}
 	if c.Opts.Owners {
-		own := c.attachOwners(out)
+		var fw *fileWalk
+		if files != nil {
+			w := files()
+			fw = &w
+		}
+		own := c.attachOwners(out, fw)
 		for i, s := range out {
 			c.nameFlowOwners(nss[i], s, own, c.procRoot())
 		}
@@ -141,7 +160,10 @@ func expectedSockets(s *snapshot.Snapshot) int {
 
 // attachOwners scans /proc once for all namespaces: socket inodes are
 // unique host-wide.
-func (c *Collector) attachOwners(snaps []*snapshot.Snapshot) *procs.Owners {
+//
+// fw, when not nil, is the kernel's walk of every file table
+// (Options.Files); the /proc walk stands in if it failed.
+func (c *Collector) attachOwners(snaps []*snapshot.Snapshot, fw *fileWalk) *procs.Owners {
 	start := time.Now()
 	n := 0
 	for _, s := range snaps {
@@ -158,20 +180,19 @@ func (c *Collector) attachOwners(snaps []*snapshot.Snapshot) *procs.Owners {
 	root := c.procRoot()
 	keep := func(ino uint32) bool { _, ok := want[ino]; return ok }
 	var own *procs.Owners
-	var err, iterErr error
-	if c.Opts.Files != nil && root == "/proc" {
-		own, iterErr = procs.Scanner{Root: root}.ScanFiles(c.Opts.Files, keep)
-	}
-	iterD := time.Since(start)
-	if own == nil {
+	var err error
+	if fw != nil && fw.err == nil {
+		own = procs.Scanner{Root: root}.OwnersOf(fw.recs, keep)
+	} else {
 		own, err = procs.Scanner{Root: root}.Scan(keep)
 	}
 	d := time.Since(start)
 	for _, s := range snaps {
-		if c.Opts.Files != nil && root == "/proc" {
-			s.Sources = append(s.Sources, snapshot.SourceStat{Source: snapshot.SourceFileOwners, OK: iterErr == nil, Duration: iterD})
-			if iterErr != nil {
-				s.AddError(snapshot.SourceFileOwners, fmt.Errorf("%w; owners read from /proc/PID/fd instead", iterErr))
+		if fw != nil {
+			// The walk ran beside the dumps: its own time, then the join.
+			s.Sources = append(s.Sources, snapshot.SourceStat{Source: snapshot.SourceFileOwners, OK: fw.err == nil, Duration: fw.took})
+			if fw.err != nil {
+				s.AddError(snapshot.SourceFileOwners, fmt.Errorf("%w; owners read from /proc/PID/fd instead", fw.err))
 			}
 		}
 		if own != nil {
@@ -190,6 +211,21 @@ func (c *Collector) attachOwners(snaps []*snapshot.Snapshot) *procs.Owners {
 		}
 	}
 	return own
+}
+
+// fileWalk is the outcome of the kernel's walk of every file table.
+type fileWalk struct {
+	recs []procs.FileRec
+	err  error
+	took time.Duration
+}
+
+// background runs fn in a goroutine of its own; the func returned waits
+// for its result.
+func background[T any](fn func() T) func() T {
+	ch := make(chan T, 1)
+	go func() { ch <- fn() }()
+	return func() T { return <-ch }
 }
 
 // maxBufLockProbes bounds the pidfd_getfd probes of one snapshot.

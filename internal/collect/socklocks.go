@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/bpfsource"
+	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 )
 
@@ -14,32 +15,71 @@ type LockReader interface {
 	Read() (*bpfsource.Locks, error)
 }
 
-// readLocks runs inside the namespace, after the dump: it joins the
-// iterator's lock bits to the dumped sockets by cookie and records where
-// the bits came from, or why there are none.
-func (c *Collector) readLocks(s *snapshot.Snapshot) {
-	if l := readLocks(c.Opts.Locks, c.Opts.LocksOff, s); l != nil {
-		joinLocks(s, l)
+// lockWalk is a walk of one namespace's sockets for their lock bits,
+// started by startLocks.
+type lockWalk struct {
+	r    LockReader
+	wait func() lockResult
+}
+
+type lockResult struct {
+	l    *bpfsource.Locks
+	err  error
+	took time.Duration
+}
+
+// startLocks starts reading the lock bits of ns beside the dump, in a
+// thread of its own in that namespace; nothing is read without a
+// LockReader.
+func (c *Collector) startLocks(ns netns.NS) lockWalk {
+	r := c.Opts.Locks
+	if r == nil {
+		return lockWalk{}
 	}
+	return lockWalk{r: r, wait: background(func() lockResult {
+		var res lockResult
+		start := time.Now()
+		if err := netns.Do(ns, func() error {
+			res.l, res.err = r.Read()
+			return nil
+		}); err != nil {
+			res.err = err
+		}
+		res.took = time.Since(start)
+		return res
+	})}
 }
 
 // readLocks reads the lock bits of the namespace the thread is in with
-// r, recording in s where the bits came from, or why there are none
-// (off, when r is nil). It returns nil when there are none.
+// r, now, and records them as lockWalk.record does.
 func readLocks(r LockReader, off string, s *snapshot.Snapshot) *bpfsource.Locks {
-	if r == nil {
+	w := lockWalk{r: r}
+	if r != nil {
+		start := time.Now()
+		l, err := r.Read()
+		res := lockResult{l, err, time.Since(start)}
+		w.wait = func() lockResult { return res }
+	}
+	return w.record(off, s)
+}
+
+// record waits for the walk and records in s where the bits came from,
+// or why there are none (off, when there was no LockReader). It returns
+// nil when there are none.
+func (w lockWalk) record(off string, s *snapshot.Snapshot) *bpfsource.Locks {
+	if w.r == nil {
 		if off == "" {
 			off = "the eBPF iter/tcp iterator was not loaded"
 		}
 		s.BufLocks = &snapshot.BufLockOrigin{Why: off}
 		return nil
 	}
-	start := time.Now()
-	l, err := r.Read()
+	res := w.wait()
+	l, err := res.l, res.err
 	if err == nil && l.Netns != 0 && s.Netns.Inode != 0 && l.Netns != s.Netns.Inode {
 		err = fmt.Errorf("bpfsource: socklocks: the iterator walked namespace %d, not %d", l.Netns, s.Netns.Inode)
 	}
-	s.Sources = append(s.Sources, snapshot.SourceStat{Source: snapshot.SourceSockLocks, OK: err == nil, Duration: time.Since(start)})
+	s.Sources = append(s.Sources, snapshot.SourceStat{Source: snapshot.SourceSockLocks, OK: err == nil, Duration: res.took})
 	if err != nil {
 		s.AddError(snapshot.SourceSockLocks, err)
 		s.BufLocks = &snapshot.BufLockOrigin{Why: err.Error()}

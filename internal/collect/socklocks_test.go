@@ -24,6 +24,19 @@ type fakeLocks struct {
 
 func (f fakeLocks) Read() (*bpfsource.Locks, error) { return f.l, f.err }
 
+// joinLocksOf reads and joins the lock bits as Collect does, the walk
+// beside (here: before) the dump, in the test's own namespace.
+func joinLocksOf(t *testing.T, c *Collector, s *snapshot.Snapshot) {
+	t.Helper()
+	ns, err := netns.Default().Current()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := c.startLocks(ns).record(c.Opts.LocksOff, s); l != nil {
+		joinLocks(s, l)
+	}
+}
+
 // The lock bits join by cookie; a failed or foreign walk leaves them
 // unknown and says why.
 func TestReadLocks(t *testing.T) {
@@ -34,7 +47,7 @@ func TestReadLocks(t *testing.T) {
 	}
 	walk := &bpfsource.Locks{Netns: 42, Recs: []bpfsource.SockLock{{Cookie: 2}, {Cookie: 1, Locks: 3}}}
 	s := mk()
-	(&Collector{Opts: Options{Locks: fakeLocks{l: walk}}}).readLocks(s)
+	joinLocksOf(t, &Collector{Opts: Options{Locks: fakeLocks{l: walk}}}, s)
 	if s.BufLocks == nil || s.BufLocks.From != snapshot.LocksIter || s.Sockets[0].BufLock == nil || *s.Sockets[0].BufLock != 3 ||
 		s.Sockets[1].BufLock == nil || *s.Sockets[1].BufLock != 0 || s.Sockets[2].BufLock != nil {
 		t.Errorf("joined: origin %+v, sockets %+v", s.BufLocks, s.Sockets)
@@ -46,7 +59,7 @@ func TestReadLocks(t *testing.T) {
 		"not loaded, why?": {},
 	} {
 		s := mk()
-		c.readLocks(s)
+		joinLocksOf(t, c, s)
 		if s.BufLocks == nil || s.BufLocks.From != "" || s.BufLocks.Why == "" || s.Sockets[0].BufLock != nil {
 			t.Errorf("%s: origin %+v, sockets %+v", name, s.BufLocks, s.Sockets)
 		}

@@ -4,6 +4,7 @@ package diag
 
 import (
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
@@ -120,8 +121,9 @@ type Input struct {
 	Cur     *snapshot.Snapshot
 	Options Options
 	prevBy  map[uint64]*snapshot.Socket
-	// tuples is CurTuples, built on first use.
-	tuples tcpmodel.Tuples
+	// tuples is CurTuples, built on first use (rules run concurrently).
+	tuplesOnce sync.Once
+	tuples     tcpmodel.Tuples
 }
 
 // NewInput builds an Input and indexes the previous sockets by cookie.
@@ -153,9 +155,7 @@ func (in *Input) PrevSocket(cookie uint64) *snapshot.Socket {
 // remote) for finding local peers: built once and shared by every rule
 // that asks (at 100,000 sockets each index is about 20 MB to build).
 func (in *Input) CurTuples() tcpmodel.Tuples {
-	if in.tuples == nil {
-		in.tuples = tcpmodel.TuplesOf(in.Cur)
-	}
+	in.tuplesOnce.Do(func() { in.tuples = tcpmodel.TuplesOf(in.Cur) })
 	return in.tuples
 }
 

@@ -13,12 +13,38 @@ type FileLister interface {
 	Files(fn func(tgid, pid, fd, ino uint32)) error
 }
 
+// FileRec is one open file as a FileLister gives it: Ino is the socket
+// inode, 0 for other files.
+type FileRec struct{ Tgid, Pid, FD, Ino uint32 }
+
+// ReadFiles lists every open file with l, holding the records (16 bytes
+// each) so that the walk can run beside other work and be joined later.
+func ReadFiles(l FileLister) ([]FileRec, error) {
+	var recs []FileRec
+	err := l.Files(func(tgid, pid, fd, ino uint32) {
+		recs = append(recs, FileRec{tgid, pid, fd, ino})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return recs, nil
+}
+
 // ScanFiles is Scan from a FileLister instead of /proc/PID/fd: the same
 // Owners, with each owner's command and limits still read below Root.
-// Only a process's own file table counts, as in /proc/PID/fd: a thread
-// with a table of its own (pid != tgid) is skipped. On an error the
-// result is nil.
+// On an error the result is nil.
 func (s Scanner) ScanFiles(l FileLister, want func(inode uint32) bool) (*Owners, error) {
+	recs, err := ReadFiles(l)
+	if err != nil {
+		return nil, err
+	}
+	return s.OwnersOf(recs, want), nil
+}
+
+// OwnersOf builds Owners from a FileLister's records. Only a process's
+// own file table counts, as in /proc/PID/fd: a thread with a table of
+// its own (Pid != Tgid) is skipped.
+func (s Scanner) OwnersOf(recs []FileRec, want func(inode uint32) bool) *Owners {
 	root := s.Root
 	if root == "" {
 		root = "/proc"
@@ -29,29 +55,26 @@ func (s Scanner) ScanFiles(l FileLister, want func(inode uint32) bool) (*Owners,
 	// n, and added to fds when the next process starts.
 	fds, kept := map[int]int{}, map[int]bool{}
 	cur, n := -1, 0
-	err := l.Files(func(tgid, pid, fd, ino uint32) {
-		if pid != tgid {
-			return
+	for _, r := range recs {
+		if r.Pid != r.Tgid {
+			continue
 		}
-		if p := int(tgid); p != cur {
+		if p := int(r.Tgid); p != cur {
 			if cur >= 0 {
 				fds[cur] += n
 			}
 			cur, n = p, 0
 		}
 		n++
-		if ino == 0 {
-			return
+		if r.Ino == 0 {
+			continue
 		}
-		if want != nil && !want(ino) {
-			out.Newest[cur] = max(out.Newest[cur], ino)
-			return
+		if want != nil && !want(r.Ino) {
+			out.Newest[cur] = max(out.Newest[cur], r.Ino)
+			continue
 		}
 		kept[cur] = true
-		refs = append(refs, inodeRef{ino, FDRef{Pid: cur, FD: int(fd)}})
-	})
-	if err != nil {
-		return nil, err
+		refs = append(refs, inodeRef{r.Ino, FDRef{Pid: cur, FD: int(r.FD)}})
 	}
 	if cur >= 0 {
 		fds[cur] += n
@@ -60,5 +83,5 @@ func (s Scanner) ScanFiles(l FileLister, want func(inode uint32) bool) (*Owners,
 		out.Procs[pid] = readProc(root+"/"+strconv.Itoa(pid), pid, fds[pid])
 	}
 	out.ByInode = byInode(len(refs), [][]inodeRef{refs})
-	return out, nil
+	return out
 }
