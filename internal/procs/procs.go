@@ -468,25 +468,36 @@ func atoi(s string) (int, bool) {
 	return v, true
 }
 
+// pidSlab is how many pids one allocation of Attach holds.
+const pidSlab = 4096
+
 // Attach sets sk.Pids for every socket in snap (sorted, unique) and adds
 // those owners, and only those, to snap.Procs.
 func (o *Owners) Attach(snap *snapshot.Snapshot) {
 	if o == nil || snap == nil {
 		return
 	}
+	// Pids are cut from slabs: one allocation per 4,096 owners, not one
+	// per socket (a million sockets were a million small objects for the
+	// garbage collector to track).
+	var slab []int
 	for i := range snap.Sockets {
 		sk := &snap.Sockets[i]
 		refs := o.ByInode[sk.Inode]
 		if sk.Inode == 0 || len(refs) == 0 {
 			continue
 		}
-		pids := make([]int, 0, len(refs))
-		for _, r := range refs {
-			pids = append(pids, r.Pid)
+		if cap(slab)-len(slab) < len(refs) {
+			slab = make([]int, 0, max(pidSlab, len(refs)))
 		}
+		at := len(slab)
+		for _, r := range refs {
+			slab = append(slab, r.Pid)
+		}
+		pids := slab[at:len(slab):len(slab)]
 		slices.Sort(pids)
 		pids = slices.Compact(pids)
-		sk.Pids = pids
+		sk.Pids = pids[:len(pids):len(pids)]
 		for _, pid := range pids {
 			p, ok := o.Procs[pid]
 			if !ok {
