@@ -13,11 +13,15 @@ const storeBlock = 1024
 type Store struct {
 	infos []TCPInfo
 	mems  []MemInfo
+	// bytes holds every value of a one-byte extra (Shutdown, BufLock):
+	// sockets point into it instead of at an allocation each.
+	bytes *[256]uint8
 }
 
 // Keep returns a copy of sk whose extras are its own (Info and Mem in the
-// store; Shutdown and BufLock are single bytes, which Go's allocator packs
-// together): sk may be reused or dropped once Keep returns.
+// store's blocks; Shutdown and BufLock point into its table of byte
+// values, so they must not be written through): sk may be reused or
+// dropped once Keep returns.
 func (st *Store) Keep(sk *Socket) Socket {
 	out := *sk
 	if sk.Info != nil {
@@ -35,12 +39,22 @@ func (st *Store) Keep(sk *Socket) Socket {
 		out.Mem = &st.mems[len(st.mems)-1]
 	}
 	if sk.Shutdown != nil {
-		v := *sk.Shutdown
-		out.Shutdown = &v
+		out.Shutdown = st.byteOf(*sk.Shutdown)
 	}
 	if sk.BufLock != nil {
-		v := *sk.BufLock
-		out.BufLock = &v
+		out.BufLock = st.byteOf(*sk.BufLock)
 	}
 	return out
+}
+
+// byteOf points at v in st.bytes, which no one writes through: a
+// socket's one-byte extras are read-only once kept.
+func (st *Store) byteOf(v uint8) *uint8 {
+	if st.bytes == nil {
+		st.bytes = new([256]uint8)
+		for i := range st.bytes {
+			st.bytes[i] = uint8(i)
+		}
+	}
+	return &st.bytes[v]
 }
