@@ -106,7 +106,22 @@ func enumNames(spec *btf.Spec, name string, prefixes ...string) map[uint32]strin
 	return m
 }
 
-// value returns the number of the enum value named name, if present.
+// hasEnumValue reports whether the kernel BTF's enum has a value called
+// value.
+func hasEnumValue(spec *btf.Spec, enum, value string) bool {
+	var e *btf.Enum
+	if err := spec.TypeByName(enum, &e); err != nil {
+		return false
+	}
+	for _, v := range e.Values {
+		if v.Name == value {
+			return true
+		}
+	}
+	return false
+}
+
+// dropValue returns the number of the drop reason named name, if present.
 func (n *reasonNames) dropValue(name string) (uint32, bool) {
 	for v, s := range n.drops {
 		if s == name {

@@ -52,6 +52,7 @@ const (
 	lifecycleMapFlows          = "flows"
 	lifecycleMapOverflow       = "overflow"
 	lifecycleProgLifecycle     = "lifecycle"
+	lifecycleVarTaskBtf        = "task_btf"
 	lifecycleVarTrackLifetimes = "track_lifetimes"
 	lifecycleVarUnusedCounts   = "unused_counts"
 	lifecycleVarUnusedEvent    = "unused_event"
@@ -120,6 +121,7 @@ type lifecycleMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type lifecycleVariableSpecs struct {
+	TaskBtf        *ebpf.VariableSpec `ebpf:"task_btf"`
 	TrackLifetimes *ebpf.VariableSpec `ebpf:"track_lifetimes"`
 	UnusedCounts   *ebpf.VariableSpec `ebpf:"unused_counts"`
 	UnusedEvent    *ebpf.VariableSpec `ebpf:"unused_event"`
@@ -170,6 +172,7 @@ func (m *lifecycleMaps) Close() error {
 //
 // It can be passed to loadLifecycleObjects or ebpf.CollectionSpec.LoadAndAssign.
 type lifecycleVariables struct {
+	TaskBtf        *ebpf.Variable `ebpf:"task_btf"`
 	TrackLifetimes *ebpf.Variable `ebpf:"track_lifetimes"`
 	UnusedCounts   *ebpf.Variable `ebpf:"unused_counts"`
 	UnusedEvent    *ebpf.Variable `ebpf:"unused_event"`

@@ -75,6 +75,11 @@ type Options struct {
 	// kfree_skb, tcp_retransmit_skb, tcp_send_reset, tcp_receive_reset);
 	// nil loads all of them.
 	Programs []string
+
+	// helperComm makes the lifecycle program take pid and comm from the
+	// helpers even where the kernel has bpf_get_current_task_btf (tests
+	// run the older kernels' path with it).
+	helperComm bool
 }
 
 func (o *Options) wants(prog string) bool {
@@ -242,6 +247,13 @@ func (s *Source) openLifecycle(ksp *btf.Spec, opts Options) error {
 	}
 	if err := spec.Variables[lifecycleVarWakeupBytes].Set(uint64(wakeupBytes)); err != nil {
 		return fmt.Errorf("bpfsource: %w", err)
+	}
+	// The verifier drops the branch the flag rules out, so a kernel
+	// without the helper (before 5.11) never sees its call.
+	if !opts.helperComm && hasEnumValue(ksp, "bpf_func_id", "BPF_FUNC_get_current_task_btf") {
+		if err := spec.Variables[lifecycleVarTaskBtf].Set(uint32(1)); err != nil {
+			return fmt.Errorf("bpfsource: %w", err)
+		}
 	}
 	var objs lifecycleObjects
 	repl := map[string]*ebpf.Map{lifecycleMapEvents: s.shared.ring, lifecycleMapEvLost: s.shared.lost, lifecycleMapEvStream: s.shared.stream}

@@ -109,16 +109,18 @@ func comm(t *testing.T) string {
 
 // TestLifecycle provokes connects, active closes and EADDRNOTAVAIL in a
 // namespace of its own and checks what the program counted, with and
-// without the lifetime join.
+// without the lifetime join, and with pid and comm from the helpers (the
+// path of kernels without bpf_get_current_task_btf).
 func TestLifecycle(t *testing.T) {
-	for _, lifetimes := range []bool{false, true} {
-		t.Run(fmt.Sprintf("lifetimes=%v", lifetimes), func(t *testing.T) { testLifecycle(t, lifetimes) })
+	for _, o := range []Options{{}, {Lifetimes: true}, {helperComm: true}} {
+		t.Run(fmt.Sprintf("lifetimes=%v,helpers=%v", o.Lifetimes, o.helperComm), func(t *testing.T) { testLifecycle(t, o) })
 	}
 }
 
-func testLifecycle(t *testing.T, lifetimes bool) {
+func testLifecycle(t *testing.T, opts Options) {
+	lifetimes := opts.Lifetimes
 	ns := testns.New(t, "bpf")
-	src, err := Open(Options{Lifetimes: lifetimes})
+	src, err := Open(opts)
 	if errors.Is(err, ErrNotSupported) {
 		t.Skip(err)
 	}
@@ -130,6 +132,14 @@ func testLifecycle(t *testing.T, lifetimes bool) {
 			t.Error(err)
 		}
 	}()
+	var taskBTF uint32
+	if err := src.life.TaskBtf.Get(&taskBTF); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("pid and comm read from the task (bpf_get_current_task_btf): %v", taskBTF == 1)
+	if opts.helperComm && taskBTF != 0 {
+		t.Error("helperComm set, but the program reads the task")
+	}
 	const closes, failures = 20, 7
 	var ln net.Listener
 	var peer netip.AddrPort

@@ -62,6 +62,7 @@ static long (*bpf_map_update_elem)(void *map, const void *key, const void *value
 static __u64 (*bpf_ktime_get_ns)(void) = (void *)5;
 static __u64 (*bpf_get_current_pid_tgid)(void) = (void *)14;
 static long (*bpf_get_current_comm)(void *buf, __u32 size_of_buf) = (void *)16;
+static struct task_struct___lc *(*bpf_get_current_task_btf)(void) = (void *)158;
 static void *(*bpf_sk_storage_get)(void *map, void *sk, void *value, __u64 flags) = (void *)107;
 static void *(*bpf_ringbuf_reserve)(void *ringbuf, __u64 size, __u64 flags) = (void *)131;
 static void (*bpf_ringbuf_submit)(void *data, __u64 flags) = (void *)132;
@@ -70,10 +71,23 @@ static __u64 (*bpf_ringbuf_query)(void *ringbuf, __u64 flags) = (void *)134;
 /* Set by the loader before loading; the verifier drops the code it
  * guards when 0. */
 const volatile __u32 track_lifetimes = 0;
+/* Set by the loader where the kernel has bpf_get_current_task_btf (Linux
+ * 5.11): pid and comm are then read from the task itself, which costs
+ * less than the two helpers (TestCost's run-time statistics compare both;
+ * docs/performance.md). */
+const volatile __u32 task_btf = 0;
 /* Failed connects also go to the shared ring buffer (events_shared.h). */
 const volatile __u64 wakeup_bytes = 64 * 1024;
 
 #include "events_shared.h"
+
+#pragma clang attribute push(__attribute__((preserve_access_index)), apply_to = record)
+/* The kernel's task_struct (the ___lc flavour keeps the name local). */
+struct task_struct___lc {
+	int tgid;
+	char comm[16];
+};
+#pragma clang attribute pop
 
 struct flow_key {
 	__u32 netns;
@@ -156,8 +170,22 @@ static struct flow_counts *counts_for(struct flow_key *k)
 static void fill_key(struct flow_key *k, struct sock *sk, __u16 family)
 {
 	k->netns = sk->__sk_common.skc_net.net->ns.inum;
-	k->pid = bpf_get_current_pid_tgid() >> 32;
-	bpf_get_current_comm(k->comm, sizeof(k->comm));
+	if (task_btf) {
+		struct task_struct___lc *t = bpf_get_current_task_btf();
+		k->pid = t->tgid;
+		/* As bpf_get_current_comm: up to the NUL, zeros after it, so
+		 * one command makes one key. */
+		int end = 0;
+#pragma unroll
+		for (int i = 0; i < 16; i++) {
+			char c = end ? 0 : t->comm[i];
+			end |= c == 0;
+			k->comm[i] = c;
+		}
+	} else {
+		k->pid = bpf_get_current_pid_tgid() >> 32;
+		bpf_get_current_comm(k->comm, sizeof(k->comm));
+	}
 	k->family = family;
 	__be16 dport = sk->__sk_common.skc_dport;
 	k->dport = (__u16)((dport >> 8) | (dport << 8));
