@@ -165,44 +165,40 @@ func expectedSockets(s *snapshot.Snapshot) int {
 // (Options.Files); the /proc walk stands in if it failed.
 func (c *Collector) attachOwners(snaps []*snapshot.Snapshot, fw *fileWalk) *procs.Owners {
 	start := time.Now()
-	n := 0
-	for _, s := range snaps {
-		n += len(s.Sockets)
-	}
-	want := make(map[uint32]struct{}, n)
-	for _, s := range snaps {
-		for i := range s.Sockets {
-			if ino := s.Sockets[i].Inode; ino != 0 {
-				want[ino] = struct{}{}
-			}
-		}
-	}
 	root := c.procRoot()
-	keep := func(ino uint32) bool { _, ok := want[ino]; return ok }
+	// Every socket is kept: the join with the dumps is by sorting
+	// (Owners.Attach), and sockets in none of them tell NoteNewest which
+	// processes opened sockets since.
 	var own *procs.Owners
 	var err error
 	if fw != nil && fw.err == nil {
-		own = procs.Scanner{Root: root}.OwnersOf(fw.recs, keep)
+		own = procs.Scanner{Root: root}.OwnersOf(fw.recs, nil)
 	} else {
-		own, err = procs.Scanner{Root: root}.Scan(keep)
+		own, err = procs.Scanner{Root: root}.Scan(nil)
+	}
+	for _, s := range snaps {
+		if own != nil {
+			own.Attach(s)
+		}
+	}
+	if own != nil {
+		own.NoteNewest()
 	}
 	d := time.Since(start)
 	for _, s := range snaps {
 		if fw != nil {
-			// The walk ran beside the dumps: its own time, then the join.
+			// The walk ran beside the dumps: its own time; procs.owners
+			// is the join.
 			s.Sources = append(s.Sources, snapshot.SourceStat{Source: snapshot.SourceFileOwners, OK: fw.err == nil, Duration: fw.took})
 			if fw.err != nil {
 				s.AddError(snapshot.SourceFileOwners, fmt.Errorf("%w; owners read from /proc/PID/fd instead", fw.err))
 			}
 		}
-		if own != nil {
-			own.Attach(s)
-			if c.Opts.BufLock && (s.BufLocks == nil || s.BufLocks.From == "") {
-				if why := netCgroupV1(root); why != "" {
-					s.AddError(snapshot.SourceBufLock, fmt.Errorf("not probed: %s", why))
-				} else {
-					probeBufLocks(s, own, c.probe)
-				}
+		if own != nil && c.Opts.BufLock && (s.BufLocks == nil || s.BufLocks.From == "") {
+			if why := netCgroupV1(root); why != "" {
+				s.AddError(snapshot.SourceBufLock, fmt.Errorf("not probed: %s", why))
+			} else {
+				probeBufLocks(s, own, c.probe)
 			}
 		}
 		s.Sources = append(s.Sources, snapshot.SourceStat{Source: snapshot.SourceOwners, OK: err == nil, Duration: d})

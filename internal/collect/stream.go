@@ -161,7 +161,7 @@ func (p *probeCount) probe(own *procs.Owners, sk *snapshot.Socket) {
 	if p.probed == maxBufLockProbes || sk.BufLock != nil || sk.State != snapshot.Established || sk.Mem == nil || !looksPinned(sk.Mem) {
 		return
 	}
-	refs := own.ByInode[sk.Inode]
+	refs := own.Refs(sk.Inode)
 	if len(refs) == 0 {
 		return
 	}
@@ -202,7 +202,7 @@ func ownerPids(own *procs.Owners, inode uint32, buf []int) []int {
 	if inode == 0 {
 		return buf
 	}
-	refs := own.ByInode[inode]
+	refs := own.Refs(inode)
 	for _, r := range refs {
 		buf = append(buf, r.Pid)
 	}

@@ -222,10 +222,10 @@ func c5Receiver(tb *Testbed, fs []diag.Finding) string {
 // (the lab checks the server namespace; this looks at the client one).
 func c5BufLock(inode uint32) *uint8 {
 	own, err := procs.Scanner{Root: "/proc"}.Scan(func(ino uint32) bool { return ino == inode })
-	if own == nil || (err != nil && len(own.ByInode[inode]) == 0) {
+	if own == nil || (err != nil && len(own.Refs(inode)) == 0) {
 		return nil
 	}
-	for _, ref := range own.ByInode[inode] {
+	for _, ref := range own.Refs(inode) {
 		if v, err := procs.BufLock(ref, inode); err == nil {
 			return &v
 		}

@@ -82,6 +82,6 @@ func (s Scanner) OwnersOf(recs []FileRec, want func(inode uint32) bool) *Owners 
 	for pid := range kept {
 		out.Procs[pid] = readProc(root+"/"+strconv.Itoa(pid), pid, fds[pid])
 	}
-	out.ByInode = byInode(len(refs), [][]inodeRef{refs})
+	out.setRefs(refs)
 	return out
 }

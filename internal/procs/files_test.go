@@ -52,8 +52,8 @@ func TestScanFilesMatchesScan(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !maps.EqualFunc(fromProc.ByInode, fromIter.ByInode, slices.Equal) {
-		t.Errorf("ByInode: /proc %v, iterator %v", fromProc.ByInode, fromIter.ByInode)
+	if !maps.EqualFunc(byInode(fromProc), byInode(fromIter), slices.Equal) {
+		t.Errorf("ByInode: /proc %v, iterator %v", byInode(fromProc), byInode(fromIter))
 	}
 	if !maps.Equal(fromProc.Newest, fromIter.Newest) {
 		t.Errorf("Newest: /proc %v, iterator %v", fromProc.Newest, fromIter.Newest)
@@ -91,8 +91,8 @@ func TestScanFilesReal(t *testing.T) {
 	}
 	pid := os.Getpid()
 	for i, ino := range inos {
-		if !slices.Equal(o.ByInode[ino], []FDRef{{pid, fds[i]}}) {
-			t.Errorf("inode %d: refs %v, want {%d %d}", ino, o.ByInode[ino], pid, fds[i])
+		if !slices.Equal(o.Refs(ino), []FDRef{{pid, fds[i]}}) {
+			t.Errorf("inode %d: refs %v, want {%d %d}", ino, o.Refs(ino), pid, fds[i])
 		}
 	}
 	p, q := o.Procs[pid], (*Owners)(nil)

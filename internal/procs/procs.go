@@ -3,6 +3,7 @@
 package procs
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -34,15 +35,56 @@ type FDRef struct{ Pid, FD int }
 
 // Owners is the result of one Scan.
 type Owners struct {
-	// ByInode maps a socket inode to every (pid, fd) holding it.
-	ByInode map[uint32][]FDRef
+	// inos and refs are every kept (pid, fd) holding a socket, sorted by
+	// inode, pid and fd: refs[i] holds inos[i]. A million sockets are
+	// joined to them by sorting, not through a map of every inode.
+	inos []uint32
+	refs []FDRef
+	// matched marks the refs Attach found in a snapshot (NoteNewest).
+	matched []bool
 	// Procs holds every pid seen holding a kept socket.
 	Procs map[int]*snapshot.Proc
-	// Newest maps each pid holding sockets the want filter rejected to the
-	// highest such socket inode: sockets created after the dump have
-	// inodes above the dump's, so it tells which processes are opening
-	// sockets right now.
+	// Newest maps each pid holding sockets that are in none of the
+	// snapshots looked at to the highest such socket inode: sockets
+	// created after the dump have inodes above the dump's, so it tells
+	// which processes are opening sockets right now. The walk fills it
+	// from the sockets want rejected, NoteNewest from those Attach did
+	// not find.
 	Newest map[int]uint32
+}
+
+// Refs returns every (pid, fd) holding the socket with inode ino, sorted
+// by pid and fd; the slice is the Owners' own, not to be changed.
+func (o *Owners) Refs(ino uint32) []FDRef {
+	lo, hi := o.span(ino)
+	return o.refs[lo:hi:hi]
+}
+
+// span is where ino's refs are.
+func (o *Owners) span(ino uint32) (lo, hi int) {
+	lo, _ = slices.BinarySearch(o.inos, ino)
+	hi = lo
+	for hi < len(o.inos) && o.inos[hi] == ino {
+		hi++
+	}
+	return lo, hi
+}
+
+// Inodes lists the distinct socket inodes held, ascending.
+func (o *Owners) Inodes() []uint32 {
+	return slices.Compact(slices.Clone(o.inos))
+}
+
+// NoteNewest adds to Newest, per pid, the highest socket inode that no
+// Attach call found in its snapshot: call it after attaching every
+// snapshot of one collection.
+func (o *Owners) NoteNewest() {
+	for i, ok := range o.matched {
+		if !ok {
+			pid := o.refs[i].Pid
+			o.Newest[pid] = max(o.Newest[pid], o.inos[i])
+		}
+	}
 }
 
 // Scan walks Root/[0-9]*/fd once. Processes that vanish mid-scan are skipped;
@@ -100,11 +142,11 @@ func (s Scanner) Scan(want func(inode uint32) bool) (*Owners, error) {
 			out.Newest[pid] = ino
 		}
 	}
-	parts := make([][]inodeRef, len(ws))
+	all := make([]inodeRef, 0, total)
 	for i := range ws {
-		parts[i] = ws[i].refs
+		all = append(all, ws[i].refs...)
 	}
-	out.ByInode = byInode(total, parts)
+	out.setRefs(all)
 	var errs []error
 	if len(denied) > 0 {
 		slices.Sort(denied)
@@ -117,39 +159,21 @@ func (s Scanner) Scan(want func(inode uint32) bool) (*Owners, error) {
 	return out, errors.Join(errs...)
 }
 
-// byInode indexes the refs of every part (total in all) by inode, the
-// refs of a shared socket sorted by pid and fd. One slab backs every
-// single-holder inode's slice: no allocation per socket; a second
-// holder's append copies out of the slab.
-func byInode(total int, parts [][]inodeRef) map[uint32][]FDRef {
-	m := make(map[uint32][]FDRef, total)
-	slab := make([]FDRef, total)
-	var shared []uint32
-	n := 0
-	for _, part := range parts {
-		for _, e := range part {
-			refs, ok := m[e.ino]
-			if !ok {
-				slab[n] = e.ref
-				m[e.ino] = slab[n : n+1 : n+1]
-				n++
-				continue
-			}
-			if len(refs) == 1 {
-				shared = append(shared, e.ino)
-			}
-			m[e.ino] = append(refs, e.ref)
+// setRefs sorts refs by inode, pid and fd and keeps them.
+func (o *Owners) setRefs(refs []inodeRef) {
+	slices.SortFunc(refs, func(a, b inodeRef) int {
+		if c := cmp.Compare(a.ino, b.ino); c != 0 {
+			return c
 		}
+		if c := cmp.Compare(a.ref.Pid, b.ref.Pid); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.ref.FD, b.ref.FD)
+	})
+	o.inos, o.refs, o.matched = make([]uint32, len(refs)), make([]FDRef, len(refs)), make([]bool, len(refs))
+	for i, r := range refs {
+		o.inos[i], o.refs[i] = r.ino, r.ref
 	}
-	for _, ino := range shared {
-		slices.SortFunc(m[ino], func(a, b FDRef) int {
-			if a.Pid != b.Pid {
-				return a.Pid - b.Pid
-			}
-			return a.FD - b.FD
-		})
-	}
-	return m
 }
 
 // listPids returns the numeric entries of root.
@@ -472,33 +496,49 @@ func atoi(s string) (int, bool) {
 const pidSlab = 4096
 
 // Attach sets sk.Pids for every socket in snap (sorted, unique) and adds
-// those owners, and only those, to snap.Procs.
+// those owners, and only those, to snap.Procs. The sockets are visited
+// in inode order, walking the sorted refs alongside.
 func (o *Owners) Attach(snap *snapshot.Snapshot) {
 	if o == nil || snap == nil {
 		return
 	}
+	// inode<<32 | index: sorting the numbers sorts the sockets by inode.
+	keys := make([]uint64, 0, len(snap.Sockets))
+	for i := range snap.Sockets {
+		if ino := snap.Sockets[i].Inode; ino != 0 {
+			keys = append(keys, uint64(ino)<<32|uint64(i))
+		}
+	}
+	slices.Sort(keys)
 	// Pids are cut from slabs: one allocation per 4,096 owners, not one
 	// per socket (a million sockets were a million small objects for the
 	// garbage collector to track).
 	var slab []int
-	for i := range snap.Sockets {
-		sk := &snap.Sockets[i]
-		refs := o.ByInode[sk.Inode]
-		if sk.Inode == 0 || len(refs) == 0 {
+	j := 0
+	for _, k := range keys {
+		ino, sk := uint32(k>>32), &snap.Sockets[uint32(k)]
+		for j < len(o.inos) && o.inos[j] < ino {
+			j++
+		}
+		hi := j
+		for hi < len(o.inos) && o.inos[hi] == ino {
+			o.matched[hi] = true
+			hi++
+		}
+		if hi == j {
 			continue
 		}
-		if cap(slab)-len(slab) < len(refs) {
-			slab = make([]int, 0, max(pidSlab, len(refs)))
+		if cap(slab)-len(slab) < hi-j {
+			slab = make([]int, 0, max(pidSlab, hi-j))
 		}
 		at := len(slab)
-		for _, r := range refs {
-			slab = append(slab, r.Pid)
+		for _, r := range o.refs[j:hi] {
+			if len(slab) == at || slab[len(slab)-1] != r.Pid { // sorted by pid
+				slab = append(slab, r.Pid)
+			}
 		}
-		pids := slab[at:len(slab):len(slab)]
-		slices.Sort(pids)
-		pids = slices.Compact(pids)
-		sk.Pids = pids[:len(pids):len(pids)]
-		for _, pid := range pids {
+		sk.Pids = slab[at:len(slab):len(slab)]
+		for _, pid := range sk.Pids {
 			p, ok := o.Procs[pid]
 			if !ok {
 				continue

@@ -80,8 +80,8 @@ func TestScanFakeTree(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Scan: %v", err)
 	}
-	gotInodes := make([]uint32, 0, len(o.ByInode))
-	for ino := range o.ByInode {
+	gotInodes := make([]uint32, 0, len(o.Inodes()))
+	for ino := range byInode(o) {
 		gotInodes = append(gotInodes, ino)
 	}
 	slices.Sort(gotInodes)
@@ -89,10 +89,10 @@ func TestScanFakeTree(t *testing.T) {
 		t.Errorf("inodes = %v, want [111 222 444]", gotInodes)
 	}
 	// Shared sockets list their holders sorted, whatever worker found them.
-	if refs := o.ByInode[111]; !slices.Equal(refs, []FDRef{{100, 3}, {200, 3}}) {
-		t.Errorf("ByInode[111] = %v", o.ByInode[111])
+	if refs := o.Refs(111); !slices.Equal(refs, []FDRef{{100, 3}, {200, 3}}) {
+		t.Errorf("ByInode[111] = %v", o.Refs(111))
 	}
-	if got := o.ByInode[444]; !slices.Equal(got, []FDRef{{400, 9}}) {
+	if got := o.Refs(444); !slices.Equal(got, []FDRef{{400, 9}}) {
 		t.Errorf("ByInode[444] = %v", got)
 	}
 
@@ -139,7 +139,7 @@ func TestScanOtherErrorsSummarised(t *testing.T) {
 	if err == nil || err.Error() != "procs: pid 11: fds unreadable: not a directory" {
 		t.Fatalf("err = %v", err)
 	}
-	if o == nil || len(o.ByInode[7]) != 1 {
+	if o == nil || len(o.Refs(7)) != 1 {
 		t.Fatalf("partial result lost: %+v", o)
 	}
 }
@@ -152,7 +152,7 @@ func TestScanPermissionDenied(t *testing.T) {
 		if err == nil {
 			t.Fatal("no error")
 		}
-		os.Stdout.WriteString("RESULT " + err.Error() + " | " + strconv.Itoa(len(o.ByInode[7])) + "\n")
+		os.Stdout.WriteString("RESULT " + err.Error() + " | " + strconv.Itoa(len(o.Refs(7))) + "\n")
 		return
 	}
 	root := t.TempDir()
@@ -170,7 +170,7 @@ func TestScanPermissionDenied(t *testing.T) {
 	want := "procs: 2 processes: pid 11 (secret), pid 12 (secret): fds unreadable: permission denied (needs ptrace access) | 1"
 	if os.Geteuid() != 0 {
 		o, err := Scanner{Root: root}.Scan(nil)
-		if got := errString(err) + " | " + strconv.Itoa(len(o.ByInode[7])); got != want {
+		if got := errString(err) + " | " + strconv.Itoa(len(o.Refs(7))); got != want {
 			t.Fatalf("got %q, want %q", got, want)
 		}
 		return
@@ -321,12 +321,12 @@ func TestScanReal(t *testing.T) {
 	}
 	pid := os.Getpid()
 	for i, ino := range inos {
-		if !slices.Contains(o.ByInode[ino], (FDRef{pid, fds[i]})) {
-			t.Errorf("inode %d: refs %v lack {%d %d}", ino, o.ByInode[ino], pid, fds[i])
+		if !slices.Contains(o.Refs(ino), (FDRef{pid, fds[i]})) {
+			t.Errorf("inode %d: refs %v lack {%d %d}", ino, o.Refs(ino), pid, fds[i])
 		}
 	}
-	if len(o.ByInode) != len(inos) {
-		t.Errorf("kept %d inodes, want %d", len(o.ByInode), len(inos))
+	if len(o.Inodes()) != len(inos) {
+		t.Errorf("kept %d inodes, want %d", len(o.Inodes()), len(inos))
 	}
 	comm, _ := os.ReadFile("/proc/self/comm")
 	p := o.Procs[pid]
@@ -341,21 +341,35 @@ func TestScanReal(t *testing.T) {
 	}
 }
 
+// byInode lists an Owners' refs by inode.
+func byInode(o *Owners) map[uint32][]FDRef {
+	m := map[uint32][]FDRef{}
+	for _, ino := range o.Inodes() {
+		m[ino] = o.Refs(ino)
+	}
+	return m
+}
+
 func TestAttach(t *testing.T) {
 	o := &Owners{
-		ByInode: map[uint32][]FDRef{
-			111: {{200, 3}, {100, 3}, {200, 9}},
-			222: {{100, 4}},
-			333: {{300, 1}},
-		},
+		Newest: map[int]uint32{},
 		Procs: map[int]*snapshot.Proc{
 			100: {Pid: 100, Command: "a", FDs: 5, NofileSoft: i64(1024)},
 			200: {Pid: 200, Command: "b", FDs: 3},
 			300: {Pid: 300, Command: "c", FDs: 1},
 		},
 	}
+	o.setRefs([]inodeRef{{111, FDRef{200, 3}}, {222, FDRef{100, 4}}, {111, FDRef{100, 3}}, {333, FDRef{300, 1}}, {111, FDRef{200, 9}}})
 	snap := &snapshot.Snapshot{Sockets: []snapshot.Socket{{Inode: 111}, {Inode: 0}, {Inode: 999}, {Inode: 222}}}
 	o.Attach(snap)
+	if !slices.Equal(o.Refs(111), []FDRef{{100, 3}, {200, 3}, {200, 9}}) || o.Refs(999) != nil && len(o.Refs(999)) != 0 {
+		t.Errorf("Refs(111) = %v, Refs(999) = %v", o.Refs(111), o.Refs(999))
+	}
+	// 333 is in no snapshot: its holder is opening sockets.
+	o.NoteNewest()
+	if len(o.Newest) != 1 || o.Newest[300] != 333 {
+		t.Errorf("Newest = %v, want 300: 333", o.Newest)
+	}
 	if got := snap.Sockets[0].Pids; !slices.Equal(got, []int{100, 200}) {
 		t.Errorf("Pids = %v, want [100 200]", got)
 	}
@@ -482,8 +496,8 @@ func benchScan(b *testing.B, n int) {
 	b.ResetTimer()
 	for b.Loop() {
 		o, err := Scanner{Root: root}.Scan(want)
-		if err != nil || len(o.ByInode) != n {
-			b.Fatalf("scan: %v, %d inodes", err, len(o.ByInode))
+		if err != nil || len(o.Inodes()) != n {
+			b.Fatalf("scan: %v, %d inodes", err, len(o.Inodes()))
 		}
 		fds = o.Procs[os.Getpid()].FDs
 	}

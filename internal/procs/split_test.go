@@ -37,7 +37,7 @@ func TestScanSplitsBigProcess(t *testing.T) {
 		}
 	}
 	var got []uint32
-	for ino, refs := range o.ByInode {
+	for ino, refs := range byInode(o) {
 		if ino == 7 {
 			continue
 		}
@@ -56,7 +56,7 @@ func TestScanSplitsBigProcess(t *testing.T) {
 	if o.Newest[42] != rejected {
 		t.Errorf("Newest[42] = %d, want %d", o.Newest[42], rejected)
 	}
-	if refs := o.ByInode[7]; len(refs) != 1 || refs[0].Pid != 43 {
+	if refs := o.Refs(7); len(refs) != 1 || refs[0].Pid != 43 {
 		t.Errorf("small process: %v", refs)
 	}
 }
