@@ -120,21 +120,40 @@ type Input struct {
 	Prev    *snapshot.Snapshot // nil for a single snapshot
 	Cur     *snapshot.Snapshot
 	Options Options
-	prevBy  map[uint64]*snapshot.Socket
+	// prevBy indexes Prev by cookie, built by NewInput's goroutine;
+	// prevReady is closed when it is.
+	prevBy    map[uint64]*snapshot.Socket
+	prevReady chan struct{}
 	// tuples is CurTuples, built on first use (rules run concurrently).
 	tuplesOnce sync.Once
 	tuples     tcpmodel.Tuples
+	// shared holds Shared's values by key.
+	sharedMu sync.Mutex
+	shared   map[string]*sharedValue
 }
 
-// NewInput builds an Input and indexes the previous sockets by cookie.
+type sharedValue struct {
+	once sync.Once
+	v    any
+}
+
+// NewInput builds an Input and starts indexing the previous sockets by
+// cookie (a million of them take a fifth of a second) in a goroutine of
+// its own, so that rules which do not look back start meanwhile.
 func NewInput(prev, cur *snapshot.Snapshot, opts Options) *Input {
-	in := &Input{Prev: prev, Cur: cur, Options: opts}
-	if prev != nil {
-		in.prevBy = make(map[uint64]*snapshot.Socket, len(prev.Sockets))
-		for i := range prev.Sockets {
-			in.prevBy[prev.Sockets[i].Cookie] = &prev.Sockets[i]
-		}
+	in := &Input{Prev: prev, Cur: cur, Options: opts, prevReady: make(chan struct{})}
+	if prev == nil {
+		close(in.prevReady)
+		return in
 	}
+	go func() {
+		defer close(in.prevReady)
+		m := make(map[uint64]*snapshot.Socket, len(prev.Sockets))
+		for i := range prev.Sockets {
+			m[prev.Sockets[i].Cookie] = &prev.Sockets[i]
+		}
+		in.prevBy = m
+	}()
 	return in
 }
 
@@ -148,6 +167,9 @@ func (in *Input) Window() time.Duration {
 
 // PrevSocket returns the same connection in the previous snapshot.
 func (in *Input) PrevSocket(cookie uint64) *snapshot.Socket {
+	if in.prevReady != nil { // nil in an Input not made by NewInput
+		<-in.prevReady
+	}
 	return in.prevBy[cookie]
 }
 
@@ -157,6 +179,26 @@ func (in *Input) PrevSocket(cookie uint64) *snapshot.Socket {
 func (in *Input) CurTuples() tcpmodel.Tuples {
 	in.tuplesOnce.Do(func() { in.tuples = tcpmodel.TuplesOf(in.Cur) })
 	return in.tuples
+}
+
+// Shared returns what fn computes, computed once per Input for each key:
+// an index or tally two rules both derive from the window (a million
+// sockets' worth), built by whichever asks first while the other waits.
+// fn must be a pure function of the Input, and callers must not change
+// the value.
+func (in *Input) Shared(key string, fn func() any) any {
+	in.sharedMu.Lock()
+	if in.shared == nil {
+		in.shared = map[string]*sharedValue{}
+	}
+	sv := in.shared[key]
+	if sv == nil {
+		sv = &sharedValue{}
+		in.shared[key] = sv
+	}
+	in.sharedMu.Unlock()
+	sv.once.Do(func() { sv.v = fn() })
+	return sv.v
 }
 
 // CounterDelta returns how much a counter moved over the window. ok is

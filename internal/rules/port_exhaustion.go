@@ -51,15 +51,26 @@ type destHit struct {
 	sev diag.Severity
 }
 
+// destUsage is every destination's port use in the current sample and
+// what the previous one held.
+type destUsage struct{ cur, prev map[tcpmodel.Dest]*tcpmodel.DestUse }
+
 // destHits measures every destination's port use and keeps those grade
 // fires on: most severe first, then larger rank, then by address.
 func destHits(in *diag.Input, p *tcpmodel.PortSpace, grade func(*tcpmodel.DestUse, tcpmodel.Forecast) diag.Severity, rank func(*tcpmodel.DestUse) int) []destHit {
-	var prevHeld map[tcpmodel.Dest]*tcpmodel.DestUse
-	if in.Prev != nil {
-		prevHeld = p.DestUsage(in.Prev, nil, 0)
-	}
+	// port-exhaustion and time-wait-churn tally the same ports, with the
+	// same port space (NewPortSpace of the current sample): once.
+	use := in.Shared("rules.destUsage", func() any {
+		var u destUsage
+		if in.Prev != nil {
+			u.prev = p.DestUsage(in.Prev, nil, 0)
+		}
+		u.cur = p.DestUsage(in.Cur, prevState(in), in.Window())
+		return u
+	}).(destUsage)
+	prevHeld := use.prev
 	var hits []destHit
-	for k, u := range p.DestUsage(in.Cur, prevState(in), in.Window()) {
+	for k, u := range use.cur {
 		ph := -1
 		if in.Prev != nil {
 			ph = 0
