@@ -104,3 +104,34 @@ func TestScanFilesReal(t *testing.T) {
 		t.Errorf("Procs[self]: iterator %+v, /proc %+v", p, q.Procs[pid])
 	}
 }
+
+// BenchmarkScanFiles is BenchmarkScan through the kernel's walk of every
+// file table (root): it visits every process's files, not only this
+// one's, so its ns/file is per file on the host.
+func BenchmarkScanFiles(b *testing.B) {
+	l, err := bpfsource.OpenFileOwners()
+	if errors.Is(err, bpfsource.ErrNotSupported) {
+		b.Skip(err)
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	_, inos := openSockets(b, 10000)
+	wanted := make(map[uint32]struct{}, len(inos))
+	for _, ino := range inos {
+		wanted[ino] = struct{}{}
+	}
+	recs, err := ReadFiles(l)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		o, err := Scanner{Root: "/proc"}.ScanFiles(l, func(ino uint32) bool { _, ok := wanted[ino]; return ok })
+		if err != nil || len(o.Inodes()) != len(inos) {
+			b.Fatalf("scan: %v, %d inodes", err, len(o.Inodes()))
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(recs)), "ns/file")
+}
