@@ -70,7 +70,12 @@ func (c *Collector) Collect(nss []netns.NS) []*snapshot.Snapshot {
 		files = background(func() fileWalk {
 			start := time.Now()
 			recs, err := procs.ReadFiles(c.Opts.Files)
-			return fileWalk{recs, err, time.Since(start)}
+			took := time.Since(start)
+			if err != nil {
+				return fileWalk{err: err, took: took}
+			}
+			// Indexed here too: it needs nothing from the dumps.
+			return fileWalk{own: procs.Scanner{Root: "/proc"}.OwnersOf(recs, nil), took: took}
 		})
 	}
 	for _, ns := range nss {
@@ -172,7 +177,7 @@ func (c *Collector) attachOwners(snaps []*snapshot.Snapshot, fw *fileWalk) *proc
 	var own *procs.Owners
 	var err error
 	if fw != nil && fw.err == nil {
-		own = procs.Scanner{Root: root}.OwnersOf(fw.recs, nil)
+		own = fw.own
 	} else {
 		own, err = procs.Scanner{Root: root}.Scan(nil)
 	}
@@ -209,11 +214,12 @@ func (c *Collector) attachOwners(snaps []*snapshot.Snapshot, fw *fileWalk) *proc
 	return own
 }
 
-// fileWalk is the outcome of the kernel's walk of every file table.
+// fileWalk is the outcome of the kernel's walk of every file table,
+// indexed.
 type fileWalk struct {
-	recs []procs.FileRec
+	own  *procs.Owners // every socket's holders, not yet attached
 	err  error
-	took time.Duration
+	took time.Duration // the walk alone
 }
 
 // background runs fn in a goroutine of its own; the func returned waits

@@ -49,7 +49,7 @@ func Run(rules []Rule, in *Input, res *Result) {
 	wg.Wait()
 	for i, r := range rules {
 		fs, err := outs[i].fs, outs[i].err
-		if err == errNeedsDelta {
+		if errors.Is(err, errNeedsDelta) {
 			res.Unknown = append(res.Unknown, Unknown{Rule: r.ID, Netns: ns, Reason: err.Error()})
 			continue
 		}

@@ -58,6 +58,7 @@ type flowKey struct {
 }
 
 type flow struct {
+	n       int // connections; socks holds the first few
 	socks   []*snapshot.Socket
 	limited int
 	why     []string
@@ -96,10 +97,11 @@ func checkConnectionBottleneck(in *diag.Input) ([]diag.Finding, error) {
 			f = &flow{}
 			flows[k] = f
 		}
-		f.socks = append(f.socks, sk)
-		if len(f.socks) > bottleneckMaxConns {
-			continue
+		f.n++
+		if f.n > bottleneckMaxConns {
+			continue // too many to be the pool this rule judges
 		}
+		f.socks = append(f.socks, sk)
 		p := in.PrevSocket(sk.Cookie)
 		if p == nil {
 			continue
@@ -121,7 +123,7 @@ func checkConnectionBottleneck(in *diag.Input) ([]diag.Finding, error) {
 	bw := in.Options.Bandwidth / 8
 	keys := make([]flowKey, 0)
 	for k, f := range flows {
-		if len(f.socks) > bottleneckMaxConns || f.limited != len(f.socks) {
+		if f.n > bottleneckMaxConns || f.limited != f.n {
 			continue
 		}
 		if bw > 0 && window > 0 && f.acked/window.Seconds() >= bottleneckPathFrac*bw {
@@ -142,7 +144,7 @@ func checkConnectionBottleneck(in *diag.Input) ([]diag.Finding, error) {
 	for _, k := range keys {
 		f := flows[k]
 		sk := f.socks[0]
-		n := len(f.socks)
+		n := f.n
 		per := f.acked / float64(n) / window.Seconds()
 		pp := tcpmodel.PathOf(in.Options.Bandwidth, rates, idx, sk, per)
 		path, pathSrc := pp.Rate, pp.Source

@@ -53,7 +53,9 @@ type destHit struct {
 
 // destUsage is every destination's port use in the current sample and
 // what the previous one held.
-type destUsage struct{ cur, prev map[tcpmodel.Dest]*tcpmodel.DestUse }
+type destUsage struct {
+	cur, prev map[tcpmodel.Dest]*tcpmodel.DestUse
+}
 
 // destHits measures every destination's port use and keeps those grade
 // fires on: most severe first, then larger rank, then by address.
