@@ -6,6 +6,7 @@ package collect
 import (
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -62,12 +63,14 @@ func (c *Collector) Collect(nss []netns.NS) []*snapshot.Snapshot {
 	host, _ := os.Hostname()
 	kernel := KernelRelease()
 	out := make([]*snapshot.Snapshot, 0, len(nss))
-	// The kernel's walks of the file tables and of each namespace's
-	// sockets for lock bits run beside the dumps (on another CPU) and
-	// are joined after them.
+	// On a big host the kernel's walks of the file tables and of each
+	// namespace's sockets for lock bits run beside the dumps (on another
+	// CPU) and are joined after them; on a small one they follow the
+	// dumps, as they cost less than a second CPU's stolen time is worth
+	// to whatever else runs there.
 	var files func() fileWalk
 	if c.Opts.Owners && c.Opts.Files != nil && c.procRoot() == "/proc" {
-		files = background(func() fileWalk {
+		walk := func() fileWalk {
 			start := time.Now()
 			recs, err := procs.ReadFiles(c.Opts.Files)
 			took := time.Since(start)
@@ -76,7 +79,12 @@ func (c *Collector) Collect(nss []netns.NS) []*snapshot.Snapshot {
 			}
 			// Indexed here too: it needs nothing from the dumps.
 			return fileWalk{own: procs.Scanner{Root: "/proc"}.OwnersOf(recs, nil), took: took}
-		})
+		}
+		if openFiles(c.procRoot()) >= besideMin {
+			files = background(walk)
+		} else {
+			files = walk
+		}
 	}
 	for _, ns := range nss {
 		s := &snapshot.Snapshot{Host: host, Kernel: kernel, Netns: snapshot.Netns{Name: ns.Name, Inode: ns.Inode}}
@@ -84,8 +92,14 @@ func (c *Collector) Collect(nss []netns.NS) []*snapshot.Snapshot {
 			s.Taken = c.Now()
 			// Counters first: sockstat sizes the socket slice.
 			procnet.Default().Fill(s)
-			locks := c.startLocks(ns)
+			var locks lockWalk
+			if expectedSockets(s) >= besideMin {
+				locks = c.startLocks(ns)
+			}
 			c.dump(s)
+			if locks.r == nil {
+				locks = c.readLocksNow()
+			}
 			if l := locks.record(c.Opts.LocksOff, s); l != nil {
 				joinLocks(s, l)
 			}
@@ -212,6 +226,25 @@ func (c *Collector) attachOwners(snaps []*snapshot.Snapshot, fw *fileWalk) *proc
 		}
 	}
 	return own
+}
+
+// besideMin is the size (sockets in a namespace, open files on the host)
+// from which collection walks the kernel's tables beside the dump.
+const besideMin = 20_000
+
+// openFiles is the host's allocated file handles (fs/file-nr), 0 when
+// unreadable.
+func openFiles(procRoot string) int {
+	b, err := os.ReadFile(procRoot + "/sys/fs/file-nr")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	n, _ := strconv.Atoi(f[0])
+	return n
 }
 
 // fileWalk is the outcome of the kernel's walk of every file table,

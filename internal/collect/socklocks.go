@@ -53,6 +53,14 @@ func (c *Collector) startLocks(ns netns.NS) lockWalk {
 // readLocks reads the lock bits of the namespace the thread is in with
 // r, now, and records them as lockWalk.record does.
 func readLocks(r LockReader, off string, s *snapshot.Snapshot) *bpfsource.Locks {
+	return lockNow(r).record(off, s)
+}
+
+// readLocksNow is startLocks in the calling thread, which is in the
+// namespace: the walk is done when it returns.
+func (c *Collector) readLocksNow() lockWalk { return lockNow(c.Opts.Locks) }
+
+func lockNow(r LockReader) lockWalk {
 	w := lockWalk{r: r}
 	if r != nil {
 		start := time.Now()
@@ -60,7 +68,7 @@ func readLocks(r LockReader, off string, s *snapshot.Snapshot) *bpfsource.Locks 
 		res := lockResult{l, err, time.Since(start)}
 		w.wait = func() lockResult { return res }
 	}
-	return w.record(off, s)
+	return w
 }
 
 // record waits for the walk and records in s where the bits came from,
