@@ -176,7 +176,7 @@ func EndToEnd(ctx context.Context, o E2EOptions) (*E2EResult, error) {
 			return nil, err
 		}
 		sr.LoadFrom = loadavg(o.ProcRoot)
-		sr.Files = openFiles(o.ProcRoot)
+		sr.Files = collect.OpenFiles(o.ProcRoot)
 		for _, c := range cmds {
 			if err := ctx.Err(); err != nil {
 				return nil, err
@@ -523,19 +523,4 @@ func loadavg(procRoot string) string {
 		return "?"
 	}
 	return strings.Join(f[:3], " ")
-}
-
-// openFiles is the first field of fs/file-nr: file handles allocated on
-// the host, 0 if unreadable.
-func openFiles(procRoot string) int64 {
-	b, err := os.ReadFile(procRoot + "/sys/fs/file-nr")
-	if err != nil {
-		return 0
-	}
-	f := strings.Fields(string(b))
-	if len(f) == 0 {
-		return 0
-	}
-	n, _ := strconv.ParseInt(f[0], 10, 64)
-	return n
 }

@@ -10,7 +10,6 @@ import (
 	"os"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/link"
 )
 
@@ -28,21 +27,13 @@ type FileOwners struct {
 // numbers), and loads it. Errors that mean "cannot run here" wrap
 // ErrNotSupported and say why.
 func OpenFileOwners() (*FileOwners, error) {
-	if !privileged() {
-		return nil, notSupported("not root (loading BPF programs needs CAP_BPF and CAP_PERFMON, or CAP_SYS_ADMIN; unprivileged BPF is usually off)")
+	if err := iterSupported("task_file", "5.8"); err != nil {
+		return nil, err
 	}
 	if b, err := os.ReadFile("/proc/self/status"); err != nil {
 		return nil, notSupported("cannot tell this process's pid namespace: %v", err)
 	} else if !initialPidNS(b) {
 		return nil, notSupported("in a child pid namespace: the iterator numbers processes as the host does")
-	}
-	spec, err := btf.LoadKernelSpec()
-	if err != nil {
-		return nil, notSupported("no kernel BTF (/sys/kernel/btf/vmlinux): %v", err)
-	}
-	var st *btf.Struct
-	if err := spec.TypeByName("bpf_iter__task_file", &st); err != nil {
-		return nil, notSupported("kernel has no iter/task_file BPF iterator (needs Linux >= 5.8): %v", err)
 	}
 	var objs ownersObjects
 	if err := loadOwnersObjects(&objs, (*ebpf.CollectionOptions)(nil)); err != nil {

@@ -153,27 +153,39 @@ func (p *cpuProbe) pinned(ns netns.NS, fn func() error) error {
 // measures.
 const churnWarmup = 200
 
+// loopbackListener listens on 127.0.0.1, a port of the kernel's choice.
+func loopbackListener(backlog int) (int, syscall.Sockaddr, error) {
+	lfd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, nil, err
+	}
+	sa, err := func() (syscall.Sockaddr, error) {
+		if err := syscall.Bind(lfd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+			return nil, err
+		}
+		if err := syscall.Listen(lfd, backlog); err != nil {
+			return nil, err
+		}
+		return syscall.Getsockname(lfd)
+	}()
+	if err != nil {
+		_ = syscall.Close(lfd)
+		return -1, nil, err
+	}
+	return lfd, sa, nil
+}
+
 // pinnedChurn connects, accepts and closes n loopback connections one
 // after another on one thread pinned to p's CPU (the client closes first,
 // then the server) and returns the CPU it took, after a warm-up.
 func (p *cpuProbe) pinnedChurn(ns netns.NS, n int) (cpuCost, error) {
 	var c cpuCost
 	err := p.pinned(ns, func() error {
-		lfd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+		lfd, sa, err := loopbackListener(64)
 		if err != nil {
 			return err
 		}
 		defer func() { _ = syscall.Close(lfd) }()
-		if err := syscall.Bind(lfd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-			return err
-		}
-		if err := syscall.Listen(lfd, 64); err != nil {
-			return err
-		}
-		sa, err := syscall.Getsockname(lfd)
-		if err != nil {
-			return err
-		}
 		one := func() error {
 			fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 			if err != nil {
@@ -216,21 +228,11 @@ func (p *cpuProbe) pinnedChurn(ns netns.NS, n int) (cpuCost, error) {
 func (p *cpuProbe) pinnedBulk(ns netns.NS, size int64) (cpuCost, error) {
 	var c cpuCost
 	err := p.pinned(ns, func() error {
-		lfd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+		lfd, sa, err := loopbackListener(1)
 		if err != nil {
 			return err
 		}
 		defer func() { _ = syscall.Close(lfd) }()
-		if err := syscall.Bind(lfd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-			return err
-		}
-		if err := syscall.Listen(lfd, 1); err != nil {
-			return err
-		}
-		sa, err := syscall.Getsockname(lfd)
-		if err != nil {
-			return err
-		}
 		w, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 		if err != nil {
 			return err

@@ -89,16 +89,8 @@ func OpenSockLocks() (*SockLocks, error) { return openSockLocks(nil) }
 // openSockLocks loads with opts (tests relocate against a kernel layout
 // of their own).
 func openSockLocks(opts *ebpf.CollectionOptions) (*SockLocks, error) {
-	if !privileged() {
-		return nil, notSupported("not root (loading BPF programs needs CAP_BPF and CAP_PERFMON, or CAP_SYS_ADMIN; unprivileged BPF is usually off)")
-	}
-	spec, err := btf.LoadKernelSpec()
-	if err != nil {
-		return nil, notSupported("no kernel BTF (/sys/kernel/btf/vmlinux): %v", err)
-	}
-	var st *btf.Struct
-	if err := spec.TypeByName("bpf_iter__tcp", &st); err != nil {
-		return nil, notSupported("kernel has no iter/tcp BPF iterator (needs Linux >= 5.9): %v", err)
+	if err := iterSupported("tcp", "5.9"); err != nil {
+		return nil, err
 	}
 	var objs socklocksObjects
 	if err := loadSocklocksObjects(&objs, opts); err != nil {
@@ -110,6 +102,23 @@ func openSockLocks(opts *ebpf.CollectionOptions) (*SockLocks, error) {
 		return nil, loadError(fmt.Errorf("attach iter/tcp: %w", err))
 	}
 	return &SockLocks{objs: objs, link: l}, nil
+}
+
+// iterSupported says why the BPF iterator on target (its context type is
+// bpf_iter__TARGET, first in Linux since) cannot run here, or nil.
+func iterSupported(target, since string) error {
+	if !privileged() {
+		return notSupported("not root (loading BPF programs needs CAP_BPF and CAP_PERFMON, or CAP_SYS_ADMIN; unprivileged BPF is usually off)")
+	}
+	spec, err := btf.LoadKernelSpec()
+	if err != nil {
+		return notSupported("no kernel BTF (/sys/kernel/btf/vmlinux): %v", err)
+	}
+	var st *btf.Struct
+	if err := spec.TypeByName("bpf_iter__"+target, &st); err != nil {
+		return notSupported("kernel has no iter/%s BPF iterator (needs Linux >= %s): %v", target, since, err)
+	}
+	return nil
 }
 
 // Close detaches the iterator and unloads the program.

@@ -80,7 +80,7 @@ func (c *Collector) Collect(nss []netns.NS) []*snapshot.Snapshot {
 			// Indexed here too: it needs nothing from the dumps.
 			return fileWalk{own: procs.Scanner{Root: "/proc"}.OwnersOf(recs, nil), took: took}
 		}
-		if openFiles(c.procRoot()) >= besideMin {
+		if OpenFiles(c.procRoot()) >= besideMin {
 			files = background(walk)
 		} else {
 			files = walk
@@ -232,9 +232,9 @@ func (c *Collector) attachOwners(snaps []*snapshot.Snapshot, fw *fileWalk) *proc
 // from which collection walks the kernel's tables beside the dump.
 const besideMin = 20_000
 
-// openFiles is the host's allocated file handles (fs/file-nr), 0 when
-// unreadable.
-func openFiles(procRoot string) int {
+// OpenFiles is the first field of fs/file-nr: file handles allocated on
+// the host, 0 if unreadable.
+func OpenFiles(procRoot string) int64 {
 	b, err := os.ReadFile(procRoot + "/sys/fs/file-nr")
 	if err != nil {
 		return 0
@@ -243,7 +243,7 @@ func openFiles(procRoot string) int {
 	if len(f) == 0 {
 		return 0
 	}
-	n, _ := strconv.Atoi(f[0])
+	n, _ := strconv.ParseInt(f[0], 10, 64)
 	return n
 }
 

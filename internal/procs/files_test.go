@@ -28,13 +28,7 @@ func (f fakeFiles) Files(fn func(tgid, pid, fd, ino uint32)) error {
 // ScanFiles finds what Scan finds in the same processes: the fake tree of
 // TestScanFakeTree as the kernel would list it.
 func TestScanFilesMatchesScan(t *testing.T) {
-	root := t.TempDir()
-	fakeProc(t, root, 100, "nginx", limitsNginx, map[int]string{
-		0: "/dev/null", 1: "pipe:[99]", 3: "socket:[111]", 4: "socket:[222]", 5: "anon_inode:[eventpoll]",
-	})
-	fakeProc(t, root, 200, "nginx", limitsUnlimited, map[int]string{3: "socket:[111]", 7: "socket:[333]"})
-	fakeProc(t, root, 300, "bash", limitsNginx, map[int]string{0: "/dev/pts/0", 1: "/dev/pts/0"})
-	fakeProc(t, root, 400, "", "", map[int]string{9: "socket:[444]"})
+	root := nginxTree(t)
 	want := func(ino uint32) bool { return ino != 333 }
 	fromProc, err := Scanner{Root: root}.Scan(want)
 	if err != nil {

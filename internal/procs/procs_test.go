@@ -52,7 +52,8 @@ func fakeProc(t *testing.T, root string, pid int, comm, limits string, fds map[i
 
 func i64(v int64) *int64 { return &v }
 
-func TestScanFakeTree(t *testing.T) {
+// nginxTree makes processes 100 to 400 below a new fake /proc root.
+func nginxTree(t *testing.T) string {
 	root := t.TempDir()
 	fakeProc(t, root, 100, "nginx", limitsNginx, map[int]string{
 		0: "/dev/null", 1: "pipe:[99]", 3: "socket:[111]", 4: "socket:[222]", 5: "anon_inode:[eventpoll]",
@@ -63,6 +64,11 @@ func TestScanFakeTree(t *testing.T) {
 	fakeProc(t, root, 300, "bash", limitsNginx, map[int]string{0: "/dev/pts/0", 1: "/dev/pts/0"})
 	// 400 holds a socket but has no comm or limits.
 	fakeProc(t, root, 400, "", "", map[int]string{9: "socket:[444]"})
+	return root
+}
+
+func TestScanFakeTree(t *testing.T) {
+	root := nginxTree(t)
 	// Malformed targets are not sockets.
 	fakeProc(t, root, 500, "odd", "", map[int]string{
 		1: "socket:[]", 2: "socket:[12a]", 3: "socket:[99999999999]", 4: "socket:[5", 5: "xsocket:[5]",
