@@ -514,7 +514,7 @@ func (o *Owners) Attach(snap *snapshot.Snapshot) {
 	// per socket (a million sockets were a million small objects for the
 	// garbage collector to track).
 	var slab []int
-	j := 0
+	j, last := 0, -1
 	for _, k := range keys {
 		ino, sk := uint32(k>>32), &snap.Sockets[uint32(k)]
 		for j < len(o.inos) && o.inos[j] < ino {
@@ -539,6 +539,10 @@ func (o *Owners) Attach(snap *snapshot.Snapshot) {
 		}
 		sk.Pids = slab[at:len(slab):len(slab)]
 		for _, pid := range sk.Pids {
+			if pid == last {
+				continue // the previous socket's owner, already added
+			}
+			last = pid
 			p, ok := o.Procs[pid]
 			if !ok {
 				continue

@@ -137,7 +137,7 @@ func checkConnectionBottleneck(in *diag.Input) ([]diag.Finding, error) {
 		}
 		return keys[i].remote.String() < keys[j].remote.String()
 	})
-	rates := tcpmodel.PeerRates(cur)
+	rates := peerRates(in)
 	idx := in.CurTuples()
 	ls := tcpmodel.ListenersOf(cur)
 	var fs []diag.Finding

@@ -60,11 +60,31 @@ func checkFDExhaustion(in *diag.Input) ([]diag.Finding, error) {
 		}
 		return hits[i].p.Pid < hits[j].p.Pid
 	})
-	for i, h := range hits {
-		if i == fdMaxFindings {
-			break
+	if len(hits) > fdMaxFindings {
+		hits = hits[:fdMaxFindings]
+	}
+	// Each finding counts its process's sockets: one pass for all.
+	counts := map[int]*[2]int{}
+	for _, h := range hits {
+		counts[h.p.Pid] = new([2]int)
+	}
+	if len(counts) > 0 {
+		for i := range cur.Sockets {
+			sk := &cur.Sockets[i]
+			if len(sk.Pids) == 0 {
+				continue
+			}
+			if c := counts[sk.Pids[0]]; c != nil {
+				c[0]++
+				if sk.State == snapshot.CloseWait {
+					c[1]++
+				}
+			}
 		}
-		fs = append(fs, fdProcFinding(in, h.p, h.frac))
+	}
+	for _, h := range hits {
+		c := counts[h.p.Pid]
+		fs = append(fs, fdProcFinding(in, h.p, h.frac, c[0], c[1]))
 	}
 	host, hostOK := fdHostFinding(cur)
 	if hostOK {
@@ -78,7 +98,9 @@ func checkFDExhaustion(in *diag.Input) ([]diag.Finding, error) {
 	return fs, nil
 }
 
-func fdProcFinding(in *diag.Input, p *snapshot.Proc, frac float64) diag.Finding {
+// fdProcFinding is the finding for process p at frac of its limit,
+// holding socks TCP sockets (cw of them in CLOSE_WAIT) as first owner.
+func fdProcFinding(in *diag.Input, p *snapshot.Proc, frac float64, socks, cw int) diag.Finding {
 	cur := in.Cur
 	soft := *p.NofileSoft
 	n := tcpmodel.NextPow2(max(fdMinLimit, int64(2*p.FDs)))
@@ -103,16 +125,6 @@ func fdProcFinding(in *diag.Input, p *snapshot.Proc, frac float64) diag.Finding 
 				summary += fmt.Sprintf("; growing %+.1f/s", rate)
 			}
 			ev = append(ev, diag.Evidence{Name: "growth", Value: v, Source: "/proc/PID/fd, previous and current sample"})
-		}
-	}
-	socks, cw := 0, 0
-	for i := range cur.Sockets {
-		sk := &cur.Sockets[i]
-		if len(sk.Pids) > 0 && sk.Pids[0] == p.Pid {
-			socks++
-			if sk.State == snapshot.CloseWait {
-				cw++
-			}
 		}
 	}
 	ev = append(ev, diag.Evidence{Name: "TCP sockets / CLOSE_WAIT among them", Value: fmt.Sprintf("%d / %d", socks, cw), Source: "sock_diag sockets owned by the pid"})

@@ -162,7 +162,7 @@ func checkRetransmissions(in *diag.Input) ([]diag.Finding, error) {
 		}
 		return bad[i].addr.Less(bad[j].addr)
 	})
-	rates := tcpmodel.PeerRates(cur)
+	rates := peerRates(in)
 	idx := in.CurTuples()
 	var pf []diag.Finding
 	costly := false

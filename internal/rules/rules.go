@@ -5,6 +5,7 @@ package rules
 
 import (
 	"fmt"
+	"net/netip"
 	"slices"
 	"sort"
 
@@ -144,6 +145,12 @@ func ownersNote(s *snapshot.Snapshot) (diag.Evidence, bool) {
 		return diag.Evidence{}, false
 	}
 	return diag.Evidence{Name: "owners", Value: "unknown for some sockets: " + why, Source: "/proc/PID/fd socket inodes"}, true
+}
+
+// peerRates is tcpmodel.PeerRates of the current sample, computed once
+// for the five rules that judge a path against other connections' rates.
+func peerRates(in *diag.Input) map[netip.Addr]float64 {
+	return in.Shared("tcpmodel.PeerRates", func() any { return tcpmodel.PeerRates(in.Cur) }).(map[netip.Addr]float64)
 }
 
 // prevState looks sockets up in the previous sample; nil without one.

@@ -102,7 +102,7 @@ func checkRwndLimited(in *diag.Input) ([]diag.Finding, error) {
 	}
 	window := in.Window()
 	idx := in.CurTuples()
-	rates := tcpmodel.PeerRates(cur)
+	rates := peerRates(in)
 	// TcpExt counters of this host as a receiver advertising, or wanting
 	// to advertise, a zero window.
 	var zw []diag.Evidence

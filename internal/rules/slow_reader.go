@@ -136,7 +136,7 @@ func checkSlowReader(in *diag.Input) ([]diag.Finding, error) {
 	})
 	idx := in.CurTuples()
 	ls := tcpmodel.ListenersOf(cur)
-	rates := tcpmodel.PeerRates(cur)
+	rates := peerRates(in)
 	fs := make([]diag.Finding, 0, len(list))
 	for _, g := range list {
 		if f, ok := slowReaderFinding(in, g, idx, ls, rates); ok {

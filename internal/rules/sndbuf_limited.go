@@ -78,7 +78,7 @@ func checkSndbufLimited(in *diag.Input) ([]diag.Finding, error) {
 		return nil, err
 	}
 	window := in.Window()
-	rates := tcpmodel.PeerRates(cur)
+	rates := peerRates(in)
 	idx := in.CurTuples()
 	lim := tcpmodel.SndLimits(cur)
 	var hits []scored // score: share of the path rate not used; 0 when unknown
