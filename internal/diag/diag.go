@@ -174,8 +174,8 @@ func (in *Input) PrevSocket(cookie uint64) *snapshot.Socket {
 }
 
 // CurTuples indexes the current snapshot's connected sockets by (local,
-// remote) for finding local peers: built once and shared by every rule
-// that asks (at 100,000 sockets each index is about 20 MB to build).
+// remote) for finding local peers: one index shared by every rule that
+// asks, built at the first lookup (tcpmodel.Tuples).
 func (in *Input) CurTuples() tcpmodel.Tuples {
 	in.tuplesOnce.Do(func() { in.tuples = tcpmodel.TuplesOf(in.Cur) })
 	return in.tuples

@@ -3,6 +3,7 @@ package tcpmodel
 import (
 	"fmt"
 	"net/netip"
+	"sync"
 	"time"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
@@ -28,14 +29,22 @@ func Flight(ti *snapshot.TCPInfo) (inflight, cwnd float64) {
 type Tuple struct{ Local, Remote netip.AddrPort }
 
 // Tuples indexes the connected sockets of a snapshot by (local, remote),
-// so that a local peer is found by looking up the reverse tuple. Its key
-// holds the addresses as bytes: 36 bytes without pointers rather than
-// two netip.AddrPort (64 bytes, each with a pointer for the garbage
-// collector to follow), for a million sockets' sake. An IPv4 address
-// and its IPv4-mapped IPv6 form are one key: a client's AF_INET socket
-// and the AF_INET6 socket a dual-stack listener accepted from it are
-// peers.
-type Tuples map[tupleKey]*snapshot.Socket
+// so that a local peer is found by looking up the reverse tuple. The
+// index is built on the first lookup: rules ask for it up front but look
+// up only their candidates, often none among a million idle sockets.
+type Tuples = *TupleIndex
+
+// TupleIndex is what Tuples points to. Its key holds the addresses as
+// bytes: 36 bytes without pointers rather than two netip.AddrPort (64
+// bytes, each with a pointer for the garbage collector to follow). An
+// IPv4 address and its IPv4-mapped IPv6 form are one key: a client's
+// AF_INET socket and the AF_INET6 socket a dual-stack listener accepted
+// from it are peers. Safe for concurrent use.
+type TupleIndex struct {
+	snap *snapshot.Snapshot
+	once sync.Once
+	m    map[tupleKey]*snapshot.Socket
+}
 
 type tupleKey struct {
 	local, remote [16]byte
@@ -46,22 +55,27 @@ func keyOf(local, remote netip.AddrPort) tupleKey {
 	return tupleKey{local.Addr().As16(), remote.Addr().As16(), local.Port(), remote.Port()}
 }
 
-// TuplesOf indexes s.
+// TuplesOf indexes s (on first use).
 func TuplesOf(s *snapshot.Snapshot) Tuples {
-	m := make(Tuples, len(s.Sockets))
+	return &TupleIndex{snap: s}
+}
+
+func (t *TupleIndex) build() {
+	s := t.snap
+	t.m = make(map[tupleKey]*snapshot.Socket, len(s.Sockets))
 	for i := range s.Sockets {
 		sk := &s.Sockets[i]
 		if sk.State == snapshot.Listen || sk.State == snapshot.TimeWait {
 			continue
 		}
-		m[keyOf(sk.Local, sk.Remote)] = sk
+		t.m[keyOf(sk.Local, sk.Remote)] = sk
 	}
-	return m
 }
 
 // Peer returns the other end of sk when it lives in the same namespace.
-func (t Tuples) Peer(sk *snapshot.Socket) *snapshot.Socket {
-	return t[keyOf(sk.Remote, sk.Local)]
+func (t *TupleIndex) Peer(sk *snapshot.Socket) *snapshot.Socket {
+	t.once.Do(t.build)
+	return t.m[keyOf(sk.Remote, sk.Local)]
 }
 
 // PeerRates is the best delivery rate (bytes/s) seen towards each remote
