@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 
-	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 )
 
@@ -36,7 +35,7 @@ func OpenFileOwners() (*FileOwners, error) {
 		return nil, notSupported("in a child pid namespace: the iterator numbers processes as the host does")
 	}
 	var objs ownersObjects
-	if err := loadOwnersObjects(&objs, (*ebpf.CollectionOptions)(nil)); err != nil {
+	if err := loadOwnersObjects(&objs, nil); err != nil {
 		return nil, loadError(fmt.Errorf("load iter/task_file: %w", err))
 	}
 	l, err := link.AttachIter(link.IterOptions{Program: objs.FileOwners})

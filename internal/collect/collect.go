@@ -92,13 +92,14 @@ func (c *Collector) Collect(nss []netns.NS) []*snapshot.Snapshot {
 			s.Taken = c.Now()
 			// Counters first: sockstat sizes the socket slice.
 			procnet.Default().Fill(s)
+			beside := expectedSockets(s) >= besideMin
 			var locks lockWalk
-			if expectedSockets(s) >= besideMin {
+			if beside {
 				locks = c.startLocks(ns)
 			}
 			c.dump(s)
-			if locks.r == nil {
-				locks = c.readLocksNow()
+			if !beside {
+				locks = lockNow(c.Opts.Locks)
 			}
 			if l := locks.record(c.Opts.LocksOff, s); l != nil {
 				joinLocks(s, l)

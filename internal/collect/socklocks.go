@@ -56,10 +56,8 @@ func readLocks(r LockReader, off string, s *snapshot.Snapshot) *bpfsource.Locks 
 	return lockNow(r).record(off, s)
 }
 
-// readLocksNow is startLocks in the calling thread, which is in the
+// lockNow is startLocks in the calling thread, which is in the
 // namespace: the walk is done when it returns.
-func (c *Collector) readLocksNow() lockWalk { return lockNow(c.Opts.Locks) }
-
 func lockNow(r LockReader) lockWalk {
 	w := lockWalk{r: r}
 	if r != nil {

@@ -124,9 +124,7 @@ type Input struct {
 	// prevReady is closed when it is.
 	prevBy    map[uint64]*snapshot.Socket
 	prevReady chan struct{}
-	// tuples is CurTuples, built on first use (rules run concurrently).
-	tuplesOnce sync.Once
-	tuples     tcpmodel.Tuples
+	tuples    tcpmodel.Tuples // CurTuples: indexed at its first lookup
 	// shared holds Shared's values by key.
 	sharedMu sync.Mutex
 	shared   map[string]*sharedValue
@@ -141,7 +139,7 @@ type sharedValue struct {
 // cookie (a million of them take a fifth of a second) in a goroutine of
 // its own, so that rules which do not look back start meanwhile.
 func NewInput(prev, cur *snapshot.Snapshot, opts Options) *Input {
-	in := &Input{Prev: prev, Cur: cur, Options: opts, prevReady: make(chan struct{})}
+	in := &Input{Prev: prev, Cur: cur, Options: opts, prevReady: make(chan struct{}), tuples: tcpmodel.TuplesOf(cur)}
 	if prev == nil {
 		close(in.prevReady)
 		return in
@@ -177,7 +175,6 @@ func (in *Input) PrevSocket(cookie uint64) *snapshot.Socket {
 // remote) for finding local peers: one index shared by every rule that
 // asks, built at the first lookup (tcpmodel.Tuples).
 func (in *Input) CurTuples() tcpmodel.Tuples {
-	in.tuplesOnce.Do(func() { in.tuples = tcpmodel.TuplesOf(in.Cur) })
 	return in.tuples
 }
 

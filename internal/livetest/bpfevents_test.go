@@ -2,7 +2,6 @@ package livetest
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -82,14 +81,6 @@ func TestListenOverflowEBPFEvidence(t *testing.T) {
 	var out, errb bytes.Buffer
 	env := cli.DefaultEnv()
 	env.Stdout, env.Stderr, env.IsTTY = &out, &errb, false
-	env.Sleep = func(ctx context.Context, d time.Duration) error {
-		select {
-		case <-time.After(d):
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
 	code := cli.Main([]string{"check", "--netns", ns.Name, "--interval", "2s", "--json", "--bpf", "on"}, env)
 	if err := <-burst; err != nil {
 		t.Fatal(err)

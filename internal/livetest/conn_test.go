@@ -2,7 +2,6 @@ package livetest
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -68,14 +67,6 @@ func TestListenOverflowCLI(t *testing.T) {
 	var out, errb bytes.Buffer
 	env := cli.DefaultEnv()
 	env.Stdout, env.Stderr, env.IsTTY = &out, &errb, false
-	env.Sleep = func(ctx context.Context, d time.Duration) error {
-		select {
-		case <-time.After(d):
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
 	code := cli.Main([]string{"check", "--netns", ns.Name, "--interval", "1s", "--json"}, env)
 	if code != 1 {
 		t.Fatalf("exit code %d, want 1\nstdout: %s\nstderr: %s", code, out.String(), errb.String())

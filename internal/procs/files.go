@@ -30,18 +30,9 @@ func ReadFiles(l FileLister) ([]FileRec, error) {
 	return recs, nil
 }
 
-// ScanFiles is Scan from a FileLister instead of /proc/PID/fd: the same
-// Owners, with each owner's command and limits still read below Root.
-// On an error the result is nil.
-func (s Scanner) ScanFiles(l FileLister, want func(inode uint32) bool) (*Owners, error) {
-	recs, err := ReadFiles(l)
-	if err != nil {
-		return nil, err
-	}
-	return s.OwnersOf(recs, want), nil
-}
-
-// OwnersOf builds Owners from a FileLister's records. Only a process's
+// OwnersOf is Scan from a FileLister's records instead of /proc/PID/fd:
+// the same Owners, with each owner's command and limits still read below
+// Root. Only a process's
 // own file table counts, as in /proc/PID/fd: a thread with a table of
 // its own (Pid != Tgid) is skipped.
 func (s Scanner) OwnersOf(recs []FileRec, want func(inode uint32) bool) *Owners {

@@ -25,6 +25,16 @@ func (f fakeFiles) Files(fn func(tgid, pid, fd, ino uint32)) error {
 	return f.err
 }
 
+// scanFiles walks l and builds its Owners, as collect does in two steps;
+// nil on an error.
+func scanFiles(s Scanner, l FileLister, want func(uint32) bool) (*Owners, error) {
+	recs, err := ReadFiles(l)
+	if err != nil {
+		return nil, err
+	}
+	return s.OwnersOf(recs, want), nil
+}
+
 // ScanFiles finds what Scan finds in the same processes: the fake tree of
 // TestScanFakeTree as the kernel would list it.
 func TestScanFilesMatchesScan(t *testing.T) {
@@ -42,7 +52,7 @@ func TestScanFilesMatchesScan(t *testing.T) {
 		{300, 300, 0, 0}, {300, 300, 1, 0},
 		{400, 400, 9, 444},
 	}
-	fromIter, err := Scanner{Root: root}.ScanFiles(fakeFiles{recs: recs}, want)
+	fromIter, err := scanFiles(Scanner{Root: root}, fakeFiles{recs: recs}, want)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +72,7 @@ func TestScanFilesMatchesScan(t *testing.T) {
 		}
 	}
 	// A failed walk is an error and no result.
-	if o, err := (Scanner{Root: root}).ScanFiles(fakeFiles{recs: recs, err: errors.New("truncated")}, want); err == nil || o != nil {
+	if o, err := scanFiles(Scanner{Root: root}, fakeFiles{recs: recs, err: errors.New("truncated")}, want); err == nil || o != nil {
 		t.Errorf("failed walk = %v, %v", o, err)
 	}
 }
@@ -79,7 +89,7 @@ func TestScanFilesReal(t *testing.T) {
 	defer l.Close()
 	fds, inos := openSockets(t, 5)
 	keep := func(ino uint32) bool { return slices.Contains(inos, ino) }
-	o, err := Scanner{Root: "/proc"}.ScanFiles(l, keep)
+	o, err := scanFiles(Scanner{Root: "/proc"}, l, keep)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +132,7 @@ func BenchmarkScanFiles(b *testing.B) {
 	}
 	b.ResetTimer()
 	for b.Loop() {
-		o, err := Scanner{Root: "/proc"}.ScanFiles(l, func(ino uint32) bool { _, ok := wanted[ino]; return ok })
+		o, err := scanFiles(Scanner{Root: "/proc"}, l, func(ino uint32) bool { _, ok := wanted[ino]; return ok })
 		if err != nil || len(o.Inodes()) != len(inos) {
 			b.Fatalf("scan: %v, %d inodes", err, len(o.Inodes()))
 		}
