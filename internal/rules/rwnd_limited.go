@@ -161,11 +161,32 @@ func checkRwndLimited(in *diag.Input) ([]diag.Finding, error) {
 	}), nil
 }
 
+// wndBound says the peer's window, the same in both samples with cwnd
+// well above it, bounded the rate averaged over the window: the bytes
+// acked came to at least rwndFullFrac of the window per RTT. Unlike
+// in flight, which each sample reads at one instant, this holds for the
+// whole window. frac is the rate over window/RTT.
+func wndBound(sk, p *snapshot.Socket, window time.Duration) (l wndLook, frac float64, ok bool) {
+	if p == nil || window <= 0 || !sameWindow(p, sk) || sk.Info.BytesAcked < p.Info.BytesAcked {
+		return l, 0, false
+	}
+	l, ok = lookWnd(sk)
+	pl, pok := lookWnd(p)
+	rtt := tcpmodel.RTT(sk.Info)
+	if !ok || !pok || rtt <= 0 || l.cwnd < rwndCwndRoom*l.wnd || pl.cwnd < rwndCwndRoom*pl.wnd {
+		return l, 0, false
+	}
+	rate := float64(sk.Info.BytesAcked-p.Info.BytesAcked) / window.Seconds()
+	frac = rate / (l.wnd / rtt.Seconds())
+	return l, frac, frac >= rwndFullFrac
+}
+
 // rwndSupp is evidence about the peer's window that does not depend on
 // congestion control.
 type rwndSupp struct {
 	why   []string // each says how the window is shown to be the limit
-	full  bool     // in flight fills the window in every sample
+	full  bool     // in flight fills the window in every sample, or bound
+	bound bool     // the unchanged window bounds the rate across the samples
 	large bool     // the window is well above in flight in every sample
 	look  wndLook
 }
@@ -184,6 +205,9 @@ func rwndSupport(in *diag.Input, sk, prev *snapshot.Socket, rates map[netip.Addr
 	if _, full := wndFullBoth(sk, prev); full {
 		s.full = true
 		s.why = append(s.why, "in flight fills the peer's window in both samples, cwnd has room")
+	} else if _, frac, ok := wndBound(sk, prev, in.Window()); ok {
+		s.full, s.bound = true, true
+		s.why = append(s.why, fmt.Sprintf("the peer's window was the same in both samples and the flow moved %s of that window per RTT, cwnd has room", units.Pct(frac)))
 	}
 	s.large = look.large()
 	if prev != nil {
@@ -314,7 +338,10 @@ func rwndFinding(in *diag.Input, sk *snapshot.Socket, sh snapshot.Shares, share 
 		sev = diag.Info
 	}
 	sum := fmt.Sprintf("waiting for the peer's receive window %s of busy time over %s", units.Pct(share), scope)
-	if sup.full {
+	switch {
+	case sup.bound:
+		sum = fmt.Sprintf("the peer's unchanged receive window bounds the rate across both samples; waiting for it %s of busy time over %s", units.Pct(share), scope)
+	case sup.full:
 		sum = fmt.Sprintf("in flight fills the peer's receive window in both samples; waiting for it %s of busy time over %s", units.Pct(share), scope)
 	}
 	if wnd >= 0 {

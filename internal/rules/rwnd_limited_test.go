@@ -1,10 +1,13 @@
 package rules
 
 import (
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 )
 
 // Real recordings (internal/livetest with LIVETEST_RECORD): one bulk flow
@@ -42,5 +45,46 @@ func TestRwndLimitedRecordings(t *testing.T) {
 		if c.sev == 0 && got >= diag.Warning || c.sev != 0 && got != c.sev {
 			t.Errorf("%s --bandwidth %.0f: worst %v, want %v: %+v", c.file, c.bw, got, c.sev, res.Findings)
 		}
+	}
+}
+
+// In flight is read at one instant per sample; a window-limited flow can
+// be caught between bursts. The bbr recording with the first sample's in
+// flight cut to 40 % of the window: the unchanged window still bounds the
+// rate over the 2 s (10.5M acked, 92 % of 168K per 30 ms), so a warning.
+// With the window moved between the samples, that proof is gone.
+func TestRwndLimitedBoundAcrossSamples(t *testing.T) {
+	f, err := os.Open(filepath.Join("testdata", "rwnd-limited", "fires-bbr.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	snaps, err := snapshot.ReadAll(f)
+	if err != nil || len(snaps) != 2 {
+		t.Fatalf("fixture: %v (%d snapshots)", err, len(snaps))
+	}
+	find := func(s *snapshot.Snapshot) *snapshot.TCPInfo {
+		for i := range s.Sockets {
+			if sk := &s.Sockets[i]; sk.State == snapshot.Established && sk.Info != nil && sk.Info.BytesAcked > 1e6 {
+				return sk.Info
+			}
+		}
+		t.Fatal("no sender in the fixture")
+		return nil
+	}
+	p, c := find(snaps[0]), find(snaps[1])
+	p.Unacked = uint32(0.4 * float64(p.SndWnd) / float64(p.SndMSS))
+	run := func() diag.Result {
+		var res diag.Result
+		diag.Run([]diag.Rule{rwndLimited()}, diag.NewInput(snaps[0], snaps[1], diag.Options{}), &res)
+		return res
+	}
+	res := run()
+	if got := res.Worst(); got != diag.Warning || len(res.Findings) != 1 || !strings.Contains(res.Findings[0].Summary, "unchanged receive window bounds the rate") {
+		t.Fatalf("worst %v, want a warning from the bounded rate: %+v", got, res.Findings)
+	}
+	c.SndWnd += 64 << 10
+	if res := run(); res.Worst() >= diag.Warning {
+		t.Errorf("window moved: worst %v, want below warning", res.Worst())
 	}
 }
