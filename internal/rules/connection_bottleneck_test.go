@@ -10,7 +10,8 @@ import (
 )
 
 // runFixtureOpts is runFixture with options (e.g. --bandwidth).
-func runFixtureOpts(t *testing.T, r diag.Rule, path string, o diag.Options) diag.Result {
+// readFixture reads a recording of at least two snapshots.
+func readFixture(t *testing.T, path string) []*snapshot.Snapshot {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
@@ -21,6 +22,12 @@ func runFixtureOpts(t *testing.T, r diag.Rule, path string, o diag.Options) diag
 	if err != nil || len(snaps) < 2 {
 		t.Fatalf("fixture %s: %v (%d snapshots)", path, err, len(snaps))
 	}
+	return snaps
+}
+
+func runFixtureOpts(t *testing.T, r diag.Rule, path string, o diag.Options) diag.Result {
+	t.Helper()
+	snaps := readFixture(t, path)
 	var res diag.Result
 	diag.Run([]diag.Rule{r}, diag.NewInput(snaps[0], snaps[len(snaps)-1], o), &res)
 	res.Sort()

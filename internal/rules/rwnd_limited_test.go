@@ -1,7 +1,6 @@
 package rules
 
 import (
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -54,15 +53,7 @@ func TestRwndLimitedRecordings(t *testing.T) {
 // rate over the 2 s (10.5M acked, 92 % of 168K per 30 ms), so a warning.
 // With the window moved between the samples, that proof is gone.
 func TestRwndLimitedBoundAcrossSamples(t *testing.T) {
-	f, err := os.Open(filepath.Join("testdata", "rwnd-limited", "fires-bbr.jsonl"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	snaps, err := snapshot.ReadAll(f)
-	if err != nil || len(snaps) != 2 {
-		t.Fatalf("fixture: %v (%d snapshots)", err, len(snaps))
-	}
+	snaps := readFixture(t, filepath.Join("testdata", "rwnd-limited", "fires-bbr.jsonl"))
 	find := func(s *snapshot.Snapshot) *snapshot.TCPInfo {
 		for i := range s.Sockets {
 			if sk := &s.Sockets[i]; sk.State == snapshot.Established && sk.Info != nil && sk.Info.BytesAcked > 1e6 {

@@ -43,10 +43,14 @@ func sndbufLimited() diag.Rule {
 type sndbufLook struct {
 	inflight, cwnd, wnd, sndbuf, queued float64
 	hasWnd                              bool
+	ti                                  *snapshot.TCPInfo // the sample's tcp_info
 }
 
 // lookSndbuf measures one sample; ok is false without tcp_info or meminfo.
 func lookSndbuf(sk *snapshot.Socket) (sndbufLook, bool) {
+	if sk == nil {
+		return sndbufLook{}, false
+	}
 	ti, m := sk.Info, sk.Mem
 	if ti == nil || m == nil || ti.SndMSS == 0 || m.Sndbuf == 0 {
 		return sndbufLook{}, false
@@ -59,6 +63,7 @@ func lookSndbuf(sk *snapshot.Socket) (sndbufLook, bool) {
 		hasWnd:   ti.Has(snapshot.EndSndWnd),
 		sndbuf:   float64(m.Sndbuf),
 		queued:   float64(m.WmemQueued),
+		ti:       ti,
 	}, true
 }
 
@@ -87,17 +92,22 @@ func checkSndbufLimited(in *diag.Input) ([]diag.Finding, error) {
 		if sk.State != snapshot.Established {
 			continue
 		}
+		var prev *snapshot.Socket
+		if in.Prev != nil {
+			prev = in.PrevSocket(sk.Cookie)
+		}
+		// Each sample reads one instant, and a writer descheduled on a
+		// busy host can leave the buffer briefly short: either sample
+		// may show the limit.
 		look, ok := lookSndbuf(sk)
 		if !ok || !look.limited() {
-			continue
+			if look, ok = lookSndbuf(prev); !ok || !look.limited() {
+				continue
+			}
 		}
 		rtt := tcpmodel.RTT(sk.Info)
 		if rtt <= 0 {
 			continue
-		}
-		var prev *snapshot.Socket
-		if in.Prev != nil {
-			prev = in.PrevSocket(sk.Cookie)
 		}
 		if h, ok := sndbufFinding(in, sk, prev, look, rtt, window, rates, idx, lim); ok {
 			hits = append(hits, h)
@@ -137,7 +147,8 @@ func sndbufFinding(in *diag.Input, sk, prev *snapshot.Socket, look sndbufLook, r
 			return scored{}, false
 		}
 		pl, ok := lookSndbuf(prev)
-		confident = ok && pl.limited()
+		cl, cok := lookSndbuf(sk)
+		confident = ok && pl.limited() && cok && cl.limited()
 		busyShare = busy
 	}
 	if thr > 0 {
@@ -151,19 +162,19 @@ func sndbufFinding(in *diag.Input, sk, prev *snapshot.Socket, look sndbufLook, r
 		own = tcpmodel.OwnRate(ti)
 	}
 	ev = append(ev,
-		diag.Evidence{Name: "in flight", Value: fmt.Sprintf("%d segments x %d = %s (%.1f x sndbuf)", ti.Unacked, ti.SndMSS, units.Bytes(look.inflight), look.inflight/look.sndbuf),
+		diag.Evidence{Name: "in flight", Value: fmt.Sprintf("%d segments x %d = %s (%.1f x sndbuf)", look.ti.Unacked, look.ti.SndMSS, units.Bytes(look.inflight), look.inflight/look.sndbuf),
 			Source: "sock_diag tcp_info.unacked x snd_mss", Threshold: ">= " + units.Pct(sndbufInflightFrac) + " of sndbuf"},
 		diag.Evidence{Name: "send buffer", Value: fmt.Sprintf("sndbuf %s, queued %s", units.Bytes(look.sndbuf), units.Bytes(look.queued)),
 			Source: "sock_diag SK_MEMINFO sndbuf, wmem_queued", Threshold: "queued >= " + units.Pct(sndbufQueuedFrac) + " of sndbuf (full)"},
-		diag.Evidence{Name: "congestion window", Value: fmt.Sprintf("%d x %d = %s (%.1f x in flight)", ti.SndCwnd, ti.SndMSS, units.Bytes(look.cwnd), look.cwnd/look.inflight),
+		diag.Evidence{Name: "congestion window", Value: fmt.Sprintf("%d x %d = %s (%.1f x in flight)", look.ti.SndCwnd, look.ti.SndMSS, units.Bytes(look.cwnd), look.cwnd/look.inflight),
 			Source: "sock_diag tcp_info.snd_cwnd", Threshold: fmt.Sprintf(">= %.1f x in flight: not the limit", sndbufHeadroom)},
 	)
 	if look.hasWnd {
 		ev = append(ev, diag.Evidence{Name: "peer window", Value: fmt.Sprintf("%s (%.1f x in flight)", units.Bytes(look.wnd), look.wnd/look.inflight),
 			Source: "sock_diag tcp_info.snd_wnd", Threshold: fmt.Sprintf(">= %.1f x in flight: not the limit", sndbufHeadroom)})
 	}
-	if ti.NotsentBytes > 0 {
-		ev = append(ev, diag.Evidence{Name: "not yet sent", Value: units.Bytes(float64(ti.NotsentBytes)), Source: "sock_diag tcp_info.notsent_bytes"})
+	if look.ti.NotsentBytes > 0 {
+		ev = append(ev, diag.Evidence{Name: "not yet sent", Value: units.Bytes(float64(look.ti.NotsentBytes)), Source: "sock_diag tcp_info.notsent_bytes"})
 	}
 	// A pinned buffer is no hard cap on what is in flight (the writer
 	// tops up the unsent tail skb past it): the ceiling is what is seen in
@@ -219,8 +230,11 @@ func sndbufFinding(in *diag.Input, sk, prev *snapshot.Socket, look sndbufLook, r
 		return scored{}, false
 	}
 	how := "in one sample"
-	if confident {
+	switch {
+	case confident:
 		how = "in both samples"
+	case look.ti != ti:
+		how = "in the first sample"
 	}
 	if busyShare >= 0 {
 		how = fmt.Sprintf("busy %s of the window and limited %s", units.Pct(busyShare), how)

@@ -2,6 +2,8 @@ package rules
 
 import (
 	"net/netip"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -118,5 +120,39 @@ func TestFmtRTT(t *testing.T) {
 		if got := units.RTT(d); got != want {
 			t.Errorf("units.RTT(%v) = %q, want %q", d, got, want)
 		}
+	}
+}
+
+// A writer descheduled at the second sample leaves its pinned buffer
+// short of full at that instant. The recorded C3 sender with the second
+// sample's queue cut to a quarter of sndbuf: the first sample still shows
+// the limit, busy time and throughput cover the window, so a warning that
+// says which sample showed it. With neither sample full: quiet.
+func TestSndbufLimitedFirstSampleOnly(t *testing.T) {
+	snaps := readFixture(t, filepath.Join("testdata", "sndbuf-limited", "fires.jsonl"))
+	sender := func(s *snapshot.Snapshot) *snapshot.Socket {
+		for i := range s.Sockets {
+			if sk := &s.Sockets[i]; sk.Cookie == 625841 && sk.Mem != nil {
+				return sk
+			}
+		}
+		t.Fatal("no sender in the fixture")
+		return nil
+	}
+	run := func() diag.Result {
+		var res diag.Result
+		diag.Run([]diag.Rule{sndbufLimited()}, diag.NewInput(snaps[0], snaps[1], diag.Options{}), &res)
+		return res
+	}
+	c := sender(snaps[1])
+	c.Mem.WmemQueued = c.Mem.Sndbuf / 4
+	res := run()
+	if res.Worst() != diag.Warning || len(res.Findings) != 1 || !strings.Contains(res.Findings[0].Summary, "limited in the first sample") {
+		t.Fatalf("worst %v, want a warning from the first sample: %+v", res.Worst(), res.Findings)
+	}
+	p := sender(snaps[0])
+	p.Mem.WmemQueued = p.Mem.Sndbuf / 4
+	if res := run(); len(res.Findings) != 0 {
+		t.Errorf("neither sample full: %+v", res.Findings)
 	}
 }
