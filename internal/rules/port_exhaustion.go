@@ -255,8 +255,13 @@ func portEvidence(p *tcpmodel.PortSpace, u *tcpmodel.DestUse, f tcpmodel.Forecas
 		return ev
 	}
 	w := units.Dur(window)
+	closed := fmt.Sprintf("%.1f/s (%d entered TIME_WAIT in %s; each holds its port %s)", f.CloseRate, u.ClosedIn, w, units.Dur(f.Hold))
+	if f.Recent > 0 {
+		closed = fmt.Sprintf("%.1f/s (%d in TIME_WAIT younger than %s, counted there because connect() may have taken older ones over; %d in the %s window; each holds its port %s)",
+			f.CloseRate, u.ClosedRecent, units.Dur(f.Recent), u.ClosedIn, w, units.Dur(f.Hold))
+	}
 	ev = append(ev,
-		diag.Evidence{Name: "closed first by this host", Value: fmt.Sprintf("%.1f/s (%d entered TIME_WAIT in %s; each holds its port %s)", f.CloseRate, u.ClosedIn, w, units.Dur(f.Hold)), Source: "sock_diag TIME-WAIT sockets younger than the window (idiag_expires) or not in TIME-WAIT in the previous sample"},
+		diag.Evidence{Name: "closed first by this host", Value: closed, Source: "sock_diag TIME-WAIT sockets younger than the window (idiag_expires) or not in TIME-WAIT in the previous sample"},
 		diag.Evidence{Name: "growth", Value: fmt.Sprintf("%+.1f held ports/s", f.Growth), Source: "sock_diag, previous and current sample"},
 		forecastEvidence(f, u, p.Usable()),
 	)

@@ -113,6 +113,39 @@ func TestPortSpaceReuse(t *testing.T) {
 	}
 }
 
+// Where reuse applies, connect() takes TIME_WAIT older than the reuse
+// delay over, so the window's count misses closes: 120/s for the last
+// second, but only 30 older ones left of the 5 s window. The close rate
+// comes from the young ones (120/s), not the window (30/s).
+func TestForecastReuseTakenOver(t *testing.T) {
+	dst := netip.AddrPortFrom(lo, 8080)
+	s := &snapshot.Snapshot{Sysctls: map[string]string{
+		"net.ipv4.ip_local_port_range": "40000 40999", "net.ipv4.tcp_tw_reuse": "2", "net.ipv4.tcp_timestamps": "1"}}
+	for i := 0; i < 120; i++ {
+		s.Sockets = append(s.Sockets, tw(lo, uint16(40000+i), dst, time.Duration(i)*time.Second/120))
+	}
+	for i := 0; i < 30; i++ {
+		s.Sockets = append(s.Sockets, tw(lo, uint16(40200+i), dst, time.Second+time.Duration(i)*4*time.Second/30))
+	}
+	p, err := NewPortSpace(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := p.DestUsage(s, nil, 5*time.Second)[Dest{lo, dst}]
+	if u == nil || u.ClosedIn != 150 || u.ClosedRecent != 120 || u.Held() != 120 {
+		t.Fatalf("%+v", u)
+	}
+	f := u.Forecast(p.Usable(), 100, 5*time.Second, p.Reuse.Delay)
+	if f.CloseRate != 120 || f.Recent != time.Second || f.Plateau != 120 {
+		t.Errorf("forecast %+v, want 120/s over the last 1s", f)
+	}
+	// Without reuse every close stays 60 s: the window's count holds.
+	u.Reuse = false
+	if f := u.Forecast(p.Usable(), 100, 5*time.Second, p.Reuse.Delay); f.CloseRate != 30 || f.Recent != 0 {
+		t.Errorf("no reuse: %+v, want 30/s over the window", f)
+	}
+}
+
 // An established connection without timestamps rules reuse out.
 func TestPortSpaceNoTimestamps(t *testing.T) {
 	dst := netip.AddrPortFrom(lo, 8080)

@@ -196,6 +196,10 @@ type DestUse struct {
 	// ClosedIn counts connections closed first by this side during the
 	// window (ClosedInWindow). 0 without a window.
 	ClosedIn int
+	// ClosedRecent counts, where reuse applies, TIME_WAIT sockets younger
+	// than RecentHorizon: connect() cannot have taken those over, so they
+	// give the close rate where older ones may be gone.
+	ClosedRecent int
 	// NewOpen counts sockets absent from the previous sample (by cookie).
 	NewOpen int
 	// Reuse says whether TIME_WAIT reuse applies to this destination;
@@ -236,6 +240,7 @@ func ClosedInWindow(sk *snapshot.Socket, prev PrevState, window time.Duration) b
 // without one) bounds what counts as closed during it.
 func (p *PortSpace) DestUsage(cur *snapshot.Snapshot, prev PrevState, window time.Duration) map[Dest]*DestUse {
 	m := map[Dest]*DestUse{}
+	recent := RecentHorizon(window, p.Reuse.Delay)
 	var notsTS []Dest
 	for i := range cur.Sockets {
 		sk := &cur.Sockets[i]
@@ -267,8 +272,10 @@ func (p *PortSpace) DestUsage(cur *snapshot.Snapshot, prev PrevState, window tim
 		if ClosedInWindow(sk, prev, window) {
 			u.ClosedIn++
 		}
-		if u.Reuse && TimeWaitAge(sk) >= p.Reuse.Delay {
+		if age := TimeWaitAge(sk); u.Reuse && age >= p.Reuse.Delay {
 			u.TWReusable++
+		} else if u.Reuse && age < recent {
+			u.ClosedRecent++
 		}
 	}
 	for _, fo := range cur.FlowOwners {
@@ -278,7 +285,7 @@ func (p *PortSpace) DestUsage(cur *snapshot.Snapshot, prev PrevState, window tim
 	}
 	for _, k := range notsTS {
 		u := m[k]
-		u.NoTimestamps, u.Reuse, u.TWReusable = true, false, 0
+		u.NoTimestamps, u.Reuse, u.TWReusable, u.ClosedRecent = true, false, 0, 0
 	}
 	if byDst, ok := ConnectsOf(cur); ok {
 		for k, u := range m {
@@ -391,8 +398,11 @@ type Forecast struct {
 	// Rates per second over the window; valid only if HasRate.
 	HasRate   bool
 	CloseRate float64 // closed first by this side (entered TIME_WAIT)
-	OpenRate  float64 // new sockets seen (connections opened and closed in the window are missed)
-	Growth    float64 // held ports per second
+	// Recent, when not 0, is the horizon CloseRate was counted over
+	// instead of the window (DestUse.ClosedRecent).
+	Recent   time.Duration
+	OpenRate float64 // new sockets seen (connections opened and closed in the window are missed)
+	Growth   float64 // held ports per second
 	// Hold is how long a closed connection keeps its port: the reuse
 	// delay where reuse applies, else 60 s.
 	Hold time.Duration
@@ -422,6 +432,14 @@ func (u *DestUse) Forecast(usable, prevHeld int, window time.Duration, reuseDela
 	sec := window.Seconds()
 	f.HasRate = true
 	f.CloseRate = float64(u.ClosedIn) / min(sec, TimeWaitLen.Seconds())
+	// Where reuse applies, connect() takes over TIME_WAIT older than the
+	// reuse delay, so the window's count falls short: the young ones say
+	// the rate.
+	if h := RecentHorizon(window, reuseDelay); u.Reuse && h > 0 {
+		if r := float64(u.ClosedRecent) / h.Seconds(); r > f.CloseRate {
+			f.CloseRate, f.Recent = r, h
+		}
+	}
 	f.OpenRate = float64(u.NewOpen) / sec
 	f.Growth = float64(held-prevHeld) / sec
 	f.Plateau = float64(u.Open) + f.CloseRate*f.Hold.Seconds()
@@ -430,6 +448,13 @@ func (u *DestUse) Forecast(usable, prevHeld int, window time.Duration, reuseDela
 		f.ETA = time.Duration(float64(usable-held) / f.Growth * float64(time.Second))
 	}
 	return f
+}
+
+// RecentHorizon is the age under which a TIME_WAIT socket is counted
+// as a recent close where reuse applies: younger than the window and the
+// reuse delay, so neither missed nor possibly taken over.
+func RecentHorizon(window, reuseDelay time.Duration) time.Duration {
+	return min(window, reuseDelay, TimeWaitLen)
 }
 
 // Peak is the number of ports a destination needs: what it holds now or
