@@ -1,6 +1,7 @@
 package livetest
 
 import (
+	"fmt"
 	"net/netip"
 	"testing"
 	"time"
@@ -109,20 +110,42 @@ func pairAcross(t *testing.T, p path, clientSetup, serverSetup func(fd int) erro
 // between the two samples, read from tcp_info.bytes_acked; 0 when either
 // sample lacks it.
 func acked(prev, cur *snapshot.Snapshot, local netip.AddrPort) float64 {
-	find := func(s *snapshot.Snapshot) *snapshot.Socket {
-		for i := range s.Sockets {
-			if sk := &s.Sockets[i]; sk.Local == local && sk.State == snapshot.Established && sk.Info != nil {
-				return sk
-			}
-		}
-		return nil
-	}
-	a, b := find(prev), find(cur)
+	a, b := established(prev, local), established(cur, local)
 	d := cur.Taken.Sub(prev.Taken).Seconds()
 	if a == nil || b == nil || d <= 0 || b.Info.BytesAcked < a.Info.BytesAcked {
 		return 0
 	}
 	return float64(b.Info.BytesAcked-a.Info.BytesAcked) * 8 / d
+}
+
+// established finds the connection from local in s with its tcp_info.
+func established(s *snapshot.Snapshot, local netip.AddrPort) *snapshot.Socket {
+	for i := range s.Sockets {
+		if sk := &s.Sockets[i]; sk.Local == local && sk.State == snapshot.Established && sk.Info != nil {
+			return sk
+		}
+	}
+	return nil
+}
+
+// logSender logs what the transfer rules read of the sender from local in
+// each sample, to tell a miss's cause from the test's output.
+func logSender(t *testing.T, local netip.AddrPort, samples ...*snapshot.Snapshot) {
+	t.Helper()
+	for i, s := range samples {
+		sk := established(s, local)
+		if sk == nil {
+			t.Logf("sample %d: no established socket from %s", i+1, local)
+			continue
+		}
+		ti := sk.Info
+		v := fmt.Sprintf("sample %d: unacked %d x mss %d, cwnd %d, snd_wnd %d, rtt %dus, busy %dus, rwnd_limited %dus, sndbuf_limited %dus, acked %d",
+			i+1, ti.Unacked, ti.SndMSS, ti.SndCwnd, ti.SndWnd, ti.RTT, ti.BusyTime, ti.RwndLimited, ti.SndbufLimited, ti.BytesAcked)
+		if m := sk.Mem; m != nil {
+			v += fmt.Sprintf(", sndbuf %d, wmem_queued %d", m.Sndbuf, m.WmemQueued)
+		}
+		t.Log(v)
+	}
 }
 
 // received is the rate (bits/s) at which the end of the connection to or

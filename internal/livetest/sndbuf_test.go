@@ -49,6 +49,9 @@ func TestSndbufLimited(t *testing.T) {
 			if mbps > 100 {
 				t.Errorf("pinned sender moved %.1f Mbit/s: not buffer-limited on a 1 Gbit/s link", mbps)
 			}
+			if len(r.Find("sndbuf-limited", diag.Warning)) != 1 {
+				logSender(t, local, prev, cur)
+			}
 			f := one(t, r, b, "sndbuf-limited")
 			for _, e := range f.Evidence {
 				t.Logf("  %s = %s  [%s]", e.Name, e.Value, e.Source)
