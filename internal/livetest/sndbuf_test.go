@@ -49,8 +49,15 @@ func TestSndbufLimited(t *testing.T) {
 			if mbps > 100 {
 				t.Errorf("pinned sender moved %.1f Mbit/s: not buffer-limited on a 1 Gbit/s link", mbps)
 			}
-			if len(r.Find("sndbuf-limited", diag.Warning)) != 1 {
+			// CI has seen a window with no finding at all (not once in
+			// dozens of runs here, loaded or not): up to three windows,
+			// each miss logging what the rule read of the sender.
+			for try := 1; len(r.Find("sndbuf-limited", diag.Warning)) != 1; try++ {
 				logSender(t, local, prev, cur)
+				if try == 3 {
+					break
+				}
+				r, b, prev, cur = sample(t, p.client, 1500*time.Millisecond)
 			}
 			f := one(t, r, b, "sndbuf-limited")
 			for _, e := range f.Evidence {
