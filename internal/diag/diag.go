@@ -120,9 +120,9 @@ type Input struct {
 	Prev    *snapshot.Snapshot // nil for a single snapshot
 	Cur     *snapshot.Snapshot
 	Options Options
-	// prevBy indexes Prev by cookie, built by NewInput's goroutine;
+	// prev finds Cur's sockets in Prev, built by NewInput's goroutine;
 	// prevReady is closed when it is.
-	prevBy    map[uint64]*snapshot.Socket
+	prev      *prevIndex
 	prevReady chan struct{}
 	tuples    tcpmodel.Tuples // CurTuples: indexed at its first lookup
 	// shared holds Shared's values by key.
@@ -135,9 +135,9 @@ type sharedValue struct {
 	v    any
 }
 
-// NewInput builds an Input and starts indexing the previous sockets by
-// cookie (a million of them take a fifth of a second) in a goroutine of
-// its own, so that rules which do not look back start meanwhile.
+// NewInput builds an Input and starts matching the current sockets to
+// the previous ones (joinPrev) in a goroutine of its own, so that rules
+// which do not look back start meanwhile.
 func NewInput(prev, cur *snapshot.Snapshot, opts Options) *Input {
 	in := &Input{Prev: prev, Cur: cur, Options: opts, prevReady: make(chan struct{}), tuples: tcpmodel.TuplesOf(cur)}
 	if prev == nil {
@@ -146,11 +146,7 @@ func NewInput(prev, cur *snapshot.Snapshot, opts Options) *Input {
 	}
 	go func() {
 		defer close(in.prevReady)
-		m := make(map[uint64]*snapshot.Socket, len(prev.Sockets))
-		for i := range prev.Sockets {
-			m[prev.Sockets[i].Cookie] = &prev.Sockets[i]
-		}
-		in.prevBy = m
+		in.prev = joinPrev(prev.Sockets, cur.Sockets)
 	}()
 	return in
 }
@@ -163,12 +159,23 @@ func (in *Input) Window() time.Duration {
 	return in.Cur.Taken.Sub(in.Prev.Taken)
 }
 
-// PrevSocket returns the same connection in the previous snapshot.
-func (in *Input) PrevSocket(cookie uint64) *snapshot.Socket {
+// PrevOf returns sk's connection (same cookie) in the previous snapshot,
+// nil when it was not there. sk is one of Cur's sockets, found by its
+// position at no cost; any other socket is looked up by cookie.
+func (in *Input) PrevOf(sk *snapshot.Socket) *snapshot.Socket {
 	if in.prevReady != nil { // nil in an Input not made by NewInput
 		<-in.prevReady
 	}
-	return in.prevBy[cookie]
+	if in.prev == nil {
+		return nil
+	}
+	if i, ok := indexIn(in.Cur.Sockets, sk); ok {
+		if j := in.prev.at[i]; j >= 0 {
+			return &in.Prev.Sockets[j]
+		}
+		return nil
+	}
+	return in.prev.byCookie(in.Prev.Sockets, sk.Cookie)
 }
 
 // CurTuples indexes the current snapshot's connected sockets by (local,

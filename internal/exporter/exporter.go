@@ -332,7 +332,7 @@ func (x *Exporter) addLimiters(b *viewBuilder, in *diag.Input) {
 		if sk.State != snapshot.Established || sk.Info == nil {
 			continue
 		}
-		p := in.PrevSocket(sk.Cookie)
+		p := in.PrevOf(sk)
 		if p == nil || p.Info == nil {
 			continue
 		}

@@ -82,7 +82,7 @@ func checkCloseWaitLeak(in *diag.Input) ([]diag.Finding, error) {
 		if len(g.remotes) < 1000 || g.remotes[peer] > 0 {
 			g.remotes[peer]++
 		}
-		if p := in.PrevSocket(sk.Cookie); p != nil && in.Prev != nil && p.State == snapshot.CloseWait {
+		if p := in.PrevOf(sk); p != nil && in.Prev != nil && p.State == snapshot.CloseWait {
 			g.aged++
 		}
 	}

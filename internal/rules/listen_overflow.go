@@ -51,7 +51,7 @@ func listeners(in *diag.Input) []listener {
 			continue
 		}
 		l := listener{sk: sk, peak: sk.RecvQ}
-		if p := in.PrevSocket(sk.Cookie); p != nil && in.Prev != nil {
+		if p := in.PrevOf(sk); p != nil && in.Prev != nil {
 			l.prevQ, l.hasPrev = p.RecvQ, true
 			l.peak = max(l.peak, p.RecvQ)
 		}

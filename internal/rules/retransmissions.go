@@ -115,7 +115,7 @@ func checkRetransmissions(in *diag.Input) ([]diag.Finding, error) {
 		}
 		sawInfo = true
 		sent, rtx := ti.BytesSent, ti.BytesRetrans
-		if p := in.PrevSocket(sk.Cookie); p != nil {
+		if p := in.PrevOf(sk); p != nil {
 			if !p.Info.Has(snapshot.EndBytesRetrans) || p.Info.BytesSent > sent || p.Info.BytesRetrans > rtx {
 				continue
 			}
@@ -130,7 +130,7 @@ func checkRetransmissions(in *diag.Input) ([]diag.Finding, error) {
 		pr.sent += sent
 		pr.retrans += rtx
 		pr.conns++
-		if p := in.PrevSocket(sk.Cookie); p != nil && p.Info != nil && ti.BytesAcked >= p.Info.BytesAcked {
+		if p := in.PrevOf(sk); p != nil && p.Info != nil && ti.BytesAcked >= p.Info.BytesAcked {
 			d := ti.BytesAcked - p.Info.BytesAcked
 			pr.acked += d
 			if pr.sample == nil || d > pr.sampleAcked {

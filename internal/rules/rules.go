@@ -158,8 +158,8 @@ func prevState(in *diag.Input) tcpmodel.PrevState {
 	if in.Prev == nil {
 		return nil
 	}
-	return func(c uint64) (snapshot.State, bool) {
-		if p := in.PrevSocket(c); p != nil {
+	return func(sk *snapshot.Socket) (snapshot.State, bool) {
+		if p := in.PrevOf(sk); p != nil {
 			return p.State, true
 		}
 		return 0, false

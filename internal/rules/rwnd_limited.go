@@ -120,7 +120,7 @@ func checkRwndLimited(in *diag.Input) ([]diag.Finding, error) {
 		}
 		var sh snapshot.Shares
 		lifetime := false
-		if p := in.PrevSocket(sk.Cookie); p != nil && window > 0 {
+		if p := in.PrevOf(sk); p != nil && window > 0 {
 			var ok bool
 			if sh, ok = snapshot.ChronoShares(p.Info, ti, window); !ok {
 				continue
@@ -142,7 +142,7 @@ func checkRwndLimited(in *diag.Input) ([]diag.Finding, error) {
 		}
 		var prev *snapshot.Socket
 		if !lifetime {
-			prev = in.PrevSocket(sk.Cookie)
+			prev = in.PrevOf(sk)
 		}
 		sup := rwndSupport(in, sk, prev, rates, idx, len(zw) > 0)
 		switch {
@@ -261,7 +261,7 @@ func rwndFinding(in *diag.Input, sk *snapshot.Socket, sh snapshot.Shares, share 
 	}
 	var acked float64
 	if !lifetime {
-		if p := in.PrevSocket(sk.Cookie); p != nil && p.Info != nil && ti.BytesAcked >= p.Info.BytesAcked {
+		if p := in.PrevOf(sk); p != nil && p.Info != nil && ti.BytesAcked >= p.Info.BytesAcked {
 			acked = float64(ti.BytesAcked - p.Info.BytesAcked)
 			ev = append(ev, diag.Evidence{Name: "this transfer", Value: fmt.Sprintf("%s acked in %s, %s of it waiting for the peer's window",
 				units.Bytes(acked), units.Dur(sh.Window), units.Dur(sh.Rwnd)), Source: "sock_diag tcp_info.bytes_acked, rwnd_limited (delta)"})
@@ -296,7 +296,7 @@ func rwndFinding(in *diag.Input, sk *snapshot.Socket, sh snapshot.Shares, share 
 		receiver = fmt.Sprintf("the local receiver %s (%s)", sk.Remote, tcpmodel.Who(cur, peer.Pids))
 		if peer.Mem != nil {
 			var prevSize uint32
-			if pp := in.PrevSocket(peer.Cookie); pp != nil && pp.Mem != nil {
+			if pp := in.PrevOf(peer); pp != nil && pp.Mem != nil {
 				prevSize = pp.Mem.Rcvbuf
 			}
 			rcvPin = tcpmodel.JudgeBufFrom(peer.Mem.Rcvbuf, prevSize, peer.BufLock, tcpmodel.LockRcv, tcpmodel.RcvLimits(cur), cur.BufLocks)
@@ -314,7 +314,7 @@ func rwndFinding(in *diag.Input, sk *snapshot.Socket, sh snapshot.Shares, share 
 	// unread data, means the reader sets the pace, not the window's size.
 	zeroWnd := ti.Has(snapshot.EndSndWnd) && ti.SndWnd == 0
 	pacing := zeroWnd || peer != nil && fill(peer) >= rwndPacingFill
-	sized := rcvPin.Pinned || sup.full && !lifetime && sameWindow(in.PrevSocket(sk.Cookie), sk)
+	sized := rcvPin.Pinned || sup.full && !lifetime && sameWindow(in.PrevOf(sk), sk)
 	ev = append(ev, diag.Evidence{Name: "performance", Value: verdict.Why, Source: "sock_diag tcp_info.bytes_acked or delivery_rate; --bandwidth or other connections' delivery rates",
 		Threshold: fmt.Sprintf("warning below %s of the path's rate, with the window shown to be the limit", units.Pct(tcpmodel.LostShare))})
 	var sev diag.Severity

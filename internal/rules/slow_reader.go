@@ -91,7 +91,7 @@ func checkSlowReader(in *diag.Input) ([]diag.Finding, error) {
 		if sk.State != snapshot.Established || !backedUp(sk) {
 			continue
 		}
-		p := in.PrevSocket(sk.Cookie)
+		p := in.PrevOf(sk)
 		if p == nil || !backedUp(p) {
 			continue
 		}
@@ -189,7 +189,7 @@ func slowReaderFinding(in *diag.Input, g *readerGroup, idx tcpmodel.Tuples, ls t
 	peerNote := "its peer " + sk.Remote.String() + " is held back by the shrinking window (rwnd-limited)"
 	if peer := idx.Peer(sk); peer != nil {
 		peerNote = fmt.Sprintf("its local peer %s (%s) is held back by the shrinking window", sk.Remote, tcpmodel.Who(cur, peer.Pids))
-		if pp := in.PrevSocket(peer.Cookie); pp != nil && peer.Info != nil {
+		if pp := in.PrevOf(peer); pp != nil && peer.Info != nil {
 			if sh, ok := snapshot.ChronoShares(pp.Info, peer.Info, in.Window()); ok && sh.Busy > 0 {
 				peerNote += fmt.Sprintf(" (rwnd-limited %s of its busy time)", units.Pct(snapshot.Frac(sh.Rwnd, sh.Busy)))
 				ev = append(ev, diag.Evidence{Name: "peer rwnd_limited", Value: units.Pct(snapshot.Frac(sh.Rwnd, sh.Busy)) + " of busy time", Source: "sock_diag tcp_info.rwnd_limited of the reverse tuple (delta)"})

@@ -94,7 +94,7 @@ func checkSndbufLimited(in *diag.Input) ([]diag.Finding, error) {
 		}
 		var prev *snapshot.Socket
 		if in.Prev != nil {
-			prev = in.PrevSocket(sk.Cookie)
+			prev = in.PrevOf(sk)
 		}
 		// Each sample reads one instant, and a writer descheduled on a
 		// busy host can leave the buffer briefly short: either sample

@@ -161,7 +161,7 @@ func synListeners(in *diag.Input) []*synListener {
 			}
 		}
 		for _, l := range out {
-			if in.PrevSocket(l.sk.Cookie) != nil {
+			if in.PrevOf(l.sk) != nil {
 				l.prev = prevBy[l.sk.Cookie]
 			}
 		}

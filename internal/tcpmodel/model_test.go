@@ -168,7 +168,7 @@ func TestClosedInWindow(t *testing.T) {
 	// previous sample.
 	noTimer := snapshot.Socket{State: snapshot.TimeWait, Cookie: 7}
 	was := func(st snapshot.State) PrevState {
-		return func(uint64) (snapshot.State, bool) { return st, true }
+		return func(*snapshot.Socket) (snapshot.State, bool) { return st, true }
 	}
 	if !ClosedInWindow(&noTimer, was(snapshot.Established), 5*time.Second) || ClosedInWindow(&noTimer, was(snapshot.TimeWait), 5*time.Second) {
 		t.Error("by previous sample")

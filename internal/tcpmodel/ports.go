@@ -215,8 +215,9 @@ type DestUse struct {
 // Held is what the destination takes from the usable range now.
 func (u *DestUse) Held() int { return u.Open + u.TW - u.TWReusable }
 
-// PrevState looks a socket up by cookie in the previous sample.
-type PrevState func(cookie uint64) (snapshot.State, bool)
+// PrevState looks one of the current sample's sockets up in the previous
+// sample (by cookie).
+type PrevState func(sk *snapshot.Socket) (snapshot.State, bool)
 
 // ClosedInWindow reports whether a TIME_WAIT socket entered TIME_WAIT
 // during the window: its timer says it is younger than the window, or the
@@ -231,7 +232,7 @@ func ClosedInWindow(sk *snapshot.Socket, prev PrevState, window time.Duration) b
 	if prev == nil {
 		return false
 	}
-	st, ok := prev(sk.Cookie)
+	st, ok := prev(sk)
 	return !ok || st != snapshot.TimeWait
 }
 
@@ -254,7 +255,7 @@ func (p *PortSpace) DestUsage(cur *snapshot.Snapshot, prev PrevState, window tim
 			m[k] = u
 		}
 		if prev != nil {
-			if _, ok := prev(sk.Cookie); !ok {
+			if _, ok := prev(sk); !ok {
 				u.NewOpen++
 			}
 		}
