@@ -78,7 +78,7 @@ func Sample(ctx context.Context, c *collect.Collector, nss []netns.NS, count int
 }
 
 // Diagnose runs the rules over each namespace's window and assembles the
-// report. Each window's input (its previous sample indexed by cookie) is
+// report. Each window's input (its previous sample matched to the last) is
 // built just before its rules run and dropped after.
 func Diagnose(ss []Series, rs []diag.Rule, opts diag.Options) *report.Report {
 	var d diagnosis
