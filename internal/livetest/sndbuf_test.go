@@ -11,6 +11,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/linkemu"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/testns"
 )
 
 // TestSndbufLimited: a bulk sender with SO_SNDBUF pinned at 16K (sndbuf
@@ -86,6 +87,7 @@ func TestSndbufLimited(t *testing.T) {
 // sender is not paced (cubic) and high when it is (bbr paces internally).
 // go test -v -run TestSndbufChronograph ./internal/livetest prints both.
 func TestSndbufChronograph(t *testing.T) {
+	testns.NeedRoot(t)
 	share := map[string]float64{}
 	for _, cc := range []string{"cubic", "bbr"} {
 		t.Run(cc, func(t *testing.T) {
@@ -123,6 +125,9 @@ func TestSndbufChronograph(t *testing.T) {
 			t.Logf("%s: busy %s of the window, sndbuf_limited %.0f%% of busy, rwnd_limited %.0f%%, %.1f Mbit/s",
 				cc, sh.Busy.Round(time.Millisecond), 100*share[cc], 100*snapshot.Frac(sh.Rwnd, sh.Busy), acked(prev, cur, local)/1e6)
 		})
+	}
+	if len(share) != 2 {
+		return // a subtest failed and said why
 	}
 	if c, b := share["cubic"], share["bbr"]; c > 0.2 || b < 0.3 {
 		t.Errorf("sndbuf_limited: cubic %.0f%% (want under 20%%), bbr %.0f%% (want over 30%%)", 100*c, 100*b)

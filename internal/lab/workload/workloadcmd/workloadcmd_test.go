@@ -109,6 +109,10 @@ func TestSetComm(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(root, "self"), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// As in /proc, the file exists (setComm writes it, never creates it).
+	if err := os.WriteFile(filepath.Join(root, "self", "comm"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	old, err := os.ReadFile("/proc/thread-self/comm")
