@@ -163,7 +163,7 @@ func checkConnectionBottleneck(in *diag.Input) ([]diag.Finding, error) {
 		ev := []diag.Evidence{
 			{Name: "connections to the peer", Value: fmt.Sprint(n), Source: "sock_diag, grouped by owner and peer", Threshold: fmt.Sprintf("<= %d", bottleneckMaxConns)},
 			{Name: "why each is saturated", Value: joinWhy(f.why), Source: "sock_diag tcp_info busy_time, rwnd_limited, sndbuf_limited (delta); unacked, snd_wnd, snd_cwnd, Send-Q, Recv-Q, SK_MEMINFO in both samples",
-				Threshold: fmt.Sprintf("busy >= %s and limited by the connection (rwnd+sndbuf >= %s of busy, in flight filling the peer's window or the send buffer, Send-Q or Recv-Q stuck at the buffer), not by cwnd", units.Pct(bottleneckBusy), units.Pct(bottleneckLimited))},
+				Threshold: fmt.Sprintf("busy >= %s and limited by the connection (rwnd+sndbuf >= %s of busy, in flight filling the peer's window or the send buffer, the peer's unchanged window bounding the rate, Send-Q or Recv-Q stuck at the buffer), not by cwnd", units.Pct(bottleneckBusy), units.Pct(bottleneckLimited))},
 		}
 		ev = append(ev, diag.Evidence{Name: "requests multiplexed", Value: fmt.Sprintf("%.0f data segments/s in, %.0f/s out", f.segsIn, f.segsOut),
 			Source: "sock_diag tcp_info.data_segs_in, data_segs_out (delta / window)", Threshold: fmt.Sprintf(">= %d/s each way on every connection", bottleneckMinSegRate)})
@@ -229,6 +229,8 @@ func connLimited(sk, p *snapshot.Socket, window time.Duration) (string, bool) {
 		}
 		if l, full := wndFullBoth(sk, p); full {
 			why = append(why, fmt.Sprintf("in flight %s fills the peer's window %s (cwnd %s)", units.Bytes(l.inflight), units.Bytes(l.wnd), units.Bytes(l.cwnd)))
+		} else if l, frac, ok := wndBound(sk, p, window); ok {
+			why = append(why, fmt.Sprintf("the peer's unchanged window %s bounds the rate (%s of it per RTT; cwnd %s)", units.Bytes(l.wnd), units.Pct(frac), units.Bytes(l.cwnd)))
 		}
 		// A full send buffer limits only if what is in flight fills a
 		// good part of it; an autotuned buffer full of unsent data behind
