@@ -77,16 +77,24 @@ func TestScanFilesMatchesScan(t *testing.T) {
 	}
 }
 
-// The kernel's walk finds this process's sockets as /proc does.
-func TestScanFilesReal(t *testing.T) {
+// fileOwners loads the kernel's file walk for tb, skipping where it
+// cannot run; it is closed when tb ends.
+func fileOwners(tb testing.TB) *bpfsource.FileOwners {
+	tb.Helper()
 	l, err := bpfsource.OpenFileOwners()
 	if errors.Is(err, bpfsource.ErrNotSupported) {
-		t.Skip(err)
+		tb.Skip(err)
 	}
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	defer l.Close()
+	tb.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+// The kernel's walk finds this process's sockets as /proc does.
+func TestScanFilesReal(t *testing.T) {
+	l := fileOwners(t)
 	fds, inos := openSockets(t, 5)
 	keep := func(ino uint32) bool { return slices.Contains(inos, ino) }
 	o, err := scanFiles(Scanner{Root: "/proc"}, l, keep)
@@ -113,14 +121,7 @@ func TestScanFilesReal(t *testing.T) {
 // file table (root): it visits every process's files, not only this
 // one's, so its ns/file is per file on the host.
 func BenchmarkScanFiles(b *testing.B) {
-	l, err := bpfsource.OpenFileOwners()
-	if errors.Is(err, bpfsource.ErrNotSupported) {
-		b.Skip(err)
-	}
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer l.Close()
+	l := fileOwners(b)
 	_, inos := openSockets(b, 10000)
 	wanted := make(map[uint32]struct{}, len(inos))
 	for _, ino := range inos {

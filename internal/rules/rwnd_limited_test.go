@@ -74,6 +74,11 @@ func TestRwndLimitedBoundAcrossSamples(t *testing.T) {
 	if got := res.Worst(); got != diag.Warning || len(res.Findings) != 1 || !strings.Contains(res.Findings[0].Summary, "unchanged receive window bounds the rate") {
 		t.Fatalf("worst %v, want a warning from the bounded rate: %+v", got, res.Findings)
 	}
+	for _, e := range res.Findings[0].Evidence {
+		if e.Name == "window is the limit" {
+			t.Log(e.Value) // go test -v prints the share of the window moved per RTT
+		}
+	}
 	c.SndWnd += 64 << 10
 	if res := run(); res.Worst() >= diag.Warning {
 		t.Errorf("window moved: worst %v, want below warning", res.Worst())

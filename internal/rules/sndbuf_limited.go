@@ -146,9 +146,9 @@ func sndbufFinding(in *diag.Input, sk, prev *snapshot.Socket, look sndbufLook, r
 		if busy < 0 && thr == 0 {
 			return scored{}, false
 		}
+		// look is the current sample's whenever that one shows the limit.
 		pl, ok := lookSndbuf(prev)
-		cl, cok := lookSndbuf(sk)
-		confident = ok && pl.limited() && cok && cl.limited()
+		confident = ok && pl.limited() && look.ti == ti
 		busyShare = busy
 	}
 	if thr > 0 {
