@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 )
 
@@ -23,10 +24,14 @@ type FileOwners struct {
 
 // OpenFileOwners checks the kernel can run the iterator and that its pids
 // are this process's (the iterator gives the initial pid namespace's
-// numbers), and loads it. Errors that mean "cannot run here" wrap
-// ErrNotSupported and say why.
-func OpenFileOwners() (*FileOwners, error) {
-	if err := iterSupported("task_file", "5.8"); err != nil {
+// numbers), and loads it; k is the kernel BTF shared with the command's
+// other loads (nil: parse it here). Errors that mean "cannot run here"
+// wrap ErrNotSupported and say why.
+func OpenFileOwners(k *Kernel) (*FileOwners, error) {
+	if k == nil {
+		k = NewKernel() // one parse for the check and the load
+	}
+	if err := iterSupported(k, "task_file", "5.8"); err != nil {
 		return nil, err
 	}
 	if b, err := os.ReadFile("/proc/self/status"); err != nil {
@@ -35,7 +40,7 @@ func OpenFileOwners() (*FileOwners, error) {
 		return nil, notSupported("in a child pid namespace: the iterator numbers processes as the host does")
 	}
 	var objs ownersObjects
-	if err := loadOwnersObjects(&objs, nil); err != nil {
+	if err := loadOwnersObjects(&objs, &ebpf.CollectionOptions{Cache: k.types()}); err != nil {
 		return nil, loadError(fmt.Errorf("load iter/task_file: %w", err))
 	}
 	l, err := link.AttachIter(link.IterOptions{Program: objs.FileOwners})

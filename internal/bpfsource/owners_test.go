@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -73,8 +74,37 @@ func TestOpenFileOwnersNotRoot(t *testing.T) {
 	if os.Geteuid() == 0 {
 		t.Skip("runs as non-root: checks the refusal says why")
 	}
-	_, err := OpenFileOwners()
+	_, err := OpenFileOwners(nil)
 	if !errors.Is(err, ErrNotSupported) || !strings.Contains(err.Error(), "not root") {
 		t.Errorf("OpenFileOwners as non-root = %v, want not supported: not root", err)
+	}
+}
+
+// TestKernelShared: a load given a Kernel that has parsed the kernel's
+// BTF does not parse it again: it allocates a fraction of what a load
+// with its own parse does.
+func TestKernelShared(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("loading BPF programs needs root")
+	}
+	k := NewKernel()
+	if _, err := k.spec(); err != nil {
+		t.Skipf("no kernel BTF: %v", err)
+	}
+	allocated := func(k *Kernel) uint64 {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		o, err := OpenFileOwners(k)
+		runtime.ReadMemStats(&after)
+		if err != nil {
+			t.Skipf("iter/task_file cannot load here: %v", err)
+		}
+		_ = o.Close()
+		return after.TotalAlloc - before.TotalAlloc
+	}
+	own, shared := allocated(nil), allocated(k)
+	t.Logf("one load allocates %.1f MB with its own parse, %.1f MB sharing one", float64(own)/1e6, float64(shared)/1e6)
+	if shared*5 > own*4 {
+		t.Errorf("a load sharing the parse allocated %d bytes, its own parse %d: it parsed again", shared, own)
 	}
 }

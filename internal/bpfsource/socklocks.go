@@ -84,12 +84,19 @@ const joinAhead = 8
 
 // OpenSockLocks checks the kernel can run the iterator and loads it.
 // Errors that mean "cannot run here" wrap ErrNotSupported and say why.
-func OpenSockLocks() (*SockLocks, error) { return openSockLocks(nil) }
+// k is the kernel BTF shared with the command's other loads (nil: parse
+// it here).
+func OpenSockLocks(k *Kernel) (*SockLocks, error) {
+	if k == nil {
+		k = NewKernel() // one parse for the check and the load
+	}
+	return openSockLocks(k, &ebpf.CollectionOptions{Cache: k.types()})
+}
 
 // openSockLocks loads with opts (tests relocate against a kernel layout
 // of their own).
-func openSockLocks(opts *ebpf.CollectionOptions) (*SockLocks, error) {
-	if err := iterSupported("tcp", "5.9"); err != nil {
+func openSockLocks(k *Kernel, opts *ebpf.CollectionOptions) (*SockLocks, error) {
+	if err := iterSupported(k, "tcp", "5.9"); err != nil {
 		return nil, err
 	}
 	var objs socklocksObjects
@@ -106,13 +113,13 @@ func openSockLocks(opts *ebpf.CollectionOptions) (*SockLocks, error) {
 
 // iterSupported says why the BPF iterator on target (its context type is
 // bpf_iter__TARGET, first in Linux since) cannot run here, or nil.
-func iterSupported(target, since string) error {
+func iterSupported(k *Kernel, target, since string) error {
 	if !privileged() {
 		return notSupported("not root (loading BPF programs needs CAP_BPF and CAP_PERFMON, or CAP_SYS_ADMIN; unprivileged BPF is usually off)")
 	}
-	spec, err := btf.LoadKernelSpec()
+	spec, err := k.spec()
 	if err != nil {
-		return notSupported("no kernel BTF (/sys/kernel/btf/vmlinux): %v", err)
+		return err
 	}
 	var st *btf.Struct
 	if err := spec.TypeByName("bpf_iter__"+target, &st); err != nil {

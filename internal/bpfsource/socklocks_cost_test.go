@@ -35,7 +35,7 @@ func TestSockLocksCost(t *testing.T) {
 		t.Skip("set " + costEnv + "=1 to measure the cost")
 	}
 	ns := testns.New(t, "lkcost")
-	l, err := OpenSockLocks()
+	l, err := OpenSockLocks(nil)
 	if err != nil {
 		t.Skip(err)
 	}

@@ -115,7 +115,7 @@ func TestOpenSockLocksNotRoot(t *testing.T) {
 	if os.Geteuid() == 0 {
 		t.Skip("runs as non-root: checks the refusal says why")
 	}
-	_, err := OpenSockLocks()
+	_, err := OpenSockLocks(nil)
 	if !errors.Is(err, ErrNotSupported) || !strings.Contains(err.Error(), "not root") {
 		t.Errorf("OpenSockLocks as non-root = %v, want not supported: not root", err)
 	}
@@ -137,7 +137,7 @@ type sockFacts struct {
 // namespace.
 func TestSockLocks(t *testing.T) {
 	nss := []netns.NS{testns.New(t, "lk1"), testns.New(t, "lk2")}
-	l, err := OpenSockLocks()
+	l, err := OpenSockLocks(nil)
 	if errors.Is(err, ErrNotSupported) {
 		t.Skip(err)
 	}
@@ -310,7 +310,7 @@ func TestSockLocksBitfield(t *testing.T) {
 	if !found {
 		t.Fatal("struct sock has no sk_userlocks")
 	}
-	l, err := openSockLocks(&ebpf.CollectionOptions{Programs: ebpf.ProgramOptions{KernelTypes: types}})
+	l, err := openSockLocks(nil, &ebpf.CollectionOptions{Programs: ebpf.ProgramOptions{KernelTypes: types}})
 	if errors.Is(err, ErrNotSupported) {
 		t.Skip(err)
 	}

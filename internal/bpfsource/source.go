@@ -75,6 +75,9 @@ type Options struct {
 	// kfree_skb, tcp_retransmit_skb, tcp_send_reset, tcp_receive_reset);
 	// nil loads all of them.
 	Programs []string
+	// Kernel is the kernel BTF shared with the command's other loads;
+	// nil parses it for this source alone.
+	Kernel *Kernel
 
 	// helperComm makes the lifecycle program take pid and comm from the
 	// helpers even where the kernel has bpf_get_current_task_btf (tests
@@ -169,10 +172,10 @@ func Open(opts Options) (*Source, error) {
 		return nil, notSupported("not root (loading BPF programs needs CAP_BPF and CAP_PERFMON, or CAP_SYS_ADMIN; unprivileged BPF is usually off)")
 	}
 	// One cache of kernel BTF for every load (CO-RE relocations).
-	cache := btf.NewCache()
-	ksp, err := cache.Kernel()
+	cache := opts.Kernel.types()
+	ksp, err := (&Kernel{cache: cache}).spec()
 	if err != nil {
-		return nil, notSupported("no kernel BTF (/sys/kernel/btf/vmlinux): %v", err)
+		return nil, err
 	}
 	now := opts.Now
 	if now == nil {

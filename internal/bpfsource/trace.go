@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
 	"golang.org/x/sys/unix"
@@ -100,6 +99,9 @@ type TraceOptions struct {
 	// Ports, when not empty, restricts Established to sockets with one of
 	// these ports at either end.
 	Ports []uint16
+	// Kernel is the kernel BTF shared with the command's other loads;
+	// nil parses it for this tracer alone.
+	Kernel *Kernel
 }
 
 // Tracer is trace.c loaded: events of the watched sockets and the count
@@ -133,9 +135,14 @@ func OpenTrace(o TraceOptions) (*Tracer, error) {
 	if !privileged() {
 		return nil, notSupported("not root (loading BPF programs needs CAP_BPF and CAP_PERFMON, or CAP_SYS_ADMIN; unprivileged BPF is usually off)")
 	}
-	ksp, err := btf.LoadKernelSpec()
+	// One parse of the kernel's BTF for every program's load.
+	kernel := o.Kernel
+	if kernel == nil {
+		kernel = NewKernel()
+	}
+	ksp, err := kernel.spec()
 	if err != nil {
-		return nil, notSupported("no kernel BTF (/sys/kernel/btf/vmlinux): %v", err)
+		return nil, err
 	}
 	if len(o.Ports) > 256 {
 		return nil, fmt.Errorf("bpfsource: trace: %d ports, at most 256", len(o.Ports))
@@ -172,7 +179,7 @@ func OpenTrace(o TraceOptions) (*Tracer, error) {
 		tp := ps.AttachTo
 		one := spec.Copy()
 		one.Programs = map[string]*ebpf.ProgramSpec{name: ps}
-		coll, err := ebpf.NewCollectionWithOptions(one, ebpf.CollectionOptions{MapReplacements: repl})
+		coll, err := ebpf.NewCollectionWithOptions(one, ebpf.CollectionOptions{MapReplacements: repl, Cache: kernel.types()})
 		if err != nil {
 			t.missing = append(t.missing, Missing{Program: tp, Reason: reason(loadError(err))})
 			continue

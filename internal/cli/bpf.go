@@ -100,12 +100,14 @@ func (o *bpfOpts) openSome(e *Env, src *sourceOpts, need bpfNeed) (bpfSet, func(
 		return set, closeAll, nil
 	}
 	var evErr, lkErr, flErr error
+	// One parse of the kernel's BTF for every load below; freed after.
+	kernel := bpfsource.NewKernel()
 	switch {
 	case !need.events:
 	case e.OpenEvents == nil:
 		evErr = errors.New("this build has no eBPF loader")
 	default:
-		if s, err := e.OpenEvents(); err != nil {
+		if s, err := e.OpenEvents(kernel); err != nil {
 			evErr = err
 		} else {
 			set.events = s
@@ -119,7 +121,7 @@ func (o *bpfOpts) openSome(e *Env, src *sourceOpts, need bpfNeed) (bpfSet, func(
 	switch {
 	case !need.files, e.OpenFiles == nil:
 	default:
-		if f, err := e.OpenFiles(); err != nil {
+		if f, err := e.OpenFiles(kernel); err != nil {
 			flErr = err
 		} else {
 			set.files = f
@@ -130,7 +132,7 @@ func (o *bpfOpts) openSome(e *Env, src *sourceOpts, need bpfNeed) (bpfSet, func(
 		set.locksOff = "not read: sockets reads buffer lock bits with --json --locks"
 	} else if e.OpenLocks == nil {
 		lkErr = errors.New("this build has no eBPF loader")
-	} else if l, err := e.OpenLocks(); err != nil {
+	} else if l, err := e.OpenLocks(kernel); err != nil {
 		lkErr = err
 	} else {
 		set.locks = l
@@ -183,13 +185,19 @@ func (o *bpfOpts) noteFiles(e *Env, flErr error, said ...error) {
 }
 
 // openEvents is the production loader for Env.OpenEvents.
-func openEvents() (*bpfsource.Source, error) { return bpfsource.Open(bpfsource.Options{}) }
+func openEvents(k *bpfsource.Kernel) (*bpfsource.Source, error) {
+	return bpfsource.Open(bpfsource.Options{Kernel: k})
+}
 
 // openFiles is the production loader for Env.OpenFiles.
-func openFiles() (*bpfsource.FileOwners, error) { return bpfsource.OpenFileOwners() }
+func openFiles(k *bpfsource.Kernel) (*bpfsource.FileOwners, error) {
+	return bpfsource.OpenFileOwners(k)
+}
 
 // openLocks is the production loader for Env.OpenLocks.
-func openLocks() (*bpfsource.SockLocks, error) { return bpfsource.OpenSockLocks() }
+func openLocks(k *bpfsource.Kernel) (*bpfsource.SockLocks, error) {
+	return bpfsource.OpenSockLocks(k)
+}
 
 // printEvents lists, under the sockets table, the connections each process
 // opened and closed between the two samples as the eBPF source counted

@@ -48,14 +48,15 @@ type Env struct {
 	// IsTTY reports whether stdout is a terminal (colour only then).
 	IsTTY bool
 	// OpenEvents loads the eBPF connection-event source (--bpf); nil
-	// means none is available.
-	OpenEvents func() (*bpfsource.Source, error)
+	// means none is available. The loaders share the kernel BTF they are
+	// given (nil: each parses its own).
+	OpenEvents func(*bpfsource.Kernel) (*bpfsource.Source, error)
 	// OpenLocks loads the eBPF iter/tcp buffer-lock reader (--bpf); nil
 	// means none is available.
-	OpenLocks func() (*bpfsource.SockLocks, error)
+	OpenLocks func(*bpfsource.Kernel) (*bpfsource.SockLocks, error)
 	// OpenFiles loads the eBPF iter/task_file owner walk (--bpf); nil
 	// means none is available.
-	OpenFiles func() (*bpfsource.FileOwners, error)
+	OpenFiles func(*bpfsource.Kernel) (*bpfsource.FileOwners, error)
 }
 
 // DefaultEnv is the real process environment.

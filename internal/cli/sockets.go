@@ -182,8 +182,10 @@ func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
 	}
 	// Connection events show only under an --interval table; lock bits
 	// only in JSON, when asked (their program's load would double the
-	// time of a plain listing).
-	bs, closeBPF, err := o.bpf.openSome(e, &o.src, bpfNeed{events: o.interval > 0, locks: o.locks})
+	// time of a plain listing); the owner walk in the kernel only where
+	// its load costs less than the readlinks it saves.
+	files := !o.noOwners && collect.OpenFiles(e.ProcRoot) >= collect.KernelFilesMin
+	bs, closeBPF, err := o.bpf.openSome(e, &o.src, bpfNeed{events: o.interval > 0, locks: o.locks, files: files})
 	if err != nil {
 		return err
 	}
@@ -197,6 +199,9 @@ func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
 		Opts: collect.StreamOptions{Owners: !o.noOwners, States: states, Filter: kf, ProcRoot: e.ProcRoot,
 			Locks: bs.locks, LocksOff: bs.locksOff, BufLock: bs.pidfd && !o.noOwners && o.locks},
 		Now: e.Now, Events: bs.events,
+	}
+	if bs.files != nil {
+		st.Opts.Files = bs.files
 	}
 	var first []*snapshot.Snapshot
 	var prev *chronoIndex

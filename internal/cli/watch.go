@@ -92,7 +92,7 @@ func runWatch(ctx context.Context, e *Env, o *watchOpts) error {
 	if e.OpenEvents == nil {
 		return collectErr(errors.New("watch: this build has no eBPF loader"))
 	}
-	src, err := e.OpenEvents()
+	src, err := e.OpenEvents(nil)
 	if err != nil {
 		return collectErr(err)
 	}

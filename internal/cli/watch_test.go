@@ -40,9 +40,11 @@ func TestWatchUsage(t *testing.T) {
 // namespace.
 func TestWatchFailedConnects(t *testing.T) {
 	testns.NeedRoot(t)
-	if _, err := openEvents(); err != nil {
+	src, err := openEvents(nil)
+	if err != nil {
 		t.Skipf("eBPF events cannot load here: %v", err)
 	}
+	_ = src.Close()
 	ns := testns.New(t, "watch")
 	testns.Run(t, "ip", "netns", "exec", ns.Name, "sysctl", "-qw", "net.ipv4.ip_local_port_range=40000 40001")
 	var out, errb bytes.Buffer

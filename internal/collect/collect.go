@@ -70,16 +70,7 @@ func (c *Collector) Collect(nss []netns.NS) []*snapshot.Snapshot {
 	// to whatever else runs there.
 	var files func() fileWalk
 	if c.Opts.Owners && c.Opts.Files != nil && c.procRoot() == "/proc" {
-		walk := func() fileWalk {
-			start := time.Now()
-			recs, err := procs.ReadFiles(c.Opts.Files)
-			took := time.Since(start)
-			if err != nil {
-				return fileWalk{err: err, took: took}
-			}
-			// Indexed here too: it needs nothing from the dumps.
-			return fileWalk{own: procs.Scanner{Root: "/proc"}.OwnersOf(recs, nil), took: took}
-		}
+		walk := func() fileWalk { return walkFiles(c.Opts.Files) }
 		if OpenFiles(c.procRoot()) >= besideMin {
 			files = background(walk)
 		} else {
@@ -206,14 +197,9 @@ func (c *Collector) attachOwners(snaps []*snapshot.Snapshot, fw *fileWalk) *proc
 	}
 	d := time.Since(start)
 	for _, s := range snaps {
-		if fw != nil {
-			// The walk ran beside the dumps: its own time; procs.owners
-			// is the join.
-			s.Sources = append(s.Sources, snapshot.SourceStat{Source: snapshot.SourceFileOwners, OK: fw.err == nil, Duration: fw.took})
-			if fw.err != nil {
-				s.AddError(snapshot.SourceFileOwners, fmt.Errorf("%w; owners read from /proc/PID/fd instead", fw.err))
-			}
-		}
+		// The walk may have run beside the dumps: its own time;
+		// procs.owners is the join.
+		fw.note(s)
 		if own != nil && c.Opts.BufLock && (s.BufLocks == nil || s.BufLocks.From == "") {
 			if why := netCgroupV1(root); why != "" {
 				s.AddError(snapshot.SourceBufLock, fmt.Errorf("not probed: %s", why))
@@ -233,6 +219,15 @@ func (c *Collector) attachOwners(snaps []*snapshot.Snapshot, fw *fileWalk) *proc
 // from which collection walks the kernel's tables beside the dump.
 const besideMin = 20_000
 
+// KernelFilesMin is the count of open files on the host (OpenFiles) from
+// which a command that lists sockets once loads the kernel's file walk
+// (eBPF iter/task_file) for their owners: its load (kernel BTF,
+// relocation, verification: tens of milliseconds) then costs less than
+// the readlink of each /proc/PID/fd entry it saves (a few microseconds
+// each). `bench --sizes 4000,10000 --only sockets` with and without it
+// put the crossing between the two sizes.
+const KernelFilesMin = 8_000
+
 // OpenFiles is the first field of fs/file-nr: file handles allocated on
 // the host, 0 if unreadable.
 func OpenFiles(procRoot string) int64 {
@@ -246,6 +241,29 @@ func OpenFiles(procRoot string) int64 {
 	}
 	n, _ := strconv.ParseInt(f[0], 10, 64)
 	return n
+}
+
+// walkFiles lists every process's files with l and indexes their
+// sockets' owners (it needs nothing from the dumps).
+func walkFiles(l procs.FileLister) fileWalk {
+	start := time.Now()
+	recs, err := procs.ReadFiles(l)
+	took := time.Since(start)
+	if err != nil {
+		return fileWalk{err: err, took: took}
+	}
+	return fileWalk{own: procs.Scanner{Root: "/proc"}.OwnersOf(recs, nil), took: took}
+}
+
+// note records the walk as a source of s; nothing when there was none.
+func (fw *fileWalk) note(s *snapshot.Snapshot) {
+	if fw == nil {
+		return
+	}
+	s.Sources = append(s.Sources, snapshot.SourceStat{Source: snapshot.SourceFileOwners, OK: fw.err == nil, Duration: fw.took})
+	if fw.err != nil {
+		s.AddError(snapshot.SourceFileOwners, fmt.Errorf("%w; owners read from /proc/PID/fd instead", fw.err))
+	}
 }
 
 // fileWalk is the outcome of the kernel's walk of every file table,

@@ -140,7 +140,7 @@ func TestNoPidfdByDefault(t *testing.T) {
 			t.Errorf("opt-in: %d probes, lock %v, origin %+v", probes, sk.BufLock, s.BufLocks)
 		}
 	}
-	l, err := bpfsource.OpenSockLocks()
+	l, err := bpfsource.OpenSockLocks(nil)
 	if errors.Is(err, bpfsource.ErrNotSupported) {
 		t.Skip(err)
 	}

@@ -32,6 +32,11 @@ type StreamOptions struct {
 	BufLock bool
 	// ProcRoot is "/proc" in production.
 	ProcRoot string
+	// Files, when set, lists every process's files for Owners in the
+	// kernel (eBPF iter/task_file) instead of a readlink of each
+	// /proc/PID/fd/N; used only when ProcRoot is /proc. The /proc walk
+	// stands in if it fails.
+	Files procs.FileLister
 }
 
 // Streamer hands out each socket as the dump decodes it, without holding
@@ -68,9 +73,18 @@ func (st *Streamer) Stream(nss []netns.NS, fn func(s *snapshot.Snapshot, sk *sna
 		// Every socket inode is kept: the walk comes before the dump, so
 		// which ones it will list is not known yet.
 		var err error
-		own, err = procs.Scanner{Root: root}.Scan(nil)
+		var fw *fileWalk
+		if st.Opts.Files != nil && root == "/proc" {
+			w := walkFiles(st.Opts.Files)
+			fw = &w
+			own = w.own
+		}
+		if own == nil {
+			own, err = procs.Scanner{Root: root}.Scan(nil)
+		}
 		d := time.Since(start)
 		for _, s := range heads {
+			fw.note(s)
 			s.Sources = append(s.Sources, snapshot.SourceStat{Source: snapshot.SourceOwners, OK: err == nil, Duration: d})
 			if err != nil {
 				s.AddError(snapshot.SourceOwners, err)

@@ -21,7 +21,7 @@ import (
 // --pidfd-buflock: the proof of the pin is the lock bit the iter/tcp walk
 // read, and no fd is duplicated.
 func TestSndbufLimitedIterLocks(t *testing.T) {
-	l, err := bpfsource.OpenSockLocks()
+	l, err := bpfsource.OpenSockLocks(nil)
 	if errors.Is(err, bpfsource.ErrNotSupported) {
 		t.Skip(err)
 	}

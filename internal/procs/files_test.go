@@ -81,7 +81,7 @@ func TestScanFilesMatchesScan(t *testing.T) {
 // cannot run; it is closed when tb ends.
 func fileOwners(tb testing.TB) *bpfsource.FileOwners {
 	tb.Helper()
-	l, err := bpfsource.OpenFileOwners()
+	l, err := bpfsource.OpenFileOwners(nil)
 	if errors.Is(err, bpfsource.ErrNotSupported) {
 		tb.Skip(err)
 	}
