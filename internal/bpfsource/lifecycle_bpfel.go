@@ -21,13 +21,13 @@ type lifecycleFlowCounts struct {
 	PeerCloses   uint64
 	LifetimeNs   uint64
 	Lifetimes    uint64
+	Comm         [16]uint8
 }
 
 type lifecycleFlowKey struct {
 	_      structs.HostLayout
 	Netns  uint32
 	Pid    uint32
-	Comm   [16]uint8
 	Daddr  [16]uint8
 	Dport  uint16
 	Lport  uint16
@@ -39,6 +39,7 @@ type lifecycleOpenConn struct {
 	_       structs.HostLayout
 	StartNs uint64
 	Key     lifecycleFlowKey
+	Comm    [16]uint8
 }
 
 // Names of all BPF objects in the ELF.

@@ -395,8 +395,8 @@ func (s *Source) Read() (*Reading, error) {
 
 // Sizes of struct flow_key and struct flow_counts (bpf/lifecycle.c).
 const (
-	flowKeySize    = 48
-	flowCountsSize = 48
+	flowKeySize    = 32
+	flowCountsSize = 64
 )
 
 // decodeFlow turns one raw map entry into its namespace inode and Flow.
@@ -406,13 +406,13 @@ func decodeFlow(key, val []byte) (uint64, Flow, error) {
 	}
 	ne := binary.NativeEndian
 	ns := uint64(ne.Uint32(key[0:4]))
-	f := Flow{Pid: int(ne.Uint32(key[4:8])), Comm: cString(key[8:24])}
-	a, err := addrOf(ne.Uint16(key[44:46]), key[24:40])
+	f := Flow{Pid: int(ne.Uint32(key[4:8])), Comm: cString(val[48:64])}
+	a, err := addrOf(ne.Uint16(key[28:30]), key[8:24])
 	if err != nil {
 		return 0, Flow{}, err
 	}
-	f.Peer = netip.AddrPortFrom(a, ne.Uint16(key[40:42]))
-	f.LocalPort = ne.Uint16(key[42:44])
+	f.Peer = netip.AddrPortFrom(a, ne.Uint16(key[24:26]))
+	f.LocalPort = ne.Uint16(key[26:28])
 	f.Opens = ne.Uint64(val[0:])
 	f.FailedPorts = ne.Uint64(val[8:])
 	f.ActiveCloses = ne.Uint64(val[16:])

@@ -16,26 +16,27 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/testns"
 )
 
+// rawFlow encodes a flows entry through the types bpf2go generated from
+// bpf/lifecycle.c, so the decoder is checked against the C layout.
 func rawFlow(ns, pid uint32, comm string, addr netip.Addr, port uint16, c [6]uint64) ([]byte, []byte) {
-	ne := binary.NativeEndian
-	k := make([]byte, flowKeySize)
-	ne.PutUint32(k[0:], ns)
-	ne.PutUint32(k[4:], pid)
-	copy(k[8:24], comm)
-	fam := uint16(syscall.AF_INET6)
+	key := lifecycleFlowKey{Netns: ns, Pid: pid, Dport: port, Family: syscall.AF_INET6}
 	if addr.Is4() {
-		fam = syscall.AF_INET
+		key.Family = syscall.AF_INET
 		a := addr.As4()
-		copy(k[24:], a[:])
+		copy(key.Daddr[:], a[:])
 	} else {
 		a := addr.As16()
-		copy(k[24:], a[:])
+		copy(key.Daddr[:], a[:])
 	}
-	ne.PutUint16(k[40:], port)
-	ne.PutUint16(k[44:], fam)
-	v := make([]byte, flowCountsSize)
-	for i, n := range c {
-		ne.PutUint64(v[i*8:], n)
+	val := lifecycleFlowCounts{Opens: c[0], FailedPorts: c[1], ActiveCloses: c[2], PeerCloses: c[3], LifetimeNs: c[4], Lifetimes: c[5]}
+	copy(val.Comm[:], comm)
+	k, err := binary.Append(nil, binary.NativeEndian, key)
+	if err != nil {
+		panic(err)
+	}
+	v, err := binary.Append(nil, binary.NativeEndian, val)
+	if err != nil {
+		panic(err)
 	}
 	return k, v
 }
@@ -62,7 +63,7 @@ func TestDecodeFlow(t *testing.T) {
 	if _, _, err := decodeFlow(k[:10], v); err == nil {
 		t.Error("short key decoded")
 	}
-	k[44] = 99
+	k[28] = 99 // the family
 	if _, _, err := decodeFlow(k, v); err == nil {
 		t.Error("unknown family decoded")
 	}

@@ -1,8 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0
 /* Connection lifecycle counters from tp_btf/inet_sock_set_state.
  *
- * Counted in a hash map keyed by (netns, pid, comm, peer, family), read and
- * emptied by user space each interval; nothing is sent per event.
+ * Counted in a hash map keyed by (netns, pid, peer, family), read and
+ * emptied by user space each interval; nothing is sent per event. The
+ * command is in the value, read from the task when its entry is made: a
+ * shorter key hashes faster, and the task's comm is read once an entry
+ * rather than once a connection (a process that execs keeps the command
+ * its entry started the interval with).
  *   opens          CLOSE->SYN_SENT: connect(), in the caller's context
  *   failed_ports   SYN_SENT->CLOSE with source port 0: no ephemeral port
  *                  (EADDRNOTAVAIL), in the caller's context
@@ -92,7 +96,6 @@ struct task_struct___lc {
 struct flow_key {
 	__u32 netns;
 	__u32 pid;
-	__u8 comm[16];
 	__u8 daddr[16];
 	__u16 dport; /* host order; 0 for accepted connections */
 	__u16 lport; /* accepted connections: the listening port; else 0 */
@@ -107,11 +110,13 @@ struct flow_counts {
 	__u64 peer_closes;
 	__u64 lifetime_ns;
 	__u64 lifetimes;
+	__u8 comm[16]; /* the task's when the entry was made */
 };
 
 struct open_conn {
 	__u64 start_ns; /* 0 once closed */
 	struct flow_key key;
+	__u8 comm[16]; /* the opener's */
 };
 
 /* Overflow counters: index 0 flows map full, 1 socket storage not
@@ -151,12 +156,36 @@ static void count_overflow(__u32 i)
 		__sync_fetch_and_add(n, 1);
 }
 
-static struct flow_counts *counts_for(struct flow_key *k)
+/* The current task's command: up to the NUL, zeros after it (as
+ * bpf_get_current_comm), so that one command reads as one string. */
+static void current_comm(__u8 *comm)
+{
+	if (task_btf) {
+		struct task_struct___lc *t = bpf_get_current_task_btf();
+		int end = 0;
+#pragma unroll
+		for (int i = 0; i < 16; i++) {
+			char c = end ? 0 : t->comm[i];
+			end |= c == 0;
+			comm[i] = c;
+		}
+	} else {
+		bpf_get_current_comm(comm, 16);
+	}
+}
+
+/* The counts of k, made (with comm, or the current task's when comm is
+ * 0) if absent; 0 when the map is full. */
+static struct flow_counts *counts_for(struct flow_key *k, const __u8 *comm)
 {
 	struct flow_counts *c = bpf_map_lookup_elem(&flows, k);
 	if (c)
 		return c;
 	struct flow_counts zero = {};
+	if (comm)
+		__builtin_memcpy(zero.comm, comm, 16);
+	else
+		current_comm(zero.comm);
 	if (bpf_map_update_elem(&flows, k, &zero, BPF_NOEXIST) != 0) {
 		/* -EEXIST: another CPU made it; anything else: full */
 		c = bpf_map_lookup_elem(&flows, k);
@@ -170,22 +199,10 @@ static struct flow_counts *counts_for(struct flow_key *k)
 static void fill_key(struct flow_key *k, struct sock *sk, __u16 family)
 {
 	k->netns = sk->__sk_common.skc_net.net->ns.inum;
-	if (task_btf) {
-		struct task_struct___lc *t = bpf_get_current_task_btf();
-		k->pid = t->tgid;
-		/* As bpf_get_current_comm: up to the NUL, zeros after it, so
-		 * one command makes one key. */
-		int end = 0;
-#pragma unroll
-		for (int i = 0; i < 16; i++) {
-			char c = end ? 0 : t->comm[i];
-			end |= c == 0;
-			k->comm[i] = c;
-		}
-	} else {
+	if (task_btf)
+		k->pid = bpf_get_current_task_btf()->tgid;
+	else
 		k->pid = bpf_get_current_pid_tgid() >> 32;
-		bpf_get_current_comm(k->comm, sizeof(k->comm));
-	}
 	k->family = family;
 	__be16 dport = sk->__sk_common.skc_dport;
 	k->dport = (__u16)((dport >> 8) | (dport << 8));
@@ -223,7 +240,7 @@ int lifecycle(__u64 *ctx)
 	if (open) {
 		struct flow_key k = {};
 		fill_key(&k, sk, family);
-		struct flow_counts *c = counts_for(&k);
+		struct flow_counts *c = counts_for(&k, 0);
 		if (c)
 			__sync_fetch_and_add(&c->opens, 1);
 		if (!track_lifetimes)
@@ -234,6 +251,7 @@ int lifecycle(__u64 *ctx)
 			return 0;
 		}
 		oc->key = k;
+		current_comm(oc->comm);
 		oc->start_ns = bpf_ktime_get_ns();
 		return 0;
 	}
@@ -247,7 +265,7 @@ int lifecycle(__u64 *ctx)
 			k.dport = 0;
 			k.lport = sk->__sk_common.skc_num;
 		}
-		struct flow_counts *c = counts_for(&k);
+		struct flow_counts *c = counts_for(&k, 0);
 		if (c)
 			__sync_fetch_and_add(&c->active_closes, 1);
 		return 0;
@@ -258,7 +276,7 @@ int lifecycle(__u64 *ctx)
 		 * context, so pid and comm are the caller's. */
 		struct flow_key k = {};
 		fill_key(&k, sk, family);
-		struct flow_counts *c = counts_for(&k);
+		struct flow_counts *c = counts_for(&k, 0);
 		if (c)
 			__sync_fetch_and_add(&c->failed_ports, 1);
 		struct event *e = reserve();
@@ -266,7 +284,7 @@ int lifecycle(__u64 *ctx)
 			e->kind = EV_FAILED_CONNECT;
 			e->netns = k.netns;
 			e->pid = k.pid;
-			__builtin_memcpy(e->comm, k.comm, 16);
+			current_comm(e->comm);
 			e->family = family;
 			__builtin_memcpy(e->daddr, k.daddr, 16);
 			e->dport = k.dport;
@@ -286,7 +304,9 @@ int lifecycle(__u64 *ctx)
 		return 0; /* not seen opened, or closed and not reopened */
 	if (passive) {
 		struct flow_key k = oc->key;
-		struct flow_counts *c = counts_for(&k);
+		__u8 comm[16];
+		__builtin_memcpy(comm, oc->comm, 16);
+		struct flow_counts *c = counts_for(&k, comm);
 		if (c)
 			__sync_fetch_and_add(&c->peer_closes, 1);
 		return 0;
@@ -295,7 +315,9 @@ int lifecycle(__u64 *ctx)
 	__u64 d = bpf_ktime_get_ns() - oc->start_ns;
 	oc->start_ns = 0;
 	struct flow_key k = oc->key;
-	struct flow_counts *c = counts_for(&k);
+	__u8 comm[16];
+	__builtin_memcpy(comm, oc->comm, 16);
+	struct flow_counts *c = counts_for(&k, comm);
 	if (c) {
 		__sync_fetch_and_add(&c->lifetime_ns, d);
 		__sync_fetch_and_add(&c->lifetimes, 1);
