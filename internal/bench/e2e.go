@@ -46,6 +46,9 @@ func Commands(serveInterval time.Duration) []Command {
 		{Name: "sockets", Args: []string{"sockets"}, SS: []string{"ss", "-tinmp"}},
 		{Name: "no-owners", Args: []string{"sockets", "--no-owners"}, SS: []string{"ss", "-tinm"}},
 		{Name: "json", Args: []string{"sockets", "--json"}, SS: []string{"ss", "-tinmp"}},
+		// Owners as without eBPF (not root, or --bpf off): a readlink of
+		// every /proc/PID/fd entry, as ss -p does.
+		{Name: "proc-owners", Args: []string{"sockets", "--bpf", "off"}, SS: []string{"ss", "-tinmp"}},
 		{Name: "check", Args: []string{"check", "--interval", "1s", "--json"}, Waits: time.Second},
 		{Name: "record", Args: []string{"record", "--count", "2", "--interval", "1s", "-o", os.DevNull}, Waits: time.Second},
 		{Name: "serve", Args: []string{"serve", "--listen", "127.0.0.1:0", "--interval", serveInterval.String()}, Serve: true},
@@ -202,13 +205,13 @@ func (o *E2EOptions) validate() error {
 			return fmt.Errorf("bench: a size is 2..%d sockets", 2*MaxConns)
 		}
 	}
-	names := map[string]bool{}
+	var names []string
 	for _, c := range Commands(time.Second) {
-		names[c.Name] = true
+		names = append(names, c.Name)
 	}
 	for _, n := range o.Only {
-		if !names[n] {
-			return fmt.Errorf("bench: no command %q (have sockets, no-owners, json, check, record, serve)", n)
+		if !slices.Contains(names, n) {
+			return fmt.Errorf("bench: no command %q (have %s)", n, strings.Join(names, ", "))
 		}
 	}
 	if o.Timeout <= 0 || o.MaxRSS <= 0 || o.ServeInterval <= 0 || o.ScrapeEvery <= 0 || o.Exe == "" {

@@ -97,7 +97,7 @@ targets of docs/performance.md met or missed. --inner times the collection libra
 	fs := cmd.Flags()
 	fs.StringVar(&o.sizes, "sizes", "20000,100000", "TCP sockets to measure at, comma-separated (two per connection; 1000000 takes about 4 GB of kernel memory)")
 	fs.IntVar(&o.runs, "runs", 3, "timed runs of each command and of its ss (median, min and max are reported)")
-	fs.StringSliceVar(&o.only, "only", nil, "run only these rows: sockets, no-owners, json, check, record, serve")
+	fs.StringSliceVar(&o.only, "only", nil, "run only these rows: sockets, no-owners, json, proc-owners (sockets --bpf off), check, record, serve")
 	fs.IntVar(&o.scrapes, "scrapes", 20, "scrapes of serve's /metrics, 200ms apart, after its first window")
 	fs.DurationVar(&o.serveInterval, "serve-interval", 5*time.Second, "serve's --interval")
 	fs.DurationVar(&o.timeout, "timeout", 10*time.Minute, "kill a command run that takes longer")
