@@ -79,11 +79,7 @@ func TestFaithfulAgainstSS(t *testing.T) {
 		}()
 		// TIME_WAIT: the client closes first, five times.
 		for i := 0; i < 5; i++ {
-			c, err := net.Dial("tcp4", ln.Addr().String())
-			if err != nil {
-				return err
-			}
-			s, err := ln.Accept()
+			c, s, err := dialAccepted(ln)
 			if err != nil {
 				return err
 			}
