@@ -12,7 +12,9 @@ type Kernel struct{ cache *btf.Cache }
 // NewKernel returns a Kernel that parses on first use.
 func NewKernel() *Kernel { return &Kernel{cache: btf.NewCache()} }
 
-// types is the cache loads pass to cilium/ebpf.
+// types is the cache loads pass to cilium/ebpf. On a nil Kernel each call
+// is a new cache: a function that needs the types twice makes a Kernel
+// first (as OpenFileOwners does).
 func (k *Kernel) types() *btf.Cache {
 	if k == nil {
 		return btf.NewCache()

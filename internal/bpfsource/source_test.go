@@ -11,9 +11,11 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/testns"
+	"golang.org/x/sys/unix"
 )
 
 // rawFlow encodes a flows entry through the types bpf2go generated from
@@ -299,5 +301,95 @@ func testLifecycle(t *testing.T, opts Options) {
 	}
 	if n := len(r.ByNetns[ns.Inode]); n != 0 {
 		t.Errorf("second read: %d flows, want 0 (deltas)", n)
+	}
+}
+
+// TestLifetimeCommIsOpeners: with lifetimes, a peer close counted after
+// a Read emptied the map makes a new entry in another thread's context
+// (the closer's, on loopback); its command must still be the opener's,
+// from the socket's storage.
+func TestLifetimeCommIsOpeners(t *testing.T) {
+	ns := testns.New(t, "bpfcomm")
+	src, err := Open(Options{Lifetimes: true, Programs: []string{"inet_sock_set_state"}})
+	if errors.Is(err, ErrNotSupported) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = src.Close() }()
+	const opener, closer, conns = "tdopener", "tdcloser", 3
+	setName := func(name string) error {
+		// This thread only: netns.Do's thread exits after fn.
+		b := append([]byte(name), 0)
+		return unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&b[0])), 0, 0, 0)
+	}
+	var clients, servers []net.Conn
+	defer func() {
+		for _, c := range append(clients, servers...) {
+			_ = c.Close()
+		}
+	}()
+	var first *Reading
+	err = netns.Do(ns, func() error {
+		ln, err := net.Listen("tcp4", "127.0.0.1:8082")
+		if err != nil {
+			return err
+		}
+		defer func() { _ = ln.Close() }()
+		if err := setName(opener); err != nil {
+			return err
+		}
+		for range conns {
+			c, s, err := testns.DialAccept(ln)
+			if err != nil {
+				return err
+			}
+			clients, servers = append(clients, c), append(servers, s)
+		}
+		if first, err = src.Read(); err != nil { // empties the map
+			return err
+		}
+		// The server closes first: each client goes to CLOSE_WAIT in
+		// the closer's context.
+		if err := setName(closer); err != nil {
+			return err
+		}
+		for _, s := range servers {
+			_ = s.Close()
+		}
+		servers = nil
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opened := 0
+	for _, f := range first.ByNetns[ns.Inode] {
+		if f.Comm == opener {
+			opened += int(f.Opens)
+		}
+	}
+	if opened != conns {
+		t.Fatalf("first read: %d opens under %q, want %d: %+v", opened, opener, conns, first.ByNetns[ns.Inode])
+	}
+	time.Sleep(200 * time.Millisecond) // the FINs on loopback
+	r, err := src.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	peerCloses := 0
+	for _, f := range r.ByNetns[ns.Inode] {
+		t.Logf("%+v", f)
+		if f.PeerCloses == 0 {
+			continue
+		}
+		if f.Comm != opener {
+			t.Errorf("peer closes counted under %q, want the opener %q", f.Comm, opener)
+		}
+		peerCloses += int(f.PeerCloses)
+	}
+	if peerCloses != conns {
+		t.Errorf("%d peer closes, want %d", peerCloses, conns)
 	}
 }

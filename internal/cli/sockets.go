@@ -185,7 +185,8 @@ func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
 	// time of a plain listing); the owner walk in the kernel only where
 	// its load costs less than the readlinks it saves.
 	files := !o.noOwners && collect.OpenFiles(e.ProcRoot) >= collect.KernelFilesMin
-	bs, closeBPF, err := o.bpf.openSome(e, &o.src, bpfNeed{events: o.interval > 0, locks: o.locks, files: files})
+	need := bpfNeed{events: o.interval > 0, locks: o.locks, files: files, quietFiles: true}
+	bs, closeBPF, err := o.bpf.openSome(e, &o.src, need)
 	if err != nil {
 		return err
 	}

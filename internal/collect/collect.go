@@ -224,9 +224,9 @@ const besideMin = 20_000
 // (eBPF iter/task_file) for their owners: its load (kernel BTF,
 // relocation, verification: tens of milliseconds) then costs less than
 // the readlink of each /proc/PID/fd entry it saves (a few microseconds
-// each). `bench --sizes 4000,10000 --only sockets` with and without it
-// put the crossing between the two sizes.
-const KernelFilesMin = 8_000
+// each). `bench --sizes 8000,12000,16000 --only sockets,proc-owners`
+// puts the crossing near 12,000 (docs/performance.md).
+const KernelFilesMin = 12_000
 
 // OpenFiles is the first field of fs/file-nr: file handles allocated on
 // the host, 0 if unreadable.

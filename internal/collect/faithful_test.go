@@ -79,7 +79,7 @@ func TestFaithfulAgainstSS(t *testing.T) {
 		}()
 		// TIME_WAIT: the client closes first, five times.
 		for i := 0; i < 5; i++ {
-			c, s, err := dialAccepted(ln)
+			c, s, err := testns.DialAccept(ln)
 			if err != nil {
 				return err
 			}

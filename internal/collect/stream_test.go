@@ -57,7 +57,7 @@ func TestStreamFileOwners(t *testing.T) {
 		}
 		closers = append(closers, func() { ln.Close() })
 		for range 3 {
-			c, s, err := dialAccepted(ln)
+			c, s, err := testns.DialAccept(ln)
 			if err != nil {
 				return err
 			}
@@ -110,20 +110,6 @@ func TestStreamFileOwners(t *testing.T) {
 	if !said {
 		t.Errorf("errors %+v: the failed walk and the fallback are not said", head.Errors)
 	}
-}
-
-// dialAccepted connects to ln and accepts the connection: both ends.
-func dialAccepted(ln net.Listener) (client, server net.Conn, err error) {
-	c, err := net.Dial("tcp4", ln.Addr().String())
-	if err != nil {
-		return nil, nil, err
-	}
-	s, err := ln.Accept()
-	if err != nil {
-		c.Close()
-		return nil, nil, err
-	}
-	return c, s, nil
 }
 
 func hasSource(s *snapshot.Snapshot, name string, ok bool) bool {

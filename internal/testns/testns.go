@@ -5,6 +5,7 @@ package testns
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"net"
 	"os"
 	"os/exec"
 	"testing"
@@ -47,4 +48,18 @@ func Run(t testing.TB, name string, args ...string) string {
 		t.Fatalf("%s %v: %v\n%s", name, args, err, out)
 	}
 	return string(out)
+}
+
+// DialAccept connects to ln and accepts the connection: both ends.
+func DialAccept(ln net.Listener) (client, server net.Conn, err error) {
+	c, err := net.Dial(ln.Addr().Network(), ln.Addr().String())
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := ln.Accept()
+	if err != nil {
+		_ = c.Close()
+		return nil, nil, err
+	}
+	return c, s, nil
 }

@@ -3,19 +3,21 @@
  *
  * Counted in a hash map keyed by (netns, pid, peer, family), read and
  * emptied by user space each interval; nothing is sent per event. The
- * command is in the value, read from the task when its entry is made: a
- * shorter key hashes faster, and the task's comm is read once an entry
- * rather than once a connection (a process that execs keeps the command
- * its entry started the interval with).
+ * command is in the value: that of the thread that made the entry (or,
+ * for peer closes and lifetimes, of the opener), so a process's threads
+ * of other names, or a process that execs, count under the command its
+ * entry began the interval with. A shorter key hashes faster, and comm is
+ * read when an entry is made rather than at every connect (with
+ * track_lifetimes, also at every connect for the opener's storage).
  *   opens          CLOSE->SYN_SENT: connect(), in the caller's context
  *   failed_ports   SYN_SENT->CLOSE with source port 0: no ephemeral port
  *                  (EADDRNOTAVAIL), in the caller's context
  *   active_closes  ESTABLISHED->FIN_WAIT1: close()/shutdown() of a
  *                  connection whose peer had not closed, in the closer's
  *                  context (it will hold the TIME_WAIT). Sockets that
- *                  called connect() count under (pid, comm, peer);
- *                  accepted ones under (pid, comm, local port) with no
- *                  peer, so a server's many clients make one entry
+ *                  called connect() count under (pid, peer); accepted
+ *                  ones under (pid, local port) with no peer, so a
+ *                  server's many clients make one entry
  *   peer_closes    ESTABLISHED->CLOSE_WAIT of a connection this program saw
  *                  opened (with track_lifetimes)
  *   lifetime_*     SYN_SENT to CLOSE of connections seen opened (with
@@ -76,9 +78,10 @@ static __u64 (*bpf_ringbuf_query)(void *ringbuf, __u64 flags) = (void *)134;
  * guards when 0. */
 const volatile __u32 track_lifetimes = 0;
 /* Set by the loader where the kernel has bpf_get_current_task_btf (Linux
- * 5.11): pid and comm are then read from the task itself, which costs
- * less than the two helpers (TestCost's run-time statistics compare both;
- * docs/performance.md). */
+ * 5.11): pid and comm are then read from the task itself rather than
+ * through the two helpers (TestCost's run-time statistics compare both;
+ * docs/performance.md: with comm read only when an entry is made, they
+ * cost the same). */
 const volatile __u32 task_btf = 0;
 /* Failed connects also go to the shared ring buffer (events_shared.h). */
 const volatile __u64 wakeup_bytes = 64 * 1024;
