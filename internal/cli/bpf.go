@@ -75,10 +75,8 @@ func (o *bpfOpts) open(e *Env, src *sourceOpts) (bpfSet, func(), error) {
 	return o.openSome(e, src, bpfNeed{events: true, locks: true, files: true})
 }
 
-// bpfNeed says which eBPF sources a command's output uses. quietFiles:
-// the owner walk is only a speed-up there, so nothing is said when it
-// cannot load.
-type bpfNeed struct{ events, locks, files, quietFiles bool }
+// bpfNeed says which eBPF sources a command's output uses.
+type bpfNeed struct{ events, locks, files bool }
 
 // openSome is open for a command whose output uses only some sources:
 // those it does not use are not loaded (a load, and each iter/tcp walk of
@@ -123,13 +121,11 @@ func (o *bpfOpts) openSome(e *Env, src *sourceOpts, need bpfNeed) (bpfSet, func(
 	switch {
 	case !need.files, e.OpenFiles == nil:
 	default:
-		f, err := e.OpenFiles(kernel)
-		switch {
-		case err == nil:
+		if f, err := e.OpenFiles(kernel); err != nil {
+			flErr = err
+		} else {
 			set.files = f
 			closers = append(closers, f.Close)
-		case !need.quietFiles:
-			flErr = err
 		}
 	}
 	if !need.locks {

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"errors"
 	"net/netip"
 	"strings"
 	"testing"
@@ -9,7 +8,6 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/bpfsource"
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 )
@@ -126,33 +124,5 @@ func TestPidfdOptIn(t *testing.T) {
 func TestSocketsLocksNeedsJSON(t *testing.T) {
 	if code, _, stderr := run(t, "sockets", "--locks"); code != ExitUsage || !strings.Contains(stderr, "--json") {
 		t.Errorf("sockets --locks: exit %d (%s), want %d", code, stderr, ExitUsage)
-	}
-}
-
-// An owner walk that cannot load is said where the command relies on it,
-// and not where it is only a speed-up (sockets).
-func TestFilesNoteQuietForSockets(t *testing.T) {
-	refused := func(*bpfsource.Kernel) (*bpfsource.FileOwners, error) {
-		return nil, errors.New("not root (test)")
-	}
-	for _, c := range []struct {
-		need bpfNeed
-		said bool
-	}{
-		{bpfNeed{files: true}, true},
-		{bpfNeed{files: true, quietFiles: true}, false},
-		{bpfNeed{}, false},
-	} {
-		var errb strings.Builder
-		e := &Env{Stderr: &errb, OpenFiles: refused}
-		o := bpfOpts{mode: "auto"}
-		set, closeFn, err := o.openSome(e, &sourceOpts{}, c.need)
-		closeFn()
-		if err != nil || set.files != nil {
-			t.Fatalf("%+v: files %v, err %v", c.need, set.files, err)
-		}
-		if said := strings.Contains(errb.String(), "owner walk (iter/task_file) off: not root (test)"); said != c.said {
-			t.Errorf("%+v: note said %v, want %v (stderr %q)", c.need, said, c.said, errb.String())
-		}
 	}
 }

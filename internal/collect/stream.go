@@ -32,12 +32,69 @@ type StreamOptions struct {
 	BufLock bool
 	// ProcRoot is "/proc" in production.
 	ProcRoot string
-	// Files, when set, lists every process's files for Owners in the
-	// kernel (eBPF iter/task_file) instead of a readlink of each
-	// /proc/PID/fd/N; used only when ProcRoot is /proc. The /proc walk
-	// stands in if it fails.
-	Files procs.FileLister
+	// LoadFiles, when set, loads the kernel's walk of every process's
+	// files (eBPF iter/task_file) for Owners, instead of a readlink of each
+	// /proc/PID/fd/N; used only when ProcRoot is /proc and BufLock is off.
+	// It is loaded and walked beside the first dump, whose sockets wait in
+	// a bounded buffer until the owners are known. If it cannot load,
+	// the /proc walk stands in without a word (the owners are the same);
+	// if its walk fails, that is recorded as well.
+	LoadFiles func() (procs.FileLister, error)
 }
+
+// maxHeld is how many sockets Stream holds while the owners are found
+// beside the dump (about 480 bytes each); a dump that reaches it waits.
+const maxHeld = 32768
+
+// ownersDone is the outcome of Stream's owner walk.
+type ownersDone struct {
+	own *procs.Owners
+	fw  *fileWalk // the kernel's walk, if one ran
+	err error     // the /proc walk's
+	d   time.Duration
+}
+
+// walkOwners finds every socket's owners: by the kernel's file walk when
+// LoadFiles loads it, else (or if that walk fails) from /proc. Every
+// socket inode is kept: the walk comes before or beside the dump, so
+// which ones it will list is not known yet.
+func (st *Streamer) walkOwners(root string) ownersDone {
+	start := time.Now()
+	var out ownersDone
+	if st.Opts.LoadFiles != nil && root == "/proc" {
+		if l, err := st.Opts.LoadFiles(); err == nil {
+			w := walkFiles(l)
+			out.fw, out.own = &w, w.own
+		}
+	}
+	if out.own == nil {
+		out.own, out.err = procs.Scanner{Root: root}.Scan(nil)
+	}
+	out.d = time.Since(start)
+	return out
+}
+
+// record notes the walk in every header and gives them its processes.
+func (o ownersDone) record(heads []*snapshot.Snapshot) {
+	for _, s := range heads {
+		o.fw.note(s)
+		s.Sources = append(s.Sources, snapshot.SourceStat{Source: snapshot.SourceOwners, OK: o.err == nil, Duration: o.d})
+		if o.err != nil {
+			s.AddError(snapshot.SourceOwners, o.err)
+		}
+		if o.own != nil {
+			s.Procs = o.own.Procs
+		}
+	}
+}
+
+// heldRows are sockets dumped before their owners were known, copied.
+type heldRows struct {
+	store snapshot.Store
+	socks []snapshot.Socket
+}
+
+func (h *heldRows) add(sk *snapshot.Socket) { h.socks = append(h.socks, h.store.Keep(sk)) }
 
 // Streamer hands out each socket as the dump decodes it, without holding
 // the namespace's sockets: what `sockets` needs to print 1,000,000 rows in
@@ -47,6 +104,9 @@ type Streamer struct {
 	Now  func() time.Time
 	// Events, when set, adds the eBPF connection events to each header.
 	Events EventReader
+	// hold is how many sockets may wait for the owners (maxHeld when 0;
+	// tests make it small).
+	hold int
 }
 
 // Stream dumps each namespace in turn and calls fn with each socket. The
@@ -68,31 +128,46 @@ func (st *Streamer) Stream(nss []netns.NS, fn func(s *snapshot.Snapshot, sk *sna
 		root = "/proc"
 	}
 	var own *procs.Owners
+	// With the kernel's walk to load, the owners are found beside the
+	// first dump (the load is mostly user-space work, the dump the
+	// kernel's); otherwise before it.
+	var beside chan ownersDone
 	if st.Opts.Owners {
-		start := time.Now()
-		// Every socket inode is kept: the walk comes before the dump, so
-		// which ones it will list is not known yet.
-		var err error
-		var fw *fileWalk
-		if st.Opts.Files != nil && root == "/proc" {
-			w := walkFiles(st.Opts.Files)
-			fw = &w
-			own = w.own
+		if st.Opts.LoadFiles != nil && root == "/proc" && !st.Opts.BufLock {
+			beside = make(chan ownersDone, 1)
+			go func() { beside <- st.walkOwners(root) }()
+		} else {
+			o := st.walkOwners(root)
+			o.record(heads)
+			own = o.own
 		}
-		if own == nil {
-			own, err = procs.Scanner{Root: root}.Scan(nil)
+	}
+	// takeOwners puts the walk's owners in place once it is done, waiting
+	// for it if block; it reports whether they are in place.
+	takeOwners := func(block bool) bool {
+		if beside == nil {
+			return true
 		}
-		d := time.Since(start)
-		for _, s := range heads {
-			fw.note(s)
-			s.Sources = append(s.Sources, snapshot.SourceStat{Source: snapshot.SourceOwners, OK: err == nil, Duration: d})
-			if err != nil {
-				s.AddError(snapshot.SourceOwners, err)
+		var o ownersDone
+		if block {
+			o = <-beside
+		} else {
+			select {
+			case o = <-beside:
+			default:
+				return false
 			}
-			if own != nil {
-				s.Procs = own.Procs
-			}
 		}
+		beside = nil
+		o.record(heads)
+		own = o.own
+		return true
+	}
+	// Never return while the walk runs: the caller closes what it loaded.
+	defer takeOwners(true)
+	limit := st.hold
+	if limit == 0 {
+		limit = maxHeld
 	}
 	var pids []int
 	lockBits := [4]uint8{0, 1, 2, 3}
@@ -117,15 +192,11 @@ func (st *Streamer) Stream(nss []netns.NS, fn func(s *snapshot.Snapshot, sk *sna
 				find = locks.Joiner()
 			}
 			start := time.Now()
-			err := sockdiag.Dump(opts, func(sk *snapshot.Socket) error {
+			emit := func(sk *snapshot.Socket) error {
+				sk.Pids = nil
 				if own != nil {
 					pids = ownerPids(own, sk.Inode, pids[:0])
 					sk.Pids = pids
-				}
-				if find != nil {
-					if v := lockOf(find, sk, &lockBits); v != nil {
-						sk.BufLock = v
-					}
 				}
 				if probe && find == nil {
 					probes.probe(own, sk)
@@ -135,7 +206,38 @@ func (st *Streamer) Stream(nss []netns.NS, fn func(s *snapshot.Snapshot, sk *sna
 					return err
 				}
 				return nil
+			}
+			var held heldRows
+			flush := func() error {
+				for i := range held.socks {
+					if err := emit(&held.socks[i]); err != nil {
+						return err
+					}
+				}
+				held = heldRows{}
+				return nil
+			}
+			err := sockdiag.Dump(opts, func(sk *snapshot.Socket) error {
+				if find != nil {
+					if v := lockOf(find, sk, &lockBits); v != nil {
+						sk.BufLock = v
+					}
+				}
+				if len(held.socks) > 0 || beside != nil {
+					if !takeOwners(len(held.socks) >= limit) {
+						held.add(sk)
+						return nil
+					}
+					if err := flush(); err != nil {
+						return err
+					}
+				}
+				return emit(sk)
 			})
+			if fnErr == nil && len(held.socks) > 0 {
+				takeOwners(true)
+				_ = flush() // an error is in fnErr
+			}
 			if fnErr != nil {
 				return fnErr
 			}

@@ -23,25 +23,49 @@ func (brokenFiles) Files(func(tgid, pid, fd, ino uint32)) error {
 	return errors.New("iterator read: truncated record")
 }
 
-// streamOwners streams ns and returns each socket's owners by local
-// address and port, and the namespace's header.
-func streamOwners(t *testing.T, ns netns.NS, files procs.FileLister) (map[string][]int, *snapshot.Snapshot) {
+// streamed is one Stream of a namespace: each socket's owners by its
+// addresses, in the order the rows came, and the namespace's header.
+type streamed struct {
+	owners map[string][]int
+	order  []string
+	head   *snapshot.Snapshot
+}
+
+// streamOwners streams ns with load as StreamOptions.LoadFiles and hold
+// as Streamer.hold; every row must come with its header's processes.
+func streamOwners(t *testing.T, ns netns.NS, load func() (procs.FileLister, error), hold int) streamed {
 	t.Helper()
-	st := &Streamer{Opts: StreamOptions{Owners: true, ProcRoot: "/proc", Files: files}, Now: time.Now}
-	got := map[string][]int{}
-	heads, err := st.Stream([]netns.NS{ns}, func(_ *snapshot.Snapshot, sk *snapshot.Socket) error {
-		got[sk.Local.String()+">"+sk.Remote.String()] = slices.Clone(sk.Pids)
+	st := &Streamer{Opts: StreamOptions{Owners: true, ProcRoot: "/proc", LoadFiles: load}, Now: time.Now, hold: hold}
+	out := streamed{owners: map[string][]int{}}
+	heads, err := st.Stream([]netns.NS{ns}, func(s *snapshot.Snapshot, sk *snapshot.Socket) error {
+		if s.Procs == nil {
+			t.Errorf("a row came before its header's processes")
+		}
+		k := sk.Local.String() + ">" + sk.Remote.String()
+		out.owners[k] = slices.Clone(sk.Pids)
+		out.order = append(out.order, k)
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return got, heads[0]
+	out.head = heads[0]
+	return out
 }
 
-// TestStreamFileOwners: owners found by the kernel's file walk are those
-// the /proc walk finds; a walk that fails is said and the /proc walk
-// stands in.
+// loader is a LoadFiles that waits, then returns l or err.
+func loader(l procs.FileLister, err error, wait time.Duration) func() (procs.FileLister, error) {
+	return func() (procs.FileLister, error) {
+		time.Sleep(wait)
+		return l, err
+	}
+}
+
+// TestStreamFileOwners: owners found by the kernel's file walk beside the
+// dump are those the /proc walk finds, rows in the same order, also when
+// the walk ends after the dump and when it outlasts the sockets Stream
+// may hold; a program that cannot load leaves the /proc walk without a
+// word, and a walk that fails is said.
 func TestStreamFileOwners(t *testing.T) {
 	ns := testns.New(t, "strown")
 	var closers []func()
@@ -68,47 +92,66 @@ func TestStreamFileOwners(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	viaProc, _ := streamOwners(t, ns, nil)
-	if len(viaProc) != 7 {
-		t.Fatalf("streamed %d sockets, want 7 (a listener, three pairs)", len(viaProc))
+	viaProc := streamOwners(t, ns, nil, 0)
+	if len(viaProc.order) != 7 {
+		t.Fatalf("streamed %d sockets, want 7 (a listener, three pairs)", len(viaProc.order))
 	}
-	for k, pids := range viaProc {
+	for k, pids := range viaProc.owners {
 		if !slices.Contains(pids, os.Getpid()) {
 			t.Fatalf("/proc walk: %s owned by %v, want us (%d)", k, pids, os.Getpid())
+		}
+	}
+	same := func(what string, got streamed) {
+		t.Helper()
+		if !slices.Equal(got.order, viaProc.order) {
+			t.Errorf("%s: rows in order %v, /proc walk %v", what, got.order, viaProc.order)
+		}
+		for k, want := range viaProc.owners {
+			if !slices.Equal(got.owners[k], want) {
+				t.Errorf("%s: %s owned by %v, /proc walk %v", what, k, got.owners[k], want)
+			}
 		}
 	}
 
 	fo, err := bpfsource.OpenFileOwners(nil)
 	if err != nil {
-		t.Logf("iter/task_file cannot load here (%v): only the fallback is checked", err)
+		t.Logf("iter/task_file cannot load here (%v): only the fallbacks are checked", err)
 	} else {
 		defer fo.Close()
-		viaKernel, head := streamOwners(t, ns, fo)
-		for k, want := range viaProc {
-			if !slices.Equal(viaKernel[k], want) {
-				t.Errorf("%s: kernel walk found owners %v, /proc walk %v", k, viaKernel[k], want)
+		for _, c := range []struct {
+			what string
+			wait time.Duration
+			hold int
+		}{
+			{"kernel walk", 0, 0},
+			{"kernel walk ending after the dump", 200 * time.Millisecond, 0},
+			{"kernel walk outlasting two held sockets", 200 * time.Millisecond, 2},
+		} {
+			got := streamOwners(t, ns, loader(fo, nil, c.wait), c.hold)
+			same(c.what, got)
+			if !hasSource(got.head, snapshot.SourceFileOwners, true) {
+				t.Errorf("%s: sources %+v, want %s ok", c.what, got.head.Sources, snapshot.SourceFileOwners)
 			}
-		}
-		if !hasSource(head, snapshot.SourceFileOwners, true) {
-			t.Errorf("sources %+v: want %s, ok", head.Sources, snapshot.SourceFileOwners)
 		}
 	}
 
-	fallback, head := streamOwners(t, ns, brokenFiles{})
-	for k, want := range viaProc {
-		if !slices.Equal(fallback[k], want) {
-			t.Errorf("after a failed kernel walk, %s: owners %v, want %v", k, fallback[k], want)
-		}
+	refused := streamOwners(t, ns, loader(nil, errors.New("not root"), 0), 0)
+	same("program refused", refused)
+	if hasSource(refused.head, snapshot.SourceFileOwners, true) || hasSource(refused.head, snapshot.SourceFileOwners, false) || len(refused.head.Errors) > 0 && slices.ContainsFunc(refused.head.Errors, func(e snapshot.SourceError) bool { return e.Source == snapshot.SourceFileOwners }) {
+		t.Errorf("a program that did not load is recorded: sources %+v, errors %+v", refused.head.Sources, refused.head.Errors)
 	}
-	if !hasSource(head, snapshot.SourceFileOwners, false) {
-		t.Errorf("sources %+v: want %s, failed", head.Sources, snapshot.SourceFileOwners)
+
+	broken := streamOwners(t, ns, loader(brokenFiles{}, nil, 0), 0)
+	same("failed kernel walk", broken)
+	if !hasSource(broken.head, snapshot.SourceFileOwners, false) {
+		t.Errorf("sources %+v: want %s, failed", broken.head.Sources, snapshot.SourceFileOwners)
 	}
 	said := false
-	for _, e := range head.Errors {
+	for _, e := range broken.head.Errors {
 		said = said || e.Source == snapshot.SourceFileOwners && strings.Contains(e.Err, "truncated record") && strings.Contains(e.Err, "/proc/PID/fd instead")
 	}
 	if !said {
-		t.Errorf("errors %+v: the failed walk and the fallback are not said", head.Errors)
+		t.Errorf("errors %+v: the failed walk and the fallback are not said", broken.head.Errors)
 	}
 }
 
