@@ -28,9 +28,7 @@ type FileOwners struct {
 // other loads (nil: parse it here). Errors that mean "cannot run here"
 // wrap ErrNotSupported and say why.
 func OpenFileOwners(k *Kernel) (*FileOwners, error) {
-	if k == nil {
-		k = NewKernel() // one parse for the check and the load
-	}
+	k = k.orNew() // one parse for the check and the load
 	if err := iterSupported(k, "task_file", "5.8"); err != nil {
 		return nil, err
 	}

@@ -87,9 +87,7 @@ const joinAhead = 8
 // k is the kernel BTF shared with the command's other loads (nil: parse
 // it here).
 func OpenSockLocks(k *Kernel) (*SockLocks, error) {
-	if k == nil {
-		k = NewKernel() // one parse for the check and the load
-	}
+	k = k.orNew() // one parse for the check and the load
 	return openSockLocks(k, &ebpf.CollectionOptions{Cache: k.types()})
 }
 

@@ -310,7 +310,7 @@ func TestSockLocksBitfield(t *testing.T) {
 	if !found {
 		t.Fatal("struct sock has no sk_userlocks")
 	}
-	l, err := openSockLocks(nil, &ebpf.CollectionOptions{Programs: ebpf.ProgramOptions{KernelTypes: types}})
+	l, err := openSockLocks(NewKernel(), &ebpf.CollectionOptions{Programs: ebpf.ProgramOptions{KernelTypes: types}})
 	if errors.Is(err, ErrNotSupported) {
 		t.Skip(err)
 	}

@@ -172,11 +172,12 @@ func Open(opts Options) (*Source, error) {
 		return nil, notSupported("not root (loading BPF programs needs CAP_BPF and CAP_PERFMON, or CAP_SYS_ADMIN; unprivileged BPF is usually off)")
 	}
 	// One cache of kernel BTF for every load (CO-RE relocations).
-	cache := opts.Kernel.types()
-	ksp, err := (&Kernel{cache: cache}).spec()
+	kernel := opts.Kernel.orNew()
+	ksp, err := kernel.spec()
 	if err != nil {
 		return nil, err
 	}
+	cache := kernel.types()
 	now := opts.Now
 	if now == nil {
 		now = time.Now

@@ -136,10 +136,7 @@ func OpenTrace(o TraceOptions) (*Tracer, error) {
 		return nil, notSupported("not root (loading BPF programs needs CAP_BPF and CAP_PERFMON, or CAP_SYS_ADMIN; unprivileged BPF is usually off)")
 	}
 	// One parse of the kernel's BTF for every program's load.
-	kernel := o.Kernel
-	if kernel == nil {
-		kernel = NewKernel()
-	}
+	kernel := o.Kernel.orNew()
 	ksp, err := kernel.spec()
 	if err != nil {
 		return nil, err
