@@ -247,7 +247,7 @@ func OpenFiles(procRoot string) int64 {
 // sockets' owners (it needs nothing from the dumps).
 func walkFiles(l procs.FileLister) fileWalk {
 	start := time.Now()
-	recs, err := procs.ReadFiles(l)
+	recs, err := procs.ReadFiles(l, int(min(OpenFiles("/proc"), 10_000_000)))
 	took := time.Since(start)
 	if err != nil {
 		return fileWalk{err: err, took: took}

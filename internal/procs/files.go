@@ -19,8 +19,11 @@ type FileRec struct{ Tgid, Pid, FD, Ino uint32 }
 
 // ReadFiles lists every open file with l, holding the records (16 bytes
 // each) so that the walk can run beside other work and be joined later.
-func ReadFiles(l FileLister) ([]FileRec, error) {
-	var recs []FileRec
+//
+// hint is how many files to expect (fs/file-nr), so that a million are
+// not copied over and over while the slice grows; 0 when unknown.
+func ReadFiles(l FileLister, hint int) ([]FileRec, error) {
+	recs := make([]FileRec, 0, max(hint+hint/16, 0))
 	err := l.Files(func(tgid, pid, fd, ino uint32) {
 		recs = append(recs, FileRec{tgid, pid, fd, ino})
 	})
@@ -41,7 +44,13 @@ func (s Scanner) OwnersOf(recs []FileRec, want func(inode uint32) bool) *Owners 
 		root = "/proc"
 	}
 	out := &Owners{Procs: make(map[int]*snapshot.Proc), Newest: make(map[int]uint32)}
-	var refs []inodeRef
+	socks := 0
+	for _, r := range recs {
+		if r.Ino != 0 {
+			socks++
+		}
+	}
+	refs := make([]inodeRef, 0, socks)
 	// The kernel lists one process's files together: counted in cur and
 	// n, and added to fds when the next process starts.
 	fds, kept := map[int]int{}, map[int]bool{}

@@ -28,7 +28,7 @@ func (f fakeFiles) Files(fn func(tgid, pid, fd, ino uint32)) error {
 // scanFiles walks l and builds its Owners, as collect does in two steps;
 // nil on an error.
 func scanFiles(s Scanner, l FileLister, want func(uint32) bool) (*Owners, error) {
-	recs, err := ReadFiles(l)
+	recs, err := ReadFiles(l, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -127,7 +127,7 @@ func BenchmarkScanFiles(b *testing.B) {
 	for _, ino := range inos {
 		wanted[ino] = struct{}{}
 	}
-	recs, err := ReadFiles(l)
+	recs, err := ReadFiles(l, 0)
 	if err != nil {
 		b.Fatal(err)
 	}
