@@ -2,6 +2,7 @@ package collect
 
 import (
 	"cmp"
+	"fmt"
 	"net/netip"
 	"runtime"
 	"slices"
@@ -24,6 +25,13 @@ const (
 	// flowMaxSockets: beyond this many sockets the extra dumps cost too
 	// much; the openers stay unnamed (rules say so).
 	flowMaxSockets = 50_000
+	// flowMaxDump: a dump walks the host's TCP tables, every namespace's
+	// sockets included, so the namespace's own count is not enough. A
+	// dump of D reaches a connection of lifetime L while it lives with a
+	// chance of about L/D, so when the sample's own dump took longer than
+	// this (fewer than 8 rounds fit flowBudget) the openers stay unnamed
+	// rather than spend the budget, or more, on dumps that catch nothing.
+	flowMaxDump = flowBudget / 8
 	flowMaxFlows   = 16
 	flowMaxProcs   = 8
 	flowRounds     = 64
@@ -84,11 +92,15 @@ func unownedFlows(s *snapshot.Snapshot) map[flowKey]bool {
 // nameFlowOwners fills s.FlowOwners for flows the owner scan left
 // unowned, looking again at the processes opening sockets now.
 func (c *Collector) nameFlowOwners(ns netns.NS, s *snapshot.Snapshot, own *procs.Owners, root string) {
-	if own == nil || len(s.Sockets) > flowMaxSockets {
+	if own == nil {
 		return
 	}
 	need := unownedFlows(s)
 	if len(need) == 0 || len(need) > flowMaxFlows {
+		return
+	}
+	if why := flowUnlookable(s); why != "" {
+		s.AddError(snapshot.SourceFlowOwners, fmt.Errorf("second look not taken: %s", why))
 		return
 	}
 	var top uint32
@@ -121,6 +133,9 @@ func (c *Collector) nameFlowOwners(ns netns.NS, s *snapshot.Snapshot, own *procs
 	_ = netns.Do(ns, func() error {
 		for round := 0; round < flowRounds && len(found) < len(need) && time.Now().Before(deadline); round++ {
 			for _, pid := range cands {
+				if !time.Now().Before(deadline) {
+					break
+				}
 				// fds first, then the dump: a dump walks every socket of the
 				// namespace (about a microsecond each, TIME_WAIT included),
 				// longer than these connections live, and reaches each one at
@@ -158,4 +173,28 @@ func (c *Collector) nameFlowOwners(ns netns.NS, s *snapshot.Snapshot, own *procs
 			}
 		}
 	}
+}
+
+// flowUnlookable says why a second look could not catch s's short
+// connections at a bearable cost (flowMaxSockets, flowMaxDump); "" when
+// it can.
+func flowUnlookable(s *snapshot.Snapshot) string {
+	switch d := dumpTook(s); {
+	case len(s.Sockets) > flowMaxSockets:
+		return fmt.Sprintf("%d sockets in the namespace, more than %d", len(s.Sockets), flowMaxSockets)
+	case d > flowMaxDump:
+		return fmt.Sprintf("a dump takes %s here (the host's TCP tables, every namespace's sockets), longer than %s: it would reach connections this short after they closed",
+			d.Round(time.Millisecond), flowMaxDump)
+	}
+	return ""
+}
+
+// dumpTook is how long s's socket dump took; 0 when not timed.
+func dumpTook(s *snapshot.Snapshot) time.Duration {
+	for _, st := range s.Sources {
+		if st.Source == snapshot.SourceSockdiag {
+			return st.Duration
+		}
+	}
+	return 0
 }

@@ -131,7 +131,11 @@ func churnFinding(in *diag.Input, c *tcpmodel.Churn, sev diag.Severity) diag.Fin
 		case c.Openers.Len() == 0 && pid != 0:
 			v = tcpmodel.Who(in.Prev, []int{pid}) + " (from the previous sample)"
 		case pid == 0 && life < time.Second:
-			v += fmt.Sprintf(" (connections living about %s ended before the owner scan and its second look reached them)", units.Dur(life))
+			if why, skipped := cur.Failed(snapshot.SourceFlowOwners); skipped {
+				v += fmt.Sprintf(" (connections living about %s ended before the owner scan reached them; %s)", units.Dur(life), why)
+			} else {
+				v += fmt.Sprintf(" (connections living about %s ended before the owner scan and its second look reached them)", units.Dur(life))
+			}
 		}
 		if pid == 0 && c.Connects == nil {
 			v += "; the eBPF source (--bpf) would name it from its connect() calls: " + tcpmodel.EventsMissing(cur)

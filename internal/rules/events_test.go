@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -82,6 +83,25 @@ func TestChurnOpenerFromEvents(t *testing.T) {
 	}
 	if v := evidence(f, "opener"); !strings.Contains(v, "from its connect() calls") {
 		t.Errorf("opener evidence = %q", v)
+	}
+}
+
+// TestChurnOpenerSecondLookSkipped: when the collector skipped its second
+// look, the opener's evidence says why rather than that the look missed.
+func TestChurnOpenerSecondLookSkipped(t *testing.T) {
+	prev, cur := fixtureWithoutOwners(t, "testdata/connection-churn/fires.jsonl", nil)
+	res := runRule(connectionChurn(), prev, cur)
+	if len(res.Findings) == 0 {
+		t.Fatal("no finding without owners")
+	}
+	if v := evidence(res.Findings[0], "opener"); !strings.Contains(v, "its second look reached them") {
+		t.Errorf("second look taken: opener %q", v)
+	}
+	why := "second look not taken: a dump takes 1.2s here"
+	cur.AddError(snapshot.SourceFlowOwners, errors.New(why))
+	res = runRule(connectionChurn(), prev, cur)
+	if v := evidence(res.Findings[0], "opener"); !strings.Contains(v, "ended before the owner scan reached them; "+why) {
+		t.Errorf("second look skipped: opener %q", v)
 	}
 }
 

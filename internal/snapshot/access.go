@@ -74,4 +74,7 @@ const (
 	// owners in place of /proc/PID/fd (procs.owners then names the walk
 	// as a whole).
 	SourceFileOwners = "bpf.fileowners"
+	// SourceFlowOwners is the collector's second look for the openers of
+	// connections too short for the owner scan (snapshot.FlowOwners).
+	SourceFlowOwners = "procs.flowowners"
 )
