@@ -29,11 +29,12 @@ func connectionChurn() diag.Rule {
 }
 
 // churnSeverity is a warning for a fast churn the host can fix (the
-// opener is here), a note for slower churn or openers elsewhere.
+// opener is here), a note for slower churn, openers elsewhere, or
+// connections that live long enough to be reused (churnLongLife).
 func churnSeverity(c *tcpmodel.Churn) diag.Severity {
 	r := c.Rate()
 	switch {
-	case r >= churnWarnRate && c.LocalOpener:
+	case r >= churnWarnRate && c.LocalOpener && c.Lifetime() < churnLongLife:
 		return diag.Warning
 	case r >= churnInfoRate:
 		return diag.Info
@@ -100,14 +101,23 @@ func churnFinding(in *diag.Input, c *tcpmodel.Churn, sev diag.Severity) diag.Fin
 	if life > 0 {
 		sum += fmt.Sprintf(", each open about %s", units.Dur(life))
 	}
+	long := life >= churnLongLife
 	if life < churnShortLife {
 		sum += ": about one request per connection"
 	}
+	byService := c.ClosedByService > c.ClosedByOpener
 	switch {
-	case c.ClosedByService > c.ClosedByOpener:
+	case byService && long:
+		sum += "; the service closes first (TIME_WAIT on its side)"
+	case byService:
 		sum += "; the service closes first (TIME_WAIT on its side: HTTP/1.0 or Connection: close)"
 	default:
 		sum += "; the opener closes first (TIME_WAIT on its side, holding its ports)"
+	}
+	if long {
+		// Either side may close first when the service ends a connection
+		// with "Connection: close" (wrk against nginx: both, about half each).
+		sum += "; connections this long are reused, and end after a number of requests or an idle time set by the service (nginx keepalive_requests, default 1000, and keepalive_timeout) or by the client's pool (a maximum lifetime)"
 	}
 	w := units.Dur(c.Window)
 	ev := []diag.Evidence{
@@ -154,10 +164,25 @@ func churnFinding(in *diag.Input, c *tcpmodel.Churn, sev diag.Severity) diag.Fin
 			ev = append(ev, diag.Evidence{Name: k + " (netns)", Value: fmt.Sprintf("%.1f/s", float64(d)/c.Window.Seconds()), Source: "/proc/net/snmp " + k})
 		}
 	}
-	fixes := []diag.Fix{remedy.Reuse(cmd, c.Service, poolSize(c.Open))}
-	if c.ClosedByService > c.ClosedByOpener && c.LocalService {
-		fixes = append(fixes, diag.Fix{Scope: "application", Target: "server", Text: "make the service keep connections open between requests: HTTP/1.1 keep-alive (nginx keepalive_timeout, keepalive_requests; Tomcat maxKeepAliveRequests), and have clients send Connection: keep-alive",
-			Risk: "idle connections use memory and a file descriptor each"})
+	var fixes []diag.Fix
+	switch {
+	case long:
+		if c.LocalService {
+			fixes = append(fixes, diag.Fix{Scope: "application", Target: "server", Text: "let each connection carry more requests if the reconnects matter: nginx keepalive_requests (default 1000) and keepalive_timeout; Tomcat maxKeepAliveRequests (default 100)",
+				Risk: "a cap on requests per connection frees per-connection memory now and then; raise it, do not remove it"})
+		}
+		who := "the opener"
+		if cmd != "" {
+			who = cmd
+		}
+		fixes = append(fixes, diag.Fix{Scope: "application", Target: "connection-pool", Text: fmt.Sprintf("let %s's pool keep connections to %s longer if the reconnects matter: its maximum connection lifetime and idle timeout (HikariCP maxLifetime, idleTimeout; Go Transport.IdleConnTimeout; OkHttp ConnectionPool keep-alive)", who, c.Service),
+			Risk: "a pool's lifetime must stay below the server's and any middlebox's idle timeout, or it reuses connections they already dropped"})
+	default:
+		fixes = append(fixes, remedy.Reuse(cmd, c.Service, poolSize(c.Open)))
+		if byService && c.LocalService {
+			fixes = append(fixes, diag.Fix{Scope: "application", Target: "server", Text: "make the service keep connections open between requests: HTTP/1.1 keep-alive (nginx keepalive_timeout, keepalive_requests; Tomcat maxKeepAliveRequests), and have clients send Connection: keep-alive",
+				Risk: "idle connections use memory and a file descriptor each"})
+		}
 	}
 	sub := diag.Subject{Netns: cur.Netns.Name, Local: c.Opener.String(), Remote: c.Service.String(), Pid: pid, Command: cmd}
 	if c.LocalService {
@@ -169,6 +194,13 @@ func churnFinding(in *diag.Input, c *tcpmodel.Churn, sev diag.Severity) diag.Fin
 // churnShortLife: connections living less than this on average carry
 // about one request each.
 const churnShortLife = 100 * time.Millisecond
+
+// churnLongLife: connections living this long on average are reused
+// (wrk against a stock nginx: about 1.5 s, ended by keepalive_requests
+// 1000), and their setup is a small share of their use: a note at most,
+// whatever the rate. The port and TIME_WAIT rules judge the ports they
+// hold.
+const churnLongLife = time.Second
 
 // prevOpener names the owner of the flow's opener-side connections in the
 // previous sample, 0 when none is known: short connections often end

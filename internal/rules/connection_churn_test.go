@@ -1,0 +1,54 @@
+package rules
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/diag"
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/tcpmodel"
+)
+
+// TestChurnReusedConnections: a keep-alive client against a stock nginx
+// reconnects every 1,000 requests (keepalive_requests); at 150 closes a
+// second the connections live about 2 s. That is a note, not a warning,
+// and neither the summary nor the fixes say it opens one per request.
+func TestChurnReusedConnections(t *testing.T) {
+	flow := tcpmodel.Flow{Opener: netip.MustParseAddr("127.0.0.1"), Service: netip.MustParseAddrPort("127.0.0.1:8080")}
+	churn := func(open, byService, byOpener int) *tcpmodel.Churn {
+		return &tcpmodel.Churn{Flow: flow, Window: 5 * time.Second, ClosedByService: byService, ClosedByOpener: byOpener,
+			Open: open, LocalOpener: true, LocalService: true}
+	}
+	in := diag.NewInput(&snapshot.Snapshot{}, &snapshot.Snapshot{Taken: time.Unix(5, 0)}, diag.Options{})
+	for _, c := range []struct {
+		name     string
+		c        *tcpmodel.Churn
+		sev      diag.Severity
+		sum, fix string
+	}{
+		{"one request per connection", churn(5, 750, 0), diag.Warning, "about one request per connection", "instead of opening one per request"},
+		{"server ends reused connections", churn(300, 750, 0), diag.Info, "end after a number of requests or an idle time set by the service", "keepalive_requests (default 1000)"},
+		{"either side closes reused connections first", churn(300, 350, 400), diag.Info, "the opener closes first (TIME_WAIT on its side, holding its ports); connections this long are reused", "maximum connection lifetime"},
+	} {
+		sev := churnSeverity(c.c)
+		if sev != c.sev {
+			t.Errorf("%s: severity %v, want %v (rate %.0f/s, lifetime %s)", c.name, sev, c.sev, c.c.Rate(), c.c.Lifetime())
+		}
+		f := churnFinding(in, c.c, sev)
+		if !strings.Contains(f.Summary, c.sum) {
+			t.Errorf("%s: summary %q, want %q in it", c.name, f.Summary, c.sum)
+		}
+		var fixes []string
+		for _, x := range f.Fixes {
+			fixes = append(fixes, x.Text)
+		}
+		if all := strings.Join(fixes, " | "); !strings.Contains(all, c.fix) {
+			t.Errorf("%s: fixes %q, want %q in them", c.name, all, c.fix)
+		}
+		if c.sev == diag.Info && strings.Contains(f.Summary+strings.Join(fixes, ""), "one per request") {
+			t.Errorf("%s: reused connections said to be one per request: %q", c.name, f.Summary)
+		}
+	}
+}
