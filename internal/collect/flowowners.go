@@ -31,10 +31,10 @@ const (
 	// chance of about L/D, so when the sample's own dump took longer than
 	// this (fewer than 8 rounds fit flowBudget) the openers stay unnamed
 	// rather than spend the budget, or more, on dumps that catch nothing.
-	flowMaxDump = flowBudget / 8
-	flowMaxFlows   = 16
-	flowMaxProcs   = 8
-	flowRounds     = 64
+	flowMaxDump  = flowBudget / 8
+	flowMaxFlows = 16
+	flowMaxProcs = 8
+	flowRounds   = 64
 	// flowBudget bounds the second look's time per namespace.
 	flowBudget = 150 * time.Millisecond
 	// flowChurnTW: a flow is looked for only when at least this many of
