@@ -112,6 +112,7 @@ const (
 	redisAddr  = "127.0.0.1:6379"  // redis-server
 	iperfLink  = "198.18.2.2:5201" // iperf3 server across the emulated link (the lab topology's server)
 	leakAddr   = "127.0.0.1:9000"  // the server that never closes
+	pyHTTPAddr = "127.0.0.1:8000"  // python3 -m http.server
 	echoLocal  = "127.0.0.1:7000"  // churn server on loopback
 	echoRemote = "198.18.3.2:7000" // churn server behind the veth
 )
@@ -166,6 +167,16 @@ func scenarios() []scenario {
 		{name: "nginx static, wrk keep-alive",
 			software: "nginx serving a static page, wrk -t2 -c100 -d8s keep-alive load",
 			body:     nginxStatic},
+		{name: "python3 http.server under wrk",
+			software: "python3 -m http.server with its defaults (HTTP/1.0: each response ends the connection; listen backlog 5) serving a small file, wrk -t2 -c50 -d8s keep-alive load: wrk reconnects after every response, and the 5-deep accept queue overflows",
+			want: []Expect{
+				{Rule: "listen-overflow", Min: diag.Warning, Command: "python3", Proc: "http-server", Service: pyHTTPAddr},
+				churnWarn("wrk", pyHTTPAddr),
+				// Backlog 5 bounds the SYN queue too: cookies now and then.
+				{Rule: "syn-queue-overflow", Optional: true, Max: diag.Warning, Command: "python3", Proc: "http-server", Service: pyHTTPAddr},
+				{Rule: "time-wait-churn", Optional: true, Max: diag.Warning},
+			},
+			body: pythonHTTP},
 		{name: "iperf3 over 20 ms, autotuned",
 			software: "iperf3 -t 8 over an emulated 20 ms RTT, 100 Mbit/s link (client, router with the lab's delay line, server), buffers autotuned",
 			body:     func(r *run) { iperfOverLink(r, "") }},
@@ -462,6 +473,28 @@ func nginxStatic(r *run) {
 	r.measured("nginx: %d requests over %d client connections, %d not 200", req, conns, bad)
 	if bad > 0 {
 		r.t.Errorf("%d requests not answered 200", bad)
+	}
+}
+
+// pythonHTTP: python3's http.server as it ships, under wrk.
+func pythonHTTP(r *run) {
+	r.need("python3", "wrk")
+	ns := testns.New(r.t, "pyh").Name
+	www := filepath.Join(r.dir, "www")
+	if err := os.MkdirAll(www, 0o755); err != nil {
+		r.t.Fatal(err)
+	}
+	r.writeFile("www/index.html", "<html><body>"+strings.Repeat("corpus ", 80)+"</body></html>\n")
+	ap := netip.MustParseAddrPort(pyHTTPAddr)
+	srv := r.start(ns, "http-server", "python3", "-m", "http.server", strconv.Itoa(int(ap.Port())), "--bind", ap.Addr().String(), "--directory", www)
+	waitListen(r.t, ns, int(ap.Port()), srv)
+	const secs = 8
+	w := startWrk(r, ns, "http://"+pyHTTPAddr+"/index.html", 50, secs)
+	time.Sleep(2 * time.Second)
+	r.check(place{"server", ns})
+	res := finishWrk(r, w, secs)
+	if res.requests == 0 {
+		r.t.Error("wrk got no answers from http.server")
 	}
 }
 

@@ -29,6 +29,8 @@ func TestChurnReusedConnections(t *testing.T) {
 		sum, fix string
 	}{
 		{"one request per connection", churn(5, 750, 0), diag.Warning, "about one request per connection", "instead of opening one per request"},
+		// wrk against python3 -m http.server (HTTP/1.0): wrk closes first.
+		{"keep-alive client, HTTP/1.0 server", churn(5, 90, 660), diag.Warning, "the opener closes first", "python3 http.server's default is HTTP/1.0"},
 		{"server ends reused connections", churn(300, 750, 0), diag.Info, "end after a number of requests or an idle time set by the service", "keepalive_requests (default 1000)"},
 		{"either side closes reused connections first", churn(300, 350, 400), diag.Info, "the opener closes first (TIME_WAIT on its side, holding its ports); connections this long are reused", "maximum connection lifetime"},
 	} {

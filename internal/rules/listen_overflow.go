@@ -36,6 +36,9 @@ type listener struct {
 	peak     uint32 // largest Recv-Q seen in either sample
 	fullNow  bool   // the kernel drops the next handshake: Recv-Q > backlog
 	nearFull bool   // peak >= listenNearFull x backlog
+	// namedBy says what ties an overflow to a listener that was not seen
+	// near full; "" when it was.
+	namedBy string
 }
 
 func (l *listener) fill() float64 {
@@ -82,11 +85,23 @@ func checkListenOverflow(in *diag.Input) ([]diag.Finding, error) {
 	var fs []diag.Finding
 	switch {
 	case hasOver && over > 0:
+		// A near-full listener explains the netns-wide counter; so do the
+		// eBPF source's drops at a listener (the kernel names it), and the
+		// only listener there is (a queue of 5 fills and drains between
+		// samples).
 		var explain []listener
 		for _, l := range ls {
-			if l.nearFull {
-				explain = append(explain, l)
+			dropped, _ := tcpmodel.DropsAt(cur, l.sk.Local)
+			switch {
+			case l.nearFull:
+			case dropped > 0:
+				l.namedBy = "the eBPF source counted its drops"
+			case len(ls) == 1:
+				l.namedBy = "it is the namespace's only listener"
+			default:
+				continue
 			}
+			explain = append(explain, l)
 		}
 		if len(explain) == 0 {
 			fs = append(fs, transientOverflow(in, ls, over, drops, hasDrops))
@@ -184,6 +199,9 @@ func listenerFinding(in *diag.Input, l listener, over, drops int64, hasDrops boo
 		}
 		summary = fmt.Sprintf("listener :%d (%s) overflowed its accept queue %d times in %s; queue %d/%d, backlog %d is %s",
 			port, who, over, units.Dur(in.Window()), l.peak, sk.SendQ, sk.SendQ, binding)
+		if l.namedBy != "" {
+			summary += fmt.Sprintf("; transient: the queue filled and drained between samples (%s)", l.namedBy)
+		}
 	} else {
 		summary = fmt.Sprintf("listener :%d (%s) has a full accept queue (%d/%d): the next connections overflow; backlog %d is %s",
 			port, who, sk.RecvQ, sk.SendQ, sk.SendQ, binding)

@@ -56,6 +56,18 @@ func listenSnap(at time.Time, q, backlog uint32, overflows int64, withCounter bo
 	return s
 }
 
+// twoListeners adds python3's http.server (backlog 5, queue 4) beside
+// s's listener, and the eBPF source's drops when drops is not nil.
+func twoListeners(s *snapshot.Snapshot, drops []snapshot.EventDrop) *snapshot.Snapshot {
+	s.Sockets = append(s.Sockets, snapshot.Socket{State: snapshot.Listen, Local: netip.MustParseAddrPort("127.0.0.1:8000"),
+		RecvQ: 4, SendQ: 5, Cookie: 8, Pids: []int{11}})
+	s.Procs[11] = &snapshot.Proc{Pid: 11, Command: "python3", FDs: 5}
+	if drops != nil {
+		s.Events = &snapshot.Events{Since: s.Taken.Add(-5 * time.Second), Until: s.Taken, Drops: drops}
+	}
+	return s
+}
+
 func TestListenOverflowCases(t *testing.T) {
 	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	t1 := t0.Add(5 * time.Second)
@@ -77,7 +89,12 @@ func TestListenOverflowCases(t *testing.T) {
 		"overflow, critical rate": {listenSnap(t0, 10, 511, 0, true), listenSnap(t1, 512, 511, 100, true),
 			want{sevs: []diag.Severity{diag.Critical}}},
 		"overflow, transient": {listenSnap(t0, 0, 511, 0, true), listenSnap(t1, 3, 511, 20, true),
-			want{sevs: []diag.Severity{diag.Warning}, text: "transient"}},
+			want{sevs: []diag.Severity{diag.Warning}, text: "listener :9000 (nginx pid 10) overflowed its accept queue 20 times in 5s; queue 3/511, backlog 511 is the application's own (somaxconn 4096); transient: the queue filled and drained between samples (it is the namespace's only listener)"}},
+		"overflow, transient, two listeners": {twoListeners(listenSnap(t0, 0, 511, 0, true), nil), twoListeners(listenSnap(t1, 3, 511, 20, true), nil),
+			want{sevs: []diag.Severity{diag.Warning}, text: "but no listener was seen near full"}},
+		"overflow, transient, two listeners, eBPF names one": {twoListeners(listenSnap(t0, 0, 511, 0, true), nil),
+			twoListeners(listenSnap(t1, 3, 511, 20, true), []snapshot.EventDrop{{Reason: "TCP_LISTEN_OVERFLOW", Listener: netip.MustParseAddrPort("127.0.0.1:8000"), Count: 17}}),
+			want{sevs: []diag.Severity{diag.Warning}, text: "listener :8000 (python3 pid 11) overflowed its accept queue 20 times in 5s; queue 4/5, backlog 5 is the application's own (somaxconn 4096); transient: the queue filled and drained between samples (the eBPF source counted its drops); listener 127.0.0.1:8000 dropped 17 handshakes"}},
 		"counter went backwards, queue empty": {listenSnap(t0, 0, 511, 50, true), listenSnap(t1, 0, 511, 2, true),
 			want{unknown: true}},
 		"counter absent in one sample, queue full": {listenSnap(t0, 0, 511, 0, false), listenSnap(t1, 512, 511, 9, true),

@@ -51,9 +51,23 @@ func (l *synListener) fill() float64 {
 	return float64(max(l.reqs, l.prev)) / float64(l.sk.SendQ)
 }
 
+// nearFull: at synNearFull of the backlog, or one request short of it (a
+// backlog under 10, where 90 % is the backlog itself: python3's
+// http.server listens with 5).
 func (l *synListener) nearFull() bool {
 	peak := max(l.reqs, l.prev)
-	return peak > 0 && float64(peak) >= synNearFull*float64(l.sk.SendQ)
+	return peak > 0 && (float64(peak) >= synNearFull*float64(l.sk.SendQ) || peak >= int(l.sk.SendQ)-1)
+}
+
+// acceptFull says whether the listener's accept queue was near full in
+// either sample, as listen-overflow judges it: its backlog then bounds
+// both queues, and listen-overflow reports the accept queue.
+func (l *synListener) acceptFull(in *diag.Input) bool {
+	peak := l.sk.RecvQ
+	if p := in.PrevOf(l.sk); p != nil {
+		peak = max(peak, p.RecvQ)
+	}
+	return peak > 0 && float64(peak) >= listenNearFull*float64(l.sk.SendQ)
 }
 
 func (l *synListener) fullNow() bool { return l.reqs > 0 && l.reqs >= int(l.sk.SendQ) }
@@ -193,9 +207,13 @@ func checkSynQueueOverflow(in *diag.Input) ([]diag.Finding, error) {
 	var fs []diag.Finding
 	// With counters moving, a near-full listener explains them; without,
 	// only a full one is worth a finding (its next SYNs overflow).
+	// Cookies alone with a listener whose accept queue is full and SYN
+	// queue not empty: its backlog bounds both (a SYN queue of 5 fills and
+	// drains between samples).
 	var explain []*synListener
 	for _, l := range ls {
-		if moved && l.nearFull() || !moved && l.fullNow() {
+		sameBacklog := dropped == 0 && max(l.reqs, l.prev) > 0 && l.acceptFull(in)
+		if moved && (l.nearFull() || sameBacklog) || !moved && l.fullNow() {
 			explain = append(explain, l)
 		}
 	}
@@ -345,9 +363,20 @@ func synListenerFinding(in *diag.Input, l *synListener, c synCounters, cookiesMe
 	if cookiesMean {
 		cookies = c.cookies()
 	}
+	// Cookies complete their handshakes; with the accept queue full too,
+	// the one backlog is the fault and listen-overflow its warning.
+	both := in.Prev != nil && dropped == 0 && l.acceptFull(in)
+	if both {
+		sev = diag.Info
+	}
 	shared := ""
 	if sharing > 1 {
 		shared = fmt.Sprintf(" (netns-wide counters, %d listeners near full)", sharing)
+	}
+	// A queue seen short of full filled and drained between samples.
+	queue := fmt.Sprintf("has a full SYN queue (%d requests, backlog %d)", l.reqs, sk.SendQ)
+	if !l.fullNow() {
+		queue = fmt.Sprintf("had up to %d requests in its SYN queue when sampled (backlog %d)", max(l.reqs, l.prev), sk.SendQ)
 	}
 	switch {
 	case in.Prev != nil && dropped > 0:
@@ -355,11 +384,11 @@ func synListenerFinding(in *diag.Input, l *synListener, c synCounters, cookiesMe
 		if rate >= synCritRate {
 			sev = diag.Critical
 		}
-		summary = fmt.Sprintf("listener :%d (%s) has a full SYN queue (%d requests, backlog %d): %d SYNs dropped in %s%s",
-			port, who, l.reqs, sk.SendQ, dropped, units.Dur(in.Window()), shared)
+		summary = fmt.Sprintf("listener :%d (%s) %s: %d SYNs dropped in %s%s",
+			port, who, queue, dropped, units.Dur(in.Window()), shared)
 	case in.Prev != nil && cookies > 0:
-		summary = fmt.Sprintf("listener :%d (%s) has a full SYN queue (%d requests, backlog %d): %d SYNs found it full in %s and went to SYN cookies (%d cookies sent)%s",
-			port, who, l.reqs, sk.SendQ, cookies, units.Dur(in.Window()), c.cookiesSent, shared)
+		summary = fmt.Sprintf("listener :%d (%s) %s: %d SYNs found it full in %s and went to SYN cookies (%d cookies sent)%s",
+			port, who, queue, cookies, units.Dur(in.Window()), c.cookiesSent, shared)
 	default:
 		summary = fmt.Sprintf("listener :%d (%s) has a full SYN queue (%d requests, backlog %d): the next SYNs get a cookie or are dropped",
 			port, who, l.reqs, sk.SendQ)
@@ -369,6 +398,9 @@ func synListenerFinding(in *diag.Input, l *synListener, c synCounters, cookiesMe
 	flood := few && 2*l.synacks >= l.reqs && l.reqs > 0
 	if flood {
 		summary += "; few sources hold most requests and leave their SYN-ACKs unanswered: a flood or broken clients"
+	}
+	if both {
+		summary += fmt.Sprintf("; its accept queue is full too (listen-overflow): backlog %d bounds both queues, and the cookies' handshakes completed", sk.SendQ)
 	}
 	if in.Prev != nil {
 		ev = append(ev, synCounterEvidence(in, c, cookiesMean)...)

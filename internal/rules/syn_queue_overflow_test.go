@@ -26,6 +26,13 @@ func synSnap(at time.Time, reqs int, src string, counters map[string]int64, cook
 	return s
 }
 
+// backlog5 makes s's listener one of backlog 5 (python3's http.server)
+// holding recvQ connections in its accept queue.
+func backlog5(s *snapshot.Snapshot, recvQ uint32) *snapshot.Snapshot {
+	s.Sockets[0].SendQ, s.Sockets[0].RecvQ = 5, recvQ
+	return s
+}
+
 func synCtr(drops, over, qdrop, qcookies, sent, failed int64) map[string]int64 {
 	return map[string]int64{"TcpExt.ListenDrops": drops, "TcpExt.ListenOverflows": over, "TcpExt.TCPReqQFullDrop": qdrop,
 		"TcpExt.TCPReqQFullDoCookies": qcookies, "TcpExt.SyncookiesSent": sent, "TcpExt.SyncookiesFailed": failed}
@@ -49,6 +56,15 @@ func TestSynQueueOverflowCases(t *testing.T) {
 			nil, false, ""},
 		"cookies, transient": {synSnap(t0, 0, "198.18.0.9", synCtr(0, 0, 0, 0, 0, 0), "1"), synSnap(t1, 1, "198.18.0.9", synCtr(0, 0, 0, 7, 7, 0), "1"),
 			[]diag.Severity{diag.Warning}, false, "7 SYNs went to SYN cookies (7 cookies sent)"},
+		// Backlog 5: 4 requests are one short of full, and name the listener.
+		"cookies, backlog 5, one short of full": {backlog5(synSnap(t0, 2, "198.18.0.9", synCtr(0, 0, 0, 0, 0, 0), "1"), 0), backlog5(synSnap(t1, 4, "198.18.0.9", synCtr(0, 0, 0, 4, 4, 0), "1"), 1),
+			[]diag.Severity{diag.Warning}, false, "listener :9000 (nginx pid 10)"},
+		// Its accept queue full too: one backlog, listen-overflow warns.
+		"cookies, backlog 5, accept queue full": {backlog5(synSnap(t0, 2, "198.18.0.9", synCtr(0, 0, 0, 0, 0, 0), "1"), 5), backlog5(synSnap(t1, 4, "198.18.0.9", synCtr(40, 40, 0, 4, 4, 0), "1"), 2),
+			[]diag.Severity{diag.Info}, false, "its accept queue is full too (listen-overflow): backlog 5 bounds both queues"},
+		// SYN queue seen at 1 of 5, accept queue full: the same backlog.
+		"cookies, backlog 5, accept queue full, SYN queue drained": {backlog5(synSnap(t0, 0, "198.18.0.9", synCtr(0, 0, 0, 0, 0, 0), "1"), 5), backlog5(synSnap(t1, 1, "198.18.0.9", synCtr(40, 40, 0, 4, 4, 0), "1"), 5),
+			[]diag.Severity{diag.Info}, false, "listener :9000 (nginx pid 10)"},
 		"syncookies=2: cookies are not overflow": {synSnap(t0, 0, "198.18.0.9", synCtr(0, 0, 0, 0, 0, 0), "2"), synSnap(t1, 0, "198.18.0.9", synCtr(0, 0, 0, 500, 500, 0), "2"),
 			nil, false, ""},
 		"single snapshot, full now": {nil, synSnap(t1, 9, "198.18.0.9", synCtr(0, 0, 0, 0, 0, 0), "1"),
