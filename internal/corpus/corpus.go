@@ -32,6 +32,17 @@ type Finding struct {
 	Subject  Subject         `json:"subject"`
 	Summary  string          `json:"summary"`
 	Evidence []diag.Evidence `json:"evidence"`
+	Fixes    []diag.Fix      `json:"fixes"`
+}
+
+// hasFix says whether one of f's fixes holds s in its text or command.
+func (f *Finding) hasFix(s string) bool {
+	for _, x := range f.Fixes {
+		if strings.Contains(x.Text, s) || strings.Contains(x.Command, s) {
+			return true
+		}
+	}
+	return false
 }
 
 // Report is the part of check --json the corpus reads.
@@ -58,6 +69,9 @@ type Expect struct {
 	// While check does not report subject.service, the port of
 	// subject.local is compared instead (Outcome.Notes says so).
 	Service string
+	// Fix, if set, is what one of the finding's fixes must say (in its
+	// text or command): the remedy, not only the fault, is judged.
+	Fix string
 }
 
 func (e Expect) max() diag.Severity {
@@ -105,6 +119,9 @@ func (e Expect) String() string {
 	}
 	if len(who) > 0 {
 		b.WriteString(", " + strings.Join(who, " "))
+	}
+	if e.Fix != "" {
+		fmt.Fprintf(&b, ", fix saying %q", e.Fix)
 	}
 	return b.String()
 }
@@ -270,6 +287,8 @@ func Judge(want []Expect, got []Finding) Outcome {
 			ft, lacking, note := e.fit(f.Subject)
 			inRange := f.Severity >= e.Min && f.Severity <= e.max()
 			switch {
+			case ft == full && inRange && e.Fix != "" && !f.hasFix(e.Fix):
+				near = append(near, fmt.Sprintf("%s %s without a fix saying %q", f.Rule, f.Severity, e.Fix))
 			case ft == full && inRange:
 				met = true
 				if note != "" {

@@ -170,8 +170,8 @@ func scenarios() []scenario {
 		{name: "python3 http.server under wrk",
 			software: "python3 -m http.server with its defaults (HTTP/1.0: each response ends the connection; listen backlog 5) serving a small file, wrk -t2 -c50 -d8s keep-alive load: wrk reconnects after every response, and the 5-deep accept queue overflows",
 			want: []Expect{
-				{Rule: "listen-overflow", Min: diag.Warning, Command: "python3", Proc: "http-server", Service: pyHTTPAddr},
-				churnWarn("wrk", pyHTTPAddr),
+				{Rule: "listen-overflow", Min: diag.Warning, Command: "python3", Proc: "http-server", Service: pyHTTPAddr, Fix: "listen(fd, 4096)"},
+				{Rule: "connection-churn", Min: diag.Warning, Max: diag.Warning, Command: "wrk", Remote: pyHTTPAddr, Fix: "make the service keep connections open between requests"},
 				// Backlog 5 bounds the SYN queue too: cookies now and then.
 				{Rule: "syn-queue-overflow", Optional: true, Max: diag.Warning, Command: "python3", Proc: "http-server", Service: pyHTTPAddr},
 				{Rule: "time-wait-churn", Optional: true, Max: diag.Warning},
@@ -236,7 +236,8 @@ tools' own reports, /proc/net/snmp and ss in the namespace over the check window
 
 A **false alarm** is a finding at warning or above that the case does not expect (or above the
 expected maximum, or naming another subject); a **miss** is an expected finding that was not
-reported with that severity and subject ("may:" marks findings a case allows but does not
+reported with that severity and subject, and with the fix it names where it names one ("fix
+saying"); "may:" marks findings a case allows but does not
 require). Info findings are listed only for the rules a case names. In the ordinary test run
 (scripts/test.sh) a case marked as known to be wrong today logs its false alarms and misses
 instead of failing; scripts/accuracy.sh fails on every one.

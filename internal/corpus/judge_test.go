@@ -14,6 +14,11 @@ func TestJudge(t *testing.T) {
 		return Finding{Rule: rule, Severity: sev, Subject: s}
 	}
 	nginx := Subject{Command: "nginx", Pid: 7, Local: "127.0.0.1:40000", Remote: "127.0.0.1:8081"}
+	capped := Expect{Rule: "listen-overflow", Min: diag.Warning, Command: "nginx", Fix: "worker_connections"}
+	withFix := func(x Finding, text, cmd string) Finding {
+		x.Fixes = append(x.Fixes, diag.Fix{Text: text, Command: cmd})
+		return x
+	}
 	for _, c := range []struct {
 		name          string
 		want          []Expect
@@ -39,6 +44,10 @@ func TestJudge(t *testing.T) {
 		{"service by local port", []Expect{leak}, []Finding{f("close-wait-leak", diag.Warning, Subject{Command: "python3", Local: "127.0.0.1:9000"})}, "pass", "matched on subject.local's port"},
 		{"other service", []Expect{leak}, []Finding{f("close-wait-leak", diag.Warning, Subject{Command: "python3", Service: "127.0.0.1:9001"})}, "false alarm + miss", ""},
 		{"no service", []Expect{leak}, []Finding{f("close-wait-leak", diag.Warning, Subject{Command: "python3", Remote: "127.0.0.1:5555"})}, "miss", ""},
+		{"fix given", []Expect{capped}, []Finding{withFix(f("listen-overflow", diag.Critical, nginx), "", "events { worker_connections 2048; }")}, "pass", ""},
+		{"fix in the text", []Expect{capped}, []Finding{withFix(f("listen-overflow", diag.Critical, nginx), "raise worker_connections", "")}, "pass", ""},
+		{"fix missing", []Expect{capped}, []Finding{withFix(f("listen-overflow", diag.Critical, nginx), "listen 80 backlog=4096;", "")}, "miss",
+			`listen-overflow critical without a fix saying "worker_connections"`},
 	} {
 		o := Judge(c.want, c.got)
 		if o.Verdict() != c.verdict {

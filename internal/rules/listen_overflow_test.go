@@ -125,3 +125,56 @@ func TestListenOverflowCases(t *testing.T) {
 		})
 	}
 }
+
+// nginxAtCap is listenSnap's nginx listener (backlog 511, queue q) with two
+// workers holding perWorker accepted connections each and q waiting.
+func nginxAtCap(at time.Time, q uint32, perWorker int, overflows int64) *snapshot.Snapshot {
+	s := listenSnap(at, q, 511, overflows, true)
+	s.Sockets[0].Family = 2
+	s.Procs[11] = &snapshot.Proc{Pid: 11, Command: "nginx", FDs: perWorker + 8}
+	s.Procs[12] = &snapshot.Proc{Pid: 12, Command: "nginx", FDs: perWorker + 8}
+	add := func(n int, pids []int) {
+		for range n {
+			port := uint16(10000 + len(s.Sockets))
+			s.Sockets = append(s.Sockets, snapshot.Socket{Family: 2, State: snapshot.Established, Local: netip.MustParseAddrPort("127.0.0.1:9000"),
+				Remote: netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port), Cookie: uint64(port), Pids: pids})
+		}
+	}
+	add(perWorker, []int{11})
+	add(perWorker, []int{12})
+	add(int(q), nil)
+	return s
+}
+
+// TestListenOverflowConnectionCap: nginx's workers stop accepting at
+// worker_connections; the queue stays full in both samples, and the first
+// fix is the cap, not the backlog.
+func TestListenOverflowConnectionCap(t *testing.T) {
+	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	t1 := t0.Add(5 * time.Second)
+	res := runRule(listenOverflow(), nginxAtCap(t0, 505, 700, 0), nginxAtCap(t1, 508, 700, 700))
+	if len(res.Findings) != 1 {
+		t.Fatalf("findings: %+v", res.Findings)
+	}
+	f := res.Findings[0]
+	if v := evidence(f, "accepted connections held"); !strings.HasPrefix(v, "1908 in all: nginx(pid 11) 700 open, nginx(pid 12) 700 open; 508 with no owner") {
+		t.Errorf("held evidence %q", v)
+	}
+	if fx := f.Fixes[0]; fx.Target != "nginx" || !strings.Contains(fx.Text, "2 workers hold 1400 accepted connections (up to 700 each)") ||
+		fx.Command != "events { worker_connections 2048; }  worker_rlimit_nofile 4096;" {
+		t.Errorf("first fix %+v", fx)
+	}
+	for name, c := range map[string]struct{ prev, cur *snapshot.Snapshot }{
+		// The workers may still be accepting.
+		"full only now": {nginxAtCap(t0, 10, 700, 0), nginxAtCap(t1, 508, 700, 700)},
+		// A slow acceptor under a storm: full in both, holding more.
+		"holding more": {nginxAtCap(t0, 505, 500, 0), nginxAtCap(t1, 508, 700, 700)},
+	} {
+		res = runRule(listenOverflow(), c.prev, c.cur)
+		for _, fx := range res.Findings[0].Fixes {
+			if strings.Contains(fx.Text, "worker_connections") {
+				t.Errorf("%s: cap fix: %+v", name, fx)
+			}
+		}
+	}
+}
