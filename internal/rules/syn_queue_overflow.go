@@ -363,9 +363,11 @@ func synListenerFinding(in *diag.Input, l *synListener, c synCounters, cookiesMe
 	if cookiesMean {
 		cookies = c.cookies()
 	}
-	// Cookies complete their handshakes; with the accept queue full too,
-	// the one backlog is the fault and listen-overflow its warning.
-	both := in.Prev != nil && dropped == 0 && l.acceptFull(in)
+	// A SYN queue that filled and drained while the accept queue was full
+	// overflowed with it: the one backlog is the fault and listen-overflow
+	// its warning. A SYN queue full at the sample (clients that never
+	// finish, TCP_DEFER_ACCEPT) is a fault of its own.
+	both := in.Prev != nil && dropped == 0 && !l.fullNow() && l.acceptFull(in)
 	if both {
 		sev = diag.Info
 	}
@@ -400,7 +402,7 @@ func synListenerFinding(in *diag.Input, l *synListener, c synCounters, cookiesMe
 		summary += "; few sources hold most requests and leave their SYN-ACKs unanswered: a flood or broken clients"
 	}
 	if both {
-		summary += fmt.Sprintf("; its accept queue is full too (listen-overflow): backlog %d bounds both queues, and the cookies' handshakes completed", sk.SendQ)
+		summary += fmt.Sprintf("; its accept queue is full too (listen-overflow): backlog %d bounds both queues", sk.SendQ)
 	}
 	if in.Prev != nil {
 		ev = append(ev, synCounterEvidence(in, c, cookiesMean)...)
