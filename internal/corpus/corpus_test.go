@@ -447,15 +447,21 @@ func nginxProxy(r *run, pool string, conc int) {
 	}
 }
 
-// nginxStatic: nginx serving a static file to a keep-alive wrk.
-func nginxStatic(r *run) {
-	r.need("nginx", "wrk")
-	ns := testns.New(r.t, "ngx").Name
+// webRoot makes the case's document root with a small index.html.
+func webRoot(r *run) string {
 	www := filepath.Join(r.dir, "www")
 	if err := os.MkdirAll(www, 0o755); err != nil {
 		r.t.Fatal(err)
 	}
 	r.writeFile("www/index.html", "<html><body>"+strings.Repeat("corpus ", 80)+"</body></html>\n")
+	return www
+}
+
+// nginxStatic: nginx serving a static file to a keep-alive wrk.
+func nginxStatic(r *run) {
+	r.need("nginx", "wrk")
+	ns := testns.New(r.t, "ngx").Name
+	www := webRoot(r)
 	ngx := startNginx(r, ns, `    server {
         listen 127.0.0.1:8080;
         access_log `+r.dir+`/front.log conns buffer=64k flush=1s;
@@ -481,11 +487,7 @@ func nginxStatic(r *run) {
 func pythonHTTP(r *run) {
 	r.need("python3", "wrk")
 	ns := testns.New(r.t, "pyh").Name
-	www := filepath.Join(r.dir, "www")
-	if err := os.MkdirAll(www, 0o755); err != nil {
-		r.t.Fatal(err)
-	}
-	r.writeFile("www/index.html", "<html><body>"+strings.Repeat("corpus ", 80)+"</body></html>\n")
+	www := webRoot(r)
 	ap := netip.MustParseAddrPort(pyHTTPAddr)
 	srv := r.start(ns, "http-server", "python3", "-m", "http.server", strconv.Itoa(int(ap.Port())), "--bind", ap.Addr().String(), "--directory", www)
 	waitListen(r.t, ns, int(ap.Port()), srv)
