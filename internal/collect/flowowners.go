@@ -28,9 +28,10 @@ const (
 	// flowMaxDump: a dump walks the host's TCP tables, every namespace's
 	// sockets included, so the namespace's own count is not enough. A
 	// dump of D reaches a connection of lifetime L while it lives with a
-	// chance of about L/D, so when the sample's own dump took longer than
-	// this (fewer than 8 rounds fit flowBudget) the openers stay unnamed
-	// rather than spend the budget, or more, on dumps that catch nothing.
+	// chance of about L/D, so when the look's first dump takes longer than
+	// this (fewer than 8 rounds fit flowBudget) the look stops: the
+	// openers stay unnamed rather than the budget go on dumps that catch
+	// nothing.
 	flowMaxDump  = flowBudget / 8
 	flowMaxFlows = 16
 	flowMaxProcs = 8
@@ -99,8 +100,7 @@ func (c *Collector) nameFlowOwners(ns netns.NS, s *snapshot.Snapshot, own *procs
 	if len(need) == 0 || len(need) > flowMaxFlows {
 		return
 	}
-	if why := flowUnlookable(s); why != "" {
-		s.AddError(snapshot.SourceFlowOwners, fmt.Errorf("second look not taken: %s", why))
+	if len(s.Sockets) > flowMaxSockets {
 		return
 	}
 	var top uint32
@@ -130,10 +130,12 @@ func (c *Collector) nameFlowOwners(ns netns.NS, s *snapshot.Snapshot, own *procs
 	// One thread in the namespace for every round: entering it costs more
 	// than these connections live.
 	deadline := time.Now().Add(flowBudget)
+	slow := false
 	_ = netns.Do(ns, func() error {
-		for round := 0; round < flowRounds && len(found) < len(need) && time.Now().Before(deadline); round++ {
+		dumps := 0
+		for round := 0; round < flowRounds && len(found) < len(need) && time.Now().Before(deadline) && !slow; round++ {
 			for _, pid := range cands {
-				if !time.Now().Before(deadline) {
+				if !time.Now().Before(deadline) || slow {
 					break
 				}
 				// fds first, then the dump: a dump walks every socket of the
@@ -148,6 +150,7 @@ func (c *Collector) nameFlowOwners(ns netns.NS, s *snapshot.Snapshot, own *procs
 				for _, ino := range held {
 					holds[ino] = true
 				}
+				start := time.Now()
 				_ = sockdiag.Dump(sockdiag.Options{States: 1<<snapshot.Established | 1<<snapshot.SynSent | 1<<snapshot.CloseWait}, func(sk *snapshot.Socket) error {
 					if k := (flowKey{sk.Local.Addr(), sk.Remote}); need[k] && holds[sk.Inode] {
 						if found[k] == nil {
@@ -158,10 +161,17 @@ func (c *Collector) nameFlowOwners(ns netns.NS, s *snapshot.Snapshot, own *procs
 					}
 					return nil
 				})
+				dumps++
+				slow = dumps == 1 && tooSlow(time.Since(start))
 			}
 		}
 		return nil
 	})
+	if slow && len(found) == 0 {
+		// The message is the same in every sample, so a report says it
+		// once.
+		s.AddError(snapshot.SourceFlowOwners, fmt.Errorf("second look stopped: a dump of this namespace, which walks the host's TCP tables (every namespace's sockets), took longer than %s, so it reaches connections this short after they closed", flowMaxDump))
+	}
 	for k, pids := range found {
 		for pid, n := range pids {
 			s.FlowOwners = append(s.FlowOwners, snapshot.FlowOwner{Local: k.local, Remote: k.remote, Pid: pid, Sockets: n})
@@ -175,26 +185,6 @@ func (c *Collector) nameFlowOwners(ns netns.NS, s *snapshot.Snapshot, own *procs
 	}
 }
 
-// flowUnlookable says why a second look could not catch s's short
-// connections at a bearable cost (flowMaxSockets, flowMaxDump); "" when
-// it can.
-func flowUnlookable(s *snapshot.Snapshot) string {
-	switch d := dumpTook(s); {
-	case len(s.Sockets) > flowMaxSockets:
-		return fmt.Sprintf("%d sockets in the namespace, more than %d", len(s.Sockets), flowMaxSockets)
-	case d > flowMaxDump:
-		return fmt.Sprintf("a dump takes %s here (the host's TCP tables, every namespace's sockets), longer than %s: it would reach connections this short after they closed",
-			d.Round(time.Millisecond), flowMaxDump)
-	}
-	return ""
-}
-
-// dumpTook is how long s's socket dump took; 0 when not timed.
-func dumpTook(s *snapshot.Snapshot) time.Duration {
-	for _, st := range s.Sources {
-		if st.Source == snapshot.SourceSockdiag {
-			return st.Duration
-		}
-	}
-	return 0
-}
+// tooSlow: a dump that took d catches too few connections of a few
+// milliseconds to be worth the budget (flowMaxDump).
+func tooSlow(d time.Duration) bool { return d > flowMaxDump }

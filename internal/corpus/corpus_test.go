@@ -170,7 +170,7 @@ func scenarios() []scenario {
 		{name: "python3 http.server under wrk",
 			software: "python3 -m http.server with its defaults (HTTP/1.0: each response ends the connection; listen backlog 5) serving a small file, wrk -t2 -c50 -d8s keep-alive load: wrk reconnects after every response, and the 5-deep accept queue overflows",
 			want: []Expect{
-				{Rule: "listen-overflow", Min: diag.Warning, Command: "python3", Proc: "http-server", Service: pyHTTPAddr, Fix: "listen(fd, 4096)"},
+				{Rule: "listen-overflow", Min: diag.Warning, Command: "python3", Proc: "http-server", Service: pyHTTPAddr, Fix: "request_queue_size = 4096"},
 				{Rule: "connection-churn", Min: diag.Warning, Max: diag.Warning, Command: "wrk", Remote: pyHTTPAddr, Fix: "make the service keep connections open between requests"},
 				// Backlog 5 bounds the SYN queue too: cookies now and then.
 				{Rule: "syn-queue-overflow", Optional: true, Max: diag.Warning, Command: "python3", Proc: "http-server", Service: pyHTTPAddr},

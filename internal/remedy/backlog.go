@@ -39,6 +39,9 @@ func Backlog(cmd string, port uint16, n, somax int64, hasSomax bool) []diag.Fix 
 		app("node", "Node asks for 511 by default", fmt.Sprintf("server.listen(%d, host, %d)", port, n))
 	case strings.HasPrefix(cmd, "redis"):
 		app("redis", "Redis asks for tcp-backlog (511 by default)", fmt.Sprintf("tcp-backlog %d", n))
+	case strings.HasPrefix(cmd, "python"):
+		app("python", fmt.Sprintf("Python: socketserver and http.server listen with request_queue_size (5 by default); asyncio's create_server with backlog=100; gunicorn and uvicorn take --backlog (2048): ask for %d", n),
+			fmt.Sprintf("class Server(http.server.ThreadingHTTPServer): request_queue_size = %d  /  loop.create_server(..., backlog=%d)  /  gunicorn --backlog %d", n, n, n))
 	default:
 		app("listen(2)", fmt.Sprintf("pass %d as the listen() backlog: Netty option(ChannelOption.SO_BACKLOG, %d), nginx listen %d backlog=%d;, Java new ServerSocket(%d, %d), Tomcat acceptCount=%d, Node server.listen(%d, host, %d); Go's net.Listen already asks for somaxconn (read once per process)",
 			n, n, port, n, port, n, n, port, n), fmt.Sprintf("listen(fd, %d)", n))

@@ -34,7 +34,7 @@ func connectionChurn() diag.Rule {
 func churnSeverity(c *tcpmodel.Churn) diag.Severity {
 	r := c.Rate()
 	switch {
-	case r >= churnWarnRate && c.LocalOpener && c.Lifetime() < churnLongLife:
+	case r >= churnWarnRate && c.LocalOpener && !reused(c):
 		return diag.Warning
 	case r >= churnInfoRate:
 		return diag.Info
@@ -96,12 +96,17 @@ func churnFinding(in *diag.Input, c *tcpmodel.Churn, sev diag.Severity) diag.Fin
 			service += fmt.Sprintf(" (%s pid %d)", tcpmodel.Command(cur, s), s)
 		}
 	}
-	life := c.Lifetime()
+	// The new connections' lifetime: a pool's old ones do not count, and
+	// it cannot show more than the window.
+	life := c.NewLifetime()
+	long := reused(c)
 	sum := fmt.Sprintf("%s opens %.0f new connections/s to %s", opener, c.Rate(), service)
-	if life > 0 {
+	switch {
+	case long:
+		sum += fmt.Sprintf(", each open %s or more", units.Dur(life))
+	case life > 0:
 		sum += fmt.Sprintf(", each open about %s", units.Dur(life))
 	}
-	long := life >= churnLongLife
 	if life < churnShortLife {
 		sum += ": about one request per connection"
 	}
@@ -123,7 +128,8 @@ func churnFinding(in *diag.Input, c *tcpmodel.Churn, sev diag.Severity) diag.Fin
 	ev := []diag.Evidence{
 		{Name: "connections closed", Value: fmt.Sprintf("%.1f/s: %d in %s (%d closed first by the opener, %d by the service), %d in the last %s", c.CloseRate(), c.Closed(), w, c.ClosedByOpener, c.ClosedByService, c.ClosedRecent, units.Dur(c.Recent)),
 			Source: "sock_diag TIME-WAIT sockets younger than the window (idiag_expires), either side; the higher of the window's rate and the last second's (TIME_WAIT sockets are recycled within the window at high rates)", Threshold: fmt.Sprintf("warning >= %.0f/s with the opener on this host, info >= %.0f/s", churnWarnRate, churnInfoRate)},
-		{Name: "open now", Value: fmt.Sprintf("%d (mean lifetime %s by Little's law: open / rate)", c.Open, units.Dur(life)), Source: "sock_diag connections of the flow in other states"},
+		{Name: "open now", Value: fmt.Sprintf("%d, %d of them opened in the window (their mean lifetime %s by Little's law: opened in the window and open / rate; %s over all open)", c.Open, c.OpenNew, units.Dur(life), units.Dur(c.Lifetime())),
+			Source: "sock_diag connections of the flow in other states; the previous sample for which are new"},
 	}
 	if c.LocalOpener {
 		v := c.Openers.List(cur)
@@ -185,8 +191,8 @@ func churnFinding(in *diag.Input, c *tcpmodel.Churn, sev diag.Severity) diag.Fin
 				Risk: "idle connections use memory and a file descriptor each"})
 		case c.LocalService:
 			// A keep-alive client closes first when the response says it
-			// must (wrk against python3 -m http.server: 87 % of closes).
-			fixes = append(fixes, diag.Fix{Scope: "application", Target: "server", Text: "if the client already keeps connections alive, the service ends them: a client closes first itself when the response is HTTP/1.0 or carries Connection: close (python3 http.server's default is HTTP/1.0: set protocol_version = \"HTTP/1.1\" on the handler); make the service keep connections open between requests",
+			// must (wrk against python3 -m http.server: most closes).
+			fixes = append(fixes, diag.Fix{Scope: "application", Target: "server", Text: "if the client already keeps connections alive, the service may be ending them: a client closes first itself when the server says so (HTTP/1.0, or Connection: close; python3's http.server answers HTTP/1.0 by default: set protocol_version = \"HTTP/1.1\" on its handler); make the service keep connections open between requests",
 				Risk: "idle connections use memory and a file descriptor each"})
 		}
 	}
@@ -202,11 +208,19 @@ func churnFinding(in *diag.Input, c *tcpmodel.Churn, sev diag.Severity) diag.Fin
 const churnShortLife = 100 * time.Millisecond
 
 // churnLongLife: connections living this long on average are reused
-// (wrk against a stock nginx: about 1.5 s, ended by keepalive_requests
+// (wrk against a stock nginx: about 2 s, ended by keepalive_requests
 // 1000), and their setup is a small share of their use: a note at most,
 // whatever the rate. The port and TIME_WAIT rules judge the ports they
 // hold.
 const churnLongLife = time.Second
+
+// reused: the connections opened in the window live churnLongLife on
+// average (Churn.NewLifetime, so that a pool's old connections beside
+// one-request ones do not count), or three quarters of a shorter window,
+// the most that estimate can show.
+func reused(c *tcpmodel.Churn) bool {
+	return c.NewLifetime() >= min(churnLongLife, c.Window*3/4)
+}
 
 // prevOpener names the owner of the flow's opener-side connections in the
 // previous sample, 0 when none is known: short connections often end

@@ -17,9 +17,14 @@ import (
 // and neither the summary nor the fixes say it opens one per request.
 func TestChurnReusedConnections(t *testing.T) {
 	flow := tcpmodel.Flow{Opener: netip.MustParseAddr("127.0.0.1"), Service: netip.MustParseAddrPort("127.0.0.1:8080")}
+	// All open connections new in the window unless a pool is given.
 	churn := func(open, byService, byOpener int) *tcpmodel.Churn {
 		return &tcpmodel.Churn{Flow: flow, Window: 5 * time.Second, ClosedByService: byService, ClosedByOpener: byOpener,
-			Open: open, LocalOpener: true, LocalService: true}
+			Open: open, OpenNew: open, LocalOpener: true, LocalService: true}
+	}
+	withPool := func(c *tcpmodel.Churn, pool int) *tcpmodel.Churn {
+		c.Open += pool
+		return c
 	}
 	in := diag.NewInput(&snapshot.Snapshot{}, &snapshot.Snapshot{Taken: time.Unix(5, 0)}, diag.Options{})
 	for _, c := range []struct {
@@ -30,8 +35,11 @@ func TestChurnReusedConnections(t *testing.T) {
 	}{
 		{"one request per connection", churn(5, 750, 0), diag.Warning, "about one request per connection", "instead of opening one per request"},
 		// wrk against python3 -m http.server (HTTP/1.0): wrk closes first.
-		{"keep-alive client, HTTP/1.0 server", churn(5, 90, 660), diag.Warning, "the opener closes first", "python3 http.server's default is HTTP/1.0"},
+		{"keep-alive client, HTTP/1.0 server", churn(5, 90, 660), diag.Warning, "the opener closes first", "python3's http.server answers HTTP/1.0 by default"},
 		{"server ends reused connections", churn(300, 750, 0), diag.Info, "end after a number of requests or an idle time set by the service", "keepalive_requests (default 1000)"},
+		// A pool of 300 beside one-request connections: 2 s on average,
+		// but the new ones live 7 ms.
+		{"pool beside one-request connections", withPool(churn(1, 0, 150*5), 300), diag.Warning, "the opener closes first", "instead of opening one per request"},
 		{"either side closes reused connections first", churn(300, 350, 400), diag.Info, "the opener closes first (TIME_WAIT on its side, holding its ports); connections this long are reused", "maximum connection lifetime"},
 	} {
 		sev := churnSeverity(c.c)

@@ -97,7 +97,7 @@ func TestChurnOpenerSecondLookSkipped(t *testing.T) {
 	if v := evidence(res.Findings[0], "opener"); !strings.Contains(v, "its second look reached them") {
 		t.Errorf("second look taken: opener %q", v)
 	}
-	why := "second look not taken: a dump takes 1.2s here"
+	why := "second look stopped: a dump of this namespace took longer than 18.75ms"
 	cur.AddError(snapshot.SourceFlowOwners, errors.New(why))
 	res = runRule(connectionChurn(), prev, cur)
 	if v := evidence(res.Findings[0], "opener"); !strings.Contains(v, "ended before the owner scan reached them; "+why) {

@@ -88,7 +88,9 @@ func checkListenOverflow(in *diag.Input) ([]diag.Finding, error) {
 		// A near-full listener explains the netns-wide counter; so do the
 		// eBPF source's drops at a listener (the kernel names it), and the
 		// only listener there is (a queue of 5 fills and drains between
-		// samples).
+		// samples). No eBPF drops at the only listener do not clear it:
+		// SYNs a full queue refuses are freed with consume_skb, not
+		// counted as drops, yet count in ListenOverflows.
 		var explain []listener
 		for _, l := range ls {
 			dropped, _ := tcpmodel.DropsAt(cur, l.sk.Local)
@@ -212,15 +214,15 @@ func listenerFinding(in *diag.Input, l listener, over, drops int64, hasDrops boo
 		summary += fmt.Sprintf("; listener %s dropped %d handshakes (kfree_skb %s)", listenerName(sk.Local), dropped, tcpmodel.ReasonListenOverflow)
 	}
 	ev = append(ev, abortOnOverflowEvidence(cur))
-	held := acceptedOn(cur, sk)
-	if held.total > 0 {
-		ev = append(ev, diag.Evidence{Name: "accepted connections held", Value: held.String(cur),
+	acc := acceptedOn(cur, sk, func(c *snapshot.Socket) bool { return in.PrevOf(c) == nil })
+	if acc.total > 0 {
+		ev = append(ev, diag.Evidence{Name: "accepted connections held", Value: acc.String(cur),
 			Source: "sock_diag connections on the listener's address and port, by owner (/proc/PID/fd)"})
 	}
 	ev = append(ev, notes...)
 	fixes := backlogFixes(cur, sk, target, somax, hasSomax)
-	if capped(in, &l, held) {
-		fixes = append([]diag.Fix{connCapFix(cur, sk, held)}, fixes...)
+	if capped(in, &l, acc) {
+		fixes = append([]diag.Fix{connCapFix(cur, sk, acc)}, fixes...)
 	}
 	return diag.Finding{Severity: sev, Subject: sub, Summary: summary, Evidence: ev, Fixes: fixes}
 }
@@ -231,34 +233,39 @@ func listenerFinding(in *diag.Input, l listener, over, drops int64, hasDrops boo
 const capMinHeld = 256
 
 // capped: the accept queue was near full in both samples while the
-// owners held at least capMinHeld accepted connections and no more than
-// before (give or take 1 %): they take a connection only when one closes.
-// A slow acceptor under a storm holds more at each sample (the lab's C2).
-func capped(in *diag.Input, l *listener, now held) bool {
+// owners held at least capMinHeld accepted connections, no more than
+// before (1 % or 8 more at most), some of them new: they take a
+// connection only when one closes. A slow acceptor under a storm holds
+// more at each sample (the lab's C2); one whose accept loop is stuck
+// takes no new ones.
+func capped(in *diag.Input, l *listener, now accepted) bool {
 	near := func(q uint32) bool { return q > 0 && float64(q) >= listenNearFull*float64(l.sk.SendQ) }
-	if !l.hasPrev || !near(l.sk.RecvQ) || !near(l.prevQ) || now.owned() < capMinHeld {
+	if !l.hasPrev || !near(l.sk.RecvQ) || !near(l.prevQ) || now.owned() < capMinHeld || now.fresh == 0 {
 		return false
 	}
 	p := in.PrevOf(l.sk)
 	if p == nil {
 		return false
 	}
-	before := acceptedOn(in.Prev, p).owned()
-	return now.owned() <= before+max(8, before/100)
+	before := acceptedOn(in.Prev, p, nil)
+	n, b := now.owned(), before.owned()
+	return n <= b+max(8, b/100)
 }
 
-// held is the connections a listener accepted that are still open, by
-// owner; unowned ones are in its queue or were not matched to a process.
-type held struct {
-	by     tcpmodel.Tally
-	total  int
-	byPid  map[int]int
-	nprocs int
+// accepted is the connections a listener accepted that are still open,
+// by owner; unowned ones are in its queue or were not matched to a
+// process.
+type accepted struct {
+	by    tcpmodel.Tally
+	total int
+	byPid map[int]int
+	// fresh is the owned ones new since the previous sample.
+	fresh int
 }
 
-func (h held) owned() int {
+func (a *accepted) owned() int {
 	n := 0
-	for _, c := range h.byPid {
+	for _, c := range a.byPid {
 		n += c
 	}
 	return n
@@ -266,21 +273,22 @@ func (h held) owned() int {
 
 // String is "1940 in all: nginx(pid 8397) 713 open, nginx(pid 8398) 712
 // open; 515 with no owner (...)".
-func (h *held) String(s *snapshot.Snapshot) string {
-	v := fmt.Sprintf("%d in all", h.total)
-	if l := h.by.List(s); l != "" {
+func (a *accepted) String(s *snapshot.Snapshot) string {
+	v := fmt.Sprintf("%d in all", a.total)
+	if l := a.by.List(s); l != "" {
 		v += ": " + l
 	}
-	if un := h.total - h.owned(); un > 0 {
+	if un := a.total - a.owned(); un > 0 {
 		v += fmt.Sprintf("; %d with no owner (in the accept queue, or not matched)", un)
 	}
 	return v
 }
 
 // acceptedOn counts the open connections on ln's address and port
-// (server side: not LISTEN, TIME_WAIT or a request socket).
-func acceptedOn(s *snapshot.Snapshot, ln *snapshot.Socket) held {
-	h := held{byPid: map[int]int{}}
+// (server side: not LISTEN, TIME_WAIT or a request socket); isNew, when
+// not nil, tells the owned ones new since the previous sample.
+func acceptedOn(s *snapshot.Snapshot, ln *snapshot.Socket, isNew func(*snapshot.Socket) bool) accepted {
+	a := accepted{byPid: map[int]int{}}
 	for i := range s.Sockets {
 		sk := &s.Sockets[i]
 		switch sk.State {
@@ -290,19 +298,21 @@ func acceptedOn(s *snapshot.Snapshot, ln *snapshot.Socket) held {
 		if sk.Family != ln.Family || !tcpmodel.SameListener(ln.Local, sk.Local) {
 			continue
 		}
-		h.total++
+		a.total++
 		if len(sk.Pids) > 0 {
-			h.by.Add(sk.Pids[0])
-			h.byPid[sk.Pids[0]]++
+			a.by.Add(sk.Pids[0])
+			a.byPid[sk.Pids[0]]++
+			if isNew != nil && isNew(sk) {
+				a.fresh++
+			}
 		}
 	}
-	h.nprocs = len(h.byPid)
-	return h
+	return a
 }
 
 // connCapFix: the owners stopped accepting while holding many
 // connections; a larger backlog only lengthens the wait.
-func connCapFix(s *snapshot.Snapshot, ln *snapshot.Socket, h held) diag.Fix {
+func connCapFix(s *snapshot.Snapshot, ln *snapshot.Socket, h accepted) diag.Fix {
 	_, cmd := tcpmodel.FirstOwner(s, ln)
 	most := 0
 	for _, c := range h.byPid {
@@ -312,12 +322,12 @@ func connCapFix(s *snapshot.Snapshot, ln *snapshot.Socket, h held) diag.Fix {
 		Text: fmt.Sprintf("the queue stayed full in both samples while the owners hold %d accepted connections (up to %d per process): a server stops accepting at a connection cap of its own, and a larger backlog only makes clients wait longer; raise the cap: nginx worker_connections (768 in Debian's nginx.conf, 512 built in) with worker_rlimit_nofile, Tomcat maxConnections, HAProxy maxconn, Node server.maxConnections",
 			h.owned(), most),
 		Risk: "each connection holds memory and a descriptor: raise the file limit with it (nginx worker_rlimit_nofile, systemd LimitNOFILE)"}
-	if strings.HasPrefix(cmd, "nginx") && h.nprocs > 0 {
+	if procs := len(h.byPid); strings.HasPrefix(cmd, "nginx") && procs > 0 {
 		// Room for what is held and what waits (total counts both), twice
 		// over, per worker.
-		n := tcpmodel.NextPow2(int64(2 * h.total / h.nprocs))
+		n := tcpmodel.NextPow2(int64(2 * h.total / procs))
 		f.Target = "nginx"
-		f.Text = fmt.Sprintf("nginx's %d workers hold %d accepted connections (up to %d each) and the queue stayed full in both samples: each worker stops accepting at worker_connections (768 in Debian's nginx.conf, 512 built in), and a larger backlog only makes clients wait longer", h.nprocs, h.owned(), most)
+		f.Text = fmt.Sprintf("nginx's %d workers hold %d accepted connections (up to %d each) and the queue stayed full in both samples: each worker stops accepting at worker_connections (768 in Debian's nginx.conf, 512 built in), and a larger backlog only makes clients wait longer", procs, h.owned(), most)
 		f.Command = fmt.Sprintf("events { worker_connections %d; }  worker_rlimit_nofile %d;", n, 2*n)
 	}
 	return f

@@ -127,8 +127,9 @@ func TestListenOverflowCases(t *testing.T) {
 }
 
 // nginxAtCap is listenSnap's nginx listener (backlog 511, queue q) with two
-// workers holding perWorker accepted connections each and q waiting.
-func nginxAtCap(at time.Time, q uint32, perWorker int, overflows int64) *snapshot.Snapshot {
+// workers holding perWorker accepted connections each and q waiting;
+// connections of another gen are other connections (other cookies).
+func nginxAtCap(at time.Time, q uint32, perWorker int, overflows int64, gen int) *snapshot.Snapshot {
 	s := listenSnap(at, q, 511, overflows, true)
 	s.Sockets[0].Family = 2
 	s.Procs[11] = &snapshot.Proc{Pid: 11, Command: "nginx", FDs: perWorker + 8}
@@ -137,7 +138,7 @@ func nginxAtCap(at time.Time, q uint32, perWorker int, overflows int64) *snapsho
 		for range n {
 			port := uint16(10000 + len(s.Sockets))
 			s.Sockets = append(s.Sockets, snapshot.Socket{Family: 2, State: snapshot.Established, Local: netip.MustParseAddrPort("127.0.0.1:9000"),
-				Remote: netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port), Cookie: uint64(port), Pids: pids})
+				Remote: netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port), Cookie: uint64(gen)<<32 | uint64(port), Pids: pids})
 		}
 	}
 	add(perWorker, []int{11})
@@ -152,7 +153,9 @@ func nginxAtCap(at time.Time, q uint32, perWorker int, overflows int64) *snapsho
 func TestListenOverflowConnectionCap(t *testing.T) {
 	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	t1 := t0.Add(5 * time.Second)
-	res := runRule(listenOverflow(), nginxAtCap(t0, 505, 700, 0), nginxAtCap(t1, 508, 700, 700))
+	// Every connection of the second sample new: the workers take one as
+	// one closes.
+	res := runRule(listenOverflow(), nginxAtCap(t0, 505, 700, 0, 1), nginxAtCap(t1, 508, 700, 700, 2))
 	if len(res.Findings) != 1 {
 		t.Fatalf("findings: %+v", res.Findings)
 	}
@@ -166,9 +169,11 @@ func TestListenOverflowConnectionCap(t *testing.T) {
 	}
 	for name, c := range map[string]struct{ prev, cur *snapshot.Snapshot }{
 		// The workers may still be accepting.
-		"full only now": {nginxAtCap(t0, 10, 700, 0), nginxAtCap(t1, 508, 700, 700)},
+		"full only now": {nginxAtCap(t0, 10, 700, 0, 1), nginxAtCap(t1, 508, 700, 700, 2)},
 		// A slow acceptor under a storm: full in both, holding more.
-		"holding more": {nginxAtCap(t0, 505, 500, 0), nginxAtCap(t1, 508, 700, 700)},
+		"holding more": {nginxAtCap(t0, 505, 500, 0, 1), nginxAtCap(t1, 508, 700, 700, 2)},
+		// A stuck accept loop: the same connections, none new.
+		"none new": {nginxAtCap(t0, 505, 700, 0, 1), nginxAtCap(t1, 508, 700, 700, 1)},
 	} {
 		res = runRule(listenOverflow(), c.prev, c.cur)
 		for _, fx := range res.Findings[0].Fixes {

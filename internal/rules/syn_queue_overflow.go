@@ -51,13 +51,19 @@ func (l *synListener) fill() float64 {
 	return float64(max(l.reqs, l.prev)) / float64(l.sk.SendQ)
 }
 
-// nearFull: at synNearFull of the backlog, or one request short of it (a
-// backlog under 10, where 90 % is the backlog itself: python3's
+// nearFull: at synNearFull of the backlog, or one request short of a
+// small one (synSmallBacklog, where 90 % is the backlog itself: python3's
 // http.server listens with 5).
 func (l *synListener) nearFull() bool {
 	peak := max(l.reqs, l.prev)
-	return peak > 0 && (float64(peak) >= synNearFull*float64(l.sk.SendQ) || peak >= int(l.sk.SendQ)-1)
+	return peak > 0 && (float64(peak) >= synNearFull*float64(l.sk.SendQ) || l.small() && peak >= int(l.sk.SendQ)-1)
 }
+
+// synSmallBacklog: a backlog below this fills and drains between samples
+// with a burst a sample cannot catch.
+const synSmallBacklog = 10
+
+func (l *synListener) small() bool { return l.sk.SendQ < synSmallBacklog }
 
 // acceptFull says whether the listener's accept queue was near full in
 // either sample, as listen-overflow judges it: its backlog then bounds
@@ -76,7 +82,10 @@ func (l *synListener) fullNow() bool { return l.reqs > 0 && l.reqs >= int(l.sk.S
 // whether the counter was present in both samples and did not go back.
 type synCounters struct {
 	dropsNotOverflow, reqFullDrop, reqFullCookies, cookiesSent, cookiesFailed, cookiesRecv int64
-	hasDrops, hasReqFullDrop, hasReqFullCookies, hasSent, hasFailed, hasRecv               bool
+	// overflows is TcpExt.ListenOverflows' delta (0 when unknown): the
+	// accept queue overflowed, which listen-overflow reports.
+	overflows                                                                int64
+	hasDrops, hasReqFullDrop, hasReqFullCookies, hasSent, hasFailed, hasRecv bool
 }
 
 func (c synCounters) any() bool {
@@ -105,6 +114,7 @@ func synDeltas(in *diag.Input) synCounters {
 	if ok1 && ok2 {
 		c.dropsNotOverflow, c.hasDrops = max(0, drops-over), true
 	}
+	c.overflows = over
 	c.reqFullDrop, c.hasReqFullDrop = get("TcpExt.TCPReqQFullDrop")
 	c.reqFullCookies, c.hasReqFullCookies = get("TcpExt.TCPReqQFullDoCookies")
 	c.cookiesSent, c.hasSent = get("TcpExt.SyncookiesSent")
@@ -212,7 +222,7 @@ func checkSynQueueOverflow(in *diag.Input) ([]diag.Finding, error) {
 	// drains between samples).
 	var explain []*synListener
 	for _, l := range ls {
-		sameBacklog := dropped == 0 && max(l.reqs, l.prev) > 0 && l.acceptFull(in)
+		sameBacklog := dropped == 0 && l.small() && max(l.reqs, l.prev) > 0 && l.acceptFull(in)
 		if moved && (l.nearFull() || sameBacklog) || !moved && l.fullNow() {
 			explain = append(explain, l)
 		}
@@ -350,7 +360,7 @@ func synListenerFinding(in *diag.Input, l *synListener, c synCounters, cookiesMe
 	}
 	srcs, few, top := synSources(l)
 	ev := []diag.Evidence{
-		{Name: "SYN-RECV request sockets (SYN queue)", Value: qv, Source: "sock_diag SYN-RECV sockets on this listener's address and port", Threshold: fmt.Sprintf(">= %.0f%% of backlog %d", synNearFull*100, sk.SendQ)},
+		{Name: "SYN-RECV request sockets (SYN queue)", Value: qv, Source: "sock_diag SYN-RECV sockets on this listener's address and port", Threshold: fmt.Sprintf(">= %.0f%% of backlog %d, or one short of a backlog under %d", synNearFull*100, sk.SendQ, synSmallBacklog)},
 		{Name: "backlog (Send-Q), also the SYN queue's limit", Value: fmt.Sprint(sk.SendQ), Source: "sock_diag LISTEN idiag_wqueue = min(listen() backlog, somaxconn)"},
 		{Name: "request sources", Value: srcs, Source: "sock_diag SYN-RECV remote addresses", Threshold: fmt.Sprintf("top %d >= %s: flood or clients that never finish the handshake", synFloodTop, units.Pct(synFloodShare))},
 		{Name: "SYN-ACKs retransmitted", Value: fmt.Sprintf("%d of %d requests (a retransmitted SYN-ACK was not acknowledged: typical of spoofed floods)", l.synacks, l.reqs), Source: "sock_diag SYN-RECV idiag_retrans"},
@@ -367,7 +377,7 @@ func synListenerFinding(in *diag.Input, l *synListener, c synCounters, cookiesMe
 	// overflowed with it: the one backlog is the fault and listen-overflow
 	// its warning. A SYN queue full at the sample (clients that never
 	// finish, TCP_DEFER_ACCEPT) is a fault of its own.
-	both := in.Prev != nil && dropped == 0 && !l.fullNow() && l.acceptFull(in)
+	both := in.Prev != nil && dropped == 0 && c.overflows > 0 && !l.fullNow() && l.acceptFull(in)
 	if both {
 		sev = diag.Info
 	}
@@ -483,7 +493,7 @@ func synTransient(in *diag.Input, ls []*synListener, c synCounters, cookiesMean 
 		what = fmt.Sprintf("%d SYNs went to SYN cookies (%d cookies sent)", c.cookies(), c.cookiesSent)
 	}
 	ev := append(synCounterEvidence(in, c, cookiesMean),
-		diag.Evidence{Name: "listeners (fullest SYN queue first)", Value: listed, Source: "sock_diag LISTEN Send-Q and SYN-RECV sockets", Threshold: fmt.Sprintf("none at >= %.0f%% of its backlog in either sample", synNearFull*100)})
+		diag.Evidence{Name: "listeners (fullest SYN queue first)", Value: listed, Source: "sock_diag LISTEN Send-Q and SYN-RECV sockets", Threshold: fmt.Sprintf("none at >= %.0f%% of its backlog (one short of a backlog under %d) in either sample", synNearFull*100, synSmallBacklog)})
 	ev = append(ev, synRetransmitsByDest(cur))
 	ev = append(ev, synSysctlEvidence(cur)...)
 	fixes := []diag.Fix{{Scope: "application", Target: "diagnosis",

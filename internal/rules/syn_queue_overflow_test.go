@@ -62,6 +62,10 @@ func TestSynQueueOverflowCases(t *testing.T) {
 		// Its accept queue full too: one backlog, listen-overflow warns.
 		"cookies, backlog 5, accept queue full": {backlog5(synSnap(t0, 2, "198.18.0.9", synCtr(0, 0, 0, 0, 0, 0), "1"), 5), backlog5(synSnap(t1, 4, "198.18.0.9", synCtr(40, 40, 0, 4, 4, 0), "1"), 2),
 			[]diag.Severity{diag.Info}, false, "its accept queue is full too (listen-overflow): backlog 5 bounds both queues"},
+		// Accept queue at its backlog but not overflowing: nothing for
+		// listen-overflow to report, so the cookies stay a warning.
+		"cookies, backlog 5, accept queue at 5/5, no overflows": {backlog5(synSnap(t0, 2, "198.18.0.9", synCtr(0, 0, 0, 0, 0, 0), "1"), 5), backlog5(synSnap(t1, 4, "198.18.0.9", synCtr(0, 0, 0, 4, 4, 0), "1"), 5),
+			[]diag.Severity{diag.Warning}, false, "listener :9000 (nginx pid 10)"},
 		// The SYN queue full at the sample: a fault of its own.
 		"cookies, backlog 5, both queues full now": {backlog5(synSnap(t0, 2, "198.18.0.9", synCtr(0, 0, 0, 0, 0, 0), "1"), 5), backlog5(synSnap(t1, 5, "198.18.0.9", synCtr(40, 40, 0, 4, 4, 0), "1"), 6),
 			[]diag.Severity{diag.Warning}, false, "has a full SYN queue (5 requests, backlog 5)"},

@@ -33,8 +33,10 @@ type Churn struct {
 	ClosedRecent int
 	Recent       time.Duration
 	// Open counts the flow's connections open now (opener-side sockets
-	// when the opener is in this namespace, else service-side).
-	Open int
+	// when the opener is in this namespace, else service-side); OpenNew
+	// those of them the previous sample did not have (known only with
+	// one).
+	Open, OpenNew int
 	// LocalService says the service listens in this namespace; LocalOpener
 	// that opener-side sockets were seen here.
 	LocalService, LocalOpener bool
@@ -95,6 +97,18 @@ func (c *Churn) Lifetime() time.Duration {
 	return time.Duration(float64(c.Open) / r * float64(time.Second))
 }
 
+// NewLifetime is Little's law over the connections opened in the window
+// only (OpenNew): a pool's long-lived connections beside one-request ones
+// to the same service raise Lifetime, not this. It is at most about the
+// window (nothing older counts).
+func (c *Churn) NewLifetime() time.Duration {
+	r := c.Rate()
+	if r <= 0 {
+		return 0
+	}
+	return time.Duration(float64(c.OpenNew) / r * float64(time.Second))
+}
+
 // ChurnOf measures every flow of s over window (the time since the
 // previous sample, looked up by prev). Flows with no connection closed in
 // the window are left out.
@@ -133,7 +147,14 @@ func ChurnOf(s *snapshot.Snapshot, prev PrevState, window time.Duration) []*Chur
 		}
 	}
 	// Then who is behind them: open connections and listeners.
-	serverOpen := map[Flow]int{}
+	serverOpen, serverNew := map[Flow]int{}, map[Flow]int{}
+	isNew := func(sk *snapshot.Socket) bool {
+		if prev == nil {
+			return false
+		}
+		_, was := prev(sk)
+		return !was
+	}
 	for i := range s.Sockets {
 		sk := &s.Sockets[i]
 		switch sk.State {
@@ -143,11 +164,17 @@ func ChurnOf(s *snapshot.Snapshot, prev PrevState, window time.Duration) []*Chur
 		if ls.Of(sk) != nil {
 			if f := (Flow{Opener: sk.Remote.Addr(), Service: sk.Local}); m[f] != nil {
 				serverOpen[f]++
+				if isNew(sk) {
+					serverNew[f]++
+				}
 			}
 			continue
 		}
 		if c := m[Flow{Opener: sk.Local.Addr(), Service: sk.Remote}]; c != nil {
 			c.Open++
+			if isNew(sk) {
+				c.OpenNew++
+			}
 			c.LocalOpener = true
 			if len(sk.Pids) > 0 {
 				c.Openers.Add(sk.Pids[0])
@@ -187,7 +214,7 @@ func ChurnOf(s *snapshot.Snapshot, prev PrevState, window time.Duration) []*Chur
 	out := make([]*Churn, 0, len(m))
 	for f, c := range m {
 		if !c.LocalOpener {
-			c.Open = serverOpen[f]
+			c.Open, c.OpenNew = serverOpen[f], serverNew[f]
 		}
 		// A TIME_WAIT on the opener's side proves the opener is here too.
 		if c.ClosedByOpener > 0 {
