@@ -102,12 +102,14 @@ func churnFinding(in *diag.Input, c *tcpmodel.Churn, sev diag.Severity) diag.Fin
 	long := reused(c)
 	sum := fmt.Sprintf("%s opens %.0f new connections/s to %s", opener, c.Rate(), service)
 	switch {
+	case oldCloses(c):
+		sum = fmt.Sprintf("%s's connections to %s closed at %.0f/s", opener, service, c.Rate())
 	case long:
 		sum += fmt.Sprintf(", each open %s or more", units.Dur(life))
 	case life > 0:
 		sum += fmt.Sprintf(", each open about %s", units.Dur(life))
 	}
-	if life < churnShortLife {
+	if life < churnShortLife && !long {
 		sum += ": about one request per connection"
 	}
 	byService := c.ClosedByService > c.ClosedByOpener
@@ -119,7 +121,10 @@ func churnFinding(in *diag.Input, c *tcpmodel.Churn, sev diag.Severity) diag.Fin
 	default:
 		sum += "; the opener closes first (TIME_WAIT on its side, holding its ports)"
 	}
-	if long {
+	switch {
+	case oldCloses(c):
+		sum += fmt.Sprintf("; %d of the %d closed were open in the previous sample: long-lived connections ending (a restart, a pool draining, the end of a load), not a new connection per request", c.ClosedOld, c.Closed())
+	case long:
 		// Either side may close first when the service ends a connection
 		// with "Connection: close" (wrk against nginx: both, about half each).
 		sum += "; connections this long are reused, and end after a number of requests or an idle time set by the service (nginx keepalive_requests, default 1000, and keepalive_timeout) or by the client's pool (a maximum lifetime)"
@@ -219,7 +224,13 @@ const churnLongLife = time.Second
 // one-request ones do not count), or three quarters of a shorter window,
 // the most that estimate can show.
 func reused(c *tcpmodel.Churn) bool {
-	return c.NewLifetime() >= min(churnLongLife, c.Window*3/4)
+	return c.NewLifetime() >= min(churnLongLife, c.Window*3/4) || oldCloses(c)
+}
+
+// oldCloses: most connections closed in the window were open in the
+// previous sample, so they lived at least the time between the samples.
+func oldCloses(c *tcpmodel.Churn) bool {
+	return c.Closed() > 0 && 2*c.ClosedOld >= c.Closed()
 }
 
 // prevOpener names the owner of the flow's opener-side connections in the

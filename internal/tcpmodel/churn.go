@@ -32,6 +32,11 @@ type Churn struct {
 	// replaces it), so the window undercounts and the recent count does not.
 	ClosedRecent int
 	Recent       time.Duration
+	// ClosedOld counts the closed connections the previous sample had
+	// open: they lived at least the time between the samples (a restart,
+	// a pool draining, the end of a load), unlike a new connection per
+	// request.
+	ClosedOld int
 	// Open counts the flow's connections open now (opener-side sockets
 	// when the opener is in this namespace, else service-side); OpenNew
 	// those of them the previous sample did not have (known only with
@@ -144,6 +149,13 @@ func ChurnOf(s *snapshot.Snapshot, prev PrevState, window time.Duration) []*Chur
 		}
 		if TimeWaitAge(sk) < recent {
 			c.ClosedRecent++
+		}
+		// A TIME_WAIT socket keeps its connection's cookie: one the
+		// previous sample had open lived at least since then.
+		if prev != nil {
+			if st, was := prev(sk); was && st != snapshot.TimeWait {
+				c.ClosedOld++
+			}
 		}
 	}
 	// Then who is behind them: open connections and listeners.
