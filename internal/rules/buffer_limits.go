@@ -61,14 +61,22 @@ func checkBufferLimits(in *diag.Input) ([]diag.Finding, error) {
 		rate float64
 	}
 	bursty := 0
+	idx := in.CurTuples()
 	for i := range s.Sockets {
 		sk := &s.Sockets[i]
 		if sk.State != snapshot.Established {
 			continue
 		}
 		ti := sk.Info
+		// A connection to this host has no network path: its RTT is
+		// scheduling and its peer's reading (5 ms on loopback behind a
+		// reader that pauses), so its rate x RTT sizes no buffer.
+		local := sk.Remote.Addr().IsLoopback() || idx.Peer(sk) != nil
 		if m := sk.Mem; m != nil {
-			need := pathBDP(ti, in.Options.Bandwidth)
+			var need float64
+			if !local {
+				need = pathBDP(ti, in.Options.Bandwidth)
+			}
 			if snd.Core > 0 && int64(m.Sndbuf) == 2*snd.Core {
 				cappedSnd++
 				if need >= float64(m.Sndbuf)/2 {
@@ -90,7 +98,7 @@ func checkBufferLimits(in *diag.Input) ([]diag.Finding, error) {
 		if rate == 0 && ti.Has(snapshot.EndDeliveryRate) && !ti.DeliveryRateAppLimited && ti.DeliveryRate >= bufBusyMinRate {
 			rate = float64(ti.DeliveryRate)
 		}
-		if rate > 0 && rtt > 0 {
+		if rate > 0 && rtt > 0 && !local {
 			if b := bdp.Bytes(rate*8, rtt); b > worst.bdp {
 				worst.bdp, worst.rtt, worst.rate = b, rtt, rate
 			}

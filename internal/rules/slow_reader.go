@@ -66,9 +66,20 @@ type readerGroup struct {
 	pid   int
 	socks []*snapshot.Socket
 	prevs []*snapshot.Socket
-	crit  bool // a reader stopped: data waits and nothing was read
+	crit  bool // a reader stopped: data waits and the application read none of it
 	full  bool // a window held closed across the window
 	total uint64
+}
+
+// consumed is what the application read from a connection over the
+// window: what arrived less what the queue grew by (a transfer that has
+// all arrived is read from the queue, nothing more arriving). ok is
+// false without the counters.
+func consumed(sk, p *snapshot.Socket) (int64, bool) {
+	if sk.Info == nil || p.Info == nil || sk.Info.BytesReceived < p.Info.BytesReceived {
+		return 0, false
+	}
+	return int64(sk.Info.BytesReceived-p.Info.BytesReceived) - (int64(sk.RecvQ) - int64(p.RecvQ)), true
 }
 
 // received is what a connection received over the window (bytes/s);
@@ -114,7 +125,7 @@ func checkSlowReader(in *diag.Input) ([]diag.Finding, error) {
 		if windowClosed(sk) && windowClosed(p) {
 			g.full = true
 		}
-		if r, ok := received(sk, p, in.Window()); ok && r == 0 {
+		if n, ok := consumed(sk, p); ok && n <= 0 {
 			g.crit = true
 		}
 	}
@@ -172,13 +183,12 @@ func slowReaderFinding(in *diag.Input, g *readerGroup, idx tcpmodel.Tuples, ls t
 		ev = append(ev, diag.Evidence{Name: "receive buffer", Value: fmt.Sprintf("rmem_alloc %s of rcvbuf %s (%s full)", units.Bytes(float64(sk.Mem.RmemAlloc)), units.Bytes(float64(sk.Mem.Rcvbuf)), units.Pct(fill(sk))),
 			Source: "sock_diag SK_MEMINFO rmem_alloc, rcvbuf", Threshold: "window closed (tcp_info.rcv_wnd under two segments, or the buffer " + units.Pct(slowReaderFullFill) + " full on kernels before 6.2) in both samples"})
 	}
-	if sk.Info != nil && p.Info != nil && sk.Info.BytesReceived >= p.Info.BytesReceived {
-		got := sk.Info.BytesReceived - p.Info.BytesReceived
-		v := fmt.Sprintf("%s arrived in the window", units.Bytes(float64(got)))
-		if got == 0 {
-			v += ": nothing read or received, the reader looks stuck"
+	if n, ok := consumed(sk, p); ok {
+		v := fmt.Sprintf("%s arrived and %s was read in the window", units.Bytes(float64(sk.Info.BytesReceived-p.Info.BytesReceived)), units.Bytes(float64(max(n, 0))))
+		if n <= 0 {
+			v += ": the application read nothing, it looks stuck"
 		}
-		ev = append(ev, diag.Evidence{Name: "received", Value: v, Source: "sock_diag tcp_info.bytes_received (delta)"})
+		ev = append(ev, diag.Evidence{Name: "received / read", Value: v, Source: "sock_diag tcp_info.bytes_received (delta); read = that less the Recv-Q's growth"})
 	}
 	if sk.Info.Has(snapshot.EndRcvWnd) {
 		ev = append(ev, diag.Evidence{Name: "advertised window", Value: units.Bytes(float64(sk.Info.RcvWnd)), Source: "sock_diag tcp_info.rcv_wnd"})
@@ -187,7 +197,14 @@ func slowReaderFinding(in *diag.Input, g *readerGroup, idx tcpmodel.Tuples, ls t
 		ev = append(ev, diag.Evidence{Name: "backed-up connections", Value: fmt.Sprintf("%d, %s queued in all", len(g.socks), units.Bytes(float64(g.total))), Source: "sock_diag Recv-Q"})
 	}
 	peerNote := "its peer " + sk.Remote.String() + " is held back by the shrinking window (rwnd-limited)"
-	if peer := idx.Peer(sk); peer != nil {
+	// A local sender with nothing left to send is held back by nothing:
+	// the whole transfer waits in this buffer (curl --limit-rate reading
+	// a file nginx sent at once).
+	senderDone := false
+	if peer := idx.Peer(sk); peer != nil && peer.SendQ == 0 && (peer.Info == nil || peer.Info.NotsentBytes == 0) {
+		senderDone = true
+		peerNote = fmt.Sprintf("its local peer %s (%s) has sent all it had: the data waits in this buffer and holds nothing back", sk.Remote, tcpmodel.Who(cur, peer.Pids))
+	} else if peer != nil {
 		peerNote = fmt.Sprintf("its local peer %s (%s) is held back by the shrinking window", sk.Remote, tcpmodel.Who(cur, peer.Pids))
 		if pp := in.PrevOf(peer); pp != nil && peer.Info != nil {
 			if sh, ok := snapshot.ChronoShares(pp.Info, peer.Info, in.Window()); ok && sh.Busy > 0 {
@@ -200,6 +217,10 @@ func slowReaderFinding(in *diag.Input, g *readerGroup, idx tcpmodel.Tuples, ls t
 	verdict := tcpmodel.PathOf(in.Options.Bandwidth, rates, idx, sk, rate).Judge(rate)
 	var sev diag.Severity
 	switch {
+	case senderDone && g.crit:
+		sev = diag.Warning
+	case senderDone:
+		sev = diag.Info
 	case g.crit:
 		sev = diag.Critical
 	case !verdict.Lost:
