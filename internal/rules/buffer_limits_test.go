@@ -27,4 +27,11 @@ func TestBufferLimitsIgnoresLocalPaths(t *testing.T) {
 	if res := runRule(bufferLimits(), nil, snap("198.18.0.9:38816")); len(res.Findings) == 0 {
 		t.Error("remote peer at 12.5 Gbit/s x 5.1 ms: no finding")
 	}
+	// Both ends in this namespace on another address: no path either.
+	s := snap("10.0.0.1:38816")
+	s.Sockets = append(s.Sockets, snapshot.Socket{Family: 2, State: snapshot.Established, Local: netip.MustParseAddrPort("10.0.0.1:38816"),
+		Remote: netip.MustParseAddrPort("10.0.0.1:8080"), Cookie: 2})
+	if res := runRule(bufferLimits(), nil, s); len(res.Findings) != 0 {
+		t.Errorf("local peer: %+v", res.Findings)
+	}
 }

@@ -102,8 +102,6 @@ func churnFinding(in *diag.Input, c *tcpmodel.Churn, sev diag.Severity) diag.Fin
 	long := reused(c)
 	sum := fmt.Sprintf("%s opens %.0f new connections/s to %s", opener, c.Rate(), service)
 	switch {
-	case oldCloses(c):
-		sum = fmt.Sprintf("%s's connections to %s closed at %.0f/s", opener, service, c.Rate())
 	case long:
 		sum += fmt.Sprintf(", each open %s or more", units.Dur(life))
 	case life > 0:
@@ -121,9 +119,10 @@ func churnFinding(in *diag.Input, c *tcpmodel.Churn, sev diag.Severity) diag.Fin
 	default:
 		sum += "; the opener closes first (TIME_WAIT on its side, holding its ports)"
 	}
+	if oldCloses(c) {
+		sum += fmt.Sprintf("; %d of the %d closed were already open at the previous sample and not replaced (a restart, a pool draining, the end of a load): not in the rate", c.ClosedOld-c.OpenNew, c.Closed())
+	}
 	switch {
-	case oldCloses(c):
-		sum += fmt.Sprintf("; %d of the %d closed were open in the previous sample: long-lived connections ending (a restart, a pool draining, the end of a load), not a new connection per request", c.ClosedOld, c.Closed())
 	case long:
 		// Either side may close first when the service ends a connection
 		// with "Connection: close" (wrk against nginx: both, about half each).
@@ -224,13 +223,14 @@ const churnLongLife = time.Second
 // one-request ones do not count), or three quarters of a shorter window,
 // the most that estimate can show.
 func reused(c *tcpmodel.Churn) bool {
-	return c.NewLifetime() >= min(churnLongLife, c.Window*3/4) || oldCloses(c)
+	return c.NewLifetime() >= min(churnLongLife, c.Window*3/4)
 }
 
-// oldCloses: most connections closed in the window were open in the
-// previous sample, so they lived at least the time between the samples.
+// oldCloses: a quarter or more of the connections closed in the window
+// were already open at the previous sample and were not replaced, worth
+// saying: Churn.Rate leaves them out.
 func oldCloses(c *tcpmodel.Churn) bool {
-	return c.Closed() > 0 && 2*c.ClosedOld >= c.Closed()
+	return c.Closed() > 0 && 4*(c.ClosedOld-c.OpenNew) >= c.Closed()
 }
 
 // prevOpener names the owner of the flow's opener-side connections in the

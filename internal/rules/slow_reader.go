@@ -66,9 +66,31 @@ type readerGroup struct {
 	pid   int
 	socks []*snapshot.Socket
 	prevs []*snapshot.Socket
-	crit  bool // a reader stopped: data waits and the application read none of it
+	crit  bool // a reader stopped while its sender waits
+	// stuck: a reader stopped whose local sender has nothing left to send
+	stuck bool
+	// done: every connection's local sender has nothing left to send
+	done  bool
 	full  bool // a window held closed across the window
 	total uint64
+}
+
+// senderDone says whether sk's peer is on this host with nothing left to
+// send, so that the reader holds nothing back: nothing arrived in the
+// window and the peer's Send-Q was empty in both samples (curl
+// --limit-rate reading a file nginx sent at once). One look at the peer
+// is not enough: on loopback a slow stream into an open window is
+// acknowledged at once.
+func senderDone(in *diag.Input, sk, p *snapshot.Socket) bool {
+	if sk.Info == nil || p.Info == nil || sk.Info.BytesReceived != p.Info.BytesReceived {
+		return false
+	}
+	peer := in.CurTuples().Peer(sk)
+	if peer == nil || peer.SendQ != 0 || peer.Info != nil && peer.Info.NotsentBytes != 0 {
+		return false
+	}
+	pp := in.PrevOf(peer)
+	return pp != nil && pp.SendQ == 0
 }
 
 // consumed is what the application read from a connection over the
@@ -116,7 +138,7 @@ func checkSlowReader(in *diag.Input) ([]diag.Finding, error) {
 		}
 		g := groups[key]
 		if g == nil {
-			g = &readerGroup{pid: pid}
+			g = &readerGroup{pid: pid, done: true}
 			groups[key] = g
 		}
 		g.socks = append(g.socks, sk)
@@ -125,8 +147,14 @@ func checkSlowReader(in *diag.Input) ([]diag.Finding, error) {
 		if windowClosed(sk) && windowClosed(p) {
 			g.full = true
 		}
+		done := senderDone(in, sk, p)
+		g.done = g.done && done
 		if n, ok := consumed(sk, p); ok && n <= 0 {
-			g.crit = true
+			if done {
+				g.stuck = true
+			} else {
+				g.crit = true
+			}
 		}
 	}
 	list := make([]*readerGroup, 0, len(groups))
@@ -197,12 +225,7 @@ func slowReaderFinding(in *diag.Input, g *readerGroup, idx tcpmodel.Tuples, ls t
 		ev = append(ev, diag.Evidence{Name: "backed-up connections", Value: fmt.Sprintf("%d, %s queued in all", len(g.socks), units.Bytes(float64(g.total))), Source: "sock_diag Recv-Q"})
 	}
 	peerNote := "its peer " + sk.Remote.String() + " is held back by the shrinking window (rwnd-limited)"
-	// A local sender with nothing left to send is held back by nothing:
-	// the whole transfer waits in this buffer (curl --limit-rate reading
-	// a file nginx sent at once).
-	senderDone := false
-	if peer := idx.Peer(sk); peer != nil && peer.SendQ == 0 && (peer.Info == nil || peer.Info.NotsentBytes == 0) {
-		senderDone = true
+	if peer := idx.Peer(sk); peer != nil && g.done {
 		peerNote = fmt.Sprintf("its local peer %s (%s) has sent all it had: the data waits in this buffer and holds nothing back", sk.Remote, tcpmodel.Who(cur, peer.Pids))
 	} else if peer != nil {
 		peerNote = fmt.Sprintf("its local peer %s (%s) is held back by the shrinking window", sk.Remote, tcpmodel.Who(cur, peer.Pids))
@@ -217,12 +240,12 @@ func slowReaderFinding(in *diag.Input, g *readerGroup, idx tcpmodel.Tuples, ls t
 	verdict := tcpmodel.PathOf(in.Options.Bandwidth, rates, idx, sk, rate).Judge(rate)
 	var sev diag.Severity
 	switch {
-	case senderDone && g.crit:
-		sev = diag.Warning
-	case senderDone:
-		sev = diag.Info
 	case g.crit:
 		sev = diag.Critical
+	case g.stuck:
+		sev = diag.Warning
+	case g.done:
+		sev = diag.Info
 	case !verdict.Lost:
 		return diag.Finding{}, false
 	case g.full:

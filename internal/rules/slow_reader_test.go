@@ -42,6 +42,10 @@ func TestSlowReaderWholeTransferBuffered(t *testing.T) {
 		{"all arrived, read at 200K/s", readerPair(t0, 4_000_000, 2_300_000, 0), readerPair(t1, 4_000_000, 1_300_000, 0), diag.Info, "has sent all it had"},
 		{"all arrived, nothing read", readerPair(t0, 4_000_000, 1_300_000, 0), readerPair(t1, 4_000_000, 1_300_000, 0), diag.Warning, "has sent all it had"},
 		{"sender waiting, nothing read", readerPair(t0, 4_000_000, 1_300_000, 900_000), readerPair(t1, 4_000_000, 1_300_000, 900_000), diag.Critical, "is held back by the shrinking window"},
+		// Still arriving: a sender into an open window on loopback is
+		// acknowledged at once (Send-Q 0) but is not done; the reader read
+		// nothing while it waits.
+		{"still arriving, nothing read", readerPair(t0, 3_000_000, 1_300_000, 0), readerPair(t1, 3_000_000+100_000, 1_400_000, 0), diag.Critical, "is held back by the shrinking window"},
 	} {
 		res := runRule(slowReader(), c.prev, c.cur)
 		if len(res.Findings) != 1 {

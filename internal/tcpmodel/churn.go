@@ -33,9 +33,8 @@ type Churn struct {
 	ClosedRecent int
 	Recent       time.Duration
 	// ClosedOld counts the closed connections the previous sample had
-	// open: they lived at least the time between the samples (a restart,
-	// a pool draining, the end of a load), unlike a new connection per
-	// request.
+	// established: already open then (a restart, a pool draining, the
+	// end of a load), not new connections per request.
 	ClosedOld int
 	// Open counts the flow's connections open now (opener-side sockets
 	// when the opener is in this namespace, else service-side); OpenNew
@@ -61,12 +60,20 @@ func (c *Churn) Closed() int { return c.ClosedByOpener + c.ClosedByService }
 // Rate is connections opened per second as the eBPF source counted them
 // when it did, else connections closed per second, over the window or,
 // when higher, over the recent horizon: in steady state, the rate they
-// are opened at.
+// are opened at. Closes of connections open at the previous sample that
+// new ones did not replace (ClosedOld beyond OpenNew: a restart, a pool
+// draining, the end of a load) are not openings and are left out.
 func (c *Churn) Rate() float64 {
 	if r, ok := c.MeasuredRate(); ok {
 		return r
 	}
-	return c.CloseRate()
+	r := c.CloseRate()
+	if gone := c.ClosedOld - c.OpenNew; gone > 0 {
+		if w := min(c.Window, TimeWaitLen).Seconds(); w > 0 {
+			r = max(r-float64(gone)/w, 0)
+		}
+	}
+	return r
 }
 
 // CloseRate is connections closed per second from TIME_WAIT sockets, over
@@ -151,9 +158,9 @@ func ChurnOf(s *snapshot.Snapshot, prev PrevState, window time.Duration) []*Chur
 			c.ClosedRecent++
 		}
 		// A TIME_WAIT socket keeps its connection's cookie: one the
-		// previous sample had open lived at least since then.
+		// previous sample had established was already open then.
 		if prev != nil {
-			if st, was := prev(sk); was && st != snapshot.TimeWait {
+			if st, was := prev(sk); was && st == snapshot.Established {
 				c.ClosedOld++
 			}
 		}

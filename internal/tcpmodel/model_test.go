@@ -287,3 +287,55 @@ func TestChurnRecycled(t *testing.T) {
 		t.Errorf("rate %.0f/s, want about 5000 (the window alone says %.0f)", r, float64(cs[0].Closed())/3)
 	}
 }
+
+// TestChurnOldCloses: connections the previous sample had established
+// that closed in the window (a TIME_WAIT keeps the cookie) and were not
+// replaced are no openings; replaced ones are steady churn.
+func TestChurnOldCloses(t *testing.T) {
+	svc := netip.AddrPortFrom(lo, 8091)
+	old := map[uint64]bool{}
+	prev := func(sk *snapshot.Socket) (snapshot.State, bool) {
+		if old[sk.Cookie] {
+			return snapshot.Established, true
+		}
+		return 0, false
+	}
+	build := func(closedOld, closedNew, openNew int) *snapshot.Snapshot {
+		clear(old)
+		s := &snapshot.Snapshot{}
+		port := uint16(40000)
+		add := func(st snapshot.State, wasOpen bool) {
+			port++
+			sk := snapshot.Socket{State: st, Local: netip.AddrPortFrom(lo, port), Remote: svc, Cookie: uint64(port), Pids: []int{10}}
+			if st == snapshot.TimeWait {
+				sk.Expires, sk.Pids = 59_000, nil
+			}
+			old[sk.Cookie] = wasOpen
+			s.Sockets = append(s.Sockets, sk)
+		}
+		for range closedOld {
+			add(snapshot.TimeWait, true)
+		}
+		for range closedNew {
+			add(snapshot.TimeWait, false)
+		}
+		for range openNew {
+			add(snapshot.Established, false)
+		}
+		return s
+	}
+	for _, c := range []struct {
+		name                       string
+		closedOld, closedNew, open int
+		rate                       float64
+	}{
+		{"the end of a load", 1000, 0, 0, 0},
+		{"steady churn", 7, 493, 7, 100},
+		{"a pool draining beside churn", 300, 500, 5, 100 + 5.0/5},
+	} {
+		cs := ChurnOf(build(c.closedOld, c.closedNew, c.open), prev, 5*time.Second)
+		if len(cs) != 1 || cs[0].ClosedOld != c.closedOld || cs[0].OpenNew != c.open || cs[0].Rate() != c.rate {
+			t.Errorf("%s: %+v, rate %v, want %v", c.name, cs, cs[0].Rate(), c.rate)
+		}
+	}
+}
