@@ -161,8 +161,9 @@ func (c *Collector) nameFlowOwners(ns netns.NS, s *snapshot.Snapshot, own *procs
 					}
 					return nil
 				})
-				dumps++
-				slow = dumps == 1 && tooSlow(time.Since(start))
+				if dumps++; dumps == 1 {
+					slow = time.Since(start) > flowMaxDump
+				}
 			}
 		}
 		return nil
@@ -184,7 +185,3 @@ func (c *Collector) nameFlowOwners(ns netns.NS, s *snapshot.Snapshot, own *procs
 		}
 	}
 }
-
-// tooSlow: a dump that took d catches too few connections of a few
-// milliseconds to be worth the budget (flowMaxDump).
-func tooSlow(d time.Duration) bool { return d > flowMaxDump }
