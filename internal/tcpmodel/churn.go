@@ -2,6 +2,7 @@ package tcpmodel
 
 import (
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
@@ -41,6 +42,11 @@ type Churn struct {
 	// those of them the previous sample did not have (known only with
 	// one).
 	Open, OpenNew int
+	// Exchanges is the median, over the open connections counted in Open
+	// that report them, of min(data segments in, data segments out) since
+	// each began: about the request/response turns a connection has
+	// carried so far (0 when unknown). One request per connection shows 1.
+	Exchanges uint32
 	// LocalService says the service listens in this namespace; LocalOpener
 	// that opener-side sockets were seen here.
 	LocalService, LocalOpener bool
@@ -167,6 +173,14 @@ func ChurnOf(s *snapshot.Snapshot, prev PrevState, window time.Duration) []*Chur
 	}
 	// Then who is behind them: open connections and listeners.
 	serverOpen, serverNew := map[Flow]int{}, map[Flow]int{}
+	// Turns of the open connections, opener side and service side.
+	openerTurns, serverTurns := map[Flow][]uint32{}, map[Flow][]uint32{}
+	turns := func(sk *snapshot.Socket) (uint32, bool) {
+		if !sk.Info.Has(snapshot.EndDataSegsOut) {
+			return 0, false
+		}
+		return min(sk.Info.DataSegsIn, sk.Info.DataSegsOut), true
+	}
 	isNew := func(sk *snapshot.Socket) bool {
 		if prev == nil {
 			return false
@@ -186,8 +200,16 @@ func ChurnOf(s *snapshot.Snapshot, prev PrevState, window time.Duration) []*Chur
 				if isNew(sk) {
 					serverNew[f]++
 				}
+				if n, ok := turns(sk); ok {
+					serverTurns[f] = append(serverTurns[f], n)
+				}
 			}
 			continue
+		}
+		if f := (Flow{Opener: sk.Local.Addr(), Service: sk.Remote}); m[f] != nil {
+			if n, ok := turns(sk); ok {
+				openerTurns[f] = append(openerTurns[f], n)
+			}
 		}
 		if c := m[Flow{Opener: sk.Local.Addr(), Service: sk.Remote}]; c != nil {
 			c.Open++
@@ -232,8 +254,14 @@ func ChurnOf(s *snapshot.Snapshot, prev PrevState, window time.Duration) []*Chur
 	}
 	out := make([]*Churn, 0, len(m))
 	for f, c := range m {
+		ts := openerTurns[f]
 		if !c.LocalOpener {
 			c.Open, c.OpenNew = serverOpen[f], serverNew[f]
+			ts = serverTurns[f]
+		}
+		if len(ts) > 0 {
+			slices.Sort(ts)
+			c.Exchanges = ts[len(ts)/2]
 		}
 		// A TIME_WAIT on the opener's side proves the opener is here too.
 		if c.ClosedByOpener > 0 {

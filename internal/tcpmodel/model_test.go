@@ -339,3 +339,21 @@ func TestChurnOldCloses(t *testing.T) {
 		}
 	}
 }
+
+// TestChurnExchanges: the median request/response turns of the flow's
+// open connections, min(data segments in, out) each.
+func TestChurnExchanges(t *testing.T) {
+	svc := netip.AddrPortFrom(lo, 8080)
+	s := &snapshot.Snapshot{}
+	for i := range 30 {
+		s.Sockets = append(s.Sockets, snapshot.Socket{State: snapshot.TimeWait, Local: netip.AddrPortFrom(lo, uint16(41000+i)), Remote: svc, Expires: 59_000})
+	}
+	for i, segs := range [][2]uint32{{900, 1000}, {3, 400}, {500, 480}} {
+		s.Sockets = append(s.Sockets, snapshot.Socket{State: snapshot.Established, Local: netip.AddrPortFrom(lo, uint16(42000+i)), Remote: svc,
+			Info: &snapshot.TCPInfo{Len: snapshot.EndDataSegsOut, DataSegsIn: segs[0], DataSegsOut: segs[1]}})
+	}
+	cs := ChurnOf(s, nil, 5*time.Second)
+	if len(cs) != 1 || cs[0].Exchanges != 480 {
+		t.Errorf("%+v", cs)
+	}
+}
