@@ -30,7 +30,7 @@ func connectionChurn() diag.Rule {
 
 // churnSeverity is a warning for a fast churn the host can fix (the
 // opener is here), a note for slower churn, openers elsewhere, or
-// connections that live long enough to be reused (churnLongLife).
+// connections that are reused (reused).
 func churnSeverity(c *tcpmodel.Churn) diag.Severity {
 	r := c.Rate()
 	switch {
@@ -124,8 +124,7 @@ func churnFinding(in *diag.Input, c *tcpmodel.Churn, sev diag.Severity) diag.Fin
 	if oldCloses(c) {
 		sum += fmt.Sprintf("; %d of the %d closed were already open at the previous sample and not replaced (a restart, a pool draining, the end of a load): not in the rate", c.ClosedOld-c.OpenNew, c.Closed())
 	}
-	switch {
-	case long:
+	if long {
 		// Either side may close first when the service ends a connection
 		// with "Connection: close" (wrk against nginx: both, about half each).
 		sum += "; these connections are reused, and end after a number of requests or an idle time set by the service (nginx keepalive_requests, default 1000, and keepalive_timeout) or by the client's pool (a maximum lifetime)"
