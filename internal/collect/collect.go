@@ -70,8 +70,9 @@ func (c *Collector) Collect(nss []netns.NS) []*snapshot.Snapshot {
 	// to whatever else runs there.
 	var files func() fileWalk
 	if c.Opts.Owners && c.Opts.Files != nil && c.procRoot() == "/proc" {
-		walk := func() fileWalk { return walkFiles(c.Opts.Files) }
-		if OpenFiles(c.procRoot()) >= besideMin {
+		open := OpenFiles(c.procRoot())
+		walk := func() fileWalk { return walkFiles(c.Opts.Files, open) }
+		if open >= besideMin {
 			files = background(walk)
 		} else {
 			files = walk
@@ -244,10 +245,11 @@ func OpenFiles(procRoot string) int64 {
 }
 
 // walkFiles lists every process's files with l and indexes their
-// sockets' owners (it needs nothing from the dumps).
-func walkFiles(l procs.FileLister) fileWalk {
+// sockets' owners (it needs nothing from the dumps); open is the host's
+// open files (OpenFiles), to size the records.
+func walkFiles(l procs.FileLister, open int64) fileWalk {
 	start := time.Now()
-	recs, err := procs.ReadFiles(l, int(min(OpenFiles("/proc"), 10_000_000)))
+	recs, err := procs.ReadFiles(l, int(min(open, 10_000_000)))
 	took := time.Since(start)
 	if err != nil {
 		return fileWalk{err: err, took: took}

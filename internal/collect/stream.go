@@ -63,7 +63,7 @@ func (st *Streamer) walkOwners(root string) ownersDone {
 	var out ownersDone
 	if st.Opts.LoadFiles != nil && root == "/proc" {
 		if l, err := st.Opts.LoadFiles(); err == nil {
-			w := walkFiles(l)
+			w := walkFiles(l, OpenFiles(root))
 			out.fw, out.own = &w, w.own
 		}
 	}

@@ -122,7 +122,7 @@ func churnFinding(in *diag.Input, c *tcpmodel.Churn, sev diag.Severity) diag.Fin
 		sum += "; the opener closes first (TIME_WAIT on its side, holding its ports)"
 	}
 	if oldCloses(c) {
-		sum += fmt.Sprintf("; %d of the %d closed were already open at the previous sample and not replaced (a restart, a pool draining, the end of a load): not in the rate", c.ClosedOld-c.OpenNew, c.Closed())
+		sum += fmt.Sprintf("; %d of the %d closed were already open at the previous sample and not replaced (a restart, a pool draining, the end of a load): not in the rate", c.Unreplaced(), c.Closed())
 	}
 	if long {
 		// Either side may close first when the service ends a connection
@@ -239,7 +239,7 @@ const churnReusedTurns = 32
 // were already open at the previous sample and were not replaced, worth
 // saying: Churn.Rate leaves them out.
 func oldCloses(c *tcpmodel.Churn) bool {
-	return c.Closed() > 0 && 4*(c.ClosedOld-c.OpenNew) >= c.Closed()
+	return c.Closed() > 0 && 4*c.Unreplaced() >= c.Closed()
 }
 
 // prevOpener names the owner of the flow's opener-side connections in the

@@ -41,6 +41,12 @@ type listener struct {
 	namedBy string
 }
 
+// acceptNearFull: an accept queue of q at listenNearFull of its backlog
+// or more.
+func acceptNearFull(q, backlog uint32) bool {
+	return q > 0 && float64(q) >= listenNearFull*float64(backlog)
+}
+
 func (l *listener) fill() float64 {
 	return tcpmodel.Fill{Queue: l.peak, Backlog: l.sk.SendQ}.Frac()
 }
@@ -59,7 +65,7 @@ func listeners(in *diag.Input) []listener {
 			l.peak = max(l.peak, p.RecvQ)
 		}
 		l.fullNow = tcpmodel.FillOf(sk).Full()
-		l.nearFull = l.peak > 0 && float64(l.peak) >= listenNearFull*float64(sk.SendQ)
+		l.nearFull = acceptNearFull(l.peak, sk.SendQ)
 		out = append(out, l)
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].fill() > out[j].fill() })
@@ -239,8 +245,7 @@ const capMinHeld = 256
 // more at each sample (the lab's C2); one whose accept loop is stuck
 // takes no new ones.
 func capped(in *diag.Input, l *listener, now accepted) bool {
-	near := func(q uint32) bool { return q > 0 && float64(q) >= listenNearFull*float64(l.sk.SendQ) }
-	if !l.hasPrev || !near(l.sk.RecvQ) || !near(l.prevQ) || now.owned() < capMinHeld || now.fresh == 0 {
+	if !l.hasPrev || !acceptNearFull(l.sk.RecvQ, l.sk.SendQ) || !acceptNearFull(l.prevQ, l.sk.SendQ) || now.owned < capMinHeld || now.fresh == 0 {
 		return false
 	}
 	p := in.PrevOf(l.sk)
@@ -248,27 +253,18 @@ func capped(in *diag.Input, l *listener, now accepted) bool {
 		return false
 	}
 	before := acceptedOn(in.Prev, p, nil)
-	n, b := now.owned(), before.owned()
-	return n <= b+max(8, b/100)
+	return now.owned <= before.owned+max(8, before.owned/100)
 }
 
 // accepted is the connections a listener accepted that are still open,
 // by owner; unowned ones are in its queue or were not matched to a
 // process.
 type accepted struct {
-	by    tcpmodel.Tally
-	total int
-	byPid map[int]int
+	by           tcpmodel.Tally
+	byPid        map[int]int
+	total, owned int
 	// fresh is the owned ones new since the previous sample.
 	fresh int
-}
-
-func (a *accepted) owned() int {
-	n := 0
-	for _, c := range a.byPid {
-		n += c
-	}
-	return n
 }
 
 // String is "1940 in all: nginx(pid 8397) 713 open, nginx(pid 8398) 712
@@ -278,7 +274,7 @@ func (a *accepted) String(s *snapshot.Snapshot) string {
 	if l := a.by.List(s); l != "" {
 		v += ": " + l
 	}
-	if un := a.total - a.owned(); un > 0 {
+	if un := a.total - a.owned; un > 0 {
 		v += fmt.Sprintf("; %d with no owner (in the accept queue, or not matched)", un)
 	}
 	return v
@@ -300,6 +296,7 @@ func acceptedOn(s *snapshot.Snapshot, ln *snapshot.Socket, isNew func(*snapshot.
 		}
 		a.total++
 		if len(sk.Pids) > 0 {
+			a.owned++
 			a.by.Add(sk.Pids[0])
 			a.byPid[sk.Pids[0]]++
 			if isNew != nil && isNew(sk) {
@@ -320,14 +317,14 @@ func connCapFix(s *snapshot.Snapshot, ln *snapshot.Socket, h accepted) diag.Fix 
 	}
 	f := diag.Fix{Scope: "application", Target: "connection-cap",
 		Text: fmt.Sprintf("the queue stayed full in both samples while the owners hold %d accepted connections (up to %d per process): a server stops accepting at a connection cap of its own, and a larger backlog only makes clients wait longer; raise the cap: nginx worker_connections (768 in Debian's nginx.conf, 512 built in) with worker_rlimit_nofile, Tomcat maxConnections, HAProxy maxconn, Node server.maxConnections",
-			h.owned(), most),
+			h.owned, most),
 		Risk: "each connection holds memory and a descriptor: raise the file limit with it (nginx worker_rlimit_nofile, systemd LimitNOFILE)"}
 	if procs := len(h.byPid); strings.HasPrefix(cmd, "nginx") && procs > 0 {
 		// Room for what is held and what waits (total counts both), twice
 		// over, per worker.
 		n := tcpmodel.NextPow2(int64(2 * h.total / procs))
 		f.Target = "nginx"
-		f.Text = fmt.Sprintf("nginx's %d workers hold %d accepted connections (up to %d each) and the queue stayed full in both samples: each worker stops accepting at worker_connections (768 in Debian's nginx.conf, 512 built in), and a larger backlog only makes clients wait longer", procs, h.owned(), most)
+		f.Text = fmt.Sprintf("nginx's %d workers hold %d accepted connections (up to %d each) and the queue stayed full in both samples: each worker stops accepting at worker_connections (768 in Debian's nginx.conf, 512 built in), and a larger backlog only makes clients wait longer", procs, h.owned, most)
 		f.Command = fmt.Sprintf("events { worker_connections %d; }  worker_rlimit_nofile %d;", n, 2*n)
 	}
 	return f

@@ -73,7 +73,7 @@ func (l *synListener) acceptFull(in *diag.Input) bool {
 	if p := in.PrevOf(l.sk); p != nil {
 		peak = max(peak, p.RecvQ)
 	}
-	return peak > 0 && float64(peak) >= listenNearFull*float64(l.sk.SendQ)
+	return acceptNearFull(peak, l.sk.SendQ)
 }
 
 func (l *synListener) fullNow() bool { return l.reqs > 0 && l.reqs >= int(l.sk.SendQ) }

@@ -74,13 +74,18 @@ func (c *Churn) Rate() float64 {
 		return r
 	}
 	r := c.CloseRate()
-	if gone := c.ClosedOld - c.OpenNew; gone > 0 {
+	if gone := c.Unreplaced(); gone > 0 {
 		if w := min(c.Window, TimeWaitLen).Seconds(); w > 0 {
 			r = max(r-float64(gone)/w, 0)
 		}
 	}
 	return r
 }
+
+// Unreplaced is how many of the connections closed in the window were
+// established at the previous sample and not replaced by new ones
+// (ClosedOld beyond OpenNew), at least 0.
+func (c *Churn) Unreplaced() int { return max(c.ClosedOld-c.OpenNew, 0) }
 
 // CloseRate is connections closed per second from TIME_WAIT sockets, over
 // the window or, when higher, over the recent horizon.
@@ -206,12 +211,11 @@ func ChurnOf(s *snapshot.Snapshot, prev PrevState, window time.Duration) []*Chur
 			}
 			continue
 		}
-		if f := (Flow{Opener: sk.Local.Addr(), Service: sk.Remote}); m[f] != nil {
+		f := Flow{Opener: sk.Local.Addr(), Service: sk.Remote}
+		if c := m[f]; c != nil {
 			if n, ok := turns(sk); ok {
 				openerTurns[f] = append(openerTurns[f], n)
 			}
-		}
-		if c := m[Flow{Opener: sk.Local.Addr(), Service: sk.Remote}]; c != nil {
 			c.Open++
 			if isNew(sk) {
 				c.OpenNew++
