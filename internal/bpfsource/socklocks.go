@@ -140,22 +140,27 @@ func (l *SockLocks) Close() error {
 // dump, the kernel walks the host-wide TCP hash tables and skips other
 // namespaces' sockets: a walk costs in proportion to every TCP socket on
 // the host.
-func (l *SockLocks) Read() (*Locks, error) {
+func (l *SockLocks) Read(hint int) (*Locks, error) {
 	rc, err := l.link.Open()
 	if err != nil {
 		return nil, fmt.Errorf("bpfsource: socklocks: open iterator: %w", err)
 	}
 	defer rc.Close()
-	return decodeSockLocks(bufio.NewReaderSize(rc, 64<<10))
+	return decodeSockLocks(bufio.NewReaderSize(rc, 64<<10), hint)
 }
 
 // sockLockSize is sizeof(struct sock_lock) (bpf/socklocks.c).
 const sockLockSize = 24
 
-// decodeSockLocks reads records of struct sock_lock until EOF. A
-// truncated record or one no kernel writes is an error.
-func decodeSockLocks(r io.Reader) (*Locks, error) {
-	out := &Locks{}
+// maxLockHint bounds the room decodeSockLocks makes ahead (240 MB).
+const maxLockHint = 10_000_000
+
+// decodeSockLocks reads records of struct sock_lock until EOF, with room
+// for hint of them (a million sockets grown by doubling were 130 MB
+// allocated for 24 MB of records). A truncated record or one no kernel
+// writes is an error.
+func decodeSockLocks(r io.Reader, hint int) (*Locks, error) {
+	out := &Locks{Recs: make([]SockLock, 0, min(max(hint, 0), maxLockHint))}
 	var b [sockLockSize]byte
 	ne := binary.NativeEndian
 	for n := 0; ; n++ {

@@ -33,7 +33,7 @@ func rawLock(cookie uint64, ns uint32, state, locks uint8, snd, rcv int32) []byt
 
 func TestDecodeSockLocks(t *testing.T) {
 	in := append(rawLock(7, 4026531840, 1, 3, 32768, 65536), rawLock(9, 4026531840, 10, 0, 16384, 131072)...)
-	got, err := decodeSockLocks(bytes.NewReader(in))
+	got, err := decodeSockLocks(bytes.NewReader(in), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +44,7 @@ func TestDecodeSockLocks(t *testing.T) {
 	if got.Netns != 4026531840 || len(byCookie(got)) != 2 || byCookie(got)[7] != want[7] || byCookie(got)[9] != want[9] {
 		t.Errorf("decoded %+v, want netns 4026531840 and %+v", got, want)
 	}
-	if got, err := decodeSockLocks(bytes.NewReader(nil)); err != nil || got.Netns != 0 || len(byCookie(got)) != 0 {
+	if got, err := decodeSockLocks(bytes.NewReader(nil), 0); err != nil || got.Netns != 0 || len(byCookie(got)) != 0 {
 		t.Errorf("empty input = %+v, %v", got, err)
 	}
 	bad := map[string][]byte{
@@ -58,7 +58,7 @@ func TestDecodeSockLocks(t *testing.T) {
 		"two namespaces": append(rawLock(1, 1, 1, 0, 1, 1), rawLock(2, 2, 1, 0, 1, 1)...),
 	}
 	for name, b := range bad {
-		if got, err := decodeSockLocks(bytes.NewReader(b)); err == nil {
+		if got, err := decodeSockLocks(bytes.NewReader(b), 0); err == nil {
 			t.Errorf("%s: decoded %+v, want an error", name, got)
 		}
 	}
@@ -96,7 +96,7 @@ func FuzzDecodeSockLocks(f *testing.F) {
 	f.Add(rawLock(1, 1, 6, 0, 1, 1))
 	f.Add([]byte{1, 2, 3})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		got, err := decodeSockLocks(bytes.NewReader(b))
+		got, err := decodeSockLocks(bytes.NewReader(b), 0)
 		if err != nil {
 			return
 		}
@@ -192,7 +192,7 @@ func TestSockLocks(t *testing.T) {
 				}
 				want[f.cookie] = f
 			}
-			got, err := l.Read()
+			got, err := l.Read(0)
 			if err != nil {
 				return err
 			}
@@ -340,7 +340,7 @@ func TestSockLocksBitfield(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			got, err := l.Read()
+			got, err := l.Read(0)
 			if err != nil {
 				return err
 			}

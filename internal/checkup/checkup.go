@@ -36,7 +36,9 @@ func (s Series) Window() (prev, cur *snapshot.Snapshot) {
 // The samples are for Diagnose: those before the last only start the
 // window, so they skip what the rules read of the last sample alone, the
 // buffer lock bits (the iter/tcp walk or the pidfd_getfd probe), which at
-// a million sockets is a second of kernel time beside the first dump.
+// a million sockets is a second of kernel time beside the first dump;
+// and the last one keeps the first's tcp_info and meminfo of connections
+// that did not change (since).
 func Sample(ctx context.Context, c *collect.Collector, nss []netns.NS, count int, interval time.Duration,
 	sleep func(context.Context, time.Duration) error) ([]Series, error) {
 	byNS := make(map[string]*Series)
@@ -59,6 +61,8 @@ func Sample(ctx context.Context, c *collect.Collector, nss []netns.NS, count int
 		sc := c
 		if i < count-1 {
 			sc = first
+		} else if i > 0 {
+			sc = since(c, byNS)
 		}
 		for _, s := range sc.Collect(nss) {
 			sr := byNS[s.Netns.Name]
@@ -75,6 +79,18 @@ func Sample(ctx context.Context, c *collect.Collector, nss []netns.NS, count int
 		out = append(out, *byNS[n])
 	}
 	return out, nil
+}
+
+// since is c for the last sample of a window: its sockets that moved
+// nothing since the first sample share that sample's tcp_info and meminfo
+// (collect.Collector.Base), the window's only two samples Diagnose reads.
+func since(c *collect.Collector, byNS map[string]*Series) *collect.Collector {
+	lc := *c
+	lc.Base = make(map[string]*snapshot.Snapshot, len(byNS))
+	for n, sr := range byNS {
+		lc.Base[n] = sr.Snaps[0]
+	}
+	return &lc
 }
 
 // Diagnose runs the rules over each namespace's window and assembles the

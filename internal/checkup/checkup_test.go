@@ -2,6 +2,8 @@ package checkup
 
 import (
 	"context"
+	"io"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +11,8 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/bpfsource"
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/testns"
 )
 
 // Samples start interval apart: the wait is what the collection left of
@@ -28,7 +32,7 @@ func TestPause(t *testing.T) {
 
 type countLocks struct{ n *int }
 
-func (c countLocks) Read() (*bpfsource.Locks, error) {
+func (c countLocks) Read(int) (*bpfsource.Locks, error) {
 	*c.n++
 	return &bpfsource.Locks{}, nil
 }
@@ -57,5 +61,66 @@ func TestSampleWalksLocksForTheLastSampleOnly(t *testing.T) {
 	walks = 0
 	if _, err := Sample(context.Background(), c, []netns.NS{ns}, 1, 0, noSleep); err != nil || walks != 1 {
 		t.Errorf("one sample: %d walks, %v", walks, err)
+	}
+}
+
+// The last sample keeps the first's tcp_info and meminfo of a connection
+// that moved nothing between them, and its own of one that sent data.
+func TestSampleSharesUnchangedExtras(t *testing.T) {
+	ns := testns.New(t, "share")
+	var idle, busy [2]net.Conn
+	err := netns.Do(ns, func() error {
+		ln, err := net.Listen("tcp4", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		t.Cleanup(func() { ln.Close() })
+		for _, p := range []*[2]net.Conn{&idle, &busy} {
+			if p[0], p[1], err = testns.DialAccept(ln); err != nil {
+				return err
+			}
+			t.Cleanup(func() { p[0].Close(); p[1].Close() })
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Let the handshakes' last ACKs settle before the first sample.
+	time.Sleep(50 * time.Millisecond)
+	send := func(context.Context, time.Duration) error {
+		if _, err := busy[0].Write(make([]byte, 1000)); err != nil {
+			return err
+		}
+		_, err := io.ReadFull(busy[1], make([]byte, 1000))
+		time.Sleep(20 * time.Millisecond)
+		return err
+	}
+	c := &collect.Collector{Opts: collect.Options{ProcRoot: "/proc"}, Now: time.Now}
+	ss, err := Sample(context.Background(), c, []netns.NS{ns}, 2, time.Second, send)
+	if err != nil || len(ss) != 1 || len(ss[0].Snaps) != 2 {
+		t.Fatalf("%v %+v", err, ss)
+	}
+	first, last := ss[0].Snaps[0], ss[0].Snaps[1]
+	find := func(s *snapshot.Snapshot, end net.Conn) *snapshot.Socket {
+		for i := range s.Sockets {
+			if sk := &s.Sockets[i]; sk.Local.String() == end.LocalAddr().String() && sk.Remote.String() == end.RemoteAddr().String() {
+				return sk
+			}
+		}
+		t.Fatalf("no socket %v-%v in %d sockets", end.LocalAddr(), end.RemoteAddr(), len(s.Sockets))
+		return nil
+	}
+	for _, end := range idle {
+		a, b := find(first, end), find(last, end)
+		if a.Info == nil || b.Info != a.Info || b.Mem != a.Mem {
+			t.Errorf("idle %v: info shared %v, mem shared %v", end.LocalAddr(), b.Info == a.Info, b.Mem == a.Mem)
+		}
+	}
+	for _, end := range busy {
+		a, b := find(first, end), find(last, end)
+		if a.Info == nil || b.Info == a.Info || b.Info.BytesAcked+b.Info.BytesReceived != a.Info.BytesAcked+a.Info.BytesReceived+1000 {
+			t.Errorf("busy %v: first %+v, last %+v", end.LocalAddr(), a.Info, b.Info)
+		}
 	}
 }

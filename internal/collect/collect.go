@@ -51,6 +51,11 @@ type Collector struct {
 	Now  func() time.Time
 	// Events, when set, adds the eBPF connection events to each snapshot.
 	Events EventReader
+	// Base, when set, holds each namespace's earlier sample by name: a
+	// socket whose tcp_info and meminfo did not change since points at
+	// that sample's (snapshot.Store.KeepSame), so a window of a million
+	// idle connections holds their extras once, not twice.
+	Base map[string]*snapshot.Snapshot
 	// probe reads SO_BUF_LOCK through pidfd_getfd; procs.BufLock when
 	// nil (tests count the calls).
 	probe func(procs.FDRef, uint32) (uint8, error)
@@ -84,14 +89,15 @@ func (c *Collector) Collect(nss []netns.NS) []*snapshot.Snapshot {
 			s.Taken = c.Now()
 			// Counters first: sockstat sizes the socket slice.
 			procnet.Default().Fill(s)
-			beside := expectedSockets(s) >= besideMin
+			expect := expectedSockets(s)
+			beside := expect >= besideMin
 			var locks lockWalk
 			if beside {
-				locks = c.startLocks(ns)
+				locks = c.startLocks(ns, expect)
 			}
 			c.dump(s)
 			if !beside {
-				locks = lockNow(c.Opts.Locks)
+				locks = lockNow(c.Opts.Locks, len(s.Sockets))
 			}
 			if l := locks.record(c.Opts.LocksOff, s); l != nil {
 				joinLocks(s, l)
@@ -147,9 +153,18 @@ func (c *Collector) dump(s *snapshot.Snapshot) {
 	// copied into the snapshot; one walk of the kernel's tables serves
 	// both families.
 	var st snapshot.Store
+	var base []snapshot.Socket
+	if b := c.Base[s.Netns.Name]; b != nil && b.Netns.Inode == s.Netns.Inode {
+		base = b.Sockets
+	}
+	f := snapshot.Follow(base)
 	opts := sockdiag.Options{States: c.Opts.States, Info: true, Mem: true, Reuse: true, OneWalk: true}
 	err := sockdiag.Dump(opts, func(sk *snapshot.Socket) error {
-		s.Sockets = append(s.Sockets, st.Keep(sk))
+		var was *snapshot.Socket
+		if k, ok := f.Next(sk.Cookie); ok {
+			was = &base[k]
+		}
+		s.Sockets = append(s.Sockets, st.KeepSame(sk, was))
 		return nil
 	})
 	s.Sources = append(s.Sources, snapshot.SourceStat{Source: snapshot.SourceSockdiag, OK: err == nil, Duration: time.Since(start)})

@@ -10,9 +10,10 @@ import (
 )
 
 // LockReader walks the TCP sockets of the namespace the calling thread is
-// in and returns their lock bits (*bpfsource.SockLocks, eBPF iter/tcp).
+// in and returns their lock bits (*bpfsource.SockLocks, eBPF iter/tcp);
+// hint is how many sockets to expect.
 type LockReader interface {
-	Read() (*bpfsource.Locks, error)
+	Read(hint int) (*bpfsource.Locks, error)
 }
 
 // lockWalk is a walk of one namespace's sockets for their lock bits,
@@ -31,7 +32,7 @@ type lockResult struct {
 // startLocks starts reading the lock bits of ns beside the dump, in a
 // thread of its own in that namespace; nothing is read without a
 // LockReader.
-func (c *Collector) startLocks(ns netns.NS) lockWalk {
+func (c *Collector) startLocks(ns netns.NS, hint int) lockWalk {
 	r := c.Opts.Locks
 	if r == nil {
 		return lockWalk{}
@@ -40,7 +41,7 @@ func (c *Collector) startLocks(ns netns.NS) lockWalk {
 		var res lockResult
 		start := time.Now()
 		if err := netns.Do(ns, func() error {
-			res.l, res.err = r.Read()
+			res.l, res.err = r.Read(hint)
 			return nil
 		}); err != nil {
 			res.err = err
@@ -53,16 +54,16 @@ func (c *Collector) startLocks(ns netns.NS) lockWalk {
 // readLocks reads the lock bits of the namespace the thread is in with
 // r, now, and records them as lockWalk.record does.
 func readLocks(r LockReader, off string, s *snapshot.Snapshot) *bpfsource.Locks {
-	return lockNow(r).record(off, s)
+	return lockNow(r, len(s.Sockets)).record(off, s)
 }
 
 // lockNow is startLocks in the calling thread, which is in the
 // namespace: the walk is done when it returns.
-func lockNow(r LockReader) lockWalk {
+func lockNow(r LockReader, hint int) lockWalk {
 	w := lockWalk{r: r}
 	if r != nil {
 		start := time.Now()
-		l, err := r.Read()
+		l, err := r.Read(hint)
 		res := lockResult{l, err, time.Since(start)}
 		w.wait = func() lockResult { return res }
 	}

@@ -22,7 +22,7 @@ type fakeLocks struct {
 	err error
 }
 
-func (f fakeLocks) Read() (*bpfsource.Locks, error) { return f.l, f.err }
+func (f fakeLocks) Read(int) (*bpfsource.Locks, error) { return f.l, f.err }
 
 // joinLocksOf reads and joins the lock bits as Collect does, the walk
 // beside (here: before) the dump, in the test's own namespace.
@@ -32,7 +32,7 @@ func joinLocksOf(t *testing.T, c *Collector, s *snapshot.Snapshot) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l := c.startLocks(ns).record(c.Opts.LocksOff, s); l != nil {
+	if l := c.startLocks(ns, 0).record(c.Opts.LocksOff, s); l != nil {
 		joinLocks(s, l)
 	}
 }

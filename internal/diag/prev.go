@@ -9,11 +9,6 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 )
 
-// prevLookahead is how far past the expected position joinPrev looks
-// for a socket before it asks the cookie index: sockets that closed in
-// the window leave gaps in the previous dump.
-const prevLookahead = 16
-
 // prevIndex matches a window's current sockets to its previous ones.
 type prevIndex struct {
 	// at holds, for each current socket, its index in the previous
@@ -29,28 +24,19 @@ type cookieAt struct {
 	i      int32
 }
 
-// joinPrev matches cur to prev in dump order. Two dumps of a namespace
-// walk the same hash buckets, and a bucket keeps its sockets' order (new
-// ones go to its head), so a socket is nearly always at the position
-// after the previous match or a few further on: a million are matched in
-// one pass over both, with no map of a million cookies. The rest (new
-// connections, a reordered dump) go to a cookie index built only then.
+// joinPrev matches cur to prev in dump order (snapshot.Follower); the
+// sockets it misses (new connections, a reordered dump) go to a cookie
+// index built only then.
 func joinPrev(prev, cur []snapshot.Socket) *prevIndex {
 	x := &prevIndex{at: make([]int32, len(cur))}
-	j := 0
+	f := snapshot.Follow(prev)
 	for i := range cur {
 		c := cur[i].Cookie
 		x.at[i] = -1
-		for k := j; k < min(j+prevLookahead, len(prev)); k++ {
-			if prev[k].Cookie == c {
-				x.at[i], j = int32(k), k+1
-				break
-			}
-		}
-		if x.at[i] < 0 {
-			if k, ok := x.find(prev, c); ok {
-				x.at[i] = int32(k)
-			}
+		if k, ok := f.Next(c); ok {
+			x.at[i] = int32(k)
+		} else if k, ok := x.find(prev, c); ok {
+			x.at[i] = int32(k)
 		}
 	}
 	return x

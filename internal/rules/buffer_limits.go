@@ -103,9 +103,10 @@ func checkBufferLimits(in *diag.Input) ([]diag.Finding, error) {
 				worst.bdp, worst.rtt, worst.rate = b, rtt, rate
 			}
 		}
-		idle := time.Duration(ti.LastDataSent) * time.Millisecond
-		if ti.BytesAcked >= bufBurstMinBytes && idle >= bufIdleBurst && idle > time.Duration(ti.RTO)*time.Microsecond {
-			bursty++
+		if ti.BytesAcked >= bufBurstMinBytes {
+			if idle := sinceSent(in, sk); idle >= bufIdleBurst && idle > time.Duration(ti.RTO)*time.Microsecond {
+				bursty++
+			}
 		}
 	}
 	if cappedSnd > 0 && snd.Auto > snd.Core {
@@ -186,4 +187,16 @@ func pathBDP(ti *snapshot.TCPInfo, bandwidth float64) float64 {
 		return 0
 	}
 	return bdp.Bytes(rate, rtt)
+}
+
+// sinceSent is how long ago sk last sent data. A connection that moved
+// nothing in the window shares the first sample's tcp_info
+// (snapshot.Store.KeepSame), whose last_data_sent is as old as the
+// window less.
+func sinceSent(in *diag.Input, sk *snapshot.Socket) time.Duration {
+	idle := time.Duration(sk.Info.LastDataSent) * time.Millisecond
+	if p := in.PrevOf(sk); p != nil && p.Info == sk.Info {
+		idle += in.Window()
+	}
+	return idle
 }

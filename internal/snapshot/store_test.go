@@ -1,0 +1,66 @@
+package snapshot
+
+import "testing"
+
+// TestKeepSame: a connection that moved nothing points at its earlier
+// sample's tcp_info and meminfo; one counter or one buffer that changed
+// gets its own copy, and so does a different or re-used connection.
+func TestKeepSame(t *testing.T) {
+	info := TCPInfo{Len: SizeKnown, BytesAcked: 1000, SegsOut: 10, RTT: 50, LastDataSent: 200, LastAckRecv: 180}
+	mem := MemInfo{Rcvbuf: 131072, Sndbuf: 87040}
+	var st Store
+	base := st.Keep(&Socket{State: Established, Cookie: 7, Info: &info, Mem: &mem})
+
+	idle := info
+	idle.LastDataSent, idle.LastAckRecv, idle.LastDataRecv, idle.LastAckSent = 1200, 1180, 1190, 1170
+	got := st.KeepSame(&Socket{State: Established, Cookie: 7, Info: &idle, Mem: &MemInfo{Rcvbuf: 131072, Sndbuf: 87040}}, &base)
+	if got.Info != base.Info || got.Mem != base.Mem {
+		t.Errorf("idle connection: info shared %v, mem shared %v; want both", got.Info == base.Info, got.Mem == base.Mem)
+	}
+
+	sent := idle
+	sent.SegsOut++
+	got = st.KeepSame(&Socket{State: Established, Cookie: 7, Info: &sent, Mem: &MemInfo{Rcvbuf: 262144, Sndbuf: 87040}}, &base)
+	if got.Info == base.Info || got.Info.SegsOut != 11 || got.Mem == base.Mem || got.Mem.Rcvbuf != 262144 {
+		t.Errorf("changed connection shares: info %+v mem %+v", got.Info, got.Mem)
+	}
+	got = st.KeepSame(&Socket{State: Established, Cookie: 7, Info: &sent, Mem: &MemInfo{Rcvbuf: 131072, Sndbuf: 87040}}, &base)
+	if got.Info == base.Info || got.Mem != base.Mem {
+		t.Errorf("new segment, same buffers: info shared %v (want not), mem shared %v (want)", got.Info == base.Info, got.Mem == base.Mem)
+	}
+	for _, other := range []Socket{
+		{State: Established, Cookie: 8, Info: &idle, Mem: &mem},
+		{State: CloseWait, Cookie: 7, Info: &idle, Mem: &mem},
+	} {
+		if got := st.KeepSame(&other, &base); got.Info == base.Info || got.Mem == base.Mem {
+			t.Errorf("cookie %d state %v shares the base's extras", other.Cookie, other.State)
+		}
+	}
+	if got := st.KeepSame(&Socket{State: Established, Cookie: 7, Info: &idle}, nil); got.Info == nil || *got.Info != idle || got.Mem != nil {
+		t.Errorf("no base: %+v", got)
+	}
+}
+
+// TestFollow: sockets are found at or a little after the last match, not
+// before it nor past the look-ahead.
+func TestFollow(t *testing.T) {
+	prev := make([]Socket, 40)
+	for i := range prev {
+		prev[i].Cookie = uint64(i + 1)
+	}
+	f := Follow(prev)
+	for _, c := range []struct {
+		cookie uint64
+		at     int
+		ok     bool
+	}{{1, 0, true}, {3, 2, true}, {2, 0, false}, {100, 0, false}, {3 + FollowAhead, 2 + FollowAhead, true}, {40, 0, false}} {
+		at, ok := f.Next(c.cookie)
+		if at != c.at || ok != c.ok {
+			t.Errorf("cookie %d: at %d ok %v, want %d %v", c.cookie, at, ok, c.at, c.ok)
+		}
+	}
+	empty := Follow(nil)
+	if _, ok := empty.Next(1); ok {
+		t.Error("empty: found")
+	}
+}
