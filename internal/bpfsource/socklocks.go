@@ -156,9 +156,9 @@ const sockLockSize = 24
 const maxLockHint = 10_000_000
 
 // decodeSockLocks reads records of struct sock_lock until EOF, with room
-// for hint of them (a million sockets grown by doubling were 130 MB
-// allocated for 24 MB of records). A truncated record or one no kernel
-// writes is an error.
+// made for hint of them (grown by doubling, a million were allocated
+// about twice over). A truncated record or one no kernel writes is an
+// error.
 func decodeSockLocks(r io.Reader, hint int) (*Locks, error) {
 	out := &Locks{Recs: make([]SockLock, 0, min(max(hint, 0), maxLockHint))}
 	var b [sockLockSize]byte
