@@ -50,6 +50,13 @@ type flowKey struct {
 	remote netip.AddrPort
 }
 
+// keyOf is the flow from local to remote as tcpmodel.FlowOf keys it
+// (IPv4-mapped addresses in IPv4 form).
+func keyOf(local netip.Addr, remote netip.AddrPort) flowKey {
+	f := tcpmodel.FlowOf(local, remote)
+	return flowKey{f.Opener, f.Service}
+}
+
 // unownedFlows lists client-side flows with no owner in s that churn:
 // flowChurnTW TIME_WAIT sockets (of either side) younger than
 // flowChurnAge.
@@ -68,11 +75,11 @@ func unownedFlows(s *snapshot.Snapshot) map[flowKey]bool {
 		case snapshot.Listen, snapshot.Close, snapshot.BoundInactive:
 			continue
 		}
-		k := flowKey{sk.Local.Addr(), sk.Remote}
+		k := keyOf(sk.Local.Addr(), sk.Remote)
 		server := listen[sk.Local.Port()]
 		if server {
 			// The opener's side: the remote end connecting to us.
-			k = flowKey{sk.Remote.Addr(), sk.Local}
+			k = keyOf(sk.Remote.Addr(), sk.Local)
 		}
 		switch {
 		case !server && len(sk.Pids) > 0:
@@ -152,7 +159,7 @@ func (c *Collector) nameFlowOwners(ns netns.NS, s *snapshot.Snapshot, own *procs
 				}
 				start := time.Now()
 				_ = sockdiag.Dump(sockdiag.Options{States: 1<<snapshot.Established | 1<<snapshot.SynSent | 1<<snapshot.CloseWait}, func(sk *snapshot.Socket) error {
-					if k := (flowKey{sk.Local.Addr(), sk.Remote}); need[k] && holds[sk.Inode] {
+					if k := keyOf(sk.Local.Addr(), sk.Remote); need[k] && holds[sk.Inode] {
 						if found[k] == nil {
 							found[k] = map[int]int{}
 						}

@@ -128,3 +128,28 @@ func Linger() diag.Fix {
 		Command: "socket.setSoLinger(true, 0)  /  setsockopt(fd, SOL_SOCKET, SO_LINGER, {1, 0})",
 		Risk:    "unsent and in-flight data is discarded and the peer sees \"connection reset\"; counted as TcpExt.TCPAbortOnClose / TCPAbortOnData; late segments of the old connection can reach a new one"}
 }
+
+// KeepAliveLimits names the settings that end a server's keep-alive
+// connections, for the server cmd runs ("" or one not known here: the
+// common ones).
+func KeepAliveLimits(cmd string) string {
+	switch cmd {
+	case "nginx":
+		return "nginx keepalive_requests (default 1000) and keepalive_timeout (default 75s)"
+	case "apache2", "httpd":
+		return "Apache MaxKeepAliveRequests (default 100) and KeepAliveTimeout (default 5 s); its event MPM also ends keep-alive connections early while every worker thread is busy (give it more: ThreadsPerChild, MaxRequestWorkers, MinSpareThreads)"
+	case "java":
+		return "Tomcat maxKeepAliveRequests (default 100) and keepAliveTimeout; Jetty's idleTimeout"
+	}
+	return "nginx keepalive_requests (default 1000) and keepalive_timeout; Apache MaxKeepAliveRequests (default 100) and KeepAliveTimeout; Tomcat maxKeepAliveRequests (default 100)"
+}
+
+// ServerCloses says why the server cmd runs closes keep-alive
+// connections first.
+func ServerCloses(cmd string) string {
+	switch cmd {
+	case "apache2", "httpd":
+		return "Connection: close after MaxKeepAliveRequests, or its event MPM closing idle keep-alive connections while every worker is busy"
+	}
+	return "HTTP/1.0 or Connection: close"
+}

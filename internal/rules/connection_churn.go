@@ -90,10 +90,11 @@ func churnFinding(in *diag.Input, c *tcpmodel.Churn, sev diag.Severity) diag.Fin
 	case c.LocalOpener:
 		opener = fmt.Sprintf("an unknown process at %s", c.Opener)
 	}
-	service := c.Service.String()
+	service, server := c.Service.String(), ""
 	if c.LocalService {
 		if s := c.Server.Top(); s != 0 {
-			service += fmt.Sprintf(" (%s pid %d)", tcpmodel.Command(cur, s), s)
+			server = tcpmodel.Command(cur, s)
+			service += fmt.Sprintf(" (%s pid %d)", server, s)
 		}
 	}
 	// The new connections' lifetime: a pool's old ones do not count, and
@@ -117,7 +118,7 @@ func churnFinding(in *diag.Input, c *tcpmodel.Churn, sev diag.Severity) diag.Fin
 	case byService && long:
 		sum += "; the service closes first (TIME_WAIT on its side)"
 	case byService:
-		sum += "; the service closes first (TIME_WAIT on its side: HTTP/1.0 or Connection: close)"
+		sum += "; the service closes first (TIME_WAIT on its side: " + remedy.ServerCloses(server) + ")"
 	default:
 		sum += "; the opener closes first (TIME_WAIT on its side, holding its ports)"
 	}
@@ -127,7 +128,7 @@ func churnFinding(in *diag.Input, c *tcpmodel.Churn, sev diag.Severity) diag.Fin
 	if long {
 		// Either side may close first when the service ends a connection
 		// with "Connection: close" (wrk against nginx: both, about half each).
-		sum += "; these connections are reused, and end after a number of requests or an idle time set by the service (nginx keepalive_requests, default 1000, and keepalive_timeout) or by the client's pool (a maximum lifetime)"
+		sum += "; these connections are reused, and end after a number of requests or an idle time set by the client's pool (a maximum lifetime) or by the service: " + remedy.KeepAliveLimits(server)
 	}
 	w := units.Dur(c.Window)
 	ev := []diag.Evidence{
@@ -179,7 +180,7 @@ func churnFinding(in *diag.Input, c *tcpmodel.Churn, sev diag.Severity) diag.Fin
 	switch {
 	case long:
 		if c.LocalService {
-			fixes = append(fixes, diag.Fix{Scope: "application", Target: "server", Text: "let each connection carry more requests if the reconnects matter: nginx keepalive_requests (default 1000) and keepalive_timeout; Tomcat maxKeepAliveRequests (default 100)",
+			fixes = append(fixes, diag.Fix{Scope: "application", Target: "server", Text: "let each connection carry more requests if the reconnects matter: " + remedy.KeepAliveLimits(server),
 				Risk: "a cap on requests per connection frees per-connection memory now and then; raise it, do not remove it"})
 		}
 		who := "the opener"
@@ -192,7 +193,7 @@ func churnFinding(in *diag.Input, c *tcpmodel.Churn, sev diag.Severity) diag.Fin
 		fixes = append(fixes, remedy.Reuse(cmd, c.Service, poolSize(c.Open)))
 		switch {
 		case byService && c.LocalService:
-			fixes = append(fixes, diag.Fix{Scope: "application", Target: "server", Text: "make the service keep connections open between requests: HTTP/1.1 keep-alive (nginx keepalive_timeout, keepalive_requests; Tomcat maxKeepAliveRequests), and have clients send Connection: keep-alive",
+			fixes = append(fixes, diag.Fix{Scope: "application", Target: "server", Text: "make the service keep connections open between requests: HTTP/1.1 keep-alive (" + remedy.KeepAliveLimits(server) + "), and have clients send Connection: keep-alive",
 				Risk: "idle connections use memory and a file descriptor each"})
 		case c.LocalService:
 			// A keep-alive client closes first when the response says it
@@ -252,12 +253,12 @@ func prevOpener(prev *snapshot.Snapshot, f tcpmodel.Flow) int {
 	var t tcpmodel.Tally
 	for i := range prev.Sockets {
 		sk := &prev.Sockets[i]
-		if sk.State != snapshot.TimeWait && sk.Local.Addr() == f.Opener && sk.Remote == f.Service && len(sk.Pids) > 0 {
+		if sk.State != snapshot.TimeWait && len(sk.Pids) > 0 && tcpmodel.FlowOf(sk.Local.Addr(), sk.Remote) == f {
 			t.Add(sk.Pids[0])
 		}
 	}
 	for _, fo := range prev.FlowOwners {
-		if fo.Local == f.Opener && fo.Remote == f.Service {
+		if tcpmodel.FlowOf(fo.Local, fo.Remote) == f {
 			t.Add(fo.Pid)
 		}
 	}

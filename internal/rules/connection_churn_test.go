@@ -49,7 +49,7 @@ func TestChurnReusedConnections(t *testing.T) {
 		{"one request per connection", churn(5, 750, 0), diag.Warning, "about one request per connection", "instead of opening one per request"},
 		// wrk against python3 -m http.server (HTTP/1.0): wrk closes first.
 		{"keep-alive client, HTTP/1.0 server", churn(5, 90, 660), diag.Warning, "the opener closes first", "python3's http.server answers HTTP/1.0 by default"},
-		{"server ends reused connections", churn(300, 750, 0), diag.Info, "end after a number of requests or an idle time set by the service", "keepalive_requests (default 1000)"},
+		{"server ends reused connections", churn(300, 750, 0), diag.Info, "end after a number of requests or an idle time set by the client's pool (a maximum lifetime) or by the service: nginx keepalive_requests", "keepalive_requests (default 1000)"},
 		// A pool of 300 beside one-request connections: 2 s on average,
 		// but the new ones live 7 ms.
 		{"pool beside one-request connections", withPool(churn(1, 0, 150*5), 300), diag.Warning, "the opener closes first", "instead of opening one per request"},
@@ -79,5 +79,44 @@ func TestChurnReusedConnections(t *testing.T) {
 		if c.sev == diag.Info && (strings.Contains(f.Summary, "one request per connection") || strings.Contains(strings.Join(fixes, ""), "one per request")) {
 			t.Errorf("%s: reused connections said to be one per request: %q", c.name, f.Summary)
 		}
+	}
+}
+
+// TestChurnNamesTheServersKeepAliveSettings: the fix names the settings of
+// the server that ends the connections (apache2 at its default 100
+// requests a connection under wrk), all the common ones when it is not
+// known.
+func TestChurnNamesTheServersKeepAliveSettings(t *testing.T) {
+	flow := tcpmodel.Flow{Opener: netip.MustParseAddr("127.0.0.1"), Service: netip.MustParseAddrPort("127.0.0.1:80")}
+	cur := &snapshot.Snapshot{Taken: time.Unix(5, 0), Procs: map[int]*snapshot.Proc{7: {Pid: 7, Command: "apache2"}}}
+	in := diag.NewInput(&snapshot.Snapshot{}, cur, diag.Options{})
+	for _, c := range []struct {
+		server int
+		want   string
+	}{{7, "Apache MaxKeepAliveRequests (default 100)"}, {0, "nginx keepalive_requests (default 1000) and keepalive_timeout; Apache"}} {
+		ch := &tcpmodel.Churn{Flow: flow, Window: 2 * time.Second, ClosedByService: 300, Open: 100, OpenNew: 100, Exchanges: 47,
+			LocalOpener: true, LocalService: true}
+		if c.server != 0 {
+			ch.Server.Add(c.server)
+		}
+		f := churnFinding(in, ch, churnSeverity(ch))
+		if !strings.Contains(f.Summary, c.want) || len(f.Fixes) == 0 || !strings.Contains(f.Fixes[0].Text, c.want) {
+			t.Errorf("server %d: summary %q, fixes %+v; want %q in both", c.server, f.Summary, f.Fixes, c.want)
+		}
+	}
+	// A busy apache2's event MPM cuts keep-alive connections short: a few
+	// requests each, closed by the service, a warning naming why.
+	ch := &tcpmodel.Churn{Flow: flow, Window: 2 * time.Second, ClosedByService: 5000, Open: 100, OpenNew: 100, Exchanges: 3,
+		LocalOpener: true, LocalService: true}
+	ch.Server.Add(7)
+	sev := churnSeverity(ch)
+	f := churnFinding(in, ch, sev)
+	var fixes []string
+	for _, x := range f.Fixes {
+		fixes = append(fixes, x.Text)
+	}
+	if sev != diag.Warning || !strings.Contains(f.Summary, "the service closes first (TIME_WAIT on its side: Connection: close after MaxKeepAliveRequests, or its event MPM") ||
+		!strings.Contains(strings.Join(fixes, "\n"), "every worker thread is busy") {
+		t.Errorf("busy apache2: %v %q, fixes %q", sev, f.Summary, fixes)
 	}
 }

@@ -16,6 +16,20 @@ type Flow struct {
 	Service netip.AddrPort
 }
 
+// FlowOf is the flow from opener to service, in IPv4 form where either is
+// an IPv4-mapped IPv6 address: a dual-stack server's accepted sockets
+// ([::ffff:127.0.0.1]:80, from a listener on [::]:80) and its IPv4
+// clients' (127.0.0.1 -> 127.0.0.1:80) are one flow, and so are a Java
+// client's IPv6 sockets to an IPv4 service.
+func FlowOf(opener netip.Addr, service netip.AddrPort) Flow {
+	return Flow{Opener: opener.Unmap(), Service: Unmapped(service)}
+}
+
+// Unmapped is ap with its address in IPv4 form if it is IPv4-mapped.
+func Unmapped(ap netip.AddrPort) netip.AddrPort {
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+}
+
 // Churn is one flow's connection turnover over a window. Every connection
 // closed with FIN leaves one TIME_WAIT socket, on the side that closed
 // first, for 60 s; its timer dates the close. So a single sample counts
@@ -159,10 +173,10 @@ func ChurnOf(s *snapshot.Snapshot, prev PrevState, window time.Duration) []*Chur
 		}
 		var c *Churn
 		if ls.Of(sk) != nil {
-			c = get(Flow{Opener: sk.Remote.Addr(), Service: sk.Local})
+			c = get(FlowOf(sk.Remote.Addr(), sk.Local))
 			c.ClosedByService++
 		} else {
-			c = get(Flow{Opener: sk.Local.Addr(), Service: sk.Remote})
+			c = get(FlowOf(sk.Local.Addr(), sk.Remote))
 			c.ClosedByOpener++
 		}
 		if TimeWaitAge(sk) < recent {
@@ -200,7 +214,7 @@ func ChurnOf(s *snapshot.Snapshot, prev PrevState, window time.Duration) []*Chur
 			continue
 		}
 		if ls.Of(sk) != nil {
-			if f := (Flow{Opener: sk.Remote.Addr(), Service: sk.Local}); m[f] != nil {
+			if f := FlowOf(sk.Remote.Addr(), sk.Local); m[f] != nil {
 				serverOpen[f]++
 				if isNew(sk) {
 					serverNew[f]++
@@ -211,7 +225,7 @@ func ChurnOf(s *snapshot.Snapshot, prev PrevState, window time.Duration) []*Chur
 			}
 			continue
 		}
-		f := Flow{Opener: sk.Local.Addr(), Service: sk.Remote}
+		f := FlowOf(sk.Local.Addr(), sk.Remote)
 		if c := m[f]; c != nil {
 			if n, ok := turns(sk); ok {
 				openerTurns[f] = append(openerTurns[f], n)
@@ -231,7 +245,7 @@ func ChurnOf(s *snapshot.Snapshot, prev PrevState, window time.Duration) []*Chur
 	for _, fo := range s.FlowOwners {
 		// Only for flows whose open sockets named no one (flowOwned: the
 		// tally already holds earlier flow owners).
-		if c := m[Flow{Opener: fo.Local, Service: fo.Remote}]; c != nil && (c.Openers.Len() == 0 || c.flowOwned) {
+		if c := m[FlowOf(fo.Local, fo.Remote)]; c != nil && (c.Openers.Len() == 0 || c.flowOwned) {
 			c.flowOwned = true
 			c.LocalOpener = true
 			for range max(fo.Sockets, 1) {

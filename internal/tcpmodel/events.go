@@ -201,10 +201,10 @@ func RetransmitsTo(s *snapshot.Snapshot, a netip.Addr) (uint64, bool) {
 // service port. An invalid opener matches any client.
 func OnFlow(opener netip.Addr, service netip.AddrPort) func(snapshot.EventReset) bool {
 	return func(r snapshot.EventReset) bool {
-		if r.Remote == service && r.LocalPort == 0 {
+		if Unmapped(r.Remote) == Unmapped(service) && r.LocalPort == 0 {
 			return true
 		}
-		return r.LocalPort == service.Port() && r.Remote.Port() == 0 && (!opener.IsValid() || r.Remote.Addr() == opener)
+		return r.LocalPort == service.Port() && r.Remote.Port() == 0 && (!opener.IsValid() || r.Remote.Addr().Unmap() == opener.Unmap())
 	}
 }
 

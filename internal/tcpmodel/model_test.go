@@ -199,6 +199,35 @@ func TestChurnSides(t *testing.T) {
 	}
 }
 
+// TestChurnDualStack: apache2 listens on [::]:80, so its accepted sockets
+// from IPv4 clients are IPv6 with IPv4-mapped addresses, while wrk's are
+// IPv4. Both ends are one flow: the service's TIME_WAIT and the client's
+// open connections together, opened by wrk on this host.
+func TestChurnDualStack(t *testing.T) {
+	mapped := netip.MustParseAddr("::ffff:127.0.0.1")
+	svc6 := netip.AddrPortFrom(mapped, 80)
+	s := &snapshot.Snapshot{Procs: map[int]*snapshot.Proc{10: {Pid: 10, Command: "wrk"}, 11: {Pid: 11, Command: "apache2"}}}
+	s.Sockets = append(s.Sockets, snapshot.Socket{Family: 10, State: snapshot.Listen, Local: netip.MustParseAddrPort("[::]:80"), Pids: []int{11}})
+	for i := 0; i < 50; i++ {
+		s.Sockets = append(s.Sockets, snapshot.Socket{Family: 10, State: snapshot.TimeWait, Local: svc6,
+			Remote: netip.AddrPortFrom(mapped, uint16(50000+i)), Expires: uint32(57000)})
+	}
+	s.Sockets = append(s.Sockets,
+		snapshot.Socket{Family: 2, State: snapshot.Established, Local: netip.AddrPortFrom(lo, 51000), Remote: netip.AddrPortFrom(lo, 80), Pids: []int{10}},
+		snapshot.Socket{Family: 10, State: snapshot.Established, Local: svc6, Remote: netip.AddrPortFrom(mapped, 51000), Pids: []int{11}})
+	cs := ChurnOf(s, nil, 5*time.Second)
+	if len(cs) != 1 {
+		t.Fatalf("%d flows: %+v", len(cs), cs)
+	}
+	c := cs[0]
+	if c.Service != netip.AddrPortFrom(lo, 80) || c.Opener != lo || c.ClosedByService != 50 || c.Open != 1 || !c.LocalOpener || c.Openers.Top() != 10 {
+		t.Errorf("%+v", c)
+	}
+	if FlowOf(mapped, svc6) != FlowOf(lo, netip.AddrPortFrom(lo, 80)) || DestOf(mapped, svc6) != DestOf(lo, netip.AddrPortFrom(lo, 80)) {
+		t.Error("mapped and IPv4 keys differ")
+	}
+}
+
 func TestListenerOf(t *testing.T) {
 	s := &snapshot.Snapshot{Sockets: []snapshot.Socket{
 		{State: snapshot.Listen, Local: netip.MustParseAddrPort("0.0.0.0:80")},

@@ -187,6 +187,14 @@ type Dest struct {
 	Dst netip.AddrPort
 }
 
+// DestOf is the space of connections from src to dst, in IPv4 form where
+// either is IPv4-mapped: an IPv6 socket connected to an IPv4-mapped
+// address takes its port from the IPv4 space (tcp_v6_connect hands it to
+// tcp_v4_connect).
+func DestOf(src netip.Addr, dst netip.AddrPort) Dest {
+	return Dest{Src: src.Unmap(), Dst: Unmapped(dst)}
+}
+
 // DestUse is one destination's ephemeral ports at one sample.
 type DestUse struct {
 	Open int // sockets not in TIME_WAIT
@@ -248,7 +256,7 @@ func (p *PortSpace) DestUsage(cur *snapshot.Snapshot, prev PrevState, window tim
 		if !p.Outgoing(sk) {
 			continue
 		}
-		k := Dest{Src: sk.Local.Addr(), Dst: sk.Remote}
+		k := DestOf(sk.Local.Addr(), sk.Remote)
 		u := m[k]
 		if u == nil {
 			u = &DestUse{Reuse: p.Reuse.Applies(sk.Local.Addr(), sk.Remote.Addr(), sk.IfIndex)}
@@ -280,7 +288,7 @@ func (p *PortSpace) DestUsage(cur *snapshot.Snapshot, prev PrevState, window tim
 		}
 	}
 	for _, fo := range cur.FlowOwners {
-		if u := m[Dest{Src: fo.Local, Dst: fo.Remote}]; u != nil && u.Owners.Len() == 0 {
+		if u := m[DestOf(fo.Local, fo.Remote)]; u != nil && u.Owners.Len() == 0 {
 			u.Owners.Add(fo.Pid)
 		}
 	}
@@ -343,10 +351,11 @@ func ConnectsOf(s *snapshot.Snapshot) (ConnectsByDest, bool) {
 		if f.Accepted() || f.Opens == 0 && f.FailedPorts == 0 {
 			continue
 		}
-		c := b.m[f.Remote]
+		dst := Unmapped(f.Remote)
+		c := b.m[dst]
 		if c == nil {
 			c = &Connects{Interval: b.interval}
-			b.m[f.Remote] = c
+			b.m[dst] = c
 		}
 		c.Opens += f.Opens
 		c.Failed += f.FailedPorts
@@ -360,9 +369,10 @@ func ConnectsOf(s *snapshot.Snapshot) (ConnectsByDest, bool) {
 	return b, true
 }
 
-// To is the connects towards dst: zero counts when none were seen.
+// To is the connects towards dst (IPv4-mapped or not): zero counts when
+// none were seen.
 func (b ConnectsByDest) To(dst netip.AddrPort) *Connects {
-	if c := b.m[dst]; c != nil {
+	if c := b.m[Unmapped(dst)]; c != nil {
 		return c
 	}
 	return &Connects{Interval: b.interval}
