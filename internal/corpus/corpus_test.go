@@ -375,6 +375,16 @@ func parseWrk(r *run, out string) wrkResult {
 	return w
 }
 
+// checkUnderWrk starts wrk against url in ns (conns connections for secs
+// seconds), runs check there 2 s into the load and returns wrk, still
+// running, to be waited for.
+func checkUnderWrk(r *run, ns, url string, conns, secs int) *proc {
+	w := startWrk(r, ns, url, conns, secs)
+	time.Sleep(2 * time.Second)
+	r.check(place{"server", ns})
+	return w
+}
+
 // startWrk starts wrk against url in ns for seconds.
 func startWrk(r *run, ns, url string, conns, seconds int) *proc {
 	return r.start(ns, "wrk", "wrk", "-t2", fmt.Sprintf("-c%d", conns), fmt.Sprintf("-d%ds", seconds), url)
@@ -490,9 +500,7 @@ func nginxStatic(r *run) {
         root `+www+`;
     }`, 8080)
 	const secs = 8
-	w := startWrk(r, ns, "http://127.0.0.1:8080/index.html", 100, secs)
-	time.Sleep(2 * time.Second)
-	r.check(place{"server", ns})
+	w := checkUnderWrk(r, ns, "http://127.0.0.1:8080/index.html", 100, secs)
 	finishWrk(r, w, secs)
 	if err := ngx.stop(r.t); err != nil {
 		r.t.Logf("nginx: %v", err)
@@ -523,9 +531,7 @@ func apacheStatic(r *run) {
 	ap := netip.MustParseAddrPort(apacheAddr)
 	waitListen(r.t, ns, int(ap.Port()), srv)
 	const secs = 8
-	w := startWrk(r, ns, "http://"+apacheAddr+"/", 100, secs)
-	time.Sleep(2 * time.Second)
-	r.check(place{"server", ns})
+	w := checkUnderWrk(r, ns, "http://"+apacheAddr+"/", 100, secs)
 	res := waitWrk(r, w, secs)
 	// A connection apache ends after its 100th answer may already carry
 	// wrk's next request: that read fails, nothing else may.
@@ -563,9 +569,7 @@ func pythonHTTP(r *run) {
 	srv := r.start(ns, "http-server", "python3", "-m", "http.server", strconv.Itoa(int(ap.Port())), "--bind", ap.Addr().String(), "--directory", www)
 	waitListen(r.t, ns, int(ap.Port()), srv)
 	const secs = 8
-	w := startWrk(r, ns, "http://"+pyHTTPAddr+"/index.html", 50, secs)
-	time.Sleep(2 * time.Second)
-	r.check(place{"server", ns})
+	w := checkUnderWrk(r, ns, "http://"+pyHTTPAddr+"/index.html", 50, secs)
 	res := finishWrk(r, w, secs)
 	if res.requests == 0 {
 		r.t.Error("wrk got no answers from http.server")

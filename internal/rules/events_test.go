@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"os"
 	"strings"
 	"testing"
 
@@ -17,15 +16,7 @@ import (
 // become the last snapshot's eBPF section over the window.
 func fixtureWithoutOwners(t *testing.T, path string, flows []snapshot.EventFlow) (prev, cur *snapshot.Snapshot) {
 	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	snaps, err := snapshot.ReadAll(f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	snaps := readSnaps(t, path)
 	for _, s := range snaps {
 		for i := range s.Sockets {
 			s.Sockets[i].Pids = nil
@@ -138,15 +129,7 @@ func TestPortExhaustionFailuresFromEvents(t *testing.T) {
 // its eBPF section over the window.
 func fixtureWithEvents(t *testing.T, path string, ev *snapshot.Events) (prev, cur *snapshot.Snapshot) {
 	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	snaps, err := snapshot.ReadAll(f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	snaps := readSnaps(t, path)
 	prev, cur = snaps[0], snaps[len(snaps)-1]
 	if ev != nil {
 		ev.Since, ev.Until = prev.Taken, cur.Taken
