@@ -24,7 +24,10 @@ func TestLiveSmallRcvbuf(t *testing.T) {
 		t.Skip("measures timing; the race detector distorts it (scripts/test.sh runs it without -race)")
 	}
 	ns := testns.New(t, "trace")
-	const size, responses = 16 << 20, 3
+	// Six responses: each verdict names whichever holder the kernel's
+	// jiffy-counted chronographs gave more (below), so under a loaded
+	// machine three were all called congestion in one run of the suite.
+	const size, responses = 16 << 20, 6
 	var lfd, cfd, sfd int
 	var port uint16
 	err := netns.Do(ns, func() error {
