@@ -193,7 +193,7 @@ func churnFinding(in *diag.Input, c *tcpmodel.Churn, sev diag.Severity) diag.Fin
 		fixes = append(fixes, remedy.Reuse(cmd, c.Service, poolSize(c.Open)))
 		switch {
 		case byService && c.LocalService:
-			fixes = append(fixes, diag.Fix{Scope: "application", Target: "server", Text: "make the service keep connections open between requests: HTTP/1.1 keep-alive (" + remedy.KeepAliveLimits(server) + "), and have clients send Connection: keep-alive",
+			fixes = append(fixes, diag.Fix{Scope: "application", Target: "server", Text: "make the service keep connections open between requests with HTTP/1.1 keep-alive, and have clients send Connection: keep-alive; the service's settings: " + remedy.KeepAliveLimits(server),
 				Risk: "idle connections use memory and a file descriptor each"})
 		case c.LocalService:
 			// A keep-alive client closes first when the response says it

@@ -226,6 +226,21 @@ func TestChurnDualStack(t *testing.T) {
 	if FlowOf(mapped, svc6) != FlowOf(lo, netip.AddrPortFrom(lo, 80)) || DestOf(mapped, svc6) != DestOf(lo, netip.AddrPortFrom(lo, 80)) {
 		t.Error("mapped and IPv4 keys differ")
 	}
+	// The other way round: a Java client's sockets are IPv6 (mapped),
+	// nginx's IPv4, and nginx closes first (HTTP/1.0).
+	svc := netip.AddrPortFrom(lo, 8081)
+	s = &snapshot.Snapshot{Procs: map[int]*snapshot.Proc{20: {Pid: 20, Command: "java"}, 21: {Pid: 21, Command: "nginx"}}}
+	s.Sockets = append(s.Sockets, snapshot.Socket{Family: 2, State: snapshot.Listen, Local: svc, Pids: []int{21}})
+	for i := 0; i < 50; i++ {
+		s.Sockets = append(s.Sockets, snapshot.Socket{Family: 2, State: snapshot.TimeWait, Local: svc,
+			Remote: netip.AddrPortFrom(lo, uint16(50000+i)), Expires: uint32(57000)})
+	}
+	s.Sockets = append(s.Sockets, snapshot.Socket{Family: 10, State: snapshot.Established, Local: netip.AddrPortFrom(mapped, 51000),
+		Remote: netip.AddrPortFrom(mapped, 8081), Pids: []int{20}})
+	cs = ChurnOf(s, nil, 5*time.Second)
+	if len(cs) != 1 || cs[0].Service != svc || cs[0].ClosedByService != 50 || cs[0].Open != 1 || cs[0].Openers.Top() != 20 {
+		t.Errorf("java client: %+v", cs)
+	}
 }
 
 func TestListenerOf(t *testing.T) {
