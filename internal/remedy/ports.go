@@ -135,7 +135,7 @@ func Linger() diag.Fix {
 func KeepAliveLimits(cmd string) string {
 	switch cmd {
 	case "nginx":
-		return "nginx keepalive_requests (default 1000) and keepalive_timeout (default 75s)"
+		return "nginx keepalive_requests (default 1000) and keepalive_timeout (default 75 s)"
 	case "apache2", "httpd":
 		return "Apache MaxKeepAliveRequests (default 100) and KeepAliveTimeout (default 5 s); its event MPM also ends keep-alive connections early while every worker thread is busy (give it more: ThreadsPerChild, MaxRequestWorkers, MinSpareThreads)"
 	case "java":
