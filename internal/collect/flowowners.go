@@ -23,7 +23,7 @@ import (
 // and match inodes within the same millisecond or so.
 const (
 	// flowMaxSockets: beyond this many sockets the extra dumps cost too
-	// much; the openers stay unnamed (rules say so).
+	// much; the openers stay unnamed, and the snapshot says why.
 	flowMaxSockets = 50_000
 	// flowMaxDump: a dump walks the host's TCP tables, every namespace's
 	// sockets included, so the namespace's own count is not enough. A
@@ -108,6 +108,8 @@ func (c *Collector) nameFlowOwners(ns netns.NS, s *snapshot.Snapshot, own *procs
 		return
 	}
 	if len(s.Sockets) > flowMaxSockets {
+		// Worded the same in every sample, so a report says it once.
+		s.AddError(snapshot.SourceFlowOwners, fmt.Errorf("second look not taken: more than %d sockets in the namespace", flowMaxSockets))
 		return
 	}
 	var top uint32

@@ -1,12 +1,15 @@
 package collect
 
 import (
+	"fmt"
 	"net/netip"
+	"strings"
 	"os/exec"
 	"testing"
 	"time"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
+	"github.com/tcpdoctor/tcpdoctor/internal/procs"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/testns"
 )
@@ -35,6 +38,27 @@ func TestUnownedFlows(t *testing.T) {
 	need := unownedFlows(s)
 	if len(need) != 2 || !need[flowKey{lo, svc}] || !need[flowKey{lo, netip.MustParseAddrPort("127.0.0.1:8081")}] {
 		t.Errorf("need %v", need)
+	}
+}
+
+// TestFlowOwnersTooManySockets: in a namespace over flowMaxSockets the
+// second look is not taken, and the snapshot says so (the churn rule
+// then says why its opener is unnamed) in words every sample repeats.
+func TestFlowOwnersTooManySockets(t *testing.T) {
+	svc := netip.MustParseAddrPort("127.0.0.1:6379")
+	lo := netip.MustParseAddr("127.0.0.1")
+	s := &snapshot.Snapshot{Sockets: make([]snapshot.Socket, flowMaxSockets, flowMaxSockets+flowChurnTW)}
+	for i := 0; i < flowChurnTW; i++ {
+		s.Sockets = append(s.Sockets, snapshot.Socket{State: snapshot.TimeWait, Local: netip.AddrPortFrom(lo, uint16(41000+i)), Remote: svc, Expires: 59_000})
+	}
+	if len(unownedFlows(s)) != 1 {
+		t.Fatalf("need %v", unownedFlows(s))
+	}
+	var c Collector
+	c.nameFlowOwners(netns.NS{}, s, &procs.Owners{}, "/proc")
+	why, failed := s.Failed(snapshot.SourceFlowOwners)
+	if !failed || !strings.Contains(why, fmt.Sprintf("more than %d sockets", flowMaxSockets)) || len(s.FlowOwners) != 0 {
+		t.Errorf("failed %v %q, owners %+v", failed, why, s.FlowOwners)
 	}
 }
 

@@ -71,7 +71,7 @@ func checkBufferLimits(in *diag.Input) ([]diag.Finding, error) {
 		// A connection to this host has no network path: its RTT is
 		// scheduling and its peer's reading (5 ms on loopback behind a
 		// reader that pauses), so its rate x RTT sizes no buffer.
-		local := sk.Remote.Addr().IsLoopback() || idx.Peer(sk) != nil
+		local := tcpmodel.IsLoopback(sk.Remote.Addr()) || idx.Peer(sk) != nil
 		if m := sk.Mem; m != nil {
 			var need float64
 			if !local {

@@ -260,6 +260,8 @@ func capped(in *diag.Input, l *listener, now accepted) bool {
 // by owner; unowned ones are in its queue or were not matched to a
 // process.
 type accepted struct {
+	// by names the owners (the first few, for the evidence); byPid
+	// counts every one (nginx may run a worker per CPU).
 	by           tcpmodel.Tally
 	byPid        map[int]int
 	total, owned int
