@@ -88,7 +88,7 @@ func runC5(ctx context.Context, o Options) (*Result, error) {
 			res.Notes = append(res.Notes, fmt.Sprintf("trace accuracy, %s run: %s", c5BufLabel(b), outs[b].accuracy))
 		}
 	}
-	res.Notes = append(res.Notes, fmt.Sprintf("trace columns: tcpdoctor trace on the server namespace at %v a sample (docs/trace.md); a response is a send transfer of the server's socket; the time waiting for the window is the kernel's rwnd_limited over it; durations are compared with the client's request-to-last-byte time, within 5 %% or one sample interval; responses before the recorder found the connection are not traced", labTraceInterval))
+	res.Notes = append(res.Notes, fmt.Sprintf("trace columns: tcpdoctor trace on the server namespace at %v a sample (docs/trace.md); a response is a send transfer of the server's socket; the time waiting for the window is the trace's split (the kernel's rwnd_limited over it, plus intervals the samples show window-bound); durations are compared with the client's request-to-last-byte time, within 5 %% or one sample interval; responses before the recorder found the connection are not traced", labTraceInterval))
 	res.Notes = append(res.Notes,
 		fmt.Sprintf("link %s, %v RTT; responses of %d bytes, sequential on one keep-alive connection; ideal %.0f ms is the bytes at the link rate, without the request's RTT or slow start", units.Rate(c5Rate/8), c5RTT, c5Size, ideal),
 		"cubic on the hosts' routes (as on most production hosts): with bbr, this machine's default, the same 128K run gave the same times but the server's rwnd_limited chronograph only 33-41 % of busy time, since bbr's pacing stops most transmissions before the window does; rwnd-limited still fired at its 30 % threshold, with less margin",

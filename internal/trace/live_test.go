@@ -134,11 +134,12 @@ func TestLiveSmallRcvbuf(t *testing.T) {
 	}
 	// Each response is judged on its own. On loopback a 4K window still
 	// moves about 2 Gbit/s (RTT 15 us), and the kernel's chronographs,
-	// counted in 4 ms jiffies, split such a transfer between the window
-	// and congestion about evenly (measured 40-60 % each); a busy 2-core
-	// machine can also leave the writer unscheduled. So the test asks for
-	// the window to hold at least half as long as the other network-side
-	// holders together and to be named in a verdict.
+	// counted in 4 ms jiffies, gave the window 40-90 % of such a transfer
+	// here and 6-30 % on a CI machine (the rest "busy"); the samples'
+	// window-bound intervals (sendSplit) make up most of the difference,
+	// and a busy 2-core machine can also leave the writer unscheduled. So
+	// the test asks for the window to hold at least half as long as the
+	// other network-side holders together and to be named in a verdict.
 	var rwnd, rest time.Duration
 	named := 0
 	for _, x := range sends {

@@ -30,6 +30,9 @@ type Split struct {
 	// SndbufDerived: part of Sndbuf comes from the buffer seen full with
 	// everything in flight, not from the kernel's sndbuf_limited.
 	SndbufDerived bool `json:"sndbuf_derived,omitempty"`
+	// RwndDerived: part of Rwnd comes from the peer's window seen under
+	// half of cwnd with data waiting, not from the kernel's rwnd_limited.
+	RwndDerived bool `json:"rwnd_derived,omitempty"`
 }
 
 // Holder names a part of the split.
@@ -390,8 +393,11 @@ func edges(ps []Point, dir Direction, first, last int) (start, end time.Duration
 // kernel's sndbuf_limited stays low but the sample shows the send buffer
 // full with nothing waiting to be sent and cwnd not full, the interval's
 // congestion time is counted as the send buffer's (unpaced senders never
-// start that chronograph). Intervals with retransmissions or in Recovery
-// or Loss count their congestion time as recovery.
+// start that chronograph). Where the samples show the peer's window
+// under half of what cwnd allows with more than a window waiting
+// (wndInterval), the congestion time is the window's (a paced or fast
+// path leaves rwnd_limited before the window does). Intervals with retransmissions or
+// in Recovery or Loss count their congestion time as recovery.
 func sendSplit(ps []Point, first, last int, dur time.Duration) Split {
 	var s Split
 	var busy time.Duration
@@ -420,6 +426,11 @@ func sendSplit(ps []Point, first, last int, dur time.Duration) Split {
 			s.Sndbuf += rest
 			if rest > 0 {
 				s.SndbufDerived = true
+			}
+		case wndInterval(a, b) && ds < dt/2:
+			s.Rwnd += rest
+			if rest > 0 {
+				s.RwndDerived = true
 			}
 		default:
 			s.Congestion += rest
@@ -451,6 +462,25 @@ func sndbufFull(p *Point) bool {
 		return false
 	}
 	return uint64(p.Queued)*4 >= uint64(p.SkSnd)*3 && p.Notsent < 2*p.MSS && p.Unacked < p.Cwnd
+}
+
+// wndBound: the peer's window bounds the flight at this sample: it is at
+// most half of what cwnd allows and more than a window of data waits.
+// Neither cwnd nor the application holds such a sender.
+func wndBound(p *Point) bool {
+	if p.SndWnd == 0 || p.MSS == 0 {
+		return false
+	}
+	return uint64(p.SndWnd)*2 <= uint64(p.Cwnd)*uint64(p.MSS) && p.Notsent >= p.SndWnd
+}
+
+// wndInterval: the window bounds the interval's busy time: one end is
+// window-bound and the other too, or idle (nothing unsent or in flight:
+// the transfer's edge, its busy time next to the bound end).
+func wndInterval(a, b *Point) bool {
+	idle := func(p *Point) bool { return p.Notsent == 0 && p.Unacked == 0 }
+	wa, wb := wndBound(a), wndBound(b)
+	return (wa || wb) && (wa || idle(a)) && (wb || idle(b))
 }
 
 // recvSplit: the receiver's own part is the time it advertised a zero

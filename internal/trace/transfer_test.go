@@ -124,6 +124,48 @@ func TestSplitStallSndbufRecovery(t *testing.T) {
 	}
 }
 
+// A small peer window on a fast or paced path: the kernel counted most
+// busy time outside rwnd_limited (as a CI run on loopback did, 4K window,
+// cwnd 102 x 2048), but the samples show the window far under cwnd with
+// data waiting, so that time is the window's; the edge intervals, idle at
+// one end, count too. With a window cwnd fills, or too little data
+// waiting, it stays congestion.
+func TestSplitSmallWindowDerived(t *testing.T) {
+	build := func(wnd, notsent, midWnd uint32) Split {
+		c := series([][6]int64{
+			{0, 0, 0, 0, 0, 0},
+			{10, 1 << 20, 0, 10000, 2000, 3 << 20},
+			{20, 2 << 20, 0, 20000, 4000, 3 << 20},
+			{30, 3 << 20, 0, 30000, 8000, 3 << 20},
+			{40, 4 << 20, 0, 38000, 8000, 0},
+		})
+		for i := range c.Points[1:4] {
+			p := &c.Points[1+i]
+			p.MSS, p.Cwnd, p.Unacked, p.SndWnd, p.Notsent = 2048, 102, 2, wnd, notsent
+		}
+		c.Points[2].SndWnd = midWnd
+		ts := Segment(trace1(c), SegmentOptions{})
+		if len(ts) != 1 {
+			t.Fatalf("got %d transfers, want 1: %+v", len(ts), ts)
+		}
+		return ts[0].Split
+	}
+	if got, want := build(4096, 3<<20, 4096), (Split{Rwnd: 38 * msec, RwndDerived: true}); got != want {
+		t.Errorf("4K window: %+v, want %+v", got, want)
+	}
+	// The window opened at 20 ms: the intervals either side of that
+	// sample keep their congestion time (8 + 6 ms).
+	if got, want := build(4096, 3<<20, 1<<20), (Split{Rwnd: 24 * msec, Congestion: 14 * msec, RwndDerived: true}); got != want {
+		t.Errorf("window opened mid-transfer: %+v, want %+v", got, want)
+	}
+	if got, want := build(1<<20, 3<<20, 1<<20), (Split{Rwnd: 8 * msec, Congestion: 30 * msec}); got != want {
+		t.Errorf("window above cwnd: %+v, want %+v", got, want)
+	}
+	if got, want := build(4096, 2048, 4096), (Split{Rwnd: 8 * msec, Congestion: 30 * msec}); got != want {
+		t.Errorf("under a window waiting: %+v, want %+v", got, want)
+	}
+}
+
 // Receive side: edges placed at the rate between them; the time with a
 // zero window advertised and data unread is the application's.
 func TestSegmentRecv(t *testing.T) {

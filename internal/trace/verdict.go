@@ -107,6 +107,9 @@ func verdictLine(t *Transfer, v *Verdict, peer *Conn) string {
 				pin = fmt.Sprintf("; its rcvbuf %s looks pinned: %s", units.Bytes(float64(rb)), p.Why)
 			}
 		}
+		if t.Split.RwndDerived {
+			head += " (the kernel's rwnd_limited, and the window seen under half of cwnd with data waiting)"
+		}
 		return fmt.Sprintf("%s, the peer advertising at most %s%s: %s; %s", head, units.Bytes(float64(t.PeakWnd)), pin,
 			fixText(remedy.UnpinRcvBuf(who)), fixText(remedy.SizeRcvBuf(plan, rtt)))
 	case HeldSndbuf:
