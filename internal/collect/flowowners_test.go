@@ -3,8 +3,8 @@ package collect
 import (
 	"fmt"
 	"net/netip"
-	"strings"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
