@@ -117,7 +117,7 @@ func FuzzParseDump(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, b []byte, seq uint32) {
 		n := 0
-		_, err := parseDump(b, seq, 0, func(sk *snapshot.Socket) error {
+		done, err := parseDump(b, seq, 0, func(sk *snapshot.Socket) error {
 			if sk == nil {
 				t.Fatal("nil socket")
 			}
@@ -127,6 +127,11 @@ func FuzzParseDump(f *testing.F) {
 		if n > len(b)/(nlmsgHdrLen+diagMsgLen) {
 			t.Fatalf("%d sockets from %d bytes", n, len(b))
 		}
-		_ = err
+		// readAhead stops receiving after a datagram endsDump calls final:
+		// the parser must then stop too, and must not finish on one it
+		// does not call final (the reader would wait for more).
+		if ends := endsDump(b, seq); ends && !done && err == nil || done && !ends {
+			t.Fatalf("endsDump %v, parse done %v err %v", ends, done, err)
+		}
 	})
 }

@@ -5,6 +5,8 @@ package sockdiag
 import (
 	"errors"
 	"fmt"
+	"runtime"
+	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -187,24 +189,34 @@ func dumpStates(opts Options) uint32 {
 }
 
 // dumpFamily sends req and streams the reply through parseDump (into
-// reuse when not nil).
+// reuse when not nil). With more than one CPU the datagrams are received
+// ahead on another goroutine (readAhead): the kernel builds the next one
+// during each recv, so its work overlaps the decoding of the last.
 func dumpFamily(fd int, buf, req []byte, seq uint32, reuse *full, fn func(*snapshot.Socket) error) error {
 	if err := unix.Sendto(fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return fmt.Errorf("send request: %w", err)
 	}
+	next := func() ([]byte, int, error) { n, err := recvTrunc(fd, buf); return buf, n, err }
+	give := func([]byte) {}
+	if runtime.GOMAXPROCS(0) > 1 {
+		var stop func()
+		next, give, stop = readAhead(fd, buf, seq)
+		defer stop()
+	}
 	base := 0
 	for {
-		n, err := recvTrunc(fd, buf)
+		b, n, err := next()
 		if err != nil {
 			return fmt.Errorf("offset %d: recv: %w", base, err)
 		}
-		if n > len(buf) {
-			return fmt.Errorf("offset %d: datagram of %d bytes truncated to %d", base, n, len(buf))
+		if n > len(b) {
+			return fmt.Errorf("offset %d: datagram of %d bytes truncated to %d", base, n, len(b))
 		}
 		if n == 0 {
 			return fmt.Errorf("offset %d: %w: empty datagram", base, errShortMsg)
 		}
-		done, err := parseDumpInto(buf[:n], seq, base, reuse, fn)
+		done, err := parseDumpInto(b[:n], seq, base, reuse, fn)
+		give(b)
 		if err != nil {
 			return err
 		}
@@ -213,6 +225,96 @@ func dumpFamily(fd int, buf, req []byte, seq uint32, reuse *full, fn func(*snaps
 		}
 		base += n
 	}
+}
+
+// aheadBufs is how many datagrams readAhead holds: received, being
+// decoded, or free.
+const aheadBufs = 4
+
+// readAhead receives fd's dump datagrams on its own goroutine into
+// aheadBufs buffers (buf and new ones). next returns the next datagram's
+// buffer and length, or the recv error; give
+// returns a buffer once decoded; stop ends the goroutine and waits for it,
+// whether or not the dump was read to its end. The goroutine stops after
+// a datagram that ends the dump for seq (endsDump), so it never waits on
+// a recv that no datagram will answer; stopped early, it only finishes
+// the recv in progress, which the dump still under way answers.
+func readAhead(fd int, buf []byte, seq uint32) (next func() ([]byte, int, error), give func([]byte), stop func()) {
+	type chunk struct {
+		b   []byte
+		n   int
+		err error
+	}
+	free := make(chan []byte, aheadBufs)
+	got := make(chan chunk, aheadBufs)
+	free <- buf
+	for range aheadBufs - 1 {
+		free <- make([]byte, len(buf))
+	}
+	var quit atomic.Bool
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		defer close(got)
+		for {
+			b := <-free
+			if quit.Load() {
+				return
+			}
+			n, err := recvTrunc(fd, b)
+			got <- chunk{b, n, err}
+			if err != nil || n == 0 || n > len(b) || endsDump(b[:n], seq) {
+				return
+			}
+		}
+	}()
+	next = func() ([]byte, int, error) {
+		c, ok := <-got
+		if !ok {
+			return buf, 0, fmt.Errorf("%w: the dump ended without NLMSG_DONE", errShortMsg)
+		}
+		return c.b, c.n, c.err
+	}
+	give = func(b []byte) { free <- b }
+	stop = func() {
+		quit.Store(true)
+		for c := range got { // unblock a goroutine waiting for a free buffer
+			select {
+			case free <- c.b:
+			default:
+			}
+		}
+		<-exited
+	}
+	return next, give, stop
+}
+
+// endsDump reports whether datagram b ends the dump for seq as
+// parseDumpInto reads it (NLMSG_DONE, or an NLMSG_ERROR that is not an
+// ACK), or is malformed where parseDumpInto would stop: after it, the
+// kernel sends nothing more for this request.
+func endsDump(b []byte, seq uint32) bool {
+	for off := 0; off < len(b); {
+		if len(b)-off < nlmsgHdrLen {
+			return true
+		}
+		mlen := int(ne.Uint32(b[off:]))
+		if mlen < nlmsgHdrLen || mlen > len(b)-off {
+			return true
+		}
+		if ne.Uint32(b[off+8:]) == seq {
+			switch ne.Uint16(b[off+4:]) {
+			case nlmsgDone:
+				return true
+			case nlmsgError:
+				if mlen < nlmsgHdrLen+4 || ne.Uint32(b[off+nlmsgHdrLen:]) != 0 {
+					return true
+				}
+			}
+		}
+		off += (mlen + 3) &^ 3
+	}
+	return false
 }
 
 // recvTrunc receives one datagram without allocating and returns its real
