@@ -396,8 +396,9 @@ func edges(ps []Point, dir Direction, first, last int) (start, end time.Duration
 // start that chronograph). Where the samples show the peer's window
 // under half of what cwnd allows with more than a window waiting
 // (wndInterval), the congestion time is the window's (a paced or fast
-// path leaves rwnd_limited before the window does). Intervals with retransmissions or
-// in Recovery or Loss count their congestion time as recovery.
+// path leaves rwnd_limited before the window does). Intervals with
+// retransmissions or in Recovery or Loss count their congestion time as
+// recovery.
 func sendSplit(ps []Point, first, last int, dur time.Duration) Split {
 	var s Split
 	var busy time.Duration
