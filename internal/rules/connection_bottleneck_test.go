@@ -1,7 +1,6 @@
 package rules
 
 import (
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -9,22 +8,17 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 )
 
-// runFixtureOpts is runFixture with options (e.g. --bandwidth).
 // readFixture reads a recording of at least two snapshots.
 func readFixture(t *testing.T, path string) []*snapshot.Snapshot {
 	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatalf("fixture: %v", err)
-	}
-	defer f.Close()
-	snaps, err := snapshot.ReadAll(f)
-	if err != nil || len(snaps) < 2 {
-		t.Fatalf("fixture %s: %v (%d snapshots)", path, err, len(snaps))
+	snaps := readSnaps(t, path)
+	if len(snaps) < 2 {
+		t.Fatalf("fixture %s: %d snapshots, want at least 2", path, len(snaps))
 	}
 	return snaps
 }
 
+// runFixtureOpts is runFixture with options (e.g. --bandwidth).
 func runFixtureOpts(t *testing.T, r diag.Rule, path string, o diag.Options) diag.Result {
 	t.Helper()
 	snaps := readFixture(t, path)

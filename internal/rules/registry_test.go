@@ -44,15 +44,7 @@ func TestRegistry(t *testing.T) {
 // snapshots of a netns, the first is the previous sample, the last the current.
 func runFixture(t *testing.T, r diag.Rule, path string) diag.Result {
 	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatalf("fixture: %v", err)
-	}
-	defer f.Close()
-	snaps, err := snapshot.ReadAll(f)
-	if err != nil {
-		t.Fatalf("fixture %s: %v", path, err)
-	}
+	snaps := readSnaps(t, path)
 	var prev *snapshot.Snapshot
 	if len(snaps) > 1 {
 		prev = snaps[0]

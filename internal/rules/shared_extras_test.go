@@ -76,6 +76,7 @@ func keptSame(prev, cur *snapshot.Snapshot) (aged, lean *snapshot.Snapshot, n in
 	return &a, &l, n
 }
 
+// readSnaps reads every snapshot of a fixture file.
 func readSnaps(t *testing.T, path string) []*snapshot.Snapshot {
 	t.Helper()
 	f, err := os.Open(path)
