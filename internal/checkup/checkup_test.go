@@ -101,7 +101,16 @@ func TestSampleSharesUnchangedExtras(t *testing.T) {
 	if err != nil || len(ss) != 1 || len(ss[0].Snaps) != 2 {
 		t.Fatalf("%v %+v", err, ss)
 	}
-	first, last := ss[0].Snaps[0], ss[0].Snaps[1]
+	base, last := ss[0].Base, ss[0].Snaps[1]
+	if base == nil || ss[0].Snaps[0] != base.Snap {
+		t.Fatalf("first sample not kept as a base: %+v", ss[0])
+	}
+	// The base keeps the listener whole and the connections as Was.
+	for i := range base.Snap.Sockets {
+		if st := base.Snap.Sockets[i].State; st == snapshot.Established {
+			t.Errorf("base keeps an established socket whole: %+v", base.Snap.Sockets[i])
+		}
+	}
 	find := func(s *snapshot.Snapshot, end net.Conn) *snapshot.Socket {
 		for i := range s.Sockets {
 			if sk := &s.Sockets[i]; sk.Local.String() == end.LocalAddr().String() && sk.Remote.String() == end.RemoteAddr().String() {
@@ -111,14 +120,25 @@ func TestSampleSharesUnchangedExtras(t *testing.T) {
 		t.Fatalf("no socket %v-%v in %d sockets", end.LocalAddr(), end.RemoteAddr(), len(s.Sockets))
 		return nil
 	}
+	was := func(b *snapshot.Socket) *snapshot.Was {
+		for i := range base.Was {
+			if base.Was[i].Cookie == b.Cookie {
+				return &base.Was[i]
+			}
+		}
+		t.Fatalf("cookie %d not in the base's %d", b.Cookie, len(base.Was))
+		return nil
+	}
 	for _, end := range idle {
-		a, b := find(first, end), find(last, end)
+		b := find(last, end)
+		a := was(b)
 		if a.Info == nil || b.Info != a.Info || b.Mem != a.Mem {
 			t.Errorf("idle %v: info shared %v, mem shared %v", end.LocalAddr(), b.Info == a.Info, b.Mem == a.Mem)
 		}
 	}
 	for _, end := range busy {
-		a, b := find(first, end), find(last, end)
+		b := find(last, end)
+		a := was(b)
 		if a.Info == nil || b.Info == a.Info || b.Info.BytesAcked+b.Info.BytesReceived != a.Info.BytesAcked+a.Info.BytesReceived+1000 {
 			t.Errorf("busy %v: first %+v, last %+v", end.LocalAddr(), a.Info, b.Info)
 		}

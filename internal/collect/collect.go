@@ -55,7 +55,7 @@ type Collector struct {
 	// socket whose tcp_info and meminfo did not change since points at
 	// that sample's (snapshot.Store.KeepSame), so a window of a million
 	// idle connections holds their extras once, not twice.
-	Base map[string]*snapshot.Snapshot
+	Base map[string]snapshot.Prior
 	// probe reads SO_BUF_LOCK through pidfd_getfd; procs.BufLock when
 	// nil (tests count the calls).
 	probe func(procs.FDRef, uint32) (uint8, error)
@@ -153,14 +153,14 @@ func (c *Collector) dump(s *snapshot.Snapshot) {
 	// copied into the snapshot; one walk of the kernel's tables serves
 	// both families.
 	var st snapshot.Store
-	var base []snapshot.Socket
-	if b := c.Base[s.Netns.Name]; b != nil && b.Netns.Inode == s.Netns.Inode {
-		base = b.Sockets
+	var base []snapshot.Was
+	if b, ok := c.Base[s.Netns.Name]; ok && b.Netns.Inode == s.Netns.Inode {
+		base = b.Was
 	}
 	f := snapshot.Follow(base)
 	opts := sockdiag.Options{States: c.Opts.States, Info: true, Mem: true, Reuse: true, OneWalk: true}
 	err := sockdiag.Dump(opts, func(sk *snapshot.Socket) error {
-		var was *snapshot.Socket
+		var was *snapshot.Was
 		if k, ok := f.Next(sk.Cookie); ok {
 			was = &base[k]
 		}

@@ -115,13 +115,17 @@ type Options struct {
 }
 
 // Input is what a rule sees: the current snapshot of one netns and,
-// when the window is non-zero, the one before it.
+// when the window is non-zero, the one before it as a Base.
 type Input struct {
-	Prev    *snapshot.Snapshot // nil for a single snapshot
+	// Prev is the previous sample but for its established connections,
+	// which PrevOf finds by cookie and the Prev* tallies count (Base);
+	// nil for a single snapshot.
+	Prev    *snapshot.Snapshot
 	Cur     *snapshot.Snapshot
 	Options Options
-	// prev finds Cur's sockets in Prev, built by NewInput's goroutine;
-	// prevReady is closed when it is.
+	base    *Base
+	// prev finds Cur's sockets in the base, built by NewInput's
+	// goroutine; prevReady is closed when it is.
 	prev      *prevIndex
 	prevReady chan struct{}
 	tuples    tcpmodel.Tuples // CurTuples: indexed at its first lookup
@@ -135,18 +139,29 @@ type sharedValue struct {
 	v    any
 }
 
-// NewInput builds an Input and starts matching the current sockets to
-// the previous ones (joinPrev) in a goroutine of its own, so that rules
-// which do not look back start meanwhile.
+// NewInput builds an Input from two whole samples (prev nil for one):
+// NewInputFrom(NewBase(prev), cur, opts).
 func NewInput(prev, cur *snapshot.Snapshot, opts Options) *Input {
-	in := &Input{Prev: prev, Cur: cur, Options: opts, prevReady: make(chan struct{}), tuples: tcpmodel.TuplesOf(cur)}
-	if prev == nil {
+	var b *Base
+	if prev != nil {
+		b = NewBase(prev)
+	}
+	return NewInputFrom(b, cur, opts)
+}
+
+// NewInputFrom builds an Input and starts matching the current sockets to
+// the base's (joinPrev) in a goroutine of its own, so that rules which do
+// not look back start meanwhile.
+func NewInputFrom(base *Base, cur *snapshot.Snapshot, opts Options) *Input {
+	in := &Input{Cur: cur, Options: opts, base: base, prevReady: make(chan struct{}), tuples: tcpmodel.TuplesOf(cur)}
+	if base == nil {
 		close(in.prevReady)
 		return in
 	}
+	in.Prev = base.Snap
 	go func() {
 		defer close(in.prevReady)
-		in.prev = joinPrev(prev.Sockets, cur.Sockets)
+		in.prev = joinPrev(base.Was, cur.Sockets)
 	}()
 	return in
 }
@@ -159,10 +174,10 @@ func (in *Input) Window() time.Duration {
 	return in.Cur.Taken.Sub(in.Prev.Taken)
 }
 
-// PrevOf returns sk's connection (same cookie) in the previous snapshot,
-// nil when it was not there. sk is one of Cur's sockets, found by its
-// position at no cost; any other socket is looked up by cookie.
-func (in *Input) PrevOf(sk *snapshot.Socket) *snapshot.Socket {
+// PrevOf returns what the previous sample held of sk's connection (same
+// cookie), nil when it was not there. sk is one of Cur's sockets, found
+// by its position at no cost; any other socket is looked up by cookie.
+func (in *Input) PrevOf(sk *snapshot.Socket) *snapshot.Was {
 	if in.prevReady != nil { // nil in an Input not made by NewInput
 		<-in.prevReady
 	}
@@ -171,11 +186,39 @@ func (in *Input) PrevOf(sk *snapshot.Socket) *snapshot.Socket {
 	}
 	if i, ok := indexIn(in.Cur.Sockets, sk); ok {
 		if j := in.prev.at[i]; j >= 0 {
-			return &in.Prev.Sockets[j]
+			return &in.base.Was[j]
 		}
 		return nil
 	}
-	return in.prev.byCookie(in.Prev.Sockets, sk.Cookie)
+	return in.prev.byCookie(in.base.Was, sk.Cookie)
+}
+
+// PrevHeld is the ephemeral ports each destination held in the previous
+// sample (tcpmodel.DestUse.Held, from that sample's port space); ok is
+// false without a previous sample or when its port space was unknown.
+func (in *Input) PrevHeld() (map[tcpmodel.Dest]int, bool) {
+	if in.base == nil || in.base.held == nil {
+		return nil, false
+	}
+	return in.base.held, true
+}
+
+// PrevOpener is the process that held most sockets of flow f in the
+// previous sample (tcpmodel.Openers), 0 when none or without one.
+func (in *Input) PrevOpener(f tcpmodel.Flow) int {
+	if in.base == nil {
+		return 0
+	}
+	return in.base.openers[f]
+}
+
+// PrevAccepted counts the owned connections the listener with cookie c
+// had accepted in the previous sample (tcpmodel.AcceptedOwned).
+func (in *Input) PrevAccepted(c uint64) int {
+	if in.base == nil {
+		return 0
+	}
+	return in.base.accepted[c]
 }
 
 // CurTuples indexes the current snapshot's connected sockets by (local,

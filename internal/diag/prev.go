@@ -27,7 +27,7 @@ type cookieAt struct {
 // joinPrev matches cur to prev in dump order (snapshot.Follower); the
 // sockets it misses (new connections, a reordered dump) go to a cookie
 // index built only then.
-func joinPrev(prev, cur []snapshot.Socket) *prevIndex {
+func joinPrev(prev []snapshot.Was, cur []snapshot.Socket) *prevIndex {
 	x := &prevIndex{at: make([]int32, len(cur))}
 	f := snapshot.Follow(prev)
 	for i := range cur {
@@ -43,7 +43,7 @@ func joinPrev(prev, cur []snapshot.Socket) *prevIndex {
 }
 
 // find looks c up in the cookie index, building it at the first call.
-func (x *prevIndex) find(prev []snapshot.Socket, c uint64) (int, bool) {
+func (x *prevIndex) find(prev []snapshot.Was, c uint64) (int, bool) {
 	x.once.Do(func() {
 		x.sorted = make([]cookieAt, len(prev))
 		for i := range prev {
@@ -64,7 +64,7 @@ func (x *prevIndex) find(prev []snapshot.Socket, c uint64) (int, bool) {
 }
 
 // byCookie is the previous socket with cookie c, nil when none.
-func (x *prevIndex) byCookie(prev []snapshot.Socket, c uint64) *snapshot.Socket {
+func (x *prevIndex) byCookie(prev []snapshot.Was, c uint64) *snapshot.Was {
 	if k, ok := x.find(prev, c); ok {
 		return &prev[k]
 	}

@@ -69,7 +69,7 @@ func TestJoinPrevMatchesCookieMap(t *testing.T) {
 			switch {
 			case !ok && got != nil:
 				t.Fatalf("%s: cur[%d] cookie %d found at prev RecvQ %d, want none", c.name, i, cur[i].Cookie, got.RecvQ)
-			case ok && (got == nil || got != &prev[j]):
+			case ok && (got == nil || got != &in.base.Was[j]):
 				t.Fatalf("%s: cur[%d] cookie %d: got %v, want prev[%d]", c.name, i, cur[i].Cookie, got, j)
 			}
 			// A copy (not in Cur) is looked up by cookie alone.
@@ -88,13 +88,14 @@ func TestJoinPrevRepeatedCookies(t *testing.T) {
 	prev := []snapshot.Socket{{Cookie: 5}, {Cookie: 6}, {Cookie: 5}, {Cookie: 7}, {Cookie: 6}}
 	cur := []snapshot.Socket{{Cookie: 5}, {Cookie: 6}, {Cookie: 7}, {Cookie: 8}}
 	in := NewInput(&snapshot.Snapshot{Sockets: prev}, &snapshot.Snapshot{Sockets: cur}, Options{})
-	for i, want := range []*snapshot.Socket{&prev[0], &prev[1], &prev[3], nil} {
+	was := in.base.Was
+	for i, want := range []*snapshot.Was{&was[0], &was[1], &was[3], nil} {
 		if got := in.PrevOf(&cur[i]); got != want {
 			t.Errorf("cur[%d]: %p, want %p", i, got, want)
 		}
 	}
-	if got := in.PrevOf(&snapshot.Socket{Cookie: 6}); got != &prev[4] {
-		t.Errorf("by cookie: %p, want the last (%p)", got, &prev[4])
+	if got := in.PrevOf(&snapshot.Socket{Cookie: 6}); got != &was[4] {
+		t.Errorf("by cookie: %p, want the last (%p)", got, &was[4])
 	}
 }
 

@@ -44,10 +44,10 @@ type Exporter struct {
 	d    *descs
 
 	// mu serialises Update; last holds, per namespace, the newest
-	// snapshot: the previous sample of the next window. Nothing older is
+	// snapshot as the next window's start (diag.Base). Nothing older is
 	// kept.
 	mu          sync.Mutex
-	last        map[string]*snapshot.Snapshot
+	last        map[string]*diag.Base
 	collections int64
 	// events adds up each namespace's eBPF counts (forgotten with it).
 	events map[string]*eventTotals
@@ -63,7 +63,7 @@ func New(opts Options) *Exporter {
 	if opts.Clock == nil {
 		opts.Clock = time.Now
 	}
-	x := &Exporter{opts: opts, d: newDescs(), last: map[string]*snapshot.Snapshot{}, events: map[string]*eventTotals{}}
+	x := &Exporter{opts: opts, d: newDescs(), last: map[string]*diag.Base{}, events: map[string]*eventTotals{}}
 	x.view.Store(&view{})
 	return x
 }
@@ -151,14 +151,14 @@ func (x *Exporter) Update(snaps []*snapshot.Snapshot, collectTook time.Duration)
 			t.expire(listening(cur))
 			x.addEvents(b, ns, cur.Events, t)
 		}
-		prev := x.last[ns]
-		if prev == nil || !cur.Taken.After(prev.Taken) || prev.Netns.Inode != cur.Netns.Inode {
+		base := x.last[ns]
+		if base == nil || !cur.Taken.After(base.Snap.Taken) || base.Snap.Netns.Inode != cur.Netns.Inode {
 			// First sample, the clock went backwards, or the name now
 			// belongs to another namespace (deleted and re-created, or a
 			// pid:N name passed on): no window.
 			continue
 		}
-		in := diag.NewInput(prev, cur, x.opts.Diag)
+		in := diag.NewInputFrom(base, cur, x.opts.Diag)
 		windows = append(windows, checkup.Window{Netns: ns, In: in})
 		b.add(d.window, prometheus.GaugeValue, in.Window().Seconds(), ns)
 		x.addLimiters(b, in)
@@ -178,7 +178,12 @@ func (x *Exporter) Update(snaps []*snapshot.Snapshot, collectTook time.Duration)
 			b.add(d.unknown, prometheus.GaugeValue, 1, u.Rule, u.Netns)
 		}
 	}
-	x.last = next
+	// Each sample is kept as the next window's start only as what its
+	// rules read of it (diag.Base), not whole.
+	x.last = make(map[string]*diag.Base, len(next))
+	for ns, s := range next {
+		x.last[ns] = diag.NewBase(s)
+	}
 	for ns := range x.events {
 		if next[ns] == nil {
 			delete(x.events, ns)

@@ -102,7 +102,7 @@ func checkConnectionBottleneck(in *diag.Input) ([]diag.Finding, error) {
 			continue // too many to be the pool this rule judges
 		}
 		f.socks = append(f.socks, sk)
-		p := in.PrevOf(sk)
+		p := prevAs(in, sk)
 		if p == nil {
 			continue
 		}

@@ -69,7 +69,7 @@ func churnFinding(in *diag.Input, c *tcpmodel.Churn, sev diag.Severity) diag.Fin
 	cur := in.Cur
 	pid := c.Openers.Top()
 	if pid == 0 {
-		pid = prevOpener(in.Prev, c.Flow)
+		pid = in.PrevOpener(c.Flow)
 	}
 	cmd := tcpmodel.Command(cur, pid)
 	if cmd == "" && pid != 0 {
@@ -241,28 +241,6 @@ const churnReusedTurns = 32
 // saying: Churn.Rate leaves them out.
 func oldCloses(c *tcpmodel.Churn) bool {
 	return c.Closed() > 0 && 4*c.Unreplaced() >= c.Closed()
-}
-
-// prevOpener names the owner of the flow's opener-side connections in the
-// previous sample, 0 when none is known: short connections often end
-// before the owner scan of one sample reaches them.
-func prevOpener(prev *snapshot.Snapshot, f tcpmodel.Flow) int {
-	if prev == nil {
-		return 0
-	}
-	var t tcpmodel.Tally
-	for i := range prev.Sockets {
-		sk := &prev.Sockets[i]
-		if sk.State != snapshot.TimeWait && len(sk.Pids) > 0 && tcpmodel.FlowOf(sk.Local.Addr(), sk.Remote) == f {
-			t.Add(sk.Pids[0])
-		}
-	}
-	for _, fo := range prev.FlowOwners {
-		if tcpmodel.FlowOf(fo.Local, fo.Remote) == f {
-			t.Add(fo.Pid)
-		}
-	}
-	return t.Top()
 }
 
 // connectsEvidence is the eBPF count of connect() calls to one service.

@@ -252,8 +252,8 @@ func capped(in *diag.Input, l *listener, now accepted) bool {
 	if p == nil {
 		return false
 	}
-	before := acceptedOn(in.Prev, p, nil)
-	return now.owned <= before.owned+max(8, before.owned/100)
+	before := in.PrevAccepted(p.Cookie)
+	return now.owned <= before+max(8, before/100)
 }
 
 // accepted is the connections a listener accepted that are still open,
@@ -283,17 +283,13 @@ func (a *accepted) String(s *snapshot.Snapshot) string {
 }
 
 // acceptedOn counts the open connections on ln's address and port
-// (server side: not LISTEN, TIME_WAIT or a request socket); isNew, when
+// (tcpmodel.AcceptedOn); isNew, when
 // not nil, tells the owned ones new since the previous sample.
 func acceptedOn(s *snapshot.Snapshot, ln *snapshot.Socket, isNew func(*snapshot.Socket) bool) accepted {
 	a := accepted{byPid: map[int]int{}}
 	for i := range s.Sockets {
 		sk := &s.Sockets[i]
-		switch sk.State {
-		case snapshot.Listen, snapshot.TimeWait, snapshot.SynRecv, snapshot.NewSynRecv, snapshot.Close, snapshot.BoundInactive:
-			continue
-		}
-		if sk.Family != ln.Family || !tcpmodel.SameListener(ln.Local, sk.Local) {
+		if !tcpmodel.AcceptedOn(ln, sk) {
 			continue
 		}
 		a.total++

@@ -51,10 +51,9 @@ type destHit struct {
 	sev diag.Severity
 }
 
-// destUsage is every destination's port use in the current sample and
-// what the previous one held.
+// destUsage is every destination's port use in the current sample.
 type destUsage struct {
-	cur, prev map[tcpmodel.Dest]*tcpmodel.DestUse
+	cur map[tcpmodel.Dest]*tcpmodel.DestUse
 }
 
 // destHits measures every destination's port use and keeps those grade
@@ -63,22 +62,16 @@ func destHits(in *diag.Input, p *tcpmodel.PortSpace, grade func(*tcpmodel.DestUs
 	// port-exhaustion and time-wait-churn tally the same ports, with the
 	// same port space (NewPortSpace of the current sample): once.
 	use := in.Shared("rules.destUsage", func() any {
-		var u destUsage
-		if in.Prev != nil {
-			u.prev = p.DestUsage(in.Prev, nil, 0)
-		}
-		u.cur = p.DestUsage(in.Cur, prevState(in), in.Window())
-		return u
+		return destUsage{cur: p.DestUsage(in.Cur, prevState(in), in.Window())}
 	}).(destUsage)
-	prevHeld := use.prev
+	// What each destination held in the previous sample (diag.Base),
+	// unknown (-1) without one or without its port range.
+	prevHeld, hasPrev := in.PrevHeld()
 	var hits []destHit
 	for k, u := range use.cur {
 		ph := -1
-		if in.Prev != nil {
-			ph = 0
-			if pu := prevHeld[k]; pu != nil {
-				ph = pu.Held()
-			}
+		if hasPrev {
+			ph = prevHeld[k]
 		}
 		f := u.Forecast(p.Usable(), ph, in.Window(), p.Reuse.Delay)
 		if sev := grade(u, f); sev > 0 {
@@ -133,7 +126,7 @@ func destPrevOwner(in *diag.Input, k tcpmodel.Dest, u *tcpmodel.DestUse) int {
 	if u.Owners.Len() > 0 {
 		return 0
 	}
-	return prevOpener(in.Prev, tcpmodel.Flow{Opener: k.Src, Service: k.Dst})
+	return in.PrevOpener(tcpmodel.Flow{Opener: k.Src, Service: k.Dst})
 }
 
 // destOwner names the process holding most open sockets to a destination.

@@ -183,3 +183,14 @@ func ownersGone(s *snapshot.Snapshot, states ...snapshot.State) error {
 	}
 	return nil
 }
+
+// prevAs is sk as the previous sample held it (snapshot.Was.As), nil
+// when it was not there or without a previous sample.
+func prevAs(in *diag.Input, sk *snapshot.Socket) *snapshot.Socket {
+	p := in.PrevOf(sk)
+	if p == nil {
+		return nil
+	}
+	s := p.As(sk)
+	return &s
+}

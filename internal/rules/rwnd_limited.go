@@ -142,7 +142,7 @@ func checkRwndLimited(in *diag.Input) ([]diag.Finding, error) {
 		}
 		var prev *snapshot.Socket
 		if !lifetime {
-			prev = in.PrevOf(sk)
+			prev = prevAs(in, sk)
 		}
 		sup := rwndSupport(in, sk, prev, rates, idx, len(zw) > 0)
 		switch {
@@ -314,7 +314,7 @@ func rwndFinding(in *diag.Input, sk *snapshot.Socket, sh snapshot.Shares, share 
 	// unread data, means the reader sets the pace, not the window's size.
 	zeroWnd := ti.Has(snapshot.EndSndWnd) && ti.SndWnd == 0
 	pacing := zeroWnd || peer != nil && fill(peer) >= rwndPacingFill
-	sized := rcvPin.Pinned || sup.full && !lifetime && sameWindow(in.PrevOf(sk), sk)
+	sized := rcvPin.Pinned || sup.full && !lifetime && sameWindow(prevAs(in, sk), sk)
 	ev = append(ev, diag.Evidence{Name: "performance", Value: verdict.Why, Source: "sock_diag tcp_info.bytes_acked or delivery_rate; --bandwidth or other connections' delivery rates",
 		Threshold: fmt.Sprintf("warning below %s of the path's rate, with the window shown to be the limit", units.Pct(tcpmodel.LostShare))})
 	var sev diag.Severity

@@ -68,7 +68,12 @@ func keptSame(prev, cur *snapshot.Snapshot) (aged, lean *snapshot.Snapshot, n in
 			sk.Info = &ti
 		}
 		a.Sockets[i] = st.Keep(&sk)
-		l.Sockets[i] = st.KeepSame(&sk, b)
+		var bw *snapshot.Was
+		if b != nil {
+			w := b.Was()
+			bw = &w
+		}
+		l.Sockets[i] = st.KeepSame(&sk, bw)
 		if b != nil && (l.Sockets[i].Info == b.Info && b.Info != nil || l.Sockets[i].Mem == b.Mem && b.Mem != nil) {
 			n++
 		}

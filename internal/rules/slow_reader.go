@@ -124,7 +124,7 @@ func checkSlowReader(in *diag.Input) ([]diag.Finding, error) {
 		if sk.State != snapshot.Established || !backedUp(sk) {
 			continue
 		}
-		p := in.PrevOf(sk)
+		p := prevAs(in, sk)
 		if p == nil || !backedUp(p) {
 			continue
 		}

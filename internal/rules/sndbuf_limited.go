@@ -51,7 +51,18 @@ func lookSndbuf(sk *snapshot.Socket) (sndbufLook, bool) {
 	if sk == nil {
 		return sndbufLook{}, false
 	}
-	ti, m := sk.Info, sk.Mem
+	return lookSndbufOf(sk.Info, sk.Mem)
+}
+
+// lookPrevSndbuf is lookSndbuf of the previous sample's (nil: none).
+func lookPrevSndbuf(p *snapshot.Was) (sndbufLook, bool) {
+	if p == nil {
+		return sndbufLook{}, false
+	}
+	return lookSndbufOf(p.Info, p.Mem)
+}
+
+func lookSndbufOf(ti *snapshot.TCPInfo, m *snapshot.MemInfo) (sndbufLook, bool) {
 	if ti == nil || m == nil || ti.SndMSS == 0 || m.Sndbuf == 0 {
 		return sndbufLook{}, false
 	}
@@ -92,16 +103,13 @@ func checkSndbufLimited(in *diag.Input) ([]diag.Finding, error) {
 		if sk.State != snapshot.Established {
 			continue
 		}
-		var prev *snapshot.Socket
-		if in.Prev != nil {
-			prev = in.PrevOf(sk)
-		}
+		prev := in.PrevOf(sk)
 		// Each sample reads one instant, and a writer descheduled on a
 		// busy host can leave the buffer briefly short: either sample
 		// may show the limit.
 		look, ok := lookSndbuf(sk)
 		if !ok || !look.limited() {
-			if look, ok = lookSndbuf(prev); !ok || !look.limited() {
+			if look, ok = lookPrevSndbuf(prev); !ok || !look.limited() {
 				continue
 			}
 		}
@@ -118,7 +126,7 @@ func checkSndbufLimited(in *diag.Input) ([]diag.Finding, error) {
 	}), nil
 }
 
-func sndbufFinding(in *diag.Input, sk, prev *snapshot.Socket, look sndbufLook, rtt, window time.Duration,
+func sndbufFinding(in *diag.Input, sk *snapshot.Socket, prev *snapshot.Was, look sndbufLook, rtt, window time.Duration,
 	rates map[netip.Addr]float64, idx tcpmodel.Tuples, lim tcpmodel.Limits) (scored, bool) {
 	ti := sk.Info
 	ev := []diag.Evidence{}
@@ -147,7 +155,7 @@ func sndbufFinding(in *diag.Input, sk, prev *snapshot.Socket, look sndbufLook, r
 			return scored{}, false
 		}
 		// look is the current sample's whenever that one shows the limit.
-		pl, ok := lookSndbuf(prev)
+		pl, ok := lookPrevSndbuf(prev)
 		confident = ok && pl.limited() && look.ti == ti
 		busyShare = busy
 	}

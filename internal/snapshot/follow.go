@@ -12,12 +12,12 @@ const FollowAhead = 16
 // million cookies. Sockets it misses (new connections, a reordered dump)
 // need a cookie index, which is the caller's to build when it must.
 type Follower struct {
-	prev []Socket
+	prev []Was
 	j    int
 }
 
 // Follow starts following prev.
-func Follow(prev []Socket) Follower { return Follower{prev: prev} }
+func Follow(prev []Was) Follower { return Follower{prev: prev} }
 
 // Next returns the index in prev of the socket with cookie c, looking
 // from just after the last match; ok is false when it is not there.

@@ -33,7 +33,7 @@ func (st *Store) Keep(sk *Socket) Socket {
 // connection that moved nothing between two samples then costs its
 // socket's bytes alone, not 300 more; its last_data_* and last_ack_*
 // are base's, as old as the time between the samples less.
-func (st *Store) KeepSame(sk, base *Socket) Socket {
+func (st *Store) KeepSame(sk *Socket, base *Was) Socket {
 	out := *sk
 	if base != nil && base.Cookie == sk.Cookie && base.State == sk.State {
 		if sk.Info != nil && base.Info != nil && SameInfo(sk.Info, base.Info) {

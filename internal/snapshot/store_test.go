@@ -9,7 +9,8 @@ func TestKeepSame(t *testing.T) {
 	info := TCPInfo{Len: SizeKnown, BytesAcked: 1000, SegsOut: 10, RTT: 50, LastDataSent: 200, LastAckRecv: 180}
 	mem := MemInfo{Rcvbuf: 131072, Sndbuf: 87040}
 	var st Store
-	base := st.Keep(&Socket{State: Established, Cookie: 7, Info: &info, Mem: &mem})
+	kept := st.Keep(&Socket{State: Established, Cookie: 7, Info: &info, Mem: &mem})
+	base := kept.Was()
 
 	idle := info
 	idle.LastDataSent, idle.LastAckRecv, idle.LastDataRecv, idle.LastAckSent = 1200, 1180, 1190, 1170
@@ -44,7 +45,7 @@ func TestKeepSame(t *testing.T) {
 // TestFollow: sockets are found at or a little after the last match, not
 // before it nor past the look-ahead.
 func TestFollow(t *testing.T) {
-	prev := make([]Socket, 40)
+	prev := make([]Was, 40)
 	for i := range prev {
 		prev[i].Cookie = uint64(i + 1)
 	}

@@ -145,3 +145,66 @@ func (l Listeners) Service(sk *snapshot.Socket) netip.AddrPort {
 	}
 	return sk.Local
 }
+
+// AcceptedOn says whether sk is a connection listener ln accepted: an
+// open one (not in a listener's queue nor in TIME_WAIT) of the same
+// family on the listener's address and port.
+func AcceptedOn(ln, sk *snapshot.Socket) bool {
+	switch sk.State {
+	case snapshot.Listen, snapshot.TimeWait, snapshot.SynRecv, snapshot.NewSynRecv, snapshot.Close, snapshot.BoundInactive:
+		return false
+	}
+	return sk.Family == ln.Family && SameListener(ln.Local, sk.Local)
+}
+
+// AcceptedOwned counts, for each listener of s by cookie, the accepted
+// connections (AcceptedOn) that have an owner.
+func AcceptedOwned(s *snapshot.Snapshot) map[uint64]int {
+	ls := ListenersOf(s)
+	out := make(map[uint64]int, len(ls))
+	for i := range s.Sockets {
+		sk := &s.Sockets[i]
+		if len(sk.Pids) == 0 {
+			continue
+		}
+		for _, ln := range ls[sk.Local.Port()] {
+			if AcceptedOn(ln, sk) {
+				out[ln.Cookie]++
+			}
+		}
+	}
+	return out
+}
+
+// Openers names, for each flow of s, the process holding most of its
+// sockets (TIME_WAIT ones have no owner) and of the connections the
+// owner scan saw only in passing (FlowOwners). Connections accepted on
+// a listener are left out: their peer opened them, and as flows (the
+// server to its client's ephemeral port) no one asks for them.
+func Openers(s *snapshot.Snapshot) map[Flow]int {
+	ls := ListenersOf(s)
+	tallies := map[Flow]*Tally{}
+	add := func(f Flow, pid int) {
+		t := tallies[f]
+		if t == nil {
+			t = &Tally{}
+			tallies[f] = t
+		}
+		t.Add(pid)
+	}
+	for i := range s.Sockets {
+		sk := &s.Sockets[i]
+		if sk.State == snapshot.TimeWait || len(sk.Pids) == 0 || ls.Of(sk) != nil {
+			continue
+		}
+		add(FlowOf(sk.Local.Addr(), sk.Remote), sk.Pids[0])
+	}
+	for _, fo := range s.FlowOwners {
+		add(FlowOf(fo.Local, fo.Remote), fo.Pid)
+	}
+	out := make(map[Flow]int, len(tallies))
+	for f, t := range tallies {
+		out[f] = t.Top()
+	}
+	return out
+}

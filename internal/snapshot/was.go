@@ -1,0 +1,44 @@
+package snapshot
+
+// Was is what a window's rules read of a socket in the sample that starts
+// the window (diag.Base): its state, queues, tcp_info and meminfo, found
+// by cookie. A million established connections cost 40 bytes each here
+// instead of a whole Socket.
+type Was struct {
+	Cookie uint64
+	Info   *TCPInfo
+	Mem    *MemInfo
+	RecvQ  uint32
+	SendQ  uint32
+	State  State
+}
+
+// Was returns what a window keeps of sk.
+func (sk *Socket) Was() Was {
+	return Was{Cookie: sk.Cookie, Info: sk.Info, Mem: sk.Mem, RecvQ: sk.RecvQ, SendQ: sk.SendQ, State: sk.State}
+}
+
+// WasOf returns what a window keeps of each of sockets, in their order.
+func WasOf(sockets []Socket) []Was {
+	out := make([]Was, len(sockets))
+	for i := range sockets {
+		out[i] = sockets[i].Was()
+	}
+	return out
+}
+
+// Prior is the sample that starts a window as a later sample of the same
+// namespace follows it (collect.Collector.Base).
+type Prior struct {
+	Netns Netns
+	Was   []Was
+}
+
+// As returns sk as it was: a copy with the state, queues, tcp_info and
+// meminfo w kept of it. Its other fields are sk's, which they were if w
+// is sk's connection in an earlier sample.
+func (w *Was) As(sk *Socket) Socket {
+	out := *sk
+	out.State, out.RecvQ, out.SendQ, out.Info, out.Mem = w.State, w.RecvQ, w.SendQ, w.Info, w.Mem
+	return out
+}
