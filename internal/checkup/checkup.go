@@ -22,6 +22,8 @@ type Series struct {
 	// Base, when set, is the first sample as the window's rules keep it
 	// (diag.NewBase), and Snaps[0] is its Snap: Sample keeps no more.
 	Base *diag.Base
+	// spare is the first sample's socket slice, for the last to fill.
+	spare []snapshot.Socket
 }
 
 // Window returns the first and last sample (prev nil for one sample).
@@ -77,7 +79,7 @@ func Sample(ctx context.Context, c *collect.Collector, nss []netns.NS, count int
 				order = append(order, s.Netns.Name)
 			}
 			if i == 0 && count > 1 {
-				sr.Base = diag.NewBase(s)
+				sr.Base, sr.spare = diag.NewBase(s), s.Sockets
 				s = sr.Base.Snap
 			}
 			sr.Snaps = append(sr.Snaps, s)
@@ -98,7 +100,9 @@ func since(c *collect.Collector, byNS map[string]*Series) *collect.Collector {
 	lc.Base = make(map[string]snapshot.Prior, len(byNS))
 	for n, sr := range byNS {
 		if sr.Base != nil {
-			lc.Base[n] = sr.Base.Prior()
+			p := sr.Base.Prior()
+			p.Spare, sr.spare = sr.spare, nil
+			lc.Base[n] = p
 		}
 	}
 	return &lc

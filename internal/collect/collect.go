@@ -148,13 +148,20 @@ func Unreachable(ns snapshot.Netns, taken time.Time, err error) *snapshot.Snapsh
 
 func (c *Collector) dump(s *snapshot.Snapshot) {
 	start := time.Now()
-	s.Sockets = make([]snapshot.Socket, 0, expectedSockets(s))
+	b, hasBase := c.Base[s.Netns.Name]
+	if n := expectedSockets(s); cap(b.Spare) >= n {
+		// Cleared: its old sockets' extras are not kept alive past len.
+		s.Sockets = b.Spare[:0]
+		clear(s.Sockets[:cap(s.Sockets)])
+	} else {
+		s.Sockets = make([]snapshot.Socket, 0, n)
+	}
 	// The decoder's socket is reused (nothing allocated per socket) and
 	// copied into the snapshot; one walk of the kernel's tables serves
 	// both families.
 	var st snapshot.Store
 	var base []snapshot.Was
-	if b, ok := c.Base[s.Netns.Name]; ok && b.Netns.Inode == s.Netns.Inode {
+	if hasBase && b.Netns.Inode == s.Netns.Inode {
 		base = b.Was
 	}
 	f := snapshot.Follow(base)

@@ -32,6 +32,10 @@ func WasOf(sockets []Socket) []Was {
 type Prior struct {
 	Netns Netns
 	Was   []Was
+	// Spare, when not nil, is the earlier sample's socket slice, read by
+	// no one any more: the later dump fills it instead of a new one, so
+	// that two slices of a million sockets are never held at once.
+	Spare []Socket
 }
 
 // As returns sk as it was: a copy with the state, queues, tcp_info and
