@@ -44,8 +44,9 @@ func (s Series) Window() (prev, cur *snapshot.Snapshot) {
 // a million sockets is a second of kernel time beside the first dump;
 // and the last one keeps the first's tcp_info and meminfo of connections
 // that did not change (since). The first sample of a window is kept as a
-// diag.Base, without its established connections' sockets, before the
-// next one is taken: at a million connections that is 150 MB less.
+// diag.Base (a 40-byte record for each established connection instead of
+// a 184-byte socket) before the next one is taken, and the last dump
+// fills the first's socket slice.
 func Sample(ctx context.Context, c *collect.Collector, nss []netns.NS, count int, interval time.Duration,
 	sleep func(context.Context, time.Duration) error) ([]Series, error) {
 	byNS := make(map[string]*Series)
@@ -119,7 +120,7 @@ func Diagnose(ss []Series, rs []diag.Rule, opts diag.Options) *report.Report {
 		}
 		prev, cur := sr.Window()
 		var in *diag.Input
-		if sr.Base != nil && prev == sr.Base.Snap {
+		if sr.Base != nil {
 			in = diag.NewInputFrom(sr.Base, cur, opts)
 		} else {
 			in = diag.NewInput(prev, cur, opts)

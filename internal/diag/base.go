@@ -44,8 +44,9 @@ func NewBase(s *snapshot.Snapshot) *Base {
 			b.held[k] = u.Held()
 		}
 	}
-	b.openers = tcpmodel.Openers(s)
-	b.accepted = tcpmodel.AcceptedOwned(s)
+	ls := tcpmodel.ListenersOf(s)
+	b.openers = tcpmodel.Openers(s, ls)
+	b.accepted = tcpmodel.AcceptedOwned(s, ls)
 	return b
 }
 

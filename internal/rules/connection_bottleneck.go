@@ -102,15 +102,16 @@ func checkConnectionBottleneck(in *diag.Input) ([]diag.Finding, error) {
 			continue // too many to be the pool this rule judges
 		}
 		f.socks = append(f.socks, sk)
-		p := prevAs(in, sk)
-		if p == nil {
+		w := in.PrevOf(sk)
+		if w == nil {
 			continue
 		}
-		segIn, segOut, ok := segRates(sk, p, window)
+		segIn, segOut, ok := segRates(sk.Info, w.Info, window)
 		if !ok || segIn < bottleneckMinSegRate || segOut < bottleneckMinSegRate {
 			continue // not multiplexed: one stream one way, or idle
 		}
-		if why, ok := connLimited(sk, p, window); ok {
+		p := w.As(sk)
+		if why, ok := connLimited(sk, &p, window); ok {
 			f.limited++
 			f.why = append(f.why, why)
 			f.segsIn += segIn
@@ -206,14 +207,15 @@ func checkConnectionBottleneck(in *diag.Input) ([]diag.Finding, error) {
 	return fs, ownersGone(cur, snapshot.Established)
 }
 
-// segRates is the data segments per second each way between p and sk.
-func segRates(sk, p *snapshot.Socket, window time.Duration) (in, out float64, ok bool) {
-	if sk.Info == nil || p.Info == nil || window <= 0 || sk.Info.Len < snapshot.EndChrono ||
-		sk.Info.DataSegsIn < p.Info.DataSegsIn || sk.Info.DataSegsOut < p.Info.DataSegsOut {
+// segRates is the data segments per second each way between the previous
+// sample's tcp_info p and the current one ti.
+func segRates(ti, p *snapshot.TCPInfo, window time.Duration) (in, out float64, ok bool) {
+	if ti == nil || p == nil || window <= 0 || ti.Len < snapshot.EndChrono ||
+		ti.DataSegsIn < p.DataSegsIn || ti.DataSegsOut < p.DataSegsOut {
 		return 0, 0, false
 	}
 	sec := window.Seconds()
-	return float64(sk.Info.DataSegsIn-p.Info.DataSegsIn) / sec, float64(sk.Info.DataSegsOut-p.Info.DataSegsOut) / sec, true
+	return float64(ti.DataSegsIn-p.DataSegsIn) / sec, float64(ti.DataSegsOut-p.DataSegsOut) / sec, true
 }
 
 // connLimited says whether a connection was busy and held back by its

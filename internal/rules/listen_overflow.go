@@ -283,8 +283,8 @@ func (a *accepted) String(s *snapshot.Snapshot) string {
 }
 
 // acceptedOn counts the open connections on ln's address and port
-// (tcpmodel.AcceptedOn); isNew, when
-// not nil, tells the owned ones new since the previous sample.
+// (tcpmodel.AcceptedOn); isNew, when not nil, tells the owned ones new
+// since the previous sample.
 func acceptedOn(s *snapshot.Snapshot, ln *snapshot.Socket, isNew func(*snapshot.Socket) bool) accepted {
 	a := accepted{byPid: map[int]int{}}
 	for i := range s.Sockets {

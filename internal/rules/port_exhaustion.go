@@ -51,24 +51,19 @@ type destHit struct {
 	sev diag.Severity
 }
 
-// destUsage is every destination's port use in the current sample.
-type destUsage struct {
-	cur map[tcpmodel.Dest]*tcpmodel.DestUse
-}
-
 // destHits measures every destination's port use and keeps those grade
 // fires on: most severe first, then larger rank, then by address.
 func destHits(in *diag.Input, p *tcpmodel.PortSpace, grade func(*tcpmodel.DestUse, tcpmodel.Forecast) diag.Severity, rank func(*tcpmodel.DestUse) int) []destHit {
 	// port-exhaustion and time-wait-churn tally the same ports, with the
 	// same port space (NewPortSpace of the current sample): once.
 	use := in.Shared("rules.destUsage", func() any {
-		return destUsage{cur: p.DestUsage(in.Cur, prevState(in), in.Window())}
-	}).(destUsage)
+		return p.DestUsage(in.Cur, prevState(in), in.Window())
+	}).(map[tcpmodel.Dest]*tcpmodel.DestUse)
 	// What each destination held in the previous sample (diag.Base),
 	// unknown (-1) without one or without its port range.
 	prevHeld, hasPrev := in.PrevHeld()
 	var hits []destHit
-	for k, u := range use.cur {
+	for k, u := range use {
 		ph := -1
 		if hasPrev {
 			ph = prevHeld[k]

@@ -157,10 +157,9 @@ func AcceptedOn(ln, sk *snapshot.Socket) bool {
 	return sk.Family == ln.Family && SameListener(ln.Local, sk.Local)
 }
 
-// AcceptedOwned counts, for each listener of s by cookie, the accepted
-// connections (AcceptedOn) that have an owner.
-func AcceptedOwned(s *snapshot.Snapshot) map[uint64]int {
-	ls := ListenersOf(s)
+// AcceptedOwned counts, for each listener of s (ls, ListenersOf(s)) by
+// cookie, the accepted connections (AcceptedOn) that have an owner.
+func AcceptedOwned(s *snapshot.Snapshot, ls Listeners) map[uint64]int {
 	out := make(map[uint64]int, len(ls))
 	for i := range s.Sockets {
 		sk := &s.Sockets[i]
@@ -179,10 +178,10 @@ func AcceptedOwned(s *snapshot.Snapshot) map[uint64]int {
 // Openers names, for each flow of s, the process holding most of its
 // sockets (TIME_WAIT ones have no owner) and of the connections the
 // owner scan saw only in passing (FlowOwners). Connections accepted on
-// a listener are left out: their peer opened them, and as flows (the
-// server to its client's ephemeral port) no one asks for them.
-func Openers(s *snapshot.Snapshot) map[Flow]int {
-	ls := ListenersOf(s)
+// a listener (ls, ListenersOf(s)) are left out: their peer opened them,
+// and as flows (the server to its client's ephemeral port) no one asks
+// for them.
+func Openers(s *snapshot.Snapshot, ls Listeners) map[Flow]int {
 	tallies := map[Flow]*Tally{}
 	add := func(f Flow, pid int) {
 		t := tallies[f]
