@@ -74,7 +74,7 @@ func (s Scanner) OwnersOf(recs []FileRec, want func(inode uint32) bool) *Owners 
 			continue
 		}
 		kept[cur] = true
-		refs = append(refs, inodeRef{r.Ino, FDRef{Pid: cur, FD: int(r.FD)}})
+		refs = append(refs, inodeRef{r.Ino, int32(cur), int32(r.FD)})
 	}
 	if cur >= 0 {
 		fds[cur] += n

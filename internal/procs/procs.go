@@ -165,14 +165,14 @@ func (o *Owners) setRefs(refs []inodeRef) {
 		if c := cmp.Compare(a.ino, b.ino); c != 0 {
 			return c
 		}
-		if c := cmp.Compare(a.ref.Pid, b.ref.Pid); c != 0 {
+		if c := cmp.Compare(a.pid, b.pid); c != 0 {
 			return c
 		}
-		return cmp.Compare(a.ref.FD, b.ref.FD)
+		return cmp.Compare(a.fd, b.fd)
 	})
 	o.inos, o.refs, o.matched = make([]uint32, len(refs)), make([]FDRef, len(refs)), make([]bool, len(refs))
 	for i, r := range refs {
-		o.inos[i], o.refs[i] = r.ino, r.ref
+		o.inos[i], o.refs[i] = r.ino, r.ref()
 	}
 }
 
@@ -241,10 +241,14 @@ type walker struct {
 	firstFail      error
 }
 
+// inodeRef is one (pid, fd) holding socket ino, in 12 bytes: a million
+// of them are sorted before Owners keeps them.
 type inodeRef struct {
-	ino uint32
-	ref FDRef
+	ino     uint32
+	pid, fd int32
 }
+
+func (r inodeRef) ref() FDRef { return FDRef{Pid: int(r.pid), FD: int(r.fd)} }
 
 // note classifies one process's walk error.
 func (w *walker) note(pid int, err error) {
@@ -433,7 +437,7 @@ func readlinks(dfd, pid int, names []byte, ends []int, start int, link []byte, w
 			newest = max(newest, ino)
 			continue
 		}
-		refs = append(refs, inodeRef{ino, FDRef{Pid: pid, FD: fd}})
+		refs = append(refs, inodeRef{ino, int32(pid), int32(fd)})
 	}
 	return refs, newest, nil
 }

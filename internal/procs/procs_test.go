@@ -365,7 +365,7 @@ func TestAttach(t *testing.T) {
 			300: {Pid: 300, Command: "c", FDs: 1},
 		},
 	}
-	o.setRefs([]inodeRef{{111, FDRef{200, 3}}, {222, FDRef{100, 4}}, {111, FDRef{100, 3}}, {333, FDRef{300, 1}}, {111, FDRef{200, 9}}})
+	o.setRefs([]inodeRef{{111, 200, 3}, {222, 100, 4}, {111, 100, 3}, {333, 300, 1}, {111, 200, 9}})
 	snap := &snapshot.Snapshot{Sockets: []snapshot.Socket{{Inode: 111}, {Inode: 0}, {Inode: 999}, {Inode: 222}}}
 	o.Attach(snap)
 	if !slices.Equal(o.Refs(111), []FDRef{{100, 3}, {200, 3}, {200, 9}}) || o.Refs(999) != nil && len(o.Refs(999)) != 0 {

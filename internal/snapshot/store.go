@@ -4,6 +4,13 @@ package snapshot
 // holds.
 const storeBlock = 1024
 
+// memShared bounds how many distinct meminfo values a Store looks up
+// before storing one: idle connections of one service mostly have the
+// same buffers and nothing queued (a million loopback connections held
+// one value), so they share it, while a host whose every connection
+// differs stops filling the table at this many.
+const memShared = 4096
+
 // Store holds the tcp_info and meminfo of a snapshot's sockets in blocks
 // of storeBlock values, so that a socket costs its own bytes rather than
 // an allocation of its own per extra (or, from the sockdiag decoder, one
@@ -16,12 +23,15 @@ type Store struct {
 	// bytes holds every value of a one-byte extra (Shutdown, BufLock):
 	// sockets point into it instead of at an allocation each.
 	bytes *[256]uint8
+	// memOf finds a stored meminfo by value (at most memShared).
+	memOf map[MemInfo]*MemInfo
 }
 
-// Keep returns a copy of sk whose extras are its own (Info and Mem in the
-// store's blocks; Shutdown and BufLock point into its table of byte
-// values, so they must not be written through): sk may be reused or
-// dropped once Keep returns.
+// Keep returns a copy of sk whose extras are the store's (Info and Mem
+// in its blocks, Mem shared with every kept socket of the same meminfo;
+// Shutdown and BufLock point into its table of byte values), so they
+// must not be written through: sk may be reused or dropped once Keep
+// returns.
 func (st *Store) Keep(sk *Socket) Socket {
 	return st.KeepSame(sk, nil)
 }
@@ -51,11 +61,7 @@ func (st *Store) KeepSame(sk *Socket, base *Was) Socket {
 		out.Info = &st.infos[len(st.infos)-1]
 	}
 	if out.Mem == sk.Mem && sk.Mem != nil {
-		if len(st.mems) == cap(st.mems) {
-			st.mems = make([]MemInfo, 0, storeBlock)
-		}
-		st.mems = append(st.mems, *sk.Mem)
-		out.Mem = &st.mems[len(st.mems)-1]
+		out.Mem = st.memInfo(sk.Mem)
 	}
 	if sk.Shutdown != nil {
 		out.Shutdown = st.byteOf(*sk.Shutdown)
@@ -64,6 +70,26 @@ func (st *Store) KeepSame(sk *Socket, base *Was) Socket {
 		out.BufLock = st.byteOf(*sk.BufLock)
 	}
 	return out
+}
+
+// memInfo points at a stored copy of *m: one with the same values if
+// the store has it (memOf), else a new one.
+func (st *Store) memInfo(m *MemInfo) *MemInfo {
+	if p, ok := st.memOf[*m]; ok {
+		return p
+	}
+	if len(st.mems) == cap(st.mems) {
+		st.mems = make([]MemInfo, 0, storeBlock)
+	}
+	st.mems = append(st.mems, *m)
+	p := &st.mems[len(st.mems)-1]
+	if st.memOf == nil {
+		st.memOf = make(map[MemInfo]*MemInfo)
+	}
+	if len(st.memOf) < memShared {
+		st.memOf[*m] = p
+	}
+	return p
 }
 
 // byteOf points at v in st.bytes, which no one writes through: a

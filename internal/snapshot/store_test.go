@@ -33,12 +33,39 @@ func TestKeepSame(t *testing.T) {
 		{State: Established, Cookie: 8, Info: &idle, Mem: &mem},
 		{State: CloseWait, Cookie: 7, Info: &idle, Mem: &mem},
 	} {
-		if got := st.KeepSame(&other, &base); got.Info == base.Info || got.Mem == base.Mem {
-			t.Errorf("cookie %d state %v shares the base's extras", other.Cookie, other.State)
+		if got := st.KeepSame(&other, &base); got.Info == base.Info {
+			t.Errorf("cookie %d state %v shares the base's tcp_info", other.Cookie, other.State)
 		}
 	}
 	if got := st.KeepSame(&Socket{State: Established, Cookie: 7, Info: &idle}, nil); got.Info == nil || *got.Info != idle || got.Mem != nil {
 		t.Errorf("no base: %+v", got)
+	}
+}
+
+// TestKeepSharesMemInfo: sockets with equal meminfo share one stored
+// value, up to memShared distinct values; past that a new value gets a
+// copy of its own, and a stored value is never changed by a later Keep.
+func TestKeepSharesMemInfo(t *testing.T) {
+	var st Store
+	a := st.Keep(&Socket{Cookie: 1, Mem: &MemInfo{Rcvbuf: 131072, Sndbuf: 16384}})
+	b := st.Keep(&Socket{Cookie: 2, Mem: &MemInfo{Rcvbuf: 131072, Sndbuf: 16384}})
+	c := st.Keep(&Socket{Cookie: 3, Mem: &MemInfo{Rcvbuf: 131072, Sndbuf: 16384, WmemQueued: 1}})
+	if a.Mem != b.Mem || a.Mem == c.Mem || c.Mem.WmemQueued != 1 || a.Mem.WmemQueued != 0 {
+		t.Errorf("equal meminfo not shared or different shared: a %p %+v b %p c %p %+v", a.Mem, *a.Mem, b.Mem, c.Mem, *c.Mem)
+	}
+	for i := range memShared {
+		st.Keep(&Socket{Mem: &MemInfo{Drops: uint32(i) + 1}})
+	}
+	if n := len(st.memOf); n != memShared {
+		t.Errorf("%d values looked up, want the bound %d", n, memShared)
+	}
+	x := st.Keep(&Socket{Mem: &MemInfo{Drops: 1 << 20}})
+	y := st.Keep(&Socket{Mem: &MemInfo{Drops: 1 << 20}})
+	if x.Mem == y.Mem || *x.Mem != *y.Mem {
+		t.Errorf("past the bound: shared %v, values %+v %+v", x.Mem == y.Mem, *x.Mem, *y.Mem)
+	}
+	if z := st.Keep(&Socket{Mem: &MemInfo{Rcvbuf: 131072, Sndbuf: 16384}}); z.Mem != a.Mem {
+		t.Error("a value stored before the bound is not shared after it")
 	}
 }
 

@@ -5,9 +5,11 @@ import "strconv"
 // TCPInfo mirrors the kernel's struct tcp_info (include/uapi/linux/tcp.h)
 // up to Linux 6.18. JSON names are the kernel's without the tcpi_ prefix.
 // Len is how many bytes the kernel sent: fields past it were not sent by
-// that kernel and read as zero; use Has to tell.
+// that kernel and read as zero; use Has to tell. Len is 16 bits, as a
+// netlink attribute's length is: with the one-byte fields it fills the
+// first 12 bytes, and the struct takes 256 bytes, not 264.
 type TCPInfo struct {
-	Len int `json:"len"`
+	Len uint16 `json:"len"`
 
 	State                  uint8  `json:"state"`
 	CAState                uint8  `json:"ca_state"`
@@ -93,6 +95,6 @@ const (
 )
 
 // Has reports whether the kernel sent the field ending at byte offset end.
-func (t *TCPInfo) Has(end int) bool { return t != nil && t.Len >= end }
+func (t *TCPInfo) Has(end int) bool { return t != nil && int(t.Len) >= end }
 
 func quote(s string) string { return strconv.Quote(s) }

@@ -231,7 +231,7 @@ func DecodeTCPInfo(b []byte) snapshot.TCPInfo {
 	var p [snapshot.SizeKnown]byte
 	copy(p[:], b)
 	t := snapshot.TCPInfo{
-		Len:         len(b),
+		Len:         uint16(min(len(b), 0xffff)),
 		State:       p[0],
 		CAState:     p[1],
 		Retransmits: p[2],

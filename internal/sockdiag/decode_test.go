@@ -262,7 +262,7 @@ func TestDecodeTCPInfoLayout(t *testing.T) {
 		b[i] = byte(i*7 + 1)
 	}
 	got := DecodeTCPInfo(b)
-	if got.Len != len(b) {
+	if int(got.Len) != len(b) {
 		t.Errorf("Len %d, want %d", got.Len, len(b))
 	}
 	checks := []struct {

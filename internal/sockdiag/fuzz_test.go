@@ -67,7 +67,7 @@ func FuzzDecodeMessage(f *testing.F) {
 		if sk.Info != nil {
 			var found bool
 			for _, v := range attrValues(b, attrInfo) {
-				found = found || v != nil && sk.Info.Len == len(v)
+				found = found || v != nil && int(sk.Info.Len) == len(v)
 			}
 			if !found {
 				t.Fatalf("tcp_info Len %d matches no INFO attribute", sk.Info.Len)
@@ -88,7 +88,8 @@ func FuzzDecodeTCPInfo(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		got := DecodeTCPInfo(b)
-		if got.Len != len(b) {
+		// A netlink attribute holds at most 65,535 bytes.
+		if int(got.Len) != min(len(b), 0xffff) {
 			t.Fatalf("Len %d for %d bytes", got.Len, len(b))
 		}
 		// Bytes past the known struct change nothing.
