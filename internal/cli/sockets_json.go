@@ -2,9 +2,7 @@ package cli
 
 import (
 	"math"
-	"net/netip"
 	"strconv"
-	"unicode/utf8"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 )
@@ -28,7 +26,7 @@ type socketRow struct {
 func appendSocketJSON(b []byte, r *socketRow) []byte {
 	sk := r.sk
 	b = append(b, `{"netns":`...)
-	b = appendJSONString(b, r.netns)
+	b = snapshot.AppendJSONString(b, r.netns)
 	b = append(b, `,"pid":`...)
 	if len(sk.Pids) > 0 {
 		b = strconv.AppendInt(b, int64(sk.Pids[0]), 10)
@@ -37,76 +35,12 @@ func appendSocketJSON(b []byte, r *socketRow) []byte {
 	}
 	b = append(b, `,"command":`...)
 	if r.hasCommand {
-		b = appendJSONString(b, r.command)
+		b = snapshot.AppendJSONString(b, r.command)
 	} else {
 		b = append(b, "null"...)
 	}
-	b = append(b, `,"family":`...)
-	b = strconv.AppendUint(b, uint64(sk.Family), 10)
-	b = append(b, `,"state":`...)
-	b = appendJSONString(b, sk.State.String())
-	b = append(b, `,"local":`...)
-	b = appendJSONAddrPort(b, sk.Local)
-	b = append(b, `,"remote":`...)
-	b = appendJSONAddrPort(b, sk.Remote)
-	b = appendUintField(b, `,"recv_q":`, uint64(sk.RecvQ))
-	b = appendUintField(b, `,"send_q":`, uint64(sk.SendQ))
-	b = appendUintField(b, `,"uid":`, uint64(sk.UID))
-	b = appendUintField(b, `,"inode":`, uint64(sk.Inode))
-	b = appendUintField(b, `,"cookie":`, sk.Cookie)
-	if sk.IfIndex != 0 {
-		b = appendUintField(b, `,"ifindex":`, uint64(sk.IfIndex))
-	}
-	if sk.Timer != 0 {
-		b = appendUintField(b, `,"timer":`, uint64(sk.Timer))
-	}
-	if sk.Expires != 0 {
-		b = appendUintField(b, `,"expires_ms":`, uint64(sk.Expires))
-	}
-	if sk.Retrans != 0 {
-		b = appendUintField(b, `,"retrans":`, uint64(sk.Retrans))
-	}
-	if sk.CC != "" {
-		b = append(b, `,"cc":`...)
-		b = appendJSONString(b, sk.CC)
-	}
-	if sk.Shutdown != nil {
-		b = appendUintField(b, `,"shutdown":`, uint64(*sk.Shutdown))
-	}
-	b = append(b, `,"tcp_info":`...)
-	if sk.Info != nil {
-		b = appendTCPInfoJSON(b, sk.Info)
-	} else {
-		b = append(b, "null"...)
-	}
-	b = append(b, `,"mem":`...)
-	if m := sk.Mem; m != nil {
-		b = appendUintField(b, `{"rmem_alloc":`, uint64(m.RmemAlloc))
-		b = appendUintField(b, `,"rcvbuf":`, uint64(m.Rcvbuf))
-		b = appendUintField(b, `,"wmem_alloc":`, uint64(m.WmemAlloc))
-		b = appendUintField(b, `,"sndbuf":`, uint64(m.Sndbuf))
-		b = appendUintField(b, `,"fwd_alloc":`, uint64(m.FwdAlloc))
-		b = appendUintField(b, `,"wmem_queued":`, uint64(m.WmemQueued))
-		b = appendUintField(b, `,"optmem":`, uint64(m.Optmem))
-		b = appendUintField(b, `,"backlog":`, uint64(m.Backlog))
-		b = appendUintField(b, `,"drops":`, uint64(m.Drops))
-		b = append(b, '}')
-	} else {
-		b = append(b, "null"...)
-	}
-	if len(sk.Pids) > 0 {
-		b = append(b, `,"pids":[`...)
-		for i, p := range sk.Pids {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = strconv.AppendInt(b, int64(p), 10)
-		}
-		b = append(b, ']')
-	}
-	if sk.BufLock != nil {
-		b = appendUintField(b, `,"buf_lock":`, uint64(*sk.BufLock))
-	}
+	b = append(b, ',')
+	b = sk.AppendJSONFields(b)
 	if s := r.shares; s != nil {
 		b = append(b, `,"limited":{"window_ms":`...)
 		b = appendJSONFloat(b, s.WindowMS)
@@ -121,93 +55,6 @@ func appendSocketJSON(b []byte, r *socketRow) []byte {
 		b = append(b, '}')
 	}
 	return append(b, '}')
-}
-
-func appendTCPInfoJSON(b []byte, t *snapshot.TCPInfo) []byte {
-	b = append(b, `{"len":`...)
-	b = strconv.AppendInt(b, int64(t.Len), 10)
-	b = appendUintField(b, `,"state":`, uint64(t.State))
-	b = appendUintField(b, `,"ca_state":`, uint64(t.CAState))
-	b = appendUintField(b, `,"retransmits":`, uint64(t.Retransmits))
-	b = appendUintField(b, `,"probes":`, uint64(t.Probes))
-	b = appendUintField(b, `,"backoff":`, uint64(t.Backoff))
-	b = appendUintField(b, `,"options":`, uint64(t.Options))
-	b = appendUintField(b, `,"snd_wscale":`, uint64(t.SndWscale))
-	b = appendUintField(b, `,"rcv_wscale":`, uint64(t.RcvWscale))
-	b = append(b, `,"delivery_rate_app_limited":`...)
-	b = strconv.AppendBool(b, t.DeliveryRateAppLimited)
-	b = appendUintField(b, `,"fastopen_client_fail":`, uint64(t.FastopenClientFail))
-	b = appendUintField(b, `,"rto":`, uint64(t.RTO))
-	b = appendUintField(b, `,"ato":`, uint64(t.ATO))
-	b = appendUintField(b, `,"snd_mss":`, uint64(t.SndMSS))
-	b = appendUintField(b, `,"rcv_mss":`, uint64(t.RcvMSS))
-	b = appendUintField(b, `,"unacked":`, uint64(t.Unacked))
-	b = appendUintField(b, `,"sacked":`, uint64(t.Sacked))
-	b = appendUintField(b, `,"lost":`, uint64(t.Lost))
-	b = appendUintField(b, `,"retrans":`, uint64(t.Retrans))
-	b = appendUintField(b, `,"fackets":`, uint64(t.Fackets))
-	b = appendUintField(b, `,"last_data_sent":`, uint64(t.LastDataSent))
-	b = appendUintField(b, `,"last_ack_sent":`, uint64(t.LastAckSent))
-	b = appendUintField(b, `,"last_data_recv":`, uint64(t.LastDataRecv))
-	b = appendUintField(b, `,"last_ack_recv":`, uint64(t.LastAckRecv))
-	b = appendUintField(b, `,"pmtu":`, uint64(t.PMTU))
-	b = appendUintField(b, `,"rcv_ssthresh":`, uint64(t.RcvSsthresh))
-	b = appendUintField(b, `,"rtt":`, uint64(t.RTT))
-	b = appendUintField(b, `,"rttvar":`, uint64(t.RTTVar))
-	b = appendUintField(b, `,"snd_ssthresh":`, uint64(t.SndSsthresh))
-	b = appendUintField(b, `,"snd_cwnd":`, uint64(t.SndCwnd))
-	b = appendUintField(b, `,"advmss":`, uint64(t.AdvMSS))
-	b = appendUintField(b, `,"reordering":`, uint64(t.Reordering))
-	b = appendUintField(b, `,"rcv_rtt":`, uint64(t.RcvRTT))
-	b = appendUintField(b, `,"rcv_space":`, uint64(t.RcvSpace))
-	b = appendUintField(b, `,"total_retrans":`, uint64(t.TotalRetrans))
-	b = appendUintField(b, `,"pacing_rate":`, t.PacingRate)
-	b = appendUintField(b, `,"max_pacing_rate":`, t.MaxPacingRate)
-	b = appendUintField(b, `,"bytes_acked":`, t.BytesAcked)
-	b = appendUintField(b, `,"bytes_received":`, t.BytesReceived)
-	b = appendUintField(b, `,"segs_out":`, uint64(t.SegsOut))
-	b = appendUintField(b, `,"segs_in":`, uint64(t.SegsIn))
-	b = appendUintField(b, `,"notsent_bytes":`, uint64(t.NotsentBytes))
-	b = appendUintField(b, `,"min_rtt":`, uint64(t.MinRTT))
-	b = appendUintField(b, `,"data_segs_in":`, uint64(t.DataSegsIn))
-	b = appendUintField(b, `,"data_segs_out":`, uint64(t.DataSegsOut))
-	b = appendUintField(b, `,"delivery_rate":`, t.DeliveryRate)
-	b = appendUintField(b, `,"busy_time":`, t.BusyTime)
-	b = appendUintField(b, `,"rwnd_limited":`, t.RwndLimited)
-	b = appendUintField(b, `,"sndbuf_limited":`, t.SndbufLimited)
-	b = appendUintField(b, `,"delivered":`, uint64(t.Delivered))
-	b = appendUintField(b, `,"delivered_ce":`, uint64(t.DeliveredCE))
-	b = appendUintField(b, `,"bytes_sent":`, t.BytesSent)
-	b = appendUintField(b, `,"bytes_retrans":`, t.BytesRetrans)
-	b = appendUintField(b, `,"dsack_dups":`, uint64(t.DSACKDups))
-	b = appendUintField(b, `,"reord_seen":`, uint64(t.ReordSeen))
-	b = appendUintField(b, `,"rcv_ooopack":`, uint64(t.RcvOOOPack))
-	b = appendUintField(b, `,"snd_wnd":`, uint64(t.SndWnd))
-	b = appendUintField(b, `,"rcv_wnd":`, uint64(t.RcvWnd))
-	b = appendUintField(b, `,"rehash":`, uint64(t.Rehash))
-	b = appendUintField(b, `,"total_rto":`, uint64(t.TotalRTO))
-	b = appendUintField(b, `,"total_rto_recoveries":`, uint64(t.TotalRTORecoveries))
-	b = appendUintField(b, `,"total_rto_time":`, uint64(t.TotalRTOTime))
-	return append(b, '}')
-}
-
-func appendUintField(b []byte, name string, v uint64) []byte {
-	return strconv.AppendUint(append(b, name...), v, 10)
-}
-
-// appendJSONAddrPort writes what netip.AddrPort's MarshalText gives ("" for
-// the zero value), as a JSON string.
-func appendJSONAddrPort(b []byte, ap netip.AddrPort) []byte {
-	var scratch [64]byte
-	t, _ := ap.AppendText(scratch[:0]) // never fails
-	for _, c := range t {
-		if c < 0x20 || c >= utf8.RuneSelf || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			return appendJSONString(b, string(t)) // a zone needing escapes
-		}
-	}
-	b = append(b, '"')
-	b = append(b, t...)
-	return append(b, '"')
 }
 
 // appendJSONFloat formats f as encoding/json does (shortest repr, 'e'
@@ -231,61 +78,4 @@ func appendJSONFloat(b []byte, f float64) []byte {
 		}
 	}
 	return b
-}
-
-const hexDigits = "0123456789abcdef"
-
-// appendJSONString quotes s as encoding/json does by default: <, > and &
-// escaped for HTML, control characters as \n, \t... or \u00XX, invalid
-// UTF-8 as \ufffd, and U+2028, U+2029 escaped.
-func appendJSONString(b []byte, s string) []byte {
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\b':
-				b = append(b, '\\', 'b')
-			case '\f':
-				b = append(b, '\\', 'f')
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
 }

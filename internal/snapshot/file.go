@@ -29,6 +29,8 @@ type Header struct {
 // Writer writes a snapshot file.
 type Writer struct {
 	w *bufio.Writer
+	// buf holds one socket's JSON at a time.
+	buf []byte
 }
 
 // NewWriter writes the header and returns a Writer.
@@ -45,8 +47,9 @@ func NewWriter(w io.Writer, tool string) (*Writer, error) {
 }
 
 // Write appends one snapshot and flushes it, so a killed recorder leaves
-// every completed sample readable. Sockets are encoded one at a time, so
-// memory stays near the snapshot's own size even at 100,000 sockets.
+// every completed sample readable. Sockets are encoded one at a time into
+// one buffer (Socket.AppendJSON), so writing a million of them adds
+// neither memory nor garbage to the snapshot's own size.
 func (w *Writer) Write(s *Snapshot) error {
 	head := *s
 	head.Sockets = nil
@@ -65,11 +68,8 @@ func (w *Writer) Write(s *Snapshot) error {
 		if j > 0 {
 			w.w.WriteByte(',')
 		}
-		sb, err := json.Marshal(&s.Sockets[j])
-		if err != nil {
-			return fmt.Errorf("snapshot: write socket %d: %w", j, err)
-		}
-		w.w.Write(sb)
+		w.buf = s.Sockets[j].AppendJSON(w.buf[:0])
+		w.w.Write(w.buf)
 	}
 	w.w.WriteByte(']')
 	w.w.Write(b[i+len(key):])

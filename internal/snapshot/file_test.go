@@ -224,3 +224,33 @@ func TestReaderMatchesUnmarshal(t *testing.T) {
 		t.Errorf("two values on a line: err %v", err)
 	}
 }
+
+// TestWriterMatchesEncodingJSON: a written snapshot's line is what
+// encoding/json makes of the snapshot, byte for byte, with the hand
+// encoder's escapes, omitted fields and nil extras among its sockets.
+func TestWriterMatchesEncodingJSON(t *testing.T) {
+	in := sample()
+	lock, zero := uint8(3), uint8(0)
+	in.Sockets = append(in.Sockets, Socket{
+		Family: 10, State: SynSent, CC: "bbr<\"\\\u2028\xff>", Timer: 1, Expires: 200, Retrans: 2, IfIndex: 3,
+		Local:  netip.AddrPortFrom(netip.MustParseAddr("fe80::1").WithZone("eth\"0"), 1),
+		Info:   &TCPInfo{Len: 104, DeliveryRateAppLimited: true, BytesAcked: 1 << 60},
+		Pids:   []int{7, 9}, BufLock: &lock, Shutdown: &zero,
+	}, Socket{})
+	var buf bytes.Buffer
+	w, err := NewWriter(&buf, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Write(in); err != nil {
+		t.Fatal(err)
+	}
+	want, err := json.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(buf.String(), "\n")
+	if len(lines) != 3 || lines[1] != string(want) {
+		t.Errorf("written line differs from encoding/json:\n got %s\nwant %s", lines[1], want)
+	}
+}
