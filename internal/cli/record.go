@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -103,6 +104,12 @@ func runRecord(cmd *cobra.Command, e *Env, o *recordOpts) error {
 		got = 0
 		if nothingCollected(ss) {
 			return collectErr(fmt.Errorf("record: nothing could be collected: %s", firstErrors(ss)))
+		}
+		if i < o.count-1 {
+			// The sample is written: free it before the next is built,
+			// or the heap, sized while this one was live, grows to hold
+			// both (docs/performance.md, record at a million sockets).
+			runtime.GC()
 		}
 	}
 	return nil

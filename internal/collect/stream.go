@@ -3,7 +3,6 @@ package collect
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/bpfsource"
@@ -318,13 +317,5 @@ func ownerPids(own *procs.Owners, inode uint32, buf []int) []int {
 	if inode == 0 {
 		return buf
 	}
-	refs := own.Refs(inode)
-	for _, r := range refs {
-		buf = append(buf, r.Pid)
-	}
-	if len(refs) > 1 {
-		slices.Sort(buf)
-		buf = slices.Compact(buf)
-	}
-	return buf
+	return own.AppendPids(buf, inode)
 }

@@ -35,11 +35,10 @@ type FDRef struct{ Pid, FD int }
 
 // Owners is the result of one Scan.
 type Owners struct {
-	// inos and refs are every kept (pid, fd) holding a socket, sorted by
-	// inode, pid and fd: refs[i] holds inos[i]. A million sockets are
-	// joined to them by sorting, not through a map of every inode.
-	inos []uint32
-	refs []FDRef
+	// refs are every kept (pid, fd) holding a socket, sorted by inode,
+	// pid and fd. A million sockets are joined to them by sorting, not
+	// through a map of every inode.
+	refs []inodeRef
 	// matched marks the refs Attach found in a snapshot (NoteNewest).
 	matched []bool
 	// Procs holds every pid seen holding a kept socket.
@@ -54,17 +53,42 @@ type Owners struct {
 }
 
 // Refs returns every (pid, fd) holding the socket with inode ino, sorted
-// by pid and fd; the slice is the Owners' own, not to be changed.
+// by pid and fd, in a new slice.
 func (o *Owners) Refs(ino uint32) []FDRef {
 	lo, hi := o.span(ino)
-	return o.refs[lo:hi:hi]
+	if lo == hi {
+		return nil
+	}
+	out := make([]FDRef, 0, hi-lo)
+	for _, r := range o.refs[lo:hi] {
+		out = append(out, r.ref())
+	}
+	return out
+}
+
+// AppendPids appends the pids holding the socket with inode ino to buf,
+// sorted and each once, without allocating beyond buf.
+func (o *Owners) AppendPids(buf []int, ino uint32) []int {
+	lo, hi := o.span(ino)
+	return appendPids(buf, o.refs[lo:hi])
+}
+
+// appendPids appends the pids of one inode's refs, each once.
+func appendPids(buf []int, refs []inodeRef) []int {
+	at := len(buf)
+	for _, r := range refs {
+		if len(buf) == at || buf[len(buf)-1] != int(r.pid) { // sorted by pid
+			buf = append(buf, int(r.pid))
+		}
+	}
+	return buf
 }
 
 // span is where ino's refs are.
 func (o *Owners) span(ino uint32) (lo, hi int) {
-	lo, _ = slices.BinarySearch(o.inos, ino)
+	lo, _ = slices.BinarySearchFunc(o.refs, ino, func(r inodeRef, ino uint32) int { return cmp.Compare(r.ino, ino) })
 	hi = lo
-	for hi < len(o.inos) && o.inos[hi] == ino {
+	for hi < len(o.refs) && o.refs[hi].ino == ino {
 		hi++
 	}
 	return lo, hi
@@ -72,7 +96,13 @@ func (o *Owners) span(ino uint32) (lo, hi int) {
 
 // Inodes lists the distinct socket inodes held, ascending.
 func (o *Owners) Inodes() []uint32 {
-	return slices.Compact(slices.Clone(o.inos))
+	out := make([]uint32, 0, len(o.refs))
+	for _, r := range o.refs {
+		if len(out) == 0 || out[len(out)-1] != r.ino {
+			out = append(out, r.ino)
+		}
+	}
+	return out
 }
 
 // NoteNewest adds to Newest, per pid, the highest socket inode that no
@@ -81,8 +111,8 @@ func (o *Owners) Inodes() []uint32 {
 func (o *Owners) NoteNewest() {
 	for i, ok := range o.matched {
 		if !ok {
-			pid := o.refs[i].Pid
-			o.Newest[pid] = max(o.Newest[pid], o.inos[i])
+			pid := int(o.refs[i].pid)
+			o.Newest[pid] = max(o.Newest[pid], o.refs[i].ino)
 		}
 	}
 }
@@ -159,7 +189,7 @@ func (s Scanner) Scan(want func(inode uint32) bool) (*Owners, error) {
 	return out, errors.Join(errs...)
 }
 
-// setRefs sorts refs by inode, pid and fd and keeps them.
+// setRefs sorts refs by inode, pid and fd and keeps them (not a copy).
 func (o *Owners) setRefs(refs []inodeRef) {
 	slices.SortFunc(refs, func(a, b inodeRef) int {
 		if c := cmp.Compare(a.ino, b.ino); c != 0 {
@@ -170,10 +200,7 @@ func (o *Owners) setRefs(refs []inodeRef) {
 		}
 		return cmp.Compare(a.fd, b.fd)
 	})
-	o.inos, o.refs, o.matched = make([]uint32, len(refs)), make([]FDRef, len(refs)), make([]bool, len(refs))
-	for i, r := range refs {
-		o.inos[i], o.refs[i] = r.ino, r.ref()
-	}
+	o.refs, o.matched = refs, make([]bool, len(refs))
 }
 
 // listPids returns the numeric entries of root.
@@ -521,11 +548,11 @@ func (o *Owners) Attach(snap *snapshot.Snapshot) {
 	j, last := 0, -1
 	for _, k := range keys {
 		ino, sk := uint32(k>>32), &snap.Sockets[uint32(k)]
-		for j < len(o.inos) && o.inos[j] < ino {
+		for j < len(o.refs) && o.refs[j].ino < ino {
 			j++
 		}
 		hi := j
-		for hi < len(o.inos) && o.inos[hi] == ino {
+		for hi < len(o.refs) && o.refs[hi].ino == ino {
 			o.matched[hi] = true
 			hi++
 		}
@@ -536,11 +563,7 @@ func (o *Owners) Attach(snap *snapshot.Snapshot) {
 			slab = make([]int, 0, max(pidSlab, hi-j))
 		}
 		at := len(slab)
-		for _, r := range o.refs[j:hi] {
-			if len(slab) == at || slab[len(slab)-1] != r.Pid { // sorted by pid
-				slab = append(slab, r.Pid)
-			}
-		}
+		slab = appendPids(slab, o.refs[j:hi])
 		sk.Pids = slab[at:len(slab):len(slab)]
 		for _, pid := range sk.Pids {
 			if pid == last {
