@@ -371,6 +371,12 @@ func TestAttach(t *testing.T) {
 	if !slices.Equal(o.Refs(111), []FDRef{{100, 3}, {200, 3}, {200, 9}}) || o.Refs(999) != nil && len(o.Refs(999)) != 0 {
 		t.Errorf("Refs(111) = %v, Refs(999) = %v", o.Refs(111), o.Refs(999))
 	}
+	if got := o.AppendPids([]int{7}, 111); !slices.Equal(got, []int{7, 100, 200}) {
+		t.Errorf("AppendPids(111) = %v, want [7 100 200]: appended, each pid once", got)
+	}
+	if got := o.AppendPids(nil, 999); len(got) != 0 || !slices.Equal(o.Inodes(), []uint32{111, 222, 333}) {
+		t.Errorf("AppendPids(999) = %v, Inodes = %v", got, o.Inodes())
+	}
 	// 333 is in no snapshot: its holder is opening sockets.
 	o.NoteNewest()
 	if len(o.Newest) != 1 || o.Newest[300] != 333 {
