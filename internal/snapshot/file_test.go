@@ -233,9 +233,9 @@ func TestWriterMatchesEncodingJSON(t *testing.T) {
 	lock, zero := uint8(3), uint8(0)
 	in.Sockets = append(in.Sockets, Socket{
 		Family: 10, State: SynSent, CC: "bbr<\"\\\u2028\xff>", Timer: 1, Expires: 200, Retrans: 2, IfIndex: 3,
-		Local:  netip.AddrPortFrom(netip.MustParseAddr("fe80::1").WithZone("eth\"0"), 1),
-		Info:   &TCPInfo{Len: 104, DeliveryRateAppLimited: true, BytesAcked: 1 << 60},
-		Pids:   []int{7, 9}, BufLock: &lock, Shutdown: &zero,
+		Local: netip.AddrPortFrom(netip.MustParseAddr("fe80::1").WithZone("eth\"0"), 1),
+		Info:  &TCPInfo{Len: 104, DeliveryRateAppLimited: true, BytesAcked: 1 << 60},
+		Pids:  []int{7, 9}, BufLock: &lock, Shutdown: &zero,
 	}, Socket{})
 	var buf bytes.Buffer
 	w, err := NewWriter(&buf, "test")
