@@ -293,7 +293,9 @@ type chronoIndex struct {
 type chrono struct{ busy, rwnd, sndbuf uint64 }
 
 func (c *chronoIndex) add(s *snapshot.Snapshot, sk *snapshot.Socket) {
-	if !sk.Info.Has(snapshot.EndChrono) {
+	var tb snapshot.TCPInfo
+	ti := sk.TCP(&tb)
+	if !ti.Has(snapshot.EndChrono) {
 		return
 	}
 	m := c.byNS[s.Netns.Name]
@@ -301,7 +303,7 @@ func (c *chronoIndex) add(s *snapshot.Snapshot, sk *snapshot.Socket) {
 		m = map[uint64]chrono{}
 		c.byNS[s.Netns.Name] = m
 	}
-	m[sk.Cookie] = chrono{sk.Info.BusyTime, sk.Info.RwndLimited, sk.Info.SndbufLimited}
+	m[sk.Cookie] = chrono{ti.BusyTime, ti.RwndLimited, ti.SndbufLimited}
 }
 
 // shares fills sh for sk from its first sample; false when there is none.
@@ -311,7 +313,8 @@ func (c *chronoIndex) shares(s *snapshot.Snapshot, sk *snapshot.Socket, sh *shar
 		return false
 	}
 	prev := snapshot.TCPInfo{Len: snapshot.EndChrono, BusyTime: ch.busy, RwndLimited: ch.rwnd, SndbufLimited: ch.sndbuf}
-	return sharesOf(&prev, sk.Info, s.Taken.Sub(c.taken[s.Netns.Name]), sh)
+	var tb snapshot.TCPInfo
+	return sharesOf(&prev, sk.TCP(&tb), s.Taken.Sub(c.taken[s.Netns.Name]), sh)
 }
 
 func sharesOf(prev, cur *snapshot.TCPInfo, window time.Duration, v *sharesView) bool {
@@ -345,6 +348,7 @@ func printSeries(w *bufio.Writer, ss []series, flt *socketFilter, asJSON bool) e
 					prevBy[prev.Sockets[i].Cookie] = &prev.Sockets[i]
 				}
 			}
+			var tb, pb snapshot.TCPInfo
 			for i := range cur.Sockets {
 				sk := &cur.Sockets[i]
 				if !flt.match(sk) {
@@ -352,7 +356,7 @@ func printSeries(w *bufio.Writer, ss []series, flt *socketFilter, asJSON bool) e
 				}
 				r := socketRow{netns: cur.Netns.Name, sk: sk}
 				r.owner(cur.Procs)
-				if ps := prevBy[sk.Cookie]; ps != nil && sharesOf(ps.Info, sk.Info, cur.Taken.Sub(prev.Taken), &sh) {
+				if ps := prevBy[sk.Cookie]; ps != nil && sharesOf(ps.TCP(&pb), sk.TCP(&tb), cur.Taken.Sub(prev.Taken), &sh) {
 					r.shares = &sh
 				}
 				if err := fn(&r); err != nil {
@@ -427,7 +431,8 @@ func (p *socketPrinter) row(r *socketRow) error {
 		t.row = appendAddrPort(t.row, sk.Remote)
 	}
 	t.cell()
-	if in := sk.Info; in != nil && sk.State != snapshot.Listen {
+	var tb snapshot.TCPInfo
+	if in := sk.TCP(&tb); in != nil && sk.State != snapshot.Listen {
 		t.row = appendMS(t.row, in.RTT)
 		t.cell()
 		t.row = strconv.AppendUint(t.row, uint64(in.SndCwnd), 10)

@@ -114,7 +114,9 @@ func fill(t *testing.T, rng *rand.Rand, v reflect.Value) {
 	switch v.Kind() {
 	case reflect.Struct:
 		for i := range v.NumField() {
-			fill(t, rng, v.Field(i))
+			if v.Type().Field(i).IsExported() { // not JSON's
+				fill(t, rng, v.Field(i))
+			}
 		}
 	case reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
 		if !zero {

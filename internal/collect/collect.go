@@ -361,7 +361,9 @@ func looksPinned(m *snapshot.MemInfo) bool {
 }
 
 func carriesData(sk *snapshot.Socket) bool {
-	return sk.SendQ > 0 || sk.RecvQ > 0 || (sk.Info != nil && sk.Info.Unacked > 0)
+	var tb snapshot.TCPInfo
+	ti := sk.TCP(&tb)
+	return sk.SendQ > 0 || sk.RecvQ > 0 || (ti != nil && ti.Unacked > 0)
 }
 
 // KernelRelease is `uname -r`.

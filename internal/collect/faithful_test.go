@@ -151,10 +151,10 @@ func TestFaithfulAgainstSS(t *testing.T) {
 			check("tb", uint64(sk.Mem.Sndbuf))
 			check("r", uint64(sk.Mem.RmemAlloc))
 		}
-		if sk.Info != nil && sk.State == snapshot.Established {
-			check("cwnd", uint64(sk.Info.SndCwnd))
-			check("mss", uint64(sk.Info.SndMSS))
-			check("rcvmss", uint64(sk.Info.RcvMSS))
+		if ti := sk.TCP(new(snapshot.TCPInfo)); ti != nil && sk.State == snapshot.Established {
+			check("cwnd", uint64(ti.SndCwnd))
+			check("mss", uint64(ti.SndMSS))
+			check("rcvmss", uint64(ti.RcvMSS))
 			if sk.CC != w["cc"] {
 				t.Errorf("%s: cc ours %q, ss %q", k, sk.CC, w["cc"])
 			}

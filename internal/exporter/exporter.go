@@ -332,17 +332,18 @@ func (x *Exporter) addLimiters(b *viewBuilder, in *diag.Input) {
 	counts := map[string]int{"app": 0, "cwnd": 0, "rwnd": 0, "sndbuf": 0}
 	candidates, known := 0, 0
 	w := in.Window()
+	var tb, pb snapshot.TCPInfo
 	for i := range in.Cur.Sockets {
 		sk := &in.Cur.Sockets[i]
-		if sk.State != snapshot.Established || sk.Info == nil {
+		if sk.State != snapshot.Established || !sk.HasTCP() {
 			continue
 		}
 		p := in.PrevOf(sk)
-		if p == nil || p.Info == nil {
+		if p == nil || !p.HasTCP() {
 			continue
 		}
 		candidates++
-		sh, ok := snapshot.ChronoShares(p.Info, sk.Info, w)
+		sh, ok := snapshot.ChronoShares(p.TCP(&pb), sk.TCP(&tb), w)
 		if !ok {
 			continue
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/linkemu"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/workload"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 )
 
 // TestConnectionBottleneck is case C1: 100 callers multiplex 16K requests
@@ -75,15 +76,18 @@ func TestConnectionBottleneck(t *testing.T) {
 			// Every provider connection has the same local address: sum
 			// bytes_acked deltas by socket cookie.
 			was := map[uint64]uint64{}
+			var tb snapshot.TCPInfo
 			for _, sk := range prev.Sockets {
-				if sk.Info != nil {
-					was[sk.Cookie] = sk.Info.BytesAcked
+				if ti := sk.TCP(&tb); ti != nil {
+					was[sk.Cookie] = ti.BytesAcked
 				}
 			}
 			var total float64
 			for _, sk := range cur.Sockets {
-				if w, ok := was[sk.Cookie]; ok && sk.Local == srv && sk.Info != nil && sk.Info.BytesAcked >= w {
-					total += float64(sk.Info.BytesAcked-w) * 8 / 1e6 / cur.Taken.Sub(prev.Taken).Seconds()
+				if w, ok := was[sk.Cookie]; ok && sk.Local == srv {
+					if ti := sk.TCP(&tb); ti != nil && ti.BytesAcked >= w {
+						total += float64(ti.BytesAcked-w) * 8 / 1e6 / cur.Taken.Sub(prev.Taken).Seconds()
+					}
 				}
 			}
 			t.Logf("%d connection(s) carried %.1f Mbit/s of responses", tc.conns, total)

@@ -112,16 +112,21 @@ func pairAcross(t *testing.T, p path, clientSetup, serverSetup func(fd int) erro
 func acked(prev, cur *snapshot.Snapshot, local netip.AddrPort) float64 {
 	a, b := established(prev, local), established(cur, local)
 	d := cur.Taken.Sub(prev.Taken).Seconds()
-	if a == nil || b == nil || d <= 0 || b.Info.BytesAcked < a.Info.BytesAcked {
+	if a == nil || b == nil || d <= 0 {
 		return 0
 	}
-	return float64(b.Info.BytesAcked-a.Info.BytesAcked) * 8 / d
+	var ab, bb snapshot.TCPInfo
+	ai, bi := a.TCP(&ab), b.TCP(&bb)
+	if bi.BytesAcked < ai.BytesAcked {
+		return 0
+	}
+	return float64(bi.BytesAcked-ai.BytesAcked) * 8 / d
 }
 
 // established finds the connection from local in s with its tcp_info.
 func established(s *snapshot.Snapshot, local netip.AddrPort) *snapshot.Socket {
 	for i := range s.Sockets {
-		if sk := &s.Sockets[i]; sk.Local == local && sk.State == snapshot.Established && sk.Info != nil {
+		if sk := &s.Sockets[i]; sk.Local == local && sk.State == snapshot.Established && sk.HasTCP() {
 			return sk
 		}
 	}
@@ -138,7 +143,7 @@ func logSender(t *testing.T, local netip.AddrPort, samples ...*snapshot.Snapshot
 			t.Logf("sample %d: no established socket from %s", i+1, local)
 			continue
 		}
-		ti := sk.Info
+		ti := sk.TCP(new(snapshot.TCPInfo))
 		v := fmt.Sprintf("sample %d: unacked %d x mss %d, cwnd %d, snd_wnd %d, rtt %dus, busy %dus, rwnd_limited %dus, sndbuf_limited %dus, acked %d",
 			i+1, ti.Unacked, ti.SndMSS, ti.SndCwnd, ti.SndWnd, ti.RTT, ti.BusyTime, ti.RwndLimited, ti.SndbufLimited, ti.BytesAcked)
 		if m := sk.Mem; m != nil {
@@ -155,7 +160,7 @@ func received(prev, cur *snapshot.Snapshot, client netip.AddrPort) float64 {
 	find := func(s *snapshot.Snapshot) *snapshot.Socket {
 		for i := range s.Sockets {
 			sk := &s.Sockets[i]
-			if (sk.Local == client || sk.Remote == client) && sk.State == snapshot.Established && sk.Info != nil {
+			if (sk.Local == client || sk.Remote == client) && sk.State == snapshot.Established && sk.HasTCP() {
 				return sk
 			}
 		}
@@ -163,10 +168,15 @@ func received(prev, cur *snapshot.Snapshot, client netip.AddrPort) float64 {
 	}
 	a, b := find(prev), find(cur)
 	d := cur.Taken.Sub(prev.Taken).Seconds()
-	if a == nil || b == nil || d <= 0 || b.Info.BytesReceived < a.Info.BytesReceived {
+	if a == nil || b == nil || d <= 0 {
 		return 0
 	}
-	return float64(b.Info.BytesReceived-a.Info.BytesReceived) * 8 / d
+	var ab, bb snapshot.TCPInfo
+	ai, bi := a.TCP(&ab), b.TCP(&bb)
+	if bi.BytesReceived < ai.BytesReceived {
+		return 0
+	}
+	return float64(bi.BytesReceived-ai.BytesReceived) * 8 / d
 }
 
 // sample is Sample that also returns the first snapshot.

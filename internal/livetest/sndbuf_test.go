@@ -117,7 +117,8 @@ func TestSndbufChronograph(t *testing.T) {
 			if ps == nil || cs == nil || cs.CC != cc {
 				t.Fatalf("sender %s not found in both samples with cc %s", local, cc)
 			}
-			sh, ok := snapshot.ChronoShares(ps.Info, cs.Info, cur.Taken.Sub(prev.Taken))
+			var pb, cb snapshot.TCPInfo
+			sh, ok := snapshot.ChronoShares(ps.TCP(&pb), cs.TCP(&cb), cur.Taken.Sub(prev.Taken))
 			if !ok || sh.Busy == 0 {
 				t.Fatalf("no chronographs: %+v", sh)
 			}

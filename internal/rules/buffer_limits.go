@@ -62,12 +62,13 @@ func checkBufferLimits(in *diag.Input) ([]diag.Finding, error) {
 	}
 	bursty := 0
 	idx := in.CurTuples()
+	var tb snapshot.TCPInfo
 	for i := range s.Sockets {
 		sk := &s.Sockets[i]
 		if sk.State != snapshot.Established {
 			continue
 		}
-		ti := sk.Info
+		ti := sk.TCP(&tb)
 		// A connection to this host has no network path: its RTT is
 		// scheduling and its peer's reading (5 ms on loopback behind a
 		// reader that pauses), so its rate x RTT sizes no buffer.
@@ -104,7 +105,7 @@ func checkBufferLimits(in *diag.Input) ([]diag.Finding, error) {
 			}
 		}
 		if ti.BytesAcked >= bufBurstMinBytes {
-			if idle := sinceSent(in, sk); idle >= bufIdleBurst && idle > time.Duration(ti.RTO)*time.Microsecond {
+			if idle := sinceSent(in, sk, ti); idle >= bufIdleBurst && idle > time.Duration(ti.RTO)*time.Microsecond {
 				bursty++
 			}
 		}
@@ -189,13 +190,13 @@ func pathBDP(ti *snapshot.TCPInfo, bandwidth float64) float64 {
 	return bdp.Bytes(rate, rtt)
 }
 
-// sinceSent is how long ago sk last sent data. A connection that moved
-// nothing in the window shares the first sample's tcp_info
-// (snapshot.Store.KeepSame), whose last_data_sent is as old as the
-// window less.
-func sinceSent(in *diag.Input, sk *snapshot.Socket) time.Duration {
-	idle := time.Duration(sk.Info.LastDataSent) * time.Millisecond
-	if p := in.PrevOf(sk); p != nil && p.Info == sk.Info {
+// sinceSent is how long ago sk (whose tcp_info is ti) last sent data. A
+// connection that moved nothing in the window shares the first sample's
+// tcp_info (snapshot.Socket.SharesTCP), whose last_data_sent is as old
+// as the window less.
+func sinceSent(in *diag.Input, sk *snapshot.Socket, ti *snapshot.TCPInfo) time.Duration {
+	idle := time.Duration(ti.LastDataSent) * time.Millisecond
+	if p := in.PrevOf(sk); p != nil && sk.SharesTCP(p) {
 		idle += in.Window()
 	}
 	return idle

@@ -80,6 +80,7 @@ func checkConnectionBottleneck(in *diag.Input) ([]diag.Finding, error) {
 		}
 	}
 	flows := map[flowKey]*flow{}
+	var tb, wb snapshot.TCPInfo
 	for i := range cur.Sockets {
 		sk := &cur.Sockets[i]
 		if sk.State != snapshot.Established {
@@ -106,7 +107,8 @@ func checkConnectionBottleneck(in *diag.Input) ([]diag.Finding, error) {
 		if w == nil {
 			continue
 		}
-		segIn, segOut, ok := segRates(sk.Info, w.Info, window)
+		ti, wi := sk.TCP(&tb), w.TCP(&wb)
+		segIn, segOut, ok := segRates(ti, wi, window)
 		if !ok || segIn < bottleneckMinSegRate || segOut < bottleneckMinSegRate {
 			continue // not multiplexed: one stream one way, or idle
 		}
@@ -116,8 +118,8 @@ func checkConnectionBottleneck(in *diag.Input) ([]diag.Finding, error) {
 			f.why = append(f.why, why)
 			f.segsIn += segIn
 			f.segsOut += segOut
-			if sk.Info.BytesAcked >= p.Info.BytesAcked {
-				f.acked += float64(sk.Info.BytesAcked - p.Info.BytesAcked)
+			if ti.BytesAcked >= wi.BytesAcked {
+				f.acked += float64(ti.BytesAcked - wi.BytesAcked)
 			}
 		}
 	}
@@ -221,7 +223,9 @@ func segRates(ti, p *snapshot.TCPInfo, window time.Duration) (in, out float64, o
 // connLimited says whether a connection was busy and held back by its
 // own buffer or window, not by cwnd, across the window, and how.
 func connLimited(sk, p *snapshot.Socket, window time.Duration) (string, bool) {
-	sh, ok := snapshot.ChronoShares(p.Info, sk.Info, window)
+	var tb, pb snapshot.TCPInfo
+	ti := sk.TCP(&tb)
+	sh, ok := snapshot.ChronoShares(p.TCP(&pb), ti, window)
 	var why []string
 	busy := ok && snapshot.Frac(sh.Busy, window) >= bottleneckBusy
 	if busy {
@@ -238,8 +242,8 @@ func connLimited(sk, p *snapshot.Socket, window time.Duration) (string, bool) {
 		// good part of it; an autotuned buffer full of unsent data behind
 		// a slower path is path-limited, and more connections do not help.
 		var inflight uint64
-		if sk.Info != nil {
-			inflight = uint64(sk.Info.Unacked) * uint64(sk.Info.SndMSS)
+		if ti != nil {
+			inflight = uint64(ti.Unacked) * uint64(ti.SndMSS)
 		}
 		if l, ok := lookSndbuf(sk); ok && l.limited() {
 			if pl, ok := lookSndbuf(p); ok && pl.limited() {
@@ -265,7 +269,8 @@ func connLimited(sk, p *snapshot.Socket, window time.Duration) (string, bool) {
 // cwndFull: in flight at cwnd, so congestion control is what holds the
 // connection back.
 func cwndFull(sk *snapshot.Socket) bool {
-	ti := sk.Info
+	var tb snapshot.TCPInfo
+	ti := sk.TCP(&tb)
 	return ti != nil && ti.SndCwnd > 0 && float64(ti.Unacked) >= bottleneckCwndFull*float64(ti.SndCwnd)
 }
 

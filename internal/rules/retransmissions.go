@@ -59,11 +59,20 @@ type peerRetrans struct {
 // overflowing: a flow filling its bottleneck. Loss without a queue is
 // the path's own (a bad link, a policer), and costs every connection.
 func (pr *peerRetrans) queued() bool {
-	if pr.sample == nil || pr.sample.Info == nil || pr.sample.Info.MinRTT == 0 {
+	var tb snapshot.TCPInfo
+	ti := sampleTCP(pr, &tb)
+	if ti == nil || ti.MinRTT == 0 {
 		return true // unknown: no loss is blamed on the path without it
 	}
-	ti := pr.sample.Info
 	return float64(ti.RTT) >= retransQueuedRTT*float64(ti.MinRTT)
+}
+
+// sampleTCP is the busiest connection's tcp_info, nil without one.
+func sampleTCP(pr *peerRetrans, buf *snapshot.TCPInfo) *snapshot.TCPInfo {
+	if pr.sample == nil {
+		return nil
+	}
+	return pr.sample.TCP(buf)
 }
 
 // known is false when the path's rate is unknown: then only a loss rate
@@ -107,19 +116,26 @@ func checkRetransmissions(in *diag.Input) ([]diag.Finding, error) {
 
 	peers := map[netip.Addr]*peerRetrans{}
 	sawInfo := false
+	var tb, pb snapshot.TCPInfo
 	for i := range cur.Sockets {
 		sk := &cur.Sockets[i]
-		ti := sk.Info
-		if sk.State == snapshot.Listen || !ti.Has(snapshot.EndBytesRetrans) {
+		if sk.State == snapshot.Listen || !sk.HasTCP() {
+			continue
+		}
+		ti := sk.TCP(&tb)
+		if !ti.Has(snapshot.EndBytesRetrans) {
 			continue
 		}
 		sawInfo = true
 		sent, rtx := ti.BytesSent, ti.BytesRetrans
-		if p := in.PrevOf(sk); p != nil {
-			if !p.Info.Has(snapshot.EndBytesRetrans) || p.Info.BytesSent > sent || p.Info.BytesRetrans > rtx {
+		p := in.PrevOf(sk)
+		var pi *snapshot.TCPInfo
+		if p != nil {
+			pi = p.TCP(&pb)
+			if !pi.Has(snapshot.EndBytesRetrans) || pi.BytesSent > sent || pi.BytesRetrans > rtx {
 				continue
 			}
-			sent, rtx = sent-p.Info.BytesSent, rtx-p.Info.BytesRetrans
+			sent, rtx = sent-pi.BytesSent, rtx-pi.BytesRetrans
 		} // else: new in the window, its totals are the window's
 		a := sk.Remote.Addr().Unmap()
 		pr := peers[a]
@@ -130,8 +146,8 @@ func checkRetransmissions(in *diag.Input) ([]diag.Finding, error) {
 		pr.sent += sent
 		pr.retrans += rtx
 		pr.conns++
-		if p := in.PrevOf(sk); p != nil && p.Info != nil && ti.BytesAcked >= p.Info.BytesAcked {
-			d := ti.BytesAcked - p.Info.BytesAcked
+		if pi != nil && ti.BytesAcked >= pi.BytesAcked {
+			d := ti.BytesAcked - pi.BytesAcked
 			pr.acked += d
 			if pr.sample == nil || d > pr.sampleAcked {
 				pr.sample, pr.sampleAcked = sk, d
@@ -201,8 +217,8 @@ func checkRetransmissions(in *diag.Input) ([]diag.Finding, error) {
 		}
 		ev = append(ev, diag.Evidence{Name: "performance", Value: v.Why, Source: "sock_diag tcp_info.bytes_acked (delta); --bandwidth or delivery rates",
 			Threshold: fmt.Sprintf("warning when the flows move below %s of a known path rate; with the rate unknown, at %.0f%% loss, or at any loss above %.0f%% without a queue on the path; critical at %.0f%% whatever the rate", units.Pct(tcpmodel.LostShare), 100*retransPeerUnknownPath, 100*retransPeerWarn, 100*retransPeerCrit)})
-		if pr.sample != nil && pr.sample.Info != nil && pr.sample.Info.MinRTT > 0 {
-			ti := pr.sample.Info
+		var sb snapshot.TCPInfo
+		if ti := sampleTCP(pr, &sb); ti != nil && ti.MinRTT > 0 {
 			q := "a queue has built (losses at a full bottleneck queue)"
 			if !pr.queued() {
 				q = "no queue (the path itself drops: a bad link or a policer)"

@@ -85,7 +85,7 @@ func sockdiagReady(s *snapshot.Snapshot) error {
 	for i := range s.Sockets {
 		if s.Sockets[i].State == snapshot.Established {
 			est++
-			if s.Sockets[i].Info != nil {
+			if s.Sockets[i].HasTCP() {
 				info++
 			}
 		}
@@ -180,6 +180,15 @@ func ownersGone(s *snapshot.Snapshot, states ...snapshot.State) error {
 		if len(sk.Pids) == 0 && slices.Contains(states, sk.State) {
 			return diag.Unknownf("processes not named: %s", why)
 		}
+	}
+	return nil
+}
+
+// prevTCP is sk's tcp_info in the previous sample (read into buf when
+// packed), nil when it was not there, had none or without a sample.
+func prevTCP(in *diag.Input, sk *snapshot.Socket, buf *snapshot.TCPInfo) *snapshot.TCPInfo {
+	if p := in.PrevOf(sk); p != nil {
+		return p.TCP(buf)
 	}
 	return nil
 }

@@ -61,7 +61,8 @@ type wndLook struct {
 // lookWnd reads in flight, the peer's window and cwnd, in bytes; ok is
 // false without snd_wnd (Linux 5.5+) or an mss.
 func lookWnd(sk *snapshot.Socket) (wndLook, bool) {
-	ti := sk.Info
+	var tb snapshot.TCPInfo
+	ti := sk.TCP(&tb)
 	if ti == nil || !ti.Has(snapshot.EndSndWnd) || ti.SndMSS == 0 || ti.SndWnd == 0 {
 		return wndLook{}, false
 	}
@@ -112,17 +113,21 @@ func checkRwndLimited(in *diag.Input) ([]diag.Finding, error) {
 		}
 	}
 	var hits []scored
+	var tb, pb snapshot.TCPInfo
 	for i := range cur.Sockets {
 		sk := &cur.Sockets[i]
-		ti := sk.Info
-		if sk.State != snapshot.Established || !ti.Has(snapshot.EndChrono) {
+		if sk.State != snapshot.Established {
+			continue
+		}
+		ti := sk.TCP(&tb)
+		if !ti.Has(snapshot.EndChrono) {
 			continue
 		}
 		var sh snapshot.Shares
 		lifetime := false
 		if p := in.PrevOf(sk); p != nil && window > 0 {
 			var ok bool
-			if sh, ok = snapshot.ChronoShares(p.Info, ti, window); !ok {
+			if sh, ok = snapshot.ChronoShares(p.TCP(&pb), ti, window); !ok {
 				continue
 			}
 			if snapshot.Frac(sh.Busy, window) < rwndMinBusy {
@@ -167,16 +172,21 @@ func checkRwndLimited(in *diag.Input) ([]diag.Finding, error) {
 // in flight, which each sample reads at one instant, this holds for the
 // whole window. frac is the rate over window/RTT.
 func wndBound(sk, p *snapshot.Socket, window time.Duration) (l wndLook, frac float64, ok bool) {
-	if p == nil || window <= 0 || !sameWindow(p, sk) || sk.Info.BytesAcked < p.Info.BytesAcked {
+	if p == nil || window <= 0 || !sameWindow(p, sk) {
+		return l, 0, false
+	}
+	var tb, pb snapshot.TCPInfo
+	ti, pi := sk.TCP(&tb), p.TCP(&pb)
+	if ti.BytesAcked < pi.BytesAcked {
 		return l, 0, false
 	}
 	l, ok = lookWnd(sk)
 	pl, pok := lookWnd(p)
-	rtt := tcpmodel.RTT(sk.Info)
+	rtt := tcpmodel.RTT(ti)
 	if !ok || !pok || rtt <= 0 || l.cwnd < rwndCwndRoom*l.wnd || pl.cwnd < rwndCwndRoom*pl.wnd {
 		return l, 0, false
 	}
-	rate := float64(sk.Info.BytesAcked-p.Info.BytesAcked) / window.Seconds()
+	rate := float64(ti.BytesAcked-pi.BytesAcked) / window.Seconds()
 	frac = rate / (l.wnd / rtt.Seconds())
 	return l, frac, frac >= rwndFullFrac
 }
@@ -217,8 +227,10 @@ func rwndSupport(in *diag.Input, sk, prev *snapshot.Socket, rates map[netip.Addr
 	}
 	// Only a rate other than this connection's own says what the path
 	// can carry: a window-limited flow's own rate is window / RTT.
-	if path := tcpmodel.PathOf(in.Options.Bandwidth, rates, nil, sk, float64(sk.Info.DeliveryRate)).Rate; path > 0 {
-		if rtt := tcpmodel.RTT(sk.Info); rtt > 0 {
+	var tb snapshot.TCPInfo
+	ti := sk.TCP(&tb)
+	if path := tcpmodel.PathOf(in.Options.Bandwidth, rates, nil, sk, float64(ti.DeliveryRate)).Rate; path > 0 {
+		if rtt := tcpmodel.RTT(ti); rtt > 0 {
 			if b := path * rtt.Seconds(); look.wnd < rwndSmallWnd*b {
 				s.why = append(s.why, fmt.Sprintf("the peer's window %s is under %s of the path's BDP %s", units.Bytes(look.wnd), units.Pct(rwndSmallWnd), units.Bytes(b)))
 				s.large = false
@@ -236,7 +248,8 @@ func rwndSupport(in *diag.Input, sk, prev *snapshot.Socket, rates map[netip.Addr
 // near its path's rate, or a receiver reading slowly on purpose.
 func rwndFinding(in *diag.Input, sk *snapshot.Socket, sh snapshot.Shares, share float64, lifetime bool,
 	idx tcpmodel.Tuples, rates map[netip.Addr]float64, zw []diag.Evidence, sup rwndSupp) (diag.Finding, bool) {
-	cur, ti := in.Cur, sk.Info
+	var tb, pb snapshot.TCPInfo
+	cur, ti := in.Cur, sk.TCP(&tb)
 	rtt := tcpmodel.RTT(ti)
 	scope := "the " + units.Dur(sh.Window) + " window"
 	src := "(delta)"
@@ -261,8 +274,8 @@ func rwndFinding(in *diag.Input, sk *snapshot.Socket, sh snapshot.Shares, share 
 	}
 	var acked float64
 	if !lifetime {
-		if p := in.PrevOf(sk); p != nil && p.Info != nil && ti.BytesAcked >= p.Info.BytesAcked {
-			acked = float64(ti.BytesAcked - p.Info.BytesAcked)
+		if pi := prevTCP(in, sk, &pb); pi != nil && ti.BytesAcked >= pi.BytesAcked {
+			acked = float64(ti.BytesAcked - pi.BytesAcked)
 			ev = append(ev, diag.Evidence{Name: "this transfer", Value: fmt.Sprintf("%s acked in %s, %s of it waiting for the peer's window",
 				units.Bytes(acked), units.Dur(sh.Window), units.Dur(sh.Rwnd)), Source: "sock_diag tcp_info.bytes_acked, rwnd_limited (delta)"})
 		}
@@ -357,7 +370,12 @@ func rwndFinding(in *diag.Input, sk *snapshot.Socket, sh snapshot.Shares, share 
 // sameWindow: the peer advertised the same window in both samples, as a
 // fixed receive buffer does (an autotuned or paced one moves).
 func sameWindow(p, sk *snapshot.Socket) bool {
-	return p != nil && p.Info.Has(snapshot.EndSndWnd) && sk.Info.Has(snapshot.EndSndWnd) && p.Info.SndWnd == sk.Info.SndWnd
+	if p == nil {
+		return false
+	}
+	var tb, pb snapshot.TCPInfo
+	ti, pi := sk.TCP(&tb), p.TCP(&pb)
+	return pi.Has(snapshot.EndSndWnd) && ti.Has(snapshot.EndSndWnd) && pi.SndWnd == ti.SndWnd
 }
 
 // pathEvidence is the path's rate, RTT and the BDP they make.

@@ -55,8 +55,12 @@ func TestRwndLimitedRecordings(t *testing.T) {
 func TestRwndLimitedBoundAcrossSamples(t *testing.T) {
 	snaps := readFixture(t, filepath.Join("testdata", "rwnd-limited", "fires-bbr.jsonl"))
 	find := func(s *snapshot.Snapshot) *snapshot.TCPInfo {
+		var tb snapshot.TCPInfo
 		for i := range s.Sockets {
-			if sk := &s.Sockets[i]; sk.State == snapshot.Established && sk.Info != nil && sk.Info.BytesAcked > 1e6 {
+			sk := &s.Sockets[i]
+			if ti := sk.TCP(&tb); sk.State == snapshot.Established && ti != nil && ti.BytesAcked > 1e6 {
+				c := *ti
+				sk.Info = &c // unpacked, so that the test can change it
 				return sk.Info
 			}
 		}

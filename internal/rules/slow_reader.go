@@ -48,7 +48,8 @@ func backedUp(sk *snapshot.Socket) bool {
 // segments in tcp_info.rcv_wnd (Linux 6.2+), else a buffer at least
 // slowReaderFullFill full.
 func windowClosed(sk *snapshot.Socket) bool {
-	if ti := sk.Info; ti.Has(snapshot.EndRcvWnd) {
+	var tb snapshot.TCPInfo
+	if ti := sk.TCP(&tb); ti.Has(snapshot.EndRcvWnd) {
 		return ti.RcvWnd < 2*max(ti.RcvMSS, 536)
 	}
 	return fill(sk) >= slowReaderFullFill
@@ -82,11 +83,16 @@ type readerGroup struct {
 // is not enough: on loopback a slow stream into an open window is
 // acknowledged at once.
 func senderDone(in *diag.Input, sk, p *snapshot.Socket) bool {
-	if sk.Info == nil || p.Info == nil || sk.Info.BytesReceived != p.Info.BytesReceived {
+	var tb, pb, rb snapshot.TCPInfo
+	ti, pi := sk.TCP(&tb), p.TCP(&pb)
+	if ti == nil || pi == nil || ti.BytesReceived != pi.BytesReceived {
 		return false
 	}
 	peer := in.CurTuples().Peer(sk)
-	if peer == nil || peer.SendQ != 0 || peer.Info != nil && peer.Info.NotsentBytes != 0 {
+	if peer == nil || peer.SendQ != 0 {
+		return false
+	}
+	if ri := peer.TCP(&rb); ri != nil && ri.NotsentBytes != 0 {
 		return false
 	}
 	pp := in.PrevOf(peer)
@@ -98,19 +104,23 @@ func senderDone(in *diag.Input, sk, p *snapshot.Socket) bool {
 // all arrived is read from the queue, nothing more arriving). ok is
 // false without the counters.
 func consumed(sk, p *snapshot.Socket) (int64, bool) {
-	if sk.Info == nil || p.Info == nil || sk.Info.BytesReceived < p.Info.BytesReceived {
+	var tb, pb snapshot.TCPInfo
+	ti, pi := sk.TCP(&tb), p.TCP(&pb)
+	if ti == nil || pi == nil || ti.BytesReceived < pi.BytesReceived {
 		return 0, false
 	}
-	return int64(sk.Info.BytesReceived-p.Info.BytesReceived) - (int64(sk.RecvQ) - int64(p.RecvQ)), true
+	return int64(ti.BytesReceived-pi.BytesReceived) - (int64(sk.RecvQ) - int64(p.RecvQ)), true
 }
 
 // received is what a connection received over the window (bytes/s);
 // ok is false without the counters.
 func received(sk, p *snapshot.Socket, w time.Duration) (float64, bool) {
-	if sk.Info == nil || p.Info == nil || w <= 0 || sk.Info.BytesReceived < p.Info.BytesReceived {
+	var tb, pb snapshot.TCPInfo
+	ti, pi := sk.TCP(&tb), p.TCP(&pb)
+	if ti == nil || pi == nil || w <= 0 || ti.BytesReceived < pi.BytesReceived {
 		return 0, false
 	}
-	return float64(sk.Info.BytesReceived-p.Info.BytesReceived) / w.Seconds(), true
+	return float64(ti.BytesReceived-pi.BytesReceived) / w.Seconds(), true
 }
 
 func checkSlowReader(in *diag.Input) ([]diag.Finding, error) {
@@ -202,6 +212,8 @@ func slowReaderFinding(in *diag.Input, g *readerGroup, idx tcpmodel.Tuples, ls t
 		}
 	}
 	sk, p := g.socks[w], g.prevs[w]
+	var tb, pb snapshot.TCPInfo
+	ti, pi := sk.TCP(&tb), p.TCP(&pb)
 	who := tcpmodel.Who(cur, sk.Pids)
 	ev := []diag.Evidence{
 		{Name: "Recv-Q", Value: fmt.Sprintf("%s then %s, %s apart", units.Bytes(float64(p.RecvQ)), units.Bytes(float64(sk.RecvQ)), units.Dur(in.Window())),
@@ -212,14 +224,14 @@ func slowReaderFinding(in *diag.Input, g *readerGroup, idx tcpmodel.Tuples, ls t
 			Source: "sock_diag SK_MEMINFO rmem_alloc, rcvbuf", Threshold: "window closed (tcp_info.rcv_wnd under two segments, or the buffer " + units.Pct(slowReaderFullFill) + " full on kernels before 6.2) in both samples"})
 	}
 	if n, ok := consumed(sk, p); ok {
-		v := fmt.Sprintf("%s arrived and %s was read in the window", units.Bytes(float64(sk.Info.BytesReceived-p.Info.BytesReceived)), units.Bytes(float64(max(n, 0))))
+		v := fmt.Sprintf("%s arrived and %s was read in the window", units.Bytes(float64(ti.BytesReceived-pi.BytesReceived)), units.Bytes(float64(max(n, 0))))
 		if n <= 0 {
 			v += ": the application read nothing, it looks stuck"
 		}
 		ev = append(ev, diag.Evidence{Name: "received / read", Value: v, Source: "sock_diag tcp_info.bytes_received (delta); read = that less the Recv-Q's growth"})
 	}
-	if sk.Info.Has(snapshot.EndRcvWnd) {
-		ev = append(ev, diag.Evidence{Name: "advertised window", Value: units.Bytes(float64(sk.Info.RcvWnd)), Source: "sock_diag tcp_info.rcv_wnd"})
+	if ti.Has(snapshot.EndRcvWnd) {
+		ev = append(ev, diag.Evidence{Name: "advertised window", Value: units.Bytes(float64(ti.RcvWnd)), Source: "sock_diag tcp_info.rcv_wnd"})
 	}
 	if len(g.socks) > 1 {
 		ev = append(ev, diag.Evidence{Name: "backed-up connections", Value: fmt.Sprintf("%d, %s queued in all", len(g.socks), units.Bytes(float64(g.total))), Source: "sock_diag Recv-Q"})
@@ -229,8 +241,9 @@ func slowReaderFinding(in *diag.Input, g *readerGroup, idx tcpmodel.Tuples, ls t
 		peerNote = fmt.Sprintf("its local peer %s (%s) has sent all it had: the data waits in this buffer and holds nothing back", sk.Remote, tcpmodel.Who(cur, peer.Pids))
 	} else if peer != nil {
 		peerNote = fmt.Sprintf("its local peer %s (%s) is held back by the shrinking window", sk.Remote, tcpmodel.Who(cur, peer.Pids))
-		if pp := in.PrevOf(peer); pp != nil && peer.Info != nil {
-			if sh, ok := snapshot.ChronoShares(pp.Info, peer.Info, in.Window()); ok && sh.Busy > 0 {
+		var rb, rpb snapshot.TCPInfo
+		if pp := in.PrevOf(peer); pp != nil && peer.HasTCP() {
+			if sh, ok := snapshot.ChronoShares(pp.TCP(&rpb), peer.TCP(&rb), in.Window()); ok && sh.Busy > 0 {
 				peerNote += fmt.Sprintf(" (rwnd-limited %s of its busy time)", units.Pct(snapshot.Frac(sh.Rwnd, sh.Busy)))
 				ev = append(ev, diag.Evidence{Name: "peer rwnd_limited", Value: units.Pct(snapshot.Frac(sh.Rwnd, sh.Busy)) + " of busy time", Source: "sock_diag tcp_info.rwnd_limited of the reverse tuple (delta)"})
 			}

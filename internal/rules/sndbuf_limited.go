@@ -43,7 +43,10 @@ func sndbufLimited() diag.Rule {
 type sndbufLook struct {
 	inflight, cwnd, wnd, sndbuf, queued float64
 	hasWnd                              bool
-	ti                                  *snapshot.TCPInfo // the sample's tcp_info
+	// The sample's tcp_info fields its evidence shows.
+	unacked, mss, sndCwnd, notsent uint32
+	// prev: the look is of the previous sample (lookPrevSndbuf).
+	prev bool
 }
 
 // lookSndbuf measures one sample; ok is false without tcp_info or meminfo.
@@ -51,7 +54,8 @@ func lookSndbuf(sk *snapshot.Socket) (sndbufLook, bool) {
 	if sk == nil {
 		return sndbufLook{}, false
 	}
-	return lookSndbufOf(sk.Info, sk.Mem)
+	var tb snapshot.TCPInfo
+	return lookSndbufOf(sk.TCP(&tb), sk.Mem)
 }
 
 // lookPrevSndbuf is lookSndbuf of the previous sample's (nil: none).
@@ -59,7 +63,10 @@ func lookPrevSndbuf(p *snapshot.Was) (sndbufLook, bool) {
 	if p == nil {
 		return sndbufLook{}, false
 	}
-	return lookSndbufOf(p.Info, p.Mem)
+	var tb snapshot.TCPInfo
+	l, ok := lookSndbufOf(p.TCP(&tb), p.Mem)
+	l.prev = true
+	return l, ok
 }
 
 func lookSndbufOf(ti *snapshot.TCPInfo, m *snapshot.MemInfo) (sndbufLook, bool) {
@@ -74,7 +81,10 @@ func lookSndbufOf(ti *snapshot.TCPInfo, m *snapshot.MemInfo) (sndbufLook, bool) 
 		hasWnd:   ti.Has(snapshot.EndSndWnd),
 		sndbuf:   float64(m.Sndbuf),
 		queued:   float64(m.WmemQueued),
-		ti:       ti,
+		unacked:  ti.Unacked,
+		mss:      ti.SndMSS,
+		sndCwnd:  ti.SndCwnd,
+		notsent:  ti.NotsentBytes,
 	}, true
 }
 
@@ -98,6 +108,7 @@ func checkSndbufLimited(in *diag.Input) ([]diag.Finding, error) {
 	idx := in.CurTuples()
 	lim := tcpmodel.SndLimits(cur)
 	var hits []scored // score: share of the path rate not used; 0 when unknown
+	var tb snapshot.TCPInfo
 	for i := range cur.Sockets {
 		sk := &cur.Sockets[i]
 		if sk.State != snapshot.Established {
@@ -113,7 +124,7 @@ func checkSndbufLimited(in *diag.Input) ([]diag.Finding, error) {
 				continue
 			}
 		}
-		rtt := tcpmodel.RTT(sk.Info)
+		rtt := tcpmodel.RTT(sk.TCP(&tb))
 		if rtt <= 0 {
 			continue
 		}
@@ -128,14 +139,16 @@ func checkSndbufLimited(in *diag.Input) ([]diag.Finding, error) {
 
 func sndbufFinding(in *diag.Input, sk *snapshot.Socket, prev *snapshot.Was, look sndbufLook, rtt, window time.Duration,
 	rates map[netip.Addr]float64, idx tcpmodel.Tuples, lim tcpmodel.Limits) (scored, bool) {
-	ti := sk.Info
+	var tb, pb snapshot.TCPInfo
+	ti := sk.TCP(&tb)
 	ev := []diag.Evidence{}
 	confident := false // two samples agree
 	var thr float64    // observed bytes/s over the window, 0 when unknown
 	busyShare := -1.0
 	if prev != nil && window > 0 {
 		busy := -1.0
-		if sh, ok := snapshot.ChronoShares(prev.Info, ti, window); ok {
+		pi := prev.TCP(&pb)
+		if sh, ok := snapshot.ChronoShares(pi, ti, window); ok {
 			busy = snapshot.Frac(sh.Busy, window)
 			ev = append(ev, diag.Evidence{Name: "busy", Value: units.Pct(busy) + " of the " + units.Dur(window) + " window",
 				Source: "sock_diag tcp_info.busy_time (delta)", Threshold: ">= " + units.Pct(sndbufBusyShare)})
@@ -145,8 +158,8 @@ func sndbufFinding(in *diag.Input, sk *snapshot.Socket, prev *snapshot.Was, look
 				ev = append(ev, diag.Evidence{Name: "kernel sndbuf_limited", Value: v, Source: "sock_diag tcp_info.sndbuf_limited (delta)"})
 			}
 		}
-		if prev.Info != nil && ti.BytesAcked >= prev.Info.BytesAcked {
-			thr = float64(ti.BytesAcked-prev.Info.BytesAcked) / window.Seconds()
+		if pi != nil && ti.BytesAcked >= pi.BytesAcked {
+			thr = float64(ti.BytesAcked-pi.BytesAcked) / window.Seconds()
 		}
 		if busy >= 0 && busy < sndbufBusyShare {
 			return scored{}, false
@@ -156,7 +169,7 @@ func sndbufFinding(in *diag.Input, sk *snapshot.Socket, prev *snapshot.Was, look
 		}
 		// look is the current sample's whenever that one shows the limit.
 		pl, ok := lookPrevSndbuf(prev)
-		confident = ok && pl.limited() && look.ti == ti
+		confident = ok && pl.limited() && !look.prev
 		busyShare = busy
 	}
 	if thr > 0 {
@@ -170,19 +183,19 @@ func sndbufFinding(in *diag.Input, sk *snapshot.Socket, prev *snapshot.Was, look
 		own = tcpmodel.OwnRate(ti)
 	}
 	ev = append(ev,
-		diag.Evidence{Name: "in flight", Value: fmt.Sprintf("%d segments x %d = %s (%.1f x sndbuf)", look.ti.Unacked, look.ti.SndMSS, units.Bytes(look.inflight), look.inflight/look.sndbuf),
+		diag.Evidence{Name: "in flight", Value: fmt.Sprintf("%d segments x %d = %s (%.1f x sndbuf)", look.unacked, look.mss, units.Bytes(look.inflight), look.inflight/look.sndbuf),
 			Source: "sock_diag tcp_info.unacked x snd_mss", Threshold: ">= " + units.Pct(sndbufInflightFrac) + " of sndbuf"},
 		diag.Evidence{Name: "send buffer", Value: fmt.Sprintf("sndbuf %s, queued %s", units.Bytes(look.sndbuf), units.Bytes(look.queued)),
 			Source: "sock_diag SK_MEMINFO sndbuf, wmem_queued", Threshold: "queued >= " + units.Pct(sndbufQueuedFrac) + " of sndbuf (full)"},
-		diag.Evidence{Name: "congestion window", Value: fmt.Sprintf("%d x %d = %s (%.1f x in flight)", look.ti.SndCwnd, look.ti.SndMSS, units.Bytes(look.cwnd), look.cwnd/look.inflight),
+		diag.Evidence{Name: "congestion window", Value: fmt.Sprintf("%d x %d = %s (%.1f x in flight)", look.sndCwnd, look.mss, units.Bytes(look.cwnd), look.cwnd/look.inflight),
 			Source: "sock_diag tcp_info.snd_cwnd", Threshold: fmt.Sprintf(">= %.1f x in flight: not the limit", sndbufHeadroom)},
 	)
 	if look.hasWnd {
 		ev = append(ev, diag.Evidence{Name: "peer window", Value: fmt.Sprintf("%s (%.1f x in flight)", units.Bytes(look.wnd), look.wnd/look.inflight),
 			Source: "sock_diag tcp_info.snd_wnd", Threshold: fmt.Sprintf(">= %.1f x in flight: not the limit", sndbufHeadroom)})
 	}
-	if look.ti.NotsentBytes > 0 {
-		ev = append(ev, diag.Evidence{Name: "not yet sent", Value: units.Bytes(float64(look.ti.NotsentBytes)), Source: "sock_diag tcp_info.notsent_bytes"})
+	if look.notsent > 0 {
+		ev = append(ev, diag.Evidence{Name: "not yet sent", Value: units.Bytes(float64(look.notsent)), Source: "sock_diag tcp_info.notsent_bytes"})
 	}
 	// A pinned buffer is no hard cap on what is in flight (the writer
 	// tops up the unsent tail skb past it): the ceiling is what is seen in
@@ -241,7 +254,7 @@ func sndbufFinding(in *diag.Input, sk *snapshot.Socket, prev *snapshot.Was, look
 	switch {
 	case confident:
 		how = "in both samples"
-	case look.ti != ti:
+	case look.prev:
 		how = "in the first sample"
 	}
 	if busyShare >= 0 {

@@ -52,8 +52,9 @@ func (sk *Socket) AppendJSONFields(b []byte) []byte {
 		b = appendUintField(b, `,"shutdown":`, uint64(*sk.Shutdown))
 	}
 	b = append(b, `,"tcp_info":`...)
-	if sk.Info != nil {
-		b = appendTCPInfoJSON(b, sk.Info)
+	var tb TCPInfo
+	if ti := sk.TCP(&tb); ti != nil {
+		b = appendTCPInfoJSON(b, ti)
 	} else {
 		b = append(b, "null"...)
 	}

@@ -17,10 +17,10 @@ func TestSampleSizes(t *testing.T) {
 		name      string
 		got, want uintptr
 	}{
-		{"Socket", unsafe.Sizeof(Socket{}), 184},
+		{"Socket", unsafe.Sizeof(Socket{}), 192},
 		{"TCPInfo", unsafe.Sizeof(TCPInfo{}), 256},
 		{"MemInfo", unsafe.Sizeof(MemInfo{}), 36},
-		{"Was", unsafe.Sizeof(Was{}), 40},
+		{"Was", unsafe.Sizeof(Was{}), 48},
 	} {
 		t.Logf("%s: %d bytes", c.name, c.got)
 		if c.got != c.want {

@@ -96,8 +96,11 @@ type SourceStat struct {
 
 // Socket is one TCP socket as sock_diag reports it, plus its owners.
 type Socket struct {
-	Family  uint8          `json:"family"` // 2 (AF_INET) or 10 (AF_INET6)
-	State   State          `json:"state"`
+	Family uint8 `json:"family"` // 2 (AF_INET) or 10 (AF_INET6)
+	State  State `json:"state"`
+	// pkOff and pk locate the packed tcp_info of a socket a Store kept
+	// (TCP reads it), whose Info is then nil.
+	pkOff   uint16
 	Local   netip.AddrPort `json:"local"`
 	Remote  netip.AddrPort `json:"remote"`
 	RecvQ   uint32         `json:"recv_q"`
@@ -113,15 +116,19 @@ type Socket struct {
 	Retrans uint8  `json:"retrans,omitempty"`
 	CC      string `json:"cc,omitempty"`
 	// Shutdown is the INET_DIAG_SHUTDOWN bits (1 rcv, 2 snd), if sent.
-	Shutdown *uint8   `json:"shutdown,omitempty"`
-	Info     *TCPInfo `json:"tcp_info"`
-	Mem      *MemInfo `json:"mem"`
+	Shutdown *uint8 `json:"shutdown,omitempty"`
+	// Info is the tcp_info of a socket built by hand or decoded; read it
+	// with TCP, as a Store packs it (Info nil; encoding/json does not see
+	// a packed one, AppendJSON does).
+	Info *TCPInfo `json:"tcp_info"`
+	Mem  *MemInfo `json:"mem"`
 	// Pids owning this socket (sharing its file); empty when unknown.
 	Pids []int `json:"pids,omitempty"`
 	// BufLock is the socket's SO_BUF_LOCK bits (sk_userlocks & 3: bit 0
 	// SNDBUF, bit 1 RCVBUF set by the application); nil when not read.
 	// Snapshot.BufLocks says how they were read.
 	BufLock *uint8 `json:"buf_lock,omitempty"`
+	pk      *packChunk
 }
 
 // MemInfo is INET_DIAG_SKMEMINFO (SK_MEMINFO_*), in bytes.

@@ -1,7 +1,6 @@
 package snapshot
 
-// storeBlock is how many tcp_info or meminfo values one block of a Store
-// holds.
+// storeBlock is how many meminfo values one block of a Store holds.
 const storeBlock = 1024
 
 // memShared bounds how many distinct meminfo values a Store looks up
@@ -11,14 +10,14 @@ const storeBlock = 1024
 // differs stops filling the table at this many.
 const memShared = 4096
 
-// Store holds the tcp_info and meminfo of a snapshot's sockets in blocks
-// of storeBlock values, so that a socket costs its own bytes rather than
-// an allocation of its own per extra (or, from the sockdiag decoder, one
-// holding a second copy of the socket that a pointer into it keeps
-// alive). The zero Store is ready to use; it is not safe for concurrent
-// use.
+// Store keeps the sockets of a snapshot: their tcp_info packed in
+// chunks (packChunk), their meminfo in blocks of storeBlock values, so
+// that a socket costs its own bytes rather than an allocation of its own
+// per extra (or, from the sockdiag decoder, one holding a second copy of
+// the socket that a pointer into it keeps alive). The zero Store is
+// ready to use; it is not safe for concurrent use.
 type Store struct {
-	infos []TCPInfo
+	chunk *packChunk
 	mems  []MemInfo
 	// bytes holds every value of a one-byte extra (Shutdown, BufLock):
 	// sockets point into it instead of at an allocation each.
@@ -27,11 +26,11 @@ type Store struct {
 	memOf map[MemInfo]*MemInfo
 }
 
-// Keep returns a copy of sk whose extras are the store's (Info and Mem
-// in its blocks, Mem shared with every kept socket of the same meminfo;
-// Shutdown and BufLock point into its table of byte values), so they
-// must not be written through: sk may be reused or dropped once Keep
-// returns.
+// Keep returns a copy of sk whose extras are the store's: tcp_info
+// packed (read it with Socket.TCP; Info is nil), Mem in its blocks and
+// shared with every kept socket of the same meminfo, Shutdown and
+// BufLock pointing into its table of byte values. They must not be
+// written through; sk may be reused or dropped once Keep returns.
 func (st *Store) Keep(sk *Socket) Socket {
 	return st.KeepSame(sk, nil)
 }
@@ -39,26 +38,26 @@ func (st *Store) Keep(sk *Socket) Socket {
 // KeepSame is Keep for a socket whose earlier sample is base (nil when
 // none): where sk's tcp_info equals base's but for the ages of the last
 // data and ACK sent and received (SameInfo), and where its meminfo equals
-// base's, the copy points at base's values instead of storing its own. A
+// base's, the copy holds base's values instead of storing its own. A
 // connection that moved nothing between two samples then costs its
-// socket's bytes alone, not 300 more; its last_data_* and last_ack_*
-// are base's, as old as the time between the samples less.
+// socket's bytes alone; its last_data_* and last_ack_* are base's, as
+// old as the time between the samples less (Socket.SharesTCP).
 func (st *Store) KeepSame(sk *Socket, base *Was) Socket {
 	out := *sk
+	kept := false
 	if base != nil && base.Cookie == sk.Cookie && base.State == sk.State {
-		if sk.Info != nil && base.Info != nil && SameInfo(sk.Info, base.Info) {
-			out.Info = base.Info
+		var sb, b TCPInfo
+		if si, bi := sk.TCP(&sb), base.TCP(&b); si != nil && bi != nil && SameInfo(si, bi) {
+			out.Info, out.pk, out.pkOff = base.Info, base.pk, base.pkOff
+			kept = true
 		}
 		if sk.Mem != nil && base.Mem != nil && *sk.Mem == *base.Mem {
 			out.Mem = base.Mem
 		}
 	}
-	if out.Info == sk.Info && sk.Info != nil {
-		if len(st.infos) == cap(st.infos) {
-			st.infos = make([]TCPInfo, 0, storeBlock)
-		}
-		st.infos = append(st.infos, *sk.Info)
-		out.Info = &st.infos[len(st.infos)-1]
+	if !kept && sk.Info != nil {
+		out.Info = nil
+		out.pk, out.pkOff = st.pack(sk.Info)
 	}
 	if out.Mem == sk.Mem && sk.Mem != nil {
 		out.Mem = st.memInfo(sk.Mem)

@@ -2,7 +2,7 @@ package snapshot
 
 import "testing"
 
-// TestKeepSame: a connection that moved nothing points at its earlier
+// TestKeepSame: a connection that moved nothing holds its earlier
 // sample's tcp_info and meminfo; one counter or one buffer that changed
 // gets its own copy, and so does a different or re-used connection.
 func TestKeepSame(t *testing.T) {
@@ -11,34 +11,41 @@ func TestKeepSame(t *testing.T) {
 	var st Store
 	kept := st.Keep(&Socket{State: Established, Cookie: 7, Info: &info, Mem: &mem})
 	base := kept.Was()
+	var tb TCPInfo
+	if kept.Info != nil || kept.TCP(&tb) == nil || tb != info {
+		t.Fatalf("kept: Info %v, packed %+v, want packed %+v", kept.Info, tb, info)
+	}
 
 	idle := info
 	idle.LastDataSent, idle.LastAckRecv, idle.LastDataRecv, idle.LastAckSent = 1200, 1180, 1190, 1170
 	got := st.KeepSame(&Socket{State: Established, Cookie: 7, Info: &idle, Mem: &MemInfo{Rcvbuf: 131072, Sndbuf: 87040}}, &base)
-	if got.Info != base.Info || got.Mem != base.Mem {
-		t.Errorf("idle connection: info shared %v, mem shared %v; want both", got.Info == base.Info, got.Mem == base.Mem)
+	if !got.SharesTCP(&base) || got.Mem != base.Mem || *got.TCP(&tb) != info {
+		t.Errorf("idle connection: info shared %v (%+v), mem shared %v; want both, with the base's ages", got.SharesTCP(&base), tb, got.Mem == base.Mem)
 	}
 
 	sent := idle
 	sent.SegsOut++
 	got = st.KeepSame(&Socket{State: Established, Cookie: 7, Info: &sent, Mem: &MemInfo{Rcvbuf: 262144, Sndbuf: 87040}}, &base)
-	if got.Info == base.Info || got.Info.SegsOut != 11 || got.Mem == base.Mem || got.Mem.Rcvbuf != 262144 {
-		t.Errorf("changed connection shares: info %+v mem %+v", got.Info, got.Mem)
+	if got.SharesTCP(&base) || *got.TCP(&tb) != sent || got.Mem == base.Mem || got.Mem.Rcvbuf != 262144 {
+		t.Errorf("changed connection shares: info %+v mem %+v", tb, got.Mem)
 	}
 	got = st.KeepSame(&Socket{State: Established, Cookie: 7, Info: &sent, Mem: &MemInfo{Rcvbuf: 131072, Sndbuf: 87040}}, &base)
-	if got.Info == base.Info || got.Mem != base.Mem {
-		t.Errorf("new segment, same buffers: info shared %v (want not), mem shared %v (want)", got.Info == base.Info, got.Mem == base.Mem)
+	if got.SharesTCP(&base) || got.Mem != base.Mem {
+		t.Errorf("new segment, same buffers: info shared %v (want not), mem shared %v (want)", got.SharesTCP(&base), got.Mem == base.Mem)
 	}
 	for _, other := range []Socket{
 		{State: Established, Cookie: 8, Info: &idle, Mem: &mem},
 		{State: CloseWait, Cookie: 7, Info: &idle, Mem: &mem},
 	} {
-		if got := st.KeepSame(&other, &base); got.Info == base.Info {
+		if got := st.KeepSame(&other, &base); got.SharesTCP(&base) {
 			t.Errorf("cookie %d state %v shares the base's tcp_info", other.Cookie, other.State)
 		}
 	}
-	if got := st.KeepSame(&Socket{State: Established, Cookie: 7, Info: &idle}, nil); got.Info == nil || *got.Info != idle || got.Mem != nil {
+	if got := st.KeepSame(&Socket{State: Established, Cookie: 7, Info: &idle}, nil); got.TCP(&tb) == nil || tb != idle || got.Mem != nil {
 		t.Errorf("no base: %+v", got)
+	}
+	if got := st.Keep(&Socket{State: TimeWait, Cookie: 9}); got.HasTCP() || got.TCP(&tb) != nil {
+		t.Errorf("no tcp_info kept as one: %+v", got)
 	}
 }
 

@@ -6,16 +6,19 @@ package snapshot
 // instead of a whole Socket.
 type Was struct {
 	Cookie uint64
-	Info   *TCPInfo
-	Mem    *MemInfo
-	RecvQ  uint32
-	SendQ  uint32
-	State  State
+	// Info or pk and pkOff: the tcp_info, read with TCP.
+	Info  *TCPInfo
+	pk    *packChunk
+	Mem   *MemInfo
+	RecvQ uint32
+	SendQ uint32
+	pkOff uint16
+	State State
 }
 
 // Was returns what a window keeps of sk.
 func (sk *Socket) Was() Was {
-	return Was{Cookie: sk.Cookie, Info: sk.Info, Mem: sk.Mem, RecvQ: sk.RecvQ, SendQ: sk.SendQ, State: sk.State}
+	return Was{Cookie: sk.Cookie, Info: sk.Info, pk: sk.pk, pkOff: sk.pkOff, Mem: sk.Mem, RecvQ: sk.RecvQ, SendQ: sk.SendQ, State: sk.State}
 }
 
 // WasOf returns what a window keeps of each of sockets, in their order.
@@ -44,5 +47,6 @@ type Prior struct {
 func (w *Was) As(sk *Socket) Socket {
 	out := *sk
 	out.State, out.RecvQ, out.SendQ, out.Info, out.Mem = w.State, w.RecvQ, w.SendQ, w.Info, w.Mem
+	out.pk, out.pkOff = w.pk, w.pkOff
 	return out
 }

@@ -195,10 +195,12 @@ func ChurnOf(s *snapshot.Snapshot, prev PrevState, window time.Duration) []*Chur
 	// Turns of the open connections, opener side and service side.
 	openerTurns, serverTurns := map[Flow][]uint32{}, map[Flow][]uint32{}
 	turns := func(sk *snapshot.Socket) (uint32, bool) {
-		if !sk.Info.Has(snapshot.EndDataSegsOut) {
+		var tb snapshot.TCPInfo
+		ti := sk.TCP(&tb)
+		if !ti.Has(snapshot.EndDataSegsOut) {
 			return 0, false
 		}
-		return min(sk.Info.DataSegsIn, sk.Info.DataSegsOut), true
+		return min(ti.DataSegsIn, ti.DataSegsOut), true
 	}
 	isNew := func(sk *snapshot.Socket) bool {
 		if prev == nil {

@@ -82,13 +82,18 @@ func (t *TupleIndex) Peer(sk *snapshot.Socket) *snapshot.Socket {
 // address: what the path has been shown to carry.
 func PeerRates(s *snapshot.Snapshot) map[netip.Addr]float64 {
 	m := make(map[netip.Addr]float64)
+	var tb snapshot.TCPInfo
 	for i := range s.Sockets {
 		sk := &s.Sockets[i]
-		if sk.State != snapshot.Established || !sk.Info.Has(snapshot.EndDeliveryRate) {
+		if sk.State != snapshot.Established {
+			continue
+		}
+		ti := sk.TCP(&tb)
+		if !ti.Has(snapshot.EndDeliveryRate) {
 			continue
 		}
 		a := sk.Remote.Addr().Unmap()
-		if r := float64(sk.Info.DeliveryRate); r > m[a] {
+		if r := float64(ti.DeliveryRate); r > m[a] {
 			m[a] = r
 		}
 	}

@@ -251,6 +251,7 @@ func (p *PortSpace) DestUsage(cur *snapshot.Snapshot, prev PrevState, window tim
 	m := map[Dest]*DestUse{}
 	recent := RecentHorizon(window, p.Reuse.Delay)
 	var notsTS []Dest
+	var tb snapshot.TCPInfo
 	for i := range cur.Sockets {
 		sk := &cur.Sockets[i]
 		if !p.Outgoing(sk) {
@@ -272,8 +273,10 @@ func (p *PortSpace) DestUsage(cur *snapshot.Snapshot, prev PrevState, window tim
 			if len(sk.Pids) > 0 {
 				u.Owners.Add(sk.Pids[0])
 			}
-			if sk.State == snapshot.Established && sk.Info != nil && sk.Info.Options&OptTimestamps == 0 {
-				notsTS = append(notsTS, k)
+			if sk.State == snapshot.Established {
+				if ti := sk.TCP(&tb); ti != nil && ti.Options&OptTimestamps == 0 {
+					notsTS = append(notsTS, k)
+				}
 			}
 			continue
 		}

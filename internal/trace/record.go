@@ -114,7 +114,8 @@ func (p *Point) Inflight() uint64 { return uint64(p.Unacked) * uint64(p.MSS) }
 // pointOf reads the fields of a Point from a socket.
 func pointOf(t time.Duration, id int, sk *snapshot.Socket) Point {
 	p := Point{T: t, Conn: id, State: sk.State, SendQ: sk.SendQ, RecvQ: sk.RecvQ}
-	if ti := sk.Info; ti != nil {
+	var tb snapshot.TCPInfo
+	if ti := sk.TCP(&tb); ti != nil {
 		p.Acked, p.Recvd = ti.BytesAcked, ti.BytesReceived
 		p.Busy, p.Rwnd, p.Sndbuf = ti.BusyTime, ti.RwndLimited, ti.SndbufLimited
 		p.Chrono = ti.Has(snapshot.EndChrono)

@@ -402,7 +402,7 @@ func (r *recorder) lookup(opts sockdiag.Options, t time.Duration) error {
 		gone[i] = true
 	}
 	err := r.cfg.Source.Lookup(opts, r.selK, func(j int, sk *snapshot.Socket) error {
-		if sk.Info == nil || traceStates&(1<<sk.State) == 0 {
+		if !sk.HasTCP() || traceStates&(1<<sk.State) == 0 {
 			return nil // TIME_WAIT now: closed
 		}
 		i := r.sel[j]
