@@ -74,16 +74,7 @@ func (c *packChunk) unpack(off uint16, t *TCPInfo) {
 // tcp_info through TCP, never Info, unless sk was built by hand: a kept
 // socket's Info is nil. buf is written only for a packed one, so one
 // buf serves one socket at a time.
-func (sk *Socket) TCP(buf *TCPInfo) *TCPInfo {
-	if sk.Info != nil {
-		return sk.Info
-	}
-	if sk.pk != nil {
-		sk.pk.unpack(sk.pkOff, buf)
-		return buf
-	}
-	return nil
-}
+func (sk *Socket) TCP(buf *TCPInfo) *TCPInfo { return infoOf(sk.Info, sk.pk, sk.pkOff, buf) }
 
 // HasTCP says whether sk has a tcp_info (TCP is not nil).
 func (sk *Socket) HasTCP() bool { return sk.Info != nil || sk.pk != nil }
@@ -100,12 +91,16 @@ func (sk *Socket) SharesTCP(w *Was) bool {
 }
 
 // TCP is Socket.TCP for the record of an earlier sample.
-func (w *Was) TCP(buf *TCPInfo) *TCPInfo {
-	if w.Info != nil {
-		return w.Info
+func (w *Was) TCP(buf *TCPInfo) *TCPInfo { return infoOf(w.Info, w.pk, w.pkOff, buf) }
+
+// infoOf is info, else the tcp_info packed at off in pk unpacked into
+// buf, else nil.
+func infoOf(info *TCPInfo, pk *packChunk, off uint16, buf *TCPInfo) *TCPInfo {
+	if info != nil {
+		return info
 	}
-	if w.pk != nil {
-		w.pk.unpack(w.pkOff, buf)
+	if pk != nil {
+		pk.unpack(off, buf)
 		return buf
 	}
 	return nil
