@@ -44,8 +44,8 @@ func (s Series) Window() (prev, cur *snapshot.Snapshot) {
 // a million sockets is a second of kernel time beside the first dump;
 // and the last one keeps the first's tcp_info and meminfo of connections
 // that did not change (since). The first sample of a window is kept as a
-// diag.Base (a 40-byte record for each established connection instead of
-// a 184-byte socket) before the next one is taken, and the last dump
+// diag.Base (a snapshot.Was for each established connection instead of
+// a whole socket) before the next one is taken, and the last dump
 // fills the first's socket slice.
 func Sample(ctx context.Context, c *collect.Collector, nss []netns.NS, count int, interval time.Duration,
 	sleep func(context.Context, time.Duration) error) ([]Series, error) {

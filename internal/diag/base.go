@@ -8,9 +8,9 @@ import (
 // Base is the sample that starts a window, kept as what the rules read
 // of it: its established connections as snapshot.Was records by cookie
 // (PrevOf), and three tallies of the whole sample the rules compare the
-// last one with. Every other socket stays whole in Snap.Sockets. Where a
-// million established connections would cost a Socket each (184 bytes),
-// they cost a Was (40).
+// last one with. Every other socket stays whole in Snap.Sockets. A
+// million established connections cost a Was each, a quarter of a
+// Socket (TestSampleSizes prints both).
 type Base struct {
 	// Snap is the sample without its established connections' sockets.
 	Snap *snapshot.Snapshot

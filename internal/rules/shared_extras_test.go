@@ -80,10 +80,11 @@ func keptSame(prev, cur *snapshot.Snapshot) (aged, lean *snapshot.Snapshot, n, n
 			bw = &w
 		}
 		l.Sockets[i] = st.KeepSame(&sk, bw)
-		if b != nil && l.Sockets[i].SharesTCP(bw) {
+		sharesInfo := b != nil && l.Sockets[i].SharesTCP(bw)
+		if sharesInfo {
 			ni++
 		}
-		if b != nil && (l.Sockets[i].SharesTCP(bw) || l.Sockets[i].Mem == b.Mem && b.Mem != nil) {
+		if sharesInfo || b != nil && l.Sockets[i].Mem == b.Mem && b.Mem != nil {
 			n++
 		}
 	}

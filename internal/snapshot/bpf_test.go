@@ -1,7 +1,6 @@
 package snapshot
 
 import (
-	"bytes"
 	"net/netip"
 	"reflect"
 	"strings"
@@ -21,15 +20,7 @@ func TestEventsRoundTrip(t *testing.T) {
 		Retransmits: []EventRetransmit{{Remote: netip.MustParseAddrPort("10.0.0.5:8080"), SYN: true, Count: 4}},
 		Missing:     []EventProgram{{Program: ProgResetsReceived, Reason: "kernel has no tcp_receive_reset tracepoint"}},
 	}}
-	var buf bytes.Buffer
-	w, err := NewWriter(&buf, "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Write(s); err != nil {
-		t.Fatal(err)
-	}
-	got, err := ReadAll(&buf)
+	got, err := ReadAll(written(t, s))
 	if err != nil || len(got) != 1 {
 		t.Fatalf("ReadAll = %v, %v", got, err)
 	}

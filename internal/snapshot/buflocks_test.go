@@ -1,7 +1,6 @@
 package snapshot
 
 import (
-	"bytes"
 	"testing"
 	"time"
 )
@@ -15,17 +14,7 @@ func TestBufLocksRoundTrip(t *testing.T) {
 		{Taken: time.Unix(2, 0).UTC(), BufLocks: &BufLockOrigin{Why: "eBPF off (--bpf off)"}},
 		{Taken: time.Unix(3, 0).UTC()},
 	}
-	var b bytes.Buffer
-	w, err := NewWriter(&b, "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range in {
-		if err := w.Write(s); err != nil {
-			t.Fatal(err)
-		}
-	}
-	out, err := ReadAll(&b)
+	out, err := ReadAll(written(t, in...))
 	if err != nil {
 		t.Fatal(err)
 	}

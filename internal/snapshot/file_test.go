@@ -33,19 +33,25 @@ func sample() *Snapshot {
 	}
 }
 
-func TestRoundTrip(t *testing.T) {
+// written is a snapshot file holding snaps, in order.
+func written(t *testing.T, snaps ...*Snapshot) *bytes.Buffer {
+	t.Helper()
 	var buf bytes.Buffer
 	w, err := NewWriter(&buf, "test")
 	if err != nil {
 		t.Fatal(err)
 	}
+	for _, s := range snaps {
+		if err := w.Write(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return &buf
+}
+
+func TestRoundTrip(t *testing.T) {
 	in := sample()
-	if err := w.Write(in); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Write(in); err != nil {
-		t.Fatal(err)
-	}
+	buf := written(t, in, in)
 	for _, compress := range []bool{false, true} {
 		data := buf.Bytes()
 		if compress {
@@ -186,14 +192,7 @@ func TestReaderTruncatedIsNotEOF(t *testing.T) {
 // TestReaderMatchesUnmarshal: streaming the sockets reads a line exactly
 // as decoding it whole does (blank lines skipped, absent sockets nil).
 func TestReaderMatchesUnmarshal(t *testing.T) {
-	var buf bytes.Buffer
-	w, err := NewWriter(&buf, "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Write(sample()); err != nil {
-		t.Fatal(err)
-	}
+	buf := written(t, sample())
 	lines := strings.SplitAfter(buf.String(), "\n")
 	extra := []string{
 		`{"taken":"2026-11-22T05:00:01Z","netns":{"name":"x"}}`,
@@ -239,14 +238,7 @@ func TestWriterMatchesEncodingJSON(t *testing.T) {
 		Info:  &TCPInfo{Len: 104, DeliveryRateAppLimited: true, BytesAcked: 1 << 60},
 		Pids:  []int{7, 9}, BufLock: &lock, Shutdown: &zero,
 	}, Socket{})
-	var buf bytes.Buffer
-	w, err := NewWriter(&buf, "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Write(in); err != nil {
-		t.Fatal(err)
-	}
+	buf := written(t, in)
 	want, err := json.Marshal(in)
 	if err != nil {
 		t.Fatal(err)

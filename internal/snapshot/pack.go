@@ -21,7 +21,7 @@ const packChunkWords = 1 << 14
 // words of a TCPInfo that differ from proto (the first tcp_info packed
 // into the chunk), then those words in order. Connections of one host
 // share most of their tcp_info (MSS, window scales, options, ssthresh,
-// zero counters), so an idle one packs into about a fifth of 256 bytes.
+// zero counters): TestPackSize's idle one packs into 44 bytes, not 256.
 type packChunk struct {
 	proto TCPInfo
 	used  int
