@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"syscall"
 	"time"
 
 	"github.com/cilium/ebpf/ringbuf"
@@ -18,8 +19,11 @@ type EventKind uint8
 
 // The kinds of Event (numbers as in bpf/events_shared.h).
 const (
-	// FailedConnect: connect() found no free ephemeral port
-	// (EADDRNOTAVAIL). Pid and Comm are the caller's.
+	// FailedConnect: a connect() ended before a connection; Reason is
+	// the errno the kernel left (EADDRNOTAVAIL: no free ephemeral port,
+	// ECONNREFUSED, ETIMEDOUT, EHOSTUNREACH...) or Abandoned. Pid and
+	// Comm are the caller's for EADDRNOTAVAIL and Abandoned; the others
+	// end in softirq or timer context, with Pid 0.
 	FailedConnect EventKind = 1
 	// ResetSent: this host sent a RST; Reason names why.
 	ResetSent EventKind = 2
@@ -70,10 +74,26 @@ type Event struct {
 	Local, Remote netip.AddrPort
 	// Reason is the kernel's reason in its own words: the drop reason
 	// (TCP_LISTEN_OVERFLOW), the reset reason sent (sk_rst_reason without
-	// its prefix, e.g. TCP_ABORT_ON_LINGER), EADDRNOTAVAIL for a failed
-	// connect; "" when the kernel gives none (received resets, SYN
+	// its prefix, e.g. TCP_ABORT_ON_LINGER), the errno of a failed
+	// connect (EADDRNOTAVAIL, ECONNREFUSED...) or Abandoned; "" when the kernel gives none (received resets, SYN
 	// retransmits).
 	Reason string
+}
+
+// Abandoned is a failed connect's Reason when the process closed the
+// socket before the handshake finished: no errno, its own choice.
+const Abandoned = "abandoned"
+
+// connectFailure names a failed connect's reason: the errno the kernel
+// left on the socket (bpf/lifecycle.c), or Abandoned for none.
+func connectFailure(errno uint32) string {
+	if errno == 0 {
+		return Abandoned
+	}
+	if n := unix.ErrnoName(syscall.Errno(errno)); n != "" {
+		return n
+	}
+	return fmt.Sprintf("errno %d", errno)
 }
 
 // eventSize is sizeof(struct event) (bpf/events_shared.h).
@@ -123,7 +143,7 @@ func (d *decoder) decode(b []byte) (Event, error) {
 	pid, comm := int(ne.Uint32(b[12:])), cString(b[16:32])
 	switch kind {
 	case FailedConnect:
-		e.Reason = "EADDRNOTAVAIL"
+		e.Reason = connectFailure(reason)
 		e.Pid, e.Comm = pid, comm
 	case ResetSent:
 		e.Reason = d.names.reset(reason)

@@ -57,9 +57,17 @@ func TestDecodeEvent(t *testing.T) {
 		raw  []byte
 		want Event
 	}{
-		{"failed connect keeps the caller", rawEvent(FailedConnect, 5, 7, 812, "nginx", netip.AddrPortFrom(netip.IPv4Unspecified(), 0), r, 0),
+		{"failed connect keeps the caller", rawEvent(FailedConnect, 5, 7, 812, "nginx", netip.AddrPortFrom(netip.IPv4Unspecified(), 0), r, 99),
 			Event{Time: t0.Add(5), Kind: FailedConnect, Netns: 7, Pid: 812, Comm: "nginx",
 				Local: netip.MustParseAddrPort("0.0.0.0:0"), Remote: r, Reason: "EADDRNOTAVAIL"}},
+		{"refused connect: errno, no process", rawEvent(FailedConnect, 5, 7, 0, "", l, r, 111),
+			Event{Time: t0.Add(5), Kind: FailedConnect, Netns: 7, Local: l, Remote: r, Reason: "ECONNREFUSED"}},
+		{"timed-out connect", rawEvent(FailedConnect, 5, 7, 0, "", l, r, 110),
+			Event{Time: t0.Add(5), Kind: FailedConnect, Netns: 7, Local: l, Remote: r, Reason: "ETIMEDOUT"}},
+		{"abandoned connect keeps the closer", rawEvent(FailedConnect, 5, 7, 812, "curl", l, r, 0),
+			Event{Time: t0.Add(5), Kind: FailedConnect, Netns: 7, Pid: 812, Comm: "curl", Local: l, Remote: r, Reason: Abandoned}},
+		{"unnamed errno", rawEvent(FailedConnect, 5, 7, 0, "", l, r, 4000),
+			Event{Time: t0.Add(5), Kind: FailedConnect, Netns: 7, Local: l, Remote: r, Reason: "errno 4000"}},
 		{"linger reset keeps the closer", rawEvent(ResetSent, 1, 7, 812, "nginx", l, r, 12),
 			Event{Time: t0.Add(1), Kind: ResetSent, Netns: 7, Pid: 812, Comm: "nginx", Local: l, Remote: r, Reason: "TCP_ABORT_ON_LINGER"}},
 		{"reset for no socket is softirq: no process", rawEvent(ResetSent, 1, 7, 99, "ksoftirqd/0", l, r, 1),
@@ -101,6 +109,7 @@ func TestDecodeEvent(t *testing.T) {
 func FuzzDecodeEvent(f *testing.F) {
 	f.Add(rawEvent(ResetSent, 1, 7, 812, "nginx", netip.MustParseAddrPort("10.0.0.1:1"), netip.MustParseAddrPort("10.0.0.2:2"), 12))
 	f.Add(rawEvent(ListenOverflow, 1<<63, 7, 0, "", netip.MustParseAddrPort("[::1]:1"), netip.MustParseAddrPort("[::2]:2"), 1<<31))
+	f.Add(rawEvent(FailedConnect, 1, 7, 0, "", netip.MustParseAddrPort("127.0.0.1:40000"), netip.MustParseAddrPort("127.0.0.1:1"), 111))
 	f.Add([]byte{})
 	d := testDecoder()
 	f.Fuzz(func(t *testing.T, b []byte) {

@@ -21,6 +21,10 @@ type lifecycleFlowCounts struct {
 	PeerCloses   uint64
 	LifetimeNs   uint64
 	Lifetimes    uint64
+	Refused      uint64
+	TimedOut     uint64
+	Unreachable  uint64
+	Abandoned    uint64
 	Comm         [16]uint8
 }
 

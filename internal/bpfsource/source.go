@@ -129,6 +129,14 @@ type Flow struct {
 	// FailedPorts counts connect() calls that found no free ephemeral
 	// port (EADDRNOTAVAIL).
 	FailedPorts uint64
+	// Refused, TimedOut and Unreachable count connects the network ended
+	// before a connection: a reset answered the SYN (ECONNREFUSED), the
+	// SYN retransmits went unanswered (ETIMEDOUT), an ICMP error or any
+	// other error (EHOSTUNREACH, ENETUNREACH...). The kernel ends them in
+	// softirq or timer context: Pid is 0 unless Options.Lifetimes kept
+	// the opener. Abandoned counts connects the process closed before
+	// the handshake finished (its own connect timeout), under its pid.
+	Refused, TimedOut, Unreachable, Abandoned uint64
 	// ActiveCloses counts connections this process closed before its peer
 	// did (ESTABLISHED->FIN_WAIT1): it holds their TIME_WAIT.
 	ActiveCloses uint64
@@ -397,7 +405,7 @@ func (s *Source) Read() (*Reading, error) {
 // Sizes of struct flow_key and struct flow_counts (bpf/lifecycle.c).
 const (
 	flowKeySize    = 32
-	flowCountsSize = 64
+	flowCountsSize = 96
 )
 
 // decodeFlow turns one raw map entry into its namespace inode and Flow.
@@ -407,7 +415,7 @@ func decodeFlow(key, val []byte) (uint64, Flow, error) {
 	}
 	ne := binary.NativeEndian
 	ns := uint64(ne.Uint32(key[0:4]))
-	f := Flow{Pid: int(ne.Uint32(key[4:8])), Comm: cString(val[48:64])}
+	f := Flow{Pid: int(ne.Uint32(key[4:8])), Comm: cString(val[80:96])}
 	a, err := addrOf(ne.Uint16(key[28:30]), key[8:24])
 	if err != nil {
 		return 0, Flow{}, err
@@ -420,6 +428,10 @@ func decodeFlow(key, val []byte) (uint64, Flow, error) {
 	f.PeerCloses = ne.Uint64(val[24:])
 	f.LifetimeTotal = time.Duration(min(ne.Uint64(val[32:]), 1<<63-1))
 	f.Lifetimes = ne.Uint64(val[40:])
+	f.Refused = ne.Uint64(val[48:])
+	f.TimedOut = ne.Uint64(val[56:])
+	f.Unreachable = ne.Uint64(val[64:])
+	f.Abandoned = ne.Uint64(val[72:])
 	return ns, f, nil
 }
 

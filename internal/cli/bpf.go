@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/bpfsource"
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
 	"github.com/tcpdoctor/tcpdoctor/internal/procs"
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 )
 
 // bpfOpts is --bpf, shared by the commands that collect live, and the
@@ -23,7 +26,7 @@ type bpfOpts struct {
 }
 
 func (o *bpfOpts) register(fs *pflag.FlagSet) {
-	fs.StringVar(&o.mode, "bpf", "auto", "eBPF sources: connection events (connects, failed port allocations, who closed first) and the buffer lock bits of every socket (iter/tcp): "+
+	fs.StringVar(&o.mode, "bpf", "auto", "eBPF sources: connection events (connects, failed connects by cause, who closed first) and the buffer lock bits of every socket (iter/tcp): "+
 		"auto (use what loads, else say once why not), on (fail with exit 3 if one cannot load), off")
 	fs.BoolVar(&o.pidfd, "pidfd-buflock", false, "where the eBPF iterator cannot read the buffer lock bits, read SO_BUF_LOCK of owned sockets that look pinned "+
 		"through a copy of the owner's fd (pidfd_getfd, needs CAP_SYS_PTRACE); not read-only: it re-stamps the socket's cgroup v1 net_cls/net_prio values, so it is refused where those are mounted")
@@ -219,7 +222,7 @@ func printEvents(w io.Writer, ss []series, flt *socketFilter) {
 			}
 			if !header {
 				fmt.Fprintf(w, "\nconnection events between the samples (eBPF, over %s):\n", cur.Events.Interval().Round(time.Millisecond))
-				fmt.Fprintln(tw, "NETNS\tPID\tCOMMAND\tREMOTE\tCONNECTS\tPER SEC\tNO PORT\tCLOSED FIRST\tPEER CLOSED\tMEAN LIFE")
+				fmt.Fprintln(tw, "NETNS\tPID\tCOMMAND\tREMOTE\tCONNECTS\tPER SEC\tFAILED\tCLOSED FIRST\tPEER CLOSED\tMEAN LIFE")
 				header = true
 			}
 			life := "-"
@@ -234,12 +237,34 @@ func printEvents(w io.Writer, ss []series, flt *socketFilter) {
 			if f.Accepted() {
 				remote = fmt.Sprintf("accepted on :%d", f.LocalPort)
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%s\t%d\t%d\t%d\t%s\n", sr.Netns, f.Pid, f.Command, remote,
-				f.Opens, rate, f.FailedPorts, f.ActiveCloses, f.PeerCloses, life)
+			pid := "-" // ended by the network, the opener unknown
+			if f.Pid != 0 {
+				pid = strconv.Itoa(f.Pid)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%d\t%d\t%s\n", sr.Netns, pid, f.Command, remote,
+				f.Opens, rate, failedConnects(&f), f.ActiveCloses, f.PeerCloses, life)
 		}
 	}
 	_ = tw.Flush()
 	printKernelEvents(w, ss, flt)
+}
+
+// failedConnects says how f's failed connects ended ("412 no port, 3
+// refused"), or "-" for none.
+func failedConnects(f *snapshot.EventFlow) string {
+	var parts []string
+	for _, c := range []struct {
+		n    uint64
+		what string
+	}{{f.FailedPorts, "no port"}, {f.Refused, "refused"}, {f.TimedOut, "timed out"}, {f.Unreachable, "unreachable"}, {f.Abandoned, "abandoned"}} {
+		if c.n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", c.n, c.what))
+		}
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, ", ")
 }
 
 // printKernelEvents lists the drops, resets and retransmits the eBPF

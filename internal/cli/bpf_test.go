@@ -41,12 +41,15 @@ func TestPrintEvents(t *testing.T) {
 	cur := &snapshot.Snapshot{Taken: t0, Netns: snapshot.Netns{Name: "host"}, Events: &snapshot.Events{Since: t0.Add(-2 * time.Second), Until: t0, Flows: []snapshot.EventFlow{
 		{Pid: 7, Command: "python3", Remote: netip.MustParseAddrPort("127.0.0.1:7000"), Opens: 240, ActiveCloses: 240},
 		{Pid: 9, Command: "nginx", Remote: netip.MustParseAddrPort("0.0.0.0:0"), LocalPort: 8080, ActiveCloses: 10},
+		{Remote: netip.MustParseAddrPort("10.0.0.9:5432"), Refused: 5, TimedOut: 2},
+		{Pid: 11, Command: "proxy", Remote: netip.MustParseAddrPort("10.0.0.5:80"), Opens: 9, FailedPorts: 4, Abandoned: 1},
 	}}}
 	ss := []series{{Netns: "host", Snaps: []*snapshot.Snapshot{{Taken: t0.Add(-2 * time.Second)}, cur}}}
 	var b strings.Builder
 	printEvents(&b, ss, &socketFilter{})
 	out := b.String()
-	for _, want := range []string{"over 2s", "python3", "127.0.0.1:7000", "120.0", "accepted on :8080"} {
+	for _, want := range []string{"over 2s", "python3", "127.0.0.1:7000", "120.0", "accepted on :8080",
+		"  -  ", "5 refused, 2 timed out", "4 no port, 1 abandoned"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}

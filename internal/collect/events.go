@@ -59,13 +59,56 @@ func eventsOf(r *bpfsource.Reading, inode uint64) *snapshot.Events {
 		ev.Flows = append(ev.Flows, snapshot.EventFlow{
 			Pid: f.Pid, Command: f.Comm, Remote: f.Peer, LocalPort: f.LocalPort,
 			Opens: f.Opens, FailedPorts: f.FailedPorts, ActiveCloses: f.ActiveCloses, PeerCloses: f.PeerCloses,
+			Refused: f.Refused, TimedOut: f.TimedOut, Unreachable: f.Unreachable, Abandoned: f.Abandoned,
 			Ended: f.Lifetimes, Lifetime: f.LifetimeTotal,
 		})
 	}
+	ev.Flows = attributeFailures(ev.Flows)
 	slices.SortFunc(ev.Flows, func(a, b snapshot.EventFlow) int {
 		return cmp.Or(cmp.Compare(a.Pid, b.Pid), a.Remote.Compare(b.Remote), cmp.Compare(a.LocalPort, b.LocalPort))
 	})
 	return ev
+}
+
+// attributeFailures moves the connects the network ended (refused, timed
+// out, unreachable), which the kernel counts under pid 0, to the one
+// process that opened connections to the same destination in the same
+// interval; with several openers, or none (a timeout whose connect() was
+// in an earlier interval), they stay under pid 0: unknown.
+func attributeFailures(fs []snapshot.EventFlow) []snapshot.EventFlow {
+	merged := make([]bool, len(fs))
+	for i, f := range fs {
+		if f.Pid != 0 || f.Opens != 0 || f.Accepted() {
+			continue
+		}
+		opener := -1
+		for j := range fs {
+			if fs[j].Pid != 0 && fs[j].Opens > 0 && fs[j].Remote == f.Remote {
+				if opener >= 0 {
+					opener = -2
+					break
+				}
+				opener = j
+			}
+		}
+		if opener < 0 {
+			continue
+		}
+		o := &fs[opener]
+		o.Refused += f.Refused
+		o.TimedOut += f.TimedOut
+		o.Unreachable += f.Unreachable
+		o.FailedPorts += f.FailedPorts
+		o.Abandoned += f.Abandoned
+		merged[i] = true
+	}
+	out := make([]snapshot.EventFlow, 0, len(fs))
+	for i, f := range fs {
+		if !merged[i] {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 func btoi(b bool) int {

@@ -115,7 +115,7 @@ func newDescs() *descs {
 	d.evRetrans = nd("tcpdoctor_bpf_retransmits_total", "Data segments retransmitted, connections closed between collections included (eBPF tp_btf/tcp_retransmit_skb).", "netns")
 	d.evSynRetrans = nd("tcpdoctor_bpf_syn_retransmits_total", "SYNs retransmitted because nobody answered (the client side of a full accept queue), first Top destinations, the rest under dst=\"other\".", "netns", "dst")
 	d.evConnects = nd("tcpdoctor_bpf_connects_total", "connect() calls, failed ones included (eBPF tp_btf/inet_sock_set_state CLOSE->SYN_SENT).", "netns")
-	d.evFailed = nd("tcpdoctor_bpf_failed_connects_total", "connect() calls that failed, by errno (EADDRNOTAVAIL: no free ephemeral port), first Top destinations, the rest under dst=\"other\".", "netns", "errno", "dst")
+	d.evFailed = nd("tcpdoctor_bpf_failed_connects_total", "connect() calls that never became a connection, by cause: errno EADDRNOTAVAIL (no free ephemeral port), ECONNREFUSED (a reset answered: nothing listens), ETIMEDOUT (SYNs unanswered), unreachable (EHOSTUNREACH, ENETUNREACH or another error), or abandoned (the process closed it first); first Top destinations per errno, the rest under dst=\"other\".", "netns", "errno", "dst")
 	d.lastCollect = nd("tcpdoctor_last_collection_timestamp_seconds", "When the newest snapshot was taken, Unix time.")
 	return d
 }

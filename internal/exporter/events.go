@@ -24,7 +24,7 @@ type eventTotals struct {
 	resets          map[[2]string]float64 // direction, reason
 	retrans         float64
 	synRetrans      map[string]float64 // destination
-	failed          map[[2]string]float64
+	failed          map[string]map[[2]string]float64 // errno -> (errno, destination), each bounded
 	connects        float64
 	moved           map[any]int // bounded label -> collection it last moved in
 }
@@ -35,7 +35,7 @@ const idleCollections = 2
 
 func newEventTotals() *eventTotals {
 	return &eventTotals{drops: map[string]float64{}, overflow: map[string]float64{}, resets: map[[2]string]float64{},
-		synRetrans: map[string]float64{}, failed: map[[2]string]float64{}, moved: map[any]int{}}
+		synRetrans: map[string]float64{}, failed: map[string]map[[2]string]float64{}, moved: map[any]int{}}
 }
 
 // expire forgets destinations idle too long and listeners not in live.
@@ -46,7 +46,9 @@ func (t *eventTotals) expire(live map[string]bool) {
 		}
 	}
 	forgetIdle(t.synRetrans, t.moved, t.gen)
-	forgetIdle(t.failed, t.moved, t.gen)
+	for _, m := range t.failed {
+		forgetIdle(m, t.moved, t.gen)
+	}
 }
 
 // forgetIdle deletes the series of m that have not moved for more than
@@ -104,12 +106,29 @@ func (t *eventTotals) add(ev *snapshot.Events, top int) {
 	}
 	for _, f := range ev.Flows {
 		t.connects += float64(f.Opens)
-		if f.FailedPorts > 0 {
-			k := bounded(t.failed, [2]string{"EADDRNOTAVAIL", f.Remote.String()}, [2]string{"EADDRNOTAVAIL", otherLabel}, top)
-			t.failed[k] += float64(f.FailedPorts)
-			t.moved[k] = t.gen
-		}
+		t.addFailed("EADDRNOTAVAIL", f.Remote.String(), f.FailedPorts, top)
+		t.addFailed("ECONNREFUSED", f.Remote.String(), f.Refused, top)
+		t.addFailed("ETIMEDOUT", f.Remote.String(), f.TimedOut, top)
+		t.addFailed("unreachable", f.Remote.String(), f.Unreachable, top)
+		t.addFailed("abandoned", f.Remote.String(), f.Abandoned, top)
 	}
+}
+
+// addFailed counts n failed connects to dst under errno; each errno keeps
+// its own Top destinations, so health checks refused by many closed ports
+// never push the destinations that ran out of ports into "other".
+func (t *eventTotals) addFailed(errno, dst string, n uint64, top int) {
+	if n == 0 {
+		return
+	}
+	m := t.failed[errno]
+	if m == nil {
+		m = map[[2]string]float64{}
+		t.failed[errno] = m
+	}
+	k := bounded(m, [2]string{errno, dst}, [2]string{errno, otherLabel}, top)
+	m[k] += float64(n)
+	t.moved[k] = t.gen
 }
 
 // addEvents exports one namespace's totals, each family only where the
@@ -136,8 +155,10 @@ func (x *Exporter) addEvents(b *viewBuilder, ns string, ev *snapshot.Events, t *
 	}
 	if ev.Has(snapshot.ProgLifecycle) {
 		b.add(d.evConnects, c, t.connects, ns)
-		for k, v := range t.failed {
-			b.add(d.evFailed, c, v, ns, k[0], k[1])
+		for _, m := range t.failed {
+			for k, v := range m {
+				b.add(d.evFailed, c, v, ns, k[0], k[1])
+			}
 		}
 	}
 }

@@ -27,7 +27,11 @@ func TestEventCounters(t *testing.T) {
 		Resets: []snapshot.EventReset{{Sent: true, Reason: "TCP_STATE", Remote: dst(1), Count: 7}, {Remote: dst(1), Count: 3}},
 		Retransmits: []snapshot.EventRetransmit{{Remote: dst(1), Count: 10}, {Remote: dst(1), SYN: true, Count: 1},
 			{Remote: dst(2), SYN: true, Count: 1}, {Remote: dst(3), SYN: true, Count: 1}},
-		Flows: []snapshot.EventFlow{{Remote: dst(1), Opens: 50, FailedPorts: 4}},
+		// Refused health checks to three closed ports (Top 2): they keep
+		// their own bound and never push the port-exhausted destination
+		// into "other", nor count as EADDRNOTAVAIL.
+		Flows: []snapshot.EventFlow{{Remote: dst(7), Refused: 9}, {Remote: dst(8), Refused: 9}, {Remote: dst(9), Refused: 9},
+			{Remote: dst(1), Opens: 50, FailedPorts: 4, TimedOut: 1, Unreachable: 2, Abandoned: 3}},
 	}
 	x.Update([]*snapshot.Snapshot{eventsSnap(t0, ev)}, time.Millisecond)
 	x.Update([]*snapshot.Snapshot{eventsSnap(t0.Add(5*time.Second), ev)}, time.Millisecond)
@@ -60,6 +64,11 @@ tcpdoctor_bpf_listen_overflow_drops_total{listener="0.0.0.0:8080",netns="host"} 
 		{`tcpdoctor_bpf_syn_retransmits_total{dst="other",netns="host"}`, 2},
 		{`tcpdoctor_bpf_connects_total{netns="host"}`, 100},
 		{`tcpdoctor_bpf_failed_connects_total{dst="10.0.0.1:80",errno="EADDRNOTAVAIL",netns="host"}`, 8},
+		{`tcpdoctor_bpf_failed_connects_total{dst="10.0.0.1:80",errno="ETIMEDOUT",netns="host"}`, 2},
+		{`tcpdoctor_bpf_failed_connects_total{dst="10.0.0.1:80",errno="unreachable",netns="host"}`, 4},
+		{`tcpdoctor_bpf_failed_connects_total{dst="10.0.0.1:80",errno="abandoned",netns="host"}`, 6},
+		{`tcpdoctor_bpf_failed_connects_total{dst="10.0.0.7:80",errno="ECONNREFUSED",netns="host"}`, 18},
+		{`tcpdoctor_bpf_failed_connects_total{dst="other",errno="ECONNREFUSED",netns="host"}`, 18},
 	} {
 		if line := fmt.Sprintf("%s %v\n", c.metric, c.want); !strings.Contains(text, line) {
 			t.Errorf("scrape lacks %q:\n%s", line, text)
@@ -69,6 +78,9 @@ tcpdoctor_bpf_listen_overflow_drops_total{listener="0.0.0.0:8080",netns="host"} 
 	// exported (absent, not zero).
 	for i := 2; i < 2+idleCollections+1; i++ {
 		x.Update([]*snapshot.Snapshot{eventsSnap(t0.Add(time.Duration(i)*5*time.Second), &snapshot.Events{})}, time.Millisecond)
+	}
+	if strings.Contains(text, `errno="EADDRNOTAVAIL",netns="host"} 8`) && strings.Count(text, `errno="EADDRNOTAVAIL"`) != 1 {
+		t.Errorf("refused connects exported as EADDRNOTAVAIL:\n%s", text)
 	}
 	if n, _ := testutil.GatherAndCount(reg, "tcpdoctor_bpf_syn_retransmits_total", "tcpdoctor_bpf_failed_connects_total"); n != 0 {
 		t.Errorf("%d idle destination series still exported", n)

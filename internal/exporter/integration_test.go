@@ -325,3 +325,31 @@ func grepLines(b []byte, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestServeRefusedConnects: `serve` exports a health checker's refused
+// connects as ECONNREFUSED, never as EADDRNOTAVAIL (which would page
+// someone about port exhaustion through TCPConnectNoFreePort).
+func TestServeRefusedConnects(t *testing.T) {
+	testns.NeedRoot(t)
+	ns := testns.New(t, "serveref")
+	stop := testns.Refusals(t, ns)
+	defer stop()
+	addr := startServe(t, "--netns", ns.Name, "--interval", "1s", "--bpf", "on")
+	refused := fmt.Sprintf(`tcpdoctor_bpf_failed_connects_total{dst=%q,errno="ECONNREFUSED",netns=%q}`, testns.RefusedDst, ns.Name)
+	start := time.Now()
+	var scrape []byte
+	for {
+		scrape = get(t, "http://"+addr+"/metrics")
+		if bytes.Contains(scrape, []byte(refused+" ")) {
+			break
+		}
+		if time.Since(start) > 15*time.Second {
+			t.Fatalf("no %s after 15 s:\n%s", refused, grepLines(scrape, "tcpdoctor_bpf_"))
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	t.Logf("%s", grepLines(scrape, "tcpdoctor_bpf_failed_connects_total"))
+	if bytes.Contains(scrape, []byte(`errno="EADDRNOTAVAIL"`)) {
+		t.Errorf("refused connects exported as EADDRNOTAVAIL:\n%s", grepLines(scrape, "tcpdoctor_bpf_failed_connects_total"))
+	}
+}

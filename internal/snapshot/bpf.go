@@ -117,6 +117,17 @@ type EventFlow struct {
 	// FailedPorts counts connect() calls that failed for want of a free
 	// ephemeral port (EADDRNOTAVAIL).
 	FailedPorts uint64 `json:"failed_ports,omitempty"`
+	// Refused, TimedOut and Unreachable count connect() calls the network
+	// ended: a reset answered the SYN (ECONNREFUSED: nothing listens
+	// there), no answer to the SYN retransmits (ETIMEDOUT: the peer or
+	// its path is down, or drops SYNs), an ICMP or other error
+	// (EHOSTUNREACH, ENETUNREACH...). Abandoned counts those the process
+	// closed before the handshake finished (its own connect timeout).
+	// Pid is 0 for the first three when the opener is unknown.
+	Refused     uint64 `json:"refused,omitempty"`
+	TimedOut    uint64 `json:"timed_out,omitempty"`
+	Unreachable uint64 `json:"unreachable,omitempty"`
+	Abandoned   uint64 `json:"abandoned,omitempty"`
 	// ActiveCloses counts connections the process closed first (it holds
 	// their TIME_WAIT); PeerCloses those it opened that the peer closed
 	// first.

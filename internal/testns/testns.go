@@ -5,10 +5,15 @@ package testns
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
+	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 )
@@ -62,4 +67,56 @@ func DialAccept(ln net.Listener) (client, server net.Conn, err error) {
 		return nil, nil, err
 	}
 	return c, s, nil
+}
+
+// RefusedDst is where Refusals connects: nothing listens there.
+const RefusedDst = "127.0.0.1:1"
+
+// Refusals connects to RefusedDst in ns every 20 ms, as a health checker
+// against a closed port does, until the returned stop is called (at most
+// 60 s); stop fails t if a connect was not refused and returns how many
+// were.
+func Refusals(t testing.TB, ns netns.NS) (stop func() int) {
+	t.Helper()
+	done := make(chan struct{})
+	result := make(chan int, 1)
+	errc := make(chan error, 1)
+	go func() {
+		n := 0
+		errc <- netns.Do(ns, func() error {
+			sa := &syscall.SockaddrInet4{Port: 1, Addr: [4]byte{127, 0, 0, 1}}
+			for i := 0; i < 3000; i++ {
+				select {
+				case <-done:
+					return nil
+				default:
+				}
+				fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+				if err != nil {
+					return err
+				}
+				err = syscall.Connect(fd, sa)
+				_ = syscall.Close(fd)
+				if !errors.Is(err, syscall.ECONNREFUSED) {
+					return fmt.Errorf("connect %s: %v, want ECONNREFUSED", RefusedDst, err)
+				}
+				n++
+				time.Sleep(20 * time.Millisecond)
+			}
+			return nil
+		})
+		result <- n
+	}()
+	var once sync.Once
+	n := 0
+	return func() int {
+		once.Do(func() {
+			close(done)
+			n = <-result
+			if err := <-errc; err != nil {
+				t.Error(err)
+			}
+		})
+		return n
+	}
 }

@@ -201,13 +201,15 @@ func bursts(r *bpfsource.Reading, burst uint64, now time.Time) []Line {
 
 // foldKey is what makes two events repeats of one another in text: the
 // client's port is left out, so one storm of overflows or resets from one
-// client address folds into one line.
+// client address folds into one line. A failed connect is the client:
+// its own port is left out and the destination's kept.
 type foldKey struct {
 	kind, reason, command string
 	netns                 uint64
 	pid                   int
 	local                 netip.AddrPort
 	remote                netip.Addr
+	remotePort            uint16
 }
 
 type printer struct {
@@ -231,6 +233,10 @@ func (p *printer) line(l *Line) error {
 	if !p.o.JSON && l.Kind != BurstKind {
 		k := foldKey{kind: l.Kind, reason: l.Reason, command: l.Command, netns: l.Netns, pid: l.Pid,
 			local: l.Local, remote: l.Remote.Addr()}
+		if l.Kind == bpfsource.FailedConnect.String() {
+			k.local = netip.AddrPortFrom(l.Local.Addr(), 0)
+			k.remotePort = l.Remote.Port()
+		}
 		if n, ok := p.seen[k]; ok {
 			p.seen[k] = n + 1
 			return nil

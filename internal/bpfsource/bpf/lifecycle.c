@@ -10,8 +10,22 @@
  * read when an entry is made rather than at every connect (with
  * track_lifetimes, also at every connect for the opener's storage).
  *   opens          CLOSE->SYN_SENT: connect(), in the caller's context
- *   failed_ports   SYN_SENT->CLOSE with source port 0: no ephemeral port
- *                  (EADDRNOTAVAIL), in the caller's context
+ *   failed_*       SYN_SENT->CLOSE: a connect() that never became a
+ *                  connection, told apart by what the kernel left on the
+ *                  socket (the port is released before the tracepoint,
+ *                  so skc_num is 0 for every one of them):
+ *     failed_ports   sk_err 0 and inet_sport 0: no ephemeral port was
+ *                    bound (EADDRNOTAVAIL), in the caller's context
+ *     refused        sk_err ECONNREFUSED: a reset answered the SYN
+ *     timed_out      sk_err ETIMEDOUT: no answer to the SYN retransmits
+ *     unreachable    sk_err EHOSTUNREACH/ENETUNREACH (an ICMP error) or
+ *                    any other error the kernel set
+ *     abandoned      sk_err 0, a port bound: the process closed the
+ *                    socket before the handshake finished (its own
+ *                    connect timeout), in its own context
+ *                  refused, timed_out and unreachable end in softirq or
+ *                  timer context: counted under pid 0 (the opener is
+ *                  unknown) unless track_lifetimes stored it at open
  *   active_closes  ESTABLISHED->FIN_WAIT1: close()/shutdown() of a
  *                  connection whose peer had not closed, in the closer's
  *                  context (it will hold the TIME_WAIT). Sockets that
@@ -22,8 +36,8 @@
  *                  opened (with track_lifetimes)
  *   lifetime_*     SYN_SENT to CLOSE of connections seen opened (with
  *                  track_lifetimes)
- * A failed port allocation is rare and also goes to the ring buffer of
- * events shared with events.c.
+ * Every failed connect also goes to the ring buffer of events shared with
+ * events.c, its reason the errno (0 when abandoned).
  * peer_closes and lifetimes need the opener's key at transitions that run
  * in softirq context: with track_lifetimes set at load, a connection seen
  * opened carries its key and start time in socket local storage (freed
@@ -63,12 +77,18 @@ enum {
 	TCP_CLOSE_WAIT = 8,
 };
 
+#define ENETUNREACH 101
+#define ETIMEDOUT 110
+#define ECONNREFUSED 111
+#define EADDRNOTAVAIL 99
+
 static void *(*bpf_map_lookup_elem)(void *map, const void *key) = (void *)1;
 static long (*bpf_map_update_elem)(void *map, const void *key, const void *value, __u64 flags) = (void *)2;
 static __u64 (*bpf_ktime_get_ns)(void) = (void *)5;
 static __u64 (*bpf_get_current_pid_tgid)(void) = (void *)14;
 static long (*bpf_get_current_comm)(void *buf, __u32 size_of_buf) = (void *)16;
 static struct task_struct___lc *(*bpf_get_current_task_btf)(void) = (void *)158;
+static long (*bpf_probe_read_kernel)(void *dst, __u32 size, const void *src) = (void *)113;
 static void *(*bpf_sk_storage_get)(void *map, void *sk, void *value, __u64 flags) = (void *)107;
 static void *(*bpf_ringbuf_reserve)(void *ringbuf, __u64 size, __u64 flags) = (void *)131;
 static void (*bpf_ringbuf_submit)(void *data, __u64 flags) = (void *)132;
@@ -113,6 +133,10 @@ struct flow_counts {
 	__u64 peer_closes;
 	__u64 lifetime_ns;
 	__u64 lifetimes;
+	__u64 refused;
+	__u64 timed_out;
+	__u64 unreachable;
+	__u64 abandoned;
 	__u8 comm[16]; /* the task's when the entry was made */
 };
 
@@ -273,30 +297,71 @@ int lifecycle(__u64 *ctx)
 			__sync_fetch_and_add(&c->active_closes, 1);
 		return 0;
 	}
-	/* The connect() failure needs no storage. */
-	if (failed && sk->__sk_common.skc_num == 0) {
-		/* The port allocation failed inside connect(): the caller's
-		 * context, so pid and comm are the caller's. */
+	if (failed) {
+		/* tcp_set_state(CLOSE) released the port (skc_num 0) before
+		 * this tracepoint; inet_sport and sk_err say why it closed. */
+		struct inet_sock *inet = (struct inet_sock *)sk;
+		int err = sk->sk_err;
+		__u16 sport = 0;
+		/* Past struct sock: the verifier allows no direct load. */
+		bpf_probe_read_kernel(&sport, sizeof(sport), &inet->inet_sport);
+		/* Ended by the process itself (no port, or its own close) or
+		 * by the network (softirq/timer: pid and comm are not the
+		 * opener's). */
+		int own = err == 0;
 		struct flow_key k = {};
 		fill_key(&k, sk, family);
-		struct flow_counts *c = counts_for(&k, 0);
-		if (c)
-			__sync_fetch_and_add(&c->failed_ports, 1);
+		__u8 comm[16] = {};
+		struct open_conn *oc = 0;
+		if (track_lifetimes)
+			oc = bpf_sk_storage_get(&conns, sk, 0, 0);
+		if (oc && oc->start_ns) {
+			k = oc->key;
+			__builtin_memcpy(comm, oc->comm, 16);
+		} else if (own) {
+			current_comm(comm);
+		} else {
+			k.pid = 0;
+		}
+		if (oc)
+			oc->start_ns = 0;
+		struct flow_counts *c = counts_for(&k, comm);
+		__u32 reason = err;
+		if (c) {
+			if (own && sport == 0) {
+				__sync_fetch_and_add(&c->failed_ports, 1);
+				reason = EADDRNOTAVAIL;
+			} else if (own) {
+				__sync_fetch_and_add(&c->abandoned, 1);
+			} else if (err == ECONNREFUSED) {
+				__sync_fetch_and_add(&c->refused, 1);
+			} else if (err == ETIMEDOUT) {
+				__sync_fetch_and_add(&c->timed_out, 1);
+			} else {
+				__sync_fetch_and_add(&c->unreachable, 1);
+			}
+		} else if (own && sport == 0) {
+			reason = EADDRNOTAVAIL;
+		}
 		struct event *e = reserve();
 		if (e) {
 			e->kind = EV_FAILED_CONNECT;
 			e->netns = k.netns;
 			e->pid = k.pid;
-			current_comm(e->comm);
+			__builtin_memcpy(e->comm, comm, 16);
 			e->family = family;
 			__builtin_memcpy(e->daddr, k.daddr, 16);
 			e->dport = k.dport;
+			if (family == AF_INET) {
+				__be32 s4 = sk->__sk_common.skc_rcv_saddr;
+				__builtin_memcpy(e->saddr, &s4, 4);
+			} else {
+				struct in6_addr s6 = sk->__sk_common.skc_v6_rcv_saddr;
+				__builtin_memcpy(e->saddr, &s6, 16);
+			}
+			e->sport = (__u16)((sport >> 8) | (sport << 8));
+			e->reason = reason;
 			submit(e);
-		}
-		if (track_lifetimes) {
-			struct open_conn *oc = bpf_sk_storage_get(&conns, sk, 0, 0);
-			if (oc)
-				oc->start_ns = 0;
 		}
 		return 0;
 	}

@@ -42,12 +42,21 @@ struct sock_common {
 	unsigned short skc_family;
 	possible_net_t skc_net;
 	struct in6_addr skc_v6_daddr;
+	struct in6_addr skc_v6_rcv_saddr;
 };
 
 struct sock {
 	struct sock_common __sk_common;
 	__u16 sk_protocol;
 	__u32 sk_max_ack_backlog;
+	int sk_err;
+};
+
+/* inet_sport is the source port connect() bound (network order); the
+ * kernel clears skc_num when it releases the port, not inet_sport. */
+struct inet_sock {
+	struct sock sk;
+	__be16 inet_sport;
 };
 
 #pragma clang attribute pop

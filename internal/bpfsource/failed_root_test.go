@@ -1,0 +1,245 @@
+package bpfsource
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/netns"
+	"github.com/tcpdoctor/tcpdoctor/internal/testns"
+)
+
+// Destinations of TestFailedConnectCauses, in its own namespace.
+var (
+	causeNoPort    = netip.MustParseAddrPort("127.0.0.2:9090") // two ports, both held
+	causeRefused   = netip.MustParseAddrPort("127.0.0.1:1")    // nothing listens
+	causeTimeout   = netip.MustParseAddrPort("198.18.11.2:80") // SYNs vanish
+	causeAbandoned = netip.MustParseAddrPort("198.18.11.2:81") // closed while SYN_SENT
+	causeUnreach   = netip.MustParseAddrPort("198.18.10.2:80") // the router answers ICMP host unreachable
+)
+
+// TestFailedConnectCauses makes connect() fail every way a client meets
+// and checks that each is counted, and streamed, as what the kernel said:
+// EADDRNOTAVAIL only for the port range, never for a refused or timed-out
+// connect. Without the lifetime join the network-ended failures have no
+// process (pid 0); with it, the opener's.
+func TestFailedConnectCauses(t *testing.T) {
+	testns.NeedRoot(t)
+	for _, o := range []Options{{}, {Lifetimes: true}} {
+		t.Run(fmt.Sprintf("lifetimes=%v", o.Lifetimes), func(t *testing.T) { testFailedConnectCauses(t, o) })
+	}
+}
+
+func testFailedConnectCauses(t *testing.T, opts Options) {
+	src, err := Open(opts)
+	if errors.Is(err, ErrNotSupported) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := src.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch, err := src.Events(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := testns.New(t, "bpfcause")
+	exec := func(args ...string) { testns.Run(t, "ip", append([]string{"netns", "exec", ns.Name}, args...)...) }
+	exec("sysctl", "-qw", "net.ipv4.ip_local_port_range=40000 40001")
+	// A router namespace: 198.18.11.0/24 is a blackhole there (the SYNs
+	// vanish: ETIMEDOUT), 198.18.10.0/24 unreachable (it answers ICMP host
+	// unreachable: EHOSTUNREACH).
+	router := testns.New(t, "bpfrtr")
+	exec("ip", "link", "add", "tdc0", "type", "veth", "peer", "name", "tdc1", "netns", router.Name)
+	exec("ip", "addr", "add", "198.18.9.1/24", "dev", "tdc0")
+	exec("ip", "link", "set", "tdc0", "up")
+	exec("ip", "route", "add", "198.18.10.0/23", "via", "198.18.9.254")
+	rexec := func(args ...string) { testns.Run(t, "ip", append([]string{"netns", "exec", router.Name}, args...)...) }
+	rexec("ip", "addr", "add", "198.18.9.254/24", "dev", "tdc1")
+	rexec("ip", "link", "set", "tdc1", "up")
+	rexec("sysctl", "-qw", "net.ipv4.ip_forward=1")
+	rexec("ip", "route", "add", "blackhole", "198.18.11.0/24")
+	rexec("ip", "route", "add", "unreachable", "198.18.10.0/24")
+
+	const refused = 5
+	var noPort int
+	var held []int
+	defer func() {
+		for _, fd := range held {
+			_ = unix.Close(fd)
+		}
+	}()
+	var timeoutFd, unreachFd, abandonFd int
+	err = netns.Do(ns, func() error {
+		ln, err := net.Listen("tcp4", causeNoPort.String())
+		if err != nil {
+			return err
+		}
+		defer func() { _ = ln.Close() }()
+		for range 5 {
+			fd, err := connectFd(causeNoPort)
+			if errors.Is(err, unix.EADDRNOTAVAIL) {
+				noPort++
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			held = append(held, fd)
+		}
+		for range refused {
+			if _, err := connectFd(causeRefused); !errors.Is(err, unix.ECONNREFUSED) {
+				return fmt.Errorf("connect %v: %v, want ECONNREFUSED", causeRefused, err)
+			}
+		}
+		// The sockets are made here (in the namespace); the slow
+		// connects below run outside it.
+		for _, p := range []*int{&timeoutFd, &unreachFd, &abandonFd} {
+			if *p, err = unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if noPort != 3 {
+		t.Fatalf("%d connects failed with EADDRNOTAVAIL, want 3 (a two-port range)", noPort)
+	}
+	// One SYN retransmission, then ETIMEDOUT: about 3 s.
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i, c := range []struct {
+		fd  int
+		dst netip.AddrPort
+	}{{timeoutFd, causeTimeout}, {unreachFd, causeUnreach}} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer unix.Close(c.fd)
+			if err := unix.SetsockoptInt(c.fd, unix.IPPROTO_TCP, unix.TCP_SYNCNT, 1); err != nil {
+				errs[i] = err
+				return
+			}
+			errs[i] = unix.Connect(c.fd, sockaddr(c.dst))
+		}()
+	}
+	// A client that gives up first: non-blocking connect, then close.
+	if err := unix.SetNonblock(abandonFd, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Connect(abandonFd, sockaddr(causeAbandoned)); !errors.Is(err, unix.EINPROGRESS) {
+		t.Fatalf("non-blocking connect %v: %v, want EINPROGRESS", causeAbandoned, err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	_ = unix.Close(abandonFd)
+	wg.Wait()
+	if !errors.Is(errs[0], unix.ETIMEDOUT) {
+		t.Errorf("connect %v: %v, want ETIMEDOUT", causeTimeout, errs[0])
+	}
+	if !errors.Is(errs[1], unix.EHOSTUNREACH) {
+		t.Errorf("connect %v: %v, want EHOSTUNREACH", causeUnreach, errs[1])
+	}
+
+	r, err := src.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := os.Getpid()
+	// What each destination's failures must be counted as, and under
+	// which pid.
+	netPid := 0
+	if opts.Lifetimes {
+		netPid = pid
+	}
+	type counts struct{ ports, refused, timedOut, unreach, abandoned uint64 }
+	want := map[netip.AddrPort]counts{
+		causeNoPort:    {ports: 3},
+		causeRefused:   {refused: refused},
+		causeTimeout:   {timedOut: 1},
+		causeUnreach:   {unreach: 1},
+		causeAbandoned: {abandoned: 1},
+	}
+	wantPid := map[netip.AddrPort]int{causeNoPort: pid, causeAbandoned: pid, causeRefused: netPid, causeTimeout: netPid, causeUnreach: netPid}
+	got := map[netip.AddrPort]counts{}
+	for _, f := range r.ByNetns[ns.Inode] {
+		t.Logf("%+v", f)
+		c := counts{f.FailedPorts, f.Refused, f.TimedOut, f.Unreachable, f.Abandoned}
+		if c == (counts{}) {
+			continue
+		}
+		if w, ok := wantPid[f.Peer]; !ok || f.Pid != w {
+			t.Errorf("failures to %v counted under pid %d, want %d", f.Peer, f.Pid, w)
+		}
+		g := got[f.Peer]
+		g.ports += c.ports
+		g.refused += c.refused
+		g.timedOut += c.timedOut
+		g.unreach += c.unreach
+		g.abandoned += c.abandoned
+		got[f.Peer] = g
+	}
+	for dst, w := range want {
+		if got[dst] != w {
+			t.Errorf("to %v: counted %+v, want %+v", dst, got[dst], w)
+		}
+	}
+
+	wantReason := map[netip.AddrPort]string{causeNoPort: "EADDRNOTAVAIL", causeRefused: "ECONNREFUSED",
+		causeTimeout: "ETIMEDOUT", causeUnreach: "EHOSTUNREACH", causeAbandoned: Abandoned}
+	total := 3 + refused + 3
+	evs := collectEvents(t, ch, ns.Inode, 3*time.Second, func(es []Event) bool { return countKind(es, FailedConnect) >= total })
+	byReason := map[string]int{}
+	for _, e := range evs {
+		if e.Kind != FailedConnect {
+			continue
+		}
+		byReason[e.Reason]++
+		if e.Reason != wantReason[e.Remote] {
+			t.Errorf("failed-connect to %v: reason %q, want %q", e.Remote, e.Reason, wantReason[e.Remote])
+		}
+		if e.Pid != wantPid[e.Remote] {
+			t.Errorf("failed-connect to %v (%s): pid %d, want %d", e.Remote, e.Reason, e.Pid, wantPid[e.Remote])
+		}
+		if e.Reason != "EADDRNOTAVAIL" && e.Local.Port() == 0 {
+			t.Errorf("failed-connect to %v (%s): no local port, though one was bound", e.Remote, e.Reason)
+		}
+	}
+	if byReason["EADDRNOTAVAIL"] != 3 || byReason["ECONNREFUSED"] != refused || byReason["ETIMEDOUT"] != 1 ||
+		byReason["EHOSTUNREACH"] != 1 || byReason[Abandoned] != 1 {
+		t.Errorf("failed-connect events by reason %v, want 3 EADDRNOTAVAIL, %d ECONNREFUSED, 1 each ETIMEDOUT, EHOSTUNREACH, abandoned", byReason, refused)
+	}
+}
+
+// connectFd makes a blocking IPv4 socket and connects it to dst; on
+// success the caller owns the fd.
+func connectFd(dst netip.AddrPort) (int, error) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	if err := unix.Connect(fd, sockaddr(dst)); err != nil {
+		_ = unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
+}
+
+func sockaddr(a netip.AddrPort) *unix.SockaddrInet4 {
+	return &unix.SockaddrInet4{Port: int(a.Port()), Addr: a.Addr().As4()}
+}
