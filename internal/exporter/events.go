@@ -23,7 +23,7 @@ type eventTotals struct {
 	drops, overflow map[string]float64
 	resets          map[[2]string]float64 // direction, reason
 	retrans         float64
-	synRetrans      map[string]float64 // destination
+	synRetrans      map[string]float64               // destination
 	failed          map[string]map[[2]string]float64 // errno -> (errno, destination), each bounded
 	connects        float64
 	moved           map[any]int // bounded label -> collection it last moved in
