@@ -116,6 +116,7 @@ const (
 	apacheAddr = "127.0.0.1:80"    // apache2, listening on [::]:80
 	echoLocal  = "127.0.0.1:7000"  // churn server on loopback
 	echoRemote = "198.18.3.2:7000" // churn server behind the veth
+	closedAddr = "127.0.0.1:8090"  // the health checker's target: nothing listens
 )
 
 // bpfLoads reports whether the eBPF connection source loads here, as
@@ -222,7 +223,47 @@ func scenarios() []scenario {
 			},
 			known: noFailures,
 			body:  churnRemote},
+		{name: "health checker against a closed port",
+			software: "curl as a health checker (curl -s --max-time 1 http://127.0.0.1:8090/healthz every 50 ms for 8 s) against a port where nothing listens: every connect() is refused (curl exit 7), as for a service that is down or a check left behind",
+			body:     healthCheckRefused},
 	}
+}
+
+// healthCheckRefused: curl probing a closed port; every connect() is
+// refused. Nothing is wrong with this host's TCP: quiet.
+func healthCheckRefused(r *run) {
+	r.need("curl", "bash")
+	ns := testns.New(r.t, "hc").Name
+	loop := fmt.Sprintf(`for i in $(seq 160); do curl -s -o /dev/null --max-time 1 http://%s/healthz; echo $?; sleep 0.05; done`, closedAddr)
+	c := r.start(ns, "health-checker", "timeout", "30", "bash", "-c", loop)
+	time.Sleep(2 * time.Second)
+	r.check(place{"checker", ns})
+	if err := c.wait(r.t, 40*time.Second); err != nil {
+		r.t.Fatal(err)
+	}
+	codes := map[string]int{}
+	for _, l := range strings.Fields(c.stdout()) {
+		codes[l]++
+	}
+	r.measured("curl: %d probes, %d refused (exit 7), other exits: %s", len(strings.Fields(c.stdout())), codes["7"], otherCodes(codes))
+	if codes["7"] < 100 {
+		r.t.Errorf("want every probe refused: exits %v", codes)
+	}
+}
+
+// otherCodes lists the exit codes other than 7, or "none".
+func otherCodes(codes map[string]int) string {
+	var parts []string
+	for k, v := range codes {
+		if k != "7" {
+			parts = append(parts, fmt.Sprintf("%s: %d", k, v))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ", ")
 }
 
 func writeTable(t *testing.T, path string, rows []Row) {

@@ -312,8 +312,9 @@ func (p *PortSpace) DestUsage(cur *snapshot.Snapshot, prev PrevState, window tim
 type Connects struct {
 	Interval time.Duration
 	// Opens counts connect() calls, Failed those that found no free
-	// ephemeral port (EADDRNOTAVAIL).
-	Opens, Failed uint64
+	// ephemeral port (EADDRNOTAVAIL), Unanswered those refused, timed
+	// out, unreachable or abandoned: none of them became a connection.
+	Opens, Failed, Unanswered uint64
 	// Procs is who called connect(), most failures then most opens first.
 	Procs []ConnectProc
 }
@@ -325,8 +326,8 @@ type ConnectProc struct {
 	Opens, Failed uint64
 }
 
-// Opened is the connect() calls that got a port: new connections.
-func (c *Connects) Opened() uint64 { return c.Opens - min(c.Failed, c.Opens) }
+// Opened is the connect() calls that became connections.
+func (c *Connects) Opened() uint64 { return c.Opens - min(c.Failed+c.Unanswered, c.Opens) }
 
 // Top is the process that failed most, else opened most; nil when none.
 func (c *Connects) Top() *ConnectProc {
@@ -362,6 +363,7 @@ func ConnectsOf(s *snapshot.Snapshot) (ConnectsByDest, bool) {
 		}
 		c.Opens += f.Opens
 		c.Failed += f.FailedPorts
+		c.Unanswered += f.Refused + f.TimedOut + f.Unreachable + f.Abandoned
 		c.Procs = append(c.Procs, ConnectProc{Pid: f.Pid, Command: f.Command, Opens: f.Opens, Failed: f.FailedPorts})
 	}
 	for _, c := range b.m {
