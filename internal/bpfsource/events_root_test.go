@@ -18,10 +18,13 @@ import (
 
 // openAll opens every program and fails if one that this kernel should
 // run is missing (every one loads on Linux 6.11 and later with BTF).
-func openAll(t *testing.T) *Source {
+func openAll(t *testing.T) *Source { return openWith(t, Options{}) }
+
+// openWith is openAll with opts.
+func openWith(t *testing.T, opts Options) *Source {
 	t.Helper()
 	testns.NeedRoot(t)
-	src, err := Open(Options{})
+	src, err := Open(opts)
 	if errors.Is(err, ErrNotSupported) {
 		t.Skip(err)
 	}

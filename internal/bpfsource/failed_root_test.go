@@ -39,18 +39,7 @@ func TestFailedConnectCauses(t *testing.T) {
 }
 
 func testFailedConnectCauses(t *testing.T, opts Options) {
-	src, err := Open(opts)
-	if errors.Is(err, ErrNotSupported) {
-		t.Skip(err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := src.Close(); err != nil {
-			t.Error(err)
-		}
-	})
+	src := openWith(t, opts)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ch, err := src.Events(ctx)

@@ -49,20 +49,9 @@ func TestWatchRefusedConnects(t *testing.T) {
 	if code != ExitOK {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
-	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if len(lines) != 3 {
-		t.Fatalf("%d lines, want 3:\n%s", len(lines), out.String())
-	}
-	for _, l := range lines {
-		var m struct {
-			Kind, Netns, Remote, Reason string
-			Pid                         *int
-		}
-		if err := json.Unmarshal([]byte(l), &m); err != nil {
-			t.Fatal(err)
-		}
+	for _, m := range watchLines(t, out.String(), 3) {
 		if m.Kind != "failed-connect" || m.Netns != ns.Name || m.Remote != testns.RefusedDst || m.Reason != "ECONNREFUSED" || m.Pid != nil {
-			t.Errorf("line %s: want failed-connect ECONNREFUSED to %s with no pid", l, testns.RefusedDst)
+			t.Errorf("line %s: want failed-connect ECONNREFUSED to %s with no pid", m.text, testns.RefusedDst)
 		}
 	}
 }

@@ -73,23 +73,36 @@ func TestWatchFailedConnects(t *testing.T) {
 	if code != ExitOK {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
-	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if len(lines) != 3 {
-		t.Fatalf("%d lines, want 3:\n%s\nstderr: %s", len(lines), out.String(), errb.String())
-	}
-	for _, l := range lines {
-		var m struct {
-			Kind, Netns, Remote, Reason string
-			Pid                         *int
-		}
-		if err := json.Unmarshal([]byte(l), &m); err != nil {
-			t.Fatal(err)
-		}
+	for _, m := range watchLines(t, out.String(), 3) {
 		if m.Kind != "failed-connect" || m.Netns != ns.Name || m.Remote != "127.0.0.2:9090" ||
 			m.Reason != "EADDRNOTAVAIL" || m.Pid == nil || *m.Pid != os.Getpid() {
-			t.Errorf("line %s: want failed-connect in %s from pid %d to 127.0.0.2:9090", l, ns.Name, os.Getpid())
+			t.Errorf("line %s: want failed-connect in %s from pid %d to 127.0.0.2:9090", m.text, ns.Name, os.Getpid())
 		}
 	}
+}
+
+// watchLine is what the tests read of one `watch --json` line.
+type watchLine struct {
+	Kind, Netns, Remote, Reason string
+	Pid                         *int
+	text                        string
+}
+
+// watchLines decodes watch's JSON output, which must hold n lines.
+func watchLines(t *testing.T, out string, n int) []watchLine {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != n {
+		t.Fatalf("%d lines, want %d:\n%s", len(lines), n, out)
+	}
+	ms := make([]watchLine, len(lines))
+	for i, l := range lines {
+		if err := json.Unmarshal([]byte(l), &ms[i]); err != nil {
+			t.Fatal(err)
+		}
+		ms[i].text = l
+	}
+	return ms
 }
 
 // failConnects holds the namespace's two ephemeral ports towards
