@@ -13,6 +13,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/bpfsource"
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
 	"github.com/tcpdoctor/tcpdoctor/internal/procs"
+	"github.com/tcpdoctor/tcpdoctor/internal/textsafe"
 )
 
 // bpfOpts is --bpf, shared by the commands that collect live, and the
@@ -202,7 +203,7 @@ func openLocks(k *bpfsource.Kernel) (*bpfsource.SockLocks, error) {
 // printEvents lists, under the sockets table, the connections each process
 // opened and closed between the two samples as the eBPF source counted
 // them: most of them never show in a socket dump. Nothing is printed
-// without the source.
+// without the source. Names are escaped (textsafe).
 func printEvents(w io.Writer, ss []series, flt *socketFilter) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	header := false
@@ -234,7 +235,7 @@ func printEvents(w io.Writer, ss []series, flt *socketFilter) {
 			if f.Accepted() {
 				remote = fmt.Sprintf("accepted on :%d", f.LocalPort)
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%s\t%d\t%d\t%d\t%s\n", sr.Netns, f.Pid, f.Command, remote,
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%s\t%d\t%d\t%d\t%s\n", textsafe.String(sr.Netns), f.Pid, textsafe.String(f.Command), remote,
 				f.Opens, rate, f.FailedPorts, f.ActiveCloses, f.PeerCloses, life)
 		}
 	}
@@ -260,7 +261,7 @@ func printKernelEvents(w io.Writer, ss []series, flt *socketFilter) {
 		if reason == "" {
 			reason = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\n", ns, what, reason, where, n)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\n", textsafe.String(ns), what, textsafe.String(reason), where, n)
 	}
 	peer := func(remote netip.AddrPort, lport uint16) string {
 		if lport != 0 && remote.Port() == 0 {
@@ -296,7 +297,7 @@ func printKernelEvents(w io.Writer, ss []series, flt *socketFilter) {
 			row(sr.Netns, what, "", peer(r.Remote, r.LocalPort), r.Count, int(r.Remote.Port()), int(r.LocalPort))
 		}
 		for _, m := range ev.Missing {
-			fmt.Fprintf(w, "(eBPF program on %s did not run: %s)\n", m.Program, m.Reason)
+			fmt.Fprintf(w, "(eBPF program on %s did not run: %s)\n", textsafe.String(m.Program), textsafe.String(m.Reason))
 		}
 	}
 	_ = tw.Flush()
