@@ -231,7 +231,7 @@ func printEvents(w io.Writer, ss []series, flt *socketFilter) {
 			if secs > 0 {
 				rate = fmt.Sprintf("%.1f", float64(f.Opens)/secs)
 			}
-			remote := f.Remote.String()
+			remote := textsafe.String(f.Remote.String())
 			if f.Accepted() {
 				remote = fmt.Sprintf("accepted on :%d", f.LocalPort)
 			}
@@ -261,7 +261,7 @@ func printKernelEvents(w io.Writer, ss []series, flt *socketFilter) {
 		if reason == "" {
 			reason = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\n", textsafe.String(ns), what, textsafe.String(reason), where, n)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\n", textsafe.String(ns), what, textsafe.String(reason), textsafe.String(where), n)
 	}
 	peer := func(remote netip.AddrPort, lport uint16) string {
 		if lport != 0 && remote.Port() == 0 {

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"encoding/json"
 	"errors"
 	"net/netip"
 	"os"
@@ -16,6 +17,10 @@ import (
 // PR_SET_NAME), a namespace (a file under /run/netns) or a file: printed
 // raw it retitles the window, clears the screen and starts a forged line.
 const hostile = "\x1b]0;PWN\x07\x1b[2J\nX"
+
+// zoned is an IPv6 address whose zone, which a file can make anything,
+// is hostile.
+var zoned = netip.MustParseAddrPort("[fe80::1%" + hostile + "]:40000")
 
 // hostileEscaped is hostile as text output prints it.
 const hostileEscaped = `\x1b]0;PWN\a\x1b[2J\nX`
@@ -39,8 +44,9 @@ func assertEscaped(t *testing.T, what, out string, want int) {
 }
 
 // hostileFixture rewrites the listen-overflow fixture with the process
-// (pid 4242), its namespace and a source error named hostile, and adds a
-// second namespace so the sockets table shows the namespace column.
+// (pid 4242), its namespace, a source error and a peer's zone (socket
+// 103) named hostile, and adds a second namespace so the sockets table
+// shows the namespace column.
 func hostileFixture(t *testing.T) string {
 	t.Helper()
 	f, err := os.Open(overflowFixture)
@@ -58,6 +64,11 @@ func hostileFixture(t *testing.T) string {
 			p.Command = hostile
 		}
 		s.Errors = append(s.Errors, snapshot.SourceError{Source: "procs", Err: "open /proc/77/fd: " + hostile})
+		for i := range s.Sockets {
+			if s.Sockets[i].Cookie == 103 {
+				s.Sockets[i].Remote = zoned
+			}
+		}
 	}
 	other := *snaps[len(snaps)-1]
 	other.Netns = snapshot.Netns{Name: "other"}
@@ -102,8 +113,8 @@ func TestSocketsTableEscapesNames(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
 	// Five sockets of pid 4242 in the hostile namespace: each row names
-	// both.
-	assertEscaped(t, "sockets stdout", out, 10)
+	// both; one has the zoned peer.
+	assertEscaped(t, "sockets stdout", out, 11)
 	assertEscaped(t, "sockets stderr", stderr, 2)
 }
 
@@ -127,17 +138,18 @@ func TestErrorPrinterEscapes(t *testing.T) {
 // name processes (their comm), namespaces and reasons.
 func TestEventTablesEscapeNames(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	peer := netip.MustParseAddrPort("127.0.0.1:7000")
 	cur := &snapshot.Snapshot{Taken: t0, Netns: snapshot.Netns{Name: hostile}, Events: &snapshot.Events{Since: t0.Add(-time.Second), Until: t0,
-		Flows:   []snapshot.EventFlow{{Pid: 7, Command: hostile, Remote: peer, Opens: 3}},
+		Flows:   []snapshot.EventFlow{{Pid: 7, Command: hostile, Remote: zoned, Opens: 3}},
 		Drops:   []snapshot.EventDrop{{Reason: hostile, Count: 2}},
+		Resets:  []snapshot.EventReset{{Sent: true, Reason: "TCP_STATE", Remote: zoned, Count: 1}},
 		Missing: []snapshot.EventProgram{{Program: hostile, Reason: hostile}}}}
 	ss := []series{{Netns: hostile, Snaps: []*snapshot.Snapshot{{Taken: t0.Add(-time.Second)}, cur}}}
 	var b strings.Builder
 	printEvents(&b, ss, &socketFilter{})
-	// The flow row names the namespace and the command, the drop row the
-	// namespace and the reason, the note the program and its reason.
-	assertEscaped(t, "event tables", b.String(), 6)
+	// The flow row names the namespace, the command and the zoned peer,
+	// the drop row the namespace and the reason, the reset row the
+	// namespace and the zoned peer, the note the program and its reason.
+	assertEscaped(t, "event tables", b.String(), 9)
 }
 
 func TestBDPEscapesNetns(t *testing.T) {
@@ -157,4 +169,27 @@ func TestProgressEscapes(t *testing.T) {
 	if n := strings.Count(b.String(), "\n"); n != 1 {
 		t.Errorf("note on %d lines, want 1: %q", n, b.String())
 	}
+}
+
+// TestTraceTableEscapesAddresses: `trace --from` prints the peer of a
+// recording, whose zone is hostile, in the table and the verdict.
+func TestTraceTableEscapesAddresses(t *testing.T) {
+	b, err := os.ReadFile(traceFile(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	remote, err := json.Marshal(zoned.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := strings.Replace(string(b), `"remote":"198.18.1.2:40000"`, `"remote":`+string(remote), 1)
+	path := filepath.Join(t.TempDir(), "zoned.jsonl")
+	if err := os.WriteFile(path, []byte(rec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr := run(t, "trace", "--from", path, "--bandwidth", "100mbit")
+	if code != ExitFindings {
+		t.Fatalf("exit %d, want %d: %s", code, ExitFindings, stderr)
+	}
+	assertEscaped(t, "trace table", out, 2)
 }

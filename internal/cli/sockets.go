@@ -521,10 +521,11 @@ func (p *socketPrinter) close() error {
 	return p.tab.flush()
 }
 
-// appendAddrPort appends what AddrPort.String gives.
+// appendAddrPort appends what AddrPort.String gives, escaped when it has
+// a zone (from a file, a zone can be anything).
 func appendAddrPort(b []byte, ap netip.AddrPort) []byte {
-	if !ap.Addr().IsValid() {
-		return append(b, ap.String()...)
+	if !ap.Addr().IsValid() || ap.Addr().Zone() != "" {
+		return append(b, textsafe.String(ap.String())...)
 	}
 	return ap.AppendTo(b)
 }
