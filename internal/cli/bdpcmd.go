@@ -12,6 +12,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/procnet"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/textsafe"
 )
 
 type bdpOpts struct {
@@ -73,7 +74,7 @@ func runBDP(e *Env, o *bdpOpts) error {
 	if s == nil {
 		return nil
 	}
-	fmt.Fprintf(w, "\nthis host (netns %s):\n", s.Netns.Name)
+	fmt.Fprintf(w, "\nthis host (netns %s):\n", textsafe.String(s.Netns.Name))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "SETTING\tCURRENT\tNEEDED\tOK\tCHANGE")
 	for _, c := range plan.Checks {
@@ -88,14 +89,15 @@ func runBDP(e *Env, o *bdpOpts) error {
 		if c.Needed > 0 {
 			need = fmt.Sprint(c.Needed)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", c.Setting, c.Current, need, ok, c.Command)
+		// Current is read from the host or a file: escaped (textsafe).
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", c.Setting, textsafe.String(c.Current), need, ok, textsafe.String(c.Command))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	for _, c := range plan.Checks {
 		if c.Note != "" {
-			fmt.Fprintf(w, "note: %s: %s\n", c.Setting, c.Note)
+			fmt.Fprintf(w, "note: %s: %s\n", c.Setting, textsafe.String(c.Note))
 		}
 	}
 	return nil

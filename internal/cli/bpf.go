@@ -16,6 +16,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
 	"github.com/tcpdoctor/tcpdoctor/internal/procs"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/textsafe"
 )
 
 // bpfOpts is --bpf, shared by the commands that collect live, and the
@@ -205,7 +206,7 @@ func openLocks(k *bpfsource.Kernel) (*bpfsource.SockLocks, error) {
 // printEvents lists, under the sockets table, the connections each process
 // opened and closed between the two samples as the eBPF source counted
 // them: most of them never show in a socket dump. Nothing is printed
-// without the source.
+// without the source. Names are escaped (textsafe).
 func printEvents(w io.Writer, ss []series, flt *socketFilter) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	header := false
@@ -233,7 +234,7 @@ func printEvents(w io.Writer, ss []series, flt *socketFilter) {
 			if secs > 0 {
 				rate = fmt.Sprintf("%.1f", float64(f.Opens)/secs)
 			}
-			remote := f.Remote.String()
+			remote := textsafe.String(f.Remote.String())
 			if f.Accepted() {
 				remote = fmt.Sprintf("accepted on :%d", f.LocalPort)
 			}
@@ -241,7 +242,7 @@ func printEvents(w io.Writer, ss []series, flt *socketFilter) {
 			if f.Pid != 0 {
 				pid = strconv.Itoa(f.Pid)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%d\t%d\t%s\n", sr.Netns, pid, f.Command, remote,
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%d\t%d\t%s\n", textsafe.String(sr.Netns), pid, textsafe.String(f.Command), textsafe.String(remote),
 				f.Opens, rate, failedConnects(&f), f.ActiveCloses, f.PeerCloses, life)
 		}
 	}
@@ -285,7 +286,7 @@ func printKernelEvents(w io.Writer, ss []series, flt *socketFilter) {
 		if reason == "" {
 			reason = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\n", ns, what, reason, where, n)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\n", textsafe.String(ns), what, textsafe.String(reason), textsafe.String(where), n)
 	}
 	peer := func(remote netip.AddrPort, lport uint16) string {
 		if lport != 0 && remote.Port() == 0 {
@@ -321,7 +322,7 @@ func printKernelEvents(w io.Writer, ss []series, flt *socketFilter) {
 			row(sr.Netns, what, "", peer(r.Remote, r.LocalPort), r.Count, int(r.Remote.Port()), int(r.LocalPort))
 		}
 		for _, m := range ev.Missing {
-			fmt.Fprintf(w, "(eBPF program on %s did not run: %s)\n", m.Program, m.Reason)
+			fmt.Fprintf(w, "(eBPF program on %s did not run: %s)\n", textsafe.String(m.Program), textsafe.String(m.Reason))
 		}
 	}
 	_ = tw.Flush()

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/lab"
+	"github.com/tcpdoctor/tcpdoctor/internal/textsafe"
 )
 
 type labRunOpts struct {
@@ -72,7 +73,7 @@ func newLabRunCmd(e *Env) *cobra.Command {
 				fmt.Fprintf(e.Stderr, "lab: running %s...\n", s.Name)
 				res, err := lab.Execute(cmd.Context(), s, opts)
 				if err != nil {
-					fmt.Fprintf(e.Stderr, "lab: %s: %v\n", s.Name, err)
+					fmt.Fprintf(e.Stderr, "lab: %s: %s\n", s.Name, textsafe.String(err.Error()))
 				}
 				if !res.Reproduced {
 					failed++

@@ -21,6 +21,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/workload/workloadcmd"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/procs"
+	"github.com/tcpdoctor/tcpdoctor/internal/textsafe"
 )
 
 // Exit codes (documented in README).
@@ -175,11 +176,11 @@ func exitCode(root *cobra.Command, args []string, err error, stderr io.Writer) i
 	var ee *exitError
 	if errors.As(err, &ee) {
 		if ee.err != nil {
-			fmt.Fprintf(stderr, "tcpdoctor: %v%s\n", ee.err, permissionHint(ee.err, haveCap))
+			printErr(stderr, ee.err)
 		}
 		return ee.code
 	}
-	fmt.Fprintf(stderr, "tcpdoctor: %v%s\n", err, permissionHint(err, haveCap))
+	printErr(stderr, err)
 	if errors.Is(err, workloadcmd.ErrUsage) {
 		return ExitUsage
 	}
@@ -190,6 +191,12 @@ func exitCode(root *cobra.Command, args []string, err error, stderr io.Writer) i
 		return ExitUsage
 	}
 	return ExitCollect
+}
+
+// printErr prints err on one line, escaped: errors quote file, process
+// and namespace names (and errors.Join's newlines show as \n).
+func printErr(stderr io.Writer, err error) {
+	fmt.Fprintf(stderr, "tcpdoctor: %s%s\n", textsafe.String(err.Error()), permissionHint(err, haveCap))
 }
 
 // permissionHint says how to get the permission err lacked: the
@@ -223,7 +230,8 @@ func haveCap(c uint) bool {
 	return data[c/32].Effective&(1<<(c%32)) != 0
 }
 
-// progress prints a note to stderr.
+// progress prints a note to stderr on one line, escaped: notes quote
+// errors and names from outside.
 func (e *Env) progress(format string, a ...any) {
-	fmt.Fprintf(e.Stderr, "tcpdoctor: "+format+"\n", a...)
+	fmt.Fprintf(e.Stderr, "tcpdoctor: %s\n", textsafe.String(fmt.Sprintf(format, a...)))
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/procs"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/sockdiag"
+	"github.com/tcpdoctor/tcpdoctor/internal/textsafe"
 )
 
 type socketsOpts struct {
@@ -414,7 +415,7 @@ func (p *socketPrinter) row(r *socketRow) error {
 	t := p.tab
 	sk := r.sk
 	if p.multiNS {
-		t.row = append(t.row, r.netns...)
+		t.row = append(t.row, textsafe.String(r.netns)...)
 		t.cell()
 	}
 	t.row = append(t.row, sk.State.String()...)
@@ -452,7 +453,7 @@ func (p *socketPrinter) row(r *socketRow) error {
 	}
 	if len(sk.Pids) > 0 {
 		if r.hasCommand {
-			t.row = append(t.row, r.command...)
+			t.row = append(t.row, textsafe.String(r.command)...)
 		} else {
 			t.row = append(t.row, '?')
 		}
@@ -520,10 +521,11 @@ func (p *socketPrinter) close() error {
 	return p.tab.flush()
 }
 
-// appendAddrPort appends what AddrPort.String gives.
+// appendAddrPort appends what AddrPort.String gives, escaped when it has
+// a zone (from a file, a zone can be anything).
 func appendAddrPort(b []byte, ap netip.AddrPort) []byte {
-	if !ap.Addr().IsValid() {
-		return append(b, ap.String()...)
+	if !ap.Addr().IsValid() || ap.Addr().Zone() != "" {
+		return append(b, textsafe.String(ap.String())...)
 	}
 	return ap.AppendTo(b)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/textsafe"
 )
 
 // sourceOpts are the flags every reading command shares: where the
@@ -146,7 +147,8 @@ func firstErrors(ss []series) string {
 	return "no source answered"
 }
 
-// warnErrors prints each source failure once to stderr: what could not be seen.
+// warnErrors prints each source failure once to stderr: what could not be
+// seen, escaped (a snapshot file's errors and names come from outside).
 func warnErrors(e *Env, ss []series) {
 	seen := map[string]bool{}
 	for _, sr := range ss {
@@ -157,7 +159,8 @@ func warnErrors(e *Env, ss []series) {
 					continue
 				}
 				seen[k] = true
-				fmt.Fprintf(e.Stderr, "tcpdoctor: note: netns %s: source %s incomplete: %s\n", s.Netns.Name, er.Source, er.Err)
+				fmt.Fprintf(e.Stderr, "tcpdoctor: note: netns %s: source %s incomplete: %s\n",
+					textsafe.String(s.Netns.Name), textsafe.String(er.Source), textsafe.String(er.Err))
 			}
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
+	"github.com/tcpdoctor/tcpdoctor/internal/textsafe"
 )
 
 // JSONVersion is the version of the `check --json` object. It only
@@ -74,8 +75,11 @@ const (
 )
 
 // WriteText prints findings for people: most severe first, each with its
-// evidence and fixes, then what could not be checked.
+// evidence and fixes, then what could not be checked. Every string is
+// escaped for the terminal (textsafe): process and namespace names, and
+// whatever a snapshot file holds, come from outside.
 func WriteText(w io.Writer, r *Report, st Style) {
+	safe := textsafe.String
 	paint := func(code, s string) string {
 		if !st.Color {
 			return s
@@ -95,16 +99,16 @@ func WriteText(w io.Writer, r *Report, st Style) {
 		case diag.Warning:
 			col = yellow
 		}
-		fmt.Fprintf(w, "%s %s  %s\n", paint(col, f.Severity.Label()), f.Rule, subjectText(f.Subject))
-		fmt.Fprintf(w, "  %s\n", f.Summary)
+		fmt.Fprintf(w, "%s %s  %s\n", paint(col, f.Severity.Label()), safe(f.Rule), subjectText(f.Subject))
+		fmt.Fprintf(w, "  %s\n", safe(f.Summary))
 		if len(f.Evidence) > 0 {
 			fmt.Fprintln(w, "  evidence:")
 			for _, ev := range f.Evidence {
-				line := fmt.Sprintf("    %s = %s", ev.Name, ev.Value)
+				line := fmt.Sprintf("    %s = %s", safe(ev.Name), safe(ev.Value))
 				if ev.Threshold != "" {
-					line += "  (threshold " + ev.Threshold + ")"
+					line += "  (threshold " + safe(ev.Threshold) + ")"
 				}
-				fmt.Fprintf(w, "%s  %s\n", line, paint(dim, "["+ev.Source+"]"))
+				fmt.Fprintf(w, "%s  %s\n", line, paint(dim, "["+safe(ev.Source)+"]"))
 			}
 		}
 		if len(f.Fixes) > 0 {
@@ -114,14 +118,14 @@ func WriteText(w io.Writer, r *Report, st Style) {
 				if fx.Target != "" {
 					tgt += "/" + fx.Target
 				}
-				fmt.Fprintf(w, "    - [%s] %s\n", tgt, fx.Text)
+				fmt.Fprintf(w, "    - [%s] %s\n", safe(tgt), safe(fx.Text))
 				if fx.Command != "" {
-					for _, l := range strings.Split(fx.Command, "\n") {
-						fmt.Fprintf(w, "        %s\n", l)
-					}
+					// One line: a name inside a command must not forge
+					// another (no rule writes a command of several lines).
+					fmt.Fprintf(w, "        %s\n", safe(fx.Command))
 				}
 				if fx.Risk != "" {
-					fmt.Fprintf(w, "      risk: %s\n", fx.Risk)
+					fmt.Fprintf(w, "      risk: %s\n", safe(fx.Risk))
 				}
 			}
 		}
@@ -140,12 +144,12 @@ func WriteText(w io.Writer, r *Report, st Style) {
 	for _, u := range r.Unknown {
 		ns := ""
 		if u.Netns != "" && len(r.Netns) > 1 {
-			ns = " [" + u.Netns + "]"
+			ns = " [" + safe(u.Netns) + "]"
 		}
-		fmt.Fprintf(w, "%s %s%s: %s\n", paint(yellow, "UNKNOWN"), u.Rule, ns, u.Reason)
+		fmt.Fprintf(w, "%s %s%s: %s\n", paint(yellow, "UNKNOWN"), safe(u.Rule), ns, safe(u.Reason))
 	}
 	for _, se := range r.Sources {
-		fmt.Fprintf(w, "%s source %s in netns %s incomplete: %s\n", paint(yellow, "NOTE"), se.Source, se.Netns, se.Error)
+		fmt.Fprintf(w, "%s source %s in netns %s incomplete: %s\n", paint(yellow, "NOTE"), safe(se.Source), safe(se.Netns), safe(se.Error))
 	}
 }
 
@@ -156,28 +160,30 @@ func windowText(win Window) string {
 	return fmt.Sprintf("a %.1fs window", win.Seconds)
 }
 
-// counts prints "a 12, b 3".
+// counts prints "a 12, b 3", keys escaped.
 func counts(cs []diag.Count) string {
 	parts := make([]string, len(cs))
 	for i, c := range cs {
-		parts[i] = fmt.Sprintf("%s %d", c.Key, c.N)
+		parts[i] = fmt.Sprintf("%s %d", textsafe.String(c.Key), c.N)
 	}
 	return strings.Join(parts, ", ")
 }
 
+// subjectText prints a finding's subject, its strings escaped.
 func subjectText(s diag.Subject) string {
+	safe := textsafe.String
 	var parts []string
 	if s.Local != "" {
-		parts = append(parts, s.Local)
+		parts = append(parts, safe(s.Local))
 	}
 	if s.Remote != "" {
-		parts = append(parts, "-> "+s.Remote)
+		parts = append(parts, "-> "+safe(s.Remote))
 	}
 	if s.Command != "" || s.Pid != 0 {
-		parts = append(parts, fmt.Sprintf("(%s pid %d)", s.Command, s.Pid))
+		parts = append(parts, fmt.Sprintf("(%s pid %d)", safe(s.Command), s.Pid))
 	}
 	if s.Service != "" && s.Service != s.Local {
-		parts = append(parts, "service "+s.Service)
+		parts = append(parts, "service "+safe(s.Service))
 	}
 	if len(s.Peers) > 1 || len(s.Peers) == 1 && s.Remote == "" {
 		parts = append(parts, "peers "+counts(s.Peers))
@@ -186,7 +192,7 @@ func subjectText(s diag.Subject) string {
 		parts = append(parts, "ports "+counts(s.Ports))
 	}
 	if s.Netns != "" {
-		parts = append(parts, "netns "+s.Netns)
+		parts = append(parts, "netns "+safe(s.Netns))
 	}
 	return strings.Join(parts, " ")
 }

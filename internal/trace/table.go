@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/tcpdoctor/tcpdoctor/internal/textsafe"
 	"github.com/tcpdoctor/tcpdoctor/internal/units"
 )
 
@@ -80,7 +81,8 @@ func eventsText(n *EventCounts) string {
 }
 
 // WriteTable prints the n slowest transfers (all when n <= 0), each slow
-// one followed by its verdict line.
+// one followed by its verdict line. Text cells are escaped (textsafe): a
+// recording's addresses can carry any zone.
 func WriteTable(w io.Writer, ts []Transfer, n int) error {
 	ts = Slowest(ts)
 	if n > 0 && len(ts) > n {
@@ -95,6 +97,9 @@ func WriteTable(w io.Writer, ts []Transfer, n int) error {
 	var verdicts []string
 	for i := range ts {
 		r := RowOf(&ts[i])
+		for _, c := range []*string{&r.Dir, &r.Peer, &r.Events, &r.Verdict} {
+			*c = textsafe.String(*c)
+		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", r.Conn, r.Dir, r.Peer, r.Bytes, r.Start, r.Dur, r.Ideal,
 			r.Goodput, r.Rwnd, r.Sndbuf, r.Cong, r.Recov, r.App, r.ZeroWin, r.Retrans, r.RTT, r.Cwnd, r.Events)
 		if r.Slow {

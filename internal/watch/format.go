@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"net/netip"
 	"strconv"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/textsafe"
 )
 
 // jsonLine is one line of `watch --json` (docs/watch.md); fields are only
@@ -39,23 +41,24 @@ func appendJSON(b []byte, l *Line, nameOf func(uint64) (string, bool)) []byte {
 	return append(append(b, out...), '\n')
 }
 
-// appendText writes one line for a person:
+// appendText writes one line for a person, its names escaped (textsafe):
 //
 //	09:31:02.123 reset-sent       host   curl/1234   198.18.0.1:5555 > 198.18.0.2:80  TCP_ABORT_ON_LINGER
 func appendText(b []byte, l *Line, nameOf func(uint64) (string, bool)) []byte {
 	b = l.Time.AppendFormat(b, "15:04:05.000")
 	b = append(b, ' ')
-	b = pad(append(b, l.Kind...), len(l.Kind), 17)
-	ns := nsName(l.Netns, nameOf)
+	kind := textsafe.String(l.Kind)
+	b = pad(append(b, kind...), len(kind), 17)
+	ns := textsafe.String(nsName(l.Netns, nameOf))
 	b = pad(append(b, ns...), len(ns), 10)
 	proc := "-"
 	if l.Pid != 0 {
-		proc = l.Command + "/" + strconv.Itoa(l.Pid)
+		proc = textsafe.String(l.Command) + "/" + strconv.Itoa(l.Pid)
 	}
 	b = pad(append(b, proc...), len(proc), 18)
 	ends := endpoint(l.Local) + " > " + endpoint(l.Remote)
 	b = pad(append(b, ends...), len(ends), 46)
-	b = append(b, l.Reason...)
+	b = append(b, textsafe.String(l.Reason)...)
 	if l.Kind == BurstKind {
 		b = append(b, strconv.FormatUint(l.Count, 10)...)
 		b = append(b, " retransmits"...)

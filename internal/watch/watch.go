@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/bpfsource"
+	"github.com/tcpdoctor/tcpdoctor/internal/textsafe"
 )
 
 // Source is what watch reads; *bpfsource.Source is one.
@@ -126,7 +127,7 @@ func Run(ctx context.Context, src Source, o Options, w io.Writer) error {
 		o.Notes = io.Discard
 	}
 	for _, m := range src.Missing() {
-		fmt.Fprintf(o.Notes, "note: not watching what %s sees: %s\n", m.Program, m.Reason)
+		fmt.Fprintf(o.Notes, "note: not watching what %s sees: %s\n", textsafe.String(m.Program), textsafe.String(m.Reason))
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -136,7 +137,7 @@ func Run(ctx context.Context, src Source, o Options, w io.Writer) error {
 	}
 	// The first Read empties what was counted before the stream started.
 	if _, err := src.Read(); err != nil {
-		fmt.Fprintf(o.Notes, "note: counters unreadable, no retransmission bursts: %v\n", err)
+		fmt.Fprintf(o.Notes, "note: counters unreadable, no retransmission bursts: %s\n", textsafe.String(err.Error()))
 	}
 	out := newPrinter(w, o)
 	tick := time.NewTicker(o.Tick)
@@ -268,7 +269,7 @@ func (p *printer) tick(src Source) error {
 	now := p.o.Now()
 	r, err := src.Read()
 	if err != nil {
-		fmt.Fprintf(p.o.Notes, "note: counters unreadable: %v\n", err)
+		fmt.Fprintf(p.o.Notes, "note: counters unreadable: %s\n", textsafe.String(err.Error()))
 	}
 	if r != nil && r.LostEvents > 0 {
 		fmt.Fprintf(p.o.Notes, "note: %d events lost in the last %s (the kernel's ring was full; counters still hold them)\n",
@@ -289,7 +290,7 @@ func (p *printer) tick(src Source) error {
 func (p *printer) flush() error {
 	for _, k := range p.order {
 		if n := p.seen[k]; n > 0 && !p.o.JSON {
-			msg := "  ... and " + strconv.FormatUint(n, 10) + " more " + k.kind + " like it within " + p.o.Tick.String() + "\n"
+			msg := "  ... and " + strconv.FormatUint(n, 10) + " more " + textsafe.String(k.kind) + " like it within " + p.o.Tick.String() + "\n"
 			if _, err := io.WriteString(p.w, msg); err != nil {
 				return err
 			}

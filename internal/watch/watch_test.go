@@ -214,3 +214,54 @@ func TestEndpoint(t *testing.T) {
 		t.Errorf("zero endpoint = %s", got)
 	}
 }
+
+// hostile is a process name any local user can set (prctl PR_SET_NAME),
+// or a namespace name (a file under /run/netns): printed raw it retitles
+// the window, clears the screen and starts a forged line.
+const hostile = "\x1b]0;PWN\x07\x1b[2J\nX"
+
+func TestTextEscapesNames(t *testing.T) {
+	e := ev(bpfsource.ResetSent, "198.18.0.1:0", "198.18.0.2:80", 77, hostile)
+	e.Comm = hostile
+	src := func() *fakeSource {
+		return &fakeSource{events: []bpfsource.Event{e, e}, end: true,
+			missing: []bpfsource.Missing{{Program: hostile, Reason: hostile}}}
+	}
+	runNamed := func(o Options) (string, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		var out, notes bytes.Buffer
+		o.Notes = &notes
+		o.NameOf = func(uint64) (string, bool) { return hostile, true }
+		if err := Run(ctx, src(), o, &out); err != nil {
+			t.Fatal(err)
+		}
+		return out.String(), notes.String()
+	}
+	out, notes := runNamed(Options{Tick: time.Hour})
+	const escaped = `\x1b]0;PWN\a\x1b[2J\nX`
+	for _, c := range []struct {
+		what, got string
+		want      int
+	}{{"lines", out, 3}, {"notes", notes, 2}} {
+		if strings.ContainsAny(c.got, "\x1b\x07") {
+			t.Errorf("%s: raw ESC or BEL: %q", c.what, c.got)
+		}
+		if n := strings.Count(c.got, escaped); n != c.want {
+			t.Errorf("%s: %q appears %d times, want %d: %q", c.what, escaped, n, c.want, c.got)
+		}
+	}
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "09:31:02.123 reset-sent") || !strings.HasPrefix(lines[1], "  ... and 1 more") {
+		t.Errorf("want an event line and a repeat line, got %q", out)
+	}
+	// JSON escapes by its own rules: the names come back as they were.
+	js, _ := runNamed(Options{JSON: true, Count: 1})
+	var m map[string]any
+	if err := json.Unmarshal([]byte(js), &m); err != nil {
+		t.Fatal(err)
+	}
+	if m["command"] != hostile || m["netns"] != hostile || m["reason"] != hostile {
+		t.Errorf("JSON changed the names: %s", js)
+	}
+}

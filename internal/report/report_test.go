@@ -1,0 +1,59 @@
+package report
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/diag"
+)
+
+// hostile is a process name any local user can set (prctl PR_SET_NAME):
+// printed raw it retitles the window, clears the screen and starts a
+// forged line.
+const hostile = "\x1b]0;PWN\x07\x1b[2J\nX"
+
+// TestWriteTextEscapes puts hostile in every string a finding, an
+// unknown rule and a source error carry: none reaches the text raw.
+func TestWriteTextEscapes(t *testing.T) {
+	h := hostile
+	r := &Report{
+		Netns:   []string{h, "other"},
+		Sockets: 3,
+		Findings: []diag.Finding{{
+			Rule: "rule" + h, Severity: diag.Critical,
+			Subject: diag.Subject{Netns: h, Local: h, Remote: h, Service: "svc" + h, Pid: 7, Command: h,
+				Peers: []diag.Count{{Key: h, N: 2}, {Key: "b", N: 1}}, Ports: []diag.Count{{Key: h, N: 1}}},
+			Summary:  h,
+			Evidence: []diag.Evidence{{Name: h, Value: h, Source: h, Threshold: h}},
+			Fixes:    []diag.Fix{{Scope: "application", Target: h, Text: h, Command: "first\n" + h, Risk: h}},
+		}},
+		Unknown: []diag.Unknown{{Rule: h, Netns: h, Reason: h}},
+		Sources: []SourceError{{Netns: h, Source: h, Error: h}},
+	}
+	var b bytes.Buffer
+	WriteText(&b, r, Style{Color: true, MinSeverity: diag.Warning})
+	out := b.String()
+	// The only escapes are tcpdoctor's own colours.
+	for _, c := range []string{red, yellow, dim, reset} {
+		out = strings.ReplaceAll(out, c, "")
+	}
+	if i := strings.IndexAny(out, "\x1b\x07"); i >= 0 {
+		t.Errorf("raw ESC or BEL: %q", out[max(i-40, 0):min(i+40, len(out))])
+	}
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "X") {
+			t.Errorf("forged line %q", l)
+		}
+	}
+	// Every field but Scope (ours) carries hostile once: 8 in the subject
+	// line, the summary, 4 in the evidence, 4 in the fix, 3 in the
+	// UNKNOWN line and 3 in the NOTE line.
+	const escaped = `\x1b]0;PWN\a\x1b[2J\nX`
+	if n, want := strings.Count(out, escaped), 23; n != want {
+		t.Errorf("%q appears %d times, want %d:\n%s", escaped, n, want, out)
+	}
+	if !strings.Contains(out, "        first\\n"+escaped+"\n") {
+		t.Errorf("a fix command is not one line:\n%s", out)
+	}
+}
