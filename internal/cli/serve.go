@@ -135,6 +135,7 @@ func runServe(ctx context.Context, e *Env, o *serveOpts) error {
 	}
 	sopts := exporter.DefaultServerOptions()
 	sopts.Logf = e.progress
+	sopts.Now = e.Now
 	sopts.MaxConns = o.maxConns
 	if e.FileLimit != nil {
 		soft := e.FileLimit()

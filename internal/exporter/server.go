@@ -34,9 +34,11 @@ type ServerOptions struct {
 	WriteTimeout      time.Duration
 	IdleTimeout       time.Duration
 	MaxHeaderBytes    int
-	// Logf says when accept starts failing for lack of file descriptors
-	// and when it recovers, once each; nil is silent.
+	// Logf reports accepts failing for lack of file descriptors, at
+	// most once a minute; nil is silent.
 	Logf func(format string, args ...any)
+	// Now spaces those reports; time.Now when nil.
+	Now func() time.Time
 }
 
 // DefaultServerOptions are the settings of `tcpdoctor serve`.
@@ -68,7 +70,7 @@ func MaxConnsForFileLimit(want int, soft uint64) int {
 // pass to its Serve: ln wrapped to hold at most o.MaxConns connections.
 // The Listener is also a prometheus.Collector of its own counts.
 func NewServer(h http.Handler, ln net.Listener, o ServerOptions) (*http.Server, *Listener) {
-	l := newListener(ln, o.MaxConns, o.Logf)
+	l := newListener(ln, o.MaxConns, o.Logf, o.Now)
 	srv := &http.Server{
 		Handler:           l.track(h),
 		ReadHeaderTimeout: o.ReadHeaderTimeout,
@@ -108,19 +110,28 @@ type Listener struct {
 	closed  bool
 	done    chan struct{} // closed by Close
 	evicted map[string]float64
+	// Accepts that ran out of descriptors: all, and since fdSaid, the
+	// last report.
+	fdErrors float64
+	fdUnsaid int
+	fdSaid   time.Time
+	now      func() time.Time
 
-	descOpen, descMax, descEvicted *prometheus.Desc
+	descOpen, descMax, descEvicted, descFdErrors *prometheus.Desc
 }
 
-func newListener(ln net.Listener, maxConns int, logf func(string, ...any)) *Listener {
+func newListener(ln net.Listener, maxConns int, logf func(string, ...any), now func() time.Time) *Listener {
 	if maxConns < 1 {
 		maxConns = 1
 	}
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
+	if now == nil {
+		now = time.Now
+	}
 	l := &Listener{
-		Listener: ln, max: maxConns, logf: logf,
+		Listener: ln, max: maxConns, logf: logf, now: now,
 		conns:   map[*conn]struct{}{},
 		done:    make(chan struct{}),
 		evicted: map[string]float64{reasonCap: 0, reasonFdLimit: 0},
@@ -130,6 +141,8 @@ func newListener(ln net.Listener, maxConns int, logf func(string, ...any)) *List
 			"The cap on HTTP connections open at once (--max-connections, lowered to a quarter of RLIMIT_NOFILE).", nil, nil),
 		descEvicted: prometheus.NewDesc("tcpdoctor_http_connections_evicted_total",
 			"Connections not inside a request closed to make room: at the cap (max_connections) or when accept ran out of file descriptors (fd_limit).", []string{"reason"}, nil),
+		descFdErrors: prometheus.NewDesc("tcpdoctor_http_accept_fd_limit_errors_total",
+			"Accepts that failed for lack of file descriptors (EMFILE, ENFILE) and were retried.", nil, nil),
 	}
 	l.changed = sync.NewCond(&l.mu)
 	return l
@@ -165,30 +178,23 @@ func (l *Listener) dropLocked(c *conn) {
 // Accept takes a slot (closing the oldest evictable connection at the
 // cap) and accepts. Running out of file descriptors is not returned (the
 // HTTP server would log it at each retry): Accept closes the oldest
-// evictable connection to free one, or backs off up to a second, and says
-// so through Logf once per episode.
+// evictable connection to free one, or backs off up to a second, and
+// says so through Logf at most once a minute.
 func (l *Listener) Accept() (net.Conn, error) {
 	if err := l.acquire(); err != nil {
 		return nil, err
 	}
-	fails := 0
 	wait := 5 * time.Millisecond
 	for {
 		nc, err := l.Listener.Accept()
 		if err == nil {
-			if fails > 0 {
-				l.logf("exporter: accept: file descriptors available again after %d failed attempts", fails)
-			}
 			return l.add(nc), nil
 		}
 		if !errors.Is(err, syscall.EMFILE) && !errors.Is(err, syscall.ENFILE) {
 			l.release()
 			return nil, err
 		}
-		if fails == 0 {
-			l.logf("exporter: %v: closing idle HTTP connections and retrying (said once until it clears)", err)
-		}
-		fails++
+		l.noteFdLimit(err)
 		if l.evict(reasonFdLimit) {
 			continue
 		}
@@ -198,6 +204,23 @@ func (l *Listener) Accept() (net.Conn, error) {
 		}
 		wait = min(2*wait, time.Second)
 	}
+}
+
+// noteFdLimit counts an accept that ran out of descriptors and reports
+// it, with the count since the last report, at most once a minute.
+func (l *Listener) noteFdLimit(err error) {
+	l.mu.Lock()
+	l.fdErrors++
+	l.fdUnsaid++
+	now := l.now()
+	if !l.fdSaid.IsZero() && now.Sub(l.fdSaid) < time.Minute {
+		l.mu.Unlock()
+		return
+	}
+	n := l.fdUnsaid
+	l.fdSaid, l.fdUnsaid = now, 0
+	l.mu.Unlock()
+	l.logf("exporter: %v (%d failed accepts since the last note, said at most once a minute): closing idle HTTP connections to free descriptors", err, n)
 }
 
 // acquire waits for a free slot, making one at the cap by closing the
@@ -335,6 +358,7 @@ func (l *Listener) Describe(ch chan<- *prometheus.Desc) {
 	ch <- l.descOpen
 	ch <- l.descMax
 	ch <- l.descEvicted
+	ch <- l.descFdErrors
 }
 
 // Collect sends the open connections, the cap and the evictions.
@@ -342,10 +366,12 @@ func (l *Listener) Collect(ch chan<- prometheus.Metric) {
 	l.mu.Lock()
 	open := float64(len(l.conns))
 	ev := map[string]float64{reasonCap: l.evicted[reasonCap], reasonFdLimit: l.evicted[reasonFdLimit]}
+	fdErrors := l.fdErrors
 	l.mu.Unlock()
 	ch <- prometheus.MustNewConstMetric(l.descOpen, prometheus.GaugeValue, open)
 	ch <- prometheus.MustNewConstMetric(l.descMax, prometheus.GaugeValue, float64(l.max))
 	for _, r := range []string{reasonCap, reasonFdLimit} {
 		ch <- prometheus.MustNewConstMetric(l.descEvicted, prometheus.CounterValue, ev[r], r)
 	}
+	ch <- prometheus.MustNewConstMetric(l.descFdErrors, prometheus.CounterValue, fdErrors)
 }
