@@ -79,8 +79,8 @@ func runServe(ctx context.Context, e *Env, o *serveOpts) error {
 	if o.top < 1 || o.top > 10000 {
 		return usageErr("serve: --top must be 1..10000")
 	}
-	if o.maxConns < 1 || o.maxConns > 100000 {
-		return usageErr("serve: --max-connections must be 1..100000")
+	if o.maxConns < 1 || o.maxConns > 10000 {
+		return usageErr("serve: --max-connections must be 1..10000")
 	}
 	var dopts diag.Options
 	if o.bandwidth != "" {

@@ -23,9 +23,8 @@ const ScrapeTimeout = 10 * time.Second
 // ServerOptions bound what an HTTP client can hold of the exporter
 // (docs/exporter.md, "Connections and timeouts").
 type ServerOptions struct {
-	// MaxConns is the most connections open at once, counting the one
-	// being accepted. At the cap the oldest connection not inside a
-	// request is closed to make room.
+	// MaxConns is the most connections open at once. A connection
+	// accepted at the cap closes the oldest one not inside a request.
 	MaxConns int
 	// ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout and
 	// MaxHeaderBytes are http.Server's.
@@ -93,19 +92,18 @@ const (
 // Listener caps the connections open at once. A connection is evictable
 // when it is not inside a request: accepted and not yet through its
 // request header (slow or silent clients), or idle between keep-alive
-// requests. At the cap, Accept closes the evictable connection that has
-// waited longest; when none is (every connection is being answered, each
-// bounded by WriteTimeout), it waits for one, and new clients wait in the
-// kernel's accept queue, holding none of our descriptors.
+// requests. A connection accepted at the cap closes the evictable one
+// that has waited longest. When none is (every connection is being
+// answered, each bounded by WriteTimeout), Accept waits, and new clients
+// wait in the kernel's accept queue, holding none of our descriptors.
 type Listener struct {
 	net.Listener
 	max  int
 	logf func(format string, args ...any)
 
 	mu      sync.Mutex
-	changed *sync.Cond // a slot freed or a connection left a request
+	changed *sync.Cond // a connection closed or left a request
 	conns   map[*conn]struct{}
-	open    int    // len(conns) plus an Accept holding a slot
 	seq     uint64 // orders connections by when they became evictable
 	closed  bool
 	done    chan struct{} // closed by Close
@@ -171,17 +169,18 @@ func (l *Listener) dropLocked(c *conn) {
 	}
 	c.gone = true
 	delete(l.conns, c)
-	l.open--
 	l.changed.Broadcast()
 }
 
-// Accept takes a slot (closing the oldest evictable connection at the
-// cap) and accepts. Running out of file descriptors is not returned (the
-// HTTP server would log it at each retry): Accept closes the oldest
-// evictable connection to free one, or backs off up to a second, and
-// says so through Logf at most once a minute.
+// Accept waits until there is room (a free slot, or a connection it may
+// close), accepts, and makes room for the new connection by closing the
+// oldest evictable one at the cap: one descriptor over the cap for that
+// moment. Running out of file descriptors is not returned (the HTTP
+// server would log it at each retry): Accept closes the oldest evictable
+// connection to free one, or backs off up to a second, and says so
+// through Logf at most once a minute.
 func (l *Listener) Accept() (net.Conn, error) {
-	if err := l.acquire(); err != nil {
+	if err := l.waitRoom(); err != nil {
 		return nil, err
 	}
 	wait := 5 * time.Millisecond
@@ -191,7 +190,6 @@ func (l *Listener) Accept() (net.Conn, error) {
 			return l.add(nc), nil
 		}
 		if !errors.Is(err, syscall.EMFILE) && !errors.Is(err, syscall.ENFILE) {
-			l.release()
 			return nil, err
 		}
 		l.noteFdLimit(err)
@@ -199,7 +197,6 @@ func (l *Listener) Accept() (net.Conn, error) {
 			continue
 		}
 		if !l.sleep(wait) {
-			l.release()
 			return nil, net.ErrClosed
 		}
 		wait = min(2*wait, time.Second)
@@ -223,30 +220,19 @@ func (l *Listener) noteFdLimit(err error) {
 	l.logf("exporter: %v (%d failed accepts since the last note, said at most once a minute): closing idle HTTP connections to free descriptors", err, n)
 }
 
-// acquire waits for a free slot, making one at the cap by closing the
-// oldest evictable connection.
-func (l *Listener) acquire() error {
+// waitRoom waits while the cap is reached and every connection is
+// inside a request; meanwhile new clients wait in the kernel's accept
+// queue.
+func (l *Listener) waitRoom() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for l.open >= l.max {
+	for len(l.conns) >= l.max && l.oldestLocked() == nil {
 		if l.closed {
 			return net.ErrClosed
 		}
-		if c := l.oldestLocked(); c != nil {
-			l.evictLocked(c, reasonCap)
-			continue
-		}
 		l.changed.Wait()
 	}
-	l.open++
 	return nil
-}
-
-func (l *Listener) release() {
-	l.mu.Lock()
-	l.open--
-	l.changed.Broadcast()
-	l.mu.Unlock()
 }
 
 // evict closes the oldest evictable connection; false if there is none.
@@ -291,9 +277,18 @@ func (l *Listener) sleep(d time.Duration) bool {
 	}
 }
 
+// add tracks nc, first closing the oldest evictable connection at the
+// cap. If all became busy since waitRoom, it waits for one (nc held).
 func (l *Listener) add(nc net.Conn) *conn {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	for len(l.conns) >= l.max && !l.closed {
+		if c := l.oldestLocked(); c != nil {
+			l.evictLocked(c, reasonCap)
+			continue
+		}
+		l.changed.Wait()
+	}
 	l.seq++
 	c := &conn{Conn: nc, l: l, since: l.seq}
 	l.conns[c] = struct{}{}

@@ -213,6 +213,42 @@ func TestServerCrowd(t *testing.T) {
 	}
 }
 
+// TestServerCapOne: at a cap of 1, a client that takes a moment to send
+// its request is served (a connection is closed only for a newer one),
+// and the next client closes the first, idle, connection.
+func TestServerCapOne(t *testing.T) {
+	ln := listen(t)
+	addr := ln.Addr().String()
+	o := DefaultServerOptions()
+	o.MaxConns = 1
+	testServer(t, ln, o)
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	time.Sleep(100 * time.Millisecond)
+	_ = c.SetDeadline(time.Now().Add(3 * time.Second))
+	if _, err := io.WriteString(c, "GET /metrics HTTP/1.1\r\nHost: test\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("sole client, request after 100ms: %v", err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("sole client: status %d", resp.StatusCode)
+	}
+	if err := scrapeMetrics(addr, 3*time.Second, "tcpdoctor_http_max_connections 1"); err != nil {
+		t.Fatalf("second client: %v", err)
+	}
+	if stillOpen([]net.Conn{c}, 300*time.Millisecond) != 0 {
+		t.Errorf("first connection, idle, still open after a second client at cap 1")
+	}
+}
+
 // get returns the body of /metrics.
 func get(addr string) (string, error) {
 	c := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
