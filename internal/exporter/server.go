@@ -152,10 +152,10 @@ type conn struct {
 	l     *Listener
 	busy  bool   // inside a request, from the handler to the response's end
 	since uint64 // l.seq when it last became evictable
-	gone  bool   // closed, slot released
+	gone  bool   // closed and no longer counted
 }
 
-// Close releases the connection's slot and closes it.
+// Close stops counting the connection and closes it.
 func (c *conn) Close() error {
 	c.l.mu.Lock()
 	c.l.dropLocked(c)
@@ -172,8 +172,8 @@ func (l *Listener) dropLocked(c *conn) {
 	l.changed.Broadcast()
 }
 
-// Accept waits until there is room (a free slot, or a connection it may
-// close), accepts, and makes room for the new connection by closing the
+// Accept waits until there is room (fewer than the cap open, or one it
+// may close), accepts, and makes room for the new connection by closing the
 // oldest evictable one at the cap: one descriptor over the cap for that
 // moment. Running out of file descriptors is not returned (the HTTP
 // server would log it at each retry): Accept closes the oldest evictable
