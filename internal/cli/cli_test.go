@@ -140,6 +140,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"sockets", "--from", overflowFixture, "--state", "sleepy"}, "unknown state"},
 		{[]string{"sockets", "--from", overflowFixture, "--port", "70000"}, "out of range"},
 		{[]string{"record"}, "-o FILE is required"},
+		{[]string{"serve", "--max-connections", "0"}, "--max-connections must be 1..10000"},
 		{[]string{"explain", "nope"}, "unknown rule"},
 	} {
 		code, _, stderr := run(t, tc.args...)

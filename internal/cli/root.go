@@ -58,6 +58,9 @@ type Env struct {
 	// OpenFiles loads the eBPF iter/task_file owner walk (--bpf); nil
 	// means none is available.
 	OpenFiles func(*bpfsource.Kernel) (*bpfsource.FileOwners, error)
+	// FileLimit returns the soft RLIMIT_NOFILE, 0 if unknown; serve caps
+	// its HTTP connections by it. nil means unknown.
+	FileLimit func() uint64
 }
 
 // DefaultEnv is the real process environment.
@@ -79,7 +82,18 @@ func DefaultEnv() *Env {
 		OpenEvents: openEvents,
 		OpenLocks:  openLocks,
 		OpenFiles:  openFiles,
+		FileLimit:  softFileLimit,
 	}
+}
+
+// softFileLimit is the soft RLIMIT_NOFILE (the Go runtime raises it to
+// the hard limit at start), 0 if unknown.
+func softFileLimit() uint64 {
+	var rl unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err != nil {
+		return 0
+	}
+	return rl.Cur
 }
 
 // exitError carries an exit code through cobra.

@@ -33,6 +33,7 @@ type serveOpts struct {
 	top       int
 	noOwners  bool
 	bandwidth string
+	maxConns  int
 }
 
 // newServeCmd serves the findings and the counters behind them as
@@ -59,6 +60,7 @@ result and never starts a collection. Binds to loopback unless --listen says oth
 	fs.IntVar(&o.top, "top", exporter.DefaultTop, "listeners and destinations exported per namespace (label cardinality)")
 	fs.BoolVar(&o.noOwners, "no-owners", false, "do not map sockets to processes (no command labels, cheaper)")
 	fs.StringVar(&o.bandwidth, "bandwidth", "", "path bandwidth for BDP arithmetic, e.g. 100mbit (default: estimated)")
+	fs.IntVar(&o.maxConns, "max-connections", exporter.DefaultMaxConns, "HTTP connections open at once; at the cap the longest-idle one is closed (at most a quarter of RLIMIT_NOFILE)")
 	o.bpf.register(fs)
 	cmd.AddCommand(newServeBenchCmd(e))
 	return cmd
@@ -76,6 +78,9 @@ func runServe(ctx context.Context, e *Env, o *serveOpts) error {
 	}
 	if o.top < 1 || o.top > 10000 {
 		return usageErr("serve: --top must be 1..10000")
+	}
+	if o.maxConns < 1 || o.maxConns > 10000 {
+		return usageErr("serve: --max-connections must be 1..10000")
 	}
 	var dopts diag.Options
 	if o.bandwidth != "" {
@@ -128,7 +133,21 @@ func runServe(ctx context.Context, e *Env, o *serveOpts) error {
 			return c.Collect(nss)
 		},
 	}
-	srv := &http.Server{Handler: exporter.Handler(reg), ReadHeaderTimeout: 10 * time.Second}
+	sopts := exporter.DefaultServerOptions()
+	sopts.Logf = e.progress
+	sopts.Now = e.Now
+	sopts.MaxConns = o.maxConns
+	if e.FileLimit != nil {
+		soft := e.FileLimit()
+		if sopts.MaxConns = exporter.MaxConnsForFileLimit(o.maxConns, soft); sopts.MaxConns < o.maxConns {
+			e.progress("note: --max-connections %d lowered to %d, a quarter of RLIMIT_NOFILE %d", o.maxConns, sopts.MaxConns, soft)
+		}
+	}
+	srv, sln := exporter.NewServer(exporter.Handler(reg), ln, sopts)
+	if err := reg.Register(sln); err != nil {
+		_ = ln.Close()
+		return fmt.Errorf("serve: %w", err)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -138,7 +157,7 @@ func runServe(ctx context.Context, e *Env, o *serveOpts) error {
 		_ = loop.Run(ctx)
 	}()
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
+	go func() { serveErr <- srv.Serve(sln) }()
 	select {
 	case <-ctx.Done():
 	case err = <-serveErr:

@@ -61,7 +61,7 @@ func Handler(reg *prometheus.Registry) http.Handler {
 	mux.Handle("/metrics", promhttp.InstrumentMetricHandler(reg, promhttp.HandlerFor(reg, promhttp.HandlerOpts{
 		ErrorHandling:       promhttp.ContinueOnError,
 		MaxRequestsInFlight: 8,
-		Timeout:             10 * time.Second,
+		Timeout:             ScrapeTimeout,
 	})))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/" {
