@@ -92,7 +92,7 @@ func testFailedConnectCauses(t *testing.T, opts Options) {
 		}
 		for range refused {
 			if _, err := connectFd(causeRefused); !errors.Is(err, unix.ECONNREFUSED) {
-				return fmt.Errorf("connect %v: %v, want ECONNREFUSED", causeRefused, err)
+				return fmt.Errorf("connect %v: %w, want ECONNREFUSED", causeRefused, err)
 			}
 		}
 		// The sockets are made here (in the namespace); the slow

@@ -98,7 +98,7 @@ func Refusals(t testing.TB, ns netns.NS) (stop func() int) {
 				err = syscall.Connect(fd, sa)
 				_ = syscall.Close(fd)
 				if !errors.Is(err, syscall.ECONNREFUSED) {
-					return fmt.Errorf("connect %s: %v, want ECONNREFUSED", RefusedDst, err)
+					return fmt.Errorf("connect %s: %w, want ECONNREFUSED", RefusedDst, err)
 				}
 				n++
 				time.Sleep(20 * time.Millisecond)
