@@ -106,9 +106,6 @@ func CreateAtomic(path string) (*Atomic, error) {
 	return &Atomic{f: f, path: path, tmp: f.Name()}, nil
 }
 
-// Path is the file's final name.
-func (a *Atomic) Path() string { return a.path }
-
 // Write writes to the temporary file. After an error it writes nothing
 // more and returns that error again.
 func (a *Atomic) Write(p []byte) (int, error) {
@@ -121,6 +118,9 @@ func (a *Atomic) Write(p []byte) (int, error) {
 	}
 	return n, a.err
 }
+
+// Err is the first write error, or nil.
+func (a *Atomic) Err() error { return a.err }
 
 // Commit syncs the temporary file and renames it to the path. After a
 // write error, or when one of these fails, it removes the temporary file
