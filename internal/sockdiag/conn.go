@@ -181,7 +181,9 @@ func walkLookup(b []byte, first uint32, n int, fn func(int, *snapshot.Socket) er
 		}
 		body := b[off+nlmsgHdrLen : off+mlen]
 		off += (mlen + 3) &^ 3
-		if mseq < first || mseq >= first+uint32(n) {
+		// The request's place in the batch, modulo 2^32: the seqs of a
+		// batch may wrap past zero.
+		if mseq-first >= uint32(n) {
 			continue // a stale reply
 		}
 		idx := int(mseq - first)
