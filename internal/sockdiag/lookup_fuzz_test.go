@@ -67,12 +67,13 @@ func loopbackPair(t testing.TB, c *Conn) Key {
 
 // liveReplies asks the kernel for a loopback socket that exists and one
 // that does not, with the package's request encoder, and returns the two
-// reply datagrams as received.
+// reply datagrams as received (none where sock_diag cannot be opened).
 func liveReplies(t testing.TB, seq uint32) [][]byte {
 	t.Helper()
 	c, err := Open()
 	if err != nil {
-		t.Skip("no sock_diag here:", err)
+		t.Log("no live lookup replies as seeds: no sock_diag here:", err)
+		return nil
 	}
 	defer c.Close()
 	key := loopbackPair(t, c)
