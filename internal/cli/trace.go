@@ -44,8 +44,9 @@ request/response turns), split each transfer's time by what held it (the peer's 
 the send buffer, congestion, retransmission recovery, the application), and print the slowest
 with a one-line verdict naming the side and the value to change (docs/trace.md).
 
-Records until --duration or Ctrl-C. Exit codes: 0 no slow transfer, 1 slow transfers, 2 usage
-error, 3 recording failed.`,
+Records until --duration or Ctrl-C (a normal end). -o and --html are created before recording
+and written whole or not at all. Exit codes: 0 no slow transfer, 1 slow transfers, 2 usage error
+(an output that cannot be created), 3 recording failed or an output not written (after the table).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runTrace(cmd, e, o)
