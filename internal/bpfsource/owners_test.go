@@ -75,8 +75,8 @@ func TestOpenFileOwnersNotRoot(t *testing.T) {
 		t.Skip("runs as non-root: checks the refusal says why")
 	}
 	_, err := OpenFileOwners(nil)
-	if !errors.Is(err, ErrNotSupported) || !strings.Contains(err.Error(), "not root") {
-		t.Errorf("OpenFileOwners as non-root = %v, want not supported: not root", err)
+	if !errors.Is(err, ErrNotSupported) || !strings.Contains(err.Error(), needRoot) {
+		t.Errorf("OpenFileOwners as non-root = %v, want not supported: %s", err, needRoot)
 	}
 }
 

@@ -113,7 +113,7 @@ func openSockLocks(k *Kernel, opts *ebpf.CollectionOptions) (*SockLocks, error) 
 // bpf_iter__TARGET, first in Linux since) cannot run here, or nil.
 func iterSupported(k *Kernel, target, since string) error {
 	if !privileged() {
-		return notSupported("not root (loading BPF programs needs CAP_BPF and CAP_PERFMON, or CAP_SYS_ADMIN; unprivileged BPF is usually off)")
+		return notSupported(needRoot)
 	}
 	spec, err := k.spec()
 	if err != nil {

@@ -116,8 +116,8 @@ func TestOpenSockLocksNotRoot(t *testing.T) {
 		t.Skip("runs as non-root: checks the refusal says why")
 	}
 	_, err := OpenSockLocks(nil)
-	if !errors.Is(err, ErrNotSupported) || !strings.Contains(err.Error(), "not root") {
-		t.Errorf("OpenSockLocks as non-root = %v, want not supported: not root", err)
+	if !errors.Is(err, ErrNotSupported) || !strings.Contains(err.Error(), needRoot) {
+		t.Errorf("OpenSockLocks as non-root = %v, want not supported: %s", err, needRoot)
 	}
 }
 

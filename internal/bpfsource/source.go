@@ -33,7 +33,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -177,7 +176,7 @@ type Reading struct {
 // program refused alone is listed by Missing.
 func Open(opts Options) (*Source, error) {
 	if !privileged() {
-		return nil, notSupported("not root (loading BPF programs needs CAP_BPF and CAP_PERFMON, or CAP_SYS_ADMIN; unprivileged BPF is usually off)")
+		return nil, notSupported(needRoot)
 	}
 	// One cache of kernel BTF for every load (CO-RE relocations).
 	kernel := opts.Kernel.orNew()
@@ -281,21 +280,6 @@ func (s *Source) openLifecycle(ksp *btf.Spec, opts Options) error {
 	return nil
 }
 
-// privileged reports whether this process may load tracing programs:
-// root, CAP_SYS_ADMIN, or CAP_BPF with CAP_PERFMON in its effective set.
-func privileged() bool {
-	if os.Geteuid() == 0 {
-		return true
-	}
-	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
-	var data [2]unix.CapUserData
-	if err := unix.Capget(&hdr, &data[0]); err != nil {
-		return false
-	}
-	has := func(c uint) bool { return data[c/32].Effective&(1<<(c%32)) != 0 }
-	return has(unix.CAP_SYS_ADMIN) || has(unix.CAP_BPF) && has(unix.CAP_PERFMON)
-}
-
 // checkPrototype wants (ctx, const struct sock *, int, int): the
 // program reads its arguments by position.
 func checkPrototype(params []btf.FuncParam) error {
@@ -319,7 +303,7 @@ func loadError(err error) error {
 	var ve *ebpf.VerifierError
 	switch {
 	case errors.Is(err, unix.EPERM):
-		return notSupported("the kernel refused the program (EPERM: not root, or BPF blocked by policy or lockdown): %v", err)
+		return refused(err)
 	case errors.As(err, &ve):
 		return notSupported("the verifier refused the program: %v", err)
 	case errors.Is(err, ebpf.ErrNotSupported), errors.Is(err, unix.EOPNOTSUPP), errors.Is(err, unix.EINVAL):

@@ -95,8 +95,8 @@ func TestNotSupportedError(t *testing.T) {
 	}
 	if os.Geteuid() != 0 {
 		_, err := Open(Options{})
-		if !errors.Is(err, ErrNotSupported) || !strings.Contains(err.Error(), "not root") {
-			t.Errorf("Open as non-root = %v, want not supported: not root", err)
+		if !errors.Is(err, ErrNotSupported) || !strings.Contains(err.Error(), needRoot) {
+			t.Errorf("Open as non-root = %v, want not supported: %s", err, needRoot)
 		}
 	}
 }

@@ -133,7 +133,7 @@ const maxWatched = 65536
 // when BPF cannot run here or no event program attaches.
 func OpenTrace(o TraceOptions) (*Tracer, error) {
 	if !privileged() {
-		return nil, notSupported("not root (loading BPF programs needs CAP_BPF and CAP_PERFMON, or CAP_SYS_ADMIN; unprivileged BPF is usually off)")
+		return nil, notSupported(needRoot)
 	}
 	// One parse of the kernel's BTF for every program's load.
 	kernel := o.Kernel.orNew()

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"fmt"
-	"os"
 	"runtime"
 	"time"
 
@@ -10,6 +9,7 @@ import (
 
 	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
+	"github.com/tcpdoctor/tcpdoctor/internal/outfile"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 )
 
@@ -65,7 +65,9 @@ func runRecord(cmd *cobra.Command, e *Env, o *recordOpts) error {
 	}
 	w := e.Stdout
 	if o.out != "-" {
-		f, err := os.Create(o.out)
+		// Streamed, not renamed at the end: a killed recorder leaves
+		// every complete sample readable.
+		f, err := outfile.Create(o.out)
 		if err != nil {
 			return usageErr("record: %v", err)
 		}
@@ -87,7 +89,9 @@ func runRecord(cmd *cobra.Command, e *Env, o *recordOpts) error {
 	for i := 0; i < o.count; i++ {
 		if i > 0 {
 			if err := e.Sleep(cmd.Context(), checkup.Pause(o.interval, e.Now().Sub(last))); err != nil {
-				break // Ctrl-C: keep what was written
+				// Ctrl-C: what was written stays, each sample whole.
+				e.progress("record: stopped after %d of %d samples, all in %s", i, o.count, outName(o.out))
+				return err
 			}
 		}
 		last = e.Now()
@@ -113,4 +117,12 @@ func runRecord(cmd *cobra.Command, e *Env, o *recordOpts) error {
 		}
 	}
 	return nil
+}
+
+// outName names -o FILE in messages.
+func outName(path string) string {
+	if path == "-" {
+		return "stdout"
+	}
+	return path
 }

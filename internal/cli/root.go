@@ -24,7 +24,8 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/textsafe"
 )
 
-// Exit codes (documented in README).
+// Exit codes (documented in README); a command cut short by a signal
+// exits 128 + its number (interruptCode).
 const (
 	ExitOK       = 0
 	ExitFindings = 1
@@ -104,6 +105,8 @@ type exitError struct {
 
 func (e *exitError) Error() string { return e.err.Error() }
 
+func (e *exitError) Unwrap() error { return e.err }
+
 func usageErr(format string, a ...any) error {
 	return &exitError{code: ExitUsage, err: fmt.Errorf(format, a...)}
 }
@@ -173,13 +176,59 @@ func usageArgs(c *cobra.Command) {
 	}
 }
 
-// Main runs tcpdoctor with args and returns the exit code.
+// Main runs tcpdoctor with args and returns the exit code. SIGINT or
+// SIGTERM cancels the command's context, its cause an *interrupted.
 func Main(args []string, e *Env) int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	go func() {
+		select {
+		case s := <-sigs:
+			if sig, ok := s.(syscall.Signal); ok {
+				cancel(&interrupted{sig: sig})
+			}
+		case <-ctx.Done():
+		}
+	}()
+	return runMain(ctx, args, e)
+}
+
+// runMain is Main under ctx.
+func runMain(ctx context.Context, args []string, e *Env) int {
 	root := NewRoot(e)
 	root.SetArgs(args)
-	return exitCode(root, args, root.ExecuteContext(ctx), e.Stderr)
+	err := root.ExecuteContext(ctx)
+	if code, ok := interruptCode(err, context.Cause(ctx), e.Stderr); ok {
+		return code
+	}
+	return exitCode(root, args, err, e.Stderr)
+}
+
+// interrupted is the cause of a command's context when a signal ended it.
+type interrupted struct{ sig syscall.Signal }
+
+func (i *interrupted) Error() string { return "interrupted" }
+
+// interruptCode maps a command that failed after a signal (cause) to the
+// shell's 128+signal: being interrupted is no failure to collect. It
+// prints "interrupted", or the command's own error when it said more than
+// that its context ended. Commands a signal stops normally (trace, watch,
+// serve) return nil or findings, which keep their code.
+func interruptCode(err, cause error, stderr io.Writer) (int, bool) {
+	var in *interrupted
+	var ee *exitError
+	if err == nil || !errors.As(cause, &in) || errors.As(err, &ee) && ee.code == ExitFindings {
+		return 0, false
+	}
+	if errors.Is(err, context.Canceled) || errors.As(err, &in) {
+		fmt.Fprintln(stderr, "tcpdoctor: interrupted")
+	} else {
+		fmt.Fprintf(stderr, "tcpdoctor: %v\n", err)
+	}
+	return 128 + int(in.sig), true
 }
 
 // exitCode prints err and maps it to an exit code.

@@ -12,6 +12,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/bdp"
 	"github.com/tcpdoctor/tcpdoctor/internal/bpfsource"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
+	"github.com/tcpdoctor/tcpdoctor/internal/outfile"
 	"github.com/tcpdoctor/tcpdoctor/internal/sockdiag"
 	"github.com/tcpdoctor/tcpdoctor/internal/trace"
 )
@@ -43,8 +44,9 @@ request/response turns), split each transfer's time by what held it (the peer's 
 the send buffer, congestion, retransmission recovery, the application), and print the slowest
 with a one-line verdict naming the side and the value to change (docs/trace.md).
 
-Records until --duration or Ctrl-C. Exit codes: 0 no slow transfer, 1 slow transfers, 2 usage
-error, 3 recording failed.`,
+Records until --duration or Ctrl-C (a normal end). -o and --html are created before recording
+and written whole or not at all. Exit codes: 0 no slow transfer, 1 slow transfers, 2 usage error
+(an output that cannot be created), 3 recording failed or an output not written (after the table).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runTrace(cmd, e, o)
@@ -97,6 +99,23 @@ func runTrace(cmd *cobra.Command, e *Env, o *traceOpts) error {
 		}
 		jo.Bandwidth = bw
 	}
+	// The files are created before anything is recorded: a path that
+	// cannot be written is the user's argument, said at once.
+	var rec, page *outfile.Atomic
+	if o.out != "" {
+		var err error
+		if rec, err = outfile.CreateAtomic(o.out); err != nil {
+			return usageErr("trace: -o: %v", err)
+		}
+		defer rec.Abort() // unless committed: the old file stays
+	}
+	if o.html != "" {
+		var err error
+		if page, err = outfile.CreateAtomic(o.html); err != nil {
+			return usageErr("trace: --html: %v", err)
+		}
+		defer page.Abort()
+	}
 	var tr *trace.Trace
 	if o.from != "" {
 		f, err := os.Open(o.from)
@@ -109,15 +128,27 @@ func runTrace(cmd *cobra.Command, e *Env, o *traceOpts) error {
 			return collectErr(fmt.Errorf("trace: %s: %w", o.from, err))
 		}
 	} else {
+		var sink *sinkFile
+		if rec != nil {
+			sink = &sinkFile{f: rec, e: e}
+		}
 		var err error
-		if tr, err = traceLive(cmd, e, o); err != nil {
+		if tr, err = traceLive(cmd, e, o, sink); err != nil {
 			return err
 		}
 	}
+	// An output that fails is named after the table, which is printed
+	// whatever happens to the files.
+	var failed []error
+	if rec != nil {
+		if err := rec.Commit(); err != nil {
+			failed = append(failed, fmt.Errorf("trace: -o: %w", err))
+		}
+	}
 	a := trace.Analyze(tr, trace.SegmentOptions{Gap: o.gap}, jo)
-	if o.html != "" {
-		if err := writeTraceHTML(o.html, tr, a.Transfers); err != nil {
-			return collectErr(err)
+	if page != nil {
+		if err := writeTraceHTML(page, tr, a.Transfers); err != nil {
+			failed = append(failed, fmt.Errorf("trace: --html: %w", err))
 		}
 	}
 	var err error
@@ -129,13 +160,19 @@ func runTrace(cmd *cobra.Command, e *Env, o *traceOpts) error {
 	if err != nil {
 		return err
 	}
+	if len(failed) > 0 {
+		for _, err := range failed[:len(failed)-1] {
+			e.progress("%v", err)
+		}
+		return collectErr(failed[len(failed)-1])
+	}
 	if a.Slow > 0 {
 		return errFindings
 	}
 	return nil
 }
 
-func traceLive(cmd *cobra.Command, e *Env, o *traceOpts) (*trace.Trace, error) {
+func traceLive(cmd *cobra.Command, e *Env, o *traceOpts, sink *sinkFile) (*trace.Trace, error) {
 	var flt sockdiag.Filter
 	for _, l := range []struct {
 		name string
@@ -176,13 +213,8 @@ func traceLive(cmd *cobra.Command, e *Env, o *traceOpts) (*trace.Trace, error) {
 	case o.pid > 0:
 		lo.NS = trace.PidNS(e.ProcRoot, o.pid)
 	}
-	if o.out != "" {
-		f, err := os.Create(o.out)
-		if err != nil {
-			return nil, collectErr(fmt.Errorf("trace: %w", err))
-		}
-		defer f.Close()
-		lo.Sink = trace.NewWriter(f)
+	if sink != nil {
+		lo.Sink = trace.NewWriter(sink)
 	}
 	if o.duration == 0 {
 		e.progress("trace: recording %s until Ctrl-C", trace.Describe(&flt, o.pid))
@@ -234,18 +266,37 @@ func parsePrefix(s string) (netip.Prefix, error) {
 	return netip.PrefixFrom(a, a.BitLen()), nil
 }
 
-func writeTraceHTML(path string, tr *trace.Trace, ts []trace.Transfer) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("trace: %w", err)
-	}
+// writeTraceHTML writes the page and renames it into place.
+func writeTraceHTML(page *outfile.Atomic, tr *trace.Trace, ts []trace.Transfer) error {
 	title := tr.Header.Filter
 	if tr.Header.Netns != "" {
 		title += " in " + tr.Header.Netns
 	}
-	if err := trace.WriteHTML(f, tr, ts, title); err != nil {
-		f.Close()
+	if err := trace.WriteHTML(page, tr, ts, title); err != nil {
+		page.Abort()
+		if werr := page.Err(); werr != nil {
+			return werr // the file's, not the template's wrapping of it
+		}
 		return err
 	}
-	return f.Close()
+	return page.Commit()
+}
+
+// sinkFile is -o under a recording. When a write fails (a full disk) it
+// says so once and takes nothing more, and the recording goes on for the
+// table; the file's Commit then returns the error.
+type sinkFile struct {
+	f      *outfile.Atomic
+	e      *Env
+	failed bool
+}
+
+func (s *sinkFile) Write(p []byte) (int, error) {
+	if !s.failed {
+		if _, err := s.f.Write(p); err != nil {
+			s.failed = true
+			s.e.progress("trace: -o: %v; recording on, for the table", err)
+		}
+	}
+	return len(p), nil
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
+	"github.com/tcpdoctor/tcpdoctor/internal/outfile"
 	"github.com/tcpdoctor/tcpdoctor/internal/sockdiag"
 	"github.com/tcpdoctor/tcpdoctor/internal/trace"
 )
@@ -173,25 +174,28 @@ func writeLabHTML(dir, name string, tr *trace.Trace, bandwidth float64) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("lab: html: %w", err)
 	}
-	rec, err := os.Create(filepath.Join(dir, name+".jsonl"))
+	rec, err := outfile.CreateAtomic(filepath.Join(dir, name+".jsonl"))
 	if err != nil {
 		return fmt.Errorf("lab: trace file: %w", err)
 	}
 	if err := trace.WriteAll(rec, tr); err != nil {
-		rec.Close()
-		return err
+		rec.Abort()
+		return fmt.Errorf("lab: trace file: %w", err)
 	}
-	if err := rec.Close(); err != nil {
+	if err := rec.Commit(); err != nil {
 		return fmt.Errorf("lab: trace file: %w", err)
 	}
 	a := trace.Analyze(tr, trace.SegmentOptions{}, trace.JudgeOptions{Bandwidth: bandwidth})
-	f, err := os.Create(filepath.Join(dir, name+".html"))
+	f, err := outfile.CreateAtomic(filepath.Join(dir, name+".html"))
 	if err != nil {
 		return fmt.Errorf("lab: html: %w", err)
 	}
 	if err := trace.WriteHTML(f, tr, a.Transfers, name); err != nil {
-		f.Close()
-		return err
+		f.Abort()
+		return fmt.Errorf("lab: html: %w", err)
 	}
-	return f.Close()
+	if err := f.Commit(); err != nil {
+		return fmt.Errorf("lab: html: %w", err)
+	}
+	return nil
 }

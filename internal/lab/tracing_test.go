@@ -1,6 +1,8 @@
 package lab
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -33,5 +35,34 @@ func TestTraceAccuracy(t *testing.T) {
 	}
 	if s, ok := traceAccuracy(nil, want); ok || s != "-" {
 		t.Errorf("nothing traced: %s %v", s, ok)
+	}
+}
+
+// TestWriteLabHTML: lab run --html DIR writes its files mode 0600 and not
+// through a symlink planted in DIR.
+func TestWriteLabHTML(t *testing.T) {
+	dir := t.TempDir()
+	tr := &trace.Trace{Header: trace.Header{Trace: trace.Version, Interval: labTraceInterval}}
+	victim := filepath.Join(dir, "victim")
+	if err := os.WriteFile(victim, []byte("keep me\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(victim, filepath.Join(dir, "run.html")); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeLabHTML(dir, "run", tr, 0); err == nil || !strings.Contains(err.Error(), "symbolic link") {
+		t.Errorf("through a symlink: %v", err)
+	}
+	if b, _ := os.ReadFile(victim); string(b) != "keep me\n" {
+		t.Errorf("victim changed: %.60q", b)
+	}
+	if err := writeLabHTML(dir, "ok", tr, 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"ok.jsonl", "ok.html"} {
+		st, err := os.Stat(filepath.Join(dir, name))
+		if err != nil || st.Mode().Perm() != 0o600 {
+			t.Errorf("%s: %v, want mode 0600", name, err)
+		}
 	}
 }

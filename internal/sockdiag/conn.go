@@ -138,49 +138,77 @@ func (c *Conn) lookupBatch(ext uint8, keys []Key, base int, fn func(int, *snapsh
 				return fmt.Errorf("sockdiag: lookup: %w: reply longer than %d bytes", errShortMsg, slotLen)
 			}
 			b := c.slots[k*slotLen : k*slotLen+int(c.msgs[k].Len)]
-			if len(b) == 0 {
-				return fmt.Errorf("sockdiag: lookup: %w: empty datagram", errShortMsg)
-			}
-			for off := 0; off < len(b); {
-				if len(b)-off < nlmsgHdrLen {
-					return fmt.Errorf("sockdiag: lookup: %w", errShortHeader)
+			got, err := walkLookup(b, first, len(keys), func(i int, sk *snapshot.Socket) error { return fn(base+i, sk) }, c.decodeShared)
+			left -= got
+			if err != nil {
+				var ke *keyError
+				if errors.As(err, &ke) {
+					return fmt.Errorf("sockdiag: lookup %v -> %v: %w", keys[ke.idx].Local, keys[ke.idx].Remote, ke.errno)
 				}
-				mlen := int(ne.Uint32(b[off:]))
-				typ := ne.Uint16(b[off+4:])
-				mseq := ne.Uint32(b[off+8:])
-				if mlen < nlmsgHdrLen || mlen > len(b)-off {
-					return fmt.Errorf("sockdiag: lookup: %w: nlmsg_len %d", errShortMsg, mlen)
-				}
-				body := b[off+nlmsgHdrLen : off+mlen]
-				off += (mlen + 3) &^ 3
-				if mseq < first || mseq >= first+uint32(len(keys)) {
-					continue // a stale reply
-				}
-				idx := base + int(mseq-first)
-				switch typ {
-				case sockDiagByFam:
-					left--
-					sk, err := c.decodeShared(body)
-					if err != nil {
-						return fmt.Errorf("sockdiag: lookup: %w", err)
-					}
-					if err := fn(idx, sk); err != nil {
-						return err
-					}
-				case nlmsgError:
-					left--
-					if len(body) < 4 {
-						return fmt.Errorf("sockdiag: lookup: %w: netlink error", errShortMsg)
-					}
-					e := syscall.Errno(-int32(ne.Uint32(body)))
-					if e != 0 && !errors.Is(e, unix.ENOENT) {
-						return fmt.Errorf("sockdiag: lookup %v -> %v: %w", keys[idx-base].Local, keys[idx-base].Remote, e)
-					}
-				}
+				return err
 			}
 		}
 	}
 	return nil
+}
+
+// keyError is the kernel's error for the lookup of one key.
+type keyError struct {
+	idx   int
+	errno syscall.Errno
+}
+
+func (e *keyError) Error() string { return fmt.Sprintf("lookup %d: %v", e.idx, e.errno) }
+
+// walkLookup walks one datagram of replies to a batch of n exact lookups
+// whose first request had seq first. It passes fn each socket found, with
+// its index in the batch, and counts the replies, found or not (ENOENT:
+// the socket is gone); replies to other requests are skipped. decode
+// turns a reply into a socket.
+func walkLookup(b []byte, first uint32, n int, fn func(int, *snapshot.Socket) error, decode func([]byte) (*snapshot.Socket, error)) (replies int, err error) {
+	if len(b) == 0 {
+		return 0, fmt.Errorf("sockdiag: lookup: %w: empty datagram", errShortMsg)
+	}
+	for off := 0; off < len(b); {
+		if len(b)-off < nlmsgHdrLen {
+			return replies, fmt.Errorf("sockdiag: lookup: %w", errShortHeader)
+		}
+		mlen := int(ne.Uint32(b[off:]))
+		typ := ne.Uint16(b[off+4:])
+		mseq := ne.Uint32(b[off+8:])
+		if mlen < nlmsgHdrLen || mlen > len(b)-off {
+			return replies, fmt.Errorf("sockdiag: lookup: %w: nlmsg_len %d", errShortMsg, mlen)
+		}
+		body := b[off+nlmsgHdrLen : off+mlen]
+		off += (mlen + 3) &^ 3
+		// The request's place in the batch, modulo 2^32: the seqs of a
+		// batch may wrap past zero.
+		if mseq-first >= uint32(n) {
+			continue // a stale reply
+		}
+		idx := int(mseq - first)
+		switch typ {
+		case sockDiagByFam:
+			replies++
+			sk, err := decode(body)
+			if err != nil {
+				return replies, fmt.Errorf("sockdiag: lookup: %w", err)
+			}
+			if err := fn(idx, sk); err != nil {
+				return replies, err
+			}
+		case nlmsgError:
+			replies++
+			if len(body) < 4 {
+				return replies, fmt.Errorf("sockdiag: lookup: %w: netlink error", errShortMsg)
+			}
+			e := syscall.Errno(-int32(ne.Uint32(body)))
+			if e != 0 && !errors.Is(e, unix.ENOENT) {
+				return replies, &keyError{idx: idx, errno: e}
+			}
+		}
+	}
+	return replies, nil
 }
 
 // decodeShared decodes a reply into the Conn's reused socket.

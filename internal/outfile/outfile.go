@@ -1,0 +1,190 @@
+// Package outfile creates the files tcpdoctor writes where its user says
+// (record -o, trace -o, trace --html, lab run --html). They hold process
+// names and addresses, and tcpdoctor often runs as root in directories
+// others can write (/tmp): a file is never written through a symbolic
+// link or over one with other hard links, and a new one is mode 0600.
+package outfile
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+)
+
+// Mode is the permission of a file created here (less the umask).
+const Mode = 0o600
+
+// Refusals, wrapped in an *fs.PathError naming the file.
+var (
+	ErrSymlink  = errors.New("is a symbolic link: tcpdoctor does not write through one")
+	ErrHardLink = errors.New("has other hard links: tcpdoctor does not write through one")
+)
+
+// Create opens path to be written from its start, as a stream: a new file
+// is made with Mode; an existing regular file keeps its mode and is
+// truncated; a device or pipe (/dev/stdout) is written as it is. A
+// symbolic link as the last component (O_NOFOLLOW) or a regular file with
+// other hard links is refused.
+func Create(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|syscall.O_NOFOLLOW, Mode)
+	if err != nil {
+		if errors.Is(err, syscall.ELOOP) && isSymlink(path) {
+			return nil, &fs.PathError{Op: "create", Path: path, Err: ErrSymlink}
+		}
+		return nil, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if st.Mode().IsRegular() {
+		// Checked before truncating: the other name's content is kept.
+		if sys, ok := st.Sys().(*syscall.Stat_t); ok && sys.Nlink > 1 {
+			f.Close()
+			return nil, &fs.PathError{Op: "create", Path: path, Err: ErrHardLink}
+		}
+		if err := f.Truncate(0); err != nil {
+			f.Close()
+			return nil, err
+		}
+	}
+	return f, nil
+}
+
+func isSymlink(path string) bool {
+	st, err := os.Lstat(path)
+	return err == nil && st.Mode()&fs.ModeSymlink != 0
+}
+
+// Atomic is a file written whole or not at all: the bytes go to a fresh
+// temporary file beside it (O_EXCL, Mode), which Commit renames over the
+// path. rename(2) replaces the name; it follows no link. A failed write
+// (a full disk) leaves the old file, or none, never part of a new one.
+type Atomic struct {
+	f    *os.File
+	path string
+	// tmp is the temporary file's path; "" when writing straight to a
+	// device or pipe, which cannot be replaced.
+	tmp string
+	err error
+}
+
+// CreateAtomic starts an Atomic for path, so that a path that cannot be
+// written fails now, not after the work that fills it. A symbolic link at
+// path is refused, as by Create; a device or pipe is written directly.
+func CreateAtomic(path string) (*Atomic, error) {
+	if st, err := os.Lstat(path); err == nil {
+		switch m := st.Mode(); {
+		case m&fs.ModeSymlink != 0:
+			return nil, &fs.PathError{Op: "create", Path: path, Err: ErrSymlink}
+		case m.IsDir():
+			return nil, &fs.PathError{Op: "create", Path: path, Err: syscall.EISDIR}
+		case !m.IsRegular():
+			f, err := Create(path)
+			if err != nil {
+				return nil, err
+			}
+			return &Atomic{f: f, path: path}, nil
+		}
+	}
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	f, err := os.CreateTemp(dir, "."+base+".tmp-*")
+	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return nil, &fs.PathError{Op: "create", Path: path, Err: err}
+	}
+	return &Atomic{f: f, path: path, tmp: f.Name()}, nil
+}
+
+// Write writes to the temporary file. After an error it writes nothing
+// more and returns that error again.
+func (a *Atomic) Write(p []byte) (int, error) {
+	if a.err != nil {
+		return 0, a.err
+	}
+	n, err := a.f.Write(p)
+	if err != nil {
+		a.err = fmt.Errorf("write %s: %w", a.path, unwrapPath(err))
+	}
+	return n, a.err
+}
+
+// Err is the first write error, or nil.
+func (a *Atomic) Err() error { return a.err }
+
+// Commit syncs the temporary file and renames it to the path. After a
+// write error, or when one of these fails, it removes the temporary file
+// and returns the error: the path is as it was.
+func (a *Atomic) Commit() error {
+	if a.f == nil {
+		return errors.New("outfile: " + a.path + ": already committed or aborted")
+	}
+	if a.tmp == "" {
+		err := a.f.Close()
+		a.f = nil
+		if a.err != nil {
+			return a.err
+		}
+		if err != nil {
+			return fmt.Errorf("close %s: %w", a.path, unwrapPath(err))
+		}
+		return nil
+	}
+	err := a.err
+	if err == nil {
+		if serr := a.f.Sync(); serr != nil {
+			err = fmt.Errorf("write %s: %w", a.path, unwrapPath(serr))
+		}
+	}
+	if cerr := a.f.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("write %s: %w", a.path, unwrapPath(cerr))
+	}
+	a.f = nil
+	if err == nil {
+		if rerr := os.Rename(a.tmp, a.path); rerr != nil {
+			err = fmt.Errorf("rename to %s: %w", a.path, unwrapPath(rerr))
+		}
+	}
+	if err != nil {
+		_ = os.Remove(a.tmp)
+		return err
+	}
+	return nil
+}
+
+// Abort drops what was written: the path is as it was. It does nothing
+// after Commit or Abort.
+func (a *Atomic) Abort() {
+	if a.f == nil {
+		return
+	}
+	_ = a.f.Close()
+	a.f = nil
+	if a.tmp != "" {
+		_ = os.Remove(a.tmp)
+	}
+}
+
+// unwrapPath drops the *fs.PathError or *os.LinkError naming the
+// temporary file: the messages name the user's path.
+func unwrapPath(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	var le *os.LinkError
+	if errors.As(err, &le) {
+		return le.Err
+	}
+	return err
+}
