@@ -51,7 +51,9 @@ func written(t *testing.T, snaps ...*Snapshot) *bytes.Buffer {
 
 func TestRoundTrip(t *testing.T) {
 	in := sample()
-	buf := written(t, in, in)
+	later := sample()
+	later.Taken = in.Taken.Add(time.Second)
+	buf := written(t, in, later)
 	for _, compress := range []bool{false, true} {
 		data := buf.Bytes()
 		if compress {
