@@ -166,7 +166,7 @@ func NewReaderLimits(r io.Reader, lim Limits) (*Reader, error) {
 		if err != nil {
 			return nil, fmt.Errorf("snapshot: gzip: %w", err)
 		}
-		br = bufio.NewReaderSize(&ratioReader{r: gz, in: in, ratio: lim.GzipRatio}, 1<<16)
+		br = bufio.NewReaderSize(&ratioReader{r: gz, in: in, ratio: lim.GzipRatio, floor: gzipFloor}, 1<<16)
 	}
 	rd := &Reader{br: br, lim: lim, last: map[string]sampleAt{}}
 	if _, err := br.Peek(1); err != nil {
@@ -370,6 +370,7 @@ type lineReader struct {
 	n    int64 // bytes given
 	mark int64
 	done bool
+	err  error // returned again: the decoder asks anew after some errors
 	// ended: the input ended inside the line (no newline).
 	ended bool
 }
@@ -379,6 +380,9 @@ func (l *lineReader) valueErr() error {
 }
 
 func (l *lineReader) Read(p []byte) (int, error) {
+	if l.err != nil {
+		return 0, l.err
+	}
 	if l.done {
 		return 0, io.EOF
 	}
@@ -394,16 +398,23 @@ func (l *lineReader) Read(p []byte) (int, error) {
 			if errors.Is(err, io.EOF) {
 				return 0, io.EOF // the last line has no newline
 			}
+			l.err = err
 			return 0, err
 		}
 	}
 	room := min(l.lim.Line-l.n, l.lim.Value-(l.n-l.mark))
 	if room <= 0 {
-		l.done = true
-		if l.lim.Line-l.n <= 0 {
-			return 0, fmt.Errorf("the line is longer than the limit of %d bytes", l.lim.Line)
+		if b, _ := l.br.Peek(1); len(b) == 1 && b[0] == '\n' {
+			_, _ = l.br.Discard(1) // the line ends at the limit
+			l.done = true
+			return 0, io.EOF
 		}
-		return 0, l.valueErr()
+		if l.lim.Line-l.n <= 0 {
+			l.err = fmt.Errorf("the line is longer than the limit of %d bytes", l.lim.Line)
+		} else {
+			l.err = l.valueErr()
+		}
+		return 0, l.err
 	}
 	b, _ := l.br.Peek(int(min(int64(l.br.Buffered()), int64(len(p)), room)))
 	if i := bytes.IndexByte(b, '\n'); i >= 0 {
@@ -432,16 +443,16 @@ func (c *countReader) Read(p []byte) (int, error) {
 }
 
 // ratioReader is a gzip stream that stops once it has given more than
-// ratio bytes per compressed byte read (in), past gzipFloor bytes.
+// ratio bytes per compressed byte read (in), past floor bytes.
 type ratioReader struct {
-	r     io.Reader
-	in    *countReader
-	ratio int64
-	out   int64
+	r            io.Reader
+	in           *countReader
+	ratio, floor int64
+	out          int64
 }
 
 func (z *ratioReader) Read(p []byte) (int, error) {
-	if z.out > gzipFloor && z.out > z.ratio*z.in.n {
+	if z.out > z.floor && z.out > z.ratio*z.in.n {
 		return 0, fmt.Errorf("gzip: %d bytes decompressed from %d, more than the limit of %d times the compressed size",
 			z.out, z.in.n, z.ratio)
 	}
