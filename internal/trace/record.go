@@ -7,6 +7,7 @@ package trace
 
 import (
 	"bufio"
+	"bytes"
 	"cmp"
 	"encoding/json"
 	"errors"
@@ -227,8 +228,7 @@ func Read(r io.Reader) (*Trace, error) {
 		}
 		var l line
 		if err := json.Unmarshal(b, &l); err != nil {
-			var se *json.SyntaxError
-			if ended && tr.Header.Trace != 0 && errors.As(err, &se) && se.Offset == int64(len(b)) {
+			if ended && tr.Header.Trace != 0 && cutShort(b) {
 				return sorted(tr), &snapshot.TornError{Line: n, Err: io.ErrUnexpectedEOF}
 			}
 			return nil, fmt.Errorf("%w %d: %w", ErrFormat, n, err)
@@ -287,6 +287,11 @@ func Read(r io.Reader) (*Trace, error) {
 		return nil, ErrNoHeader
 	}
 	return sorted(tr), nil
+}
+
+// cutShort is true when b is the start of a JSON value that ends later.
+func cutShort(b []byte) bool {
+	return errors.Is(json.NewDecoder(bytes.NewReader(b)).Decode(new(line)), io.ErrUnexpectedEOF)
 }
 
 // sorted orders each connection's events: they are drained a tick late
