@@ -115,11 +115,12 @@ type Limits struct {
 }
 
 // The default limits (docs/snapshot-format.md). A socket the writer
-// writes takes about 1.4 KB (2.1 KB with every number at its largest),
-// so a line of DefaultMaxSockets sockets fits DefaultMaxLine with room
-// for long pid lists. The largest value besides a socket is "procs": 64
-// MiB holds some 700,000 processes. Recordings compress 20-140 times;
-// gzip's own limit is about 1,030.
+// writes takes 1.2-1.4 KB, 2.1 KB with every number at its largest
+// (TestDefaultLimitsFitRecordings), so a line of DefaultMaxSockets
+// sockets fits DefaultMaxLine with room for long pid lists. The largest
+// value besides a socket is "procs": 64 MiB holds some 650,000
+// processes. A repetitive recording compresses about 110 times; gzip's
+// own limit is about 1,030.
 const (
 	DefaultMaxSockets = 4 << 20
 	DefaultMaxLine    = int64(DefaultMaxSockets) * 4 << 10

@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
+	"net/netip"
+	"reflect"
 	"runtime"
 	"strings"
 	"testing"
@@ -215,5 +218,62 @@ func TestReaderTimeOrder(t *testing.T) {
 		if _, err := ReadAll(strings.NewReader(tc.in)); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: err %v, want %q", name, err, tc.want)
 		}
+	}
+}
+
+// TestDefaultLimitsFitRecordings: a line of DefaultMaxSockets sockets as
+// the writer writes them, every number at its largest, with the fields
+// besides them at the held limit, is within DefaultMaxLine; and a
+// repetitive recording compresses well under DefaultGzipRatio.
+func TestDefaultLimitsFitRecordings(t *testing.T) {
+	sk := sample().Sockets[0]
+	sk.Family, sk.CC = 10, "cubic0123456789"
+	sk.Local = netip.MustParseAddrPort("[ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff]:65535")
+	sk.Remote = sk.Local
+	sk.RecvQ, sk.SendQ, sk.UID, sk.Inode, sk.IfIndex, sk.Expires = math.MaxUint32, math.MaxUint32, math.MaxUint32, math.MaxUint32, math.MaxUint32, math.MaxUint32
+	sk.Cookie, sk.Timer, sk.Retrans = math.MaxUint64, math.MaxUint8, math.MaxUint8
+	lock := uint8(3)
+	sk.BufLock, sk.Pids = &lock, []int{4194304, 4194303, 4194302, 4194301}
+	ti := new(TCPInfo)
+	v := reflect.ValueOf(ti).Elem()
+	for i := range v.NumField() {
+		switch f := v.Field(i); f.Kind() {
+		case reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+			f.SetUint(math.MaxUint64 >> (64 - 8*f.Type().Size()))
+		case reflect.Bool:
+			f.SetBool(true)
+		}
+	}
+	sk.Info = ti
+	sk.Mem = &MemInfo{math.MaxUint32, math.MaxUint32, math.MaxUint32, math.MaxUint32, math.MaxUint32, math.MaxUint32, math.MaxUint32, math.MaxUint32, math.MaxUint32}
+	worst := int64(len(sk.AppendJSON(nil))) + 1 // and its comma
+	typical := len(sample().Sockets[0].AppendJSON(nil))
+	t.Logf("a socket: %d bytes (sample), %d with every number at its largest", typical, worst)
+	if need := DefaultMaxSockets*worst + DefaultMaxValue; need > DefaultMaxLine {
+		t.Errorf("%d sockets of %d bytes need %d bytes, DefaultMaxLine is %d", DefaultMaxSockets, worst, need, DefaultMaxLine)
+	}
+
+	// Sockets differing as an idle host's do: ports, inodes, cookies, a
+	// few counters. Lines under gzip's window, so each compresses
+	// against the one before.
+	var snaps []*Snapshot
+	for i := range 2000 {
+		s := sample()
+		s.Taken = s.Taken.Add(time.Duration(i) * time.Second)
+		s.Sockets = s.Sockets[:1]
+		s.Sockets[0].Local = netip.AddrPortFrom(s.Sockets[0].Local.Addr(), uint16(40000+i%20))
+		s.Sockets[0].Inode, s.Sockets[0].Cookie = uint32(7+i%20), uint64(9+i%20)
+		s.Counters["TcpExt.ListenOverflows"] = int64(i)
+		snaps = append(snaps, s)
+	}
+	plain := written(t, snaps...).Bytes()
+	var z bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&z, gzip.BestCompression)
+	zw.Write(plain)
+	zw.Close()
+	ratio := len(plain) / z.Len()
+	t.Logf("a repetitive recording: %d bytes, %d gzipped: %d times", len(plain), z.Len(), ratio)
+	if ratio*2 > DefaultGzipRatio {
+		t.Errorf("a recording compresses %d times: DefaultGzipRatio %d leaves too little room", ratio, DefaultGzipRatio)
 	}
 }
