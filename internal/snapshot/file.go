@@ -3,6 +3,7 @@ package snapshot
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"compress/gzip"
 	"encoding/json"
 	"errors"
@@ -158,8 +159,14 @@ const maxHeader = 1 << 16
 // NewReader checks the header and returns a Reader with DefaultLimits.
 func NewReader(r io.Reader) (*Reader, error) { return NewReaderLimits(r, DefaultLimits()) }
 
-// NewReaderLimits is NewReader with other limits.
+// NewReaderLimits is NewReader with other limits; a zero field is the
+// default's.
 func NewReaderLimits(r io.Reader, lim Limits) (*Reader, error) {
+	def := DefaultLimits()
+	lim.Line = cmp.Or(lim.Line, def.Line)
+	lim.Value = cmp.Or(lim.Value, def.Value)
+	lim.Sockets = cmp.Or(lim.Sockets, def.Sockets)
+	lim.GzipRatio = cmp.Or(lim.GzipRatio, def.GzipRatio)
 	br := bufio.NewReaderSize(r, 1<<16)
 	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
 		in := &countReader{r: br}
@@ -185,7 +192,6 @@ func NewReaderLimits(r io.Reader, lim Limits) (*Reader, error) {
 	if rd.Header.Version < 1 || rd.Header.Version > FormatVersion {
 		return nil, fmt.Errorf("snapshot: format version %d not supported (this build reads 1..%d)", rd.Header.Version, FormatVersion)
 	}
-	lr.lim.Value = maxHeader // the rest of the line is skipped, not held
 	if _, err := io.Copy(io.Discard, lr); err != nil {
 		return nil, fmt.Errorf("snapshot: line 1: %w", err)
 	}

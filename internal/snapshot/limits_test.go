@@ -56,6 +56,11 @@ func TestReaderLimits(t *testing.T) {
 			t.Errorf("%s: under wide limits: %v", tc.name, err)
 		}
 	}
+	// A zero limit is the default's.
+	r0, err := NewReaderLimits(strings.NewReader(header+sockets+"\n"), Limits{Value: 1 << 20})
+	if err != nil || r0.lim.Line != DefaultMaxLine || r0.lim.Sockets != DefaultMaxSockets || r0.lim.GzipRatio != DefaultGzipRatio || r0.lim.Value != 1<<20 {
+		t.Errorf("zero limits: %+v %v", r0, err)
+	}
 	// Exactly at the limits is within them.
 	r, _ := NewReaderLimits(strings.NewReader(header+sockets+"\n"), Limits{Line: int64(len(sockets)), Value: 1 << 20, Sockets: 3})
 	if s, err := r.Next(); err != nil || len(s.Sockets) != 3 {
