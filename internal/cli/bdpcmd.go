@@ -107,7 +107,7 @@ func runBDP(e *Env, o *bdpOpts) error {
 // snapshot of --from); it dumps no sockets.
 func settings(e *Env, o *sourceOpts) (*snapshot.Snapshot, error) {
 	if o.from != "" {
-		ss, err := readSeries(o.from)
+		ss, _, err := readSeries(e, o.from)
 		if err != nil {
 			return nil, err
 		}

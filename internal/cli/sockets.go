@@ -173,7 +173,7 @@ func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
 	}
 	w := bufio.NewWriterSize(e.Stdout, 64<<10)
 	if o.src.from != "" {
-		ss, err := readSeries(o.src.from)
+		ss, _, err := readSeries(e, o.src.from)
 		if err != nil {
 			return err
 		}

@@ -81,7 +81,15 @@ func (o *sourceOpts) namespaces(e *Env) ([]netns.NS, error) {
 // from --from. Progress goes to stderr.
 func (o *sourceOpts) sample(ctx context.Context, e *Env, copts collect.Options, ev collect.EventReader, count int, interval time.Duration) ([]series, error) {
 	if o.from != "" {
-		return readSeries(o.from)
+		ss, torn, err := readSeries(e, o.from)
+		if err == nil && torn && count > 1 {
+			for _, sr := range ss {
+				if len(sr.Snaps) < count {
+					e.progress("note: %s: netns %s has only one complete sample: the rules that need a window of two are reported unknown", o.from, sr.Netns)
+				}
+			}
+		}
+		return ss, err
 	}
 	nss, err := o.namespaces(e)
 	if err != nil {
@@ -99,29 +107,42 @@ func (o *sourceOpts) sample(ctx context.Context, e *Env, copts collect.Options, 
 	return out, nil
 }
 
-// readSeries groups a snapshot file by namespace, keeping file order.
-func readSeries(path string) ([]series, error) {
+// readSeries groups a snapshot file by namespace, keeping file order. A
+// last line cut short is dropped with a note (torn true); any other fault
+// of the file is a usage error.
+func readSeries(e *Env, path string) (ss []series, torn bool, err error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, usageErr("--from: %v", err)
+		return nil, false, usageErr("--from: %v", err)
 	}
 	defer f.Close()
 	snaps, err := snapshot.ReadAll(f)
+	var te *snapshot.TornError
+	if errors.As(err, &te) && len(snaps) > 0 {
+		plural := "s"
+		if len(snaps) == 1 {
+			plural = ""
+		}
+		e.progress("note: %s: line %d is incomplete (a recorder stopped mid-write): used the %d complete sample%s before it", path, te.Line, len(snaps), plural)
+		err, torn = nil, true
+	}
+	if te != nil && len(snaps) == 0 {
+		return nil, false, usageErr("--from %s: no complete sample: %v", path, err)
+	}
 	if err != nil {
-		return nil, usageErr("--from %s: %v", path, err)
+		return nil, false, usageErr("--from %s: %v", path, err)
 	}
 	byNS := make(map[string]int)
-	var out []series
 	for _, s := range snaps {
 		i, ok := byNS[s.Netns.Name]
 		if !ok {
-			i = len(out)
+			i = len(ss)
 			byNS[s.Netns.Name] = i
-			out = append(out, series{Netns: s.Netns.Name})
+			ss = append(ss, series{Netns: s.Netns.Name})
 		}
-		out[i].Snaps = append(out[i].Snaps, s)
+		ss[i].Snaps = append(ss[i].Snaps, s)
 	}
-	return out, nil
+	return ss, torn, nil
 }
 
 // nothingCollected is true when every snapshot came back empty-handed.

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/bpfsource"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/outfile"
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/sockdiag"
 	"github.com/tcpdoctor/tcpdoctor/internal/trace"
 )
@@ -120,12 +122,17 @@ func runTrace(cmd *cobra.Command, e *Env, o *traceOpts) error {
 	if o.from != "" {
 		f, err := os.Open(o.from)
 		if err != nil {
-			return collectErr(fmt.Errorf("trace: %w", err))
+			return usageErr("--from: %v", err)
 		}
 		tr, err = trace.Read(f)
 		f.Close()
+		var torn *snapshot.TornError
+		if errors.As(err, &torn) {
+			e.progress("note: %s: line %d is incomplete (a recorder stopped mid-write): used the lines before it", o.from, torn.Line)
+			err = nil
+		}
 		if err != nil {
-			return collectErr(fmt.Errorf("trace: %s: %w", o.from, err))
+			return usageErr("--from %s: %v", o.from, err)
 		}
 	} else {
 		var sink *sinkFile

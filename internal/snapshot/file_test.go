@@ -51,7 +51,9 @@ func written(t *testing.T, snaps ...*Snapshot) *bytes.Buffer {
 
 func TestRoundTrip(t *testing.T) {
 	in := sample()
-	buf := written(t, in, in)
+	later := sample()
+	later.Taken = in.Taken.Add(time.Second)
+	buf := written(t, in, later)
 	for _, compress := range []bool{false, true} {
 		data := buf.Bytes()
 		if compress {
@@ -116,24 +118,54 @@ func FuzzReader(f *testing.F) {
 	w, _ := NewWriter(&buf, "fuzz")
 	w.Write(sample())
 	f.Add(buf.Bytes())
+	whole := buf.String()
+	f.Add([]byte(whole + whole[len(header):len(whole)-40])) // a torn last line
+	f.Add([]byte(whole + whole[len(header):]))              // the same time twice
+	var z bytes.Buffer
+	zw := gzip.NewWriter(&z)
+	zw.Write(buf.Bytes())
+	zw.Write(buf.Bytes()[len(header) : buf.Len()-9])
+	zw.Flush()
+	f.Add(z.Bytes()) // a gzip stream cut inside a line
+	f.Add([]byte(header + `{"taken":"2026-11-22T05:00:00Z","host":"` + strings.Repeat("h", 600) + `"}` + "\n"))
+	f.Add([]byte(header + `{"taken":"2026-11-22T05:00:00Z","sockets":[{},{},{},{},{},{},{},{},{}]}` + "\n"))
 	f.Add([]byte(`{"format":"tcpdoctor-snapshot","version":1}` + "\n{\"taken\":\"2026-11-22T05:00:00Z\"}\n"))
 	f.Add([]byte("\x1f\x8b"))
+	small := Limits{Line: 1 << 10, Value: 256, Sockets: 4, GzipRatio: 400}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		r, err := NewReader(bytes.NewReader(data))
-		if err != nil {
-			return
-		}
-		for i := 0; i < 1000; i++ {
-			s, err := r.Next()
+		n := -1
+		for _, lim := range []Limits{small, DefaultLimits()} {
+			r, err := NewReaderLimits(bytes.NewReader(data), lim)
 			if err != nil {
-				if !errors.Is(err, io.EOF) && err.Error() == "" {
-					t.Fatal("empty error")
-				}
 				return
 			}
-			if s.Taken.IsZero() {
-				t.Fatal("snapshot without time accepted")
+			last := map[string]time.Time{}
+			i := 0
+			for ; i < 1000; i++ {
+				s, err := r.Next()
+				var torn *TornError
+				if errors.As(err, &torn) && (torn.Line < 2 || !errors.Is(err, io.ErrUnexpectedEOF)) {
+					t.Fatalf("torn line %d: %v", torn.Line, err)
+				}
+				if err != nil {
+					if !errors.Is(err, io.EOF) && err.Error() == "" {
+						t.Fatal("empty error")
+					}
+					break
+				}
+				if s.Taken.IsZero() || len(s.Sockets) > lim.Sockets {
+					t.Fatalf("snapshot taken %v with %d sockets accepted", s.Taken, len(s.Sockets))
+				}
+				if p, ok := last[s.Netns.Name]; ok && !s.Taken.After(p) {
+					t.Fatalf("window from %v to %v accepted", p, s.Taken)
+				}
+				last[s.Netns.Name] = s.Taken
 			}
+			// Limits only stop reading early.
+			if n > i {
+				t.Fatalf("%d snapshots within small limits, %d within the defaults", n, i)
+			}
+			n = i
 		}
 	})
 }

@@ -7,6 +7,7 @@ package trace
 
 import (
 	"bufio"
+	"bytes"
 	"cmp"
 	"encoding/json"
 	"errors"
@@ -204,10 +205,18 @@ var (
 const maxLine = 1 << 20
 
 // Read reads a trace file. Points must name a connection defined on an
-// earlier line and come in time order per connection.
+// earlier line and come in time order per connection, no two at one
+// time. A last line the file ends inside (a recorder stopped mid-write)
+// is a *snapshot.TornError, returned with the trace before it.
 func Read(r io.Reader) (*Trace, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), maxLine)
+	ended := false // the last line read has no newline
+	sc.Split(func(data []byte, atEOF bool) (int, []byte, error) {
+		adv, tok, err := bufio.ScanLines(data, atEOF)
+		ended = atEOF && tok != nil && adv == len(data) && data[len(data)-1] != '\n'
+		return adv, tok, err
+	})
 	tr := &Trace{}
 	byID := map[int]*Conn{}
 	n := 0
@@ -219,6 +228,9 @@ func Read(r io.Reader) (*Trace, error) {
 		}
 		var l line
 		if err := json.Unmarshal(b, &l); err != nil {
+			if ended && tr.Header.Trace != 0 && cutShort(b) {
+				return sorted(tr), &snapshot.TornError{Line: n, Err: io.ErrUnexpectedEOF}
+			}
 			return nil, fmt.Errorf("%w %d: %w", ErrFormat, n, err)
 		}
 		if tr.Header.Trace == 0 {
@@ -248,8 +260,8 @@ func Read(r io.Reader) (*Trace, error) {
 			if c == nil {
 				return nil, fmt.Errorf("%w %d: point of undefined connection %d", ErrFormat, n, l.Point.Conn)
 			}
-			if k := len(c.Points); k > 0 && l.Point.T < c.Points[k-1].T {
-				return nil, fmt.Errorf("%w %d: connection %d goes back in time", ErrFormat, n, l.Point.Conn)
+			if k := len(c.Points); k > 0 && l.Point.T <= c.Points[k-1].T {
+				return nil, fmt.Errorf("%w %d: connection %d: point at %v, not after its previous one at %v", ErrFormat, n, l.Point.Conn, l.Point.T, c.Points[k-1].T)
 			}
 			c.Points = append(c.Points, *l.Point)
 		case l.Event != nil:
@@ -266,15 +278,27 @@ func Read(r io.Reader) (*Trace, error) {
 		}
 	}
 	if err := sc.Err(); err != nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			return nil, fmt.Errorf("%w %d: longer than the limit of %d bytes", ErrFormat, n+1, maxLine)
+		}
 		return nil, fmt.Errorf("trace: read line %d: %w", n+1, err)
 	}
 	if tr.Header.Trace == 0 {
 		return nil, ErrNoHeader
 	}
-	// Events are drained a tick late and a CPU's ring reservations may
-	// interleave: order them here.
+	return sorted(tr), nil
+}
+
+// cutShort is true when b is the start of a JSON value that ends later.
+func cutShort(b []byte) bool {
+	return errors.Is(json.NewDecoder(bytes.NewReader(b)).Decode(new(line)), io.ErrUnexpectedEOF)
+}
+
+// sorted orders each connection's events: they are drained a tick late
+// and a CPU's ring reservations may interleave.
+func sorted(tr *Trace) *Trace {
 	for _, c := range tr.Conns {
 		slices.SortStableFunc(c.Events, func(a, b Event) int { return cmp.Compare(a.T, b.T) })
 	}
-	return tr, nil
+	return tr
 }

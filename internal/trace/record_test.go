@@ -49,18 +49,60 @@ func TestReadErrors(t *testing.T) {
 	}
 }
 
+// TestReadTornAndTimes: a last line the file ends inside is dropped as a
+// *snapshot.TornError with what came before; a damaged line before the
+// end, two points of a connection at one time and an over-long line are
+// errors naming the line.
+func TestReadTornAndTimes(t *testing.T) {
+	head := `{"header":{"trace":2,"interval_ns":10000000}}` + "\n" + `{"conn":{"id":1}}` + "\n" + `{"p":{"t":5,"c":1,"acked":1}}` + "\n"
+	for _, cut := range []string{`{"p":{"t":6,"c":1,"ack`, `{"p":`, `{`} {
+		tr, err := Read(strings.NewReader(head + cut))
+		var torn *snapshot.TornError
+		if !errors.As(err, &torn) || torn.Line != 4 || tr == nil || len(tr.Conns) != 1 || len(tr.Conns[0].Points) != 1 {
+			t.Errorf("%q cut: %v, %+v", cut, err, tr)
+		}
+	}
+	for name, c := range map[string]struct{ in, want string }{
+		"middle":   {head + `{"p":{"t":6,"c":1,"ack` + "\n" + `{"p":{"t":7,"c":1}}` + "\n", "malformed line 4"},
+		"bad-end":  {head + `{"p":{"t":6,"c":1}}}`, "malformed line 4"},
+		"same-t":   {head + `{"p":{"t":5,"c":1,"acked":9}}` + "\n", "malformed line 4: connection 1: point at 5ns, not after its previous one at 5ns"},
+		"too-long": {head + `{"p":{"t":6,"c":1,"cc":"` + strings.Repeat("x", maxLine) + `"}}` + "\n", "malformed line 4: longer than the limit of 1048576 bytes"},
+	} {
+		_, err := Read(strings.NewReader(c.in))
+		var torn *snapshot.TornError
+		if err == nil || errors.As(err, &torn) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want %q", name, err, c.want)
+		}
+	}
+}
+
 // FuzzRead: any input is read or refused with an error, never a panic,
-// and what is read analyses and renders.
+// and what is read analyses and renders; a torn last line leaves what
+// came before it. No connection has two points at one time.
 func FuzzRead(f *testing.F) {
 	tr, _ := pageTrace()
 	var buf bytes.Buffer
 	_ = WriteAll(&buf, tr)
 	f.Add(buf.Bytes())
+	f.Add(buf.Bytes()[:buf.Len()-15]) // a torn last line
 	f.Add([]byte(`{"header":{"trace":1,"interval_ns":1}}` + "\n" + `{"conn":{"id":1}}` + "\n" + `{"p":{"t":0,"c":1,"acked":5,"busy":9}}` + "\n" + `{"p":{"t":1,"c":1,"acked":1}}`))
+	f.Add([]byte(`{"header":{"trace":2,"interval_ns":1}}` + "\n" + `{"conn":{"id":1}}` + "\n" + `{"p":{"t":3,"c":1}}` + "\n" + `{"p":{"t":3,"c":1}}` + "\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		tr, err := Read(bytes.NewReader(b))
-		if err != nil {
+		var torn *snapshot.TornError
+		if errors.As(err, &torn) {
+			if tr == nil || torn.Line < 2 {
+				t.Fatalf("torn line %d with trace %v", torn.Line, tr)
+			}
+		} else if err != nil {
 			return
+		}
+		for _, c := range tr.Conns {
+			for i := 1; i < len(c.Points); i++ {
+				if c.Points[i].T <= c.Points[i-1].T {
+					t.Fatalf("connection %d: point %d at %v after %v", c.ID, i, c.Points[i].T, c.Points[i-1].T)
+				}
+			}
 		}
 		ts := Segment(tr, SegmentOptions{})
 		Judge(tr, ts, JudgeOptions{})
