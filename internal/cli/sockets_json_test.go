@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"io"
 	"math"
 	"math/rand/v2"
 	"net/netip"
@@ -217,4 +218,24 @@ func FuzzSocketJSON(f *testing.F) {
 		}
 		checkRow(t, &r)
 	})
+}
+
+// TestSocketPrinterAllocs: a row costs no allocation, in JSON and, once
+// the table's columns are sized, in the table (docs/performance.md).
+func TestSocketPrinterAllocs(t *testing.T) {
+	sk := snapshot.Socket{State: snapshot.Established, Local: netip.MustParseAddrPort("10.0.0.1:80"),
+		Remote: netip.MustParseAddrPort("10.0.0.2:40000"), Pids: []int{42}, Mem: &snapshot.MemInfo{Sndbuf: 87040, Rcvbuf: 131072}}
+	sh := sharesView{WindowMS: 1000, Busy: 0.5, Sndbuf: 0.25, Rwnd: 0.25, Congestion: 0.5}
+	r := socketRow{netns: "host", sk: &sk, command: "nginx", hasCommand: true, shares: &sh}
+	for _, asJSON := range []bool{false, true} {
+		p := &socketPrinter{w: bufio.NewWriter(io.Discard), json: asJSON, multiNS: true, shares: true}
+		for range tableLookAhead + 1 {
+			if err := p.row(&r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := testing.AllocsPerRun(200, func() { _ = p.row(&r) }); n != 0 {
+			t.Errorf("json %v: %.1f allocations a row, want 0", asJSON, n)
+		}
+	}
 }
