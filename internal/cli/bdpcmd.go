@@ -10,6 +10,7 @@ import (
 
 	"github.com/tcpdoctor/tcpdoctor/internal/bdp"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
+	"github.com/tcpdoctor/tcpdoctor/internal/output"
 	"github.com/tcpdoctor/tcpdoctor/internal/procnet"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/textsafe"
@@ -65,12 +66,12 @@ func runBDP(e *Env, o *bdpOpts) error {
 		return enc.Encode(plan)
 	}
 	w := e.Stdout
-	fmt.Fprintf(w, "path: %s at %s\n", o.rtt, fmtBps(uint64(rate/8)))
-	fmt.Fprintf(w, "BDP: %.0f bytes (%s): the data that must be in flight to fill the path\n", plan.BDP, fmtSize(uint32(min(plan.BDP, 1<<31))))
+	fmt.Fprintf(w, "path: %s at %s\n", o.rtt, output.Bps(uint64(rate/8)))
+	fmt.Fprintf(w, "BDP: %.0f bytes (%s): the data that must be in flight to fill the path\n", plan.BDP, output.Size(uint32(min(plan.BDP, 1<<31))))
 	fmt.Fprintf(w, "sender needs a send buffer of %s (setsockopt SO_SNDBUF %s, which the kernel doubles; or leave it autotuned)\n",
-		fmtSize(uint32(plan.SndBuf)), fmtSize(uint32(plan.AskSndBuf)))
+		output.Size(uint32(plan.SndBuf)), output.Size(uint32(plan.AskSndBuf)))
 	fmt.Fprintf(w, "receiver needs a receive buffer of %s (setsockopt SO_RCVBUF %s; about half of it becomes window)\n",
-		fmtSize(uint32(plan.RcvBuf)), fmtSize(uint32(plan.AskRcvBuf)))
+		output.Size(uint32(plan.RcvBuf)), output.Size(uint32(plan.AskRcvBuf)))
 	if s == nil {
 		return nil
 	}

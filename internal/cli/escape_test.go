@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 )
@@ -132,24 +131,6 @@ func TestErrorPrinterEscapes(t *testing.T) {
 	if n := strings.Count(stderr, "\n"); n != 1 {
 		t.Errorf("error printed on %d lines, want 1: %q", n, stderr)
 	}
-}
-
-// TestEventTablesEscapeNames: the eBPF tables under `sockets --interval`
-// name processes (their comm), namespaces and reasons.
-func TestEventTablesEscapeNames(t *testing.T) {
-	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	cur := &snapshot.Snapshot{Taken: t0, Netns: snapshot.Netns{Name: hostile}, Events: &snapshot.Events{Since: t0.Add(-time.Second), Until: t0,
-		Flows:   []snapshot.EventFlow{{Pid: 7, Command: hostile, Remote: zoned, Opens: 3}},
-		Drops:   []snapshot.EventDrop{{Reason: hostile, Count: 2}},
-		Resets:  []snapshot.EventReset{{Sent: true, Reason: "TCP_STATE", Remote: zoned, Count: 1}},
-		Missing: []snapshot.EventProgram{{Program: hostile, Reason: hostile}}}}
-	ss := []series{{Netns: hostile, Snaps: []*snapshot.Snapshot{{Taken: t0.Add(-time.Second)}, cur}}}
-	var b strings.Builder
-	printEvents(&b, ss, &socketFilter{})
-	// The flow row names the namespace, the command and the zoned peer,
-	// the drop row the namespace and the reason, the reset row the
-	// namespace and the zoned peer, the note the program and its reason.
-	assertEscaped(t, "event tables", b.String(), 9)
 }
 
 func TestBDPEscapesNetns(t *testing.T) {

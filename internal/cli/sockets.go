@@ -3,18 +3,18 @@ package cli
 import (
 	"bufio"
 	"errors"
-	"net/netip"
-	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/bpfsource"
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
+	"github.com/tcpdoctor/tcpdoctor/internal/output"
+	"github.com/tcpdoctor/tcpdoctor/internal/output/sockets"
 	"github.com/tcpdoctor/tcpdoctor/internal/procs"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/sockdiag"
-	"github.com/tcpdoctor/tcpdoctor/internal/textsafe"
+	"github.com/tcpdoctor/tcpdoctor/internal/tcpmodel"
 )
 
 type socketsOpts struct {
@@ -60,24 +60,6 @@ tcp_info chronographs.`,
 	return cmd
 }
 
-// socketView is one row of `sockets --json`; fields only ever get added.
-type socketView struct {
-	Netns string `json:"netns"`
-	// Pid and Command are the first owner; null when unknown.
-	Pid     *int    `json:"pid"`
-	Command *string `json:"command"`
-	snapshot.Socket
-	Shares *sharesView `json:"limited,omitempty"`
-}
-
-type sharesView struct {
-	WindowMS   float64 `json:"window_ms"`
-	Busy       float64 `json:"busy"`
-	Sndbuf     float64 `json:"sndbuf"`
-	Rwnd       float64 `json:"rwnd"`
-	Congestion float64 `json:"congestion"`
-}
-
 type socketFilter struct {
 	states             map[snapshot.State]bool
 	port, lport, rport int
@@ -106,6 +88,11 @@ func (f *socketFilter) match(sk *snapshot.Socket) bool {
 func (f *socketFilter) ports(lp, rp int) bool {
 	return (f.port == 0 || lp == f.port || rp == f.port) &&
 		(f.lport == 0 || lp == f.lport) && (f.rport == 0 || rp == f.rport)
+}
+
+// events is f as the event tables apply it.
+func (f *socketFilter) events() sockets.EventFilter {
+	return sockets.EventFilter{Pid: f.pid, Ports: f.ports}
 }
 
 // kernel returns the dump request that does f's state and port tests in
@@ -178,7 +165,7 @@ func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
 			return err
 		}
 		warnErrors(e, ss)
-		if err := printSeries(w, ss, flt, o.json); err != nil {
+		if err := sockets.WriteWindows(w, windows(ss), flt.match, o.json); err != nil {
 			return err
 		}
 		return w.Flush()
@@ -205,12 +192,12 @@ func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
 	}
 	st.Opts.LoadFiles = loadFiles
 	var first []*snapshot.Snapshot
-	var prev *chronoIndex
+	var prev *tcpmodel.Chronos
 	if o.interval > 0 {
-		prev = &chronoIndex{byNS: map[string]map[uint64]chrono{}, taken: map[string]time.Time{}}
+		prev = tcpmodel.NewChronos()
 		first, err = st.Stream(nss, func(s *snapshot.Snapshot, sk *snapshot.Socket) error {
 			if flt.match(sk) {
-				prev.add(s, sk)
+				prev.Add(s, sk)
 			}
 			return nil
 		})
@@ -218,24 +205,23 @@ func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
 			return err
 		}
 		for _, s := range first {
-			prev.taken[s.Netns.Name] = s.Taken
+			prev.Taken(s)
 		}
 		if err := e.Sleep(cmd.Context(), o.interval); err != nil {
 			return err
 		}
 	}
-	p := &socketPrinter{w: w, json: o.json, multiNS: len(nss) > 1, shares: o.interval > 0}
-	var sh sharesView
+	p := sockets.NewPrinter(w, sockets.Options{JSON: o.json, Netns: len(nss) > 1, Limited: o.interval > 0})
+	var lim tcpmodel.Limited
 	heads, err := st.Stream(nss, func(s *snapshot.Snapshot, sk *snapshot.Socket) error {
 		if !flt.match(sk) {
 			return nil
 		}
-		r := socketRow{netns: s.Netns.Name, sk: sk}
-		r.owner(s.Procs)
-		if prev != nil && prev.shares(s, sk, &sh) {
-			r.shares = &sh
+		r := sockets.Row{Subject: output.SocketSubject(s.Netns.Name, sk, s.Procs), Socket: sk}
+		if prev != nil && prev.Limited(s, sk, &lim) {
+			r.Limited = &lim
 		}
-		return p.row(&r)
+		return p.Row(&r)
 	})
 	if err != nil {
 		return err
@@ -248,14 +234,14 @@ func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
 		}
 	}
 	warnErrors(e, ss)
-	if p.rows == 0 && noDump(heads) {
+	if p.Rows() == 0 && noDump(heads) {
 		return collectErr(errors.New("nothing could be collected: " + firstErrors(ss)))
 	}
-	if err := p.close(); err != nil {
+	if err := p.Close(); err != nil {
 		return err
 	}
 	if o.interval > 0 {
-		printEvents(w, ss, flt)
+		sockets.WriteEvents(w, windows(ss), flt.events())
 	}
 	return w.Flush()
 }
@@ -274,294 +260,15 @@ func noDump(heads []*snapshot.Snapshot) bool {
 	return true
 }
 
-// owner sets the row's command from its first owner.
-func (r *socketRow) owner(procs map[int]*snapshot.Proc) {
-	if len(r.sk.Pids) == 0 {
-		return
+// windows is each namespace's samples as the listing prints them.
+func windows(ss []series) []sockets.Window {
+	ws := make([]sockets.Window, len(ss))
+	for i, sr := range ss {
+		prev, cur := sr.Window()
+		ws[i] = sockets.Window{Netns: sr.Netns, Prev: prev, Cur: cur}
 	}
-	if p := procs[r.sk.Pids[0]]; p != nil {
-		r.command, r.hasCommand = p.Command, true
-	}
+	return ws
 }
-
-// chronoIndex is the first of two samples: per namespace and cookie only
-// the chronographs the shares need, not copies of the sockets.
-type chronoIndex struct {
-	byNS  map[string]map[uint64]chrono
-	taken map[string]time.Time
-}
-
-type chrono struct{ busy, rwnd, sndbuf uint64 }
-
-func (c *chronoIndex) add(s *snapshot.Snapshot, sk *snapshot.Socket) {
-	var tb snapshot.TCPInfo
-	ti := sk.TCP(&tb)
-	if !ti.Has(snapshot.EndChrono) {
-		return
-	}
-	m := c.byNS[s.Netns.Name]
-	if m == nil {
-		m = map[uint64]chrono{}
-		c.byNS[s.Netns.Name] = m
-	}
-	m[sk.Cookie] = chrono{ti.BusyTime, ti.RwndLimited, ti.SndbufLimited}
-}
-
-// shares fills sh for sk from its first sample; false when there is none.
-func (c *chronoIndex) shares(s *snapshot.Snapshot, sk *snapshot.Socket, sh *sharesView) bool {
-	ch, ok := c.byNS[s.Netns.Name][sk.Cookie]
-	if !ok {
-		return false
-	}
-	prev := snapshot.TCPInfo{Len: snapshot.EndChrono, BusyTime: ch.busy, RwndLimited: ch.rwnd, SndbufLimited: ch.sndbuf}
-	var tb snapshot.TCPInfo
-	return sharesOf(&prev, sk.TCP(&tb), s.Taken.Sub(c.taken[s.Netns.Name]), sh)
-}
-
-func sharesOf(prev, cur *snapshot.TCPInfo, window time.Duration, v *sharesView) bool {
-	sh, ok := snapshot.ChronoShares(prev, cur, window)
-	if !ok {
-		return false
-	}
-	*v = sharesView{
-		WindowMS:   float64(sh.Window) / float64(time.Millisecond),
-		Busy:       snapshot.Frac(sh.Busy, sh.Window),
-		Sndbuf:     snapshot.Frac(sh.Sndbuf, sh.Busy),
-		Rwnd:       snapshot.Frac(sh.Rwnd, sh.Busy),
-		Congestion: snapshot.Frac(sh.Cwnd, sh.Busy),
-	}
-	return true
-}
-
-// printSeries prints the sockets of snapshots read from a file (already in
-// memory): a first pass finds which columns the table needs.
-func printSeries(w *bufio.Writer, ss []series, flt *socketFilter, asJSON bool) error {
-	p := &socketPrinter{w: w, json: asJSON}
-	first := ""
-	each := func(fn func(*socketRow) error) error {
-		var sh sharesView
-		for _, sr := range ss {
-			prev, cur := sr.Window()
-			var prevBy map[uint64]*snapshot.Socket
-			if prev != nil {
-				prevBy = make(map[uint64]*snapshot.Socket, len(prev.Sockets))
-				for i := range prev.Sockets {
-					prevBy[prev.Sockets[i].Cookie] = &prev.Sockets[i]
-				}
-			}
-			var tb, pb snapshot.TCPInfo
-			for i := range cur.Sockets {
-				sk := &cur.Sockets[i]
-				if !flt.match(sk) {
-					continue
-				}
-				r := socketRow{netns: cur.Netns.Name, sk: sk}
-				r.owner(cur.Procs)
-				if ps := prevBy[sk.Cookie]; ps != nil && sharesOf(ps.TCP(&pb), sk.TCP(&tb), cur.Taken.Sub(prev.Taken), &sh) {
-					r.shares = &sh
-				}
-				if err := fn(&r); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
-	}
-	if !asJSON {
-		_ = each(func(r *socketRow) error {
-			if first == "" {
-				first = r.netns
-			}
-			p.multiNS = p.multiNS || r.netns != first
-			p.shares = p.shares || r.shares != nil
-			return nil
-		})
-	}
-	if err := each(p.row); err != nil {
-		return err
-	}
-	return p.close()
-}
-
-// socketPrinter prints rows as they come: a JSON array, one object a
-// line, or a table whose widths come from its first rows.
-type socketPrinter struct {
-	w               *bufio.Writer
-	json            bool
-	multiNS, shares bool
-	rows            int
-	buf             []byte
-	tab             *table
-}
-
-func (p *socketPrinter) row(r *socketRow) error {
-	p.rows++
-	if p.json {
-		p.buf = p.buf[:0]
-		if p.rows == 1 {
-			p.buf = append(p.buf, "[\n"...)
-		} else {
-			p.buf = append(p.buf, ",\n"...)
-		}
-		p.buf = appendSocketJSON(p.buf, r)
-		_, err := p.w.Write(p.buf)
-		return err
-	}
-	if p.tab == nil {
-		if err := p.header(); err != nil {
-			return err
-		}
-	}
-	t := p.tab
-	sk := r.sk
-	if p.multiNS {
-		t.row = append(t.row, textsafe.String(r.netns)...)
-		t.cell()
-	}
-	t.row = append(t.row, sk.State.String()...)
-	t.cell()
-	t.row = strconv.AppendUint(t.row, uint64(sk.RecvQ), 10)
-	t.cell()
-	t.row = strconv.AppendUint(t.row, uint64(sk.SendQ), 10)
-	t.cell()
-	t.row = appendAddrPort(t.row, sk.Local)
-	t.cell()
-	if sk.State == snapshot.Listen {
-		t.row = append(t.row, '*')
-	} else {
-		t.row = appendAddrPort(t.row, sk.Remote)
-	}
-	t.cell()
-	var tb snapshot.TCPInfo
-	if in := sk.TCP(&tb); in != nil && sk.State != snapshot.Listen {
-		t.row = appendMS(t.row, in.RTT)
-		t.cell()
-		t.row = strconv.AppendUint(t.row, uint64(in.SndCwnd), 10)
-		t.cell()
-		t.row = appendBps(t.row, in.DeliveryRate)
-		t.cell()
-	} else {
-		t.dashes(3)
-	}
-	if m := sk.Mem; m != nil {
-		t.row = appendSize(t.row, m.Sndbuf)
-		t.cell()
-		t.row = appendSize(t.row, m.Rcvbuf)
-		t.cell()
-	} else {
-		t.dashes(2)
-	}
-	if len(sk.Pids) > 0 {
-		if r.hasCommand {
-			t.row = append(t.row, textsafe.String(r.command)...)
-		} else {
-			t.row = append(t.row, '?')
-		}
-		t.row = append(t.row, '/')
-		t.row = strconv.AppendInt(t.row, int64(sk.Pids[0]), 10)
-	} else {
-		t.row = append(t.row, '-')
-	}
-	t.cell()
-	if p.shares {
-		if s := r.shares; s != nil {
-			for _, v := range []float64{s.Busy, s.Sndbuf, s.Rwnd, s.Congestion} {
-				t.row = strconv.AppendFloat(t.row, v*100, 'f', 0, 64)
-				t.row = append(t.row, '%')
-				t.cell()
-			}
-		} else {
-			t.dashes(4)
-		}
-	}
-	return t.endRow()
-}
-
-// dashes adds n cells holding "-".
-func (t *table) dashes(n int) {
-	for range n {
-		t.row = append(t.row, '-')
-		t.cell()
-	}
-}
-
-func (p *socketPrinter) header() error {
-	p.tab = newTable(p.w)
-	var cols []string
-	if p.multiNS {
-		cols = append(cols, "Netns")
-	}
-	cols = append(cols, "State", "Recv-Q", "Send-Q", "Local", "Remote", "RTT", "Cwnd", "Rate", "Sndbuf", "Rcvbuf", "Process")
-	if p.shares {
-		cols = append(cols, "Busy", "Sndbuf-lim", "Rwnd-lim", "Cwnd-lim")
-	}
-	for _, c := range cols {
-		p.tab.row = append(p.tab.row, c...)
-		p.tab.cell()
-	}
-	return p.tab.endRow()
-}
-
-// close ends the array or prints the rows the table still holds (the
-// header alone when there were no rows).
-func (p *socketPrinter) close() error {
-	if p.json {
-		end := "\n]\n"
-		if p.rows == 0 {
-			end = "[]\n"
-		}
-		_, err := p.w.WriteString(end)
-		return err
-	}
-	if p.tab == nil {
-		if err := p.header(); err != nil {
-			return err
-		}
-	}
-	return p.tab.flush()
-}
-
-// appendAddrPort appends what AddrPort.String gives, escaped when it has
-// a zone (from a file, a zone can be anything).
-func appendAddrPort(b []byte, ap netip.AddrPort) []byte {
-	if !ap.Addr().IsValid() || ap.Addr().Zone() != "" {
-		return append(b, textsafe.String(ap.String())...)
-	}
-	return ap.AppendTo(b)
-}
-
-func appendMS(b []byte, us uint32) []byte {
-	return append(strconv.AppendFloat(b, float64(us)/1000, 'f', 1, 64), "ms"...)
-}
-
-func appendBps(b []byte, bytesPerSec uint64) []byte {
-	bits := float64(bytesPerSec) * 8
-	switch {
-	case bits >= 1e9:
-		return append(strconv.AppendFloat(b, bits/1e9, 'f', 2, 64), "Gbps"...)
-	case bits >= 1e6:
-		return append(strconv.AppendFloat(b, bits/1e6, 'f', 1, 64), "Mbps"...)
-	case bits >= 1e3:
-		return append(strconv.AppendFloat(b, bits/1e3, 'f', 0, 64), "kbps"...)
-	}
-	return append(strconv.AppendFloat(b, bits, 'f', 0, 64), "bps"...)
-}
-
-func appendSize(b []byte, v uint32) []byte {
-	switch {
-	case v >= 1<<20 && v%(1<<20) == 0:
-		return append(strconv.AppendUint(b, uint64(v>>20), 10), 'M')
-	case v >= 1<<10 && v%(1<<10) == 0:
-		return append(strconv.AppendUint(b, uint64(v>>10), 10), 'K')
-	case v >= 1<<10:
-		return append(strconv.AppendFloat(b, float64(v)/1024, 'f', 1, 64), 'K')
-	}
-	return strconv.AppendUint(b, uint64(v), 10)
-}
-
-func fmtBps(bytesPerSec uint64) string { return string(appendBps(nil, bytesPerSec)) }
-
-func fmtSize(b uint32) string { return string(appendSize(nil, b)) }
 
 // kernelFiles is the loader of the kernel's owner walk (eBPF
 // iter/task_file) for StreamOptions.LoadFiles, nil where it does not pay:

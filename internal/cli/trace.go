@@ -275,11 +275,7 @@ func parsePrefix(s string) (netip.Prefix, error) {
 
 // writeTraceHTML writes the page and renames it into place.
 func writeTraceHTML(page *outfile.Atomic, tr *trace.Trace, ts []trace.Transfer) error {
-	title := tr.Header.Filter
-	if tr.Header.Netns != "" {
-		title += " in " + tr.Header.Netns
-	}
-	if err := trace.WriteHTML(page, tr, ts, title); err != nil {
+	if err := trace.WriteHTML(page, tr, ts, trace.PageTitle(&tr.Header)); err != nil {
 		page.Abort()
 		if werr := page.Err(); werr != nil {
 			return werr // the file's, not the template's wrapping of it

@@ -74,12 +74,12 @@ func runWatch(ctx context.Context, e *Env, o *watchOpts) error {
 	}
 	// Namespaces a process of which we may not read have no name: their
 	// events show the inode.
-	names := &nsNames{find: netns.Finder{ProcRoot: e.ProcRoot, RunDir: "/run/netns"}, now: e.Now}
-	nsErr := names.refresh()
+	names := &netns.Names{Find: netns.Finder{ProcRoot: e.ProcRoot, RunDir: "/run/netns"}, Now: e.Now}
+	nsErr := names.Refresh()
 	if len(o.netns) > 0 {
 		f.Netns = map[uint64]bool{}
 		for _, n := range o.netns {
-			ino, ok := names.inodeNamed(n)
+			ino, ok := names.Inode(n)
 			if !ok {
 				if nsErr != nil {
 					return usageErr("watch: no network namespace named %q (%v)", n, nsErr)
@@ -107,47 +107,9 @@ func runWatch(ctx context.Context, e *Env, o *watchOpts) error {
 		defer cancel()
 	}
 	wo := watch.Options{Filter: f, JSON: o.json, Tick: o.tick, Burst: o.burst, Count: o.count,
-		NameOf: names.of, Now: e.Now, Notes: e.Stderr}
+		NameOf: names.Of, Now: e.Now, Notes: e.Stderr}
 	if err := watch.Run(ctx, src, wo, e.Stdout); err != nil {
 		return collectErr(err)
 	}
 	return nil
-}
-
-// nsNames names namespaces by inode, looking again (at most once a
-// second) when an event comes from one created since.
-type nsNames struct {
-	find   netns.Finder
-	now    func() time.Time
-	byIno  map[uint64]string
-	looked time.Time
-}
-
-func (n *nsNames) refresh() error {
-	n.looked = n.now()
-	all, err := n.find.All()
-	m := make(map[uint64]string, len(all))
-	for _, ns := range all {
-		m[ns.Inode] = ns.Name
-	}
-	n.byIno = m
-	return err
-}
-
-func (n *nsNames) of(ino uint64) (string, bool) {
-	name, ok := n.byIno[ino]
-	if !ok && ino != 0 && n.now().Sub(n.looked) >= time.Second {
-		_ = n.refresh() // a partial list still names what it can
-		name, ok = n.byIno[ino]
-	}
-	return name, ok
-}
-
-func (n *nsNames) inodeNamed(name string) (uint64, bool) {
-	for ino, nm := range n.byIno {
-		if nm == name {
-			return ino, true
-		}
-	}
-	return 0, false
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
+	"github.com/tcpdoctor/tcpdoctor/internal/output"
 	"github.com/tcpdoctor/tcpdoctor/internal/textsafe"
 )
 
@@ -169,9 +170,11 @@ func counts(cs []diag.Count) string {
 	return strings.Join(parts, ", ")
 }
 
-// subjectText prints a finding's subject, its strings escaped.
+// subjectText prints a finding's subject, its strings escaped; its
+// process and namespace as output.Subject formats them.
 func subjectText(s diag.Subject) string {
 	safe := textsafe.String
+	sub := output.Subject{Netns: s.Netns, Pid: s.Pid, HasPid: s.Pid != 0, Command: s.Command, HasCommand: s.Command != ""}
 	var parts []string
 	if s.Local != "" {
 		parts = append(parts, safe(s.Local))
@@ -179,8 +182,8 @@ func subjectText(s diag.Subject) string {
 	if s.Remote != "" {
 		parts = append(parts, "-> "+safe(s.Remote))
 	}
-	if s.Command != "" || s.Pid != 0 {
-		parts = append(parts, fmt.Sprintf("(%s pid %d)", safe(s.Command), s.Pid))
+	if p := sub.ProcessPid(); p != "" {
+		parts = append(parts, p)
 	}
 	if s.Service != "" && s.Service != s.Local {
 		parts = append(parts, "service "+safe(s.Service))
@@ -192,7 +195,7 @@ func subjectText(s diag.Subject) string {
 		parts = append(parts, "ports "+counts(s.Ports))
 	}
 	if s.Netns != "" {
-		parts = append(parts, "netns "+safe(s.Netns))
+		parts = append(parts, "netns "+sub.NetnsText())
 	}
 	return strings.Join(parts, " ")
 }

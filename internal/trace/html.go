@@ -101,6 +101,15 @@ type connSection struct {
 	Rows              []Row
 }
 
+// PageTitle is the page's title for a recording: its filter, and the
+// namespace it was made in. The page escapes it (html/template).
+func PageTitle(h *Header) string {
+	if h.Netns != "" {
+		return h.Filter + " in " + h.Netns
+	}
+	return h.Filter
+}
+
 // WriteHTML writes the report: one self-contained page with, per
 // connection, plots of in flight, cwnd, the peer's window, Send-Q and
 // Recv-Q, delivery rate and RTT, transfers shaded by what held them, and

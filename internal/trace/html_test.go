@@ -160,3 +160,14 @@ func TestHTMLInChromium(t *testing.T) {
 		_ = os.WriteFile(out, b, 0o644)
 	}
 }
+
+func TestPageTitle(t *testing.T) {
+	for _, c := range []struct {
+		h    Header
+		want string
+	}{{Header{Filter: "port 80"}, "port 80"}, {Header{Filter: "port 80", Netns: "tdlab-a"}, "port 80 in tdlab-a"}} {
+		if got := PageTitle(&c.h); got != c.want {
+			t.Errorf("PageTitle(%+v) = %q, want %q", c.h, got, c.want)
+		}
+	}
+}

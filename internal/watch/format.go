@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"strconv"
 
+	"github.com/tcpdoctor/tcpdoctor/internal/output"
 	"github.com/tcpdoctor/tcpdoctor/internal/textsafe"
 )
 
@@ -27,11 +28,22 @@ type jsonLine struct {
 
 const timeJSON = "2006-01-02T15:04:05.000000Z07:00"
 
+// subjectOf is l's namespace (named by nameOf) and process.
+func subjectOf(l *Line, nameOf func(uint64) (string, bool)) output.Subject {
+	var name string
+	named := false
+	if nameOf != nil {
+		name, named = nameOf(l.Netns)
+	}
+	return output.ProcessSubject(output.NetnsLabel(l.Netns, name, named), l.Pid, l.Command)
+}
+
 func appendJSON(b []byte, l *Line, nameOf func(uint64) (string, bool)) []byte {
-	j := jsonLine{Time: l.Time.Format(timeJSON), Kind: l.Kind, Netns: nsName(l.Netns, nameOf), NetnsInode: l.Netns,
+	sub := subjectOf(l, nameOf)
+	j := jsonLine{Time: l.Time.Format(timeJSON), Kind: l.Kind, Netns: sub.Netns, NetnsInode: l.Netns,
 		Local: endpoint(l.Local), Remote: endpoint(l.Remote), Reason: l.Reason, Count: l.Count}
-	if l.Pid != 0 {
-		pid, cmd := l.Pid, l.Command
+	if sub.HasPid {
+		pid, cmd := sub.Pid, sub.Command
 		j.Pid, j.Command = &pid, &cmd
 	}
 	out, err := json.Marshal(j)
@@ -49,13 +61,12 @@ func appendText(b []byte, l *Line, nameOf func(uint64) (string, bool)) []byte {
 	b = append(b, ' ')
 	kind := textsafe.String(l.Kind)
 	b = pad(append(b, kind...), len(kind), 17)
-	ns := textsafe.String(nsName(l.Netns, nameOf))
+	sub := subjectOf(l, nameOf)
+	ns := sub.NetnsText()
 	b = pad(append(b, ns...), len(ns), 10)
-	proc := "-"
-	if l.Pid != 0 {
-		proc = textsafe.String(l.Command) + "/" + strconv.Itoa(l.Pid)
-	}
-	b = pad(append(b, proc...), len(proc), 18)
+	n := len(b)
+	b = sub.AppendProcess(b)
+	b = pad(b, len(b)-n, 18)
 	ends := endpoint(l.Local) + " > " + endpoint(l.Remote)
 	b = pad(append(b, ends...), len(ends), 46)
 	b = append(b, textsafe.String(l.Reason)...)
@@ -90,16 +101,4 @@ func endpoint(ap netip.AddrPort) string {
 		port = strconv.Itoa(int(ap.Port()))
 	}
 	return addr + ":" + port
-}
-
-func nsName(ino uint64, nameOf func(uint64) (string, bool)) string {
-	if nameOf != nil {
-		if n, ok := nameOf(ino); ok {
-			return n
-		}
-	}
-	if ino == 0 {
-		return "?"
-	}
-	return "ns:" + strconv.FormatUint(ino, 10)
 }

@@ -265,3 +265,32 @@ func TestTextEscapesNames(t *testing.T) {
 		t.Errorf("JSON changed the names: %s", js)
 	}
 }
+
+// TestLineBytes pins both forms of a line with a process and one without,
+// a named namespace and an unnamed one, byte for byte.
+func TestLineBytes(t *testing.T) {
+	named := func(ino uint64) (string, bool) { return "host", ino == 4026531840 }
+	withPid := lineOf(ev(bpfsource.ResetSent, "198.18.0.1:0", "[2001:db8::2]:80", 77, "TCP_ABORT_ON_LINGER"))
+	noPid := lineOf(ev(bpfsource.ResetReceived, "198.18.0.2:80", "198.18.0.1:5000", 0, ""))
+	noPid.Netns = 4026532000
+	zero := noPid
+	zero.Netns = 0
+	for _, c := range []struct {
+		l        Line
+		text, js string
+	}{
+		{withPid, "09:31:02.123 reset-sent       host      nginx/77          198.18.0.1:* > [2001:db8::2]:80               TCP_ABORT_ON_LINGER\n",
+			`{"time":"2026-11-23T09:31:02.123000Z","kind":"reset-sent","netns":"host","netns_inode":4026531840,"pid":77,"command":"nginx","local":"198.18.0.1:*","remote":"[2001:db8::2]:80","reason":"TCP_ABORT_ON_LINGER","count":1}` + "\n"},
+		{noPid, "09:31:02.123 reset-received   ns:4026532000 -                 198.18.0.2:80 > 198.18.0.1:5000               \n",
+			`{"time":"2026-11-23T09:31:02.123000Z","kind":"reset-received","netns":"ns:4026532000","netns_inode":4026532000,"pid":null,"command":null,"local":"198.18.0.2:80","remote":"198.18.0.1:5000","count":1}` + "\n"},
+		{zero, "09:31:02.123 reset-received   ?         -                 198.18.0.2:80 > 198.18.0.1:5000               \n",
+			`{"time":"2026-11-23T09:31:02.123000Z","kind":"reset-received","netns":"?","netns_inode":0,"pid":null,"command":null,"local":"198.18.0.2:80","remote":"198.18.0.1:5000","count":1}` + "\n"},
+	} {
+		if got := string(appendText(nil, &c.l, named)); got != c.text {
+			t.Errorf("text\n got %q\nwant %q", got, c.text)
+		}
+		if got := string(appendJSON(nil, &c.l, named)); got != c.js {
+			t.Errorf("json\n got %s\nwant %s", got, c.js)
+		}
+	}
+}

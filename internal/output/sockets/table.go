@@ -1,4 +1,4 @@
-package cli
+package sockets
 
 import (
 	"bufio"
@@ -117,4 +117,12 @@ func (t *table) print(row []byte, ends []int) error {
 		}
 	}
 	return t.w.WriteByte('\n')
+}
+
+// dashes adds n cells holding "-".
+func (t *table) dashes(n int) {
+	for range n {
+		t.row = append(t.row, '-')
+		t.cell()
+	}
 }

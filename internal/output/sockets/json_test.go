@@ -1,41 +1,60 @@
-package cli
+package sockets
 
 import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"io"
 	"math"
 	"math/rand/v2"
 	"net/netip"
 	"reflect"
 	"testing"
+	"time"
 
+	"github.com/tcpdoctor/tcpdoctor/internal/output"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/tcpmodel"
 )
 
 // viewOf is the reflection-encoded form of a row: what `sockets --json`
 // printed before the hand encoder, and the reference it must equal.
-func viewOf(r *socketRow) socketView {
-	v := socketView{Netns: r.netns, Socket: *r.sk, Shares: r.shares}
-	if len(r.sk.Pids) > 0 {
-		pid := r.sk.Pids[0]
+func viewOf(r *Row) view {
+	v := view{Netns: r.Subject.Netns, Socket: *r.Socket}
+	if l := r.Limited; l != nil {
+		v.Limited = &limitedView{WindowMS: float64(l.Window) / float64(time.Millisecond), Busy: l.Busy, Sndbuf: l.Sndbuf,
+			Rwnd: l.Rwnd, Congestion: l.Congestion}
+	}
+	if r.Subject.HasPid {
+		pid := r.Subject.Pid
 		v.Pid = &pid
 	}
-	if r.hasCommand {
-		c := r.command
+	if r.Subject.HasCommand {
+		c := r.Subject.Command
 		v.Command = &c
 	}
 	return v
 }
 
+// rowOf is the row of sk in namespace netns, owned as sk.Pids says, with
+// command when hasCommand (even with no owner: the encoder takes each
+// member as it comes).
+func rowOf(netns string, sk *snapshot.Socket, command string, hasCommand bool) Row {
+	s := output.Subject{Netns: netns, Command: command, HasCommand: hasCommand}
+	if len(sk.Pids) > 0 {
+		s.Pid, s.HasPid = sk.Pids[0], true
+	}
+	return Row{Subject: s, Socket: sk}
+}
+
 // checkRow fails unless the hand encoder and encoding/json agree on r.
-func checkRow(t *testing.T, r *socketRow) {
+func checkRow(t *testing.T, r *Row) {
 	t.Helper()
 	want, err := json.Marshal(viewOf(r))
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := appendSocketJSON(nil, r)
+	got := appendJSON(nil, r)
 	if !bytes.Equal(got, want) {
 		i := 0
 		for i < len(got) && i < len(want) && got[i] == want[i] {
@@ -146,7 +165,7 @@ func fill(t *testing.T, rng *rand.Rand, v reflect.Value) {
 		}
 		v.Set(s)
 	default:
-		t.Fatalf("fill: no random value for %v: teach fill and appendSocketJSON about it", v.Type())
+		t.Fatalf("fill: no random value for %v: teach fill and appendJSON about it", v.Type())
 	}
 }
 
@@ -155,12 +174,9 @@ func TestSocketJSONMatchesEncodingJSON(t *testing.T) {
 	for range 20000 {
 		var sk snapshot.Socket
 		fill(t, rng, reflect.ValueOf(&sk).Elem())
-		r := socketRow{netns: randString(rng), sk: &sk}
-		if rng.IntN(3) > 0 {
-			r.command, r.hasCommand = randString(rng), true
-		}
+		r := rowOf(randString(rng), &sk, randString(rng), rng.IntN(3) > 0)
 		if rng.IntN(2) == 0 {
-			r.shares = &sharesView{WindowMS: randFloat(rng), Busy: randFloat(rng), Sndbuf: randFloat(rng),
+			r.Limited = &tcpmodel.Limited{Window: time.Duration(randFloat(rng) * 1e6), Busy: randFloat(rng), Sndbuf: randFloat(rng),
 				Rwnd: randFloat(rng), Congestion: randFloat(rng)}
 		}
 		checkRow(t, &r)
@@ -172,14 +188,15 @@ func TestSocketPrinterJSONArray(t *testing.T) {
 	for _, n := range []int{0, 1, 3} {
 		var buf bytes.Buffer
 		w := bufio.NewWriter(&buf)
-		p := &socketPrinter{w: w, json: true}
+		p := NewPrinter(w, Options{JSON: true})
 		for i := range n {
 			sk := snapshot.Socket{Inode: uint32(i), State: snapshot.Established}
-			if err := p.row(&socketRow{netns: "ns", sk: &sk}); err != nil {
+			r := rowOf("ns", &sk, "", false)
+			if err := p.Row(&r); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if err := p.close(); err != nil {
+		if err := p.Close(); err != nil {
 			t.Fatal(err)
 		}
 		if err := w.Flush(); err != nil {
@@ -209,12 +226,33 @@ func FuzzSocketJSON(f *testing.F) {
 		if len(extra) > 0 {
 			sk.Local = netip.AddrPortFrom(netip.MustParseAddr("fe80::1").WithZone(string(extra)), uint16(q))
 		}
-		r := socketRow{netns: netns, sk: &sk, command: command, hasCommand: len(extra)%2 == 0,
-			shares: &sharesView{WindowMS: share, Busy: share, Sndbuf: -share, Rwnd: share / 3, Congestion: share * 7}}
-		got := appendSocketJSON(nil, &r)
+		r := rowOf(netns, &sk, command, len(extra)%2 == 0)
+		r.Limited = &tcpmodel.Limited{Window: time.Duration(share * 1e6), Busy: share, Sndbuf: -share, Rwnd: share / 3, Congestion: share * 7}
+		got := appendJSON(nil, &r)
 		if !json.Valid(got) {
 			t.Fatalf("invalid JSON: %s", got)
 		}
 		checkRow(t, &r)
 	})
+}
+
+// TestSocketPrinterAllocs: a row costs no allocation, in JSON and, once
+// the table's columns are sized, in the table (docs/performance.md).
+func TestSocketPrinterAllocs(t *testing.T) {
+	sk := snapshot.Socket{State: snapshot.Established, Local: netip.MustParseAddrPort("10.0.0.1:80"),
+		Remote: netip.MustParseAddrPort("10.0.0.2:40000"), Pids: []int{42}, Mem: &snapshot.MemInfo{Sndbuf: 87040, Rcvbuf: 131072}}
+	lim := tcpmodel.Limited{Window: time.Second, Busy: 0.5, Sndbuf: 0.25, Rwnd: 0.25, Congestion: 0.5}
+	r := rowOf("host", &sk, "nginx", true)
+	r.Limited = &lim
+	for _, asJSON := range []bool{false, true} {
+		p := NewPrinter(bufio.NewWriter(io.Discard), Options{JSON: asJSON, Netns: true, Limited: true})
+		for range tableLookAhead + 1 {
+			if err := p.Row(&r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := testing.AllocsPerRun(200, func() { _ = p.Row(&r) }); n != 0 {
+			t.Errorf("json %v: %.1f allocations a row, want 0", asJSON, n)
+		}
+	}
 }

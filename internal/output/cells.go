@@ -1,0 +1,79 @@
+package output
+
+import (
+	"math"
+	"net/netip"
+	"strconv"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/textsafe"
+)
+
+// AppendAddrPort appends what AddrPort.String gives, escaped when it has
+// a zone (from a file, a zone can be anything).
+func AppendAddrPort(b []byte, ap netip.AddrPort) []byte {
+	if !ap.Addr().IsValid() || ap.Addr().Zone() != "" {
+		return append(b, textsafe.String(ap.String())...)
+	}
+	return ap.AppendTo(b)
+}
+
+// AppendMS appends microseconds as milliseconds: 20.4ms.
+func AppendMS(b []byte, us uint32) []byte {
+	return append(strconv.AppendFloat(b, float64(us)/1000, 'f', 1, 64), "ms"...)
+}
+
+// AppendBps appends bytes per second as bits per second: 160.0Mbps.
+func AppendBps(b []byte, bytesPerSec uint64) []byte {
+	bits := float64(bytesPerSec) * 8
+	switch {
+	case bits >= 1e9:
+		return append(strconv.AppendFloat(b, bits/1e9, 'f', 2, 64), "Gbps"...)
+	case bits >= 1e6:
+		return append(strconv.AppendFloat(b, bits/1e6, 'f', 1, 64), "Mbps"...)
+	case bits >= 1e3:
+		return append(strconv.AppendFloat(b, bits/1e3, 'f', 0, 64), "kbps"...)
+	}
+	return append(strconv.AppendFloat(b, bits, 'f', 0, 64), "bps"...)
+}
+
+// AppendSize appends a buffer size: 416K, 4M, 3847.5K, 512.
+func AppendSize(b []byte, v uint32) []byte {
+	switch {
+	case v >= 1<<20 && v%(1<<20) == 0:
+		return append(strconv.AppendUint(b, uint64(v>>20), 10), 'M')
+	case v >= 1<<10 && v%(1<<10) == 0:
+		return append(strconv.AppendUint(b, uint64(v>>10), 10), 'K')
+	case v >= 1<<10:
+		return append(strconv.AppendFloat(b, float64(v)/1024, 'f', 1, 64), 'K')
+	}
+	return strconv.AppendUint(b, uint64(v), 10)
+}
+
+// Bps is AppendBps as a string.
+func Bps(bytesPerSec uint64) string { return string(AppendBps(nil, bytesPerSec)) }
+
+// Size is AppendSize as a string.
+func Size(v uint32) string { return string(AppendSize(nil, v)) }
+
+// AppendJSONFloat formats f as encoding/json does (shortest repr, 'e'
+// form outside [1e-6, 1e21)). NaN and infinities, which encoding/json
+// refuses, are written as 0.
+func AppendJSONFloat(b []byte, f float64) []byte {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return append(b, '0')
+	}
+	format := byte('f')
+	if abs := math.Abs(f); abs != 0 && (abs < 1e-6 || abs >= 1e21) {
+		format = 'e'
+	}
+	b = strconv.AppendFloat(b, f, format, -1, 64)
+	if format == 'e' {
+		// e-09 to e-9, as encoding/json does.
+		n := len(b)
+		if n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
+			b[n-2] = b[n-1]
+			b = b[:n-1]
+		}
+	}
+	return b
+}

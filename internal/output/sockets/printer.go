@@ -1,0 +1,181 @@
+// Package sockets prints `tcpdoctor sockets`: the listing as an aligned
+// table or a JSON array with one socket a line, streamed as the dump
+// comes (nothing holds the sockets), and the tables of eBPF connection
+// events printed under `sockets --interval`. Subjects are formatted by
+// output.Subject; names from outside are escaped (textsafe) in text.
+package sockets
+
+import (
+	"bufio"
+	"strconv"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/output"
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/tcpmodel"
+)
+
+// Row is one socket as the listing prints it. The socket is borrowed
+// (reused by the dump), nothing is copied.
+type Row struct {
+	// Subject is the socket's namespace and first owner.
+	Subject output.Subject
+	Socket  *snapshot.Socket
+	// Limited is the window between two samples; nil without one.
+	Limited *tcpmodel.Limited
+}
+
+// view is one row of `sockets --json` as encoding/json writes it: the
+// reference appendJSON must equal (docs/json.md); fields only ever get
+// added.
+type view struct {
+	Netns string `json:"netns"`
+	// Pid and Command are the first owner; null when unknown.
+	Pid     *int    `json:"pid"`
+	Command *string `json:"command"`
+	snapshot.Socket
+	Limited *limitedView `json:"limited,omitempty"`
+}
+
+type limitedView struct {
+	WindowMS   float64 `json:"window_ms"`
+	Busy       float64 `json:"busy"`
+	Sndbuf     float64 `json:"sndbuf"`
+	Rwnd       float64 `json:"rwnd"`
+	Congestion float64 `json:"congestion"`
+}
+
+// Options says what the listing shows.
+type Options struct {
+	// JSON prints a JSON array, one socket a line, instead of the table.
+	JSON bool
+	// Netns adds the table's namespace column (more than one namespace).
+	Netns bool
+	// Limited adds the table's columns of the window's shares.
+	Limited bool
+}
+
+// Printer prints rows as they come: a JSON array, one object a line, or
+// a table whose widths come from its first rows.
+type Printer struct {
+	w    *bufio.Writer
+	o    Options
+	rows int
+	buf  []byte
+	tab  *table
+}
+
+// NewPrinter prints to w; the caller flushes w after Close.
+func NewPrinter(w *bufio.Writer, o Options) *Printer { return &Printer{w: w, o: o} }
+
+// Rows is how many rows were printed.
+func (p *Printer) Rows() int { return p.rows }
+
+// Row prints r.
+func (p *Printer) Row(r *Row) error {
+	p.rows++
+	if p.o.JSON {
+		p.buf = p.buf[:0]
+		if p.rows == 1 {
+			p.buf = append(p.buf, "[\n"...)
+		} else {
+			p.buf = append(p.buf, ",\n"...)
+		}
+		p.buf = appendJSON(p.buf, r)
+		_, err := p.w.Write(p.buf)
+		return err
+	}
+	if p.tab == nil {
+		if err := p.header(); err != nil {
+			return err
+		}
+	}
+	t := p.tab
+	sk := r.Socket
+	if p.o.Netns {
+		t.row = append(t.row, r.Subject.NetnsText()...)
+		t.cell()
+	}
+	t.row = append(t.row, sk.State.String()...)
+	t.cell()
+	t.row = strconv.AppendUint(t.row, uint64(sk.RecvQ), 10)
+	t.cell()
+	t.row = strconv.AppendUint(t.row, uint64(sk.SendQ), 10)
+	t.cell()
+	t.row = output.AppendAddrPort(t.row, sk.Local)
+	t.cell()
+	if sk.State == snapshot.Listen {
+		t.row = append(t.row, '*')
+	} else {
+		t.row = output.AppendAddrPort(t.row, sk.Remote)
+	}
+	t.cell()
+	var tb snapshot.TCPInfo
+	if in := sk.TCP(&tb); in != nil && sk.State != snapshot.Listen {
+		t.row = output.AppendMS(t.row, in.RTT)
+		t.cell()
+		t.row = strconv.AppendUint(t.row, uint64(in.SndCwnd), 10)
+		t.cell()
+		t.row = output.AppendBps(t.row, in.DeliveryRate)
+		t.cell()
+	} else {
+		t.dashes(3)
+	}
+	if m := sk.Mem; m != nil {
+		t.row = output.AppendSize(t.row, m.Sndbuf)
+		t.cell()
+		t.row = output.AppendSize(t.row, m.Rcvbuf)
+		t.cell()
+	} else {
+		t.dashes(2)
+	}
+	t.row = r.Subject.AppendProcess(t.row)
+	t.cell()
+	if p.o.Limited {
+		if l := r.Limited; l != nil {
+			for _, v := range []float64{l.Busy, l.Sndbuf, l.Rwnd, l.Congestion} {
+				t.row = strconv.AppendFloat(t.row, v*100, 'f', 0, 64)
+				t.row = append(t.row, '%')
+				t.cell()
+			}
+		} else {
+			t.dashes(4)
+		}
+	}
+	return t.endRow()
+}
+
+func (p *Printer) header() error {
+	p.tab = newTable(p.w)
+	var cols []string
+	if p.o.Netns {
+		cols = append(cols, "Netns")
+	}
+	cols = append(cols, "State", "Recv-Q", "Send-Q", "Local", "Remote", "RTT", "Cwnd", "Rate", "Sndbuf", "Rcvbuf", "Process")
+	if p.o.Limited {
+		cols = append(cols, "Busy", "Sndbuf-lim", "Rwnd-lim", "Cwnd-lim")
+	}
+	for _, c := range cols {
+		p.tab.row = append(p.tab.row, c...)
+		p.tab.cell()
+	}
+	return p.tab.endRow()
+}
+
+// Close ends the array or prints the rows the table still holds (the
+// header alone when there were no rows).
+func (p *Printer) Close() error {
+	if p.o.JSON {
+		end := "\n]\n"
+		if p.rows == 0 {
+			end = "[]\n"
+		}
+		_, err := p.w.WriteString(end)
+		return err
+	}
+	if p.tab == nil {
+		if err := p.header(); err != nil {
+			return err
+		}
+	}
+	return p.tab.flush()
+}

@@ -1,0 +1,116 @@
+package output
+
+import (
+	"strconv"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/textsafe"
+)
+
+// Subject is what a printed line is about: its network namespace and its
+// process. Every printer formats these through Subject's methods, each
+// in the form its output has always had, so a part added to the subject
+// (a pod, a container) is added here once and reaches every printer.
+// Text methods escape (textsafe); AppendJSON writes the raw strings.
+type Subject struct {
+	// Netns is the namespace's name as printed ("host", an `ip netns`
+	// name, "pid:N", or NetnsLabel's "ns:INODE").
+	Netns string
+	// Pid is the process; HasPid false when there is none or it is
+	// unknown.
+	Pid    int
+	HasPid bool
+	// Command is the process's name; HasCommand false when it is unknown.
+	Command    string
+	HasCommand bool
+}
+
+// SocketSubject is a socket's subject: its namespace and its first owner,
+// whose command comes from procs when the snapshot has it.
+func SocketSubject(netns string, sk *snapshot.Socket, procs map[int]*snapshot.Proc) Subject {
+	s := Subject{Netns: netns}
+	if len(sk.Pids) == 0 {
+		return s
+	}
+	s.Pid, s.HasPid = sk.Pids[0], true
+	if p := procs[s.Pid]; p != nil {
+		s.Command, s.HasCommand = p.Command, true
+	}
+	return s
+}
+
+// ProcessSubject is the subject of what a process did in a namespace: no
+// process when pid is 0 (the kernel acted for none).
+func ProcessSubject(netns string, pid int, command string) Subject {
+	return Subject{Netns: netns, Pid: pid, HasPid: pid != 0, Command: command, HasCommand: pid != 0}
+}
+
+// NetnsLabel names a namespace known by its inode: its name when named,
+// else "ns:INODE", or "?" for inode 0 (not given).
+func NetnsLabel(inode uint64, name string, named bool) string {
+	switch {
+	case named:
+		return name
+	case inode == 0:
+		return "?"
+	}
+	return "ns:" + strconv.FormatUint(inode, 10)
+}
+
+// NetnsText is the namespace, escaped.
+func (s *Subject) NetnsText() string { return textsafe.String(s.Netns) }
+
+// AppendProcess appends the process as tables and lines show it:
+// "command/pid", "?/pid" when the command is unknown, "-" for none.
+func (s *Subject) AppendProcess(b []byte) []byte {
+	if !s.HasPid {
+		return append(b, '-')
+	}
+	if s.HasCommand {
+		b = append(b, textsafe.String(s.Command)...)
+	} else {
+		b = append(b, '?')
+	}
+	b = append(b, '/')
+	return strconv.AppendInt(b, int64(s.Pid), 10)
+}
+
+// ProcessPid is the process as a finding names it, "(command pid N)", or
+// "" when it has neither.
+func (s *Subject) ProcessPid() string {
+	if !s.HasPid && !s.HasCommand {
+		return ""
+	}
+	return "(" + textsafe.String(s.Command) + " pid " + strconv.Itoa(s.Pid) + ")"
+}
+
+// PidText is the pid alone, "-" for none (a column of its own).
+func (s *Subject) PidText() string {
+	if !s.HasPid {
+		return "-"
+	}
+	return strconv.Itoa(s.Pid)
+}
+
+// CommandText is the command alone, escaped (a column of its own).
+func (s *Subject) CommandText() string { return textsafe.String(s.Command) }
+
+// AppendJSON appends the subject's members of a JSON object, raw strings
+// JSON-escaped: "netns", then "pid" and "command", each null when unknown.
+func (s *Subject) AppendJSON(b []byte) []byte {
+	b = append(b, `"netns":`...)
+	b = snapshot.AppendJSONString(b, s.Netns)
+	b = append(b, `,"pid":`...)
+	if s.HasPid {
+		b = strconv.AppendInt(b, int64(s.Pid), 10)
+	} else {
+		b = append(b, "null"...)
+	}
+	b = append(b, `,"command":`...)
+	if s.HasCommand {
+		b = snapshot.AppendJSONString(b, s.Command)
+	} else {
+		b = append(b, "null"...)
+	}
+	return b
+}

@@ -1,0 +1,90 @@
+package output
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"unicode"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+)
+
+// Each printer's form of the subject, as it has always printed it.
+func TestSubjectForms(t *testing.T) {
+	procs := map[int]*snapshot.Proc{4242: {Pid: 4242, Command: "java"}}
+	owned := SocketSubject("host", &snapshot.Socket{Pids: []int{4242, 7}}, procs)
+	unknown := SocketSubject("host", &snapshot.Socket{Pids: []int{99}}, procs)
+	none := SocketSubject("tdlab-a", &snapshot.Socket{}, procs)
+	for _, c := range []struct {
+		what                  string
+		s                     Subject
+		process, pidForm, pid string
+		json                  string
+	}{
+		{"owned socket", owned, "java/4242", "(java pid 4242)", "4242", `"netns":"host","pid":4242,"command":"java"`},
+		{"owner not read", unknown, "?/99", "( pid 99)", "99", `"netns":"host","pid":99,"command":null`},
+		{"no owner", none, "-", "", "-", `"netns":"tdlab-a","pid":null,"command":null`},
+		{"event of a process", ProcessSubject("host", 77, "nginx"), "nginx/77", "(nginx pid 77)", "77", `"netns":"host","pid":77,"command":"nginx"`},
+		{"event of none", ProcessSubject("host", 0, ""), "-", "", "-", `"netns":"host","pid":null,"command":null`},
+		{"finding with a command only", Subject{Command: "java", HasCommand: true}, "-", "(java pid 0)", "-", `"netns":"","pid":null,"command":"java"`},
+	} {
+		if got := string(c.s.AppendProcess(nil)); got != c.process {
+			t.Errorf("%s: AppendProcess %q, want %q", c.what, got, c.process)
+		}
+		if got := c.s.ProcessPid(); got != c.pidForm {
+			t.Errorf("%s: ProcessPid %q, want %q", c.what, got, c.pidForm)
+		}
+		if got := c.s.PidText(); got != c.pid {
+			t.Errorf("%s: PidText %q, want %q", c.what, got, c.pid)
+		}
+		if got := string(c.s.AppendJSON(nil)); got != c.json {
+			t.Errorf("%s: AppendJSON %s, want %s", c.what, got, c.json)
+		}
+	}
+}
+
+func TestNetnsLabel(t *testing.T) {
+	for _, c := range []struct {
+		ino   uint64
+		name  string
+		named bool
+		want  string
+	}{{4026531840, "host", true, "host"}, {4026532000, "", false, "ns:4026532000"}, {0, "", false, "?"}} {
+		if got := NetnsLabel(c.ino, c.name, c.named); got != c.want {
+			t.Errorf("NetnsLabel(%d, %q, %v) = %q, want %q", c.ino, c.name, c.named, got, c.want)
+		}
+	}
+}
+
+// FuzzSubject: whatever a process or namespace is called, the text forms
+// hold no control character (textsafe) and the JSON members are valid
+// JSON that gives the names back unchanged (valid UTF-8 ones).
+func FuzzSubject(f *testing.F) {
+	f.Add("host", "java", 4242)
+	f.Add("\x1b]0;PWN\x07\x1b[2J\nX", "a\tb\u2028\xff", 1)
+	f.Add("", "", 0)
+	f.Fuzz(func(t *testing.T, netns, command string, pid int) {
+		s := ProcessSubject(netns, pid, command)
+		for _, text := range []string{s.NetnsText(), string(s.AppendProcess(nil)), s.ProcessPid(), s.PidText(), s.CommandText()} {
+			if i := strings.IndexFunc(text, unicode.IsControl); i >= 0 {
+				t.Fatalf("control character in %q", text)
+			}
+		}
+		obj := "{" + string(s.AppendJSON(nil)) + "}"
+		var got struct {
+			Netns   string  `json:"netns"`
+			Pid     *int    `json:"pid"`
+			Command *string `json:"command"`
+		}
+		if err := json.Unmarshal([]byte(obj), &got); err != nil {
+			t.Fatalf("invalid JSON %s: %v", obj, err)
+		}
+		if (got.Pid != nil) != (pid != 0) || got.Pid != nil && *got.Pid != pid {
+			t.Fatalf("pid %d came back as %v", pid, got.Pid)
+		}
+		want, _ := json.Marshal(netns)
+		if !strings.HasPrefix(obj, `{"netns":`+string(want)+",") {
+			t.Fatalf("netns %q encoded as %s, encoding/json says %s", netns, obj, want)
+		}
+	})
+}
