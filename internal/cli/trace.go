@@ -228,7 +228,11 @@ func traceLive(cmd *cobra.Command, e *Env, o *traceOpts, sink *sinkFile) (*trace
 		}
 		lo.NS = ns
 	case o.pid > 0:
-		lo.NS = trace.PidNS(e.ProcRoot, o.pid)
+		ns, err := netns.Finder{ProcRoot: e.ProcRoot, RunDir: "/run/netns"}.OfPid(o.pid)
+		if err != nil {
+			return nil, usageErr("trace: --pid %d: %v", o.pid, err)
+		}
+		lo.NS = ns
 	}
 	if sink != nil {
 		lo.Sink = trace.NewWriter(sink)
