@@ -54,16 +54,16 @@ func TestPidfdOptIn(t *testing.T) {
 		if err := fs.Parse(c.args); err != nil {
 			t.Fatal(err)
 		}
-		set, closeFn, err := o.open(e, &sourceOpts{})
+		set, err := o.extras(e, &sourceOpts{}, diagnoseNeed)
 		if err != nil {
 			t.Fatal(err)
 		}
-		closeFn()
-		opts := set.options(collect.Options{Owners: true})
+		set.Close()
+		opts := set.Options(collect.Options{Owners: true})
 		if opts.BufLock != c.pidfd || opts.Locks != nil || !strings.Contains(opts.LocksOff, c.off) {
 			t.Errorf("%v: BufLock %v, Locks %v, LocksOff %q; want BufLock %v and a reason with %q", c.args, opts.BufLock, opts.Locks, opts.LocksOff, c.pidfd, c.off)
 		}
-		if set.options(collect.Options{}).BufLock {
+		if set.Options(collect.Options{}).BufLock {
 			t.Errorf("%v: pidfd probe asked for without owners", c.args)
 		}
 	}

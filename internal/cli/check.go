@@ -91,12 +91,12 @@ func runCheck(cmd *cobra.Command, e *Env, o *checkOpts) error {
 	if !o.json && o.src.from == "" && count == 2 {
 		e.progress("sampling for %s (--interval 0 for a single snapshot)...", o.interval)
 	}
-	bs, closeBPF, err := o.bpf.open(e, &o.src)
+	x, err := o.bpf.extras(e, &o.src, diagnoseNeed)
 	if err != nil {
 		return err
 	}
-	defer closeBPF()
-	ss, err := o.src.sample(cmd.Context(), e, bs.options(collect.Options{Owners: !o.noOwners}), bs.events, count, o.interval)
+	defer x.Close()
+	ss, err := o.src.sample(cmd.Context(), e, x.Collector(collect.Options{Owners: !o.noOwners}, e.Now), count, o.interval)
 	if err != nil {
 		return err
 	}

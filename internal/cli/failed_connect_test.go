@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tcpdoctor/tcpdoctor/internal/collect"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/testns"
@@ -17,7 +18,7 @@ import (
 // bpfEnv is the production Env (the eBPF loaders) writing to buffers.
 func bpfEnv(t *testing.T, out, errb *bytes.Buffer) *Env {
 	testns.NeedRoot(t)
-	src, err := openEvents(nil)
+	src, err := collect.BPFLoaders().Events(nil)
 	if err != nil {
 		t.Skipf("eBPF events cannot load here: %v", err)
 	}

@@ -78,12 +78,12 @@ func runRecord(cmd *cobra.Command, e *Env, o *recordOpts) error {
 	if err != nil {
 		return collectErr(err)
 	}
-	bs, closeBPF, err := o.bpf.open(e, &o.src)
+	x, err := o.bpf.extras(e, &o.src, diagnoseNeed)
 	if err != nil {
 		return err
 	}
-	defer closeBPF()
-	c := &collect.Collector{Opts: bs.options(collect.Options{Owners: !o.noOwners, ProcRoot: e.ProcRoot}), Now: e.Now, Events: bs.events}
+	defer x.Close()
+	c := x.Collector(collect.Options{Owners: !o.noOwners}, e.Now)
 	var got int
 	var last time.Time
 	for i := 0; i < o.count; i++ {

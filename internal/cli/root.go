@@ -15,8 +15,8 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/bpfsource"
 	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
+	"github.com/tcpdoctor/tcpdoctor/internal/collect"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/linkemu"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/workload/workloadcmd"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
@@ -49,16 +49,9 @@ type Env struct {
 	Args0 string
 	// IsTTY reports whether stdout is a terminal (colour only then).
 	IsTTY bool
-	// OpenEvents loads the eBPF connection-event source (--bpf); nil
-	// means none is available. The loaders share the kernel BTF they are
-	// given (nil: each parses its own).
-	OpenEvents func(*bpfsource.Kernel) (*bpfsource.Source, error)
-	// OpenLocks loads the eBPF iter/tcp buffer-lock reader (--bpf); nil
-	// means none is available.
-	OpenLocks func(*bpfsource.Kernel) (*bpfsource.SockLocks, error)
-	// OpenFiles loads the eBPF iter/task_file owner walk (--bpf); nil
-	// means none is available.
-	OpenFiles func(*bpfsource.Kernel) (*bpfsource.FileOwners, error)
+	// BPF loads the eBPF programs behind --bpf (collect.OpenExtras); a
+	// nil loader is one this build lacks.
+	BPF collect.Loaders
 	// FileLimit returns the soft RLIMIT_NOFILE, 0 if unknown; serve caps
 	// its HTTP connections by it. nil means unknown.
 	FileLimit func() uint64
@@ -72,18 +65,16 @@ func DefaultEnv() *Env {
 	}
 	fi, _ := os.Stdout.Stat()
 	return &Env{
-		Stdout:     os.Stdout,
-		Stderr:     os.Stderr,
-		Getenv:     os.Getenv,
-		Now:        time.Now,
-		Sleep:      checkup.Sleep,
-		ProcRoot:   "/proc",
-		Args0:      self,
-		IsTTY:      fi != nil && fi.Mode()&os.ModeCharDevice != 0,
-		OpenEvents: openEvents,
-		OpenLocks:  openLocks,
-		OpenFiles:  openFiles,
-		FileLimit:  softFileLimit,
+		Stdout:    os.Stdout,
+		Stderr:    os.Stderr,
+		Getenv:    os.Getenv,
+		Now:       time.Now,
+		Sleep:     checkup.Sleep,
+		ProcRoot:  "/proc",
+		Args0:     self,
+		IsTTY:     fi != nil && fi.Mode()&os.ModeCharDevice != 0,
+		BPF:       collect.BPFLoaders(),
+		FileLimit: softFileLimit,
 	}
 }
 

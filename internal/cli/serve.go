@@ -101,14 +101,14 @@ func runServe(ctx context.Context, e *Env, o *serveOpts) error {
 	if err != nil {
 		return usageErr("serve: %v", err)
 	}
-	bs, closeBPF, err := o.bpf.open(e, &o.src)
+	ext, err := o.bpf.extras(e, &o.src, diagnoseNeed)
 	if err != nil {
 		_ = ln.Close()
 		return err
 	}
-	defer closeBPF()
+	defer ext.Close()
 	e.progress("serving http://%s/metrics, collecting every %s", ln.Addr(), o.interval)
-	c := &collect.Collector{Opts: bs.options(collect.Options{Owners: !o.noOwners, ProcRoot: e.ProcRoot}), Now: e.Now, Events: bs.events}
+	c := ext.Collector(collect.Options{Owners: !o.noOwners}, e.Now)
 	var lastNote string
 	loop := &exporter.Loop{
 		X:        x,

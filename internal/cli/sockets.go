@@ -7,11 +7,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/bpfsource"
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
 	"github.com/tcpdoctor/tcpdoctor/internal/output"
 	"github.com/tcpdoctor/tcpdoctor/internal/output/sockets"
-	"github.com/tcpdoctor/tcpdoctor/internal/procs"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/sockdiag"
 	"github.com/tcpdoctor/tcpdoctor/internal/tcpmodel"
@@ -173,24 +171,21 @@ func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
 	// Connection events show only under an --interval table; lock bits
 	// only in JSON, when asked (their program's load would double the
 	// time of a plain listing).
-	bs, closeBPF, err := o.bpf.openSome(e, &o.src, bpfNeed{events: o.interval > 0, locks: o.locks})
+	// The kernel's owner walk loads only where it pays (its load costs
+	// more than the readlinks it saves on a host with few open files).
+	bpf := o.bpf
+	bpf.pidfd = bpf.pidfd && o.locks
+	x, err := bpf.extras(e, &o.src, collect.Need{Events: o.interval > 0, Locks: o.locks, FilesLazily: true})
 	if err != nil {
 		return err
 	}
-	defer closeBPF()
-	loadFiles, closeFiles := o.kernelFiles(e)
-	defer closeFiles()
+	defer x.Close()
 	nss, err := o.src.namespaces(e)
 	if err != nil {
 		return usageErr("%v", err)
 	}
 	states, kf := flt.kernel()
-	st := &collect.Streamer{
-		Opts: collect.StreamOptions{Owners: !o.noOwners, States: states, Filter: kf, ProcRoot: e.ProcRoot,
-			Locks: bs.locks, LocksOff: bs.locksOff, BufLock: bs.pidfd && !o.noOwners && o.locks},
-		Now: e.Now, Events: bs.events,
-	}
-	st.Opts.LoadFiles = loadFiles
+	st := x.Streamer(collect.Options{Owners: !o.noOwners, States: states, Filter: kf}, e.Now)
 	var first []*snapshot.Snapshot
 	var prev *tcpmodel.Chronos
 	if o.interval > 0 {
@@ -268,38 +263,4 @@ func windows(ss []series) []sockets.Window {
 		ws[i] = sockets.Window{Netns: sr.Netns, Prev: prev, Cur: cur}
 	}
 	return ws
-}
-
-// kernelFiles is the loader of the kernel's owner walk (eBPF
-// iter/task_file) for StreamOptions.LoadFiles, nil where it does not pay:
-// owners not shown, --bpf off, or a host with fewer open files than
-// collect.KernelFilesMin (its load costs more than the readlinks it
-// saves). It loads once, when the walk first runs (beside the dump); a
-// load that fails leaves the /proc walk, with no note, as the owners are
-// the same. The close func is always safe to call, once the streams are
-// done.
-func (o *socketsOpts) kernelFiles(e *Env) (func() (procs.FileLister, error), func()) {
-	if o.noOwners || o.bpf.mode == "off" || e.OpenFiles == nil || collect.OpenFiles(e.ProcRoot) < collect.KernelFilesMin {
-		return nil, func() {}
-	}
-	var loaded *bpfsource.FileOwners
-	var loadErr error
-	tried := false
-	load := func() (procs.FileLister, error) {
-		if !tried {
-			tried = true
-			loaded, loadErr = e.OpenFiles(nil)
-		}
-		if loadErr != nil {
-			return nil, loadErr
-		}
-		return loaded, nil
-	}
-	return load, func() {
-		if loaded != nil {
-			if err := loaded.Close(); err != nil {
-				e.progress("note: %v", err)
-			}
-		}
-	}
 }

@@ -79,7 +79,7 @@ func (o *sourceOpts) namespaces(e *Env) ([]netns.NS, error) {
 
 // sample returns, per namespace, count samples interval apart, live or
 // from --from. Progress goes to stderr.
-func (o *sourceOpts) sample(ctx context.Context, e *Env, copts collect.Options, ev collect.EventReader, count int, interval time.Duration) ([]series, error) {
+func (o *sourceOpts) sample(ctx context.Context, e *Env, c *collect.Collector, count int, interval time.Duration) ([]series, error) {
 	if o.from != "" {
 		ss, torn, err := readSeries(e, o.from)
 		if err == nil && torn && count > 1 {
@@ -95,8 +95,6 @@ func (o *sourceOpts) sample(ctx context.Context, e *Env, copts collect.Options, 
 	if err != nil {
 		return nil, usageErr("%v", err)
 	}
-	copts.ProcRoot = e.ProcRoot
-	c := &collect.Collector{Opts: copts, Now: e.Now, Events: ev}
 	out, err := checkup.Sample(ctx, c, nss, count, interval, e.Sleep)
 	if err != nil {
 		return nil, err

@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/bdp"
-	"github.com/tcpdoctor/tcpdoctor/internal/bpfsource"
+	"github.com/tcpdoctor/tcpdoctor/internal/collect"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/outfile"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
@@ -84,10 +84,8 @@ func runTrace(cmd *cobra.Command, e *Env, o *traceOpts) error {
 	if o.duration < 0 || o.gap < 0 || o.top < 0 || o.discover < 0 || o.idleEvery < 0 {
 		return usageErr("trace: --duration, --gap, --discover, --idle-every and --top must not be negative")
 	}
-	switch o.bpf {
-	case "auto", "on", "off":
-	default:
-		return usageErr("trace: --bpf must be auto, on or off, not %q", o.bpf)
+	if _, err := collect.ParseMode(o.bpf); err != nil {
+		return usageErr("trace: %v", err)
 	}
 	live := len(o.ports)+len(o.lports)+len(o.rports)+len(o.peers) > 0 || o.pid != 0 || o.netns != "" || o.duration > 0 || o.out != "" || o.discover > 0 || o.bpf != "auto"
 	if o.from != "" && live {
@@ -205,10 +203,22 @@ func traceLive(cmd *cobra.Command, e *Env, o *traceOpts, sink *sinkFile) (*trace
 	}
 	lo := trace.LiveOptions{Filter: flt, Pid: o.pid, ProcRoot: e.ProcRoot, Interval: time.Second / time.Duration(o.rate),
 		Duration: o.duration, Discover: o.discover, IdleEvery: o.idleEvery, Now: e.Now, Sleep: trace.PreciseSleep}
-	if o.bpf == "off" {
+	// The programs load once trace knows the namespace and ports.
+	x, err := collect.OpenExtras(collect.ExtrasConfig{Mode: collect.Mode(o.bpf), ProcRoot: e.ProcRoot, Loaders: e.BPF, Note: e.progress})
+	if err != nil {
+		return nil, collectErr(err)
+	}
+	defer x.Close()
+	if o.bpf == string(collect.ModeOff) {
 		lo.NoEvents = "eBPF off (--bpf off)"
 	} else {
-		lo.OpenEvents = traceEvents(e, o.bpf == "on")
+		lo.OpenEvents = func(ns uint64, ports []uint16) (trace.EventSource, func() error, string, error) {
+			tr, why, err := x.OpenTrace(ns, ports)
+			if tr == nil {
+				return nil, nil, why, err
+			}
+			return tr, tr.Close, "", nil
+		}
 	}
 	switch {
 	case o.netns != "":
@@ -218,7 +228,11 @@ func traceLive(cmd *cobra.Command, e *Env, o *traceOpts, sink *sinkFile) (*trace
 		}
 		lo.NS = ns
 	case o.pid > 0:
-		lo.NS = trace.PidNS(e.ProcRoot, o.pid)
+		ns, err := netns.Finder{ProcRoot: e.ProcRoot, RunDir: "/run/netns"}.OfPid(o.pid)
+		if err != nil {
+			return nil, usageErr("trace: --pid %d: %v", o.pid, err)
+		}
+		lo.NS = ns
 	}
 	if sink != nil {
 		lo.Sink = trace.NewWriter(sink)
@@ -240,25 +254,6 @@ func traceLive(cmd *cobra.Command, e *Env, o *traceOpts, sink *sinkFile) (*trace
 		e.progress("trace: %d eBPF events; %d ticks had a discovery dump due and skipped it (no connection established since the last)", st.Events, st.DumpsSkipped)
 	}
 	return tr, nil
-}
-
-// traceEvents opens the eBPF events of trace (bpfsource.OpenTrace). With
-// --bpf auto a failure is a note and the recording goes on without them.
-func traceEvents(e *Env, required bool) func(uint64, []uint16) (trace.EventSource, func() error, string, error) {
-	return func(ns uint64, ports []uint16) (trace.EventSource, func() error, string, error) {
-		tr, err := bpfsource.OpenTrace(bpfsource.TraceOptions{Netns: ns, Ports: ports})
-		if err != nil {
-			if required {
-				return nil, nil, "", fmt.Errorf("trace: --bpf on: %w", err)
-			}
-			e.progress("note: trace: no eBPF events (retransmits, receive buffer steps, resets with the kernel's timestamps): %v (--bpf off silences this)", err)
-			return nil, nil, err.Error(), nil
-		}
-		for _, m := range tr.Missing() {
-			e.progress("note: trace: eBPF program %s not running: %s", m.Program, m.Reason)
-		}
-		return tr, tr.Close, "", nil
-	}
 }
 
 // parsePrefix reads an address (a host prefix) or a prefix.

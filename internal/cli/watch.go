@@ -2,13 +2,13 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/tcpdoctor/tcpdoctor/internal/collect"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/watch"
 )
@@ -89,18 +89,14 @@ func runWatch(ctx context.Context, e *Env, o *watchOpts) error {
 			f.Netns[ino] = true
 		}
 	}
-	if e.OpenEvents == nil {
-		return collectErr(errors.New("watch: this build has no eBPF loader"))
-	}
-	src, err := e.OpenEvents(nil)
+	// watch is the event stream: eBPF or nothing.
+	x, err := collect.OpenExtras(collect.ExtrasConfig{Mode: collect.ModeOn, Need: collect.Need{Events: true},
+		Command: "watch", ProcRoot: e.ProcRoot, Loaders: e.BPF, Note: e.progress})
 	if err != nil {
 		return collectErr(err)
 	}
-	defer func() {
-		if err := src.Close(); err != nil {
-			e.progress("note: %v", err)
-		}
-	}()
+	defer x.Close()
+	src := x.Source
 	if o.duration > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, o.duration)

@@ -19,10 +19,17 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/sockdiag"
 )
 
-// Options says what to collect.
+// Options says what to collect: one value for Collector (whole
+// snapshots, for the rules) and Streamer (one socket at a time, for
+// listings). ExtrasConfig's Extras.Options fills in what --bpf loaded.
 type Options struct {
 	// Owners maps sockets to processes (walks /proc/*/fd).
 	Owners bool
+	// States limits the socket dump (bitmask of 1<<state); 0 = all.
+	States uint32
+	// Filter is run by the kernel on each socket (ports, addresses); nil
+	// dumps all.
+	Filter *sockdiag.Filter
 	// Locks reads the buffer lock bits of every socket in each namespace
 	// (eBPF iter/tcp, read-only); nil when not loaded, and LocksOff says
 	// why, for the snapshot.
@@ -30,19 +37,26 @@ type Options struct {
 	LocksOff string
 	// Files, when set, lists every process's files for Owners in the
 	// kernel (eBPF iter/task_file) instead of a readlink per /proc/PID/fd
-	// entry; the /proc walk is used when it fails or ProcRoot is not
-	// /proc.
-	Files procs.FileLister
+	// entry; the /proc walk stands in, without a word, when it cannot
+	// load or ProcRoot is not /proc, and is recorded when its walk fails.
+	Files FileSource
 	// BufLock, an opt-in, probes SO_BUF_LOCK of owned, established
 	// sockets that look pinned where Locks gave nothing, by duplicating
 	// the owner's fd with pidfd_getfd (needs Owners and CAP_SYS_PTRACE).
 	// That is not read-only: under cgroup v1 it re-stamps the socket's
 	// net_cls/net_prio values, so it is refused where those are mounted.
 	BufLock bool
-	// States limits the socket dump (bitmask of 1<<state); 0 = all.
-	States uint32
 	// ProcRoot is "/proc" in production.
 	ProcRoot string
+}
+
+// FileSource gives the kernel's file walk (eBPF iter/task_file), loading
+// it when first called if it is not loaded yet.
+type FileSource func() (procs.FileLister, error)
+
+// Loaded is the FileSource of a walk already loaded.
+func Loaded(l procs.FileLister) FileSource {
+	return func() (procs.FileLister, error) { return l, nil }
 }
 
 // Collector gathers snapshots. Now is injected so tests control time.
@@ -73,10 +87,17 @@ func (c *Collector) Collect(nss []netns.NS) []*snapshot.Snapshot {
 	// CPU) and are joined after them; on a small one they follow the
 	// dumps, as they cost less than a second CPU's stolen time is worth
 	// to whatever else runs there.
-	var files func() fileWalk
+	var files func() *fileWalk
 	if c.Opts.Owners && c.Opts.Files != nil && c.procRoot() == "/proc" {
 		open := OpenFiles(c.procRoot())
-		walk := func() fileWalk { return walkFiles(c.Opts.Files, open) }
+		walk := func() *fileWalk {
+			l, err := c.Opts.Files()
+			if err != nil {
+				return nil // the /proc walk stands in
+			}
+			w := walkFiles(l, open)
+			return &w
+		}
 		if open >= besideMin {
 			files = background(walk)
 		} else {
@@ -116,8 +137,7 @@ func (c *Collector) Collect(nss []netns.NS) []*snapshot.Snapshot {
 	if c.Opts.Owners {
 		var fw *fileWalk
 		if files != nil {
-			w := files()
-			fw = &w
+			fw = files()
 		}
 		own := c.attachOwners(out, fw)
 		for i, s := range out {
@@ -165,7 +185,7 @@ func (c *Collector) dump(s *snapshot.Snapshot) {
 		base = b.Was
 	}
 	f := snapshot.Follow(base)
-	opts := sockdiag.Options{States: c.Opts.States, Info: true, Mem: true, Reuse: true, OneWalk: true}
+	opts := sockdiag.Options{States: c.Opts.States, Filter: c.Opts.Filter, Info: true, Mem: true, Reuse: true, OneWalk: true}
 	err := sockdiag.Dump(opts, func(sk *snapshot.Socket) error {
 		var was *snapshot.Was
 		if k, ok := f.Next(sk.Cookie); ok {

@@ -12,35 +12,6 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/sockdiag"
 )
 
-// StreamOptions say what Stream dumps.
-type StreamOptions struct {
-	// Owners maps sockets to processes: one walk of /proc/*/fd before
-	// the first dump.
-	Owners bool
-	// States limits the dump (bitmask of 1<<state); 0 = all.
-	States uint32
-	// Filter is run by the kernel on each socket (ports, addresses).
-	Filter *sockdiag.Filter
-	// Locks reads the buffer lock bits in each namespace before its dump
-	// (eBPF iter/tcp); nil when not loaded, and LocksOff says why.
-	Locks    LockReader
-	LocksOff string
-	// BufLock probes SO_BUF_LOCK through pidfd_getfd where Locks gave
-	// nothing: Collector's opt-in, for the first maxBufLockProbes owned,
-	// established sockets that look pinned, in dump order.
-	BufLock bool
-	// ProcRoot is "/proc" in production.
-	ProcRoot string
-	// LoadFiles, when set, loads the kernel's walk of every process's
-	// files (eBPF iter/task_file) for Owners, instead of a readlink of each
-	// /proc/PID/fd/N; used only when ProcRoot is /proc and BufLock is off.
-	// It is loaded and walked beside the first dump, whose sockets wait in
-	// a bounded buffer until the owners are known. If it cannot load,
-	// the /proc walk stands in without a word (the owners are the same);
-	// if its walk fails, that is recorded as well.
-	LoadFiles func() (procs.FileLister, error)
-}
-
 // maxHeld is how many sockets Stream holds while the owners are found
 // beside the dump (about 480 bytes each); a dump that reaches it waits.
 const maxHeld = 32768
@@ -54,14 +25,14 @@ type ownersDone struct {
 }
 
 // walkOwners finds every socket's owners: by the kernel's file walk when
-// LoadFiles loads it, else (or if that walk fails) from /proc. Every
+// Files loads it, else (or if that walk fails) from /proc. Every
 // socket inode is kept: the walk comes before or beside the dump, so
 // which ones it will list is not known yet.
 func (st *Streamer) walkOwners(root string) ownersDone {
 	start := time.Now()
 	var out ownersDone
-	if st.Opts.LoadFiles != nil && root == "/proc" {
-		if l, err := st.Opts.LoadFiles(); err == nil {
+	if st.Opts.Files != nil && root == "/proc" {
+		if l, err := st.Opts.Files(); err == nil {
 			w := walkFiles(l, OpenFiles(root))
 			out.fw, out.own = &w, w.own
 		}
@@ -99,7 +70,10 @@ func (h *heldRows) add(sk *snapshot.Socket) { h.socks = append(h.socks, h.store.
 // the namespace's sockets: what `sockets` needs to print 1,000,000 rows in
 // constant memory. Rules need whole snapshots; they use Collector.
 type Streamer struct {
-	Opts StreamOptions
+	// Opts says what to dump. With Files set (and ProcRoot /proc, and no
+	// BufLock) the owners are found beside the first dump, whose sockets
+	// wait in a bounded buffer until they are known.
+	Opts Options
 	Now  func() time.Time
 	// Events, when set, adds the eBPF connection events to each header.
 	Events EventReader
@@ -132,7 +106,7 @@ func (st *Streamer) Stream(nss []netns.NS, fn func(s *snapshot.Snapshot, sk *sna
 	// kernel's); otherwise before it.
 	var beside chan ownersDone
 	if st.Opts.Owners {
-		if st.Opts.LoadFiles != nil && root == "/proc" && !st.Opts.BufLock {
+		if st.Opts.Files != nil && root == "/proc" && !st.Opts.BufLock {
 			beside = make(chan ownersDone, 1)
 			go func() { beside <- st.walkOwners(root) }()
 		} else {

@@ -31,11 +31,11 @@ type streamed struct {
 	head   *snapshot.Snapshot
 }
 
-// streamOwners streams ns with load as StreamOptions.LoadFiles and hold
+// streamOwners streams ns with load as Options.Files and hold
 // as Streamer.hold; every row must come with its header's processes.
 func streamOwners(t *testing.T, ns netns.NS, load func() (procs.FileLister, error), hold int) streamed {
 	t.Helper()
-	st := &Streamer{Opts: StreamOptions{Owners: true, ProcRoot: "/proc", LoadFiles: load}, Now: time.Now, hold: hold}
+	st := &Streamer{Opts: Options{Owners: true, ProcRoot: "/proc", Files: load}, Now: time.Now, hold: hold}
 	out := streamed{owners: map[string][]int{}}
 	heads, err := st.Stream([]netns.NS{ns}, func(s *snapshot.Snapshot, sk *snapshot.Socket) error {
 		if s.Procs == nil {
@@ -53,7 +53,7 @@ func streamOwners(t *testing.T, ns netns.NS, load func() (procs.FileLister, erro
 	return out
 }
 
-// loader is a LoadFiles that waits, then returns l or err.
+// loader is a Files source that waits, then returns l or err.
 func loader(l procs.FileLister, err error, wait time.Duration) func() (procs.FileLister, error) {
 	return func() (procs.FileLister, error) {
 		time.Sleep(wait)

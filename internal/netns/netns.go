@@ -11,8 +11,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/procs"
 	"golang.org/x/sys/unix"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/procs"
 )
 
 // ErrNotFound is wrapped by Named's error when no namespace has the name.
@@ -124,14 +125,44 @@ func (f Finder) Named(name string) (NS, error) {
 	return NS{}, fmt.Errorf("netns: %q: %w (have: %s)", name, ErrNotFound, strings.Join(names, ", "))
 }
 
-// Current returns the calling thread's namespace, named after a /run/netns
-// entry with the same inode, else "host" if it is pid 1's (or pid 1's is
-// unreadable), else "pid:N".
+// Current returns the calling thread's namespace, named as name says.
 func (f Finder) Current() (NS, error) {
 	ino, err := nsInode(f.ProcRoot + "/thread-self/ns/net")
 	if err != nil {
 		return NS{}, fmt.Errorf("netns: current: %w", err)
 	}
+	ns, err := f.name(ino)
+	if err != nil || ns.Path != "" {
+		return ns, err
+	}
+	// No process found in it (unreadable /proc?): name it after ourselves.
+	return NS{
+		Name:  "pid:" + strconv.Itoa(os.Getpid()),
+		Inode: ino,
+		Path:  f.ProcRoot + "/" + strconv.Itoa(os.Getpid()) + "/task/" + strconv.Itoa(unix.Gettid()) + "/ns/net",
+	}, nil
+}
+
+// OfPid returns the namespace process pid lives in, named as name says
+// (so `trace --pid` names it as `check` does).
+func (f Finder) OfPid(pid int) (NS, error) {
+	path := f.ProcRoot + "/" + strconv.Itoa(pid) + "/ns/net"
+	ino, err := nsInode(path)
+	if err != nil {
+		return NS{}, fmt.Errorf("netns: of pid %d: %w", pid, permission(err))
+	}
+	ns, err := f.name(ino)
+	if err != nil || ns.Path != "" {
+		return ns, err
+	}
+	return pidNS(f.ProcRoot, pid, ino), nil
+}
+
+// name names the namespace with inode ino: after a /run/netns entry with
+// the same inode, else "host" if it is pid 1's (or pid 1's is
+// unreadable and it is ours), else "pid:N" after the lowest pid in it.
+// With none of these, Path is empty and the caller names it.
+func (f Finder) name(ino uint64) (NS, error) {
 	named, err := f.named()
 	if err != nil {
 		return NS{}, err
@@ -149,12 +180,7 @@ func (f Finder) Current() (NS, error) {
 			return pidNS(f.ProcRoot, pid, ino), nil
 		}
 	}
-	// No process found in it (unreadable /proc?): name it after ourselves.
-	return NS{
-		Name:  "pid:" + strconv.Itoa(os.Getpid()),
-		Inode: ino,
-		Path:  f.ProcRoot + "/" + strconv.Itoa(os.Getpid()) + "/task/" + strconv.Itoa(unix.Gettid()) + "/ns/net",
-	}, nil
+	return NS{Inode: ino}, nil
 }
 
 // host returns the inode of the namespace called "host" and a path to it:

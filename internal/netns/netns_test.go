@@ -65,6 +65,28 @@ func TestCurrent(t *testing.T) {
 	}
 }
 
+// TestOfPid: a process's namespace is named as Current names it (our own
+// process: the same), and a pid that is gone is an error naming it.
+func TestOfPid(t *testing.T) {
+	cur, err := Default().Current()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := Default().OfPid(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ns.Name != cur.Name || ns.Inode != cur.Inode {
+		t.Errorf("OfPid(self) = %+v, Current = %+v", ns, cur)
+	}
+	if got, err := nsInode(ns.Path); err != nil || got != ns.Inode {
+		t.Errorf("Path %s has inode %d (%v), want %d", ns.Path, got, err, ns.Inode)
+	}
+	if _, err := (Finder{ProcRoot: t.TempDir(), RunDir: t.TempDir()}).OfPid(42); err == nil || !strings.Contains(err.Error(), "of pid 42") {
+		t.Errorf("OfPid of a missing pid: %v", err)
+	}
+}
+
 func TestDoBadPath(t *testing.T) {
 	err := Do(NS{Name: "gone", Path: filepath.Join(t.TempDir(), "gone")}, func() error { return nil })
 	if err == nil || !strings.HasPrefix(err.Error(), "netns: enter gone: open ") {

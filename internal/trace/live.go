@@ -57,11 +57,6 @@ func portsOf(f *sockdiag.Filter) []uint16 {
 	return ps
 }
 
-// PidNS is the network namespace process pid lives in.
-func PidNS(procRoot string, pid int) netns.NS {
-	return netns.NS{Name: "pid:" + strconv.Itoa(pid), Path: procRoot + "/" + strconv.Itoa(pid) + "/ns/net"}
-}
-
 // Live records the matching connections: it opens a sock_diag socket in
 // o.NS (which stays there) and runs Record.
 func Live(ctx context.Context, o LiveOptions) (*Trace, Stats, error) {

@@ -1,0 +1,307 @@
+package collect
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/bpfsource"
+	"github.com/tcpdoctor/tcpdoctor/internal/procs"
+)
+
+// Mode is the --bpf choice: what to do about the eBPF extras.
+type Mode string
+
+// The --bpf modes.
+const (
+	// ModeAuto uses what loads and says once why the rest did not.
+	ModeAuto Mode = "auto"
+	// ModeOn fails (exit 3) when an extra the command needs cannot load.
+	ModeOn Mode = "on"
+	// ModeOff loads nothing.
+	ModeOff Mode = "off"
+)
+
+// ParseMode reads a --bpf value.
+func ParseMode(s string) (Mode, error) {
+	switch m := Mode(s); m {
+	case ModeAuto, ModeOn, ModeOff:
+		return m, nil
+	}
+	return "", fmt.Errorf("--bpf must be auto, on or off, not %q", s)
+}
+
+// Loaders load the eBPF programs; a nil field is one this build lacks.
+// Production uses BPFLoaders; tests inject their own.
+type Loaders struct {
+	Events func(*bpfsource.Kernel) (*bpfsource.Source, error)
+	Locks  func(*bpfsource.Kernel) (*bpfsource.SockLocks, error)
+	Files  func(*bpfsource.Kernel) (*bpfsource.FileOwners, error)
+	Trace  func(bpfsource.TraceOptions) (*bpfsource.Tracer, error)
+}
+
+// BPFLoaders are the real programs of internal/bpfsource.
+func BPFLoaders() Loaders {
+	return Loaders{
+		Events: func(k *bpfsource.Kernel) (*bpfsource.Source, error) {
+			return bpfsource.Open(bpfsource.Options{Kernel: k})
+		},
+		Locks: bpfsource.OpenSockLocks,
+		Files: bpfsource.OpenFileOwners,
+		Trace: bpfsource.OpenTrace,
+	}
+}
+
+// Need says which extras a command's output uses: the others are not
+// loaded (a load, and each iter/tcp walk of the host's TCP tables, cost a
+// command that prints one sample), and nothing is said of them.
+type Need struct {
+	// Events: connection events (lifecycle, drops, resets, retransmits).
+	Events bool
+	// Locks: the buffer lock bits of every socket (iter/tcp).
+	Locks bool
+	// Files: the kernel's walk of every process's files for the owners
+	// (iter/task_file), loaded now; a failure is a note.
+	Files bool
+	// FilesLazily: the same walk, loaded when the owners are first
+	// walked and only on a host with KernelFilesMin open files; a failure
+	// leaves the /proc walk without a word (the owners are the same).
+	FilesLazily bool
+}
+
+// ExtrasConfig is one command's request for the eBPF extras.
+type ExtrasConfig struct {
+	Mode Mode
+	Need Need
+	// Replay: the snapshots come from a file; nothing is loaded.
+	Replay bool
+	// PidFD turns on the opt-in pidfd_getfd probe (Options.BufLock).
+	PidFD bool
+	// Command names the command when Mode is on and it has no --bpf flag
+	// of its own (watch); empty: errors say "--bpf on".
+	Command string
+	// ProcRoot is "/proc" in production (the open-files count).
+	ProcRoot string
+	Loaders  Loaders
+	// Note says on stderr what could not load, or did not close.
+	Note func(format string, args ...any)
+}
+
+// Extras is what the --bpf choice loaded, used by every way in (Collector,
+// Streamer, watch's stream, trace's programs); Close frees it.
+type Extras struct {
+	cfg ExtrasConfig
+	// Source is the connection-event source (nil when not loaded): the
+	// counters for Collector and Streamer, the event stream for watch.
+	Source *bpfsource.Source
+	locks  LockReader
+	// locksOff says why locks is nil, for the snapshot.
+	locksOff string
+	files    FileSource
+	closers  []func() error
+}
+
+// Events is the event counters for Collector and Streamer; nil when not
+// loaded.
+func (x *Extras) Events() EventReader {
+	if x.Source == nil {
+		return nil
+	}
+	return x.Source
+}
+
+// Options adds the extras to a command's collect options: lock bits,
+// the pidfd probe where asked (never without owners), the kernel's file
+// walk for owners. Without PidFD nothing is written to any socket.
+func (x *Extras) Options(o Options) Options {
+	o.Locks, o.LocksOff = x.locks, x.locksOff
+	o.BufLock = x.cfg.PidFD && o.Owners
+	if o.Owners {
+		o.Files = x.files
+	}
+	if o.ProcRoot == "" {
+		o.ProcRoot = x.cfg.ProcRoot
+	}
+	return o
+}
+
+// Close frees every program loaded, noting what did not close.
+func (x *Extras) Close() {
+	for _, c := range x.closers {
+		if err := c(); err != nil && x.cfg.Note != nil {
+			x.cfg.Note("note: %v", err)
+		}
+	}
+	x.closers = nil
+}
+
+// OpenExtras loads the extras cfg.Need names, each on its own, as
+// cfg.Mode says. An extra left out (off, replaying a file, or in auto
+// not loadable) says why; with Mode on a failure is the error. Close the
+// result once collection is done.
+func OpenExtras(cfg ExtrasConfig) (*Extras, error) {
+	x := &Extras{cfg: cfg}
+	if cfg.Note == nil {
+		x.cfg.Note = func(string, ...any) {}
+	}
+	note := x.cfg.Note
+	if cfg.Replay {
+		return x, nil
+	}
+	if cfg.Mode == ModeOff {
+		x.locksOff = "eBPF off (--bpf off)"
+		return x, nil
+	}
+	ld := cfg.Loaders
+	var evErr, lkErr, flErr error
+	// One parse of the kernel's BTF for every load below; freed after.
+	kernel := bpfsource.NewKernel()
+	switch {
+	case !cfg.Need.Events:
+	case ld.Events == nil:
+		evErr = errors.New("this build has no eBPF loader")
+	default:
+		if s, err := ld.Events(kernel); err != nil {
+			evErr = err
+		} else {
+			x.Source = s
+			for _, m := range s.Missing() {
+				// The others run; what this one counts is unknown in findings.
+				note("note: eBPF program on %s off: %s", m.Program, m.Reason)
+			}
+			x.closers = append(x.closers, s.Close)
+		}
+	}
+	switch {
+	case cfg.Need.Files && ld.Files != nil:
+		if f, err := ld.Files(kernel); err != nil {
+			flErr = err
+		} else {
+			x.files = Loaded(f)
+			x.closers = append(x.closers, f.Close)
+		}
+	case cfg.Need.FilesLazily && ld.Files != nil && OpenFiles(cfg.ProcRoot) >= KernelFilesMin:
+		x.files = x.lazyFiles(ld.Files)
+	}
+	switch {
+	case !cfg.Need.Locks:
+		x.locksOff = "not read: sockets reads buffer lock bits with --json --locks"
+	case ld.Locks == nil:
+		lkErr = errors.New("this build has no eBPF loader")
+	default:
+		if l, err := ld.Locks(kernel); err != nil {
+			lkErr = err
+		} else {
+			x.locks = l
+			x.closers = append(x.closers, l.Close)
+		}
+	}
+	if lkErr != nil {
+		x.locksOff = "eBPF iter/tcp not loaded: " + lkErr.Error()
+	}
+	if cfg.Mode == ModeOn {
+		if evErr != nil && lkErr != nil && evErr.Error() == lkErr.Error() {
+			lkErr = nil // one cause, said once
+		}
+		if err := errors.Join(evErr, lkErr); err != nil {
+			x.Close()
+			label := "--bpf on"
+			if cfg.Command != "" {
+				label = cfg.Command
+			}
+			return nil, fmt.Errorf("%s: %w", label, err)
+		}
+		x.noteFiles(flErr)
+		return x, nil
+	}
+	switch {
+	case ld.Events == nil && ld.Locks == nil:
+		// A build without eBPF: nothing to say.
+	case evErr != nil && lkErr != nil && evErr.Error() == lkErr.Error():
+		note("note: eBPF off: %v: no connection events, and pinned buffers judged from their sizes only (--bpf off silences this)", evErr)
+	default:
+		if evErr != nil {
+			note("note: eBPF connection events off: %v (--bpf off silences this)", evErr)
+		}
+		if lkErr != nil {
+			note("note: eBPF buffer lock bits (iter/tcp) off: %v: pinned buffers judged from their sizes only (--bpf off silences this)", lkErr)
+		}
+	}
+	x.noteFiles(flErr, evErr, lkErr)
+	return x, nil
+}
+
+// noteFiles says why the owner walk reads /proc/PID/fd, unless a note
+// already gave that cause. The in-kernel walk finds the same owners,
+// only faster, so its absence never fails Mode on.
+func (x *Extras) noteFiles(flErr error, said ...error) {
+	if flErr == nil {
+		return
+	}
+	for _, s := range said {
+		if s != nil && s.Error() == flErr.Error() {
+			return
+		}
+	}
+	x.cfg.Note("note: eBPF owner walk (iter/task_file) off: %v: socket owners read from /proc/PID/fd, which is slower (--bpf off silences this)", flErr)
+}
+
+// lazyFiles loads the file walk once, when first asked; Close frees it.
+func (x *Extras) lazyFiles(load func(*bpfsource.Kernel) (*bpfsource.FileOwners, error)) FileSource {
+	var loaded *bpfsource.FileOwners
+	var loadErr error
+	tried := false
+	x.closers = append(x.closers, func() error {
+		if loaded != nil {
+			return loaded.Close()
+		}
+		return nil
+	})
+	return func() (procs.FileLister, error) {
+		if !tried {
+			tried = true
+			loaded, loadErr = load(nil)
+		}
+		if loadErr != nil {
+			return nil, loadErr
+		}
+		return loaded, nil
+	}
+}
+
+// OpenTrace loads trace's programs for the namespace inode and ports,
+// once trace knows them. With Mode auto a failure is a note and why says it, for
+// the recording; with Mode on it is an error; with Mode off, why says so.
+func (x *Extras) OpenTrace(netns uint64, ports []uint16) (tr *bpfsource.Tracer, why string, err error) {
+	switch {
+	case x.cfg.Mode == ModeOff:
+		return nil, "eBPF off (--bpf off)", nil
+	case x.cfg.Loaders.Trace == nil:
+		err = errors.New("this build has no eBPF loader")
+	default:
+		tr, err = x.cfg.Loaders.Trace(bpfsource.TraceOptions{Netns: netns, Ports: ports})
+	}
+	if err != nil {
+		if x.cfg.Mode == ModeOn {
+			return nil, "", fmt.Errorf("trace: --bpf on: %w", err)
+		}
+		x.cfg.Note("note: trace: no eBPF events (retransmits, receive buffer steps, resets with the kernel's timestamps): %v (--bpf off silences this)", err)
+		return nil, err.Error(), nil
+	}
+	for _, m := range tr.Missing() {
+		x.cfg.Note("note: trace: eBPF program %s not running: %s", m.Program, m.Reason)
+	}
+	return tr, "", nil
+}
+
+// Collector is the way in of the commands that diagnose (check, record,
+// serve): whole snapshots of every namespace, with these extras.
+func (x *Extras) Collector(o Options, now func() time.Time) *Collector {
+	return &Collector{Opts: x.Options(o), Now: now, Events: x.Events()}
+}
+
+// Streamer is the way in of the listing (sockets): one socket at a
+// time, with these extras.
+func (x *Extras) Streamer(o Options, now func() time.Time) *Streamer {
+	return &Streamer{Opts: x.Options(o), Now: now, Events: x.Events()}
+}

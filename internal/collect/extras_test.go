@@ -1,0 +1,164 @@
+package collect
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/bpfsource"
+)
+
+// failing are loaders that all refuse with err, counting their calls.
+func failing(err error, calls *int) Loaders {
+	return Loaders{
+		Events: func(*bpfsource.Kernel) (*bpfsource.Source, error) { *calls++; return nil, err },
+		Locks:  func(*bpfsource.Kernel) (*bpfsource.SockLocks, error) { *calls++; return nil, err },
+		Files:  func(*bpfsource.Kernel) (*bpfsource.FileOwners, error) { *calls++; return nil, err },
+		Trace:  func(bpfsource.TraceOptions) (*bpfsource.Tracer, error) { *calls++; return nil, err },
+	}
+}
+
+// procWithFiles is a proc root whose fs/file-nr says n files are open.
+func procWithFiles(t *testing.T, n int) string {
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "sys/fs"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "sys/fs/file-nr"), []byte(fmt.Sprintf("%d\t0\t100000\n", n)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+// TestOpenExtras: the one way every command gets its eBPF sources says
+// the same things as each did on its own: off and replay load nothing,
+// auto notes one cause once, on fails naming the command.
+func TestOpenExtras(t *testing.T) {
+	boom := errors.New("boom")
+	all := Need{Events: true, Locks: true, Files: true}
+	for _, c := range []struct {
+		name    string
+		cfg     ExtrasConfig
+		calls   int
+		err     string
+		notes   []string
+		locksOf string
+	}{
+		{name: "off", cfg: ExtrasConfig{Mode: ModeOff, Need: all}, locksOf: "eBPF off (--bpf off)"},
+		{name: "replay", cfg: ExtrasConfig{Mode: ModeOn, Need: all, Replay: true}},
+		{name: "auto, one cause said once", cfg: ExtrasConfig{Mode: ModeAuto, Need: all}, calls: 3,
+			notes: []string{"note: eBPF off: boom: no connection events, and pinned buffers judged from their sizes only (--bpf off silences this)"},
+			locksOf: "eBPF iter/tcp not loaded: boom"},
+		{name: "auto, locks not needed", cfg: ExtrasConfig{Mode: ModeAuto, Need: Need{Events: true}}, calls: 1,
+			notes:   []string{"note: eBPF connection events off: boom (--bpf off silences this)"},
+			locksOf: "not read: sockets reads buffer lock bits with --json --locks"},
+		{name: "on", cfg: ExtrasConfig{Mode: ModeOn, Need: all}, calls: 3, err: "--bpf on: boom"},
+		{name: "on, watch", cfg: ExtrasConfig{Mode: ModeOn, Need: Need{Events: true}, Command: "watch"}, calls: 1, err: "watch: boom"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var calls int
+			var notes []string
+			cfg := c.cfg
+			cfg.Loaders = failing(boom, &calls)
+			cfg.Note = func(f string, a ...any) { notes = append(notes, fmt.Sprintf(f, a...)) }
+			x, err := OpenExtras(cfg)
+			if calls != c.calls {
+				t.Errorf("%d loads, want %d", calls, c.calls)
+			}
+			if c.err != "" {
+				if err == nil || err.Error() != c.err {
+					t.Fatalf("error %v, want %q", err, c.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer x.Close()
+			if strings.Join(notes, "\n") != strings.Join(c.notes, "\n") {
+				t.Errorf("notes %q, want %q", notes, c.notes)
+			}
+			o := x.Options(Options{Owners: true})
+			if o.Locks != nil || o.LocksOff != c.locksOf || o.Files != nil || x.Events() != nil {
+				t.Errorf("options %+v, events %v; want nothing loaded and LocksOff %q", o, x.Events(), c.locksOf)
+			}
+		})
+	}
+}
+
+// TestLazyFiles: sockets' owner walk loads once, when first walked, and
+// only on a host with KernelFilesMin open files; never without owners.
+func TestLazyFiles(t *testing.T) {
+	boom := errors.New("boom")
+	var calls int
+	x, err := OpenExtras(ExtrasConfig{Mode: ModeAuto, Need: Need{FilesLazily: true}, ProcRoot: procWithFiles(t, KernelFilesMin),
+		Loaders: Loaders{Files: failing(boom, &calls).Files}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	if calls != 0 {
+		t.Fatalf("loaded %d times before the walk", calls)
+	}
+	if x.Options(Options{}).Files != nil {
+		t.Error("a file walk without owners")
+	}
+	f := x.Options(Options{Owners: true}).Files
+	if f == nil {
+		t.Fatal("no file walk with owners on a big host")
+	}
+	for range 2 {
+		if _, err := f(); !errors.Is(err, boom) {
+			t.Errorf("walk: %v, want boom", err)
+		}
+	}
+	if calls != 1 {
+		t.Errorf("loaded %d times, want once", calls)
+	}
+	small, err := OpenExtras(ExtrasConfig{Mode: ModeAuto, Need: Need{FilesLazily: true}, ProcRoot: procWithFiles(t, KernelFilesMin-1),
+		Loaders: Loaders{Files: failing(boom, &calls).Files}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if small.Options(Options{Owners: true}).Files != nil {
+		t.Error("the kernel's walk on a host where the readlinks cost less")
+	}
+}
+
+// TestOpenTrace: trace's programs follow the same --bpf choice.
+func TestOpenTrace(t *testing.T) {
+	boom := errors.New("boom")
+	for _, c := range []struct {
+		mode  Mode
+		why   string
+		err   string
+		notes int
+	}{
+		{ModeOff, "eBPF off (--bpf off)", "", 0},
+		{ModeAuto, "boom", "", 1},
+		{ModeOn, "", "trace: --bpf on: boom", 0},
+	} {
+		var calls int
+		var notes []string
+		x, err := OpenExtras(ExtrasConfig{Mode: c.mode, Loaders: failing(boom, &calls),
+			Note: func(f string, a ...any) { notes = append(notes, fmt.Sprintf(f, a...)) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr, why, err := x.OpenTrace(1, nil)
+		got := ""
+		if err != nil {
+			got = err.Error()
+		}
+		if tr != nil || why != c.why || got != c.err || len(notes) != c.notes {
+			t.Errorf("%s: OpenTrace = %v, %q, %q (notes %q); want %q, %q", c.mode, tr, why, got, notes, c.why, c.err)
+		}
+		x.Close()
+	}
+	if _, err := ParseMode("sometimes"); err == nil || !strings.Contains(err.Error(), `not "sometimes"`) {
+		t.Errorf("ParseMode(sometimes) = %v", err)
+	}
+}
