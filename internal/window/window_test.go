@@ -1,4 +1,4 @@
-package checkup
+package window
 
 import (
 	"context"
@@ -47,7 +47,7 @@ func TestSampleWalksLocksForTheLastSampleOnly(t *testing.T) {
 	walks := 0
 	c := &collect.Collector{Opts: collect.Options{Locks: countLocks{&walks}, ProcRoot: "/proc"}, Now: time.Now}
 	noSleep := func(context.Context, time.Duration) error { return nil }
-	ss, err := Sample(context.Background(), c, []netns.NS{ns}, 2, time.Second, noSleep)
+	ss, err := Sample(context.Background(), c, []netns.NS{ns}, 2, time.Second, noSleep, nil)
 	if err != nil || len(ss) != 1 || len(ss[0].Snaps) != 2 {
 		t.Fatalf("%v %+v", err, ss)
 	}
@@ -59,7 +59,7 @@ func TestSampleWalksLocksForTheLastSampleOnly(t *testing.T) {
 		t.Error("Sample changed the caller's collector")
 	}
 	walks = 0
-	if _, err := Sample(context.Background(), c, []netns.NS{ns}, 1, 0, noSleep); err != nil || walks != 1 {
+	if _, err := Sample(context.Background(), c, []netns.NS{ns}, 1, 0, noSleep, nil); err != nil || walks != 1 {
 		t.Errorf("one sample: %d walks, %v", walks, err)
 	}
 }
@@ -97,7 +97,7 @@ func TestSampleSharesUnchangedExtras(t *testing.T) {
 		return err
 	}
 	c := &collect.Collector{Opts: collect.Options{ProcRoot: "/proc"}, Now: time.Now}
-	ss, err := Sample(context.Background(), c, []netns.NS{ns}, 2, time.Second, send)
+	ss, err := Sample(context.Background(), c, []netns.NS{ns}, 2, time.Second, send, nil)
 	if err != nil || len(ss) != 1 || len(ss[0].Snaps) != 2 {
 		t.Fatalf("%v %+v", err, ss)
 	}
