@@ -1,0 +1,50 @@
+package checkup
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/diag"
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+)
+
+// Diagnose gathers every window in one report, each namespace's source
+// failures once (a first sample's own marked as such), and runs each
+// window's rules before it asks for the next window.
+func TestDiagnose(t *testing.T) {
+	at := func(s int64, errs ...string) *snapshot.Snapshot {
+		sn := &snapshot.Snapshot{Taken: time.Unix(s, 0), Host: "h"}
+		for _, e := range errs {
+			sn.Errors = append(sn.Errors, snapshot.SourceError{Source: "netstat", Err: e})
+		}
+		return sn
+	}
+	a0, a1, b := at(10, "gone", "busy"), at(12, "busy"), at(11)
+	a0.Netns.Name, a1.Netns.Name, b.Netns.Name = "a", "a", "b"
+	ran := 0
+	rs := []diag.Rule{{ID: "count", Check: func(*diag.Input) ([]diag.Finding, error) { ran++; return nil, nil }}}
+	ins := func(yield func(*diag.Input) bool) {
+		if !yield(diag.NewInput(a0, a1, diag.Options{})) {
+			return
+		}
+		if ran != 1 {
+			t.Errorf("the second window asked for before the first one's rules ran (%d runs)", ran)
+		}
+		yield(diag.NewInput(nil, b, diag.Options{}))
+	}
+	rep := Diagnose(ins, rs)
+	if strings.Join(rep.Netns, ",") != "a,b" || rep.Host != "h" || !rep.Taken.Equal(time.Unix(12, 0)) {
+		t.Errorf("netns %v, host %q, taken %v", rep.Netns, rep.Host, rep.Taken)
+	}
+	var errs []string
+	for _, e := range rep.Sources {
+		errs = append(errs, e.Netns+": "+e.Error)
+	}
+	if got := strings.Join(errs, "; "); got != "a: first sample: gone; a: busy" {
+		t.Errorf("source errors %q", got)
+	}
+	if ran != 2 || len(rep.RulesRun) != 1 {
+		t.Errorf("%d runs, rules run %v", ran, rep.RulesRun)
+	}
+}
