@@ -1,148 +1,50 @@
 package checkup
 
 import (
-	"context"
-	"io"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/bpfsource"
-	"github.com/tcpdoctor/tcpdoctor/internal/collect"
-	"github.com/tcpdoctor/tcpdoctor/internal/netns"
+	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
-	"github.com/tcpdoctor/tcpdoctor/internal/testns"
 )
 
-// Samples start interval apart: the wait is what the collection left of
-// the interval, never negative.
-func TestPause(t *testing.T) {
-	for _, c := range []struct{ interval, took, want time.Duration }{
-		{time.Second, 300 * time.Millisecond, 700 * time.Millisecond},
-		{time.Second, 0, time.Second},
-		{time.Second, 2 * time.Second, 0},
-		{time.Second, time.Second, 0},
-	} {
-		if got := Pause(c.interval, c.took); got != c.want {
-			t.Errorf("Pause(%v, %v) = %v, want %v", c.interval, c.took, got, c.want)
+// Diagnose gathers every window in one report, each namespace's source
+// failures once (a first sample's own marked as such), and runs each
+// window's rules before it asks for the next window.
+func TestDiagnose(t *testing.T) {
+	at := func(s int64, errs ...string) *snapshot.Snapshot {
+		sn := &snapshot.Snapshot{Taken: time.Unix(s, 0), Host: "h"}
+		for _, e := range errs {
+			sn.Errors = append(sn.Errors, snapshot.SourceError{Source: "netstat", Err: e})
 		}
+		return sn
 	}
-}
-
-type countLocks struct{ n *int }
-
-func (c countLocks) Read(int) (*bpfsource.Locks, error) {
-	*c.n++
-	return &bpfsource.Locks{}, nil
-}
-
-// The sample that starts the window skips the lock-bit walk; the last
-// one reads it, and each says where its bits came from or why not.
-func TestSampleWalksLocksForTheLastSampleOnly(t *testing.T) {
-	ns, err := netns.Default().Current()
-	if err != nil {
-		t.Skip(err)
-	}
-	walks := 0
-	c := &collect.Collector{Opts: collect.Options{Locks: countLocks{&walks}, ProcRoot: "/proc"}, Now: time.Now}
-	noSleep := func(context.Context, time.Duration) error { return nil }
-	ss, err := Sample(context.Background(), c, []netns.NS{ns}, 2, time.Second, noSleep)
-	if err != nil || len(ss) != 1 || len(ss[0].Snaps) != 2 {
-		t.Fatalf("%v %+v", err, ss)
-	}
-	first, last := ss[0].Snaps[0].BufLocks, ss[0].Snaps[1].BufLocks
-	if walks != 1 || first == nil || first.From != "" || !strings.Contains(first.Why, "starts the window") || last == nil || last.From == "" {
-		t.Errorf("%d walks; first %+v, last %+v", walks, first, last)
-	}
-	if c.Opts.Locks == nil {
-		t.Error("Sample changed the caller's collector")
-	}
-	walks = 0
-	if _, err := Sample(context.Background(), c, []netns.NS{ns}, 1, 0, noSleep); err != nil || walks != 1 {
-		t.Errorf("one sample: %d walks, %v", walks, err)
-	}
-}
-
-// The last sample keeps the first's tcp_info and meminfo of a connection
-// that moved nothing between them, and its own of one that sent data.
-func TestSampleSharesUnchangedExtras(t *testing.T) {
-	ns := testns.New(t, "share")
-	var idle, busy [2]net.Conn
-	err := netns.Do(ns, func() error {
-		ln, err := net.Listen("tcp4", "127.0.0.1:0")
-		if err != nil {
-			return err
+	a0, a1, b := at(10, "gone", "busy"), at(12, "busy"), at(11)
+	a0.Netns.Name, a1.Netns.Name, b.Netns.Name = "a", "a", "b"
+	ran := 0
+	rs := []diag.Rule{{ID: "count", Check: func(*diag.Input) ([]diag.Finding, error) { ran++; return nil, nil }}}
+	ins := func(yield func(*diag.Input) bool) {
+		if !yield(diag.NewInput(a0, a1, diag.Options{})) {
+			return
 		}
-		t.Cleanup(func() { ln.Close() })
-		for _, p := range []*[2]net.Conn{&idle, &busy} {
-			if p[0], p[1], err = testns.DialAccept(ln); err != nil {
-				return err
-			}
-			t.Cleanup(func() { p[0].Close(); p[1].Close() })
+		if ran != 1 {
+			t.Errorf("the second window asked for before the first one's rules ran (%d runs)", ran)
 		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
+		yield(diag.NewInput(nil, b, diag.Options{}))
 	}
-	// Let the handshakes' last ACKs settle before the first sample.
-	time.Sleep(50 * time.Millisecond)
-	send := func(context.Context, time.Duration) error {
-		if _, err := busy[0].Write(make([]byte, 1000)); err != nil {
-			return err
-		}
-		_, err := io.ReadFull(busy[1], make([]byte, 1000))
-		time.Sleep(20 * time.Millisecond)
-		return err
+	rep := Diagnose(ins, rs)
+	if strings.Join(rep.Netns, ",") != "a,b" || rep.Host != "h" || !rep.Taken.Equal(time.Unix(12, 0)) {
+		t.Errorf("netns %v, host %q, taken %v", rep.Netns, rep.Host, rep.Taken)
 	}
-	c := &collect.Collector{Opts: collect.Options{ProcRoot: "/proc"}, Now: time.Now}
-	ss, err := Sample(context.Background(), c, []netns.NS{ns}, 2, time.Second, send)
-	if err != nil || len(ss) != 1 || len(ss[0].Snaps) != 2 {
-		t.Fatalf("%v %+v", err, ss)
+	var errs []string
+	for _, e := range rep.Sources {
+		errs = append(errs, e.Netns+": "+e.Error)
 	}
-	base, last := ss[0].Base, ss[0].Snaps[1]
-	if base == nil || ss[0].Snaps[0] != base.Snap {
-		t.Fatalf("first sample not kept as a base: %+v", ss[0])
+	if got := strings.Join(errs, "; "); got != "a: first sample: gone; a: busy" {
+		t.Errorf("source errors %q", got)
 	}
-	// The base keeps the listener whole and the connections as Was.
-	for i := range base.Snap.Sockets {
-		if st := base.Snap.Sockets[i].State; st == snapshot.Established {
-			t.Errorf("base keeps an established socket whole: %+v", base.Snap.Sockets[i])
-		}
-	}
-	find := func(s *snapshot.Snapshot, end net.Conn) *snapshot.Socket {
-		for i := range s.Sockets {
-			if sk := &s.Sockets[i]; sk.Local.String() == end.LocalAddr().String() && sk.Remote.String() == end.RemoteAddr().String() {
-				return sk
-			}
-		}
-		t.Fatalf("no socket %v-%v in %d sockets", end.LocalAddr(), end.RemoteAddr(), len(s.Sockets))
-		return nil
-	}
-	was := func(b *snapshot.Socket) *snapshot.Was {
-		for i := range base.Was {
-			if base.Was[i].Cookie == b.Cookie {
-				return &base.Was[i]
-			}
-		}
-		t.Fatalf("cookie %d not in the base's %d", b.Cookie, len(base.Was))
-		return nil
-	}
-	var ab, bb snapshot.TCPInfo
-	for _, end := range idle {
-		b := find(last, end)
-		a := was(b)
-		if !a.HasTCP() || !b.SharesTCP(a) || b.Mem != a.Mem {
-			t.Errorf("idle %v: info shared %v, mem shared %v", end.LocalAddr(), b.SharesTCP(a), b.Mem == a.Mem)
-		}
-	}
-	for _, end := range busy {
-		b := find(last, end)
-		a := was(b)
-		ai, bi := a.TCP(&ab), b.TCP(&bb)
-		if ai == nil || bi == nil || b.SharesTCP(a) || bi.BytesAcked+bi.BytesReceived != ai.BytesAcked+ai.BytesReceived+1000 {
-			t.Errorf("busy %v: first %+v, last %+v", end.LocalAddr(), ai, bi)
-		}
+	if ran != 2 || len(rep.RulesRun) != 1 {
+		t.Errorf("%d runs, rules run %v", ran, rep.RulesRun)
 	}
 }

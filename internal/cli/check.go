@@ -11,6 +11,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/report"
 	"github.com/tcpdoctor/tcpdoctor/internal/rules"
+	"github.com/tcpdoctor/tcpdoctor/internal/window"
 )
 
 type checkOpts struct {
@@ -96,11 +97,11 @@ func runCheck(cmd *cobra.Command, e *Env, o *checkOpts) error {
 		return err
 	}
 	defer x.Close()
-	ss, err := o.src.sample(cmd.Context(), e, x.Collector(collect.Options{Owners: !o.noOwners}, e.Now), count, o.interval)
+	ss, err := o.src.sample(cmd.Context(), e, x.Collector(collect.Options{Owners: !o.noOwners}, e.Now), count, o.interval, rs)
 	if err != nil {
 		return err
 	}
-	rep := checkup.Diagnose(ss, rs, opts)
+	rep := checkup.Diagnose(window.Inputs(ss, opts), rs)
 	if o.json {
 		if err := report.WriteJSON(e.Stdout, rep); err != nil {
 			return err

@@ -7,10 +7,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
 	"github.com/tcpdoctor/tcpdoctor/internal/outfile"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/window"
 )
 
 type recordOpts struct {
@@ -88,7 +88,7 @@ func runRecord(cmd *cobra.Command, e *Env, o *recordOpts) error {
 	var last time.Time
 	for i := 0; i < o.count; i++ {
 		if i > 0 {
-			if err := e.Sleep(cmd.Context(), checkup.Pause(o.interval, e.Now().Sub(last))); err != nil {
+			if err := e.Sleep(cmd.Context(), window.Pause(o.interval, e.Now().Sub(last))); err != nil {
 				// Ctrl-C: what was written stays, each sample whole.
 				e.progress("record: stopped after %d of %d samples, all in %s", i, o.count, outName(o.out))
 				return err

@@ -10,11 +10,12 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
+	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/textsafe"
+	"github.com/tcpdoctor/tcpdoctor/internal/window"
 )
 
 // sourceOpts are the flags every reading command shares: where the
@@ -42,7 +43,7 @@ func (o *sourceOpts) validate() error {
 }
 
 // series is the samples of one namespace, oldest first.
-type series = checkup.Series
+type series = window.Series
 
 // findNamespaces resolves --netns / --all-netns (default: our own). With
 // --all-netns a partial list (processes we may not inspect) comes with
@@ -77,9 +78,9 @@ func (o *sourceOpts) namespaces(e *Env) ([]netns.NS, error) {
 	return nss, err
 }
 
-// sample returns, per namespace, count samples interval apart, live or
-// from --from. Progress goes to stderr.
-func (o *sourceOpts) sample(ctx context.Context, e *Env, c *collect.Collector, count int, interval time.Duration) ([]series, error) {
+// sample returns, per namespace, count samples interval apart for the
+// rules rs, live or from --from. Progress goes to stderr.
+func (o *sourceOpts) sample(ctx context.Context, e *Env, c *collect.Collector, count int, interval time.Duration, rs []diag.Rule) ([]series, error) {
 	if o.from != "" {
 		ss, torn, err := readSeries(e, o.from)
 		if err == nil && torn && count > 1 {
@@ -95,7 +96,7 @@ func (o *sourceOpts) sample(ctx context.Context, e *Env, c *collect.Collector, c
 	if err != nil {
 		return nil, usageErr("%v", err)
 	}
-	out, err := checkup.Sample(ctx, c, nss, count, interval, e.Sleep)
+	out, err := window.Sample(ctx, c, nss, count, interval, e.Sleep, rs)
 	if err != nil {
 		return nil, err
 	}

@@ -2,23 +2,55 @@ package diag
 
 import (
 	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
-	"github.com/tcpdoctor/tcpdoctor/internal/tcpmodel"
 )
 
-// A base keeps every socket as a Was, only the ones not established
-// whole, and tallies what rules compared with the whole sample.
-func TestNewBase(t *testing.T) {
+// socketsIn keeps how many sockets the whole first sample held; counts
+// says how often it ran.
+type socketsIn struct{ counts *atomic.Int32 }
+
+func (k socketsIn) Keep(s *snapshot.Snapshot) int {
+	if k.counts != nil {
+		k.counts.Add(1)
+	}
+	return len(s.Sockets)
+}
+
+// pidsIn is a second key of another type.
+type pidsIn struct{}
+
+func (pidsIn) Keep(s *snapshot.Snapshot) []int {
+	var out []int
+	for i := range s.Sockets {
+		out = append(out, s.Sockets[i].Pids...)
+	}
+	return out
+}
+
+func baseSample() *snapshot.Snapshot {
 	ap := netip.MustParseAddrPort
 	ln := snapshot.Socket{Family: 2, State: snapshot.Listen, Cookie: 1, Local: ap("198.18.0.1:80"), Pids: []int{10}}
 	acc := snapshot.Socket{Family: 2, State: snapshot.Established, Cookie: 2, Local: ap("198.18.0.1:80"), Remote: ap("198.18.0.2:40000"), Pids: []int{10}}
 	cli := snapshot.Socket{Family: 2, State: snapshot.Established, Cookie: 3, Local: ap("198.18.0.1:40001"), Remote: ap("198.18.0.3:443"), Pids: []int{20}, RecvQ: 7}
 	tw := snapshot.Socket{Family: 2, State: snapshot.TimeWait, Cookie: 4, Local: ap("198.18.0.1:40002"), Remote: ap("198.18.0.3:443")}
-	s := &snapshot.Snapshot{Sockets: []snapshot.Socket{ln, acc, cli, tw},
-		Sysctls: map[string]string{"net.ipv4.ip_local_port_range": "32768 60999"}}
-	b := NewBase(s)
+	return &snapshot.Snapshot{Sockets: []snapshot.Socket{ln, acc, cli, tw}}
+}
+
+// A base keeps every socket as a Was, only the ones not established
+// whole, and what its keepers asked of the whole sample, each once.
+func TestNewBase(t *testing.T) {
+	s := baseSample()
+	var runs atomic.Int32
+	count := socketsIn{&runs}
+	b := NewBase(s, KeepsOf([]Rule{
+		{ID: "a", Keeps: []Keeper{Keep(count)}},
+		{ID: "b", Keeps: []Keeper{Keep(count), Keep(pidsIn{})}},
+	}))
 	if len(b.Was) != 4 || b.Was[2].Cookie != 3 || b.Was[2].RecvQ != 7 {
 		t.Errorf("Was: %+v", b.Was)
 	}
@@ -28,25 +60,93 @@ func TestNewBase(t *testing.T) {
 	if len(s.Sockets) != 4 {
 		t.Errorf("NewBase changed its sample: %d sockets", len(s.Sockets))
 	}
+	if runs.Load() != 1 {
+		t.Errorf("a key two rules keep ran %d times, want once", runs.Load())
+	}
+	cli := s.Sockets[2]
 	in := NewInputFrom(b, &snapshot.Snapshot{Sockets: []snapshot.Socket{cli}}, Options{})
 	if p := in.PrevOf(&in.Cur.Sockets[0]); p == nil || p.RecvQ != 7 || p.State != snapshot.Established {
 		t.Errorf("PrevOf: %+v", p)
 	}
-	if got := in.PrevAccepted(1); got != 1 {
-		t.Errorf("accepted on the listener: %d, want 1", got)
+	if n, ok := KeptOf(in, count); !ok || n != 4 {
+		t.Errorf("kept socket count %d %v, want 4 of the whole sample", n, ok)
 	}
-	if got := in.PrevOpener(tcpmodel.FlowOf(cli.Local.Addr(), cli.Remote)); got != 20 {
-		t.Errorf("opener of the client flow: %d, want 20", got)
+	if p, ok := KeptOf(in, pidsIn{}); !ok || len(p) != 3 {
+		t.Errorf("kept pids %v %v", p, ok)
 	}
-	if got := in.PrevOpener(tcpmodel.FlowOf(acc.Local.Addr(), acc.Remote)); got != 0 {
-		t.Errorf("an accepted connection counted as opened by its server: %d", got)
+	if runs.Load() != 1 {
+		t.Errorf("reading a kept value ran its keeper again (%d runs)", runs.Load())
 	}
-	held, ok := in.PrevHeld()
-	if k := tcpmodel.DestOf(cli.Local.Addr(), cli.Remote); !ok || held[k] != 2 {
-		t.Errorf("held: %v %v, want 2 to %v (one open, one in TIME_WAIT)", held, ok, k)
+	if _, ok := KeptOf(NewInput(nil, s, Options{}), count); ok {
+		t.Error("kept value without a first sample")
 	}
-	delete(s.Sysctls, "net.ipv4.ip_local_port_range")
-	if _, ok := NewInput(s, s, Options{}).PrevHeld(); ok {
-		t.Error("held known without the port range")
+}
+
+// A rule that reads what it did not list in its Keeps is reported
+// unknown with the key it missed, not judged on an empty tally.
+func TestKeptOfUndeclared(t *testing.T) {
+	b := NewBase(baseSample(), nil)
+	in := NewInputFrom(b, &snapshot.Snapshot{}, Options{})
+	r := Rule{ID: "forgetful", Check: func(in *Input) ([]Finding, error) {
+		KeptOf(in, pidsIn{})
+		return nil, nil
+	}}
+	var res Result
+	Run([]Rule{r}, in, &res)
+	if len(res.Unknown) != 1 || !strings.Contains(res.Unknown[0].Reason, "diag.pidsIn was not kept") {
+		t.Errorf("unknown: %+v", res.Unknown)
+	}
+}
+
+// NewInput keeps its previous sample whole: a rule's keepers run on it
+// when first asked, once, however many rules ask at once.
+func TestKeptOfWholeSample(t *testing.T) {
+	var runs atomic.Int32
+	in := NewInput(baseSample(), &snapshot.Snapshot{}, Options{})
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			if n, ok := KeptOf(in, socketsIn{&runs}); !ok || n != 4 {
+				t.Errorf("kept %d %v, want 4", n, ok)
+			}
+		})
+	}
+	wg.Wait()
+	if runs.Load() != 1 {
+		t.Errorf("keeper ran %d times, want once", runs.Load())
+	}
+}
+
+// sumCookies is a Memo over the current sample; its field counts runs.
+type sumCookies struct{ runs *atomic.Int32 }
+
+func (m sumCookies) Compute(in *Input) uint64 {
+	m.runs.Add(1)
+	var n uint64
+	for i := range in.Cur.Sockets {
+		n += in.Cur.Sockets[i].Cookie
+	}
+	return n
+}
+
+// A Memo is computed once per Input, typed, whoever asks first; another
+// Input computes its own.
+func TestMemoOf(t *testing.T) {
+	var runs atomic.Int32
+	in := NewInput(nil, baseSample(), Options{})
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			if got := MemoOf(in, sumCookies{&runs}); got != 10 {
+				t.Errorf("memo %d, want 10", got)
+			}
+		})
+	}
+	wg.Wait()
+	if runs.Load() != 1 {
+		t.Errorf("memo computed %d times, want once", runs.Load())
+	}
+	if got := MemoOf(NewInput(nil, &snapshot.Snapshot{}, Options{}), sumCookies{&runs}); got != 0 || runs.Load() != 2 {
+		t.Errorf("another input: %d after %d runs", got, runs.Load())
 	}
 }

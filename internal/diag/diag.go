@@ -4,7 +4,6 @@ package diag
 
 import (
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
@@ -118,8 +117,8 @@ type Options struct {
 // when the window is non-zero, the one before it as a Base.
 type Input struct {
 	// Prev is the previous sample but for its established connections,
-	// which PrevOf finds by cookie and the Prev* tallies count (Base);
-	// nil for a single snapshot.
+	// which PrevOf finds by cookie and KeptOf tallies (Base); nil for a
+	// single snapshot.
 	Prev    *snapshot.Snapshot
 	Cur     *snapshot.Snapshot
 	Options Options
@@ -129,22 +128,17 @@ type Input struct {
 	prev      *prevIndex
 	prevReady chan struct{}
 	tuples    tcpmodel.Tuples // CurTuples: indexed at its first lookup
-	// shared holds Shared's values by key.
-	sharedMu sync.Mutex
-	shared   map[string]*sharedValue
+	// memos holds MemoOf's values by key.
+	memos onceMap
 }
 
-type sharedValue struct {
-	once sync.Once
-	v    any
-}
-
-// NewInput builds an Input from two whole samples (prev nil for one):
-// NewInputFrom(NewBase(prev), cur, opts).
+// NewInput builds an Input from two whole samples (prev nil for one),
+// as NewInputFrom with prev as its Base; what the rules keep of prev
+// (KeptOf) is computed from it when they ask.
 func NewInput(prev, cur *snapshot.Snapshot, opts Options) *Input {
 	var b *Base
 	if prev != nil {
-		b = NewBase(prev)
+		b = wholeBase(prev)
 	}
 	return NewInputFrom(b, cur, opts)
 }
@@ -193,59 +187,11 @@ func (in *Input) PrevOf(sk *snapshot.Socket) *snapshot.Was {
 	return in.prev.byCookie(in.base.Was, sk.Cookie)
 }
 
-// PrevHeld is the ephemeral ports each destination held in the previous
-// sample (tcpmodel.DestUse.Held, from that sample's port space); ok is
-// false without a previous sample or when its port space was unknown.
-func (in *Input) PrevHeld() (map[tcpmodel.Dest]int, bool) {
-	if in.base == nil || in.base.held == nil {
-		return nil, false
-	}
-	return in.base.held, true
-}
-
-// PrevOpener is the process that held most sockets of flow f in the
-// previous sample (tcpmodel.Openers), 0 when none or without one.
-func (in *Input) PrevOpener(f tcpmodel.Flow) int {
-	if in.base == nil {
-		return 0
-	}
-	return in.base.openers[f]
-}
-
-// PrevAccepted counts the owned connections the listener with cookie c
-// had accepted in the previous sample (tcpmodel.AcceptedOwned).
-func (in *Input) PrevAccepted(c uint64) int {
-	if in.base == nil {
-		return 0
-	}
-	return in.base.accepted[c]
-}
-
 // CurTuples indexes the current snapshot's connected sockets by (local,
 // remote) for finding local peers: one index shared by every rule that
 // asks, built at the first lookup (tcpmodel.Tuples).
 func (in *Input) CurTuples() tcpmodel.Tuples {
 	return in.tuples
-}
-
-// Shared returns what fn computes, computed once per Input for each key:
-// an index or tally two rules both derive from the window (a million
-// sockets' worth), built by whichever asks first while the other waits.
-// fn must be a pure function of the Input, and callers must not change
-// the value.
-func (in *Input) Shared(key string, fn func() any) any {
-	in.sharedMu.Lock()
-	if in.shared == nil {
-		in.shared = map[string]*sharedValue{}
-	}
-	sv := in.shared[key]
-	if sv == nil {
-		sv = &sharedValue{}
-		in.shared[key] = sv
-	}
-	in.sharedMu.Unlock()
-	sv.once.Do(func() { sv.v = fn() })
-	return sv.v
 }
 
 // CounterDelta returns how much a counter moved over the window. ok is
@@ -269,7 +215,10 @@ type Rule struct {
 	ID         string
 	Title      string
 	NeedsDelta bool
-	Check      func(in *Input) ([]Finding, error)
+	// Keeps lists what the rule reads of the window's first sample with
+	// KeptOf: the window keeps that of it, not the sample whole.
+	Keeps []Keeper
+	Check func(in *Input) ([]Finding, error)
 }
 
 // Unknown records a rule that could not run, with the reason.

@@ -7,6 +7,7 @@
 package exporter
 
 import (
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/tcpmodel"
+	"github.com/tcpdoctor/tcpdoctor/internal/window"
 )
 
 // DefaultTop is the default number of listeners and destinations exported
@@ -43,11 +45,10 @@ type Exporter struct {
 	opts Options
 	d    *descs
 
-	// mu serialises Update; last holds, per namespace, the newest
-	// snapshot as the next window's start (diag.Base). Nothing older is
-	// kept.
+	// mu serialises Update; windows keeps, per namespace, the newest
+	// snapshot as the next window's start. Nothing older is kept.
 	mu          sync.Mutex
-	last        map[string]*diag.Base
+	windows     *window.Chain
 	collections int64
 	// events adds up each namespace's eBPF counts (forgotten with it).
 	events map[string]*eventTotals
@@ -63,7 +64,7 @@ func New(opts Options) *Exporter {
 	if opts.Clock == nil {
 		opts.Clock = time.Now
 	}
-	x := &Exporter{opts: opts, d: newDescs(), last: map[string]*diag.Base{}, events: map[string]*eventTotals{}}
+	x := &Exporter{opts: opts, d: newDescs(), windows: window.NewChain(opts.Rules), events: map[string]*eventTotals{}}
 	x.view.Store(&view{})
 	return x
 }
@@ -129,7 +130,7 @@ func (x *Exporter) Update(snaps []*snapshot.Snapshot, collectTook time.Duration)
 	b := &viewBuilder{seen: map[string]bool{}}
 	d := x.d
 	next := make(map[string]*snapshot.Snapshot, len(snaps))
-	var windows []checkup.Window
+	var ins []*diag.Input
 	var newest time.Time
 	for _, cur := range snaps {
 		ns := cur.Netns.Name
@@ -151,21 +152,17 @@ func (x *Exporter) Update(snaps []*snapshot.Snapshot, collectTook time.Duration)
 			t.expire(listening(cur))
 			x.addEvents(b, ns, cur.Events, t)
 		}
-		base := x.last[ns]
-		if base == nil || !cur.Taken.After(base.Snap.Taken) || base.Snap.Netns.Inode != cur.Netns.Inode {
-			// First sample, the clock went backwards, or the name now
-			// belongs to another namespace (deleted and re-created, or a
-			// pid:N name passed on): no window.
-			continue
+		in := x.windows.Input(cur, x.opts.Diag)
+		if in == nil {
+			continue // no window yet (window.Chain.Input says why)
 		}
-		in := diag.NewInputFrom(base, cur, x.opts.Diag)
-		windows = append(windows, checkup.Window{Netns: ns, In: in})
+		ins = append(ins, in)
 		b.add(d.window, prometheus.GaugeValue, in.Window().Seconds(), ns)
 		x.addLimiters(b, in)
 	}
-	if len(windows) > 0 {
+	if len(ins) > 0 {
 		// The rules run exactly as `check` runs them.
-		rep := checkup.DiagnoseWindows(windows, x.opts.Rules)
+		rep := checkup.Diagnose(slices.Values(ins), x.opts.Rules)
 		for _, f := range rep.Findings {
 			s := f.Subject
 			pid := ""
@@ -179,11 +176,8 @@ func (x *Exporter) Update(snaps []*snapshot.Snapshot, collectTook time.Duration)
 		}
 	}
 	// Each sample is kept as the next window's start only as what its
-	// rules read of it (diag.Base), not whole.
-	x.last = make(map[string]*diag.Base, len(next))
-	for ns, s := range next {
-		x.last[ns] = diag.NewBase(s)
-	}
+	// rules read of it, not whole.
+	x.windows.Keep(snaps)
 	for ns := range x.events {
 		if next[ns] == nil {
 			delete(x.events, ns)

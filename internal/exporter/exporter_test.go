@@ -176,15 +176,15 @@ func TestBounded(t *testing.T) {
 			t.Errorf("%s with --top 1: %d series, %v", name, n, err)
 		}
 	}
-	if len(x.last) != 1 || x.last["golden"] == nil || x.last["golden"].Snap.Taken != snaps[1].Taken {
-		t.Errorf("kept %d snapshots, want only the newest", len(x.last))
+	if x.windows.Len() != 1 || x.windows.Base("golden") == nil || x.windows.Base("golden").Snap.Taken != snaps[1].Taken {
+		t.Errorf("kept %d snapshots, want only the newest", x.windows.Len())
 	}
 	other := *snaps[1]
 	other.Netns = snapshot.Netns{Name: "other"}
 	other.Taken = snaps[1].Taken.Add(time.Second)
 	x.Update([]*snapshot.Snapshot{&other}, 0)
-	if _, ok := x.last["golden"]; ok || len(x.last) != 1 {
-		t.Errorf("vanished namespace still kept: %v", len(x.last))
+	if x.windows.Base("golden") != nil || x.windows.Len() != 1 {
+		t.Errorf("vanished namespace still kept: %v", x.windows.Len())
 	}
 	if n, _ := testutil.GatherAndCount(reg, "tcpdoctor_finding"); n != 0 {
 		t.Errorf("a new namespace's first snapshot produced %d findings", n)

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/window"
 )
 
 // Loop collects every Interval and feeds the Exporter. Sample does the
@@ -29,11 +30,7 @@ func (l *Loop) Run(ctx context.Context) error {
 	for {
 		start := l.Now()
 		l.X.Update(l.Sample(), l.Now().Sub(start))
-		wait := l.Interval - l.Now().Sub(start)
-		if wait < 0 {
-			wait = 0
-		}
-		if err := l.Sleep(ctx, wait); err != nil {
+		if err := l.Sleep(ctx, window.Pause(l.Interval, l.Now().Sub(start))); err != nil {
 			return nil
 		}
 	}

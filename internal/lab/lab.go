@@ -30,6 +30,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/report"
 	"github.com/tcpdoctor/tcpdoctor/internal/rules"
+	"github.com/tcpdoctor/tcpdoctor/internal/window"
 )
 
 // PidDir holds one file per lab run listing the PIDs it started, so that
@@ -323,7 +324,8 @@ func (tb *Testbed) Check(ctx context.Context, interval time.Duration, nsNames ..
 		nss = append(nss, ns)
 	}
 	c := &collect.Collector{Opts: collect.Options{Owners: true, BufLock: true, ProcRoot: "/proc"}, Now: time.Now}
-	ss, err := checkup.Sample(ctx, c, nss, 2, interval, checkup.Sleep)
+	rs := rules.All()
+	ss, err := window.Sample(ctx, c, nss, 2, interval, checkup.Sleep, rs)
 	if err != nil {
 		return nil, err
 	}
@@ -331,7 +333,7 @@ func (tb *Testbed) Check(ctx context.Context, interval time.Duration, nsNames ..
 	if tb.Link != nil {
 		opts.Bandwidth = tb.linkRate()
 	}
-	return checkup.Diagnose(ss, rules.All(), opts), nil
+	return checkup.Diagnose(window.Inputs(ss, opts), rs), nil
 }
 
 // linkRate is the slower configured direction, 0 when unlimited.

@@ -25,7 +25,8 @@ const (
 )
 
 func connectionChurn() diag.Rule {
-	return diag.Rule{ID: "connection-churn", Title: "New connection per request instead of reuse", NeedsDelta: true, Check: checkConnectionChurn}
+	return diag.Rule{ID: "connection-churn", Title: "New connection per request instead of reuse", NeedsDelta: true, Check: checkConnectionChurn,
+		Keeps: []diag.Keeper{diag.Keep(flowOpeners{})}}
 }
 
 // churnSeverity is a warning for a fast churn the host can fix (the
@@ -69,7 +70,7 @@ func churnFinding(in *diag.Input, c *tcpmodel.Churn, sev diag.Severity) diag.Fin
 	cur := in.Cur
 	pid := c.Openers.Top()
 	if pid == 0 {
-		pid = in.PrevOpener(c.Flow)
+		pid = prevOpener(in, c.Flow)
 	}
 	cmd := tcpmodel.Command(cur, pid)
 	if cmd == "" && pid != 0 {

@@ -32,8 +32,19 @@ func fixtureWithoutOwners(t *testing.T, path string, flows []snapshot.EventFlow)
 
 func runRule(r diag.Rule, prev, cur *snapshot.Snapshot) diag.Result {
 	var res diag.Result
-	diag.Run([]diag.Rule{r}, diag.NewInput(prev, cur, diag.Options{}), &res)
+	diag.Run([]diag.Rule{r}, keptInput(r, prev, cur), &res)
 	return res
+}
+
+// keptInput is the window as check keeps it: prev as a base holding only
+// what r lists in its Keeps, so a rule reading anything else of it is
+// reported unknown (diag.KeptOf).
+func keptInput(r diag.Rule, prev, cur *snapshot.Snapshot) *diag.Input {
+	var b *diag.Base
+	if prev != nil {
+		b = diag.NewBase(prev, r.Keeps)
+	}
+	return diag.NewInputFrom(b, cur, diag.Options{})
 }
 
 func evidence(f diag.Finding, name string) string {

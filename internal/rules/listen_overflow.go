@@ -25,7 +25,19 @@ const (
 )
 
 func listenOverflow() diag.Rule {
-	return diag.Rule{ID: "listen-overflow", Title: "Accept queue overflow", Check: checkListenOverflow}
+	return diag.Rule{ID: "listen-overflow", Title: "Accept queue overflow", Check: checkListenOverflow,
+		Keeps: []diag.Keeper{diag.Keep(acceptedOwned{})}}
+}
+
+// acceptedOwned keeps the owned connections each listener had accepted
+// in the window's first sample, by the listener's cookie
+// (tcpmodel.AcceptedOwned): a server that takes no more than it held
+// then has stopped accepting.
+type acceptedOwned struct{}
+
+// Keep tallies s.
+func (acceptedOwned) Keep(s *snapshot.Snapshot) map[uint64]int {
+	return tcpmodel.AcceptedOwned(s, tcpmodel.ListenersOf(s))
 }
 
 // listener is one LISTEN socket with its queue in both samples.
@@ -252,7 +264,8 @@ func capped(in *diag.Input, l *listener, now accepted) bool {
 	if p == nil {
 		return false
 	}
-	before := in.PrevAccepted(p.Cookie)
+	accepted, _ := diag.KeptOf(in, acceptedOwned{})
+	before := accepted[p.Cookie]
 	return now.owned <= before+max(8, before/100)
 }
 

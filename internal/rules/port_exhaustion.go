@@ -29,7 +29,56 @@ const (
 )
 
 func portExhaustion() diag.Rule {
-	return diag.Rule{ID: "port-exhaustion", Title: "Ephemeral port exhaustion", Check: checkPortExhaustion}
+	return diag.Rule{ID: "port-exhaustion", Title: "Ephemeral port exhaustion", Check: checkPortExhaustion,
+		Keeps: []diag.Keeper{diag.Keep(portsHeld{}), diag.Keep(flowOpeners{})}}
+}
+
+// portsHeld keeps each destination's ephemeral ports held
+// (tcpmodel.DestUse.Held) in the window's first sample, from that
+// sample's own port space; nil when that was unknown.
+type portsHeld struct{}
+
+// Keep tallies s.
+func (portsHeld) Keep(s *snapshot.Snapshot) map[tcpmodel.Dest]int {
+	p, err := tcpmodel.NewPortSpace(s)
+	if err != nil {
+		return nil
+	}
+	held := map[tcpmodel.Dest]int{}
+	for k, u := range p.DestUsage(s, nil, 0) {
+		held[k] = u.Held()
+	}
+	return held
+}
+
+// portSpaceOf is the current sample's port space (tcpmodel.NewPortSpace):
+// port-exhaustion and time-wait-churn both judge it, once.
+type portSpaceOf struct{}
+
+type portSpace struct {
+	p   *tcpmodel.PortSpace
+	err error
+}
+
+// Compute builds the port space of in.Cur.
+func (portSpaceOf) Compute(in *diag.Input) portSpace {
+	p, err := tcpmodel.NewPortSpace(in.Cur)
+	return portSpace{p, err}
+}
+
+// destUsageOf is every destination's port use in the current sample
+// (tcpmodel.PortSpace.DestUsage, the port space portSpaceOf's), which
+// port-exhaustion and time-wait-churn both tally: once; nil when the port
+// space is unknown.
+type destUsageOf struct{}
+
+// Compute tallies in.Cur.
+func (destUsageOf) Compute(in *diag.Input) map[tcpmodel.Dest]*tcpmodel.DestUse {
+	ps := diag.MemoOf(in, portSpaceOf{})
+	if ps.err != nil {
+		return nil
+	}
+	return ps.p.DestUsage(in.Cur, prevState(in), in.Window())
 }
 
 // portSeverity grades a destination's forecast, 0 when healthy.
@@ -53,19 +102,16 @@ type destHit struct {
 
 // destHits measures every destination's port use and keeps those grade
 // fires on: most severe first, then larger rank, then by address.
+// p is portSpaceOf's.
 func destHits(in *diag.Input, p *tcpmodel.PortSpace, grade func(*tcpmodel.DestUse, tcpmodel.Forecast) diag.Severity, rank func(*tcpmodel.DestUse) int) []destHit {
-	// port-exhaustion and time-wait-churn tally the same ports, with the
-	// same port space (NewPortSpace of the current sample): once.
-	use := in.Shared("rules.destUsage", func() any {
-		return p.DestUsage(in.Cur, prevState(in), in.Window())
-	}).(map[tcpmodel.Dest]*tcpmodel.DestUse)
-	// What each destination held in the previous sample (diag.Base),
+	use := diag.MemoOf(in, destUsageOf{})
+	// What each destination held in the previous sample (portsHeld),
 	// unknown (-1) without one or without its port range.
-	prevHeld, hasPrev := in.PrevHeld()
+	prevHeld, hasPrev := diag.KeptOf(in, portsHeld{})
 	var hits []destHit
 	for k, u := range use {
 		ph := -1
-		if hasPrev {
+		if hasPrev && prevHeld != nil {
 			ph = prevHeld[k]
 		}
 		f := u.Forecast(p.Usable(), ph, in.Window(), p.Reuse.Delay)
@@ -104,10 +150,11 @@ func checkPortExhaustion(in *diag.Input) ([]diag.Finding, error) {
 	if err := sockdiagGone(cur); err != nil {
 		return nil, err
 	}
-	p, err := tcpmodel.NewPortSpace(cur)
-	if err != nil {
-		return nil, diag.Unknownf("%v", err)
+	ps := diag.MemoOf(in, portSpaceOf{})
+	if ps.err != nil {
+		return nil, diag.Unknownf("%v", ps.err)
 	}
+	p := ps.p
 	hits := destHits(in, p, func(_ *tcpmodel.DestUse, f tcpmodel.Forecast) diag.Severity { return portSeverity(f) },
 		func(u *tcpmodel.DestUse) int { return u.Held() })
 	return destFindings(cur, hits, portMaxFindings, func(h destHit) diag.Finding { return portFinding(in, p, h) }), nil
@@ -121,7 +168,7 @@ func destPrevOwner(in *diag.Input, k tcpmodel.Dest, u *tcpmodel.DestUse) int {
 	if u.Owners.Len() > 0 {
 		return 0
 	}
-	return in.PrevOpener(tcpmodel.Flow{Opener: k.Src, Service: k.Dst})
+	return prevOpener(in, tcpmodel.Flow{Opener: k.Src, Service: k.Dst})
 }
 
 // destOwner names the process holding most open sockets to a destination.

@@ -50,7 +50,7 @@ func runFixture(t *testing.T, r diag.Rule, path string) diag.Result {
 		prev = snaps[0]
 	}
 	var res diag.Result
-	diag.Run([]diag.Rule{r}, diag.NewInput(prev, snaps[len(snaps)-1], diag.Options{}), &res)
+	diag.Run([]diag.Rule{r}, keptInput(r, prev, snaps[len(snaps)-1]), &res)
 	res.Sort()
 	return res
 }

@@ -150,7 +150,30 @@ func ownersNote(s *snapshot.Snapshot) (diag.Evidence, bool) {
 // peerRates is tcpmodel.PeerRates of the current sample, computed once
 // for the five rules that judge a path against other connections' rates.
 func peerRates(in *diag.Input) map[netip.Addr]float64 {
-	return in.Shared("tcpmodel.PeerRates", func() any { return tcpmodel.PeerRates(in.Cur) }).(map[netip.Addr]float64)
+	return diag.MemoOf(in, peerRatesOf{})
+}
+
+// peerRatesOf is peerRates' key.
+type peerRatesOf struct{}
+
+// Compute rates in.Cur's peers.
+func (peerRatesOf) Compute(in *diag.Input) map[netip.Addr]float64 { return tcpmodel.PeerRates(in.Cur) }
+
+// flowOpeners keeps the process holding most sockets of each flow in the
+// window's first sample (tcpmodel.Openers), which a rule names when no
+// socket of a flow has an owner now.
+type flowOpeners struct{}
+
+// Keep tallies s.
+func (flowOpeners) Keep(s *snapshot.Snapshot) map[tcpmodel.Flow]int {
+	return tcpmodel.Openers(s, tcpmodel.ListenersOf(s))
+}
+
+// prevOpener is the process that held most sockets of flow f in the
+// previous sample (flowOpeners), 0 when none or without one.
+func prevOpener(in *diag.Input, f tcpmodel.Flow) int {
+	o, _ := diag.KeptOf(in, flowOpeners{})
+	return o[f]
 }
 
 // prevState looks sockets up in the previous sample; nil without one.

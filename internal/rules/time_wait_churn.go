@@ -26,7 +26,8 @@ const (
 )
 
 func timeWaitChurn() diag.Rule {
-	return diag.Rule{ID: "time-wait-churn", Title: "TIME_WAIT churn from short connections", Check: checkTimeWaitChurn}
+	return diag.Rule{ID: "time-wait-churn", Title: "TIME_WAIT churn from short connections", Check: checkTimeWaitChurn,
+		Keeps: []diag.Keeper{diag.Keep(portsHeld{}), diag.Keep(flowOpeners{})}}
 }
 
 // twHeld is how many of a destination's ports TIME_WAIT holds: those
@@ -59,10 +60,11 @@ func checkTimeWaitChurn(in *diag.Input) ([]diag.Finding, error) {
 	if err := sockdiagGone(cur); err != nil {
 		return nil, err
 	}
-	p, err := tcpmodel.NewPortSpace(cur)
-	if err != nil {
-		return nil, diag.Unknownf("%v", err)
+	ps := diag.MemoOf(in, portSpaceOf{})
+	if ps.err != nil {
+		return nil, diag.Unknownf("%v", ps.err)
 	}
+	p := ps.p
 	hits := destHits(in, p, func(u *tcpmodel.DestUse, f tcpmodel.Forecast) diag.Severity { return twSeverity(u, f, p.Usable()) },
 		func(u *tcpmodel.DestUse) int { return u.TW })
 	fs := destFindings(cur, hits, twMaxFindings, func(h destHit) diag.Finding { return twFinding(in, p, h) })
