@@ -10,8 +10,8 @@ import (
 	"strings"
 )
 
-// maxLine bounds one line of a /proc/net file; netstat's TcpExt header,
-// the longest, is about 3 KiB on 6.18.
+// maxLine bounds one line of a /proc/net file, far above netstat's
+// TcpExt header, the longest (TestFillLive prints its length).
 const maxLine = 1 << 20
 
 // maxErrs bounds how many line errors one parse reports.

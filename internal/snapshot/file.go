@@ -115,13 +115,13 @@ type Limits struct {
 	GzipRatio int64
 }
 
-// The default limits (docs/snapshot-format.md). A socket the writer
-// writes takes 1.2-1.4 KB, 2.1 KB with every number at its largest
-// (TestDefaultLimitsFitRecordings), so a line of DefaultMaxSockets
-// sockets fits DefaultMaxLine with room for long pid lists. The largest
-// value besides a socket is "procs": 64 MiB holds some 650,000
-// processes. A repetitive recording compresses about 110 times; gzip's
-// own limit is about 1,030.
+// The default limits (docs/snapshot-format.md). A line of
+// DefaultMaxSockets sockets, each as long as the writer writes one with
+// every number at its largest, fits DefaultMaxLine with room for long pid
+// lists. The largest value besides a socket is "procs". DefaultGzipRatio
+// lies between a repetitive recording's ratio and gzip's own limit of
+// about 1,030. TestDefaultLimitsFitRecordings prints a socket's length
+// and that ratio, and checks both.
 const (
 	DefaultMaxSockets = 4 << 20
 	DefaultMaxLine    = int64(DefaultMaxSockets) * 4 << 10
