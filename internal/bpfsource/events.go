@@ -1,5 +1,7 @@
 package bpfsource
 
+// The loader of bpf/events.c and the stream of its ring buffer (Events).
+
 import (
 	"context"
 	"encoding/binary"
@@ -10,6 +12,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
+	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
 	"golang.org/x/sys/unix"
 )
@@ -245,3 +250,194 @@ func (s *Source) wallClock() func(uint64) time.Time {
 	mono := uint64(ts.Nano())
 	return func(ns uint64) time.Time { return wall.Add(time.Duration(int64(ns - mono))) }
 }
+
+// reasonNames are the kernel's names for drop and reset reasons, read
+// from its BTF (the numbers differ between kernels).
+type reasonNames struct {
+	drops, resets map[uint32]string
+}
+
+func (n *reasonNames) drop(r uint32) string {
+	if s, ok := n.drops[r]; ok {
+		return s
+	}
+	return fmt.Sprintf("reason %d", r)
+}
+
+func (n *reasonNames) reset(r uint32) string {
+	if s, ok := n.resets[r]; ok {
+		return s
+	}
+	return fmt.Sprintf("reason %d", r)
+}
+
+// dropValue returns the number of the drop reason named name, if present.
+func (n *reasonNames) dropValue(name string) (uint32, bool) {
+	for v, s := range n.drops {
+		if s == name {
+			return v, true
+		}
+	}
+	return 0, false
+}
+
+// sharedMaps are created once and handed to every program: the ring of
+// events, the lost counters and the counting maps of events.c.
+type sharedMaps struct {
+	ring, lost, stream, drops, retrans, resets *ebpf.Map
+}
+
+func (m *sharedMaps) close() error {
+	var errs []error
+	for _, mp := range []*ebpf.Map{m.ring, m.lost, m.stream, m.drops, m.retrans, m.resets} {
+		if mp != nil {
+			errs = append(errs, mp.Close())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func newSharedMaps(spec *ebpf.CollectionSpec) (sharedMaps, error) {
+	var m sharedMaps
+	for _, x := range []struct {
+		name string
+		dst  **ebpf.Map
+	}{{eventsMapEvents, &m.ring}, {eventsMapEvLost, &m.lost}, {eventsMapEvStream, &m.stream},
+		{eventsMapDrops, &m.drops}, {eventsMapRetrans, &m.retrans}, {eventsMapResets, &m.resets}} {
+		mp, err := ebpf.NewMap(spec.Maps[x.name])
+		if err != nil {
+			_ = m.close()
+			return sharedMaps{}, loadError(fmt.Errorf("create map %s: %w", x.name, err))
+		}
+		*x.dst = mp
+	}
+	return m, nil
+}
+
+func (m *sharedMaps) replacements() map[string]*ebpf.Map {
+	return map[string]*ebpf.Map{
+		eventsMapEvents: m.ring, eventsMapEvLost: m.lost, eventsMapEvStream: m.stream,
+		eventsMapDrops: m.drops, eventsMapRetrans: m.retrans, eventsMapResets: m.resets,
+	}
+}
+
+// eventProgram is one program of events.c and how to check that the
+// kernel's tracepoint matches what it reads.
+type eventProgram struct {
+	prog, tracepoint string
+	// check inspects the tracepoint's parameters (context first) and
+	// sets the program's variables in spec.
+	check func(params []btf.FuncParam, spec *ebpf.CollectionSpec, names *reasonNames) error
+}
+
+// eventPrograms lists the programs of events.c in load order.
+func eventPrograms() []eventProgram {
+	return []eventProgram{
+		{eventsProgDrop, "kfree_skb", checkDrop},
+		{eventsProgRetransmit, "tcp_retransmit_skb", checkSockFirst},
+		{eventsProgResetSent, "tcp_send_reset", checkSendReset},
+		{eventsProgResetReceived, "tcp_receive_reset", checkSockFirst},
+	}
+}
+
+// checkDrop wants (ctx, skb, location, reason[, rx_sk]): the reason came
+// in 5.17 and rx_sk (the listener of TCP_LISTEN_OVERFLOW) in 6.11.
+func checkDrop(params []btf.FuncParam, spec *ebpf.CollectionSpec, names *reasonNames) error {
+	if len(params) < 4 || !isEnum(params[3].Type, "skb_drop_reason") {
+		return notSupported("kfree_skb has no drop reason argument (Linux 5.17 added it)")
+	}
+	if names.drops == nil {
+		return notSupported("kernel BTF has no enum skb_drop_reason")
+	}
+	set := func(v string, x uint32) error { return spec.Variables[v].Set(x) }
+	if len(params) >= 5 {
+		if err := set(eventsVarDropHasRxSk, 1); err != nil {
+			return err
+		}
+	}
+	// The loader compares against the kernel's own numbers; a name this
+	// kernel lacks gets a number no reason has.
+	for v, name := range map[string]string{
+		eventsVarDropListenOverflow: "TCP_LISTEN_OVERFLOW",
+		eventsVarDropSkipA:          "NOT_SPECIFIED", // also every kfree_skb() without a reason
+		eventsVarDropSkipB:          "QUEUE_PURGE",   // every normal close frees its queues
+		eventsVarDropSkipBelow:      "NOT_SPECIFIED", // NOT_DROPPED_YET and CONSUMED are below
+	} {
+		n, ok := names.dropValue(name)
+		if !ok {
+			n = 1<<32 - 1
+			if v == eventsVarDropSkipBelow {
+				n = 0
+			}
+		}
+		if err := set(v, n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func checkSockFirst(params []btf.FuncParam, _ *ebpf.CollectionSpec, _ *reasonNames) error {
+	if len(params) < 2 {
+		return notSupported("tracepoint has no socket argument")
+	}
+	if !isSockPtr(params[1].Type) {
+		return notSupported("argument 1 is %v, not a pointer to struct sock", params[1].Type)
+	}
+	return nil
+}
+
+// checkSendReset wants (ctx, sk, skb, reason): the reason came in 6.10.
+func checkSendReset(params []btf.FuncParam, spec *ebpf.CollectionSpec, names *reasonNames) error {
+	if err := checkSockFirst(params, spec, names); err != nil {
+		return err
+	}
+	if len(params) < 4 || !isEnum(params[3].Type, "sk_rst_reason") {
+		return notSupported("tcp_send_reset has no reason argument (Linux 6.10 added it)")
+	}
+	if names.resets == nil {
+		return notSupported("kernel BTF has no enum sk_rst_reason")
+	}
+	return nil
+}
+
+// openEventProgram loads one program of events.c alone (the others not
+// even in its collection) against the shared maps, and attaches it. It
+// works on a copy of espec, the parsed events.c, which it leaves as is.
+func (s *Source) openEventProgram(ksp *btf.Spec, espec *ebpf.CollectionSpec, ep eventProgram) error {
+	params, err := tracepointParams(ksp, ep.tracepoint)
+	if err != nil {
+		return err
+	}
+	spec := espec.Copy()
+	if err := spec.Variables[eventsVarWakeupBytes].Set(uint64(wakeupBytes)); err != nil {
+		return fmt.Errorf("bpfsource: %w", err)
+	}
+	if err := ep.check(params, spec, &s.names); err != nil {
+		return err
+	}
+	for name := range spec.Programs {
+		if name != ep.prog {
+			delete(spec.Programs, name)
+		}
+	}
+	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: s.shared.replacements(), Cache: s.cache})
+	if err != nil {
+		return loadError(err)
+	}
+	prog := coll.DetachProgram(ep.prog)
+	coll.Close()
+	l, err := link.AttachTracing(link.TracingOptions{Program: prog, AttachType: ebpf.AttachTraceRawTp})
+	if err != nil {
+		_ = prog.Close()
+		return loadError(fmt.Errorf("attach tp_btf/%s: %w", ep.tracepoint, err))
+	}
+	s.progs = append(s.progs, prog)
+	s.progNames = append(s.progNames, ep.tracepoint)
+	s.links = append(s.links, l)
+	return nil
+}
+
+// wakeupBytes is how much waits in the ring before the kernel wakes the
+// reader (BPF_RB_NO_WAKEUP below it).
+const wakeupBytes = 64 << 10

@@ -22,7 +22,8 @@ import (
 const (
 	labTraceInterval = 10 * time.Millisecond
 	// labTraceDiscover: a discovery dump walks the kernel's whole
-	// established hash (2.5-15 ms here), so five a second; a connection's
+	// established hash (`tcpdoctor trace bench` prints what one costs),
+	// so five a second; a connection's
 	// transfers before it is found are not traced.
 	labTraceDiscover = 200 * time.Millisecond
 )

@@ -22,6 +22,20 @@ func TestFillLive(t *testing.T) {
 		t.Fatalf("errors reading the live host: %+v", s.Errors)
 	}
 	checkLive(t, s)
+	longest := 0
+	for _, f := range []string{"netstat", "snmp"} {
+		b, err := os.ReadFile("/proc/self/net/" + f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			longest = max(longest, len(line))
+		}
+	}
+	t.Logf("the longest line of /proc/net/netstat and snmp: %d bytes (maxLine %d)", longest, maxLine)
+	if longest >= maxLine {
+		t.Errorf("a %d-byte line reaches maxLine %d", longest, maxLine)
+	}
 	for _, name := range SysctlNames() {
 		v, ok := s.Sysctls[name]
 		raw, err := os.ReadFile("/proc/sys/" + strings.ReplaceAll(name, ".", "/"))

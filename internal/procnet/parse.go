@@ -10,8 +10,8 @@ import (
 	"strings"
 )
 
-// maxLine bounds one line of a /proc/net file; netstat's TcpExt header,
-// the longest, is about 3 KiB on 6.18.
+// maxLine bounds one line of a /proc/net file, far above netstat's
+// TcpExt header, the longest (TestFillLive prints its length).
 const maxLine = 1 << 20
 
 // maxErrs bounds how many line errors one parse reports.
@@ -37,45 +37,34 @@ func parseNetstat(r io.Reader, file string, into map[string]int64) error {
 		hdrGrp  string
 		hdrLine int
 	)
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 8192), maxLine)
-	n := 0
-	for sc.Scan() {
-		n++
-		line := sc.Text()
-		if strings.TrimSpace(line) == "" {
-			continue
-		}
-		grp, rest, err := splitGroup(line)
+	ok := scanGroups(r, 8192, &el, func(n int, grp, rest string, err error) {
 		if err != nil {
 			el.add(n, err)
 			hdr = nil
-			continue
+			return
 		}
 		if hdr == nil {
 			hdr, hdrGrp, hdrLine = strings.Fields(rest), grp, n
-			continue
+			return
 		}
 		if grp != hdrGrp {
 			el.add(hdrLine, fmt.Errorf("%s header has no value line (line %d is %s)", hdrGrp, n, grp))
 			// Resynchronise: this line starts the next pair.
 			hdr, hdrGrp, hdrLine = strings.Fields(rest), grp, n
-			continue
+			return
 		}
 		vals := strings.Fields(rest)
 		names := hdr
 		hdr = nil
 		if len(vals) != len(names) {
 			el.add(n, fmt.Errorf("%s has %d values for %d names on line %d", grp, len(vals), len(names), hdrLine))
-			continue
+			return
 		}
 		if err := storeLine(into, grp, names, vals); err != nil {
 			el.add(n, err)
 		}
-	}
-	if err := sc.Err(); err != nil {
-		el.add(n+1, err)
-	} else if hdr != nil {
+	})
+	if ok && hdr != nil {
 		el.add(hdrLine, fmt.Errorf("%s header has no value line", hdrGrp))
 	}
 	return el.err()
@@ -93,24 +82,15 @@ func ParseSockstat(r io.Reader, into map[string]int64) error {
 // parseSockstat is ParseSockstat with the file name used in errors.
 func parseSockstat(r io.Reader, file string, into map[string]int64) error {
 	el := errList{file: file}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 1024), maxLine)
-	n := 0
-	for sc.Scan() {
-		n++
-		line := sc.Text()
-		if strings.TrimSpace(line) == "" {
-			continue
-		}
-		grp, rest, err := splitGroup(line)
+	scanGroups(r, 1024, &el, func(n int, grp, rest string, err error) {
 		if err != nil {
 			el.add(n, err)
-			continue
+			return
 		}
 		f := strings.Fields(rest)
 		if len(f)%2 != 0 {
 			el.add(n, fmt.Errorf("%s: %d fields, want key value pairs", grp, len(f)))
-			continue
+			return
 		}
 		names, vals := make([]string, 0, len(f)/2), make([]string, 0, len(f)/2)
 		for i := 0; i < len(f); i += 2 {
@@ -119,11 +99,32 @@ func parseSockstat(r io.Reader, file string, into map[string]int64) error {
 		if err := storeLine(into, grp, names, vals); err != nil {
 			el.add(n, err)
 		}
+	})
+	return el.err()
+}
+
+// scanGroups calls fn with each non-blank line of r, numbered from 1,
+// split at its "Group:" prefix, or with why it has none. A read error
+// (a line longer than maxLine among them) goes to el as the line after
+// the last, and scanGroups returns false.
+func scanGroups(r io.Reader, bufSize int, el *errList, fn func(n int, grp, rest string, err error)) bool {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, bufSize), maxLine)
+	n := 0
+	for sc.Scan() {
+		n++
+		line := sc.Text()
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		grp, rest, err := splitGroup(line)
+		fn(n, grp, rest, err)
 	}
 	if err := sc.Err(); err != nil {
 		el.add(n+1, err)
+		return false
 	}
-	return el.err()
+	return true
 }
 
 // storeLine parses one line's vals and stores them as grp.name, all or

@@ -21,7 +21,7 @@ func TestBufferLimitsIgnoresLocalPaths(t *testing.T) {
 				"net.core.wmem_max": "212992", "net.core.rmem_max": "212992"},
 			Sockets: []snapshot.Socket{{Family: 2, State: snapshot.Established, Local: netip.MustParseAddrPort("10.0.0.1:8080"),
 				Remote: netip.MustParseAddrPort(remote), Cookie: 1,
-				Info: &snapshot.TCPInfo{Len: 232, RTT: 5100, DeliveryRate: 1_562_500_000}}}}
+				Info: snapshot.TCPOf(&snapshot.TCPInfo{Len: 232, RTT: 5100, DeliveryRate: 1_562_500_000})}}}
 	}
 	if res := runRule(bufferLimits(), nil, snap("127.0.0.1:38816")); len(res.Findings) != 0 {
 		t.Errorf("loopback: %+v", res.Findings)
@@ -48,7 +48,7 @@ func TestBufferLimitsIdleSharedInfo(t *testing.T) {
 		return &snapshot.Snapshot{Taken: time.Unix(at, 0), Netns: snapshot.Netns{Name: "t"},
 			Sysctls: map[string]string{"net.ipv4.tcp_slow_start_after_idle": "1"},
 			Sockets: []snapshot.Socket{{Family: 2, State: snapshot.Established, Local: netip.MustParseAddrPort("10.0.0.1:40000"),
-				Remote: netip.MustParseAddrPort("198.18.0.9:443"), Cookie: 1, Info: info}}}
+				Remote: netip.MustParseAddrPort("198.18.0.9:443"), Cookie: 1, Info: snapshot.TCPOf(info)}}}
 	}
 	info := snapshot.TCPInfo{Len: 232, RTT: 20_000, RTO: 220_000, BytesAcked: 64 << 20, LastDataSent: 400}
 	bursty := func(res diag.Result) bool {

@@ -60,8 +60,8 @@ func TestRwndLimitedBoundAcrossSamples(t *testing.T) {
 			sk := &s.Sockets[i]
 			if ti := sk.TCP(&tb); sk.State == snapshot.Established && ti != nil && ti.BytesAcked > 1e6 {
 				c := *ti
-				sk.Info = &c // unpacked, so that the test can change it
-				return sk.Info
+				sk.Info = snapshot.TCPOf(&c) // unpacked, so that the test can change it
+				return &c
 			}
 		}
 		t.Fatal("no sender in the fixture")

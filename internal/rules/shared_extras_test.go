@@ -71,7 +71,7 @@ func keptSame(prev, cur *snapshot.Snapshot) (aged, lean *snapshot.Snapshot, n, n
 			ti.LastDataRecv += 1000
 			ti.LastAckSent += 1000
 			ti.LastAckRecv += 1000
-			sk.Info = &ti
+			sk.Info = snapshot.TCPOf(&ti)
 		}
 		a.Sockets[i] = st.Keep(&sk)
 		var bw *snapshot.Was

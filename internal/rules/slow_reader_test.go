@@ -19,9 +19,9 @@ func readerPair(at time.Time, received uint64, recvQ, sendQ uint32) *snapshot.Sn
 		Sockets: []snapshot.Socket{
 			{Family: 2, State: snapshot.Listen, Local: srv, Cookie: 1, Pids: []int{20}},
 			{Family: 2, State: snapshot.Established, Local: cli, Remote: srv, RecvQ: recvQ, Cookie: 2, Pids: []int{10},
-				Info: &snapshot.TCPInfo{Len: 232, BytesReceived: received, RcvMSS: 65483}, Mem: &snapshot.MemInfo{RmemAlloc: recvQ + recvQ/8, Rcvbuf: 1 << 21}},
+				Info: snapshot.TCPOf(&snapshot.TCPInfo{Len: 232, BytesReceived: received, RcvMSS: 65483}), Mem: &snapshot.MemInfo{RmemAlloc: recvQ + recvQ/8, Rcvbuf: 1 << 21}},
 			{Family: 2, State: snapshot.Established, Local: srv, Remote: cli, SendQ: sendQ, Cookie: 3, Pids: []int{20},
-				Info: &snapshot.TCPInfo{Len: 232}, Mem: &snapshot.MemInfo{Sndbuf: 1 << 21}},
+				Info: snapshot.TCPOf(&snapshot.TCPInfo{Len: 232}), Mem: &snapshot.MemInfo{Sndbuf: 1 << 21}},
 		},
 		Procs: map[int]*snapshot.Proc{10: {Pid: 10, Command: "curl", FDs: 5}, 20: {Pid: 20, Command: "nginx", FDs: 9}},
 	}

@@ -42,24 +42,24 @@ func TestJudgeBuf(t *testing.T) {
 func TestSndbufLook(t *testing.T) {
 	ti := &snapshot.TCPInfo{Len: snapshot.SizeKnown, SndMSS: 1448, Unacked: 46, SndCwnd: 300, SndWnd: 3 << 20, RTT: 20000}
 	m := &snapshot.MemInfo{Sndbuf: 32768, WmemQueued: 69632}
-	l, ok := lookSndbuf(&snapshot.Socket{Info: ti, Mem: m})
+	l, ok := lookSndbuf(&snapshot.Socket{Info: snapshot.TCPOf(ti), Mem: m})
 	if !ok || !l.limited() {
 		t.Fatalf("pinned sample not limited: %+v", l)
 	}
 	// cwnd-limited: cwnd equals what is in flight.
 	cw := *ti
 	cw.SndCwnd = 46
-	if l, _ := lookSndbuf(&snapshot.Socket{Info: &cw, Mem: m}); l.limited() {
+	if l, _ := lookSndbuf(&snapshot.Socket{Info: snapshot.TCPOf(&cw), Mem: m}); l.limited() {
 		t.Error("cwnd-limited sample judged sndbuf-limited")
 	}
 	// receiver-limited: the peer's window equals what is in flight.
 	rw := *ti
 	rw.SndWnd = 46 * 1448
-	if l, _ := lookSndbuf(&snapshot.Socket{Info: &rw, Mem: m}); l.limited() {
+	if l, _ := lookSndbuf(&snapshot.Socket{Info: snapshot.TCPOf(&rw), Mem: m}); l.limited() {
 		t.Error("rwnd-limited sample judged sndbuf-limited")
 	}
 	// Missing data is not a verdict.
-	for _, sk := range []*snapshot.Socket{{}, {Info: ti}, {Mem: m}, {Info: &snapshot.TCPInfo{}, Mem: m}} {
+	for _, sk := range []*snapshot.Socket{{}, {Info: snapshot.TCPOf(ti)}, {Mem: m}, {Info: snapshot.TCPOf(&snapshot.TCPInfo{}), Mem: m}} {
 		if _, ok := lookSndbuf(sk); ok {
 			t.Errorf("incomplete socket looked at: %+v", sk)
 		}
@@ -67,7 +67,7 @@ func TestSndbufLook(t *testing.T) {
 }
 
 func est(cookie uint64, ti *snapshot.TCPInfo, m *snapshot.MemInfo) snapshot.Socket {
-	return snapshot.Socket{State: snapshot.Established, Cookie: cookie, Info: ti, Mem: m,
+	return snapshot.Socket{State: snapshot.Established, Cookie: cookie, Info: snapshot.TCPOf(ti), Mem: m,
 		Local: netip.MustParseAddrPort("10.0.0.1:40000"), Remote: netip.MustParseAddrPort("10.0.0.2:80")}
 }
 

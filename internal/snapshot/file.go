@@ -115,13 +115,13 @@ type Limits struct {
 	GzipRatio int64
 }
 
-// The default limits (docs/snapshot-format.md). A socket the writer
-// writes takes 1.2-1.4 KB, 2.1 KB with every number at its largest
-// (TestDefaultLimitsFitRecordings), so a line of DefaultMaxSockets
-// sockets fits DefaultMaxLine with room for long pid lists. The largest
-// value besides a socket is "procs": 64 MiB holds some 650,000
-// processes. A repetitive recording compresses about 110 times; gzip's
-// own limit is about 1,030.
+// The default limits (docs/snapshot-format.md). A line of
+// DefaultMaxSockets sockets, each as long as the writer writes one with
+// every number at its largest, fits DefaultMaxLine with room for long pid
+// lists. The largest value besides a socket is "procs". DefaultGzipRatio
+// lies between a repetitive recording's ratio and gzip's own limit of
+// about 1,030. TestDefaultLimitsFitRecordings prints a socket's length
+// and that ratio, and checks both.
 const (
 	DefaultMaxSockets = 4 << 20
 	DefaultMaxLine    = int64(DefaultMaxSockets) * 4 << 10
@@ -350,22 +350,43 @@ func decodeSockets(dec *json.Decoder, st *Store, lr *lineReader, done func()) ([
 		return nil, fmt.Errorf("sockets: want an array, got %v", t)
 	}
 	out := []Socket{}
+	var w socketJSON // one for all: Keep copies it
 	for dec.More() {
 		if len(out) >= lr.lim.Sockets {
 			return nil, fmt.Errorf("more than the limit of %d sockets in one snapshot", lr.lim.Sockets)
 		}
-		var sk Socket
-		if err := dec.Decode(&sk); err != nil {
-			return nil, fmt.Errorf("socket %d: %w", len(out), err)
+		w = socketJSON{}
+		if err := dec.Decode(&w); err != nil {
+			return nil, fmt.Errorf("socket %d: %w", len(out), socketErr(err))
 		}
 		done()
-		out = append(out, st.Keep(&sk))
+		w.Socket.Info = TCPOf(w.Info)
+		out = append(out, st.Keep(&w.Socket))
 	}
 	if _, err := dec.Token(); err != nil {
 		return nil, err
 	}
 	done()
 	return out, nil
+}
+
+// socketJSON is how a file's socket is decoded: its tcp_info straight
+// into a TCPInfo, which TCPRef.UnmarshalJSON would scan twice more.
+type socketJSON struct {
+	Socket
+	Info *TCPInfo `json:"tcp_info"`
+}
+
+// socketErr names the socket in err as decoding a Socket does.
+func socketErr(err error) error {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		if te.Struct == "socketJSON" {
+			te.Struct = "Socket"
+		}
+		te.Field = strings.TrimPrefix(te.Field, "Socket.")
+	}
+	return err
 }
 
 // lineReader reads one line of br, without its newline, then io.EOF. It

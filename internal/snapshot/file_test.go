@@ -22,7 +22,7 @@ func sample() *Snapshot {
 			Local:  netip.MustParseAddrPort("198.18.1.2:40000"),
 			Remote: netip.MustParseAddrPort("198.18.2.2:80"),
 			Inode:  7, Cookie: 9, Shutdown: &sh,
-			Info: &TCPInfo{Len: SizeKnown, RTT: 20000, SndCwnd: 10, BusyTime: 5},
+			Info: TCPOf(&TCPInfo{Len: SizeKnown, RTT: 20000, SndCwnd: 10, BusyTime: 5}),
 			Mem:  &MemInfo{Sndbuf: 32768},
 			Pids: []int{42},
 		}, {Family: 10, State: TimeWait, Local: netip.MustParseAddrPort("[::1]:5"), Remote: netip.MustParseAddrPort("[::1]:6")}},
@@ -267,7 +267,7 @@ func TestWriterMatchesEncodingJSON(t *testing.T) {
 	in.Sockets = append(in.Sockets, Socket{
 		Family: 10, State: SynSent, CC: "bbr<\"\\\u2028\xff>", Timer: 1, Expires: 200, Retrans: 2, IfIndex: 3,
 		Local: netip.AddrPortFrom(netip.MustParseAddr("fe80::1").WithZone("eth\"0"), 1),
-		Info:  &TCPInfo{Len: 104, DeliveryRateAppLimited: true, BytesAcked: 1 << 60},
+		Info:  TCPOf(&TCPInfo{Len: 104, DeliveryRateAppLimited: true, BytesAcked: 1 << 60}),
 		Pids:  []int{7, 9}, BufLock: &lock, Shutdown: &zero,
 	}, Socket{})
 	buf := written(t, in)
@@ -292,7 +292,7 @@ func unpacked(s *Snapshot) *Snapshot {
 	for i := range s.Sockets {
 		out.Sockets[i] = s.Sockets[i]
 		if ti := s.Sockets[i].TCP(new(TCPInfo)); ti != nil {
-			out.Sockets[i].Info, out.Sockets[i].pk = ti, nil
+			out.Sockets[i].Info = TCPOf(ti)
 		}
 	}
 	return &out

@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"encoding/json"
 	"net/netip"
 	"strconv"
 	"unicode/utf8"
@@ -87,6 +88,34 @@ func (sk *Socket) AppendJSONFields(b []byte) []byte {
 		b = appendUintField(b, `,"buf_lock":`, uint64(*sk.BufLock))
 	}
 	return b
+}
+
+// MarshalJSON writes the tcp_info r holds, or null: what encoding/json
+// makes of a *TCPInfo.
+func (r TCPRef) MarshalJSON() ([]byte, error) {
+	var tb TCPInfo
+	if t := r.get(&tb); t != nil {
+		return appendTCPInfoJSON(nil, t), nil
+	}
+	return []byte("null"), nil
+}
+
+// UnmarshalJSON reads a tcp_info as encoding/json reads a *TCPInfo: null
+// holds none, an object fills the TCPInfo r holds unpacked, else a new one.
+func (r *TCPRef) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		*r = TCPRef{}
+		return nil
+	}
+	t := r.own()
+	if t == nil {
+		t = new(TCPInfo)
+	}
+	if err := json.Unmarshal(b, t); err != nil {
+		return err
+	}
+	*r = TCPOf(t)
+	return nil
 }
 
 func appendTCPInfoJSON(b []byte, t *TCPInfo) []byte {

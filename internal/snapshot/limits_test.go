@@ -249,7 +249,7 @@ func TestDefaultLimitsFitRecordings(t *testing.T) {
 			f.SetBool(true)
 		}
 	}
-	sk.Info = ti
+	sk.Info = TCPOf(ti)
 	sk.Mem = &MemInfo{math.MaxUint32, math.MaxUint32, math.MaxUint32, math.MaxUint32, math.MaxUint32, math.MaxUint32, math.MaxUint32, math.MaxUint32, math.MaxUint32}
 	worst := int64(len(sk.AppendJSON(nil))) + 1 // and its comma
 	typical := len(sample().Sockets[0].AppendJSON(nil))

@@ -37,12 +37,12 @@ func TestPackRoundTrip(t *testing.T) {
 		if i%7 == 0 {
 			want[i] = proto // all words the chunk's: a mask alone
 		}
-		kept[i] = st.Keep(&Socket{Cookie: uint64(i), Info: &want[i]})
+		kept[i] = st.Keep(&Socket{Cookie: uint64(i), Info: TCPOf(&want[i])})
 	}
 	chunks := map[*packChunk]bool{}
 	var tb TCPInfo
 	for i := range kept {
-		chunks[kept[i].pk] = true
+		chunks[kept[i].Info.chunk()] = true
 		if got := kept[i].TCP(&tb); got != &tb || tb != want[i] {
 			t.Fatalf("socket %d: read back %+v, want %+v", i, tb, want[i])
 		}
@@ -67,9 +67,9 @@ func TestPackSize(t *testing.T) {
 	b := a
 	b.RTT, b.RTTVar, b.MinRTT, b.PacingRate = 41, 20, 41, 15984390243
 	b.LastDataSent, b.LastAckSent, b.LastDataRecv, b.LastAckRecv = 4990, 4990, 4990, 4990
-	st.Keep(&Socket{Info: &a})
+	st.Keep(&Socket{Info: TCPOf(&a)})
 	before := st.chunk.used
-	st.Keep(&Socket{Info: &b})
+	st.Keep(&Socket{Info: TCPOf(&b)})
 	got := 4 * (st.chunk.used - before)
 	t.Logf("an idle connection's tcp_info packs into %d bytes (mask and 9 words), not %d", got, unsafe.Sizeof(TCPInfo{}))
 	if got != 4*(2+9) {
@@ -85,7 +85,7 @@ func FuzzPack(f *testing.F) {
 		copy(unsafe.Slice((*byte)(unsafe.Pointer(&x)), unsafe.Sizeof(x)), a)
 		copy(unsafe.Slice((*byte)(unsafe.Pointer(&y)), unsafe.Sizeof(y)), b)
 		var st Store
-		kx, ky := st.Keep(&Socket{Info: &x}), st.Keep(&Socket{Info: &y})
+		kx, ky := st.Keep(&Socket{Info: TCPOf(&x)}), st.Keep(&Socket{Info: TCPOf(&y)})
 		var tb TCPInfo
 		if kx.TCP(&tb); tb != x {
 			t.Fatalf("first: %+v, want %+v", tb, x)

@@ -96,11 +96,8 @@ type SourceStat struct {
 
 // Socket is one TCP socket as sock_diag reports it, plus its owners.
 type Socket struct {
-	Family uint8 `json:"family"` // 2 (AF_INET) or 10 (AF_INET6)
-	State  State `json:"state"`
-	// pkOff and pk locate the packed tcp_info of a socket a Store kept
-	// (TCP reads it), whose Info is then nil.
-	pkOff   uint16
+	Family  uint8          `json:"family"` // 2 (AF_INET) or 10 (AF_INET6)
+	State   State          `json:"state"`
 	Local   netip.AddrPort `json:"local"`
 	Remote  netip.AddrPort `json:"remote"`
 	RecvQ   uint32         `json:"recv_q"`
@@ -117,10 +114,9 @@ type Socket struct {
 	CC      string `json:"cc,omitempty"`
 	// Shutdown is the INET_DIAG_SHUTDOWN bits (1 rcv, 2 snd), if sent.
 	Shutdown *uint8 `json:"shutdown,omitempty"`
-	// Info is the tcp_info of a socket built by hand or decoded; read it
-	// with TCP, as a Store packs it (Info nil; encoding/json does not see
-	// a packed one, AppendJSON does).
-	Info *TCPInfo `json:"tcp_info"`
+	// Info holds the tcp_info, packed once a Store kept the socket: read
+	// it with TCP, set it with TCPOf.
+	Info TCPRef   `json:"tcp_info"`
 	Mem  *MemInfo `json:"mem"`
 	// Pids owning this socket (sharing its file); empty when unknown.
 	Pids []int `json:"pids,omitempty"`
@@ -128,7 +124,6 @@ type Socket struct {
 	// SNDBUF, bit 1 RCVBUF set by the application); nil when not read.
 	// Snapshot.BufLocks says how they were read.
 	BufLock *uint8 `json:"buf_lock,omitempty"`
-	pk      *packChunk
 }
 
 // MemInfo is INET_DIAG_SKMEMINFO (SK_MEMINFO_*), in bytes.

@@ -27,7 +27,7 @@ type Store struct {
 }
 
 // Keep returns a copy of sk whose extras are the store's: tcp_info
-// packed (read it with Socket.TCP; Info is nil), Mem in its blocks and
+// packed (read it with Socket.TCP), Mem in its blocks and
 // shared with every kept socket of the same meminfo, Shutdown and
 // BufLock pointing into its table of byte values. They must not be
 // written through; sk may be reused or dropped once Keep returns.
@@ -48,16 +48,15 @@ func (st *Store) KeepSame(sk *Socket, base *Was) Socket {
 	if base != nil && base.Cookie == sk.Cookie && base.State == sk.State {
 		var sb, b TCPInfo
 		if si, bi := sk.TCP(&sb), base.TCP(&b); si != nil && bi != nil && SameInfo(si, bi) {
-			out.Info, out.pk, out.pkOff = base.Info, base.pk, base.pkOff
+			out.Info = base.tcp
 			kept = true
 		}
 		if sk.Mem != nil && base.Mem != nil && *sk.Mem == *base.Mem {
 			out.Mem = base.Mem
 		}
 	}
-	if !kept && sk.Info != nil {
-		out.Info = nil
-		out.pk, out.pkOff = st.pack(sk.Info)
+	if t := sk.Info.own(); !kept && t != nil {
+		out.Info = st.pack(t)
 	}
 	if out.Mem == sk.Mem && sk.Mem != nil {
 		out.Mem = st.memInfo(sk.Mem)

@@ -9,39 +9,39 @@ func TestKeepSame(t *testing.T) {
 	info := TCPInfo{Len: SizeKnown, BytesAcked: 1000, SegsOut: 10, RTT: 50, LastDataSent: 200, LastAckRecv: 180}
 	mem := MemInfo{Rcvbuf: 131072, Sndbuf: 87040}
 	var st Store
-	kept := st.Keep(&Socket{State: Established, Cookie: 7, Info: &info, Mem: &mem})
+	kept := st.Keep(&Socket{State: Established, Cookie: 7, Info: TCPOf(&info), Mem: &mem})
 	base := kept.Was()
 	var tb TCPInfo
-	if kept.Info != nil || kept.TCP(&tb) == nil || tb != info {
-		t.Fatalf("kept: Info %v, packed %+v, want packed %+v", kept.Info, tb, info)
+	if kept.Info.own() != nil || kept.TCP(&tb) == nil || tb != info {
+		t.Fatalf("kept: Info %v, packed %+v, want packed %+v", kept.Info.own(), tb, info)
 	}
 
 	idle := info
 	idle.LastDataSent, idle.LastAckRecv, idle.LastDataRecv, idle.LastAckSent = 1200, 1180, 1190, 1170
-	got := st.KeepSame(&Socket{State: Established, Cookie: 7, Info: &idle, Mem: &MemInfo{Rcvbuf: 131072, Sndbuf: 87040}}, &base)
+	got := st.KeepSame(&Socket{State: Established, Cookie: 7, Info: TCPOf(&idle), Mem: &MemInfo{Rcvbuf: 131072, Sndbuf: 87040}}, &base)
 	if !got.SharesTCP(&base) || got.Mem != base.Mem || *got.TCP(&tb) != info {
 		t.Errorf("idle connection: info shared %v (%+v), mem shared %v; want both, with the base's ages", got.SharesTCP(&base), tb, got.Mem == base.Mem)
 	}
 
 	sent := idle
 	sent.SegsOut++
-	got = st.KeepSame(&Socket{State: Established, Cookie: 7, Info: &sent, Mem: &MemInfo{Rcvbuf: 262144, Sndbuf: 87040}}, &base)
+	got = st.KeepSame(&Socket{State: Established, Cookie: 7, Info: TCPOf(&sent), Mem: &MemInfo{Rcvbuf: 262144, Sndbuf: 87040}}, &base)
 	if got.SharesTCP(&base) || *got.TCP(&tb) != sent || got.Mem == base.Mem || got.Mem.Rcvbuf != 262144 {
 		t.Errorf("changed connection shares: info %+v mem %+v", tb, got.Mem)
 	}
-	got = st.KeepSame(&Socket{State: Established, Cookie: 7, Info: &sent, Mem: &MemInfo{Rcvbuf: 131072, Sndbuf: 87040}}, &base)
+	got = st.KeepSame(&Socket{State: Established, Cookie: 7, Info: TCPOf(&sent), Mem: &MemInfo{Rcvbuf: 131072, Sndbuf: 87040}}, &base)
 	if got.SharesTCP(&base) || got.Mem != base.Mem {
 		t.Errorf("new segment, same buffers: info shared %v (want not), mem shared %v (want)", got.SharesTCP(&base), got.Mem == base.Mem)
 	}
 	for _, other := range []Socket{
-		{State: Established, Cookie: 8, Info: &idle, Mem: &mem},
-		{State: CloseWait, Cookie: 7, Info: &idle, Mem: &mem},
+		{State: Established, Cookie: 8, Info: TCPOf(&idle), Mem: &mem},
+		{State: CloseWait, Cookie: 7, Info: TCPOf(&idle), Mem: &mem},
 	} {
 		if got := st.KeepSame(&other, &base); got.SharesTCP(&base) {
 			t.Errorf("cookie %d state %v shares the base's tcp_info", other.Cookie, other.State)
 		}
 	}
-	if got := st.KeepSame(&Socket{State: Established, Cookie: 7, Info: &idle}, nil); got.TCP(&tb) == nil || tb != idle || got.Mem != nil {
+	if got := st.KeepSame(&Socket{State: Established, Cookie: 7, Info: TCPOf(&idle)}, nil); got.TCP(&tb) == nil || tb != idle || got.Mem != nil {
 		t.Errorf("no base: %+v", got)
 	}
 	if got := st.Keep(&Socket{State: TimeWait, Cookie: 9}); got.HasTCP() || got.TCP(&tb) != nil {

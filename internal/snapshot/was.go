@@ -5,19 +5,16 @@ package snapshot
 // by cookie: a quarter of a whole Socket (TestSampleSizes prints both).
 type Was struct {
 	Cookie uint64
-	// Info or pk and pkOff: the tcp_info, read with TCP.
-	Info  *TCPInfo
-	pk    *packChunk
-	Mem   *MemInfo
-	RecvQ uint32
-	SendQ uint32
-	pkOff uint16
-	State State
+	tcp    TCPRef // read with TCP
+	Mem    *MemInfo
+	RecvQ  uint32
+	SendQ  uint32
+	State  State
 }
 
 // Was returns what a window keeps of sk.
 func (sk *Socket) Was() Was {
-	return Was{Cookie: sk.Cookie, Info: sk.Info, pk: sk.pk, pkOff: sk.pkOff, Mem: sk.Mem, RecvQ: sk.RecvQ, SendQ: sk.SendQ, State: sk.State}
+	return Was{Cookie: sk.Cookie, tcp: sk.Info, Mem: sk.Mem, RecvQ: sk.RecvQ, SendQ: sk.SendQ, State: sk.State}
 }
 
 // WasOf returns what a window keeps of each of sockets, in their order.
@@ -45,7 +42,6 @@ type Prior struct {
 // is sk's connection in an earlier sample.
 func (w *Was) As(sk *Socket) Socket {
 	out := *sk
-	out.State, out.RecvQ, out.SendQ, out.Info, out.Mem = w.State, w.RecvQ, w.SendQ, w.Info, w.Mem
-	out.pk, out.pkOff = w.pk, w.pkOff
+	out.State, out.RecvQ, out.SendQ, out.Info, out.Mem = w.State, w.RecvQ, w.SendQ, w.tcp, w.Mem
 	return out
 }

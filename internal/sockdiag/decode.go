@@ -84,7 +84,7 @@ func (f *full) set(d *decoded) *snapshot.Socket {
 	}
 	f.sk, f.info, f.mem, f.shut = d.sk, d.info, d.mem, d.shut
 	if d.hasInfo {
-		f.sk.Info = &f.info
+		f.sk.Info = snapshot.TCPOf(&f.info)
 	}
 	if d.hasMem {
 		f.sk.Mem = &f.mem
@@ -100,7 +100,7 @@ func (d *decoded) fill(sk *snapshot.Socket) {
 	*sk = d.sk
 	if d.hasInfo {
 		info := d.info
-		sk.Info = &info
+		sk.Info = snapshot.TCPOf(&info)
 	}
 	if d.hasMem {
 		mem := d.mem

@@ -107,7 +107,7 @@ func ssValues(s *snapshot.Socket) map[string]string {
 		m["skmem"] = fmt.Sprintf("(r%d,rb%d,t%d,tb%d,f%d,w%d,o%d,bl%d,d%d)", mem.RmemAlloc, mem.Rcvbuf,
 			mem.WmemAlloc, mem.Sndbuf, mem.FwdAlloc, mem.WmemQueued, mem.Optmem, mem.Backlog, mem.Drops)
 	}
-	if in := s.Info; in != nil {
+	if in := s.TCP(nil); in != nil {
 		m["wscale"] = fmt.Sprintf("%d,%d", in.SndWscale, in.RcvWscale)
 		m["rto"] = g(in.RTO)
 		m["rtt"] = g(in.RTT) + "/" + g(in.RTTVar)
@@ -189,9 +189,9 @@ func TestDecodeCaptured(t *testing.T) {
 						t.Errorf("%s %s: %s %s, ss %s", want.local, want.peer, k, g, v)
 					}
 				}
-				if s.Info != nil {
-					if appLimited != s.Info.DeliveryRateAppLimited || ts != (s.Info.Options&1 != 0) || sack != (s.Info.Options&2 != 0) || !cc {
-						t.Errorf("%s %s: app_limited %v options %#x cc %q; ss %v", want.local, want.peer, s.Info.DeliveryRateAppLimited, s.Info.Options, s.CC, want.tokens)
+				if s.TCP(nil) != nil {
+					if appLimited != s.TCP(nil).DeliveryRateAppLimited || ts != (s.TCP(nil).Options&1 != 0) || sack != (s.TCP(nil).Options&2 != 0) || !cc {
+						t.Errorf("%s %s: app_limited %v options %#x cc %q; ss %v", want.local, want.peer, s.TCP(nil).DeliveryRateAppLimited, s.TCP(nil).Options, s.CC, want.tokens)
 					}
 					for _, k := range ssOmitsZero {
 						if !seen[k] && got[k] != "0" && got[k] != "0ms" {
@@ -213,17 +213,17 @@ func TestDecodeCapturedShapes(t *testing.T) {
 			switch {
 			case s.State == snapshot.Listen:
 				kinds["listen"]++
-				if s.SendQ != 50 || s.Info == nil || s.Info.Len < snapshot.SizeKnown || s.Info.Sacked != s.SendQ || s.Info.Unacked != s.RecvQ {
-					t.Errorf("listener %v: Send-Q %d info %+v", s.Local, s.SendQ, s.Info)
+				if s.SendQ != 50 || s.TCP(nil) == nil || s.TCP(nil).Len < snapshot.SizeKnown || s.TCP(nil).Sacked != s.SendQ || s.TCP(nil).Unacked != s.RecvQ {
+					t.Errorf("listener %v: Send-Q %d info %+v", s.Local, s.SendQ, s.TCP(nil))
 				}
 			case s.State == snapshot.SynRecv:
 				kinds["synrecv"]++
-				if s.Info != nil || s.Mem != nil || s.Inode != 0 || s.Timer != 1 || s.Local.Port() == 0 || s.Remote.Port() == 0 {
+				if s.TCP(nil) != nil || s.Mem != nil || s.Inode != 0 || s.Timer != 1 || s.Local.Port() == 0 || s.Remote.Port() == 0 {
 					t.Errorf("SYN-RECV %v: %+v", s.Local, s)
 				}
 			case s.State == snapshot.TimeWait:
 				kinds["timewait"]++
-				if s.Info != nil || s.Mem != nil || s.Shutdown != nil || s.CC != "" || s.Inode != 0 || s.Timer != 3 {
+				if s.TCP(nil) != nil || s.Mem != nil || s.Shutdown != nil || s.CC != "" || s.Inode != 0 || s.Timer != 3 {
 					t.Errorf("TIME-WAIT %v: %+v", s.Local, s)
 				}
 			case s.Local.Addr().Is4In6():
@@ -239,8 +239,8 @@ func TestDecodeCapturedShapes(t *testing.T) {
 					t.Errorf("CLOSE-WAIT shutdown %v Recv-Q %d, want 1 1", s.Shutdown, s.RecvQ)
 				}
 			}
-			if s.Info != nil && s.Info.State != uint8(s.State) {
-				t.Errorf("%v %v: tcp_info state %d", s.Local, s.State, s.Info.State)
+			if s.TCP(nil) != nil && s.TCP(nil).State != uint8(s.State) {
+				t.Errorf("%v %v: tcp_info state %d", s.Local, s.State, s.TCP(nil).State)
 			}
 		}
 	}

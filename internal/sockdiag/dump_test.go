@@ -142,8 +142,8 @@ func TestDumpNetns(t *testing.T) {
 		if s.SendQ != 50 || s.RecvQ != l.recvQ || s.Family != l.fam {
 			t.Errorf("listener %v: family %d Recv-Q %d Send-Q %d, want %d %d 50", l.local, s.Family, s.RecvQ, s.SendQ, l.fam, l.recvQ)
 		}
-		if s.Info == nil || s.Info.Len < snapshot.SizeKnown || s.Info.State != uint8(snapshot.Listen) {
-			t.Errorf("listener %v: tcp_info %+v", l.local, s.Info)
+		if s.TCP(nil) == nil || s.TCP(nil).Len < snapshot.SizeKnown || s.TCP(nil).State != uint8(snapshot.Listen) {
+			t.Errorf("listener %v: tcp_info %+v", l.local, s.TCP(nil))
 		}
 	}
 
@@ -188,7 +188,7 @@ func TestDumpNetns(t *testing.T) {
 		if s.Shutdown == nil || *s.Shutdown != c.shut {
 			t.Errorf("%s: shutdown %v, want %d", c.name, s.Shutdown, c.shut)
 		}
-		in := s.Info
+		in := s.TCP(nil)
 		if in == nil || in.Len < snapshot.SizeKnown || in.RTT == 0 || in.SndCwnd == 0 || in.SndMSS == 0 {
 			t.Errorf("%s: tcp_info %+v", c.name, in)
 			continue
@@ -205,7 +205,7 @@ func TestDumpNetns(t *testing.T) {
 	// sees that as its snd_wscale.
 	var c4, s4 *snapshot.Socket
 	for _, s := range socks {
-		if s.State == snapshot.Established && s.Remote.Port() == sc.l4 && s.Info != nil && s.Mem != nil && s.Mem.Rcvbuf < 20000 {
+		if s.State == snapshot.Established && s.Remote.Port() == sc.l4 && s.TCP(nil) != nil && s.Mem != nil && s.Mem.Rcvbuf < 20000 {
 			c4 = s
 		}
 	}
@@ -217,22 +217,22 @@ func TestDumpNetns(t *testing.T) {
 	if c4 == nil || s4 == nil {
 		t.Fatalf("pinned pair not found: %v %v", c4, s4)
 	}
-	if !(c4.Info.RcvWscale < c4.Info.SndWscale) || c4.Info.RcvWscale != s4.Info.SndWscale || c4.Info.SndWscale != s4.Info.RcvWscale {
-		t.Errorf("wscale: client snd %d rcv %d, server snd %d rcv %d", c4.Info.SndWscale, c4.Info.RcvWscale, s4.Info.SndWscale, s4.Info.RcvWscale)
+	if !(c4.TCP(nil).RcvWscale < c4.TCP(nil).SndWscale) || c4.TCP(nil).RcvWscale != s4.TCP(nil).SndWscale || c4.TCP(nil).SndWscale != s4.TCP(nil).RcvWscale {
+		t.Errorf("wscale: client snd %d rcv %d, server snd %d rcv %d", c4.TCP(nil).SndWscale, c4.TCP(nil).RcvWscale, s4.TCP(nil).SndWscale, s4.TCP(nil).RcvWscale)
 	}
 
 	// TIME_WAIT mini sockets: no tcp_info, no inode, timer 3 (timewait).
 	for _, s := range socks {
 		if s.State == snapshot.TimeWait {
-			if s.Info != nil || s.Mem != nil || s.Inode != 0 || s.Timer != 3 || s.Expires == 0 || s.Expires > 60000 {
-				t.Errorf("TIME-WAIT %v: info %v mem %v inode %d timer %d expires %d", s.Local, s.Info, s.Mem, s.Inode, s.Timer, s.Expires)
+			if s.TCP(nil) != nil || s.Mem != nil || s.Inode != 0 || s.Timer != 3 || s.Expires == 0 || s.Expires > 60000 {
+				t.Errorf("TIME-WAIT %v: info %v mem %v inode %d timer %d expires %d", s.Local, s.TCP(nil), s.Mem, s.Inode, s.Timer, s.Expires)
 			}
 		}
 	}
 
 	// Request sockets: SYN-RECV (not NEW-SYN-RECV), timer 1 (SYN-ACK retransmit).
 	syn := find(socks, snapshot.SynRecv, mustAddrPort("127.0.0.1", sc.lsyn), netip.AddrPort{})
-	if syn == nil || syn.Info != nil || syn.Mem != nil || syn.Inode != 0 || syn.Timer != 1 || syn.Cookie == 0 {
+	if syn == nil || syn.TCP(nil) != nil || syn.Mem != nil || syn.Inode != 0 || syn.Timer != 1 || syn.Cookie == 0 {
 		t.Errorf("SYN-RECV: %+v", syn)
 	}
 	for _, st := range []snapshot.State{snapshot.SynRecv, snapshot.NewSynRecv} {
@@ -241,7 +241,7 @@ func TestDumpNetns(t *testing.T) {
 		}
 	}
 
-	if b := find(socks, snapshot.Close, mustAddrPort("127.0.0.1", bound), netip.AddrPort{}); b == nil || b.Info != nil {
+	if b := find(socks, snapshot.Close, mustAddrPort("127.0.0.1", bound), netip.AddrPort{}); b == nil || b.TCP(nil) != nil {
 		t.Errorf("bound-inactive socket: %+v", b)
 	}
 	for _, s := range dumpAll(t, ns, Options{States: ^uint32(0) &^ (1 << snapshot.BoundInactive)}) {
@@ -256,7 +256,7 @@ func TestDumpNetns(t *testing.T) {
 		t.Errorf("AF_INET6 LISTEN dump: %d sockets, want 2", len(only))
 	}
 	for _, s := range only {
-		if s.Family != unix.AF_INET6 || s.State != snapshot.Listen || s.Info != nil || s.Mem != nil || s.CC != "" {
+		if s.Family != unix.AF_INET6 || s.State != snapshot.Listen || s.TCP(nil) != nil || s.Mem != nil || s.CC != "" {
 			t.Errorf("filtered dump: %+v", s)
 		}
 	}
@@ -302,8 +302,8 @@ func TestDumpLoopback(t *testing.T) {
 	if got == nil || got.State != snapshot.Established || got.Remote.Port() != port || got.UID != uint32(unix.Geteuid()) {
 		t.Fatalf("own connection: %+v", got)
 	}
-	if got.Info == nil || got.Info.Len < snapshot.SizeKnown || got.Info.RTT == 0 || got.Info.BytesAcked != 101 || got.Mem == nil {
-		t.Errorf("own connection: tcp_info %+v mem %+v", got.Info, got.Mem)
+	if got.TCP(nil) == nil || got.TCP(nil).Len < snapshot.SizeKnown || got.TCP(nil).RTT == 0 || got.TCP(nil).BytesAcked != 101 || got.Mem == nil {
+		t.Errorf("own connection: tcp_info %+v mem %+v", got.TCP(nil), got.Mem)
 	}
 	if listener == nil || listener.SendQ != 7 {
 		t.Errorf("own listener: %+v", listener)

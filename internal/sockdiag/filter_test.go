@@ -323,8 +323,8 @@ func TestFilterLive(t *testing.T) {
 				seen := 0
 				err = conn.Lookup(Options{Info: true, Mem: true}, keys, func(i int, sk *snapshot.Socket) error {
 					seen++
-					if sk.Cookie != keys[i].Cookie || sk.Info == nil || sk.Mem == nil {
-						t.Errorf("lookup %d: cookie %x want %x, info %v mem %v", i, sk.Cookie, keys[i].Cookie, sk.Info != nil, sk.Mem != nil)
+					if sk.Cookie != keys[i].Cookie || sk.TCP(nil) == nil || sk.Mem == nil {
+						t.Errorf("lookup %d: cookie %x want %x, info %v mem %v", i, sk.Cookie, keys[i].Cookie, sk.TCP(nil) != nil, sk.Mem != nil)
 					}
 					return nil
 				})

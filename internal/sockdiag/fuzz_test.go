@@ -64,13 +64,13 @@ func FuzzDecodeMessage(f *testing.F) {
 		if sk.Local.Addr().Is4() != (sk.Family == 2) {
 			t.Fatalf("family %d with address %v", sk.Family, sk.Local)
 		}
-		if sk.Info != nil {
+		if sk.TCP(nil) != nil {
 			var found bool
 			for _, v := range attrValues(b, attrInfo) {
-				found = found || v != nil && int(sk.Info.Len) == len(v)
+				found = found || v != nil && int(sk.TCP(nil).Len) == len(v)
 			}
 			if !found {
-				t.Fatalf("tcp_info Len %d matches no INFO attribute", sk.Info.Len)
+				t.Fatalf("tcp_info Len %d matches no INFO attribute", sk.TCP(nil).Len)
 			}
 		}
 	})

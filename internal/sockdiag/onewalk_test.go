@@ -18,7 +18,7 @@ func TestOneWalkSameSockets(t *testing.T) {
 	ns.do(func() { sc = build(t, f) })
 	key := func(s *snapshot.Socket) string {
 		return fmt.Sprintf("%d %v %v %v %d %d info=%v mem=%v cc=%q", s.Family, s.State, s.Local, s.Remote, s.Cookie, s.Inode,
-			s.Info != nil, s.Mem != nil, s.CC)
+			s.TCP(nil) != nil, s.Mem != nil, s.CC)
 	}
 	keys := func(opts Options) []string {
 		var k []string

@@ -150,7 +150,7 @@ func TestForecastReuseTakenOver(t *testing.T) {
 func TestPortSpaceNoTimestamps(t *testing.T) {
 	dst := netip.AddrPortFrom(lo, 8080)
 	s := portsSnapshot(dst, lo)
-	s.Sockets = append(s.Sockets, snapshot.Socket{State: snapshot.Established, Local: netip.AddrPortFrom(lo, 40950), Remote: dst, Info: &snapshot.TCPInfo{}})
+	s.Sockets = append(s.Sockets, snapshot.Socket{State: snapshot.Established, Local: netip.AddrPortFrom(lo, 40950), Remote: dst, Info: snapshot.TCPOf(&snapshot.TCPInfo{})})
 	p, _ := NewPortSpace(s)
 	u := p.DestUsage(s, nil, 0)[Dest{lo, dst}]
 	if u.Reuse || !u.NoTimestamps || u.Held() != 900 {
@@ -394,7 +394,7 @@ func TestChurnExchanges(t *testing.T) {
 	}
 	for i, segs := range [][2]uint32{{900, 1000}, {3, 400}, {500, 480}} {
 		s.Sockets = append(s.Sockets, snapshot.Socket{State: snapshot.Established, Local: netip.AddrPortFrom(lo, uint16(42000+i)), Remote: svc,
-			Info: &snapshot.TCPInfo{Len: snapshot.EndDataSegsOut, DataSegsIn: segs[0], DataSegsOut: segs[1]}})
+			Info: snapshot.TCPOf(&snapshot.TCPInfo{Len: snapshot.EndDataSegsOut, DataSegsIn: segs[0], DataSegsOut: segs[1]})})
 	}
 	cs := ChurnOf(s, nil, 5*time.Second)
 	if len(cs) != 1 || cs[0].Exchanges != 480 {

@@ -61,7 +61,7 @@ func TestRecordEvents(t *testing.T) {
 	mk := func(cookie uint64) *snapshot.Socket {
 		return &snapshot.Socket{Family: 2, State: snapshot.Established, Cookie: cookie,
 			Local: netip.MustParseAddrPort("127.0.0.1:80"), Remote: netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(1000+cookie)),
-			Info: &snapshot.TCPInfo{Len: snapshot.SizeKnown}}
+			Info: snapshot.TCPOf(&snapshot.TCPInfo{Len: snapshot.SizeKnown})}
 	}
 	src := &fakeSource{socks: map[uint64]*snapshot.Socket{1: mk(1)}}
 	ev := &fakeEvents{watched: map[uint64]bool{}, moved: map[uint64]bool{}}
@@ -75,7 +75,7 @@ func TestRecordEvents(t *testing.T) {
 		sk := src.socks[1]
 		switch {
 		case ticks >= 10 && ticks < 30: // sending for 20 ticks
-			sk.Info.BytesAcked += 10000
+			sk.TCP(nil).BytesAcked += 10000
 			sk.SendQ = 5000
 		case ticks == 30:
 			sk.SendQ = 0
@@ -179,7 +179,7 @@ func TestRecordReadsQuietOnlyWhenMoved(t *testing.T) {
 		mk := func(cookie uint64) *snapshot.Socket {
 			return &snapshot.Socket{Family: 2, State: snapshot.Established, Cookie: cookie,
 				Local: netip.MustParseAddrPort("127.0.0.1:80"), Remote: netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(1000+cookie)),
-				Info: &snapshot.TCPInfo{Len: snapshot.SizeKnown}}
+				Info: snapshot.TCPOf(&snapshot.TCPInfo{Len: snapshot.SizeKnown})}
 		}
 		src := &fakeSource{socks: map[uint64]*snapshot.Socket{1: mk(1), 2: mk(2)}}
 		ev := &fakeEvents{watched: map[uint64]bool{}, moved: map[uint64]bool{}, noActivity: noActivity}
@@ -188,7 +188,7 @@ func TestRecordReadsQuietOnlyWhenMoved(t *testing.T) {
 		clk.tick = func(time.Duration) {
 			ticks++
 			if ticks == 50 { // the application writes between ticks 50 and 51
-				src.socks[1].Info.BytesAcked += 1000
+				src.socks[1].TCP(nil).BytesAcked += 1000
 				ev.moved[1] = true
 			}
 		}

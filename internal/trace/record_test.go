@@ -176,7 +176,7 @@ func TestRecordDiscoversAndLooksUp(t *testing.T) {
 	mk := func(cookie uint64, acked uint64) *snapshot.Socket {
 		return &snapshot.Socket{Family: 2, State: snapshot.Established, Cookie: cookie, Inode: uint32(cookie),
 			Local: netip.MustParseAddrPort("127.0.0.1:80"), Remote: netip.AddrPortFrom(netip.MustParseAddrPort("127.0.0.1:1").Addr(), uint16(cookie)),
-			Info: &snapshot.TCPInfo{Len: snapshot.SizeKnown, BytesAcked: acked}}
+			Info: snapshot.TCPOf(&snapshot.TCPInfo{Len: snapshot.SizeKnown, BytesAcked: acked})}
 	}
 	src.socks[1] = mk(1, 0)
 	clk := &fakeClock{now: time.Unix(1000, 0)}
@@ -184,7 +184,7 @@ func TestRecordDiscoversAndLooksUp(t *testing.T) {
 	clk.tick = func(time.Duration) {
 		ticks++
 		if sk := src.socks[1]; sk != nil {
-			sk.Info.BytesAcked += 1000
+			sk.TCP(nil).BytesAcked += 1000
 		}
 		if ticks == 50 {
 			src.socks[2] = mk(2, 0)
@@ -224,7 +224,7 @@ func TestRecordDiscoversAndLooksUp(t *testing.T) {
 // When a dump costs more than the share allows, ticks between dumps use
 // lookups.
 func TestRecordPacesDumps(t *testing.T) {
-	src := &fakeSource{socks: map[uint64]*snapshot.Socket{1: {Family: 2, State: snapshot.Established, Cookie: 1, Info: &snapshot.TCPInfo{}}}}
+	src := &fakeSource{socks: map[uint64]*snapshot.Socket{1: {Family: 2, State: snapshot.Established, Cookie: 1, Info: snapshot.TCPOf(&snapshot.TCPInfo{})}}}
 	clk := &fakeClock{now: time.Unix(1000, 0), cost: 150 * time.Microsecond}
 	_, st, err := Record(context.Background(), Config{Source: src, Interval: 10 * time.Millisecond, Duration: time.Second,
 		Now: clk.Now, Sleep: clk.Sleep, DumpShare: 0.01})
@@ -256,13 +256,13 @@ func TestRecordStopsOnCancel(t *testing.T) {
 
 // A quiet connection is read every IdleEvery-th tick until it moves.
 func TestRecordIdleEvery(t *testing.T) {
-	sk := &snapshot.Socket{Family: 2, State: snapshot.Established, Cookie: 1, Info: &snapshot.TCPInfo{Len: snapshot.SizeKnown}}
+	sk := &snapshot.Socket{Family: 2, State: snapshot.Established, Cookie: 1, Info: snapshot.TCPOf(&snapshot.TCPInfo{Len: snapshot.SizeKnown})}
 	src := &fakeSource{socks: map[uint64]*snapshot.Socket{1: sk}}
 	clk := &fakeClock{now: time.Unix(1000, 0)}
 	ticks := 0
 	clk.tick = func(time.Duration) {
 		if ticks++; ticks >= 50 {
-			sk.Info.BytesAcked += 1000
+			sk.TCP(nil).BytesAcked += 1000
 		}
 	}
 	tr, st, err := Record(context.Background(), Config{Source: src, Interval: 10 * time.Millisecond, Duration: time.Second,

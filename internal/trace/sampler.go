@@ -116,9 +116,9 @@ const traceStates = 1<<snapshot.Established | 1<<snapshot.SynSent | 1<<snapshot.
 // namespace holds) and, when due, runs a kernel-filtered dump to find new
 // ones; dumps run every tick while they cost less than cfg.DumpShare.
 // A dump walks the kernel's whole established hash table, shared by all
-// namespaces (34-36 ms beside 100,000 sockets on a quiet 6.18 VM, as
-// `tcpdoctor trace bench` prints it; docs/performance.md), so discovery runs every quarter second to several seconds and lookups
-// fill the ticks.
+// namespaces (`tcpdoctor trace bench` prints what one costs beside many
+// sockets; docs/performance.md), so discovery runs every quarter second
+// to several seconds and lookups fill the ticks.
 func Record(ctx context.Context, cfg Config) (_ *Trace, st Stats, _ error) {
 	if cfg.Interval <= 0 || cfg.Interval < time.Second/MaxRate {
 		return nil, st, fmt.Errorf("trace: interval %v: at most %d samples per second", cfg.Interval, MaxRate)

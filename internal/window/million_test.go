@@ -35,9 +35,9 @@ func millionSockets(t time.Time) *snapshot.Snapshot {
 			cli := netip.AddrPortFrom(lo, uint16(32768+j))
 			ti := info
 			ti.RTT += uint32(j % 7)
-			c := snapshot.Socket{Family: 2, State: snapshot.Established, Cookie: uint64(len(s.Sockets) + 1), Local: cli, Remote: srv, Pids: []int{pid}, Info: &ti, Mem: &mem}
+			c := snapshot.Socket{Family: 2, State: snapshot.Established, Cookie: uint64(len(s.Sockets) + 1), Local: cli, Remote: srv, Pids: []int{pid}, Info: snapshot.TCPOf(&ti), Mem: &mem}
 			s.Sockets = append(s.Sockets, st.Keep(&c))
-			a := snapshot.Socket{Family: 2, State: snapshot.Established, Cookie: uint64(len(s.Sockets) + 1), Local: srv, Remote: cli, Pids: []int{pid}, Info: &ti, Mem: &mem}
+			a := snapshot.Socket{Family: 2, State: snapshot.Established, Cookie: uint64(len(s.Sockets) + 1), Local: srv, Remote: cli, Pids: []int{pid}, Info: snapshot.TCPOf(&ti), Mem: &mem}
 			s.Sockets = append(s.Sockets, st.Keep(&a))
 		}
 	}

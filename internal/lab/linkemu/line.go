@@ -336,16 +336,16 @@ func (l *line) pop() {
 
 // The line's syscalls bypass the Go runtime's syscall bookkeeping
 // (entersyscall/exitsyscall). Through unix.Ppoll, the SCHED_FIFO line
-// thread on this idle 2-vCPU VM came back from a ppoll 50-64 ms after its
-// timeout about once per 3 s run, with packets waiting unread in the TUN;
-// measured around a raw ppoll the worst overshoot in 5 runs was 3.4 ms. The
-// wait is in exitsyscall, where a thread back from a syscall has to get a P
-// again, which can mean waiting for the runtime's normal-priority threads
-// (see "Measured figures" in docs/lab-link.md). The cost: the thread keeps
-// its P while it sleeps, so sysmon sees a long-running goroutine and
-// interrupts the ppoll with a preemption signal every 10-20 ms (EINTR,
-// handled) and a stop-the-world in an in-process line waits for the
-// signal. The calls never block the runtime otherwise: read and write are
+// thread on an idle 2-vCPU VM came back from a ppoll tens of
+// milliseconds after its timeout now and then, with packets waiting unread
+// in the TUN, and far sooner around a raw ppoll ("Measured figures",
+// change 6, in docs/lab-link.md has the runs). The wait is in
+// exitsyscall, where a thread back from a syscall has to get a P again,
+// which can mean waiting for the runtime's normal-priority threads. The
+// cost: the thread keeps its P while it sleeps, so sysmon sees a
+// long-running goroutine and interrupts the ppoll with a preemption
+// signal every 10-20 ms (EINTR, handled) and a stop-the-world in an
+// in-process line waits for the signal. The calls never block the runtime otherwise: read and write are
 // non-blocking and ppoll returns on the control fd or the signal.
 func rawPpoll(fds []unix.PollFd, ts *unix.Timespec) (int, error) {
 	r, _, e := unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&fds[0])), uintptr(len(fds)), uintptr(unsafe.Pointer(ts)), 0, 0, 0)

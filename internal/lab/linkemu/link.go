@@ -246,9 +246,9 @@ const minBurst = 64<<10 + 1514
 // TBF returns the tbf burst and limit in bytes used for a rate and RTT:
 // burst is 1 ms at the rate, at least one 64 KiB GSO packet plus a wire
 // packet (with a smaller bucket tbf must split every GSO packet into wire
-// packets and send them at the token rate as they come back: at 100 Mbit/s
-// a 16 KiB bucket cost 5-7 % of the goodput), limit the queue asked or one
-// bandwidth-delay product, never below the burst.
+// packets and send them at the token rate as they come back, which costs
+// goodput: "Measured figures" in docs/lab-link.md), limit the queue asked
+// or one bandwidth-delay product, never below the burst.
 func TBF(rate float64, rtt time.Duration, queue int) (burst, limit int) {
 	burst = max(int(rate/8/1000), minBurst)
 	limit = queue

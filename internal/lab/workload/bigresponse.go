@@ -55,12 +55,11 @@ func RunBigServer(ctx context.Context, cfg BigServerConfig) (BigServerResult, er
 	if cfg.Size < 0 || cfg.Size > bigMaxSize || cfg.Count < 0 {
 		return BigServerResult{}, fmt.Errorf("workload: bigresponse: size %d or count %d out of range", cfg.Size, cfg.Count)
 	}
-	ctx, cancel := runCtx(ctx, cfg.Duration)
-	defer cancel()
-	ln, err := listen(ctx, cfg.Addr, cfg.Backlog, cfg.Buffers, cfg.Ready)
+	ctx, cancel, ln, err := startListening(ctx, cfg.Duration, cfg.Addr, cfg.Backlog, cfg.Buffers, cfg.Ready)
 	if err != nil {
 		return BigServerResult{}, fmt.Errorf("workload: bigresponse: %w", err)
 	}
+	defer cancel()
 	res := BigServerResult{Addr: ln.Addr().String(), Responses: []BigServed{}}
 	var mu sync.Mutex
 	var errs counts

@@ -75,12 +75,11 @@ func RunBulkServer(ctx context.Context, cfg BulkServerConfig) (BulkServerResult,
 	if cfg.Count < 0 || cfg.ReadSize < 0 {
 		return BulkServerResult{}, fmt.Errorf("workload: bulk: negative count or read size")
 	}
-	ctx, cancel := runCtx(ctx, cfg.Duration)
-	defer cancel()
-	ln, err := listen(ctx, cfg.Addr, cfg.Backlog, cfg.Buffers, cfg.Ready)
+	ctx, cancel, ln, err := startListening(ctx, cfg.Duration, cfg.Addr, cfg.Backlog, cfg.Buffers, cfg.Ready)
 	if err != nil {
 		return BulkServerResult{}, fmt.Errorf("workload: bulk: %w", err)
 	}
+	defer cancel()
 	res := BulkServerResult{Addr: ln.Addr().String(), Transfers: []Transfer{}}
 	var mu sync.Mutex
 	chunk := zeros(256 << 10)

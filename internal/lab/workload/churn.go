@@ -49,12 +49,11 @@ type ChurnServerResult struct {
 // RunChurnServer serves churn requests until ctx is done or cfg.Duration
 // passes.
 func RunChurnServer(ctx context.Context, cfg ChurnServerConfig) (ChurnServerResult, error) {
-	ctx, cancel := runCtx(ctx, cfg.Duration)
-	defer cancel()
-	ln, err := listen(ctx, cfg.Addr, cfg.Backlog, cfg.Buffers, cfg.Ready)
+	ctx, cancel, ln, err := startListening(ctx, cfg.Duration, cfg.Addr, cfg.Backlog, cfg.Buffers, cfg.Ready)
 	if err != nil {
 		return ChurnServerResult{}, fmt.Errorf("workload: churn: %w", err)
 	}
+	defer cancel()
 	res := ChurnServerResult{Addr: ln.Addr().String()}
 	var reqs atomic.Int64
 	var errs counts

@@ -55,12 +55,11 @@ func RunProxy(ctx context.Context, cfg ProxyConfig) (ProxyResult, error) {
 		}
 		sources = append(sources, &net.TCPAddr{IP: ip})
 	}
-	ctx, cancel := runCtx(ctx, cfg.Duration)
-	defer cancel()
-	ln, err := listen(ctx, cfg.Addr, cfg.Backlog, cfg.Buffers, cfg.Ready)
+	ctx, cancel, ln, err := startListening(ctx, cfg.Duration, cfg.Addr, cfg.Backlog, cfg.Buffers, cfg.Ready)
 	if err != nil {
 		return ProxyResult{}, fmt.Errorf("workload: proxy: %w", err)
 	}
+	defer cancel()
 	res := ProxyResult{Addr: ln.Addr().String()}
 	var (
 		next       atomic.Uint64

@@ -55,12 +55,11 @@ func RunRPCServer(ctx context.Context, cfg RPCServerConfig) (RPCServerResult, er
 	if cfg.ThinkMin < 0 || cfg.ThinkMax < cfg.ThinkMin {
 		return RPCServerResult{}, fmt.Errorf("workload: rpc: bad think time [%v, %v]", cfg.ThinkMin, cfg.ThinkMax)
 	}
-	ctx, cancel := runCtx(ctx, cfg.Duration)
-	defer cancel()
-	ln, err := listen(ctx, cfg.Addr, cfg.Backlog, cfg.Buffers, cfg.Ready)
+	ctx, cancel, ln, err := startListening(ctx, cfg.Duration, cfg.Addr, cfg.Backlog, cfg.Buffers, cfg.Ready)
 	if err != nil {
 		return RPCServerResult{}, fmt.Errorf("workload: rpc: %w", err)
 	}
+	defer cancel()
 	res := RPCServerResult{Addr: ln.Addr().String()}
 	var reqs, in, out, inflight, maxInflight atomic.Int64
 	var errs counts

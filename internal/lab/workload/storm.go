@@ -33,12 +33,11 @@ func RunStormServer(ctx context.Context, cfg StormServerConfig) (StormServerResu
 	if cfg.Backlog == 0 {
 		cfg.Backlog = 128
 	}
-	ctx, cancel := runCtx(ctx, cfg.Duration)
-	defer cancel()
-	ln, err := listen(ctx, cfg.Addr, cfg.Backlog, cfg.Buffers, cfg.Ready)
+	ctx, cancel, ln, err := startListening(ctx, cfg.Duration, cfg.Addr, cfg.Backlog, cfg.Buffers, cfg.Ready)
 	if err != nil {
 		return StormServerResult{}, fmt.Errorf("workload: storm: %w", err)
 	}
+	defer cancel()
 	defer ln.Close()
 	res := StormServerResult{Addr: ln.Addr().String(), Backlog: cfg.Backlog}
 	if cfg.AcceptRate == 0 {

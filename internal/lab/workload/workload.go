@@ -65,14 +65,20 @@ func (b Buffers) dialer(timeout time.Duration) *net.Dialer {
 	return &net.Dialer{Timeout: timeout, Control: b.control}
 }
 
-// listen opens a server's listener (see openListener) and passes its
-// address to ready, when set.
-func listen(ctx context.Context, addr string, backlog int, b Buffers, ready func(addr string)) (net.Listener, error) {
+// startListening is every server's start: a context that ends after d (0:
+// with ctx), and a listener open in it (openListener), its address passed
+// to ready when set. The caller defers cancel once err is nil.
+func startListening(ctx context.Context, d time.Duration, addr string, backlog int, b Buffers, ready func(addr string)) (context.Context, context.CancelFunc, net.Listener, error) {
+	ctx, cancel := runCtx(ctx, d)
 	ln, err := openListener(ctx, addr, backlog, b)
-	if err == nil && ready != nil {
+	if err != nil {
+		cancel()
+		return nil, nil, nil, err
+	}
+	if ready != nil {
 		ready(ln.Addr().String())
 	}
-	return ln, err
+	return ctx, cancel, ln, nil
 }
 
 // openListener opens a TCP listener with buffers set before listen(2).
