@@ -50,7 +50,7 @@ func TestOpenExtras(t *testing.T) {
 		{name: "off", cfg: ExtrasConfig{Mode: ModeOff, Need: all}, locksOf: "eBPF off (--bpf off)"},
 		{name: "replay", cfg: ExtrasConfig{Mode: ModeOn, Need: all, Replay: true}},
 		{name: "auto, one cause said once", cfg: ExtrasConfig{Mode: ModeAuto, Need: all}, calls: 3,
-			notes: []string{"note: eBPF off: boom: no connection events, and pinned buffers judged from their sizes only (--bpf off silences this)"},
+			notes:   []string{"note: eBPF off: boom: no connection events, and pinned buffers judged from their sizes only (--bpf off silences this)"},
 			locksOf: "eBPF iter/tcp not loaded: boom"},
 		{name: "auto, locks not needed", cfg: ExtrasConfig{Mode: ModeAuto, Need: Need{Events: true}}, calls: 1,
 			notes:   []string{"note: eBPF connection events off: boom (--bpf off silences this)"},
