@@ -9,9 +9,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/bdp"
-	"github.com/tcpdoctor/tcpdoctor/internal/netns"
+	"github.com/tcpdoctor/tcpdoctor/internal/collect"
 	"github.com/tcpdoctor/tcpdoctor/internal/output"
-	"github.com/tcpdoctor/tcpdoctor/internal/procnet"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/textsafe"
 )
@@ -119,8 +118,8 @@ func settings(e *Env, o *sourceOpts) (*snapshot.Snapshot, error) {
 	if err != nil {
 		return nil, usageErr("bdp: %v", err)
 	}
-	s := &snapshot.Snapshot{Netns: snapshot.Netns{Name: nss[0].Name, Inode: nss[0].Inode}, Taken: e.Now()}
-	if err := netns.Do(nss[0], func() error { procnet.Default().Fill(s); return nil }); err != nil {
+	s, err := collect.Settings(nss[0], e.Now)
+	if err != nil {
 		return nil, collectErr(err)
 	}
 	if len(s.Sysctls) == 0 {

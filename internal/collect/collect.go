@@ -147,6 +147,16 @@ func (c *Collector) Collect(nss []netns.NS) []*snapshot.Snapshot {
 	return out
 }
 
+// Settings is a snapshot of ns without sockets or owners: its counters
+// and sysctls (what `bdp` compares a path with).
+func Settings(ns netns.NS, now func() time.Time) (*snapshot.Snapshot, error) {
+	s := &snapshot.Snapshot{Netns: snapshot.Netns{Name: ns.Name, Inode: ns.Inode}, Taken: now()}
+	if err := netns.Do(ns, func() error { procnet.Default().Fill(s); return nil }); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
 func (c *Collector) procRoot() string {
 	if c.Opts.ProcRoot == "" {
 		return "/proc"
