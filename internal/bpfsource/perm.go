@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/caps"
 )
 
 // needRoot says what loading the programs takes.
@@ -19,21 +21,10 @@ const memlockGuess = " (MEMLOCK may be too low, consider rlimit.RemoveMemlock)"
 // privileged reports whether this thread may load tracing programs:
 // CAP_SYS_ADMIN, or CAP_BPF with CAP_PERFMON, in its effective set (uid
 // 0 alone is not enough: its capabilities may have been dropped).
-func privileged() bool { return canLoad(haveCap) }
+func privileged() bool { return canLoad(caps.Have) }
 
 func canLoad(have func(uint) bool) bool {
 	return have(unix.CAP_SYS_ADMIN) || have(unix.CAP_BPF) && have(unix.CAP_PERFMON)
-}
-
-// haveCap reports whether capability c is in the calling thread's
-// effective set.
-func haveCap(c uint) bool {
-	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
-	var data [2]unix.CapUserData
-	if unix.Capget(&hdr, &data[0]) != nil {
-		return false
-	}
-	return data[c/32].Effective&(1<<(c%32)) != 0
 }
 
 // permissionCause says why the kernel refused a load with EPERM. have
@@ -53,7 +44,7 @@ func permissionCause(have func(uint) bool, memlock func() (uint64, bool)) string
 // refused is loadError's message for an EPERM: the cause, then the
 // error without cilium/ebpf's memlock guess.
 func refused(err error) error {
-	return notSupported("the kernel refused the program: %s: %s", permissionCause(haveCap, memlockLimit), strings.ReplaceAll(err.Error(), memlockGuess, ""))
+	return notSupported("the kernel refused the program: %s: %s", permissionCause(caps.Have, memlockLimit), strings.ReplaceAll(err.Error(), memlockGuess, ""))
 }
 
 // memlockLimit returns RLIMIT_MEMLOCK when it can be why a load was

@@ -12,6 +12,8 @@ import (
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/caps"
 )
 
 func TestPermissionCause(t *testing.T) {
@@ -92,7 +94,7 @@ func refusedChild(t *testing.T) {
 	if err := unix.Capset(&hdr, &none[0]); err != nil {
 		t.Fatalf("dropping capabilities: %v", err)
 	}
-	if haveCap(unix.CAP_BPF) || haveCap(unix.CAP_SYS_ADMIN) {
+	if caps.Have(unix.CAP_BPF) || caps.Have(unix.CAP_SYS_ADMIN) {
 		t.Fatal("capabilities still held")
 	}
 	check := func(what string, err error) {

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
+	"github.com/tcpdoctor/tcpdoctor/internal/caps"
 	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/linkemu"
@@ -250,11 +251,11 @@ func exitCode(root *cobra.Command, args []string, err error, stderr io.Writer) i
 // printErr prints err on one line, escaped: errors quote file, process
 // and namespace names (and errors.Join's newlines show as \n).
 func printErr(stderr io.Writer, err error) {
-	fmt.Fprintf(stderr, "tcpdoctor: %s%s\n", textsafe.String(err.Error()), permissionHint(err, haveCap))
+	fmt.Fprintf(stderr, "tcpdoctor: %s%s\n", textsafe.String(err.Error()), permissionHint(err, caps.Have))
 }
 
 // permissionHint says how to get the permission err lacked: the
-// capability its package names, when have (haveCap) says this process
+// capability its package names, when have (caps.Have) says this process
 // does not hold it (holding it, something else refused: an LSM or a user
 // namespace).
 func permissionHint(err error, have func(uint) bool) string {
@@ -272,16 +273,6 @@ func permissionHint(err error, have func(uint) bool) string {
 		}
 	}
 	return ""
-}
-
-// haveCap reports whether capability c is in this process's effective set.
-func haveCap(c uint) bool {
-	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
-	var data [2]unix.CapUserData
-	if unix.Capget(&hdr, &data[0]) != nil {
-		return false
-	}
-	return data[c/32].Effective&(1<<(c%32)) != 0
 }
 
 // progress prints a note to stderr on one line, escaped: notes quote
