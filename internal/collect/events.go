@@ -73,34 +73,41 @@ func eventsOf(r *bpfsource.Reading, inode uint64) *snapshot.Events {
 // attributeFailures moves the connects the network ended (refused, timed
 // out, unreachable), which the kernel counts under pid 0, to the one
 // process that opened connections to the same destination in the same
-// interval; with several openers, or none (a timeout whose connect() was
-// in an earlier interval), they stay under pid 0: unknown.
+// interval. With several openers of one command (a health checker that
+// runs curl for every probe) they stay under pid 0 with that command;
+// with openers of several commands, or none (a timeout whose connect()
+// was in an earlier interval), they stay unknown.
 func attributeFailures(fs []snapshot.EventFlow) []snapshot.EventFlow {
 	merged := make([]bool, len(fs))
 	for i, f := range fs {
 		if f.Pid != 0 || f.Opens != 0 || f.Accepted() {
 			continue
 		}
-		opener := -1
+		opener, openers, command := -1, 0, ""
 		for j := range fs {
-			if fs[j].Pid != 0 && fs[j].Opens > 0 && fs[j].Remote == f.Remote {
-				if opener >= 0 {
-					opener = -2
-					break
-				}
-				opener = j
+			if fs[j].Pid == 0 || fs[j].Opens == 0 || fs[j].Remote != f.Remote {
+				continue
 			}
+			if openers == 0 {
+				command = fs[j].Command
+			} else if fs[j].Command != command {
+				command = ""
+			}
+			opener = j
+			openers++
 		}
-		if opener < 0 {
-			continue
+		switch {
+		case openers == 1:
+			o := &fs[opener]
+			o.Refused += f.Refused
+			o.TimedOut += f.TimedOut
+			o.Unreachable += f.Unreachable
+			o.FailedPorts += f.FailedPorts
+			o.Abandoned += f.Abandoned
+			merged[i] = true
+		case openers > 1:
+			fs[i].Command = command
 		}
-		o := &fs[opener]
-		o.Refused += f.Refused
-		o.TimedOut += f.TimedOut
-		o.Unreachable += f.Unreachable
-		o.FailedPorts += f.FailedPorts
-		o.Abandoned += f.Abandoned
-		merged[i] = true
 	}
 	out := make([]snapshot.EventFlow, 0, len(fs))
 	for i, f := range fs {

@@ -79,25 +79,33 @@ func TestAddEventsCounters(t *testing.T) {
 
 // TestAttributeFailures: connects the network ended (pid 0 in the
 // kernel) go to the one process that opened connections to the same
-// destination; with two openers, or none, they stay unknown.
+// destination; with several openers of one command they keep that
+// command; with openers of two commands, or none, they stay unknown.
 func TestAttributeFailures(t *testing.T) {
 	a := netip.MustParseAddrPort("127.0.0.1:1")
 	b := netip.MustParseAddrPort("10.0.0.9:5432")
 	c := netip.MustParseAddrPort("10.0.0.7:80")
+	d := netip.MustParseAddrPort("127.0.0.1:8090")
 	got := attributeFailures([]snapshot.EventFlow{
 		{Remote: a, Refused: 5},
 		{Remote: b, TimedOut: 2},
 		{Remote: c, Unreachable: 1},
+		{Remote: d, Refused: 2},
 		{Pid: 3, Command: "curl", Remote: a, Opens: 5},
 		{Pid: 4, Command: "app", Remote: b, Opens: 1},
 		{Pid: 5, Command: "other", Remote: b, Opens: 1},
+		{Pid: 6, Command: "curl", Remote: d, Opens: 1},
+		{Pid: 7, Command: "curl", Remote: d, Opens: 1},
 	})
 	want := []snapshot.EventFlow{
 		{Remote: b, TimedOut: 2},
 		{Remote: c, Unreachable: 1},
+		{Command: "curl", Remote: d, Refused: 2}, // two curls: the command, not a pid
 		{Pid: 3, Command: "curl", Remote: a, Opens: 5, Refused: 5},
 		{Pid: 4, Command: "app", Remote: b, Opens: 1},
 		{Pid: 5, Command: "other", Remote: b, Opens: 1},
+		{Pid: 6, Command: "curl", Remote: d, Opens: 1},
+		{Pid: 7, Command: "curl", Remote: d, Opens: 1},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("got %+v\nwant %+v", got, want)
