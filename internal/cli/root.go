@@ -207,18 +207,23 @@ func (i *interrupted) Error() string { return "interrupted" }
 // interruptCode maps a command that failed after a signal (cause) to the
 // shell's 128+signal: being interrupted is no failure to collect. It
 // prints "interrupted", or the command's own error when it said more than
-// that its context ended. Commands a signal stops normally (trace, watch,
-// serve) return nil or findings, which keep their code.
+// that its context ended (lab). Commands a signal stops normally (trace,
+// watch, serve) return nil, findings, or an error of their own with its
+// code (trace's output that could not be written: 3), which stand.
 func interruptCode(err, cause error, stderr io.Writer) (int, bool) {
 	var in *interrupted
 	var ee *exitError
-	if err == nil || !errors.As(cause, &in) || errors.As(err, &ee) && ee.code == ExitFindings {
+	if err == nil || !errors.As(cause, &in) {
 		return 0, false
 	}
-	if errors.Is(err, context.Canceled) || errors.As(err, &in) {
+	canceled := errors.Is(err, context.Canceled) || errors.As(err, &in)
+	if !canceled && errors.As(err, &ee) {
+		return 0, false
+	}
+	if canceled {
 		fmt.Fprintln(stderr, "tcpdoctor: interrupted")
 	} else {
-		fmt.Fprintf(stderr, "tcpdoctor: %v\n", err)
+		fmt.Fprintf(stderr, "tcpdoctor: %s\n", textsafe.String(err.Error()))
 	}
 	return 128 + int(in.sig), true
 }

@@ -156,6 +156,10 @@ func TestInterruptCode(t *testing.T) {
 		// Stopped normally by the signal: their own codes.
 		{nil, &interrupted{sig: syscall.SIGINT}, 0, false, ""},
 		{errFindings, &interrupted{sig: syscall.SIGINT}, 0, false, ""},
+		// trace stopped by Ctrl-C whose --html could not be written: 3.
+		{collectErr(errors.New("trace: --html: write r.html: no space left on device")), &interrupted{sig: syscall.SIGINT}, 0, false, ""},
+		// An error said after the signal is escaped like any other.
+		{errors.New("lab: interrupted in netns \x1b[2J"), &interrupted{sig: syscall.SIGINT}, 130, true, "tcpdoctor: lab: interrupted in netns \\x1b[2J\n"},
 		// Cancelled without a signal: not an interruption.
 		{context.Canceled, context.Canceled, 0, false, ""},
 		{context.Canceled, nil, 0, false, ""},

@@ -2,7 +2,8 @@
 // (record -o, trace -o, trace --html, lab run --html). They hold process
 // names and addresses, and tcpdoctor often runs as root in directories
 // others can write (/tmp): a file is never written through a symbolic
-// link or over one with other hard links, and a new one is mode 0600.
+// link (but root's to a device), over one with other hard links, or into
+// another user's file in a shared directory; a new one is mode 0600.
 package outfile
 
 import (
@@ -21,19 +22,28 @@ const Mode = 0o600
 var (
 	ErrSymlink  = errors.New("is a symbolic link: tcpdoctor does not write through one")
 	ErrHardLink = errors.New("has other hard links: tcpdoctor does not write through one")
+	ErrNotOurs  = errors.New("belongs to another user in a shared directory (sticky and world-writable): tcpdoctor does not write into it")
 )
 
 // Create opens path to be written from its start, as a stream: a new file
 // is made with Mode; an existing regular file keeps its mode and is
-// truncated; a device or pipe (/dev/stdout) is written as it is. A
-// symbolic link as the last component (O_NOFOLLOW) or a regular file with
-// other hard links is refused.
+// truncated; a device or pipe is written as it is. Refused: a symbolic
+// link as the last component (O_NOFOLLOW), except a link root owns to a
+// device or pipe (/dev/stdout, /dev/fd/N); a regular file with other
+// hard links; a regular file or named pipe another user owns in a sticky
+// world-writable directory (what fs.protected_regular and
+// protected_fifos refuse, whatever they are set to). A named pipe without
+// a reader fails at once (ENXIO) rather than blocking.
 func Create(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|syscall.O_NOFOLLOW, Mode)
-	if err != nil {
-		if errors.Is(err, syscall.ELOOP) && isSymlink(path) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, Mode)
+	if err != nil && errors.Is(err, syscall.ELOOP) && isSymlink(path) {
+		if !deviceLink(path) {
 			return nil, &fs.PathError{Op: "create", Path: path, Err: ErrSymlink}
 		}
+		// No O_CREAT: a device or pipe is there, or nothing is written.
+		f, err = os.OpenFile(path, os.O_WRONLY|syscall.O_NONBLOCK, 0)
+	}
+	if err != nil {
 		return nil, err
 	}
 	st, err := f.Stat()
@@ -41,9 +51,14 @@ func Create(path string) (*os.File, error) {
 		f.Close()
 		return nil, err
 	}
+	sys, _ := st.Sys().(*syscall.Stat_t)
+	if m := st.Mode(); (m.IsRegular() || m&fs.ModeNamedPipe != 0) && sys != nil && othersInShared(path, sys.Uid) {
+		f.Close()
+		return nil, &fs.PathError{Op: "create", Path: path, Err: ErrNotOurs}
+	}
 	if st.Mode().IsRegular() {
 		// Checked before truncating: the other name's content is kept.
-		if sys, ok := st.Sys().(*syscall.Stat_t); ok && sys.Nlink > 1 {
+		if sys != nil && sys.Nlink > 1 {
 			f.Close()
 			return nil, &fs.PathError{Op: "create", Path: path, Err: ErrHardLink}
 		}
@@ -53,6 +68,42 @@ func Create(path string) (*os.File, error) {
 		}
 	}
 	return f, nil
+}
+
+// deviceLink reports whether path is a symbolic link root owns whose
+// target is a device, pipe or socket (/dev/stdout -> /proc/self/fd/1):
+// no one but root could have placed it, and it names no file to
+// overwrite.
+func deviceLink(path string) bool {
+	lst, err := os.Lstat(path)
+	if err != nil {
+		return false
+	}
+	if sys, ok := lst.Sys().(*syscall.Stat_t); !ok || sys.Uid != 0 {
+		return false
+	}
+	st, err := os.Stat(path)
+	return err == nil && !st.Mode().IsRegular() && !st.IsDir()
+}
+
+// othersInShared reports whether a file owned by uid in path's directory
+// is one the kernel's protected_regular rule guards: the directory is
+// sticky and world-writable, and uid is neither ours nor the directory's
+// owner.
+func othersInShared(path string, uid uint32) bool {
+	if int(uid) == os.Geteuid() {
+		return false
+	}
+	dst, err := os.Stat(filepath.Dir(path))
+	if err != nil {
+		return true
+	}
+	dsys, ok := dst.Sys().(*syscall.Stat_t)
+	if !ok {
+		return false
+	}
+	m := dst.Mode()
+	return m&fs.ModeSticky != 0 && m.Perm()&0o002 != 0 && dsys.Uid != uid
 }
 
 func isSymlink(path string) bool {

@@ -278,3 +278,91 @@ func fullDiskChild(t *testing.T, dir string) {
 	}
 	t.Log("full disk: ok")
 }
+
+// TestCreateSharedDirectory: in a sticky world-writable directory (/tmp)
+// a file or named pipe another user made is refused, whatever
+// fs.protected_regular says; the same file elsewhere, or our own, is
+// written. A named pipe without a reader fails at once.
+func TestCreateSharedDirectory(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (files of another user)")
+	}
+	shared := t.TempDir()
+	if err := os.Chmod(shared, 0o777|os.ModeSticky); err != nil {
+		t.Fatal(err)
+	}
+	planted := filepath.Join(shared, "rec.jsonl")
+	if err := os.WriteFile(planted, []byte("theirs"), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(planted, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Create(planted); !errors.Is(err, ErrNotOurs) {
+		t.Errorf("another user's file in a sticky shared directory: %v, want ErrNotOurs", err)
+	}
+	if b, _ := os.ReadFile(planted); string(b) != "theirs" {
+		t.Errorf("planted file changed: %q", b)
+	}
+	fifo := filepath.Join(shared, "rec.fifo")
+	if err := syscall.Mkfifo(fifo, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(fifo, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Create(fifo); !errors.Is(err, ErrNotOurs) && !errors.Is(err, syscall.ENXIO) {
+		t.Errorf("another user's named pipe: %v, want refused", err)
+	}
+	own := filepath.Join(t.TempDir(), "own.fifo")
+	if err := syscall.Mkfifo(own, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Create(own); !errors.Is(err, syscall.ENXIO) {
+		t.Errorf("a named pipe without a reader: %v, want ENXIO at once", err)
+	}
+	// Not shared: a file another user owns in a private directory is
+	// written (sudo into one's own home).
+	private := filepath.Join(t.TempDir(), "rec.jsonl")
+	if err := os.WriteFile(private, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(private, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	f, err := Create(private)
+	if err != nil {
+		t.Fatalf("another user's file in a private directory: %v", err)
+	}
+	f.Close()
+}
+
+// TestCreateDeviceLink: a link root owns to a device (/dev/stdout is one)
+// is written through; the same link owned by another user is refused.
+func TestCreateDeviceLink(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (links of another user)")
+	}
+	dir := t.TempDir()
+	link := filepath.Join(dir, "out")
+	if err := os.Symlink("/dev/null", link); err != nil {
+		t.Fatal(err)
+	}
+	f, err := Create(link)
+	if err != nil {
+		t.Fatalf("root's link to /dev/null: %v", err)
+	}
+	if _, err := f.WriteString("x"); err != nil {
+		t.Error(err)
+	}
+	f.Close()
+	if err := os.Lchown(link, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Create(link); !errors.Is(err, ErrSymlink) {
+		t.Errorf("another user's link to a device: %v, want ErrSymlink", err)
+	}
+	if _, err := Create("/dev/stdout"); err != nil {
+		t.Errorf("/dev/stdout: %v", err)
+	}
+}
