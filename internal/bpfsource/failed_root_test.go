@@ -90,6 +90,19 @@ func testFailedConnectCauses(t *testing.T, opts Options) {
 			}
 			held = append(held, fd)
 		}
+		// Bound first (SO_REUSEADDR, one port): the second connect finds
+		// its address and port already reaching the destination.
+		for i := range 2 {
+			fd, err := boundConnect(causeNoPort, 41000)
+			switch {
+			case i == 0 && err == nil:
+				held = append(held, fd)
+			case i == 1 && errors.Is(err, unix.EADDRNOTAVAIL):
+				noPort++
+			default:
+				return fmt.Errorf("bound connect %d to %v: %w", i, causeNoPort, err)
+			}
+		}
 		for range refused {
 			if _, err := connectFd(causeRefused); !errors.Is(err, unix.ECONNREFUSED) {
 				return fmt.Errorf("connect %v: %w, want ECONNREFUSED", causeRefused, err)
@@ -107,8 +120,8 @@ func testFailedConnectCauses(t *testing.T, opts Options) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if noPort != 3 {
-		t.Fatalf("%d connects failed with EADDRNOTAVAIL, want 3 (a two-port range)", noPort)
+	if noPort != 4 {
+		t.Fatalf("%d connects failed with EADDRNOTAVAIL, want 4 (3 past a two-port range, 1 bound)", noPort)
 	}
 	// One SYN retransmission, then ETIMEDOUT: about 3 s.
 	var wg sync.WaitGroup
@@ -158,7 +171,7 @@ func testFailedConnectCauses(t *testing.T, opts Options) {
 	}
 	type counts struct{ ports, refused, timedOut, unreach, abandoned uint64 }
 	want := map[netip.AddrPort]counts{
-		causeNoPort:    {ports: 3},
+		causeNoPort:    {ports: 4},
 		causeRefused:   {refused: refused},
 		causeTimeout:   {timedOut: 1},
 		causeUnreach:   {unreach: 1},
@@ -191,7 +204,7 @@ func testFailedConnectCauses(t *testing.T, opts Options) {
 
 	wantReason := map[netip.AddrPort]string{causeNoPort: "EADDRNOTAVAIL", causeRefused: "ECONNREFUSED",
 		causeTimeout: "ETIMEDOUT", causeUnreach: "EHOSTUNREACH", causeAbandoned: Abandoned}
-	total := 3 + refused + 3
+	total := 4 + refused + 3
 	evs := collectEvents(t, ch, ns.Inode, 3*time.Second, func(es []Event) bool { return countKind(es, FailedConnect) >= total })
 	byReason := map[string]int{}
 	for _, e := range evs {
@@ -209,9 +222,9 @@ func testFailedConnectCauses(t *testing.T, opts Options) {
 			t.Errorf("failed-connect to %v (%s): no local port, though one was bound", e.Remote, e.Reason)
 		}
 	}
-	if byReason["EADDRNOTAVAIL"] != 3 || byReason["ECONNREFUSED"] != refused || byReason["ETIMEDOUT"] != 1 ||
+	if byReason["EADDRNOTAVAIL"] != 4 || byReason["ECONNREFUSED"] != refused || byReason["ETIMEDOUT"] != 1 ||
 		byReason["EHOSTUNREACH"] != 1 || byReason[Abandoned] != 1 {
-		t.Errorf("failed-connect events by reason %v, want 3 EADDRNOTAVAIL, %d ECONNREFUSED, 1 each ETIMEDOUT, EHOSTUNREACH, abandoned", byReason, refused)
+		t.Errorf("failed-connect events by reason %v, want 4 EADDRNOTAVAIL, %d ECONNREFUSED, 1 each ETIMEDOUT, EHOSTUNREACH, abandoned", byReason, refused)
 	}
 }
 
@@ -223,6 +236,27 @@ func connectFd(dst netip.AddrPort) (int, error) {
 		return -1, err
 	}
 	if err := unix.Connect(fd, sockaddr(dst)); err != nil {
+		_ = unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
+}
+
+// boundConnect binds a socket to 127.0.0.1:port with SO_REUSEADDR and
+// connects it to dst; on success the caller owns the fd.
+func boundConnect(dst netip.AddrPort, port int) (int, error) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	err = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
+	if err == nil {
+		err = unix.Bind(fd, &unix.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 1}})
+	}
+	if err == nil {
+		err = unix.Connect(fd, sockaddr(dst))
+	}
+	if err != nil {
 		_ = unix.Close(fd)
 		return -1, err
 	}

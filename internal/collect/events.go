@@ -2,6 +2,7 @@ package collect
 
 import (
 	"cmp"
+	"net/netip"
 	"slices"
 	"time"
 
@@ -78,35 +79,45 @@ func eventsOf(r *bpfsource.Reading, inode uint64) *snapshot.Events {
 // with openers of several commands, or none (a timeout whose connect()
 // was in an earlier interval), they stay unknown.
 func attributeFailures(fs []snapshot.EventFlow) []snapshot.EventFlow {
+	// The openers of each destination: the one, or how many and whether
+	// they share a command.
+	type openers struct {
+		first, n int
+		command  string
+	}
+	byDst := map[netip.AddrPort]*openers{}
+	for j := range fs {
+		if fs[j].Pid == 0 || fs[j].Opens == 0 {
+			continue
+		}
+		o := byDst[fs[j].Remote]
+		if o == nil {
+			byDst[fs[j].Remote] = &openers{first: j, n: 1, command: fs[j].Command}
+			continue
+		}
+		if o.command != fs[j].Command {
+			o.command = ""
+		}
+		o.n++
+	}
 	merged := make([]bool, len(fs))
 	for i, f := range fs {
 		if f.Pid != 0 || f.Opens != 0 || f.Accepted() {
 			continue
 		}
-		opener, openers, command := -1, 0, ""
-		for j := range fs {
-			if fs[j].Pid == 0 || fs[j].Opens == 0 || fs[j].Remote != f.Remote {
-				continue
-			}
-			if openers == 0 {
-				command = fs[j].Command
-			} else if fs[j].Command != command {
-				command = ""
-			}
-			opener = j
-			openers++
-		}
+		o := byDst[f.Remote]
 		switch {
-		case openers == 1:
-			o := &fs[opener]
-			o.Refused += f.Refused
-			o.TimedOut += f.TimedOut
-			o.Unreachable += f.Unreachable
-			o.FailedPorts += f.FailedPorts
-			o.Abandoned += f.Abandoned
+		case o == nil:
+		case o.n == 1:
+			to := &fs[o.first]
+			to.Refused += f.Refused
+			to.TimedOut += f.TimedOut
+			to.Unreachable += f.Unreachable
+			to.FailedPorts += f.FailedPorts
+			to.Abandoned += f.Abandoned
 			merged[i] = true
-		case openers > 1:
-			fs[i].Command = command
+		default:
+			fs[i].Command = o.command
 		}
 	}
 	out := make([]snapshot.EventFlow, 0, len(fs))

@@ -3,6 +3,7 @@ package collect
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/bpfsource"
@@ -250,18 +251,16 @@ func (x *Extras) noteFiles(flErr error, said ...error) {
 func (x *Extras) lazyFiles(load func(*bpfsource.Kernel) (*bpfsource.FileOwners, error)) FileSource {
 	var loaded *bpfsource.FileOwners
 	var loadErr error
-	tried := false
+	var once sync.Once
 	x.closers = append(x.closers, func() error {
+		once.Do(func() { loadErr = errors.New("closed") }) // no load after Close
 		if loaded != nil {
 			return loaded.Close()
 		}
 		return nil
 	})
 	return func() (procs.FileLister, error) {
-		if !tried {
-			tried = true
-			loaded, loadErr = load(nil)
-		}
+		once.Do(func() { loaded, loadErr = load(nil) })
 		if loadErr != nil {
 			return nil, loadErr
 		}

@@ -12,16 +12,18 @@
  *   opens          CLOSE->SYN_SENT: connect(), in the caller's context
  *   failed_*       SYN_SENT->CLOSE: a connect() that never became a
  *                  connection, told apart by what the kernel left on the
- *                  socket (the port is released before the tracepoint,
- *                  so skc_num is 0 for every one of them):
- *     failed_ports   sk_err 0 and inet_sport 0: no ephemeral port was
- *                    bound (EADDRNOTAVAIL), in the caller's context
+ *                  socket (sk_err, and segs_out: whether a SYN left):
+ *     failed_ports   sk_err 0 and no segment sent: connect() failed
+ *                    before its SYN, for want of a free ephemeral port or,
+ *                    for a socket bound first, because its address and
+ *                    port already reach that destination (EADDRNOTAVAIL),
+ *                    in the caller's context
  *     refused        sk_err ECONNREFUSED: a reset answered the SYN
  *     timed_out      sk_err ETIMEDOUT: no answer to the SYN retransmits
  *     unreachable    sk_err EHOSTUNREACH/ENETUNREACH (an ICMP error) or
  *                    any other error the kernel set
- *     abandoned      sk_err 0, a port bound: the process closed the
- *                    socket before the handshake finished (its own
+ *     abandoned      sk_err 0 after the SYN left: the process closed
+ *                    the socket before the handshake finished (its own
  *                    connect timeout), in its own context
  *                  refused, timed_out and unreachable end in softirq or
  *                  timer context: counted under pid 0 (the opener is
@@ -298,13 +300,17 @@ int lifecycle(__u64 *ctx)
 		return 0;
 	}
 	if (failed) {
-		/* tcp_set_state(CLOSE) released the port (skc_num 0) before
-		 * this tracepoint; inet_sport and sk_err say why it closed. */
+		/* tcp_set_state(CLOSE) may have released the port (skc_num
+		 * 0) before this tracepoint: sk_err and whether a SYN left
+		 * say why it closed; inet_sport is the port it had. */
 		struct inet_sock *inet = (struct inet_sock *)sk;
+		struct tcp_sock *tp = (struct tcp_sock *)sk;
 		int err = sk->sk_err;
 		__u16 sport = 0;
+		__u32 sent = 0;
 		/* Past struct sock: the verifier allows no direct load. */
 		bpf_probe_read_kernel(&sport, sizeof(sport), &inet->inet_sport);
+		bpf_probe_read_kernel(&sent, sizeof(sent), &tp->segs_out);
 		/* Ended by the process itself (no port, or its own close) or
 		 * by the network (softirq/timer: pid and comm are not the
 		 * opener's). */
@@ -328,7 +334,7 @@ int lifecycle(__u64 *ctx)
 		struct flow_counts *c = counts_for(&k, comm);
 		__u32 reason = err;
 		if (c) {
-			if (own && sport == 0) {
+			if (own && sent == 0) {
 				__sync_fetch_and_add(&c->failed_ports, 1);
 				reason = EADDRNOTAVAIL;
 			} else if (own) {
@@ -340,7 +346,7 @@ int lifecycle(__u64 *ctx)
 			} else {
 				__sync_fetch_and_add(&c->unreachable, 1);
 			}
-		} else if (own && sport == 0) {
+		} else if (own && sent == 0) {
 			reason = EADDRNOTAVAIL;
 		}
 		struct event *e = reserve();

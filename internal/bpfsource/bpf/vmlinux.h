@@ -59,6 +59,11 @@ struct inet_sock {
 	__be16 inet_sport;
 };
 
+/* segs_out counts the segments the socket sent, its SYN included. */
+struct tcp_sock {
+	__u32 segs_out;
+};
+
 #pragma clang attribute pop
 
 #endif
