@@ -78,8 +78,9 @@ type ExtrasConfig struct {
 	Replay bool
 	// PidFD turns on the opt-in pidfd_getfd probe (Options.BufLock).
 	PidFD bool
-	// Command names the command when Mode is on and it has no --bpf flag
-	// of its own (watch); empty: errors say "--bpf on".
+	// Command names a command that has no --bpf flag of its own and
+	// says itself which programs did not load (watch): errors name it
+	// instead of "--bpf on", and Missing programs are not noted here.
 	Command string
 	// ProcRoot is "/proc" in production (the open-files count).
 	ProcRoot string
@@ -167,6 +168,9 @@ func OpenExtras(cfg ExtrasConfig) (*Extras, error) {
 		} else {
 			x.Source = s
 			for _, m := range s.Missing() {
+				if cfg.Command != "" {
+					break
+				}
 				// The others run; what this one counts is unknown in findings.
 				note("note: eBPF program on %s off: %s", m.Program, m.Reason)
 			}
