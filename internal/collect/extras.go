@@ -167,12 +167,11 @@ func OpenExtras(cfg ExtrasConfig) (*Extras, error) {
 			evErr = err
 		} else {
 			x.Source = s
-			for _, m := range s.Missing() {
-				if cfg.Command != "" {
-					break
+			if cfg.Command == "" {
+				for _, m := range s.Missing() {
+					// The others run; what this one counts is unknown in findings.
+					note("note: eBPF program on %s off: %s", m.Program, m.Reason)
 				}
-				// The others run; what this one counts is unknown in findings.
-				note("note: eBPF program on %s off: %s", m.Program, m.Reason)
 			}
 			x.closers = append(x.closers, s.Close)
 		}
