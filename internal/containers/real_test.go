@@ -26,7 +26,7 @@ var update = flag.Bool("update", false, "recapture testdata/containerd/ from a r
 const (
 	podName      = "web-1"
 	podNamespace = "shop"
-	testPodUID = "3b0a4b0e-5c3d-4f7e-9a1b-2c3d4e5f6a7b"
+	testPodUID   = "3b0a4b0e-5c3d-4f7e-9a1b-2c3d4e5f6a7b"
 	appName      = "api"
 	appImage     = "registry.example/shop/api:1.4"
 	ctrNS        = "k8s.io"
@@ -45,7 +45,7 @@ type realPod struct {
 	// layout, /<ns>/<id>.
 	plainID  string
 	plainPid int
-	netnsIno         uint64
+	netnsIno uint64
 }
 
 // startPod starts the daemon and the pod; everything is undone by
