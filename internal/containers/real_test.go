@@ -302,30 +302,30 @@ func TestRealPod(t *testing.T) {
 	}
 	want := Info{Runtime: Containerd, ID: p.appID, Name: appName, Image: appImage, Pod: podName, PodNamespace: podNamespace, PodUID: testPodUID}
 	if app != want {
-		t.Errorf("ForPid(app) = %+v, want %+v", app, want)
+		t.Errorf("ForPid(app) = %#v, want %#v", app, want)
 	}
 	if got := app.String(); got != "shop/web-1 api" {
 		t.Errorf("app.String() = %q", got)
 	}
 	sb, err := r.ForPid(p.sandboxPid)
 	if err != nil || !sb.Sandbox || sb.ID != p.sandboxID || sb.Pod != podName {
-		t.Errorf("ForPid(sandbox) = %+v, %v; want the sandbox of %s", sb, err, podName)
+		t.Errorf("ForPid(sandbox) = %#v, %v; want the sandbox of %s", sb, err, podName)
 	}
 	ns, err := r.ForNetns(p.netnsIno, []int{p.sandboxPid, p.appPid})
 	if err != nil {
 		t.Fatalf("ForNetns: %v", err)
 	}
 	if ns.Pod != podName || ns.PodNamespace != podNamespace || ns.ID != p.sandboxID || ns.String() != "shop/web-1" {
-		t.Errorf("ForNetns = %+v (%q), want pod shop/web-1 held by sandbox %s", ns, ns, ShortID(p.sandboxID))
+		t.Errorf("ForNetns = %#v (%q), want pod shop/web-1 held by sandbox %s", ns, ns, ShortID(p.sandboxID))
 	}
 	plain, err := r.ForPid(p.plainPid)
 	if want := (Info{Runtime: Containerd, ID: p.plainID}); err != nil || plain != want {
-		t.Errorf("ForPid(plain) = %+v, %v; want %+v", plain, err, want)
+		t.Errorf("ForPid(plain) = %#v, %v; want %#v", plain, err, want)
 	}
 	// The second source alone: runc's state.json when config.json is gone.
 	r2 := NewResolver(Options{Roots: Roots{Proc: "/proc", ContainerdState: filepath.Join(p.dir, "none"), Runc: runcRoot, Docker: filepath.Join(p.dir, "none")}})
 	if got, err := r2.ForPid(p.appPid); err != nil || got.Pod != podName || got.Name != appName {
-		t.Errorf("ForPid from state.json alone = %+v, %v", got, err)
+		t.Errorf("ForPid from state.json alone = %#v, %v", got, err)
 	}
 
 	if *update {

@@ -242,6 +242,7 @@ func merge(base, found Info) Info {
 			*dst = src
 		}
 	}
+	fill(&base.Runtime, found.Runtime)
 	fill(&base.ID, found.ID)
 	fill(&base.Name, found.Name)
 	fill(&base.Image, found.Image)
