@@ -26,7 +26,7 @@ type CgroupRef struct {
 	Unit string
 	// Plain marks the "/<ns>/<id>" shape ctr makes: any two-level cgroup
 	// has it, so it names a container only when containerd's state for
-	// it exists.
+	// it exists (else Unit, if another line names one, stands).
 	Plain bool
 }
 
@@ -90,6 +90,8 @@ func parseCgroup(b []byte) CgroupRef {
 		}
 	}
 	if plain.ID != "" {
+		// The unit stands if containerd has no such container.
+		plain.Unit = unit.Unit
 		return plain
 	}
 	return unit

@@ -91,15 +91,28 @@ func TestParseCgroupCaptured(t *testing.T) {
 // sit elsewhere (this machine's memory controller does); the unified
 // line, then name=systemd, decide.
 func TestParseCgroupPrefersUnified(t *testing.T) {
-	file := "9:name=systemd:/system.slice/cron.service\n4:memory:/process_api/4cf1985369c0f3f685f995e62b8c9143\n0::/system.slice/docker-" + hexA + ".scope\n"
-	if got, want := parseCgroup([]byte(file)), (CgroupRef{Runtime: Docker, ID: hexA}); got != want {
-		t.Errorf("parseCgroup = %+v, want %+v", got, want)
-	}
-	file = "9:name=systemd:/system.slice/cron.service\n4:memory:/process_api/4cf1985369c0f3f685f995e62b8c9143\n0::/\n"
-	// A plain two-level path is only a candidate: the resolver checks
-	// containerd's state for it.
-	if got := parseCgroup([]byte(file)); got.ID != "4cf1985369c0f3f685f995e62b8c9143" || !got.Plain {
-		t.Errorf("parseCgroup = %+v, want the plain candidate", got)
+	hexB := strings.Repeat("b", 64)
+	for _, c := range []struct {
+		file string
+		want CgroupRef
+	}{
+		// The unified line before the v1 controllers and name=systemd.
+		{"4:memory:/docker/" + hexB + "\n1:name=systemd:/docker/" + hexB + "\n0::/system.slice/docker-" + hexA + ".scope\n",
+			CgroupRef{Runtime: Docker, ID: hexA}},
+		// name=systemd before the other v1 controllers.
+		{"9:name=systemd:/system.slice/cron.service\n4:memory:/system.slice/other.service\n0::/\n",
+			CgroupRef{Runtime: Systemd, Unit: "cron.service"}},
+		// A container shape anywhere before a plain two-level path, which
+		// is only a candidate: the resolver checks containerd's state.
+		{"9:name=systemd:/system.slice/cron.service\n4:memory:/process_api/4cf1985369c0f3f685f995e62b8c9143\n3:pids:/docker/" + hexA + "\n0::/\n",
+			CgroupRef{Runtime: Docker, ID: hexA}},
+		// This machine's own process: the candidate keeps the unit found.
+		{"9:name=systemd:/system.slice/cron.service\n4:memory:/process_api/4cf1985369c0f3f685f995e62b8c9143\n0::/\n",
+			CgroupRef{Runtime: Containerd, Namespace: "process_api", ID: "4cf1985369c0f3f685f995e62b8c9143", Plain: true, Unit: "cron.service"}},
+	} {
+		if got := parseCgroup([]byte(c.file)); got != c.want {
+			t.Errorf("parseCgroup(%q) = %+v, want %+v", c.file, got, c.want)
+		}
 	}
 }
 

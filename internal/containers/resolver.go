@@ -189,6 +189,9 @@ func (r *Resolver) lookup(ref CgroupRef) (Info, error) {
 	}
 	if ref.Plain && err == nil {
 		// A two-level cgroup with no containerd state is no container.
+		if ref.Unit != "" {
+			return Info{Runtime: Systemd, Unit: ref.Unit}, nil
+		}
 		return Info{}, nil
 	}
 	return base, errors.Join(fmt.Errorf("container %s: %w", ShortID(ref.ID), errNoState), err)

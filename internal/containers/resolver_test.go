@@ -189,6 +189,11 @@ func TestForPidPlainNotContainer(t *testing.T) {
 	if got != (Info{}) || err != nil {
 		t.Errorf("ForPid = %#v, %v; want nothing, no error", got, err)
 	}
+	// With a unit on the name=systemd line, the unit.
+	tr.proc(8, 2, "9:name=systemd:/system.slice/cron.service\n4:memory:/process_api/4cf1985369c0f3f685f995e62b8c9143\n0::/\n", 1)
+	if got, err := NewResolver(Options{Roots: tr.roots}).ForPid(8); got != (Info{Runtime: Systemd, Unit: "cron.service"}) || err != nil {
+		t.Errorf("ForPid = %#v, %v; want cron.service", got, err)
+	}
 }
 
 // TestForPidPlainCaptured: ctr's /<ns>/<id> with a bundle is a container.
