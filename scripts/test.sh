@@ -6,7 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
-for pkg in iproute2 iperf3 prometheus nginx-light redis-server redis-tools wrk python3 curl; do
+for pkg in iproute2 iperf3 prometheus nginx-light redis-server redis-tools wrk python3 curl \
+  containerd runc busybox-static; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || need+=("$pkg")
 done
 if [ "${#need[@]}" -gt 0 ]; then
