@@ -30,8 +30,9 @@ func newWatchCmd(e *Env) *cobra.Command {
 		Use:   "watch",
 		Short: "Stream notable TCP events as they happen (eBPF): failed connects, resets, overflows, retransmits",
 		Long: `Stream, as the kernel sees them, the events two snapshots cannot: connect() calls that
-fail, by cause (no free port, refused, timed out, unreachable, abandoned), resets sent and received with the kernel's reason, handshakes dropped
-by a full accept queue, SYN retransmits, and bursts of retransmits towards one peer; with the
+fail, by cause (no free port, refused, timed out, unreachable, abandoned), resets sent and
+received with the kernel's reason, handshakes dropped by a full accept queue, SYN
+retransmits, and bursts of retransmits towards one peer; with the
 process, network namespace and peer. Text folds repeats of one event into a count per --tick;
 --json prints every event, one object per line (docs/watch.md).
 
