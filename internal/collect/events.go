@@ -109,12 +109,7 @@ func attributeFailures(fs []snapshot.EventFlow) []snapshot.EventFlow {
 		switch {
 		case o == nil:
 		case o.n == 1:
-			to := &fs[o.first]
-			to.Refused += f.Refused
-			to.TimedOut += f.TimedOut
-			to.Unreachable += f.Unreachable
-			to.FailedPorts += f.FailedPorts
-			to.Abandoned += f.Abandoned
+			fs[o.first].AddFailures(&fs[i])
 			merged[i] = true
 		default:
 			fs[i].Command = o.command

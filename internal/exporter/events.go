@@ -106,11 +106,15 @@ func (t *eventTotals) add(ev *snapshot.Events, top int) {
 	}
 	for _, f := range ev.Flows {
 		t.connects += float64(f.Opens)
-		t.addFailed("EADDRNOTAVAIL", f.Remote.String(), f.FailedPorts, top)
-		t.addFailed("ECONNREFUSED", f.Remote.String(), f.Refused, top)
-		t.addFailed("ETIMEDOUT", f.Remote.String(), f.TimedOut, top)
-		t.addFailed("unreachable", f.Remote.String(), f.Unreachable, top)
-		t.addFailed("abandoned", f.Remote.String(), f.Abandoned, top)
+		dst := ""
+		for _, c := range f.Failures() {
+			if c.N > 0 {
+				if dst == "" {
+					dst = f.Remote.String()
+				}
+				t.addFailed(c.Errno, dst, c.N, top)
+			}
+		}
 	}
 }
 

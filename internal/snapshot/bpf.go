@@ -98,6 +98,43 @@ type EventRetransmit struct {
 // Interval is Until - Since.
 func (e *Events) Interval() time.Duration { return e.Until.Sub(e.Since) }
 
+// Failure is one cause of the connect() calls a flow saw fail.
+type Failure struct {
+	// Errno is how metrics label it: EADDRNOTAVAIL, ECONNREFUSED,
+	// ETIMEDOUT, unreachable (EHOSTUNREACH, ENETUNREACH or another error)
+	// or abandoned (no errno: the process gave up).
+	Errno string
+	// Word is how a table says it ("no port", "refused"...).
+	Word string
+	N    uint64
+}
+
+// Failures is f's failed connects by cause, always in this order.
+func (f *EventFlow) Failures() [5]Failure {
+	return [5]Failure{
+		{"EADDRNOTAVAIL", "no port", f.FailedPorts},
+		{"ECONNREFUSED", "refused", f.Refused},
+		{"ETIMEDOUT", "timed out", f.TimedOut},
+		{"unreachable", "unreachable", f.Unreachable},
+		{"abandoned", "abandoned", f.Abandoned},
+	}
+}
+
+// Unanswered is f's connects that sent their SYN and never became a
+// connection: refused, timed out, unreachable or abandoned.
+func (f *EventFlow) Unanswered() uint64 {
+	return f.Refused + f.TimedOut + f.Unreachable + f.Abandoned
+}
+
+// AddFailures adds g's failed connects to f's.
+func (f *EventFlow) AddFailures(g *EventFlow) {
+	f.FailedPorts += g.FailedPorts
+	f.Refused += g.Refused
+	f.TimedOut += g.TimedOut
+	f.Unreachable += g.Unreachable
+	f.Abandoned += g.Abandoned
+}
+
 // Accepted reports whether the flow counts connections the process
 // accepted on LocalPort rather than opened.
 func (f *EventFlow) Accepted() bool { return f.LocalPort != 0 && f.Remote.Port() == 0 }

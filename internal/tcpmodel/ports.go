@@ -363,7 +363,7 @@ func ConnectsOf(s *snapshot.Snapshot) (ConnectsByDest, bool) {
 		}
 		c.Opens += f.Opens
 		c.Failed += f.FailedPorts
-		c.Unanswered += f.Refused + f.TimedOut + f.Unreachable + f.Abandoned
+		c.Unanswered += f.Unanswered()
 		c.Procs = append(c.Procs, ConnectProc{Pid: f.Pid, Command: f.Command, Opens: f.Opens, Failed: f.FailedPorts})
 	}
 	for _, c := range b.m {

@@ -71,12 +71,9 @@ func WriteEvents(w io.Writer, ws []Window, f EventFilter) {
 // refused"), or "-" for none.
 func failedConnects(f *snapshot.EventFlow) string {
 	var parts []string
-	for _, c := range []struct {
-		n    uint64
-		what string
-	}{{f.FailedPorts, "no port"}, {f.Refused, "refused"}, {f.TimedOut, "timed out"}, {f.Unreachable, "unreachable"}, {f.Abandoned, "abandoned"}} {
-		if c.n > 0 {
-			parts = append(parts, fmt.Sprintf("%d %s", c.n, c.what))
+	for _, c := range f.Failures() {
+		if c.N > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", c.N, c.Word))
 		}
 	}
 	if len(parts) == 0 {
