@@ -106,14 +106,9 @@ func (t *eventTotals) add(ev *snapshot.Events, top int) {
 	}
 	for _, f := range ev.Flows {
 		t.connects += float64(f.Opens)
-		dst := ""
+		dst := f.Remote.String()
 		for _, c := range f.Failures() {
-			if c.N > 0 {
-				if dst == "" {
-					dst = f.Remote.String()
-				}
-				t.addFailed(c.Errno, dst, c.N, top)
-			}
+			t.addFailed(c.Errno, dst, c.N, top)
 		}
 	}
 }
