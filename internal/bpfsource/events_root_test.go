@@ -198,27 +198,14 @@ func TestEventsFailedConnect(t *testing.T) {
 			return err
 		}
 		defer func() { _ = ln.Close() }()
-		var held []int
+		held, n, err := connectUntilNoPort(netip.MustParseAddrPort("127.0.0.2:9090"), 6)
 		defer func() {
 			for _, fd := range held {
 				_ = syscall.Close(fd)
 			}
 		}()
-		sa := &syscall.SockaddrInet4{Port: 9090, Addr: [4]byte{127, 0, 0, 2}}
-		for range 6 {
-			fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
-			if err != nil {
-				return err
-			}
-			err = syscall.Connect(fd, sa)
-			if errors.Is(err, syscall.EADDRNOTAVAIL) {
-				failed++
-				_ = syscall.Close(fd)
-				continue
-			}
-			held = append(held, fd)
-		}
-		return nil
+		failed = n
+		return err
 	})
 	if err != nil {
 		t.Fatal(err)

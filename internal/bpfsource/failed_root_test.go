@@ -79,16 +79,10 @@ func testFailedConnectCauses(t *testing.T, opts Options) {
 			return err
 		}
 		defer func() { _ = ln.Close() }()
-		for range 5 {
-			fd, err := connectFd(causeNoPort)
-			if errors.Is(err, unix.EADDRNOTAVAIL) {
-				noPort++
-				continue
-			}
-			if err != nil {
-				return err
-			}
-			held = append(held, fd)
+		fds, n, err := connectUntilNoPort(causeNoPort, 5)
+		held, noPort = append(held, fds...), n
+		if err != nil {
+			return err
 		}
 		// Bound first (SO_REUSEADDR, one port): the second connect finds
 		// its address and port already reaching the destination.
@@ -240,6 +234,25 @@ func connectFd(dst netip.AddrPort) (int, error) {
 		return -1, err
 	}
 	return fd, nil
+}
+
+// connectUntilNoPort connects to dst n times with raw connect() (net.Dial
+// retries EADDRNOTAVAIL twice itself), holding each connection made
+// (the caller closes held) and counting those that found no free port;
+// any other error stops it.
+func connectUntilNoPort(dst netip.AddrPort, n int) (held []int, noPort int, err error) {
+	for range n {
+		fd, err := connectFd(dst)
+		if errors.Is(err, unix.EADDRNOTAVAIL) {
+			noPort++
+			continue
+		}
+		if err != nil {
+			return held, noPort, err
+		}
+		held = append(held, fd)
+	}
+	return held, noPort, nil
 }
 
 // boundConnect binds a socket to 127.0.0.1:port with SO_REUSEADDR and

@@ -13,9 +13,10 @@ import (
 	"time"
 	"unsafe"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/testns"
-	"golang.org/x/sys/unix"
 )
 
 // rawFlow encodes a flows entry through the types bpf2go generated from
@@ -200,30 +201,15 @@ func testLifecycle(t *testing.T, opts Options) {
 			return err
 		}
 		defer func() { _ = ln2.Close() }()
-		// Raw connect(): net.Dial retries EADDRNOTAVAIL twice itself.
-		var held []int
+		held, n, err := connectUntilNoPort(netip.MustParseAddrPort("127.0.0.2:9090"), 4+failures)
 		defer func() {
 			for _, fd := range held {
 				_ = syscall.Close(fd)
 			}
 		}()
-		sa := &syscall.SockaddrInet4{Port: 9090, Addr: [4]byte{127, 0, 0, 2}}
-		for range 4 + failures {
-			fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
-			if err != nil {
-				return err
-			}
-			err = syscall.Connect(fd, sa)
-			if errors.Is(err, syscall.EADDRNOTAVAIL) {
-				failed++
-				_ = syscall.Close(fd)
-				continue
-			}
-			if err != nil {
-				_ = syscall.Close(fd)
-				return err
-			}
-			held = append(held, fd)
+		failed = n
+		if err != nil {
+			return err
 		}
 		peer2 := netip.MustParseAddrPort(ln2.Addr().String())
 		t.Logf("held %d connections to %v, %d connects failed with EADDRNOTAVAIL", len(held), peer2, failed)

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"net"
@@ -10,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -56,38 +54,9 @@ func TestSocketsEscapesRealComm(t *testing.T) {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), hostileChild+"=1")
 	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
+	port, err := testns.Child(t, cmd)
 	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		stdin.Close()
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-	})
-	portc := make(chan string, 1)
-	go func() {
-		line, _ := bufio.NewReader(stdout).ReadString('\n')
-		portc <- strings.TrimSpace(line)
-	}()
-	var port string
-	select {
-	case port = <-portc:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the child did not say its port")
+		t.Fatalf("the child did not say its port: %v", err)
 	}
 	if _, err := strconv.Atoi(port); err != nil {
 		t.Fatalf("the child said %q, not a port", port)

@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/testns"
 )
 
 // childEnv makes the test binary a server under a lowered RLIMIT_NOFILE
@@ -503,24 +505,9 @@ func TestServerFileLimit(t *testing.T) {
 func fileLimitChild(t *testing.T, self string, nofile int) {
 	cmd := exec.Command(self, "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"=1", fmt.Sprintf("TCPDOCTOR_TEST_NOFILE=%d", nofile))
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
 	var stderr lockedBuffer
 	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		stdin.Close()
-		_ = cmd.Wait()
-	}()
-	line, err := bufio.NewReader(stdout).ReadString('\n')
+	line, err := testns.Child(t, cmd)
 	if err != nil {
 		t.Fatalf("child: %v (stderr: %s)", err, stderr.String())
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"strings"
 	"testing"
 	"time"
 
@@ -65,30 +64,8 @@ func TestFDExhaustion(t *testing.T) {
 	ns := testns.New(t, "fd")
 	cmd := exec.Command("ip", "netns", "exec", ns.Name, os.Args[0], "-test.run=^TestHelperFDHolder$")
 	cmd.Env = append(os.Environ(), helperEnv+"=fd")
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		stdin.Close()
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-	})
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if strings.TrimSpace(line) != "ready" {
+	line, err := testns.Child(t, cmd)
+	if line != "ready" {
 		t.Fatalf("helper: %q %v", line, err)
 	}
 	// ip netns exec execs the test binary in place: same pid.

@@ -3,6 +3,7 @@
 package testns
 
 import (
+	"bufio"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -118,5 +120,51 @@ func Refusals(t testing.TB, ns netns.NS) (stop func() int) {
 			}
 		})
 		return n
+	}
+}
+
+// Child starts cmd, a helper process that says one line on stdout when
+// ready and exits when its stdin closes, and returns that line (without
+// its newline) or why there is none within 10 s. The child is stopped
+// when the test ends (stdin closed, then killed after 5 s), also on
+// failure.
+func Child(t testing.TB, cmd *exec.Cmd) (string, error) {
+	t.Helper()
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		stdin.Close()
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	})
+	type said struct {
+		line string
+		err  error
+	}
+	c := make(chan said, 1)
+	go func() {
+		line, err := bufio.NewReader(stdout).ReadString('\n')
+		c <- said{strings.TrimSuffix(line, "\n"), err}
+	}()
+	select {
+	case s := <-c:
+		return s.line, s.err
+	case <-time.After(10 * time.Second):
+		return "", errors.New("the child said nothing within 10 s")
 	}
 }
