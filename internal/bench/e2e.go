@@ -18,10 +18,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/procnet"
+	"github.com/tcpdoctor/tcpdoctor/internal/window"
 )
 
 // Command is one row of the end-to-end bench: a tcpdoctor command line
@@ -408,13 +408,13 @@ func (o *E2EOptions) serve(ctx context.Context, ns netns.NS, argv []string) (Run
 			ready = time.Since(start)
 			break
 		}
-		if err := checkup.Sleep(ctx, 100*time.Millisecond); err != nil {
+		if err := window.Sleep(ctx, 100*time.Millisecond); err != nil {
 			return fail(err)
 		}
 	}
 	var lat []time.Duration
 	for range o.Scrapes {
-		if err := checkup.Sleep(ctx, o.ScrapeEvery); err != nil {
+		if err := window.Sleep(ctx, o.ScrapeEvery); err != nil {
 			return fail(err)
 		}
 		s := time.Now()

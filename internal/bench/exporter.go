@@ -14,8 +14,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
+	"github.com/tcpdoctor/tcpdoctor/internal/window"
 )
 
 // ExporterOptions configure Exporter.
@@ -91,7 +91,7 @@ func Exporter(ctx context.Context, o ExporterOptions) (*ExporterResult, error) {
 		if time.Now().After(deadline) {
 			return nil, errors.New("serve bench: exporter did not complete its cycles in time")
 		}
-		if err := checkup.Sleep(ctx, 100*time.Millisecond); err != nil {
+		if err := window.Sleep(ctx, 100*time.Millisecond); err != nil {
 			return nil, err
 		}
 		start := time.Now()

@@ -9,10 +9,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/bpfsource"
-	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/sockdiag"
 	"github.com/tcpdoctor/tcpdoctor/internal/trace"
+	"github.com/tcpdoctor/tcpdoctor/internal/window"
 )
 
 // TraceOptions configure Trace.
@@ -34,7 +34,7 @@ type TraceOptions struct {
 
 func (o TraceOptions) sleep() func(context.Context, time.Duration) error {
 	if o.GoTimers {
-		return checkup.Sleep
+		return window.Sleep
 	}
 	return trace.PreciseSleep
 }

@@ -6,11 +6,9 @@
 package checkup
 
 import (
-	"context"
 	"iter"
 	"os"
 	"slices"
-	"time"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/report"
@@ -72,17 +70,4 @@ func (d *diagnosis) report() *report.Report {
 		rep.Host, _ = os.Hostname()
 	}
 	return rep
-}
-
-// Sleep waits d or until ctx ends, whichever is first, and returns ctx's
-// error in the second case.
-func Sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

@@ -45,5 +45,7 @@ func (o *bpfOpts) extras(e *Env, src *sourceOpts, need collect.Need) (*collect.E
 	return x, nil
 }
 
-// diagnoseNeed is what check, record and serve use: every extra.
-var diagnoseNeed = collect.Need{Events: true, Locks: true, Files: true}
+// allExtras is extras for check, record and serve, which use every one.
+func (o *bpfOpts) allExtras(e *Env, src *sourceOpts) (*collect.Extras, error) {
+	return o.extras(e, src, collect.Need{Events: true, Locks: true, Files: true})
+}

@@ -54,7 +54,7 @@ func TestPidfdOptIn(t *testing.T) {
 		if err := fs.Parse(c.args); err != nil {
 			t.Fatal(err)
 		}
-		set, err := o.extras(e, &sourceOpts{}, diagnoseNeed)
+		set, err := o.allExtras(e, &sourceOpts{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -92,7 +92,7 @@ func runCheck(cmd *cobra.Command, e *Env, o *checkOpts) error {
 	if !o.json && o.src.from == "" && count == 2 {
 		e.progress("sampling for %s (--interval 0 for a single snapshot)...", o.interval)
 	}
-	x, err := o.bpf.extras(e, &o.src, diagnoseNeed)
+	x, err := o.bpf.allExtras(e, &o.src)
 	if err != nil {
 		return err
 	}

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
+	"github.com/tcpdoctor/tcpdoctor/internal/window"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files in testdata")
@@ -30,7 +30,7 @@ func run(t *testing.T, args ...string) (int, string, string) {
 		Stdout: &out, Stderr: &errb,
 		Getenv:   func(string) string { return "" },
 		Now:      time.Now,
-		Sleep:    func(ctx context.Context, d time.Duration) error { return checkup.Sleep(ctx, d) },
+		Sleep:    func(ctx context.Context, d time.Duration) error { return window.Sleep(ctx, d) },
 		ProcRoot: "/proc",
 		Args0:    os.Args[0],
 	}

@@ -78,7 +78,7 @@ func runRecord(cmd *cobra.Command, e *Env, o *recordOpts) error {
 	if err != nil {
 		return collectErr(err)
 	}
-	x, err := o.bpf.extras(e, &o.src, diagnoseNeed)
+	x, err := o.bpf.allExtras(e, &o.src)
 	if err != nil {
 		return err
 	}

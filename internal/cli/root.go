@@ -16,13 +16,13 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/caps"
-	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/linkemu"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/workload/workloadcmd"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/procs"
 	"github.com/tcpdoctor/tcpdoctor/internal/textsafe"
+	"github.com/tcpdoctor/tcpdoctor/internal/window"
 )
 
 // Exit codes (documented in README); a command cut short by a signal
@@ -70,7 +70,7 @@ func DefaultEnv() *Env {
 		Stderr:    os.Stderr,
 		Getenv:    os.Getenv,
 		Now:       time.Now,
-		Sleep:     checkup.Sleep,
+		Sleep:     window.Sleep,
 		ProcRoot:  "/proc",
 		Args0:     self,
 		IsTTY:     fi != nil && fi.Mode()&os.ModeCharDevice != 0,

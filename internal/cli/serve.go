@@ -101,7 +101,7 @@ func runServe(ctx context.Context, e *Env, o *serveOpts) error {
 	if err != nil {
 		return usageErr("serve: %v", err)
 	}
-	ext, err := o.bpf.extras(e, &o.src, diagnoseNeed)
+	ext, err := o.bpf.allExtras(e, &o.src)
 	if err != nil {
 		_ = ln.Close()
 		return err

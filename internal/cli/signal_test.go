@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/window"
 )
 
 // childArgs, set in the environment, makes the test binary run Main with
@@ -29,7 +29,7 @@ func TestMain(m *testing.M) {
 		e := DefaultEnv()
 		e.Sleep = func(ctx context.Context, d time.Duration) error {
 			fmt.Fprintln(os.Stderr, sleepingMark)
-			return checkup.Sleep(ctx, d)
+			return window.Sleep(ctx, d)
 		}
 		os.Exit(Main(strings.Split(args, "\x1f"), e))
 	}
@@ -134,7 +134,7 @@ func TestInterruptedInProcess(t *testing.T) {
 	cancel(&interrupted{sig: syscall.SIGINT})
 	var out, errb strings.Builder
 	e := &Env{Stdout: &out, Stderr: &errb, Getenv: func(string) string { return "" }, Now: time.Now,
-		Sleep: checkup.Sleep, ProcRoot: "/proc", Args0: os.Args[0]}
+		Sleep: window.Sleep, ProcRoot: "/proc", Args0: os.Args[0]}
 	code := runMain(ctx, []string{"sockets", "--interval", "30s", "--bpf", "off", "--no-owners"}, e)
 	if code != 130 || errb.String() != "tcpdoctor: interrupted\n" {
 		t.Errorf("sockets after SIGINT: exit %d, stderr %q; want 130 and interrupted", code, errb.String())

@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/testns"
+	"github.com/tcpdoctor/tcpdoctor/internal/window"
 )
 
 func TestWatchUsage(t *testing.T) {
@@ -50,7 +50,7 @@ func TestWatchFailedConnects(t *testing.T) {
 	testns.Run(t, "ip", "netns", "exec", ns.Name, "sysctl", "-qw", "net.ipv4.ip_local_port_range=40000 40001")
 	var out, errb bytes.Buffer
 	e := &Env{Stdout: &out, Stderr: &errb, Getenv: func(string) string { return "" }, Now: time.Now,
-		Sleep: checkup.Sleep, ProcRoot: "/proc", Args0: os.Args[0], BPF: collect.BPFLoaders()}
+		Sleep: window.Sleep, ProcRoot: "/proc", Args0: os.Args[0], BPF: collect.BPFLoaders()}
 	done := make(chan int)
 	go func() {
 		done <- Main([]string{"watch", "--json", "--netns", ns.Name, "--kind", "failed-connect", "--count", "3", "--duration", "20s"}, e)

@@ -7,11 +7,11 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/linkemu"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/workload"
 	"github.com/tcpdoctor/tcpdoctor/internal/units"
+	"github.com/tcpdoctor/tcpdoctor/internal/window"
 )
 
 // c1RPCConnections is case C1: many callers multiplexed over one long
@@ -134,7 +134,7 @@ func c1Measure(ctx context.Context, tb *Testbed, cell c1Cell) (workload.RPCClien
 	}
 	var fs []diag.Finding
 	if cell.check {
-		if err := checkup.Sleep(ctx, dur/3); err != nil {
+		if err := window.Sleep(ctx, dur/3); err != nil {
 			p.Stop()
 			return cl, sr, nil, err
 		}

@@ -12,11 +12,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/topo"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/workload"
 	"github.com/tcpdoctor/tcpdoctor/internal/procnet"
+	"github.com/tcpdoctor/tcpdoctor/internal/window"
 )
 
 // c2AcceptBacklog is case C2 round 2: a connection storm against a slow
@@ -151,7 +151,7 @@ func measureStorm(ctx context.Context, tb *Testbed, ph *stormPhase, ld stormLoad
 	if err != nil {
 		return nil, err
 	}
-	if err := checkup.Sleep(ctx, settle); err != nil {
+	if err := window.Sleep(ctx, settle); err != nil {
 		return nil, err
 	}
 	rep, err := tb.Check(ctx, interval, t.Server)
@@ -159,7 +159,7 @@ func measureStorm(ctx context.Context, tb *Testbed, ph *stormPhase, ld stormLoad
 		return nil, err
 	}
 	// Count the server's connections a second before the clients let go.
-	if err := checkup.Sleep(ctx, time.Until(t0.Add(hold-time.Second))); err != nil {
+	if err := window.Sleep(ctx, time.Until(t0.Add(hold-time.Second))); err != nil {
 		return nil, err
 	}
 	_, port, _ := strings.Cut(addr, ":")

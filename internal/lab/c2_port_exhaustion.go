@@ -7,9 +7,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/workload"
+	"github.com/tcpdoctor/tcpdoctor/internal/window"
 )
 
 // c2PortExhaustion is case C2 round 3: a proxy opening one upstream
@@ -159,7 +159,7 @@ func measureProxy(ctx context.Context, o Options, ph *proxyPhase, ld proxyLoad) 
 	}
 	// Check once every client has connected (plus a little slack).
 	ramp := time.Duration(float64(clients)/rate*float64(time.Second)) + 500*time.Millisecond
-	if err := checkup.Sleep(ctx, ramp); err != nil {
+	if err := window.Sleep(ctx, ramp); err != nil {
 		return nil, err
 	}
 	rep, err := tb.Check(ctx, interval, t.Server)

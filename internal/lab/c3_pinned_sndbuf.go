@@ -9,12 +9,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/linkemu"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/workload"
 	"github.com/tcpdoctor/tcpdoctor/internal/sockdiag"
 	"github.com/tcpdoctor/tcpdoctor/internal/units"
+	"github.com/tcpdoctor/tcpdoctor/internal/window"
 )
 
 // c3PinnedSndbuf is case C3: a bulk sender with SO_SNDBUF pinned at 16K
@@ -170,7 +170,7 @@ func c3Transfer(ctx context.Context, tb *Testbed, s c3Send) (out c3Out, findings
 		return out, findings, err
 	}
 	if check {
-		if err := checkup.Sleep(ctx, 700*time.Millisecond); err != nil {
+		if err := window.Sleep(ctx, 700*time.Millisecond); err != nil {
 			p.Stop()
 			return out, findings, err
 		}

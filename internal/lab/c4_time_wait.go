@@ -6,10 +6,10 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/linkemu"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/workload"
+	"github.com/tcpdoctor/tcpdoctor/internal/window"
 )
 
 // c4TimeWait is case C4: a client opening a new connection per request
@@ -153,7 +153,7 @@ func measureChurn(ctx context.Context, o Options, ph *churnPhase, ld churnLoad) 
 	}
 	ph.pid = cli.Pid
 	tb.Logf("%s: churn-client pid %d at %.0f/s to %s for %s", ph.label, cli.Pid, rate, addr, dur)
-	if err := checkup.Sleep(ctx, settle); err != nil {
+	if err := window.Sleep(ctx, settle); err != nil {
 		return nil, err
 	}
 	rep, err := tb.Check(ctx, interval, t.Client)

@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/linkemu"
@@ -17,6 +16,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/sockdiag"
 	"github.com/tcpdoctor/tcpdoctor/internal/trace"
 	"github.com/tcpdoctor/tcpdoctor/internal/units"
+	"github.com/tcpdoctor/tcpdoctor/internal/window"
 )
 
 // c5SmallRcvbuf is case C5: 3.4 MB responses to a client whose receive
@@ -132,7 +132,7 @@ func c5Row(ctx context.Context, tb *Testbed, rcvbuf, requests int, check bool) (
 		return o, err
 	}
 	if check {
-		if err := checkup.Sleep(ctx, 500*time.Millisecond); err != nil {
+		if err := window.Sleep(ctx, 500*time.Millisecond); err != nil {
 			cl.Stop()
 			return o, err
 		}

@@ -6,10 +6,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/linkemu"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/workload"
+	"github.com/tcpdoctor/tcpdoctor/internal/window"
 )
 
 // healthyScenario runs a mixed healthy load over an emulated link: check
@@ -75,7 +75,7 @@ func runHealthy(ctx context.Context, o Options) (*Result, error) {
 	if err != nil {
 		return res, err
 	}
-	if err := checkup.Sleep(ctx, settle); err != nil {
+	if err := window.Sleep(ctx, settle); err != nil {
 		return res, err
 	}
 	var windows [2][]diag.Finding

@@ -325,7 +325,7 @@ func (tb *Testbed) Check(ctx context.Context, interval time.Duration, nsNames ..
 	}
 	c := &collect.Collector{Opts: collect.Options{Owners: true, BufLock: true, ProcRoot: "/proc"}, Now: time.Now}
 	rs := rules.All()
-	ss, err := window.Sample(ctx, c, nss, 2, interval, checkup.Sleep, rs)
+	ss, err := window.Sample(ctx, c, nss, 2, interval, window.Sleep, rs)
 	if err != nil {
 		return nil, err
 	}

@@ -10,10 +10,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/sockdiag"
 	"github.com/tcpdoctor/tcpdoctor/internal/testns"
+	"github.com/tcpdoctor/tcpdoctor/internal/window"
 )
 
 // TestLiveSmallRcvbuf: a real exchange over loopback in a private
@@ -73,7 +73,7 @@ func TestLiveSmallRcvbuf(t *testing.T) {
 	go func() {
 		defer wg.Done()
 		tr, st, traceErr = Live(ctx, LiveOptions{NS: ns, Filter: sockdiag.Filter{Ports: []uint16{port}}, Interval: 10 * time.Millisecond,
-			Discover: 100 * time.Millisecond, Duration: 20 * time.Second, Now: time.Now, Sleep: checkup.Sleep, Sink: NewWriter(sink)})
+			Discover: 100 * time.Millisecond, Duration: 20 * time.Second, Now: time.Now, Sleep: window.Sleep, Sink: NewWriter(sink)})
 	}()
 	// Discovered before the first response: the first dump walks the
 	// host's whole established table, slow on a loaded machine.

@@ -153,3 +153,16 @@ func prior(b *diag.Base, spare []snapshot.Socket) snapshot.Prior {
 func Pause(interval, took time.Duration) time.Duration {
 	return max(interval-took, 0)
 }
+
+// Sleep waits d or until ctx ends, whichever is first, and returns ctx's
+// error in the second case: the wait between samples.
+func Sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
