@@ -97,7 +97,7 @@ func runCheck(cmd *cobra.Command, e *Env, o *checkOpts) error {
 		return err
 	}
 	defer x.Close()
-	ss, err := o.src.sample(cmd.Context(), e, x.Collector(collect.Options{Owners: !o.noOwners}, e.Now), count, o.interval, rs)
+	ss, err := o.src.sample(cmd.Context(), e, x.Collector(collect.Options{Owners: !o.noOwners, Workloads: e.workloads()}, e.Now), count, o.interval, rs)
 	if err != nil {
 		return err
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/tcpdoctor/tcpdoctor/internal/caps"
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
+	"github.com/tcpdoctor/tcpdoctor/internal/containers"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/linkemu"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/workload/workloadcmd"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
@@ -56,6 +57,27 @@ type Env struct {
 	// FileLimit returns the soft RLIMIT_NOFILE, 0 if unknown; serve caps
 	// its HTTP connections by it. nil means unknown.
 	FileLimit func() uint64
+	// Workloads names the containers, pods and units of namespaces and
+	// processes (docs/containers.md); nil names none.
+	Workloads *containers.Resolver
+}
+
+// finder finds namespaces below ProcRoot, named by their pods and
+// containers.
+func (e *Env) finder() netns.Finder {
+	f := netns.Finder{ProcRoot: e.ProcRoot, RunDir: "/run/netns"}
+	if e.Workloads != nil {
+		f.Workloads = e.Workloads
+	}
+	return f
+}
+
+// workloads names the processes of snapshots; nil when Workloads is.
+func (e *Env) workloads() collect.Workloads {
+	if e.Workloads == nil {
+		return nil
+	}
+	return e.Workloads
 }
 
 // DefaultEnv is the real process environment.
@@ -76,6 +98,7 @@ func DefaultEnv() *Env {
 		IsTTY:     fi != nil && fi.Mode()&os.ModeCharDevice != 0,
 		BPF:       collect.BPFLoaders(),
 		FileLimit: softFileLimit,
+		Workloads: containers.NewResolver(containers.Options{}),
 	}
 }
 

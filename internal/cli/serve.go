@@ -108,7 +108,7 @@ func runServe(ctx context.Context, e *Env, o *serveOpts) error {
 	}
 	defer ext.Close()
 	e.progress("serving http://%s/metrics, collecting every %s", ln.Addr(), o.interval)
-	c := ext.Collector(collect.Options{Owners: !o.noOwners}, e.Now)
+	c := ext.Collector(collect.Options{Owners: !o.noOwners, Workloads: e.workloads()}, e.Now)
 	var lastNote string
 	loop := &exporter.Loop{
 		X:        x,

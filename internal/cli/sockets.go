@@ -185,7 +185,7 @@ func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
 		return usageErr("%v", err)
 	}
 	states, kf := flt.kernel()
-	st := x.Streamer(collect.Options{Owners: !o.noOwners, States: states, Filter: kf}, e.Now)
+	st := x.Streamer(collect.Options{Owners: !o.noOwners, States: states, Filter: kf, Workloads: e.workloads()}, e.Now)
 	var first []*snapshot.Snapshot
 	var prev *tcpmodel.Chronos
 	if o.interval > 0 {
@@ -206,13 +206,23 @@ func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
 			return err
 		}
 	}
-	p := sockets.NewPrinter(w, sockets.Options{JSON: o.json, Netns: len(nss) > 1, Limited: o.interval > 0})
+	// Made at the first row, when the owners are named: the table has a
+	// Workload column when the host names any.
+	var p *sockets.Printer
+	po := sockets.Options{JSON: o.json, Netns: len(nss) > 1, Limited: o.interval > 0}
+	for _, ns := range nss {
+		po.Workload = po.Workload || ns.Workload != nil
+	}
 	var lim tcpmodel.Limited
 	heads, err := st.Stream(nss, func(s *snapshot.Snapshot, sk *snapshot.Socket) error {
 		if !flt.match(sk) {
 			return nil
 		}
-		r := sockets.Row{Subject: output.SocketSubject(s.Netns.Name, sk, s.Procs), Socket: sk}
+		if p == nil {
+			po.Workload = po.Workload || sockets.HasWorkloads(s)
+			p = sockets.NewPrinter(w, po)
+		}
+		r := sockets.Row{Subject: output.SocketSubject(&s.Netns, sk, s.Procs), Socket: sk}
 		if prev != nil && prev.Limited(s, sk, &lim) {
 			r.Limited = &lim
 		}
@@ -229,6 +239,9 @@ func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
 		}
 	}
 	warnErrors(e, ss)
+	if p == nil {
+		p = sockets.NewPrinter(w, po)
+	}
 	if p.Rows() == 0 && noDump(heads) {
 		return collectErr(errors.New("nothing could be collected: " + firstErrors(ss)))
 	}

@@ -50,7 +50,7 @@ type series = window.Series
 // --all-netns a partial list (processes we may not inspect) comes with
 // the error.
 func (o *sourceOpts) findNamespaces(e *Env) ([]netns.NS, error) {
-	f := netns.Finder{ProcRoot: e.ProcRoot, RunDir: "/run/netns"}
+	f := e.finder()
 	switch {
 	case o.allNetns:
 		return f.All()

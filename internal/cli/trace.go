@@ -12,7 +12,6 @@ import (
 
 	"github.com/tcpdoctor/tcpdoctor/internal/bdp"
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
-	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/outfile"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/sockdiag"
@@ -222,13 +221,13 @@ func traceLive(cmd *cobra.Command, e *Env, o *traceOpts, sink *sinkFile) (*trace
 	}
 	switch {
 	case o.netns != "":
-		ns, err := netns.Finder{ProcRoot: e.ProcRoot, RunDir: "/run/netns"}.Named(o.netns)
+		ns, err := e.finder().Named(o.netns)
 		if err != nil {
 			return nil, usageErr("trace: %v", err)
 		}
 		lo.NS = ns
 	case o.pid > 0:
-		ns, err := netns.Finder{ProcRoot: e.ProcRoot, RunDir: "/run/netns"}.OfPid(o.pid)
+		ns, err := e.finder().OfPid(o.pid)
 		if err != nil {
 			return nil, usageErr("trace: --pid %d: %v", o.pid, err)
 		}

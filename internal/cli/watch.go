@@ -75,7 +75,7 @@ func runWatch(ctx context.Context, e *Env, o *watchOpts) error {
 	}
 	// Namespaces a process of which we may not read have no name: their
 	// events show the inode.
-	names := &netns.Names{Find: netns.Finder{ProcRoot: e.ProcRoot, RunDir: "/run/netns"}, Now: e.Now}
+	names := &netns.Names{Find: e.finder(), Now: e.Now}
 	nsErr := names.Refresh()
 	if len(o.netns) > 0 {
 		f.Netns = map[uint64]bool{}

@@ -48,6 +48,9 @@ type Options struct {
 	BufLock bool
 	// ProcRoot is "/proc" in production.
 	ProcRoot string
+	// Workloads, when set, names the container, pod or unit of every
+	// process in the snapshots (snapshot.Proc.Workload).
+	Workloads Workloads
 }
 
 // FileSource gives the kernel's file walk (eBPF iter/task_file), loading
@@ -105,7 +108,8 @@ func (c *Collector) Collect(nss []netns.NS) []*snapshot.Snapshot {
 		}
 	}
 	for _, ns := range nss {
-		s := &snapshot.Snapshot{Host: host, Kernel: kernel, Netns: snapshot.Netns{Name: ns.Name, Inode: ns.Inode}}
+		s := header(ns)
+		s.Host, s.Kernel = host, kernel
 		err := netns.Do(ns, func() error {
 			s.Taken = c.Now()
 			// Counters first: sockstat sizes the socket slice.
@@ -126,8 +130,9 @@ func (c *Collector) Collect(nss []netns.NS) []*snapshot.Snapshot {
 			return nil
 		})
 		if err != nil {
-			s = Unreachable(s.Netns, c.Now(), err)
-			s.Host, s.Kernel = host, kernel
+			u := Unreachable(s.Netns, c.Now(), err)
+			u.Host, u.Kernel, u.Errors = host, kernel, append(s.Errors[:len(s.Errors):len(s.Errors)], u.Errors...)
+			s = u
 		}
 		out = append(out, s)
 	}
@@ -142,6 +147,7 @@ func (c *Collector) Collect(nss []netns.NS) []*snapshot.Snapshot {
 		own := c.attachOwners(out, fw)
 		for i, s := range out {
 			c.nameFlowOwners(nss[i], s, own, c.procRoot())
+			nameProcs(s, c.Opts.Workloads)
 		}
 	}
 	return out
@@ -150,7 +156,8 @@ func (c *Collector) Collect(nss []netns.NS) []*snapshot.Snapshot {
 // Settings is a snapshot of ns without sockets or owners: its counters
 // and sysctls (what `bdp` compares a path with).
 func Settings(ns netns.NS, now func() time.Time) (*snapshot.Snapshot, error) {
-	s := &snapshot.Snapshot{Netns: snapshot.Netns{Name: ns.Name, Inode: ns.Inode}, Taken: now()}
+	s := header(ns)
+	s.Taken = now()
 	if err := netns.Do(ns, func() error { procnet.Default().Fill(s); return nil }); err != nil {
 		return nil, err
 	}

@@ -44,8 +44,9 @@ func (st *Streamer) walkOwners(root string) ownersDone {
 	return out
 }
 
-// record notes the walk in every header and gives them its processes.
-func (o ownersDone) record(heads []*snapshot.Snapshot) {
+// record notes the walk in every header and gives them its processes,
+// named by w.
+func (o ownersDone) record(heads []*snapshot.Snapshot, w Workloads) {
 	for _, s := range heads {
 		o.fw.note(s)
 		s.Sources = append(s.Sources, snapshot.SourceStat{Source: snapshot.SourceOwners, OK: o.err == nil, Duration: o.d})
@@ -54,6 +55,7 @@ func (o ownersDone) record(heads []*snapshot.Snapshot) {
 		}
 		if o.own != nil {
 			s.Procs = o.own.Procs
+			nameProcs(s, w)
 		}
 	}
 }
@@ -94,7 +96,7 @@ type Streamer struct {
 func (st *Streamer) Stream(nss []netns.NS, fn func(s *snapshot.Snapshot, sk *snapshot.Socket) error) ([]*snapshot.Snapshot, error) {
 	heads := make([]*snapshot.Snapshot, len(nss))
 	for i, ns := range nss {
-		heads[i] = &snapshot.Snapshot{Netns: snapshot.Netns{Name: ns.Name, Inode: ns.Inode}}
+		heads[i] = header(ns)
 	}
 	root := st.Opts.ProcRoot
 	if root == "" {
@@ -111,7 +113,7 @@ func (st *Streamer) Stream(nss []netns.NS, fn func(s *snapshot.Snapshot, sk *sna
 			go func() { beside <- st.walkOwners(root) }()
 		} else {
 			o := st.walkOwners(root)
-			o.record(heads)
+			o.record(heads, st.Opts.Workloads)
 			own = o.own
 		}
 	}
@@ -132,7 +134,7 @@ func (st *Streamer) Stream(nss []netns.NS, fn func(s *snapshot.Snapshot, sk *sna
 			}
 		}
 		beside = nil
-		o.record(heads)
+		o.record(heads, st.Opts.Workloads)
 		own = o.own
 		return true
 	}

@@ -58,7 +58,7 @@ func FuzzParseSpec(f *testing.F) {
 		if err != nil && i != (Info{}) {
 			t.Fatalf("error %v with %#v", err, i)
 		}
-		_ = i.String()
+		_ = String(i)
 	})
 }
 
@@ -69,7 +69,7 @@ func FuzzParseRuncState(f *testing.F) {
 		if err != nil && i != (Info{}) {
 			t.Fatalf("error %v with %#v", err, i)
 		}
-		_ = i.String()
+		_ = String(i)
 	})
 }
 
@@ -83,7 +83,7 @@ func FuzzParseDockerConfig(f *testing.F) {
 		if err == nil && i.Runtime != Docker {
 			t.Fatalf("runtime %q", i.Runtime)
 		}
-		_ = i.String()
+		_ = String(i)
 	})
 }
 

@@ -300,12 +300,12 @@ func TestRealPod(t *testing.T) {
 	if err != nil {
 		t.Fatalf("ForPid(app %d): %v", p.appPid, err)
 	}
-	want := Info{Runtime: Containerd, ID: p.appID, Name: appName, Image: appImage, Pod: podName, PodNamespace: podNamespace, PodUID: testPodUID}
+	want := Info{Runtime: Containerd, ID: p.appID, Container: appName, Image: appImage, Pod: podName, PodNamespace: podNamespace, PodUID: testPodUID}
 	if app != want {
 		t.Errorf("ForPid(app) = %#v, want %#v", app, want)
 	}
-	if got := app.String(); got != "shop/web-1 api" {
-		t.Errorf("app.String() = %q", got)
+	if got := String(app); got != "shop/web-1 api" {
+		t.Errorf("String(app) = %q", got)
 	}
 	sb, err := r.ForPid(p.sandboxPid)
 	if err != nil || !sb.Sandbox || sb.ID != p.sandboxID || sb.Pod != podName {
@@ -315,8 +315,8 @@ func TestRealPod(t *testing.T) {
 	if err != nil {
 		t.Fatalf("ForNetns: %v", err)
 	}
-	if ns.Pod != podName || ns.PodNamespace != podNamespace || ns.ID != p.sandboxID || ns.String() != "shop/web-1" {
-		t.Errorf("ForNetns = %#v (%q), want pod shop/web-1 held by sandbox %s", ns, ns, ShortID(p.sandboxID))
+	if ns.Pod != podName || ns.PodNamespace != podNamespace || ns.ID != p.sandboxID || String(ns) != "shop/web-1" {
+		t.Errorf("ForNetns = %#v (%q), want pod shop/web-1 held by sandbox %s", ns, String(ns), ShortID(p.sandboxID))
 	}
 	plain, err := r.ForPid(p.plainPid)
 	if want := (Info{Runtime: Containerd, ID: p.plainID}); err != nil || plain != want {
@@ -324,7 +324,7 @@ func TestRealPod(t *testing.T) {
 	}
 	// The second source alone: runc's state.json when config.json is gone.
 	r2 := NewResolver(Options{Roots: Roots{Proc: "/proc", ContainerdState: filepath.Join(p.dir, "none"), Runc: runcRoot, Docker: filepath.Join(p.dir, "none")}})
-	if got, err := r2.ForPid(p.appPid); err != nil || got.Pod != podName || got.Name != appName {
+	if got, err := r2.ForPid(p.appPid); err != nil || got.Pod != podName || got.Container != appName {
 		t.Errorf("ForPid from state.json alone = %#v, %v", got, err)
 	}
 

@@ -247,7 +247,7 @@ func merge(base, found Info) Info {
 	}
 	fill(&base.Runtime, found.Runtime)
 	fill(&base.ID, found.ID)
-	fill(&base.Name, found.Name)
+	fill(&base.Container, found.Container)
 	fill(&base.Image, found.Image)
 	fill(&base.Pod, found.Pod)
 	fill(&base.PodNamespace, found.PodNamespace)

@@ -94,7 +94,7 @@ func TestForPidCapturedPod(t *testing.T) {
 	sandboxID, appID := tr.pod()
 	r := NewResolver(Options{Roots: tr.roots})
 	got, err := r.ForPid(101)
-	want := Info{Runtime: Containerd, ID: appID, Name: "api", Image: "registry.example/shop/api:1.4", Pod: "web-1", PodNamespace: "shop", PodUID: uidA}
+	want := Info{Runtime: Containerd, ID: appID, Container: "api", Image: "registry.example/shop/api:1.4", Pod: "web-1", PodNamespace: "shop", PodUID: uidA}
 	if err != nil || got != want {
 		t.Errorf("ForPid(app) = %#v, %v; want %#v", got, err, want)
 	}
@@ -114,7 +114,7 @@ func TestForPidFallsBackToRuncState(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err := NewResolver(Options{Roots: tr.roots}).ForPid(101)
-	if err != nil || got.Pod != "web-1" || got.PodNamespace != "shop" || got.Name != "api" || got.ID != appID {
+	if err != nil || got.Pod != "web-1" || got.PodNamespace != "shop" || got.Container != "api" || got.ID != appID {
 		t.Errorf("ForPid = %#v, %v; want pod shop/web-1 container api", got, err)
 	}
 }
@@ -135,8 +135,8 @@ func TestForPidTruncatedState(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "config.json") || !strings.Contains(err.Error(), "state.json") || !strings.HasPrefix(err.Error(), "containers: pid 101") {
 		t.Errorf("error = %v, want one naming config.json and state.json", err)
 	}
-	if got.String() != ShortID(appID) {
-		t.Errorf("String() = %q, want the short id", got.String())
+	if String(got) != ShortID(appID) {
+		t.Errorf("String() = %q, want the short id", String(got))
 	}
 }
 
@@ -212,8 +212,8 @@ func TestForPidUnit(t *testing.T) {
 	tr := newTree(t)
 	tr.proc(10, 1, v1("/system.slice/nginx.service"), 1)
 	got, err := NewResolver(Options{Roots: tr.roots}).ForPid(10)
-	if got != (Info{Runtime: Systemd, Unit: "nginx.service"}) || err != nil || got.String() != "nginx.service" {
-		t.Errorf("ForPid = %#v (%q), %v", got, got, err)
+	if got != (Info{Runtime: Systemd, Unit: "nginx.service"}) || err != nil || String(got) != "nginx.service" {
+		t.Errorf("ForPid = %#v (%q), %v", got, String(got), err)
 	}
 }
 
@@ -230,15 +230,15 @@ func TestForPidDocker(t *testing.T) {
 	tr.proc(22, 1, v1("/kubepods/burstable/pod"+uidA+"/"+sandbox), 2)
 	r := NewResolver(Options{Roots: tr.roots})
 	for pid, want := range map[int]Info{
-		20: {Runtime: Docker, ID: web, Name: "web", Image: "nginx:1.25"},
-		21: {Runtime: Docker, ID: k8s, Name: "api", Image: "registry.example/shop/api@sha256:9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e2f1a0b9c8d7e6f5a4b3c2d1e0f9a8b", Pod: "web-1", PodNamespace: "shop", PodUID: uidA},
+		20: {Runtime: Docker, ID: web, Container: "web", Image: "nginx:1.25"},
+		21: {Runtime: Docker, ID: k8s, Container: "api", Image: "registry.example/shop/api@sha256:9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e2f1a0b9c8d7e6f5a4b3c2d1e0f9a8b", Pod: "web-1", PodNamespace: "shop", PodUID: uidA},
 		22: {Runtime: Docker, ID: sandbox, Image: "registry.k8s.io/pause:3.9", Pod: "web-1", PodNamespace: "shop", PodUID: uidA, Sandbox: true},
 	} {
 		if got, err := r.ForPid(pid); got != want || err != nil {
 			t.Errorf("ForPid(%d) = %#v, %v; want %#v", pid, got, err, want)
 		}
 	}
-	if got, _ := r.ForNetns(2, []int{21, 22}); got.String() != "shop/web-1" || got.ID != sandbox {
+	if got, _ := r.ForNetns(2, []int{21, 22}); String(got) != "shop/web-1" || got.ID != sandbox {
 		t.Errorf("ForNetns(cri-dockerd pod) = %#v", got)
 	}
 }
@@ -251,7 +251,7 @@ func TestForPidCaches(t *testing.T) {
 	_, appID := tr.pod()
 	r := NewResolver(Options{Roots: tr.roots})
 	first, err := r.ForPid(101)
-	if err != nil || first.Name != "api" {
+	if err != nil || first.Container != "api" {
 		t.Fatalf("ForPid = %#v, %v", first, err)
 	}
 	if err := os.RemoveAll(filepath.Join(tr.roots.ContainerdState)); err != nil {
@@ -289,7 +289,7 @@ func TestForPidRetriesFailures(t *testing.T) {
 		t.Error("ForPid within Retry: tried again (want the cached failure)")
 	}
 	now = now.Add(2 * time.Second)
-	if got, err := r.ForPid(101); err != nil || got.Name != "api" {
+	if got, err := r.ForPid(101); err != nil || got.Container != "api" {
 		t.Errorf("ForPid after Retry = %#v, %v; want api", got, err)
 	}
 }
@@ -320,8 +320,8 @@ func TestForNetnsNamesPod(t *testing.T) {
 	r := NewResolver(Options{Roots: tr.roots})
 	for _, pids := range [][]int{{100, 101}, {100}, {101, 102, 103}, {103, 101}} {
 		got, err := r.ForNetns(4026532177, pids)
-		if err != nil || got.Pod != "web-1" || got.PodNamespace != "shop" || got.Name != "" || got.String() != "shop/web-1" {
-			t.Errorf("ForNetns(%v) = %#v (%q), %v; want the pod shop/web-1", pids, got, got, err)
+		if err != nil || got.Pod != "web-1" || got.PodNamespace != "shop" || got.Container != "" || String(got) != "shop/web-1" {
+			t.Errorf("ForNetns(%v) = %#v (%q), %v; want the pod shop/web-1", pids, got, String(got), err)
 		}
 		if (len(pids) == 1 || pids[0] == 100) && (got.ID != sandboxID || !got.Sandbox) {
 			t.Errorf("ForNetns(%v) = %#v, want the sandbox's id", pids, got)
@@ -333,11 +333,11 @@ func TestForNetnsNamesPod(t *testing.T) {
 }
 
 func TestNameNetns(t *testing.T) {
-	a := Info{Runtime: Docker, ID: hexA, Name: "a"}
-	b := Info{Runtime: Docker, ID: strings.Repeat("b", 64), Name: "b"}
+	a := Info{Runtime: Docker, ID: hexA, Container: "a"}
+	b := Info{Runtime: Docker, ID: strings.Repeat("b", 64), Container: "b"}
 	u := Info{Runtime: Systemd, Unit: "nginx.service"}
-	p1 := Info{Runtime: Containerd, ID: "1", Pod: "p", PodNamespace: "n", Name: "x"}
-	p2 := Info{Runtime: Containerd, ID: "2", Pod: "q", PodNamespace: "n", Name: "y"}
+	p1 := Info{Runtime: Containerd, ID: "1", Pod: "p", PodNamespace: "n", Container: "x"}
+	p2 := Info{Runtime: Containerd, ID: "2", Pod: "q", PodNamespace: "n", Container: "y"}
 	for _, c := range []struct {
 		in   []Info
 		want Info
@@ -362,18 +362,18 @@ func TestInfoString(t *testing.T) {
 		in   Info
 		want string
 	}{
-		{Info{Pod: "web-1", PodNamespace: "shop", Name: "api", ID: hexA}, "shop/web-1 api"},
+		{Info{Pod: "web-1", PodNamespace: "shop", Container: "api", ID: hexA}, "shop/web-1 api"},
 		{Info{Pod: "web-1", PodNamespace: "shop", Sandbox: true, ID: hexA}, "shop/web-1"},
 		{Info{Pod: "web-1"}, "web-1"},
-		{Info{Name: "web", ID: hexA}, "web"},
+		{Info{Container: "web", ID: hexA}, "web"},
 		{Info{Unit: "nginx.service"}, "nginx.service"},
 		{Info{ID: hexA}, hexA[:12]},
 		{Info{ID: "abc"}, "abc"},
 		{Info{}, ""},
-		{Info{Name: "evil\x1b[2J"}, `evil\x1b[2J`},
+		{Info{Container: "evil\x1b[2J"}, `evil\x1b[2J`},
 	} {
-		if got := c.in.String(); got != c.want {
-			t.Errorf("%#v.String() = %q, want %q", c.in, got, c.want)
+		if got := String(c.in); got != c.want {
+			t.Errorf("String(%#v) = %q, want %q", c.in, got, c.want)
 		}
 	}
 }

@@ -114,8 +114,8 @@ func parseDockerConfig(b []byte) (Info, error) {
 	}
 	i := fromLabels(c.Config.Labels)
 	i.Runtime, i.ID = Docker, c.ID
-	if i.Name == "" && !i.Sandbox {
-		i.Name = strings.TrimPrefix(c.Name, "/")
+	if i.Container == "" && !i.Sandbox {
+		i.Container = strings.TrimPrefix(c.Name, "/")
 	}
 	if i.Image == "" {
 		i.Image = c.Config.Image
@@ -156,13 +156,13 @@ func fromLabels(m map[string]string) Info {
 		Pod:          first(criSandboxName, kubePodName),
 		PodNamespace: first(criSandboxNS, kubePodNS),
 		PodUID:       first(criSandboxUID, kubePodUID),
-		Name:         first(criContainer, kubeContainer),
+		Container:    first(criContainer, kubeContainer),
 		Image:        first(criImage),
 	}
 	if m[criType] == "sandbox" || m[dockershimType] == "podsandbox" {
 		i.Sandbox = true
-		if i.Name == dockerSandboxNm {
-			i.Name = ""
+		if i.Container == dockerSandboxNm {
+			i.Container = ""
 		}
 	}
 	return i

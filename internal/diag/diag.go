@@ -63,6 +63,14 @@ type Subject struct {
 	Service string `json:"service,omitempty"`
 	Pid     int    `json:"pid,omitempty"`
 	Command string `json:"command,omitempty"`
+	// Pod and PodNamespace name the Kubernetes pod, Container the
+	// container (its name, else its short id) and Unit the systemd unit
+	// of the subject's process, or of its namespace when the process is
+	// unknown or in none (Run fills them from the snapshot).
+	Pod          string `json:"pod,omitempty"`
+	PodNamespace string `json:"pod_namespace,omitempty"`
+	Container    string `json:"container,omitempty"`
+	Unit         string `json:"unit,omitempty"`
 	// Peers counts sockets per remote address, most first, when a finding
 	// groups sockets; Ports counts them per local port.
 	Peers []Count `json:"peers,omitempty"`

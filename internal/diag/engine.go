@@ -7,6 +7,8 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 )
 
 // Result is the outcome of running rules over one or more namespaces.
@@ -61,6 +63,7 @@ func Run(rules []Rule, in *Input, res *Result) {
 			if fs[i].Subject.Netns == "" {
 				fs[i].Subject.Netns = ns
 			}
+			fs[i].Subject.nameWorkload(in.Cur)
 		}
 		res.Findings = append(res.Findings, fs...)
 		if !contains(res.Ran, r.ID) {
@@ -127,4 +130,19 @@ func contains(xs []string, x string) bool {
 		}
 	}
 	return false
+}
+
+// nameWorkload fills the subject's pod, container and unit from its
+// process's workload in s, else from its namespace's: the one place
+// findings get them, whichever rule made them.
+func (sub *Subject) nameWorkload(s *snapshot.Snapshot) {
+	w := s.Netns.Workload
+	if p := s.Procs[sub.Pid]; sub.Pid != 0 && p != nil && p.Workload != nil {
+		w = p.Workload
+	}
+	if w == nil {
+		return
+	}
+	sub.Pod, sub.PodNamespace = w.Pod, w.PodNamespace
+	sub.Container, sub.Unit = w.ContainerName(), w.Unit
 }

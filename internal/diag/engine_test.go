@@ -59,3 +59,41 @@ func TestSeverityText(t *testing.T) {
 		t.Error("unknown severity accepted")
 	}
 }
+
+// Run names every finding's pod, container or unit once, whichever rule
+// made it: from its process's workload, else from its namespace's.
+func TestRunNamesWorkloads(t *testing.T) {
+	api := &snapshot.Workload{Runtime: "containerd", ID: "4f1e2d3c4b5a69788796", Container: "api", Pod: "web-1", PodNamespace: "shop"}
+	sandbox := &snapshot.Workload{Runtime: "containerd", ID: "99aa", Pod: "web-1", PodNamespace: "shop", Sandbox: true}
+	unit := &snapshot.Workload{Runtime: "systemd", Unit: "nginx.service"}
+	cur := &snapshot.Snapshot{Netns: snapshot.Netns{Name: "shop/web-1", Workload: sandbox}, Procs: map[int]*snapshot.Proc{
+		10: {Pid: 10, Command: "api-server", Workload: api}, 11: {Pid: 11, Command: "nginx", Workload: unit}, 12: {Pid: 12, Command: "sh"}}}
+	rules := []Rule{{ID: "r", Check: func(*Input) ([]Finding, error) {
+		return []Finding{{Subject: Subject{Pid: 10}}, {Subject: Subject{Pid: 11}}, {Subject: Subject{Pid: 12}},
+			{Subject: Subject{Command: "curl"}}, {Subject: Subject{Pid: 99}}}, nil
+	}}}
+	var res Result
+	Run(rules, NewInput(nil, cur, Options{}), &res)
+	want := []Subject{
+		{Pid: 10, Pod: "web-1", PodNamespace: "shop", Container: "api"},
+		{Pid: 11, Unit: "nginx.service"},
+		{Pid: 12, Pod: "web-1", PodNamespace: "shop"},
+		{Command: "curl", Pod: "web-1", PodNamespace: "shop"},
+		{Pid: 99, Pod: "web-1", PodNamespace: "shop"},
+	}
+	for i, f := range res.Findings {
+		w := want[i]
+		w.Netns = "shop/web-1"
+		if f.Subject.Pod != w.Pod || f.Subject.PodNamespace != w.PodNamespace || f.Subject.Container != w.Container || f.Subject.Unit != w.Unit {
+			t.Errorf("finding %d: subject %+v, want %+v", i, f.Subject, w)
+		}
+	}
+	// A namespace and processes in nothing known: no names.
+	var plain Result
+	Run(rules, NewInput(nil, &snapshot.Snapshot{Netns: snapshot.Netns{Name: "host"}}, Options{}), &plain)
+	for _, f := range plain.Findings {
+		if f.Subject.Pod != "" || f.Subject.Container != "" || f.Subject.Unit != "" {
+			t.Errorf("plain host: subject %+v", f.Subject)
+		}
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/procs"
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 )
 
 // ErrNotFound is wrapped by Named's error when no namespace has the name.
@@ -35,17 +36,63 @@ func permission(err error) error {
 // NS is one network namespace.
 type NS struct {
 	// Name is the `ip netns` name; "host" for pid 1's namespace when
-	// unnamed (the collector's own if pid 1's cannot be read); "pid:N" when
+	// unnamed (the collector's own if pid 1's cannot be read); the pod
+	// ("shop/web-1") or container holding it, when found only via a
+	// process or only by a CNI plugin's name ("cni-…"); else "pid:N" when
 	// found only via a process (N = lowest pid in it).
 	Name  string
 	Inode uint64
 	// Path is what to open for setns: RunDir/NAME or ProcRoot/PID/ns/net.
 	Path string
+	// Workload is the pod, container or unit holding the namespace (by
+	// Finder.Workloads); WorkloadErr says what could not be resolved.
+	Workload    *snapshot.Workload
+	WorkloadErr error
+}
+
+// Snapshot is ns as a snapshot records it.
+func (ns NS) Snapshot() snapshot.Netns {
+	return snapshot.Netns{Name: ns.Name, Inode: ns.Inode, Workload: ns.Workload}
+}
+
+// Namer names a namespace from the processes in it:
+// internal/containers' Resolver.ForNetns.
+type Namer interface {
+	ForNetns(ino uint64, pids []int) (snapshot.Workload, error)
 }
 
 // Finder looks for namespaces below ProcRoot ("/proc") and RunDir
 // ("/run/netns").
-type Finder struct{ ProcRoot, RunDir string }
+type Finder struct {
+	ProcRoot, RunDir string
+	// Workloads, when set, names namespaces held by pods and containers
+	// (NS.Workload, and NS.Name as NS says).
+	Workloads Namer
+}
+
+// pidsPerNS is how many of a namespace's processes (the lowest pids) are
+// given to Workloads: enough to tell one pod or container from several.
+const pidsPerNS = 4
+
+// withWorkload names ns by the pod or container holding it, from pids
+// (processes in it). Only names tcpdoctor made up ("pid:N") or a CNI
+// plugin did ("cni-…", for a pod) give way, and not to a name taken.
+func (f Finder) withWorkload(ns NS, pids []int, taken func(string) bool) NS {
+	if f.Workloads == nil || ns.Name == "host" || len(pids) == 0 {
+		return ns
+	}
+	w, err := f.Workloads.ForNetns(ns.Inode, pids)
+	ns.WorkloadErr = err
+	if w == (snapshot.Workload{}) {
+		return ns
+	}
+	ns.Workload = &w
+	made := strings.HasPrefix(ns.Name, "pid:") || strings.HasPrefix(ns.Name, "cni-") && w.Pod != ""
+	if label := w.Label(); made && label != "" && (w.IsContainer() || w.Pod != "") && !taken(label) {
+		ns.Name = label
+	}
+	return ns
+}
 
 // Default returns the production Finder.
 func Default() Finder { return Finder{ProcRoot: "/proc", RunDir: "/run/netns"} }
@@ -99,30 +146,64 @@ func (f Finder) namedEntry(name string) (NS, error) {
 // errStale marks a RunDir entry that is no namespace mount.
 var errStale = errors.New("is not a namespace (stale entry?)")
 
-// Named returns the namespace `ip netns` knows as name.
+// Named returns the namespace `ip netns` knows as name. With Workloads
+// set, name may also be what All names a namespace (a pod's
+// "shop/web-1", a container's name) or a pod's name alone when one pod
+// has it.
 func (f Finder) Named(name string) (NS, error) {
-	if name == "" || name == "." || name == ".." || strings.ContainsRune(name, '/') {
+	pod := strings.ContainsRune(name, '/')
+	if name == "" || name == "." || name == ".." || pod && (f.Workloads == nil || strings.Count(name, "/") > 1) {
 		return NS{}, errors.New("netns: invalid name " + strconv.Quote(name))
 	}
-	ns, err := f.namedEntry(name)
-	if err == nil {
-		return ns, nil
-	}
-	if !errors.Is(err, unix.ENOENT) {
-		if errors.Is(err, errStale) {
-			return NS{}, err
+	if !pod {
+		ns, err := f.namedEntry(name)
+		if err == nil {
+			return f.namedWorkload(ns), nil
 		}
-		return NS{}, fmt.Errorf("netns: %s: %w", name, permission(err))
+		if !errors.Is(err, unix.ENOENT) {
+			if errors.Is(err, errStale) {
+				return NS{}, err
+			}
+			return NS{}, fmt.Errorf("netns: %s: %w", name, permission(err))
+		}
 	}
-	all, _ := f.named()
-	if len(all) == 0 {
+	var all []NS
+	if f.Workloads != nil {
+		all, _ = f.All() // a partial list still names what it can
+		if ns, ok := byWorkload(all, name); ok {
+			return ns, nil
+		}
+	} else {
+		all, _ = f.named()
+	}
+	var names []string
+	for _, ns := range all {
+		if ns.Path != "" && !strings.HasPrefix(ns.Name, "pid:") && ns.Name != "host" {
+			names = append(names, ns.Name)
+		}
+	}
+	if len(names) == 0 {
 		return NS{}, fmt.Errorf("netns: %q: %w (none under %s)", name, ErrNotFound, f.RunDir)
 	}
-	names := make([]string, len(all))
-	for i, ns := range all {
-		names[i] = ns.Name
-	}
 	return NS{}, fmt.Errorf("netns: %q: %w (have: %s)", name, ErrNotFound, strings.Join(names, ", "))
+}
+
+// byWorkload finds the namespace named name in all, or the one pod's
+// namespace whose pod is called name.
+func byWorkload(all []NS, name string) (NS, bool) {
+	var found []NS
+	for _, ns := range all {
+		if ns.Name == name {
+			return ns, true
+		}
+		if ns.Workload != nil && ns.Workload.Pod == name {
+			found = append(found, ns)
+		}
+	}
+	if len(found) == 1 {
+		return found[0], true
+	}
+	return NS{}, false
 }
 
 // Current returns the calling thread's namespace, named as name says.
@@ -155,7 +236,26 @@ func (f Finder) OfPid(pid int) (NS, error) {
 	if err != nil || ns.Path != "" {
 		return ns, err
 	}
-	return pidNS(f.ProcRoot, pid, ino), nil
+	return f.withWorkload(pidNS(f.ProcRoot, pid, ino), []int{pid}, f.isNamed), nil
+}
+
+// namedWorkload is withWorkload for one `ip netns` entry: its processes
+// are looked for only when there is a Namer to give them to.
+func (f Finder) namedWorkload(ns NS) NS {
+	if f.Workloads == nil {
+		return ns
+	}
+	byPid, _, _ := f.byProcess()
+	return f.withWorkload(ns, byPid[ns.Inode], f.isNamed)
+}
+
+// isNamed reports whether name is taken by a RunDir entry or is "host".
+func (f Finder) isNamed(name string) bool {
+	if name == "host" {
+		return true
+	}
+	_, err := os.Lstat(f.RunDir + "/" + name)
+	return err == nil
 }
 
 // name names the namespace with inode ino: after a /run/netns entry with
@@ -169,15 +269,15 @@ func (f Finder) name(ino uint64) (NS, error) {
 	}
 	for _, ns := range named {
 		if ns.Inode == ino {
-			return ns, nil
+			return f.namedWorkload(ns), nil
 		}
 	}
 	if host, path := f.host(ino); host == ino {
 		return NS{Name: "host", Inode: ino, Path: path}, nil
 	}
 	if byPid, _, err := f.byProcess(); err == nil {
-		if pid, ok := byPid[ino]; ok {
-			return pidNS(f.ProcRoot, pid, ino), nil
+		if pids, ok := byPid[ino]; ok {
+			return f.withWorkload(pidNS(f.ProcRoot, pids[0], ino), pids, f.isNamed), nil
 		}
 	}
 	return NS{Inode: ino}, nil
@@ -202,9 +302,10 @@ func pidNS(procRoot string, pid int, ino uint64) NS {
 	return NS{Name: "pid:" + strconv.Itoa(pid), Inode: ino, Path: procRoot + "/" + strconv.Itoa(pid) + "/ns/net"}
 }
 
-// byProcess maps each namespace inode to the lowest pid in it. Processes
-// that vanish are skipped; unreadable ones are returned.
-func (f Finder) byProcess() (map[uint64]int, []int, error) {
+// byProcess maps each namespace inode to the lowest pids in it (at most
+// pidsPerNS, lowest first). Processes that vanish are skipped;
+// unreadable ones are returned.
+func (f Finder) byProcess() (map[uint64][]int, []int, error) {
 	d, err := os.Open(f.ProcRoot)
 	if err != nil {
 		return nil, nil, fmt.Errorf("netns: %w", err)
@@ -221,7 +322,7 @@ func (f Finder) byProcess() (map[uint64]int, []int, error) {
 		}
 	}
 	slices.Sort(pids)
-	out := make(map[uint64]int)
+	out := make(map[uint64][]int)
 	var denied []int
 	for _, pid := range pids {
 		ino, err := nsInode(f.ProcRoot + "/" + strconv.Itoa(pid) + "/ns/net")
@@ -231,8 +332,8 @@ func (f Finder) byProcess() (map[uint64]int, []int, error) {
 			}
 			continue
 		}
-		if _, ok := out[ino]; !ok {
-			out[ino] = pid
+		if len(out[ino]) < pidsPerNS {
+			out[ino] = append(out[ino], pid)
 		}
 	}
 	return out, denied, nil
@@ -266,9 +367,9 @@ func (f Finder) All() ([]NS, error) {
 			seen[host] = NS{Name: "host", Inode: host, Path: path}
 		}
 	}
-	for ino, pid := range byPid {
+	for ino, pids := range byPid {
 		if _, ok := seen[ino]; !ok {
-			seen[ino] = pidNS(f.ProcRoot, pid, ino)
+			seen[ino] = pidNS(f.ProcRoot, pids[0], ino)
 		}
 	}
 	if _, ok := seen[cur]; !ok {
@@ -280,7 +381,25 @@ func (f Finder) All() ([]NS, error) {
 		seen[cur] = c
 	}
 	out := make([]NS, 0, len(seen))
+	taken := make(map[string]bool, len(seen))
 	for _, ns := range seen {
+		taken[ns.Name] = true
+	}
+	// By inode, so a clash of labels resolves the same way every time.
+	inos := make([]uint64, 0, len(seen))
+	for ino := range seen {
+		inos = append(inos, ino)
+	}
+	slices.Sort(inos)
+	for _, ino := range inos {
+		ns := seen[ino]
+		if pids := byPid[ino]; len(pids) > 0 {
+			old := ns.Name
+			ns = f.withWorkload(ns, pids, func(n string) bool { return taken[n] })
+			if ns.Name != old {
+				taken[ns.Name] = true
+			}
+		}
 		out = append(out, ns)
 	}
 	slices.SortFunc(out, func(a, b NS) int {

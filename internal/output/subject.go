@@ -2,6 +2,7 @@ package output
 
 import (
 	"strconv"
+	"strings"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/textsafe"
@@ -23,18 +24,24 @@ type Subject struct {
 	// Command is the process's name; HasCommand false when it is unknown.
 	Command    string
 	HasCommand bool
+	// Workload is the pod, container or unit of the process, else of
+	// the namespace; nil when neither is known.
+	Workload *snapshot.Workload
 }
 
 // SocketSubject is a socket's subject: its namespace and its first owner,
-// whose command comes from procs when the snapshot has it.
-func SocketSubject(netns string, sk *snapshot.Socket, procs map[int]*snapshot.Proc) Subject {
-	s := Subject{Netns: netns}
+// whose command and workload come from procs when the snapshot has it.
+func SocketSubject(ns *snapshot.Netns, sk *snapshot.Socket, procs map[int]*snapshot.Proc) Subject {
+	s := Subject{Netns: ns.Name, Workload: ns.Workload}
 	if len(sk.Pids) == 0 {
 		return s
 	}
 	s.Pid, s.HasPid = sk.Pids[0], true
 	if p := procs[s.Pid]; p != nil {
 		s.Command, s.HasCommand = p.Command, true
+		if p.Workload != nil {
+			s.Workload = p.Workload
+		}
 	}
 	return s
 }
@@ -95,6 +102,43 @@ func (s *Subject) PidText() string {
 // CommandText is the command alone, escaped (a column of its own).
 func (s *Subject) CommandText() string { return textsafe.String(s.Command) }
 
+// AppendWorkload appends the workload as a column shows it, escaped:
+// "shop/web-1 api", "web", "nginx.service", "-" for none.
+func (s *Subject) AppendWorkload(b []byte) []byte {
+	if l := s.Workload.Label(); l != "" {
+		return append(b, textsafe.String(l)...)
+	}
+	return append(b, '-')
+}
+
+// WorkloadPhrase is the workload as a finding's line names it, escaped:
+// "pod shop/web-1 container api", "container web", "unit nginx.service",
+// or "" for none. A pod or container that names the namespace already
+// (NetnsNamed) is said once, by the namespace.
+func (s *Subject) WorkloadPhrase() string {
+	w := s.Workload
+	var parts []string
+	if p := w.PodName(); p != "" && p != s.Netns {
+		parts = append(parts, "pod "+textsafe.String(p))
+	}
+	if c := w.ContainerName(); c != "" && !(w.PodName() == "" && c == s.Netns) {
+		parts = append(parts, "container "+textsafe.String(c))
+	}
+	if w != nil && w.Unit != "" && !w.IsContainer() {
+		parts = append(parts, "unit "+textsafe.String(w.Unit))
+	}
+	return strings.Join(parts, " ")
+}
+
+// NetnsPhrase is the namespace as a finding's line names it: "pod
+// shop/web-1" when a pod holds it and names it, else "netns NAME".
+func (s *Subject) NetnsPhrase() string {
+	if w := s.Workload; w != nil && w.PodName() == s.Netns && s.Netns != "" {
+		return "pod " + s.NetnsText()
+	}
+	return "netns " + s.NetnsText()
+}
+
 // AppendJSON appends the subject's members of a JSON object, raw strings
 // JSON-escaped: "netns", then "pid" and "command", each null when unknown.
 func (s *Subject) AppendJSON(b []byte) []byte {
@@ -111,6 +155,26 @@ func (s *Subject) AppendJSON(b []byte) []byte {
 		b = snapshot.AppendJSONString(b, s.Command)
 	} else {
 		b = append(b, "null"...)
+	}
+	return s.AppendWorkloadJSON(b)
+}
+
+// AppendWorkloadJSON appends the workload's members, each only when
+// known: "pod", "pod_namespace", "container", "unit" (as check's subject
+// has them).
+func (s *Subject) AppendWorkloadJSON(b []byte) []byte {
+	w := s.Workload
+	if w == nil {
+		return b
+	}
+	for _, f := range [...]struct{ k, v string }{
+		{`,"pod":`, w.Pod}, {`,"pod_namespace":`, w.PodNamespace},
+		{`,"container":`, w.ContainerName()}, {`,"unit":`, w.Unit},
+	} {
+		if f.v != "" {
+			b = append(b, f.k...)
+			b = snapshot.AppendJSONString(b, f.v)
+		}
 	}
 	return b
 }

@@ -12,9 +12,10 @@ import (
 // Each printer's form of the subject, as it has always printed it.
 func TestSubjectForms(t *testing.T) {
 	procs := map[int]*snapshot.Proc{4242: {Pid: 4242, Command: "java"}}
-	owned := SocketSubject("host", &snapshot.Socket{Pids: []int{4242, 7}}, procs)
-	unknown := SocketSubject("host", &snapshot.Socket{Pids: []int{99}}, procs)
-	none := SocketSubject("tdlab-a", &snapshot.Socket{}, procs)
+	host, lab := &snapshot.Netns{Name: "host"}, &snapshot.Netns{Name: "tdlab-a"}
+	owned := SocketSubject(host, &snapshot.Socket{Pids: []int{4242, 7}}, procs)
+	unknown := SocketSubject(host, &snapshot.Socket{Pids: []int{99}}, procs)
+	none := SocketSubject(lab, &snapshot.Socket{}, procs)
 	for _, c := range []struct {
 		what                  string
 		s                     Subject
@@ -39,6 +40,54 @@ func TestSubjectForms(t *testing.T) {
 		}
 		if got := string(c.s.AppendJSON(nil)); got != c.json {
 			t.Errorf("%s: AppendJSON %s, want %s", c.what, got, c.json)
+		}
+	}
+}
+
+// The workload of a socket is its owner's, else its namespace's, and
+// each form says a pod or container once: by the namespace when it names
+// it already.
+func TestSubjectWorkload(t *testing.T) {
+	api := &snapshot.Workload{Runtime: "containerd", ID: "4f1e2d3c4b5a69788796a5b4c3d2e1f0", Container: "api", Pod: "web-1", PodNamespace: "shop"}
+	sandbox := &snapshot.Workload{Runtime: "containerd", ID: "99aa", Pod: "web-1", PodNamespace: "shop", Sandbox: true}
+	unit := &snapshot.Workload{Runtime: "systemd", Unit: "nginx.service"}
+	docker := &snapshot.Workload{Runtime: "docker", ID: "553950edcfc6aaaa", Container: "web"}
+	procs := map[int]*snapshot.Proc{10: {Pid: 10, Command: "api-server", Workload: api}, 11: {Pid: 11, Command: "nginx", Workload: unit},
+		12: {Pid: 12, Command: "sh"}}
+	pod := &snapshot.Netns{Name: "shop/web-1", Workload: sandbox}
+	host := &snapshot.Netns{Name: "host"}
+	for _, c := range []struct {
+		what               string
+		s                  Subject
+		column, phrase, ns string
+		json               string
+	}{
+		{"pod's container in the pod's namespace", SocketSubject(pod, &snapshot.Socket{Pids: []int{10}}, procs),
+			"shop/web-1 api", "container api", "pod shop/web-1", `,"pod":"web-1","pod_namespace":"shop","container":"api"`},
+		{"unowned socket in a pod's namespace", SocketSubject(pod, &snapshot.Socket{}, procs),
+			"shop/web-1", "", "pod shop/web-1", `,"pod":"web-1","pod_namespace":"shop"`},
+		{"process of a pod on the host network", SocketSubject(host, &snapshot.Socket{Pids: []int{10}}, procs),
+			"shop/web-1 api", "pod shop/web-1 container api", "netns host", `,"pod":"web-1","pod_namespace":"shop","container":"api"`},
+		{"process of a unit", SocketSubject(host, &snapshot.Socket{Pids: []int{11}}, procs),
+			"nginx.service", "unit nginx.service", "netns host", `,"unit":"nginx.service"`},
+		{"process in nothing known", SocketSubject(host, &snapshot.Socket{Pids: []int{12}}, procs),
+			"-", "", "netns host", ``},
+		{"container naming its namespace", Subject{Netns: "web", Workload: docker},
+			"web", "", "netns web", `,"container":"web"`},
+		{"hostile names", Subject{Netns: "x", Workload: &snapshot.Workload{ID: "1", Container: "a\x1b[2J"}},
+			`a\x1b[2J`, `container a\x1b[2J`, "netns x", `,"container":"a\u001b[2J"`},
+	} {
+		if got := string(c.s.AppendWorkload(nil)); got != c.column {
+			t.Errorf("%s: AppendWorkload %q, want %q", c.what, got, c.column)
+		}
+		if got := c.s.WorkloadPhrase(); got != c.phrase {
+			t.Errorf("%s: WorkloadPhrase %q, want %q", c.what, got, c.phrase)
+		}
+		if got := c.s.NetnsPhrase(); got != c.ns {
+			t.Errorf("%s: NetnsPhrase %q, want %q", c.what, got, c.ns)
+		}
+		if got := string(c.s.AppendWorkloadJSON(nil)); got != c.json {
+			t.Errorf("%s: AppendWorkloadJSON %s, want %s", c.what, got, c.json)
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/output"
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/textsafe"
 )
 
@@ -175,6 +176,9 @@ func counts(cs []diag.Count) string {
 func subjectText(s diag.Subject) string {
 	safe := textsafe.String
 	sub := output.Subject{Netns: s.Netns, Pid: s.Pid, HasPid: s.Pid != 0, Command: s.Command, HasCommand: s.Command != ""}
+	if s.Pod != "" || s.Container != "" || s.Unit != "" {
+		sub.Workload = &snapshot.Workload{Pod: s.Pod, PodNamespace: s.PodNamespace, Container: s.Container, Unit: s.Unit}
+	}
 	var parts []string
 	if s.Local != "" {
 		parts = append(parts, safe(s.Local))
@@ -184,6 +188,9 @@ func subjectText(s diag.Subject) string {
 	}
 	if p := sub.ProcessPid(); p != "" {
 		parts = append(parts, p)
+	}
+	if w := sub.WorkloadPhrase(); w != "" {
+		parts = append(parts, w)
 	}
 	if s.Service != "" && s.Service != s.Local {
 		parts = append(parts, "service "+safe(s.Service))
@@ -195,7 +202,7 @@ func subjectText(s diag.Subject) string {
 		parts = append(parts, "ports "+counts(s.Ports))
 	}
 	if s.Netns != "" {
-		parts = append(parts, "netns "+sub.NetnsText())
+		parts = append(parts, sub.NetnsPhrase())
 	}
 	return strings.Join(parts, " ")
 }

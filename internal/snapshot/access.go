@@ -77,4 +77,7 @@ const (
 	// SourceFlowOwners is the collector's second look for the openers of
 	// connections too short for the owner scan (snapshot.FlowOwners).
 	SourceFlowOwners = "procs.flowowners"
+	// SourceContainers names the container, pod or unit of namespaces
+	// and processes (internal/containers).
+	SourceContainers = "containers"
 )

@@ -76,9 +76,13 @@ type FlowOwner struct {
 // Netns identifies a network namespace.
 type Netns struct {
 	// Name is the `ip netns` name, "host" for the collector's own
-	// namespace when not named, or "pid:N" for one found via a process.
+	// namespace when not named, the pod ("shop/web-1"), container or unit
+	// holding it (Workload), or "pid:N" for one found via a process.
 	Name  string `json:"name"`
 	Inode uint64 `json:"inode,omitempty"`
+	// Workload is the pod, container or unit holding the namespace; nil
+	// when none was found or resolution was off.
+	Workload *Workload `json:"workload,omitempty"`
 }
 
 // SourceError records a source that failed or was incomplete.
@@ -148,6 +152,9 @@ type Proc struct {
 	// NofileSoft/Hard are RLIMIT_NOFILE; -1 means unlimited, nil unknown.
 	NofileSoft *int64 `json:"nofile_soft,omitempty"`
 	NofileHard *int64 `json:"nofile_hard,omitempty"`
+	// Workload is the container, pod or systemd unit the process runs
+	// in; nil when none was found or resolution was off.
+	Workload *Workload `json:"workload,omitempty"`
 }
 
 // State is a TCP state as numbered by the kernel (include/net/tcp_states.h).

@@ -21,6 +21,9 @@ import (
 // printed before the hand encoder, and the reference it must equal.
 func viewOf(r *Row) view {
 	v := view{Netns: r.Subject.Netns, Socket: *r.Socket}
+	if w := r.Subject.Workload; w != nil {
+		v.Pod, v.PodNamespace, v.Container, v.Unit = w.Pod, w.PodNamespace, w.ContainerName(), w.Unit
+	}
 	if l := r.Limited; l != nil {
 		v.Limited = &limitedView{WindowMS: float64(l.Window) / float64(time.Millisecond), Busy: l.Busy, Sndbuf: l.Sndbuf,
 			Rwnd: l.Rwnd, Congestion: l.Congestion}
@@ -175,6 +178,11 @@ func TestSocketJSONMatchesEncodingJSON(t *testing.T) {
 		var sk snapshot.Socket
 		fill(t, rng, reflect.ValueOf(&sk).Elem())
 		r := rowOf(randString(rng), &sk, randString(rng), rng.IntN(3) > 0)
+		if rng.IntN(2) == 0 {
+			var w snapshot.Workload
+			fill(t, rng, reflect.ValueOf(&w).Elem())
+			r.Subject.Workload = &w
+		}
 		if rng.IntN(2) == 0 {
 			r.Limited = &tcpmodel.Limited{Window: time.Duration(randFloat(rng) * 1e6), Busy: randFloat(rng), Sndbuf: randFloat(rng),
 				Rwnd: randFloat(rng), Congestion: randFloat(rng)}

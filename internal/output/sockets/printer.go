@@ -32,6 +32,11 @@ type view struct {
 	// Pid and Command are the first owner; null when unknown.
 	Pid     *int    `json:"pid"`
 	Command *string `json:"command"`
+	// The owner's workload, else the namespace's, each when known.
+	Pod          string `json:"pod,omitempty"`
+	PodNamespace string `json:"pod_namespace,omitempty"`
+	Container    string `json:"container,omitempty"`
+	Unit         string `json:"unit,omitempty"`
 	snapshot.Socket
 	Limited *limitedView `json:"limited,omitempty"`
 }
@@ -52,6 +57,24 @@ type Options struct {
 	Netns bool
 	// Limited adds the table's columns of the window's shares.
 	Limited bool
+	// Workload adds the table's column of the owner's (else the
+	// namespace's) pod, container or unit (HasWorkloads).
+	Workload bool
+}
+
+// HasWorkloads reports whether a snapshot names any pod, container or
+// unit: of its namespace or of a process holding sockets. The table
+// shows its Workload column then.
+func HasWorkloads(s *snapshot.Snapshot) bool {
+	if s.Netns.Workload != nil {
+		return true
+	}
+	for _, p := range s.Procs {
+		if p.Workload != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // Printer prints rows as they come: a JSON array, one object a line, or
@@ -130,6 +153,10 @@ func (p *Printer) Row(r *Row) error {
 	}
 	t.row = r.Subject.AppendProcess(t.row)
 	t.cell()
+	if p.o.Workload {
+		t.row = r.Subject.AppendWorkload(t.row)
+		t.cell()
+	}
 	if p.o.Limited {
 		if l := r.Limited; l != nil {
 			for _, v := range []float64{l.Busy, l.Sndbuf, l.Rwnd, l.Congestion} {
@@ -151,6 +178,9 @@ func (p *Printer) header() error {
 		cols = append(cols, "Netns")
 	}
 	cols = append(cols, "State", "Recv-Q", "Send-Q", "Local", "Remote", "RTT", "Cwnd", "Rate", "Sndbuf", "Rcvbuf", "Process")
+	if p.o.Workload {
+		cols = append(cols, "Workload")
+	}
 	if p.o.Limited {
 		cols = append(cols, "Busy", "Sndbuf-lim", "Rwnd-lim", "Cwnd-lim")
 	}

@@ -38,7 +38,7 @@ func WriteWindows(w *bufio.Writer, ws []Window, keep func(*snapshot.Socket) bool
 				if !keep(sk) {
 					continue
 				}
-				r := Row{Subject: output.SocketSubject(cur.Netns.Name, sk, cur.Procs), Socket: sk}
+				r := Row{Subject: output.SocketSubject(&cur.Netns, sk, cur.Procs), Socket: sk}
 				if ps := prevBy[sk.Cookie]; ps != nil && tcpmodel.LimitedOf(ps.TCP(&pb), sk.TCP(&tb), cur.Taken.Sub(prev.Taken), &lim) {
 					r.Limited = &lim
 				}
@@ -56,6 +56,7 @@ func WriteWindows(w *bufio.Writer, ws []Window, keep func(*snapshot.Socket) bool
 			}
 			p.o.Netns = p.o.Netns || r.Subject.Netns != first
 			p.o.Limited = p.o.Limited || r.Limited != nil
+			p.o.Workload = p.o.Workload || r.Subject.Workload != nil
 			return nil
 		})
 	}

@@ -1,0 +1,56 @@
+package collect
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/netns"
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+)
+
+// Workloads names the container, pod or unit of a process:
+// internal/containers' Resolver.ForPid.
+type Workloads interface {
+	ForPid(pid int) (snapshot.Workload, error)
+}
+
+// header is the snapshot of ns before any source ran: its name and the
+// pod, container or unit holding it, with what could not be resolved.
+func header(ns netns.NS) *snapshot.Snapshot {
+	s := &snapshot.Snapshot{Netns: ns.Snapshot()}
+	if ns.WorkloadErr != nil {
+		s.AddError(snapshot.SourceContainers, fmt.Errorf("namespace not named: %w", ns.WorkloadErr))
+	}
+	return s
+}
+
+// nameProcs sets the Workload of each of s's processes that runs in a
+// container, pod or unit. A process gone since the owner scan is passed
+// over; other failures are noted once, with the count, and the names
+// found are kept.
+func nameProcs(s *snapshot.Snapshot, w Workloads) {
+	if w == nil {
+		return
+	}
+	failed := 0
+	var first error
+	for pid, p := range s.Procs {
+		if p.Workload != nil {
+			continue // shared with another namespace's snapshot
+		}
+		got, err := w.ForPid(pid)
+		if got != (snapshot.Workload{}) {
+			p.Workload = &got
+		}
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			failed++
+			if first == nil {
+				first = err
+			}
+		}
+	}
+	if failed > 0 {
+		s.AddError(snapshot.SourceContainers, fmt.Errorf("%d process(es) not fully named: %w", failed, first))
+	}
+}
