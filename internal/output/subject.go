@@ -113,15 +113,15 @@ func (s *Subject) AppendWorkload(b []byte) []byte {
 
 // WorkloadPhrase is the workload as a finding's line names it, escaped:
 // "pod shop/web-1 container api", "container web", "unit nginx.service",
-// or "" for none. A pod or container that names the namespace already
-// (NetnsNamed) is said once, by the namespace.
+// or "" for none. A container that names the namespace (outside a pod)
+// is said once, by NetnsPhrase.
 func (s *Subject) WorkloadPhrase() string {
 	w := s.Workload
 	var parts []string
-	if p := w.PodName(); p != "" && p != s.Netns {
+	if p := w.PodName(); p != "" {
 		parts = append(parts, "pod "+textsafe.String(p))
 	}
-	if c := w.ContainerName(); c != "" && !(w.PodName() == "" && c == s.Netns) {
+	if c := w.ContainerName(); c != "" && (w.Pod != "" || c != s.Netns) {
 		parts = append(parts, "container "+textsafe.String(c))
 	}
 	if w != nil && w.Unit != "" && !w.IsContainer() {
@@ -130,11 +130,12 @@ func (s *Subject) WorkloadPhrase() string {
 	return strings.Join(parts, " ")
 }
 
-// NetnsPhrase is the namespace as a finding's line names it: "pod
-// shop/web-1" when a pod holds it and names it, else "netns NAME".
+// NetnsPhrase is the namespace as a finding's line names it, "netns
+// NAME", or "" when the namespace is named by the subject's pod or
+// container, which WorkloadPhrase says.
 func (s *Subject) NetnsPhrase() string {
-	if w := s.Workload; w != nil && w.PodName() == s.Netns && s.Netns != "" {
-		return "pod " + s.NetnsText()
+	if w := s.Workload; s.Netns != "" && w != nil && (w.PodName() == s.Netns || w.Pod == "" && w.ContainerName() == s.Netns) {
+		return ""
 	}
 	return "netns " + s.NetnsText()
 }

@@ -63,17 +63,19 @@ func TestSubjectWorkload(t *testing.T) {
 		json               string
 	}{
 		{"pod's container in the pod's namespace", SocketSubject(pod, &snapshot.Socket{Pids: []int{10}}, procs),
-			"shop/web-1 api", "container api", "pod shop/web-1", `,"pod":"web-1","pod_namespace":"shop","container":"api"`},
+			"shop/web-1 api", "pod shop/web-1 container api", "", `,"pod":"web-1","pod_namespace":"shop","container":"api"`},
 		{"unowned socket in a pod's namespace", SocketSubject(pod, &snapshot.Socket{}, procs),
-			"shop/web-1", "", "pod shop/web-1", `,"pod":"web-1","pod_namespace":"shop"`},
+			"shop/web-1", "pod shop/web-1", "", `,"pod":"web-1","pod_namespace":"shop"`},
 		{"process of a pod on the host network", SocketSubject(host, &snapshot.Socket{Pids: []int{10}}, procs),
 			"shop/web-1 api", "pod shop/web-1 container api", "netns host", `,"pod":"web-1","pod_namespace":"shop","container":"api"`},
 		{"process of a unit", SocketSubject(host, &snapshot.Socket{Pids: []int{11}}, procs),
 			"nginx.service", "unit nginx.service", "netns host", `,"unit":"nginx.service"`},
 		{"process in nothing known", SocketSubject(host, &snapshot.Socket{Pids: []int{12}}, procs),
 			"-", "", "netns host", ``},
+		{"container in a namespace of another name", Subject{Netns: "pid:77", Workload: docker},
+			"web", "container web", "netns pid:77", `,"container":"web"`},
 		{"container naming its namespace", Subject{Netns: "web", Workload: docker},
-			"web", "", "netns web", `,"container":"web"`},
+			"web", "", "", `,"container":"web"`},
 		{"hostile names", Subject{Netns: "x", Workload: &snapshot.Workload{ID: "1", Container: "a\x1b[2J"}},
 			`a\x1b[2J`, `container a\x1b[2J`, "netns x", `,"container":"a\u001b[2J"`},
 	} {

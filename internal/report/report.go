@@ -189,9 +189,6 @@ func subjectText(s diag.Subject) string {
 	if p := sub.ProcessPid(); p != "" {
 		parts = append(parts, p)
 	}
-	if w := sub.WorkloadPhrase(); w != "" {
-		parts = append(parts, w)
-	}
 	if s.Service != "" && s.Service != s.Local {
 		parts = append(parts, "service "+safe(s.Service))
 	}
@@ -201,8 +198,11 @@ func subjectText(s diag.Subject) string {
 	if len(s.Ports) > 0 {
 		parts = append(parts, "ports "+counts(s.Ports))
 	}
-	if s.Netns != "" {
-		parts = append(parts, sub.NetnsPhrase())
+	if w := sub.WorkloadPhrase(); w != "" {
+		parts = append(parts, w)
+	}
+	if n := sub.NetnsPhrase(); s.Netns != "" && n != "" {
+		parts = append(parts, n)
 	}
 	return strings.Join(parts, " ")
 }
