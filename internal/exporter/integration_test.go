@@ -46,8 +46,13 @@ func (l *lockedBuf) String() string {
 // returns its address.
 func startServe(t *testing.T, args ...string) string {
 	t.Helper()
+	return startServeEnv(t, cli.DefaultEnv(), args...)
+}
+
+// startServeEnv is startServe with env (its Stdout and Stderr replaced).
+func startServeEnv(t *testing.T, env *cli.Env, args ...string) string {
+	t.Helper()
 	stderr := &lockedBuf{}
-	env := cli.DefaultEnv()
 	env.Stdout, env.Stderr = io.Discard, stderr
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
