@@ -163,6 +163,15 @@ func freePort(t *testing.T) string {
 // second with the alert rules loaded; it is killed by its PID at cleanup.
 func startPrometheus(t *testing.T, target string) string {
 	t.Helper()
+	return startPrometheusJobs(t, fmt.Sprintf(`  - job_name: tcpdoctor
+    static_configs:
+      - targets: [%q]
+`, target))
+}
+
+// startPrometheusJobs is startPrometheus with jobs as its scrape_configs.
+func startPrometheusJobs(t *testing.T, jobs string) string {
+	t.Helper()
 	bin, err := exec.LookPath("prometheus")
 	if err != nil {
 		t.Skip("prometheus not installed (Debian package prometheus)")
@@ -178,10 +187,7 @@ func startPrometheus(t *testing.T, target string) string {
 rule_files:
   - %q
 scrape_configs:
-  - job_name: tcpdoctor
-    static_configs:
-      - targets: [%q]
-`, rulesFile, target)
+%s`, rulesFile, jobs)
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
