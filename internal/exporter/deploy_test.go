@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -17,9 +18,58 @@ import (
 const deployDir = "../../deploy"
 
 var (
-	metricRe = regexp.MustCompile(`\btcpdoctor_[a-z_]+`)
-	fqNameRe = regexp.MustCompile(`fqName: "([^"]+)"`)
+	metricRe   = regexp.MustCompile(`\btcpdoctor_[a-z_]+`)
+	fqNameRe   = regexp.MustCompile(`fqName: "([^"]+)"`)
+	varLabelRe = regexp.MustCompile(`variableLabels: \{([^}]*)\}`)
+	legendRe   = regexp.MustCompile(`\{\{\s*([a-zA-Z_]+)\s*\}\}`)
+	byRe       = regexp.MustCompile(`^\s*(?:sum|count|max|min|avg) by \(([^)]*)\)`)
+	labelVarRe = regexp.MustCompile(`^label_values\((tcpdoctor_[a-z_]+)(?:\{[^}]*\})?,\s*([a-z_]+)\)$`)
 )
+
+// labelsOfFamilies returns each exported family's label names, with the
+// instance and job labels Prometheus adds to every series.
+func labelsOfFamilies(t *testing.T) map[string]map[string]bool {
+	t.Helper()
+	out := map[string]map[string]bool{}
+	for _, d := range newDescs().all() {
+		n := fqNameRe.FindStringSubmatch(d.String())
+		l := varLabelRe.FindStringSubmatch(d.String())
+		if n == nil || l == nil {
+			t.Fatalf("no name or labels in %s", d)
+		}
+		m := map[string]bool{"instance": true, "job": true}
+		for _, v := range strings.Split(l[1], ",") {
+			if v = strings.TrimSpace(v); v != "" {
+				m[v] = true
+			}
+		}
+		out[n[1]] = m
+	}
+	return out
+}
+
+// checkLegend fails for a legend naming a label the query's result
+// cannot have: one its outer aggregation drops, or one no family in it
+// has (Grafana would print it empty).
+func checkLegend(t *testing.T, where, expr, legend string, fams map[string]map[string]bool) {
+	t.Helper()
+	for _, m := range legendRe.FindAllStringSubmatch(legend, -1) {
+		label := m[1]
+		if by := byRe.FindStringSubmatch(expr); by != nil {
+			if !slices.Contains(strings.Split(strings.ReplaceAll(by[1], " ", ""), ","), label) {
+				t.Errorf("%s: legend %q names %s, which %q aggregates away", where, legend, label, expr)
+			}
+			continue
+		}
+		found := false
+		for _, name := range metricRe.FindAllString(expr, -1) {
+			found = found || fams[name][label]
+		}
+		if !found {
+			t.Errorf("%s: legend %q names %s, which no family in %q has", where, legend, label, expr)
+		}
+	}
+}
 
 // exported returns the name of every family the exporter can emit.
 func exported(t *testing.T) map[string]bool {
@@ -54,7 +104,8 @@ type dashPanel struct {
 	Type    string `json:"type"`
 	Title   string `json:"title"`
 	Targets []struct {
-		Expr string `json:"expr"`
+		Expr   string `json:"expr"`
+		Legend string `json:"legendFormat"`
 	} `json:"targets"`
 	Panels []dashPanel `json:"panels"`
 }
@@ -69,6 +120,7 @@ func TestGrafanaDashboard(t *testing.T) {
 		Panels     []dashPanel `json:"panels"`
 		Templating struct {
 			List []struct {
+				Name  string `json:"name"`
 				Type  string `json:"type"`
 				Query any    `json:"query"`
 			} `json:"list"`
@@ -78,6 +130,7 @@ func TestGrafanaDashboard(t *testing.T) {
 		t.Fatalf("tcpdoctor.json is not valid JSON: %v", err)
 	}
 	have := exported(t)
+	fams := labelsOfFamilies(t)
 	var exprs []string
 	var titles []string
 	var walk func(ps []dashPanel)
@@ -89,15 +142,34 @@ func TestGrafanaDashboard(t *testing.T) {
 			}
 			for _, tg := range p.Targets {
 				checkMetrics(t, "panel "+p.Title, tg.Expr, have)
+				checkLegend(t, "panel "+p.Title, tg.Expr, tg.Legend, fams)
 				exprs = append(exprs, tg.Expr)
 			}
 			walk(p.Panels)
 		}
 	}
 	walk(d.Panels)
+	vars := map[string]bool{}
 	for _, v := range d.Templating.List {
+		vars[v.Name] = true
 		if q, ok := v.Query.(string); ok && v.Type == "query" {
 			checkMetrics(t, "variable", q, have)
+			if m := labelVarRe.FindStringSubmatch(q); m == nil || !fams[m[1]][m[2]] {
+				t.Errorf("variable %s: %q is not label_values of a label the family has", v.Name, q)
+			}
+		}
+	}
+	// The pod filter: a pod's namespace and name as variables, and every
+	// query that filters by netns filters by them too.
+	for _, v := range []string{"namespace", "pod"} {
+		if !vars[v] {
+			t.Errorf("no %s variable", v)
+		}
+	}
+	for _, e := range exprs {
+		if strings.Contains(e, `netns=~"$netns"`) && (strings.Count(e, `netns=~"$netns"`) != strings.Count(e, `pod=~"$pod"`) ||
+			strings.Count(e, `netns=~"$netns"`) != strings.Count(e, `namespace=~"$namespace"`)) {
+			t.Errorf("%q filters by netns but not by pod and namespace", e)
 		}
 	}
 	all := strings.Join(titles, "\n")
@@ -114,7 +186,7 @@ func TestGrafanaDashboard(t *testing.T) {
 	}
 	var sb strings.Builder
 	sb.WriteString("groups:\n  - name: dashboard\n    rules:\n")
-	r := strings.NewReplacer("$__rate_interval", "5m", "$instance", ".*", "$netns", ".*")
+	r := strings.NewReplacer("$__rate_interval", "5m", "$instance", ".*", "$netns", ".*", "$namespace", ".*", "$pod", ".*")
 	for i, e := range exprs {
 		q, _ := json.Marshal(r.Replace(e))
 		fmt.Fprintf(&sb, "      - record: panel_query_%d\n        expr: %s\n", i, q)
