@@ -346,7 +346,8 @@ func TestServeRefusedConnects(t *testing.T) {
 	stop := testns.Refusals(t, ns)
 	defer stop()
 	addr := startServe(t, "--netns", ns.Name, "--interval", "1s", "--bpf", "on")
-	refused := fmt.Sprintf(`tcpdoctor_bpf_failed_connects_total{dst=%q,errno="ECONNREFUSED",netns=%q}`, testns.RefusedDst, ns.Name)
+	// The test's namespace holds no pod or container: those labels are empty.
+	refused := fmt.Sprintf(`tcpdoctor_bpf_failed_connects_total{container="",dst=%q,errno="ECONNREFUSED",namespace="",netns=%q,pod=""}`, testns.RefusedDst, ns.Name)
 	start := time.Now()
 	var scrape []byte
 	for {
