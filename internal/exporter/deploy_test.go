@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tcpdoctor/tcpdoctor/internal/containers"
 	"github.com/tcpdoctor/tcpdoctor/internal/rules"
 )
 
@@ -252,5 +253,45 @@ func TestAlertRules(t *testing.T) {
 	cmd.Dir = filepath.Join(deployDir, "prometheus")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Errorf("promtool test rules: %v\n%s", err, out)
+	}
+}
+
+// TestDaemonSetMounts: the DaemonSet mounts, read-only and at the host's
+// own path, every directory name resolution reads by default
+// (containers.DefaultRoots; /proc comes with hostPID), so no flag is
+// needed; /run/netns with HostToContainer propagation.
+func TestDaemonSetMounts(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(deployDir, "kubernetes", "daemonset.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(b)
+	r := containers.DefaultRoots()
+	if !strings.Contains(text, "hostPID: true") || r.Proc != "/proc" {
+		t.Errorf("no hostPID: /proc/PID/cgroup of the host's processes is not readable")
+	}
+	mount := regexp.MustCompile(`(?m)^\s+- name: (\S+)\n\s+mountPath: (\S+)\n\s+readOnly: true\n(\s+mountPropagation: (\S+)\n)?`)
+	got := map[string]string{}
+	for _, m := range mount.FindAllStringSubmatch(text, -1) {
+		got[m[2]] = m[4]
+		if !strings.Contains(text, "path: "+m[2]+"\n") {
+			t.Errorf("mount %s is not the host's path %s", m[1], m[2])
+		}
+	}
+	for path, prop := range map[string]string{
+		filepath.Join(r.ContainerdState, "io.containerd.runtime.v2.task"): "",
+		r.Runc:                                "",
+		filepath.Join(r.Docker, "containers"): "",
+		"/run/netns":                          "HostToContainer",
+	} {
+		p, ok := got[path]
+		if !ok {
+			t.Errorf("%s is not mounted read-only (mounted: %v)", path, got)
+		} else if p != prop {
+			t.Errorf("%s: propagation %q, want %q", path, p, prop)
+		}
+	}
+	if _, ok := got[r.ContainerdState]; ok {
+		t.Errorf("%s mounted whole: it holds containerd's API socket", r.ContainerdState)
 	}
 }
