@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -265,4 +266,54 @@ func TestPodFixHostNetwork(t *testing.T) {
 		!strings.Contains(f.Text, "hostNetwork") {
 		t.Errorf("hostNetwork pod fix: %+v", f)
 	}
+}
+
+// Every kernel fix any fixture gives with a sysctl -w is restated in a
+// pod, each sysctl it sets either in the pod spec or on the node: a
+// command the one parser (remedy.InPods) cannot read fails here.
+func TestPodFixEverySysctl(t *testing.T) {
+	fixtures, err := filepath.Glob("testdata/*/*.jsonl")
+	if err != nil || len(fixtures) == 0 {
+		t.Fatalf("no fixtures: %v", err)
+	}
+	seen := 0
+	for _, path := range fixtures {
+		if len(readSnaps(t, path)) < 2 {
+			continue
+		}
+		for _, f := range podFixesAll(t, path) {
+			for _, fx := range f.Fixes {
+				if fx.Scope != "kernel" || fx.Peer || fx.Pod == nil && !strings.Contains(fx.Command, "sysctl") {
+					continue
+				}
+				if fx.Pod == nil {
+					t.Errorf("%s %s: kernel fix not restated in the pod: %+v", path, f.Rule, fx)
+					continue
+				}
+				seen++
+				if len(fx.Pod.Sysctls)+len(fx.Pod.Node) == 0 || strings.Contains(fx.Command, "sysctl -w") && len(fx.Pod.Node) == 0 {
+					t.Errorf("%s %s: %+v", path, f.Rule, fx)
+				}
+			}
+		}
+	}
+	t.Logf("%d kernel fixes restated in a pod over every fixture", seen)
+	if seen < 5 {
+		t.Errorf("only %d kernel fixes restated over every fixture", seen)
+	}
+}
+
+// podFixesAll runs every rule over a fixture in pod shop/web-1.
+func podFixesAll(t *testing.T, path string) []diag.Finding {
+	t.Helper()
+	var fs []diag.Finding
+	for _, r := range All() {
+		snaps := readSnaps(t, path)
+		for _, s := range snaps {
+			s.Netns.Workload = &snapshot.Workload{Runtime: "containerd", ID: strings.Repeat("5b", 32), Pod: "web-1", PodNamespace: "shop", Sandbox: true}
+		}
+		rep := checkup.Diagnose(slices.Values([]*diag.Input{diag.NewInput(snaps[0], snaps[len(snaps)-1], diag.Options{})}), []diag.Rule{r})
+		fs = append(fs, rep.Findings...)
+	}
+	return fs
 }
