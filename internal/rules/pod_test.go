@@ -156,6 +156,8 @@ func TestPodFixListenOverflow(t *testing.T) {
 		t.Fatal("no somaxconn fix")
 	}
 	n := hostValue(t, host, "net.core.somaxconn")
+	t.Logf("outside a pod: %s\n%s", host.Text, host.Command)
+	t.Logf("in pod shop/web-1: %s\nkubelet %s\n%s", pod.Text, pod.Pod.Kubelet, pod.Pod.YAML)
 	podSysctl(t, pod, "net.core.somaxconn", n, "")
 	if pod.Pod.Kubelet != "--allowed-unsafe-sysctls=net.core.somaxconn" || pod.Command != "" {
 		t.Errorf("kubelet %q, command %q", pod.Pod.Kubelet, pod.Command)
