@@ -12,8 +12,8 @@ import (
 type Names struct {
 	Find Finder
 	// Now is the clock that spaces the looks.
-	Now    func() time.Time
-	byIno  map[uint64]string
+	Now   func() time.Time
+	byIno map[uint64]string
 	// held is the pod, container or unit holding each namespace that
 	// Find.Workloads named.
 	held   map[uint64]*snapshot.Workload
