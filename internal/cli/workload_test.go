@@ -2,7 +2,6 @@ package cli
 
 import (
 	"encoding/json"
-	"os"
 	"strings"
 	"testing"
 
@@ -186,5 +185,3 @@ func TestWorkloadMatch(t *testing.T) {
 		t.Errorf("ambiguous pod: %v", err)
 	}
 }
-
-var _ = os.Getpid
