@@ -8,12 +8,15 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
 	"github.com/tcpdoctor/tcpdoctor/internal/containers"
+	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/testpod"
 	"github.com/tcpdoctor/tcpdoctor/internal/window"
 )
@@ -35,6 +38,26 @@ func init() {
 	fail := func(err error) {
 		fmt.Fprintln(os.Stderr, "pod child:", err)
 		os.Exit(1)
+	}
+	if os.Getenv(podChild) == "backlog" {
+		// A listener with a backlog of 2 that never accepts.
+		fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+		if err == nil {
+			err = syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}})
+		}
+		if err == nil {
+			err = syscall.Listen(fd, 2)
+		}
+		var sa syscall.Sockaddr
+		if err == nil {
+			sa, err = syscall.Getsockname(fd)
+		}
+		if err != nil {
+			fail(err)
+		}
+		fmt.Println(sa.(*syscall.SockaddrInet4).Port)
+		_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
+		os.Exit(0)
 	}
 	l, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
@@ -79,10 +102,10 @@ func podEnv(p *testpod.Pod, out, errb *bytes.Buffer) *Env {
 // startPodChild starts podChild in the pod's namespace, joins it to the
 // app container and returns it with its port and a function that starts
 // its refused connects.
-func startPodChild(t *testing.T, p *testpod.Pod) (pid int, port string, provoke func()) {
+func startPodChild(t *testing.T, p *testpod.Pod, mode string) (pid int, port string, provoke func()) {
 	t.Helper()
 	cmd := exec.Command("nsenter", "--net="+p.Netns, os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), podChild+"=1")
+	cmd.Env = append(os.Environ(), podChild+"="+mode)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -140,7 +163,7 @@ func readyChild(t *testing.T, cmd *exec.Cmd, stdin interface{ Close() error }) (
 // api` shows its failed connects named by pod and container.
 func TestPodFiltersReal(t *testing.T) {
 	p := testpod.Start(t)
-	pid, port, provoke := startPodChild(t, p)
+	pid, port, provoke := startPodChild(t, p, "connect")
 
 	var out, errb bytes.Buffer
 	code := Main([]string{"sockets", "--pod", "shop/web-1", "--container", "api", "--json", "--bpf", "off"}, podEnv(p, &out, &errb))
@@ -211,5 +234,45 @@ func TestPodFiltersReal(t *testing.T) {
 			m["pid"] != float64(pid) || m["remote"] != "127.0.0.2:9090" || m["reason"] != "EADDRNOTAVAIL" {
 			t.Errorf("watch line %s: want a failed connect of pid %d in pod shop/web-1 container api", l, pid)
 		}
+	}
+}
+
+// TestRecordKeepsPodNames: `record` on a real pod whose listener
+// overflows, then `check --from` on a copy of the file, by an Env with no
+// resolver (no runtime to read): the finding names pod and container,
+// from the names the file stored.
+func TestRecordKeepsPodNames(t *testing.T) {
+	p := testpod.Start(t)
+	_, port, _ := startPodChild(t, p, "backlog")
+	dir := t.TempDir()
+	rec := filepath.Join(dir, "pod.jsonl")
+	var out, errb bytes.Buffer
+	done := make(chan int)
+	go func() {
+		done <- Main([]string{"record", "-o", rec, "--all-netns", "--count", "2", "--interval", "2s", "--bpf", "off"}, podEnv(p, &out, &errb))
+	}()
+	time.Sleep(500 * time.Millisecond) // the first sample is taken
+	err := netns.Do(p.NS(), func() error {
+		for i := 0; i < 20; i++ { // beyond the backlog: handshakes dropped
+			if c, err := net.DialTimeout("tcp4", "127.0.0.1:"+port, 50*time.Millisecond); err == nil {
+				defer c.Close()
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := <-done; code != ExitOK {
+		t.Fatalf("record: exit %d: %s", code, errb.String())
+	}
+	b, err := os.ReadFile(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := writeTemp(t, "copy.jsonl", b)
+	code, text, stderr := run(t, "check", "--from", cp, "--pod", "shop/web-1", "--container", "api")
+	if code != ExitFindings || !strings.Contains(text, "listen-overflow  127.0.0.1:"+port) || !strings.Contains(text, "pod shop/web-1") || !strings.Contains(text, "container api") {
+		t.Errorf("check --from the copy: exit %d, stderr %q, out:\n%s\nwant the overflow of 127.0.0.1:%s named by pod shop/web-1 and container api", code, stderr, text, port)
 	}
 }
