@@ -198,6 +198,14 @@ func TestPodFiltersReal(t *testing.T) {
 		t.Errorf("sockets --pod shop/web-2: exit %d, stderr %q", code, errb.String())
 	}
 
+	// trace records in the pod's namespace, the container's sockets.
+	out.Reset()
+	errb.Reset()
+	if code := Main([]string{"trace", "--pod", "shop/web-1", "--container", "api", "--duration", "1s", "--rate", "10", "--bpf", "off"}, podEnv(p, &out, &errb)); code != ExitOK ||
+		!strings.HasPrefix(out.String(), "traced in netns shop/web-1: container api\n") {
+		t.Errorf("trace --pod shop/web-1 --container api: exit %d, stderr %q, out:\n%s", code, errb.String(), out.String())
+	}
+
 	src, err := collect.BPFLoaders().Events(nil)
 	if err != nil {
 		t.Skipf("eBPF events cannot load here: %v", err)
