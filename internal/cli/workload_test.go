@@ -11,8 +11,8 @@ import (
 // podFixture is the overflow fixture as two namespaces of a Kubernetes
 // node: the host's, where java (4242) is container api of the
 // host-network pod shop/web-1 and sshd (812) is sshd.service, and the
-// namespace of pod shop/db-0, where java is its container db. Both
-// overflow.
+// namespace of pod shop/db-0, where java is its container db. Every
+// listener overflows, sshd's too.
 func podFixture(t *testing.T) string {
 	t.Helper()
 	l := fixtureLines(t)
@@ -31,6 +31,19 @@ func podFixture(t *testing.T) string {
 			if ns == "host" {
 				procs["4242"].(map[string]any)["workload"] = web
 				procs["812"].(map[string]any)["workload"] = sshd
+				// sshd's listener is as full as java's: a finding of the
+				// same namespace that is no pod's.
+				var q any
+				for _, sk := range m["sockets"].([]any) {
+					if sk := sk.(map[string]any); sk["local"] == "0.0.0.0:8080" {
+						q = sk["recv_q"]
+					}
+				}
+				for _, sk := range m["sockets"].([]any) {
+					if sk := sk.(map[string]any); sk["local"] == "0.0.0.0:22" {
+						sk["recv_q"] = q
+					}
+				}
 			} else {
 				m["netns"] = map[string]any{"name": ns, "inode": 4026532177, "workload": dbNS}
 				procs["4242"].(map[string]any)["workload"] = db
@@ -51,7 +64,7 @@ func podFixture(t *testing.T) string {
 func TestCheckPodFilter(t *testing.T) {
 	path := podFixture(t)
 	code, all, stderr := run(t, "check", "--from", path)
-	if code != ExitFindings || !strings.Contains(all, "pod shop/web-1 container api") || !strings.Contains(all, "pod shop/db-0") {
+	if code != ExitFindings || !strings.Contains(all, "pod shop/web-1 container api") || !strings.Contains(all, "pod shop/db-0") || !strings.Contains(all, "sshd") {
 		t.Fatalf("unfiltered: exit %d, stderr %q, out:\n%s\nwant both pods' overflows", code, stderr, all)
 	}
 	for _, c := range []struct {
@@ -66,7 +79,7 @@ func TestCheckPodFilter(t *testing.T) {
 	} {
 		args := append([]string{"check", "--from", path}, c.args...)
 		code, out, stderr := run(t, args...)
-		if code != ExitFindings || !strings.Contains(out, c.want) || strings.Contains(out, c.not) || !strings.Contains(out, "listen-overflow") {
+		if code != ExitFindings || !strings.Contains(out, c.want) || strings.Contains(out, c.not) || strings.Contains(out, "sshd") || !strings.Contains(out, "listen-overflow") {
 			t.Errorf("%v: exit %d, stderr %q, out:\n%s\nwant %q and no %q", c.args, code, stderr, out, c.want, c.not)
 		}
 	}
