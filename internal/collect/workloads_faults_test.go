@@ -21,11 +21,11 @@ import (
 // fakeHost is a procfs and runtime state under a temp dir, made from the
 // files captured from real runtimes in internal/containers/testdata.
 type fakeHost struct {
-	t     *testing.T
+	t     testing.TB
 	roots containers.Roots
 }
 
-func newFakeHost(t *testing.T) *fakeHost {
+func newFakeHost(t testing.TB) *fakeHost {
 	dir := t.TempDir()
 	return &fakeHost{t: t, roots: containers.Roots{
 		Proc:            filepath.Join(dir, "proc"),
@@ -46,7 +46,7 @@ func (h *fakeHost) write(path string, b []byte) {
 	}
 }
 
-func captured(t *testing.T, parts ...string) []byte {
+func captured(t testing.TB, parts ...string) []byte {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(append([]string{"..", "containers", "testdata"}, parts...)...))
 	if err != nil {
