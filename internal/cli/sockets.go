@@ -17,6 +17,7 @@ import (
 
 type socketsOpts struct {
 	src      sourceOpts
+	at       atOpts
 	bpf      bpfOpts
 	interval time.Duration
 	states   []string
@@ -45,6 +46,7 @@ tcp_info chronographs.`,
 	}
 	fs := cmd.Flags()
 	o.src.register(fs)
+	o.at.register(fs)
 	o.bpf.register(fs)
 	fs.DurationVar(&o.interval, "interval", 0, "take two samples this far apart and show limiter shares")
 	fs.StringSliceVar(&o.states, "state", nil, "only these states (e.g. established,time-wait,listen)")
@@ -125,6 +127,9 @@ func (f *socketFilter) kernel() (states uint32, kf *sockdiag.Filter) {
 }
 
 func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
+	if err := o.at.resolve(e, &o.src, "sockets"); err != nil {
+		return err
+	}
 	if err := o.src.validate(); err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package history
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -29,8 +30,7 @@ type logs struct {
 func (l *logs) logf(format string, a ...any) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.lines = append(l.lines, strings.TrimSpace(strings.ReplaceAll(format, "%v", "")))
-	_ = a
+	l.lines = append(l.lines, fmt.Sprintf(format, a...))
 }
 
 func (l *logs) n() int {
@@ -209,20 +209,7 @@ func TestEvidenceWhenItStartsWorsensOrPersists(t *testing.T) {
 // lists the evidence files.
 func evidenceFiles(t *testing.T, r *Recorder, dir string) []string {
 	t.Helper()
-	for range 1000 {
-		if len(r.jobs) == 0 {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
-	r.jobs <- &job{} // queued behind the last: when taken, the last is done
-	for range 1000 {
-		if len(r.jobs) == 0 {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
-	time.Sleep(5 * time.Millisecond)
+	r.wait()
 	m, _ := filepath.Glob(filepath.Join(dir, "evidence-*"))
 	return m
 }

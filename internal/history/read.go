@@ -168,16 +168,12 @@ func (s *Store) Entries(since, until time.Time) ([]Entry, error) {
 	}
 	var out []Entry
 	for i, f := range segs {
-		// A segment holds windows ending from its start to the next
-		// segment's start (or its last write).
-		end := f.mod
-		if i+1 < len(segs) && segs[i+1].from.After(end) {
-			end = segs[i+1].from
-		}
-		if !until.IsZero() && f.from.After(until.Add(time.Minute)) {
+		// A segment holds the windows ending from its name's time (its
+		// first window's end) to the next segment's.
+		if !until.IsZero() && f.from.After(until) {
 			break
 		}
-		if !since.IsZero() && end.Before(since) {
+		if !since.IsZero() && i+1 < len(segs) && !segs[i+1].from.After(since) {
 			continue
 		}
 		fh, err := os.Open(filepath.Join(s.Dir, f.name))

@@ -37,8 +37,8 @@ type Options struct {
 	// EvidenceEvery is how often a finding at warning or above that keeps
 	// going has its window kept again.
 	EvidenceEvery time.Duration
-	// SegmentSpan is how long a timeline segment is written before the
-	// next is started; a segment is also closed at MaxBytes/16.
+	// SegmentSpan is the span of windows a timeline segment holds before
+	// the next is started; a segment is also closed at MaxBytes/16.
 	SegmentSpan time.Duration
 	// Tool names the writer in the files' headers.
 	Tool string
@@ -110,6 +110,15 @@ type job struct {
 	first, last []*snapshot.Snapshot
 	// noted marks the entries of the namespaces the evidence is for.
 	noted map[string]bool
+	// done, when set, is closed once the job is written (tests wait on it).
+	done chan struct{}
+}
+
+// wait blocks until everything queued before it is written.
+func (r *Recorder) wait() {
+	j := &job{done: make(chan struct{})}
+	r.jobs <- j
+	<-j.done
 }
 
 // New starts a Recorder writing into o.Dir, which it creates (mode 0700)
@@ -226,6 +235,9 @@ func (r *Recorder) run() {
 	r.evict()
 	for j := range r.jobs {
 		r.write(j)
+		if j.done != nil {
+			close(j.done)
+		}
 	}
 	r.closeSegment()
 }
@@ -233,6 +245,9 @@ func (r *Recorder) run() {
 // write keeps one collection: its evidence first, so its entries can
 // name the file, then its entries.
 func (r *Recorder) write(j *job) {
+	if len(j.entries) == 0 {
+		return // nothing to write proves nothing about the disk
+	}
 	ok := true
 	if len(j.first) > 0 {
 		name, err := r.writeEvidence(j.first, j.last)
@@ -332,13 +347,18 @@ func (r *Recorder) writeEvidence(first, last []*snapshot.Snapshot) (string, erro
 // failed write cuts the segment back to its last complete flush and
 // closes it: the next window starts a new one.
 func (r *Recorder) appendEntries(es []Entry) error {
-	now := r.o.Now()
-	if r.seg != nil && (now.Sub(r.segStart) >= r.o.SegmentSpan || r.segSize >= r.o.MaxBytes/16) {
+	if len(es) == 0 {
+		return nil
+	}
+	// Segments are named and rotated by the windows' times, so that a
+	// reader can tell from the names which segments hold which times.
+	first := es[0].To
+	if r.seg != nil && (first.Sub(r.segStart) >= r.o.SegmentSpan || first.Before(r.segStart) || r.segSize >= r.o.MaxBytes/16) {
 		r.closeSegment()
 		r.evict()
 	}
 	if r.seg == nil {
-		if err := r.openSegment(now); err != nil {
+		if err := r.openSegment(first); err != nil {
 			return err
 		}
 	}
@@ -367,11 +387,12 @@ func (r *Recorder) appendEntries(es []Entry) error {
 	return nil
 }
 
-func (r *Recorder) openSegment(now time.Time) error {
+// openSegment starts a segment named by the end of its first window.
+func (r *Recorder) openSegment(start time.Time) error {
 	if err := os.MkdirAll(r.o.Dir, 0o700); err != nil {
 		return fmt.Errorf("history: %w", err)
 	}
-	name := filepath.Join(r.o.Dir, timelineName(now))
+	name := filepath.Join(r.o.Dir, timelineName(start))
 	// O_EXCL: a segment is only ever appended to by the writer that
 	// started it; after a restart the next one begins.
 	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o600)
@@ -390,7 +411,7 @@ func (r *Recorder) openSegment(now time.Time) error {
 		return fmt.Errorf("history: start %s: %w", filepath.Base(name), err)
 	}
 	syncDir(r.o.Dir)
-	r.seg, r.gz, r.segStart = f, gz, now
+	r.seg, r.gz, r.segStart = f, gz, start
 	if st, err := f.Stat(); err == nil {
 		r.segSize = st.Size()
 		r.written.Add(st.Size())
