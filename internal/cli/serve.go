@@ -39,6 +39,8 @@ type serveOpts struct {
 	history   string
 	histSize  string
 	histAge   string
+	histSeg   time.Duration
+	histEvery time.Duration
 }
 
 // newServeCmd serves the findings and the counters behind them as
@@ -69,6 +71,12 @@ result and never starts a collection. Binds to loopback unless --listen says oth
 	fs.StringVar(&o.history, "history", "", "keep every window's findings and the evidence of incidents in this directory, for `tcpdoctor history` and `check --history --at` (docs/history.md)")
 	fs.StringVar(&o.histSize, "history-size", "256MiB", "bound of the --history directory; the oldest files go first")
 	fs.StringVar(&o.histAge, "history-age", "7d", "files in --history older than this go (a duration: 168h, 7d)")
+	// For tests and the bench: how long a timeline segment spans, and how
+	// often a persisting finding's window is kept.
+	fs.DurationVar(&o.histSeg, "history-segment", history.DefaultSegmentSpan, "span of windows in one timeline segment")
+	fs.DurationVar(&o.histEvery, "history-evidence-every", history.DefaultEvidenceEvery, "keep a persisting finding's window this often")
+	_ = fs.MarkHidden("history-segment")
+	_ = fs.MarkHidden("history-evidence-every")
 	o.bpf.register(fs)
 	cmd.AddCommand(newServeBenchCmd(e))
 	return cmd
@@ -97,7 +105,11 @@ func runServe(ctx context.Context, e *Env, o *serveOpts) error {
 			return usageErr("serve: --bandwidth: %v", err)
 		}
 	}
-	hopts := history.Options{Dir: o.history, Tool: "tcpdoctor " + Version, Now: e.Now, Logf: e.progress}
+	hopts := history.Options{Dir: o.history, Tool: "tcpdoctor " + Version, Now: e.Now, Logf: e.progress,
+		SegmentSpan: o.histSeg, EvidenceEvery: o.histEvery}
+	if o.histSeg <= 0 || o.histEvery <= 0 {
+		return usageErr("serve: --history-segment and --history-evidence-every must be positive")
+	}
 	if o.history != "" {
 		var err error
 		if hopts.MaxBytes, err = history.ParseSize(o.histSize); err != nil {

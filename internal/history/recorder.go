@@ -283,7 +283,7 @@ func (r *Recorder) fail(err error) {
 	r.errs.Add(1)
 	if !r.failing {
 		r.failing = true
-		r.o.Logf("history: %v (metrics go on; said once, tcpdoctor_history_errors_total counts the failures)", err)
+		r.o.Logf("%v (metrics go on; said once, tcpdoctor_history_errors_total counts the failures)", err)
 	}
 }
 
