@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -369,5 +368,4 @@ func TestHistoryFullDisk(t *testing.T) {
 		t.Errorf("serve said %d history lines:\n%s", n, log)
 	}
 	t.Logf("%v history errors over %v collections; log:\n%s", errs, cols, log)
-	_ = fmt.Sprint()
 }

@@ -249,6 +249,7 @@ type serveBenchOpts struct {
 	conns    int
 	cycles   int
 	interval time.Duration
+	history  bool
 }
 
 // newServeBenchCmd measures the exporter at N sockets: the cost of one
@@ -267,6 +268,9 @@ func newServeBenchCmd(e *Env) *cobra.Command {
 			if o.conns < 1 || o.conns > bench.MaxConns || o.cycles < 1 || o.cycles > 100 || o.interval < 100*time.Millisecond {
 				return usageErr("serve bench: --conns 1..%d, --cycles 1..100, --interval >= 100ms", bench.MaxConns)
 			}
+			if o.history {
+				return runHistoryBench(cmd.Context(), e, o)
+			}
 			res, err := bench.Exporter(cmd.Context(), bench.ExporterOptions{
 				Conns: o.conns, Cycles: o.cycles, Interval: o.interval,
 				Serve: []string{e.Args0, "serve"}, Self: benchSelf(e), Progress: e.Stderr,
@@ -281,6 +285,7 @@ func newServeBenchCmd(e *Env) *cobra.Command {
 	fs.IntVar(&o.conns, "conns", 5000, "established connections to create (two sockets each)")
 	fs.IntVar(&o.cycles, "cycles", 5, "collection cycles to measure")
 	fs.DurationVar(&o.interval, "interval", 2*time.Second, "the exporter's --interval")
+	fs.BoolVar(&o.history, "history", false, "measure what --history adds instead: disk and CPU per window, quiet and with a persisting warning, and `history` over a week (--cycles windows per case)")
 	return cmd
 }
 

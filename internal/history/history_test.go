@@ -209,7 +209,7 @@ func TestEvidenceWhenItStartsWorsensOrPersists(t *testing.T) {
 // lists the evidence files.
 func evidenceFiles(t *testing.T, r *Recorder, dir string) []string {
 	t.Helper()
-	r.wait()
+	r.Sync()
 	m, _ := filepath.Glob(filepath.Join(dir, "evidence-*"))
 	return m
 }

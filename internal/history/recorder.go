@@ -114,8 +114,8 @@ type job struct {
 	done chan struct{}
 }
 
-// wait blocks until everything queued before it is written.
-func (r *Recorder) wait() {
+// Sync blocks until everything queued before it is written.
+func (r *Recorder) Sync() {
 	j := &job{done: make(chan struct{})}
 	r.jobs <- j
 	<-j.done
@@ -310,7 +310,7 @@ func (r *Recorder) writeEvidence(first, last []*snapshot.Snapshot) (string, erro
 	defer os.Remove(tmp.Name()) // gone once renamed
 	cw := &countWriter{w: tmp}
 	err = func() error {
-		gz, err := gzip.NewWriterLevel(cw, gzip.BestSpeed)
+		gz, err := gzip.NewWriterLevel(cw, gzip.BestCompression)
 		if err != nil {
 			return err
 		}
