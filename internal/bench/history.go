@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -40,9 +41,11 @@ type HistoryCase struct {
 	// timeline segments' alone.
 	Bytes, TimelineBytes int64
 	// CPU is the process CPU time (user + system) the Recorder took for
-	// all windows: Add and its writer, measured with nothing else running
-	// in this process.
-	CPU time.Duration
+	// the windows that kept evidence (EvidenceCPU) and for the others
+	// (PlainCPU, over PlainWindows): Add and its writer, measured with
+	// nothing else running in this process.
+	EvidenceCPU, PlainCPU time.Duration
+	PlainWindows          int
 	// Findings is the warnings and above of the last window.
 	Findings int
 }
@@ -90,12 +93,14 @@ func History(ctx context.Context, o HistoryOptions) (*HistoryResult, error) {
 
 func historyCase(ctx context.Context, c *collect.Collector, ns netns.NS, name string, o HistoryOptions) (*HistoryCase, error) {
 	dir := filepath.Join(o.Dir, name)
-	every := history.DefaultEvidenceEvery
+	opts := history.Options{Dir: dir, Tool: "tcpdoctor bench"}
 	if name == "warning" {
-		every = time.Nanosecond // every window: the cost of one file
+		// Evidence every window, unpaced: the cost of one file, measured
+		// o.Windows times. The per-day figures apply the default pace.
+		opts.EvidenceEvery, opts.MaxBytes = time.Nanosecond, 1<<50
 	}
 	x := exporter.New(exporter.Options{Rules: rules.All()})
-	r := history.New(history.Options{Dir: dir, EvidenceEvery: every, Tool: "tcpdoctor bench"})
+	r := history.New(opts)
 	hc := &HistoryCase{Name: name}
 	if o.Progress != nil {
 		fmt.Fprintf(o.Progress, "tcpdoctor: bench: history %s: %d windows...\n", name, o.Windows)
@@ -110,9 +115,16 @@ func historyCase(ctx context.Context, c *collect.Collector, ns netns.NS, name st
 		before := cpuTime()
 		r.Add(snaps, rep)
 		r.Sync()
+		took := cpuTime() - before
 		if i > 0 { // the first collection has no window
-			hc.CPU += cpuTime() - before
 			hc.Windows++
+			if n := countEvidence(dir); n > hc.Evidence {
+				hc.Evidence = n
+				hc.EvidenceCPU += took
+			} else {
+				hc.PlainCPU += took
+				hc.PlainWindows++
+			}
 		}
 		hc.Sockets = len(snaps[0].Sockets)
 		hc.Findings = warnings(rep)
@@ -131,16 +143,17 @@ func historyCase(ctx context.Context, c *collect.Collector, ns netns.NS, name st
 			return nil, err
 		}
 		hc.Bytes += fi.Size()
-		switch filepath.Ext(de.Name()) {
-		case ".gz":
-			if len(de.Name()) > 9 && de.Name()[:9] == "timeline-" {
-				hc.TimelineBytes += fi.Size()
-			} else {
-				hc.Evidence++
-			}
+		if strings.HasPrefix(de.Name(), "timeline-") {
+			hc.TimelineBytes += fi.Size()
 		}
 	}
 	return hc, nil
+}
+
+// countEvidence counts the evidence files in dir.
+func countEvidence(dir string) int {
+	m, _ := filepath.Glob(filepath.Join(dir, "evidence-*"))
+	return len(m)
 }
 
 // warnings counts findings at warning or above.

@@ -192,7 +192,10 @@ func TestEvidenceWhenItStartsWorsensOrPersists(t *testing.T) {
 		{[]diag.Finding{finding("a", diag.Warning, "w")}, false, "persists 60s from the last evidence, 45s"},
 		{[]diag.Finding{finding("a", diag.Warning, "w")}, true, "persists 60s"},
 		{nil, false, "ends"},
-		{[]diag.Finding{finding("a", diag.Warning, "w")}, true, "starts again"},
+		{[]diag.Finding{finding("a", diag.Warning, "w")}, false, "starts again 30s after its evidence: flapping"},
+		{nil, false, "ends"},
+		{nil, false, "ends"},
+		{[]diag.Finding{finding("a", diag.Warning, "w")}, true, "starts again 75s after its evidence"},
 	}
 	for i, s := range steps {
 		before := len(evidenceFiles(t, r, dir))
@@ -203,6 +206,42 @@ func TestEvidenceWhenItStartsWorsensOrPersists(t *testing.T) {
 		}
 	}
 	r.Close()
+}
+
+// A finding that goes on has its window kept less often than
+// EvidenceEvery when its evidence is large against the store's bounds:
+// every size / (MaxBytes / MaxAge).
+func TestEvidencePace(t *testing.T) {
+	dir := t.TempDir()
+	big := at("a", 0)
+	for i := range 300 {
+		big.Sockets = append(big.Sockets, snapshot.Socket{Family: 2, State: snapshot.Listen, Cookie: uint64(i), Inode: uint32(i * 7919)})
+	}
+	// Each file is a few KB; a 1 MB store over 30 days holds about 33 KB
+	// a day: one a few hours.
+	r := New(Options{Dir: dir, MaxBytes: 1 << 20, MaxAge: 30 * 24 * time.Hour, EvidenceEvery: time.Minute})
+	var kept []int
+	for i := range 24 * 60 { // a day of minutes
+		s := *big
+		s.Taken = time.Unix(1_800_000_000+int64(60*i), 0)
+		before := len(evidenceFiles(t, r, dir))
+		r.Add([]*snapshot.Snapshot{&s}, &report.Report{Findings: []diag.Finding{finding("a", diag.Warning, "w")}})
+		if len(evidenceFiles(t, r, dir)) > before {
+			kept = append(kept, i)
+		}
+	}
+	r.Close()
+	size := r.lastEvidence.Load()
+	wantGap := time.Duration(float64(size) / float64(1<<20) * float64(30*24*time.Hour))
+	if len(kept) < 3 || wantGap < time.Hour {
+		t.Fatalf("kept at minutes %v; file %d bytes, pace %s", kept, size, wantGap)
+	}
+	for i := 2; i < len(kept); i++ {
+		gap := time.Duration(kept[i]-kept[i-1]) * time.Minute
+		if gap < wantGap-time.Minute || gap > wantGap+time.Minute {
+			t.Errorf("evidence %d minutes after the previous, want every %s (%d bytes a file)", kept[i]-kept[i-1], wantGap, size)
+		}
+	}
 }
 
 // evidenceFiles waits for r's writer to finish what is queued, then
@@ -306,7 +345,9 @@ func TestTornAndCorruptSegments(t *testing.T) {
 func TestEviction(t *testing.T) {
 	dir := t.TempDir()
 	const limit = 64 << 10
-	r := New(Options{Dir: dir, MaxBytes: limit, EvidenceEvery: time.Nanosecond})
+	// MaxAge a minute: the pace of evidence (size / (MaxBytes / MaxAge))
+	// stays below a window.
+	r := New(Options{Dir: dir, MaxBytes: limit, MaxAge: time.Minute, EvidenceEvery: time.Nanosecond})
 	big := at("a", 0)
 	for i := range 300 {
 		big.Sockets = append(big.Sockets, snapshot.Socket{Family: 2, State: snapshot.Listen, Cookie: uint64(i), Inode: uint32(i * 7919)})

@@ -81,6 +81,7 @@ type Recorder struct {
 	failing  bool
 
 	errs, dropped, written atomic.Int64
+	lastEvidence           atomic.Int64 // bytes of the last evidence file
 	closeOnce              sync.Once
 	done                   chan struct{}
 }
@@ -89,6 +90,17 @@ type Recorder struct {
 type seen struct {
 	sev      diag.Severity
 	evidence time.Time // when its window was last kept
+	lastTo   time.Time // the end of the last window that showed it
+}
+
+// pace is how often a finding that goes on has its window kept:
+// EvidenceEvery, or less often when the last evidence file was so large
+// that keeping one every EvidenceEvery would write more than the store
+// holds over its age (MaxBytes / MaxAge).
+func (r *Recorder) pace() time.Duration {
+	last := r.lastEvidence.Load()
+	p := time.Duration(float64(last) / float64(r.o.MaxBytes) * float64(r.o.MaxAge))
+	return max(r.o.EvidenceEvery, p)
 }
 
 // findingKey identifies a finding from one window to the next: its rule
@@ -169,7 +181,8 @@ func (r *Recorder) Add(snaps []*snapshot.Snapshot, rep *report.Report) {
 		order = append(order, ns)
 	}
 	j := &job{noted: map[string]bool{}}
-	active := map[findingKey]seen{}
+	pace := r.pace()
+	var newest time.Time
 	if rep != nil {
 		for i := range rep.Findings {
 			f := &rep.Findings[i]
@@ -182,15 +195,28 @@ func (r *Recorder) Add(snaps []*snapshot.Snapshot, rep *report.Report) {
 				continue
 			}
 			k := keyOf(f.Rule, &f.Subject)
-			was, ok := r.active[k]
-			// Due when it starts, worsens since the last window, or has
-			// gone EvidenceEvery without evidence.
-			now := seen{sev: f.Severity, evidence: was.evidence}
-			if !ok || f.Severity > was.sev || e.To.Sub(was.evidence) >= r.o.EvidenceEvery {
+			was := r.active[k]
+			// In the namespace's previous window too: it goes on.
+			goesOn := was.lastTo.Equal(e.From)
+			now := seen{sev: f.Severity, evidence: was.evidence, lastTo: e.To}
+			since := e.To.Sub(was.evidence)
+			var due bool
+			switch {
+			case !goesOn:
+				// It starts; again within EvidenceEvery of its last
+				// evidence, it is one finding flapping, kept as one
+				// that goes on.
+				due = was.evidence.IsZero() || since >= r.o.EvidenceEvery
+			case f.Severity > was.sev:
+				due = true // it worsens
+			default:
+				due = since >= pace
+			}
+			if due {
 				now.evidence = e.To
 				j.noted[e.Netns] = true
 			}
-			active[k] = now
+			r.active[k] = now
 		}
 		for _, u := range rep.Unknown {
 			if e := byNS[u.Netns]; e != nil {
@@ -198,7 +224,18 @@ func (r *Recorder) Add(snaps []*snapshot.Snapshot, rep *report.Report) {
 			}
 		}
 	}
-	r.active = active
+	// Forget findings gone for longer than the pace: their next start is
+	// new.
+	for _, ns := range order {
+		if byNS[ns].To.After(newest) {
+			newest = byNS[ns].To
+		}
+	}
+	for k, s := range r.active {
+		if newest.Sub(s.lastTo) > pace+r.o.EvidenceEvery {
+			delete(r.active, k)
+		}
+	}
 	for _, ns := range order {
 		j.entries = append(j.entries, *byNS[ns])
 		if j.noted[ns] {
@@ -329,6 +366,7 @@ func (r *Recorder) writeEvidence(first, last []*snapshot.Snapshot) (string, erro
 		return tmp.Sync()
 	}()
 	r.written.Add(cw.n)
+	r.lastEvidence.Store(cw.n)
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}
