@@ -250,6 +250,7 @@ type serveBenchOpts struct {
 	cycles   int
 	interval time.Duration
 	history  bool
+	withHist bool
 }
 
 // newServeBenchCmd measures the exporter at N sockets: the cost of one
@@ -271,9 +272,18 @@ func newServeBenchCmd(e *Env) *cobra.Command {
 			if o.history {
 				return runHistoryBench(cmd.Context(), e, o)
 			}
+			serve := []string{e.Args0, "serve"}
+			if o.withHist {
+				dir, err := os.MkdirTemp("", "tcpdoctor-serve-bench-")
+				if err != nil {
+					return collectErr(err)
+				}
+				defer os.RemoveAll(dir)
+				serve = append(serve, "--history", dir)
+			}
 			res, err := bench.Exporter(cmd.Context(), bench.ExporterOptions{
 				Conns: o.conns, Cycles: o.cycles, Interval: o.interval,
-				Serve: []string{e.Args0, "serve"}, Self: benchSelf(e), Progress: e.Stderr,
+				Serve: serve, Self: benchSelf(e), Progress: e.Stderr,
 			})
 			if err != nil {
 				return collectErr(err)
@@ -285,6 +295,7 @@ func newServeBenchCmd(e *Env) *cobra.Command {
 	fs.IntVar(&o.conns, "conns", 5000, "established connections to create (two sockets each)")
 	fs.IntVar(&o.cycles, "cycles", 5, "collection cycles to measure")
 	fs.DurationVar(&o.interval, "interval", 2*time.Second, "the exporter's --interval")
+	fs.BoolVar(&o.withHist, "with-history", false, "run the exporter with --history (a temporary directory): its peak RSS holding the previous collection whole")
 	fs.BoolVar(&o.history, "history", false, "measure what --history adds instead: disk and CPU per window, quiet and with a persisting warning, and `history` over a week (--cycles windows per case)")
 	return cmd
 }
