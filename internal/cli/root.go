@@ -158,6 +158,7 @@ func NewRoot(e *Env) *cobra.Command {
 		newLabCmd(e),
 		newServeCmd(e),
 		newWatchCmd(e),
+		newHistoryCmd(e),
 	)
 	usageArgs(root)
 	return root
