@@ -359,7 +359,7 @@ func TestHistoryFullDisk(t *testing.T) {
 		}
 	}
 	errs, cols := metricValue(last, "tcpdoctor_history_errors_total"), metricValue(last, "tcpdoctor_collections_total")
-	if errs < 5 || cols < metricValue(first, "tcpdoctor_collections_total")+5 || !strings.Contains(last, `tcpdoctor_source_up{netns="`+ns.Name) {
+	if errs < 5 || cols < metricValue(first, "tcpdoctor_collections_total")+5 || !regexp.MustCompile(`(?m)^tcpdoctor_source_up\{[^}]*netns="`+regexp.QuoteMeta(ns.Name)+`"`).MatchString(last) {
 		t.Fatalf("history errors %v, collections %v (first scrape %v)", errs, cols, metricValue(first, "tcpdoctor_collections_total"))
 	}
 	stopChild(t, serve, syscall.SIGTERM)
