@@ -102,6 +102,7 @@ func runCheck(cmd *cobra.Command, e *Env, o *checkOpts) error {
 		return err
 	}
 	rep := checkup.Diagnose(window.Inputs(ss, opts), rs)
+	rep.Build = e.knownBuild()
 	if o.json {
 		if err := report.WriteJSON(e.Stdout, rep); err != nil {
 			return err

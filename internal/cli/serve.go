@@ -97,6 +97,9 @@ func runServe(ctx context.Context, e *Env, o *serveOpts) error {
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
+	if err := reg.Register(exporter.NewBuildInfo(e.build())); err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		return usageErr("serve: %v", err)
