@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"slices"
@@ -26,7 +25,7 @@ import (
 )
 
 type serveOpts struct {
-	listen    string
+	web       webOpts
 	src       sourceOpts
 	bpf       bpfOpts
 	interval  time.Duration
@@ -45,15 +44,17 @@ func newServeCmd(e *Env) *cobra.Command {
 		Short: "Serve findings and TCP health as Prometheus metrics on /metrics",
 		Long: `Collect every --interval in the background, run the same rules as check over each window
 (the previous collection to this one) and serve the result on /metrics. A scrape reads the latest
-result and never starts a collection. Binds to loopback unless --listen says otherwise
-(--listen :9477 for the network). See docs/exporter.md for every metric.`,
+result and never starts a collection. Binds to loopback unless --web.listen-address says otherwise
+(--web.listen-address :9477 for the network; --listen is the same flag). --web.config.file takes
+the Prometheus exporters' web configuration (TLS, basic auth); --web.systemd-socket serves on the
+socket systemd passes. See docs/exporter.md for every metric.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runServe(cmd.Context(), e, o)
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&o.listen, "listen", "127.0.0.1:9477", "address to serve /metrics on")
+	o.web.register(fs)
 	fs.StringVar(&o.src.netns, "netns", "", "collect in the named network namespace (ip netns)")
 	fs.BoolVar(&o.src.allNetns, "all-netns", false, "collect in every network namespace on the host (found anew each interval)")
 	fs.DurationVar(&o.interval, "interval", 15*time.Second, "time between collections; the rules' window")
@@ -100,7 +101,10 @@ func runServe(ctx context.Context, e *Env, o *serveOpts) error {
 	if err := reg.Register(exporter.NewBuildInfo(e.build())); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
-	ln, err := net.Listen("tcp", o.listen)
+	if err := o.web.validate(); err != nil {
+		return err
+	}
+	ln, err := o.web.listen()
 	if err != nil {
 		return usageErr("serve: %v", err)
 	}
@@ -110,7 +114,7 @@ func runServe(ctx context.Context, e *Env, o *serveOpts) error {
 		return err
 	}
 	defer ext.Close()
-	e.progress("serving http://%s/metrics, collecting every %s", ln.Addr(), o.interval)
+	e.progress("serving %s://%s/metrics, collecting every %s", o.web.scheme(), ln.Addr(), o.interval)
 	c := ext.Collector(collect.Options{Owners: !o.noOwners, Workloads: e.workloads()}, e.Now)
 	var lastNote string
 	loop := &exporter.Loop{
@@ -146,7 +150,12 @@ func runServe(ctx context.Context, e *Env, o *serveOpts) error {
 			e.progress("note: --max-connections %d lowered to %d, a quarter of RLIMIT_NOFILE %d", o.maxConns, sopts.MaxConns, soft)
 		}
 	}
-	srv, sln := exporter.NewServer(exporter.Handler(reg), ln, sopts)
+	handler, err := o.web.handler(exporter.Handler(reg), e.build())
+	if err != nil {
+		_ = ln.Close()
+		return fmt.Errorf("serve: %w", err)
+	}
+	srv, sln := exporter.NewServer(handler, ln, sopts)
 	if err := reg.Register(sln); err != nil {
 		_ = ln.Close()
 		return fmt.Errorf("serve: %w", err)
@@ -160,7 +169,7 @@ func runServe(ctx context.Context, e *Env, o *serveOpts) error {
 		_ = loop.Run(ctx)
 	}()
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(sln) }()
+	go func() { serveErr <- o.web.serve(srv, sln, e.Stderr) }()
 	select {
 	case <-ctx.Done():
 	case err = <-serveErr:

@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -158,15 +157,10 @@ func freePort(t *testing.T) string {
 // second with the alert rules loaded; it is killed by its PID at cleanup.
 func startPrometheus(t *testing.T, target string) string {
 	t.Helper()
-	bin, err := exec.LookPath("prometheus")
-	if err != nil {
-		t.Skip("prometheus not installed (Debian package prometheus)")
-	}
 	rulesFile, err := filepath.Abs("../../deploy/prometheus/tcpdoctor-alerts.yml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
 	cfg := fmt.Sprintf(`global:
   scrape_interval: 1s
   evaluation_interval: 1s
@@ -177,42 +171,7 @@ scrape_configs:
     static_configs:
       - targets: [%q]
 `, rulesFile, target)
-	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	web := freePort(t)
-	logf, err := os.Create(filepath.Join(dir, "prometheus.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "--config.file="+filepath.Join(dir, "prometheus.yml"),
-		"--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+web, "--log.level=warn")
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		logf.Close()
-		if t.Failed() {
-			b, _ := os.ReadFile(logf.Name())
-			t.Logf("prometheus log:\n%s", b)
-		}
-	})
-	base := "http://" + web
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		if resp, err := http.Get(base + "/-/ready"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return base
-			}
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatal("prometheus did not become ready in 20 s")
-	return ""
+	return runPrometheus(t, cfg)
 }
 
 type promAlert struct {

@@ -1,0 +1,167 @@
+package exporter_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/cli"
+	"github.com/tcpdoctor/tcpdoctor/internal/exporter"
+)
+
+// startServeTLS runs `tcpdoctor serve` in-process with --web.config.file
+// until the test ends and returns the address it announced as https.
+func startServeTLS(t *testing.T, args ...string) string {
+	t.Helper()
+	stderr := &lockedBuf{}
+	env := cli.DefaultEnv()
+	env.Stdout, env.Stderr = io.Discard, stderr
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	root := cli.NewRoot(env)
+	root.SetArgs(append([]string{"serve", "--web.listen-address", "127.0.0.1:0"}, args...))
+	go func() { done <- root.ExecuteContext(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("serve: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Errorf("serve did not stop")
+		}
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, rest, ok := strings.Cut(stderr.String(), "serving https://"); ok {
+			addr, _, _ := strings.Cut(rest, "/")
+			return addr
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("serve exited: %v\n%s", err, stderr.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	t.Fatalf("serve did not announce https:\n%s", stderr.String())
+	return ""
+}
+
+type promTarget struct {
+	Labels    map[string]string `json:"labels"`
+	Health    string            `json:"health"`
+	LastError string            `json:"lastError"`
+}
+
+// TestPrometheusTLSBasicAuth: a real Prometheus (the Debian package)
+// scrapes `tcpdoctor serve --web.config.file` over TLS with basic auth:
+// the job with the right password is up and has tcpdoctor_build_info,
+// the job with a wrong one is down with the server's 401.
+func TestPrometheusTLSBasicAuth(t *testing.T) {
+	if _, err := exec.LookPath("prometheus"); err != nil {
+		t.Skip("prometheus not installed (Debian package prometheus)")
+	}
+	cfg, _ := exporter.TestWebConfig(t, "prom", "s3cret")
+	certFile := filepath.Join(filepath.Dir(cfg), "cert.pem")
+	addr := startServeTLS(t, "--web.config.file", cfg, "--interval", "1s", "--bpf", "off", "--no-owners")
+	job := func(name, password string) string {
+		return fmt.Sprintf(`  - job_name: %s
+    scheme: https
+    tls_config:
+      ca_file: %q
+    basic_auth:
+      username: prom
+      password: %q
+    static_configs:
+      - targets: [%q]
+`, name, certFile, password, addr)
+	}
+	base := runPrometheus(t, "global:\n  scrape_interval: 1s\nscrape_configs:\n"+job("right", "s3cret")+job("wrong", "not-it"))
+	start := time.Now()
+	for {
+		var r struct {
+			Data struct {
+				ActiveTargets []promTarget `json:"activeTargets"`
+			} `json:"data"`
+		}
+		if err := json.Unmarshal(get(t, base+"/api/v1/targets"), &r); err != nil {
+			t.Fatal(err)
+		}
+		health := map[string]promTarget{}
+		for _, tg := range r.Data.ActiveTargets {
+			health[tg.Labels["job"]] = tg
+		}
+		right, wrong := health["right"], health["wrong"]
+		if right.Health == "up" && wrong.Health == "down" && querySeries(t, base, `tcpdoctor_build_info{job="right"}`) == 1 {
+			if !strings.Contains(wrong.LastError, "401") {
+				t.Errorf("wrong password: down with %q, want the server's 401", wrong.LastError)
+			}
+			t.Logf("right: up; wrong: %s (%.1fs after start)", wrong.LastError, time.Since(start).Seconds())
+			break
+		}
+		if time.Since(start) > 30*time.Second {
+			t.Fatalf("after 30 s: right %+v, wrong %+v", right, wrong)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	if n := querySeries(t, base, `tcpdoctor_build_info{job="wrong"}`); n != 0 {
+		t.Errorf("the wrong password's job has %d build_info series", n)
+	}
+}
+
+// runPrometheus runs the Debian package's server with the configuration
+// cfg until the test ends (killed by its PID) and returns its base URL
+// once ready.
+func runPrometheus(t *testing.T, cfg string) string {
+	t.Helper()
+	bin, err := exec.LookPath("prometheus")
+	if err != nil {
+		t.Skip("prometheus not installed (Debian package prometheus)")
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	web := freePort(t)
+	logf, err := os.Create(filepath.Join(dir, "prometheus.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "--config.file="+filepath.Join(dir, "prometheus.yml"),
+		"--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+web, "--log.level=warn")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		logf.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(logf.Name())
+			t.Logf("prometheus log:\n%s", b)
+		}
+	})
+	base := "http://" + web
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if resp, err := http.Get(base + "/-/ready"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return base
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatal("prometheus did not become ready in 20 s")
+	return ""
+}
