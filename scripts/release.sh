@@ -113,7 +113,7 @@ for arch in amd64 arm64; do
   install -m 0755 "$work/bin/$arch/tcpdoctor" "$stage/tcpdoctor"
   install -m 0644 "$src/README.md" "$stage/README.md"
   [ -z "$own_license" ] || install -m 0644 "$own_license" "$stage/LICENSE"
-  (cd "$src/docs" && find . -name '*.md' -print0 | cpio --quiet -0pdm "$stage/docs")
+  (cd "$src/docs" && find . -name '*.md' -exec cp --parents {} "$stage/docs/" \;)
   cp -r "$work/gen/man" "$work/gen/completions" "$stage/"
   cp -r "$work/licenses/." "$stage/licenses/"
   find "$stage" -type d -exec chmod 0755 {} + && find "$stage" -type f ! -name tcpdoctor -exec chmod 0644 {} +
