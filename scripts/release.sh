@@ -168,7 +168,7 @@ scripts:
   postremove: $work/pkg/postremove.sh
 NFPM
   for fmt in deb rpm; do
-    (cd "$work" && go run "github.com/goreleaser/nfpm/v2/cmd/nfpm@$nfpm_version" package --quiet \
+    (cd "$work" && go run "github.com/goreleaser/nfpm/v2/cmd/nfpm@$nfpm_version" package \
       -f "$work/pkg/nfpm-$arch.yaml" -p "$fmt" -t "$out/") >&2
   done
 done
