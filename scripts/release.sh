@@ -139,8 +139,8 @@ contents:
   - src: $stage/tcpdoctor
     dst: /usr/bin/tcpdoctor
     file_info: {mode: 0755}
-  - src: $stage/man/man1/
-    dst: /usr/share/man/man1/
+  - src: $stage/man/man1
+    dst: /usr/share/man/man1
   - src: $stage/completions/tcpdoctor.bash
     dst: /usr/share/bash-completion/completions/tcpdoctor
   - src: $stage/completions/_tcpdoctor
@@ -159,10 +159,10 @@ contents:
     packager: rpm
   - src: $stage/README.md
     dst: /usr/share/doc/tcpdoctor/README.md
-  - src: $stage/docs/
-    dst: /usr/share/doc/tcpdoctor/
-  - src: $stage/licenses/
-    dst: /usr/share/doc/tcpdoctor/licenses/
+  - src: $stage/docs
+    dst: /usr/share/doc/tcpdoctor
+  - src: $stage/licenses
+    dst: /usr/share/doc/tcpdoctor/licenses
 scripts:
   postinstall: $work/pkg/postinstall.sh
   postremove: $work/pkg/postremove.sh
