@@ -116,6 +116,11 @@ func runServe(ctx context.Context, e *Env, o *serveOpts) error {
 	defer ext.Close()
 	e.progress("serving %s://%s/metrics, collecting every %s", o.web.scheme(), ln.Addr(), o.interval)
 	c := ext.Collector(collect.Options{Owners: !o.noOwners, Workloads: e.workloads()}, e.Now)
+	cost := exporter.NewCost(programStats(ext), e.ProcRoot)
+	if err := reg.Register(cost); err != nil {
+		_ = ln.Close()
+		return fmt.Errorf("serve: %w", err)
+	}
 	var lastNote string
 	loop := &exporter.Loop{
 		X:        x,
@@ -137,7 +142,9 @@ func runServe(ctx context.Context, e *Env, o *serveOpts) error {
 				}
 				return []*snapshot.Snapshot{collect.Unreachable(snapshot.Netns{Name: name}, e.Now(), err)}
 			}
-			return c.Collect(nss)
+			snaps := c.Collect(nss)
+			cost.Observe(snaps)
+			return snaps
 		},
 	}
 	sopts := exporter.DefaultServerOptions()
@@ -183,6 +190,22 @@ func runServe(ctx context.Context, e *Env, o *serveOpts) error {
 		return fmt.Errorf("serve: %w", err)
 	}
 	return nil
+}
+
+// programStats reads the kernel's statistics of the eBPF programs ext
+// attached; nil when none is.
+func programStats(ext *collect.Extras) func() ([]exporter.ProgramStat, error) {
+	if ext == nil || ext.Source == nil {
+		return nil
+	}
+	return func() ([]exporter.ProgramStat, error) {
+		ps, err := ext.Source.ProgramStats()
+		out := make([]exporter.ProgramStat, len(ps))
+		for i, p := range ps {
+			out[i] = exporter.ProgramStat{Program: p.Program, Runs: p.Runs, Runtime: p.Runtime}
+		}
+		return out, err
+	}
 }
 
 // serveNamespaces resolves --netns / --all-netns anew for each

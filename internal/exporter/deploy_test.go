@@ -11,7 +11,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/tcpdoctor/tcpdoctor/internal/rules"
+	"github.com/tcpdoctor/tcpdoctor/internal/version"
 )
 
 const deployDir = "../../deploy"
@@ -25,7 +28,16 @@ var (
 func exported(t *testing.T) map[string]bool {
 	t.Helper()
 	out := map[string]bool{}
-	for _, d := range newDescs().all() {
+	descs := newDescs().all()
+	// What serve registers beside the exporter: its cost and build.
+	ch := make(chan *prometheus.Desc, 16)
+	NewCost(nil, "").Describe(ch)
+	NewBuildInfo(version.Info{}).Describe(ch)
+	close(ch)
+	for d := range ch {
+		descs = append(descs, d)
+	}
+	for _, d := range descs {
 		m := fqNameRe.FindStringSubmatch(d.String())
 		if m == nil {
 			t.Fatalf("no name in %s", d)

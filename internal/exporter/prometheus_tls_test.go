@@ -1,6 +1,7 @@
 package exporter_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,12 +10,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+
 	"github.com/tcpdoctor/tcpdoctor/internal/cli"
 	"github.com/tcpdoctor/tcpdoctor/internal/exporter"
+	"github.com/tcpdoctor/tcpdoctor/internal/testns"
 )
 
 // startServeTLS runs `tcpdoctor serve` in-process with --web.config.file
@@ -164,4 +169,63 @@ func runPrometheus(t *testing.T, cfg string) string {
 	}
 	t.Fatal("prometheus did not become ready in 20 s")
 	return ""
+}
+
+// TestServeCost: with the kernel's BPF statistics on (the test holds
+// them on the way an operator's tool does, through BPF_ENABLE_STATS, for
+// its own duration), serve --bpf on exports its programs' runs and run
+// time, and the collection's cost families are there.
+func TestServeCost(t *testing.T) {
+	testns.NeedRoot(t)
+	stats, err := ebpf.EnableStats(0) // BPF_STATS_RUN_TIME
+	if err != nil {
+		t.Skipf("the kernel's BPF run-time statistics: %v", err)
+	}
+	defer stats.Close()
+	ns := testns.New(t, "cost")
+	addr := startServe(t, "--netns", ns.Name, "--interval", "1s", "--bpf", "on")
+	_, closeAll := overflowListener(t, ns, 20)
+	defer closeAll()
+	runs := `tcpdoctor_bpf_program_runs_total{program="inet_sock_set_state"} `
+	start := time.Now()
+	var scrape []byte
+	for {
+		scrape = get(t, "http://"+addr+"/metrics")
+		if v, ok := sampleValue(scrape, runs); ok && v > 0 && bytes.Contains(scrape, []byte("tcpdoctor_collection_sockets{netns=\""+ns.Name)) {
+			break
+		}
+		if time.Since(start) > 15*time.Second {
+			t.Fatalf("no runs of inet_sock_set_state after 15 s:\n%s", grepLines(scrape, "tcpdoctor_bpf_"))
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	// The setting shows only its own state, not a holder's: 0 here unless
+	// the host's operator turned it on.
+	if !bytes.Contains(scrape, []byte("tcpdoctor_bpf_stats_enabled ")) {
+		t.Error("scrape has no tcpdoctor_bpf_stats_enabled")
+	}
+	if v, ok := sampleValue(scrape, `tcpdoctor_bpf_program_run_seconds_total{program="inet_sock_set_state"} `); !ok || v <= 0 {
+		t.Errorf("inet_sock_set_state run time %v (%v), want > 0", v, ok)
+	}
+	for _, want := range []string{
+		"tcpdoctor_bpf_events_lost_total ", "tcpdoctor_source_duration_seconds{netns=\"" + ns.Name + "\",source=\"sockdiag\"}",
+		"tcpdoctor_collection_sockets{netns=\"" + ns.Name + "\"}", "tcpdoctor_build_info{"} {
+		if !bytes.Contains(scrape, []byte(want)) {
+			t.Errorf("scrape has no %s", want)
+		}
+	}
+	n, _ := sampleValue(scrape, runs)
+	secs, _ := sampleValue(scrape, `tcpdoctor_bpf_program_run_seconds_total{program="inet_sock_set_state"} `)
+	t.Logf("inet_sock_set_state: %.0f runs in %.1f µs, %.0f ns a run", n, secs*1e6, secs*1e9/n)
+}
+
+// sampleValue is the value of the first sample line starting with prefix.
+func sampleValue(scrape []byte, prefix string) (float64, bool) {
+	for _, l := range strings.Split(string(scrape), "\n") {
+		if v, ok := strings.CutPrefix(l, prefix); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			return f, err == nil
+		}
+	}
+	return 0, false
 }
