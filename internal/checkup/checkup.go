@@ -11,6 +11,7 @@ import (
 	"slices"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
+	"github.com/tcpdoctor/tcpdoctor/internal/remedy"
 	"github.com/tcpdoctor/tcpdoctor/internal/report"
 )
 
@@ -34,7 +35,9 @@ type diagnosis struct {
 func (d *diagnosis) add(in *diag.Input, rs []diag.Rule) {
 	prev, cur := in.Prev, in.Cur
 	ns := cur.Netns.Name
+	n := len(d.res.Findings)
 	diag.Run(rs, in, &d.res)
+	remedy.InPods(d.res.Findings[n:], &cur.Netns)
 	rep := &d.rep
 	rep.Netns = append(rep.Netns, ns)
 	rep.Sockets += len(cur.Sockets)

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -16,6 +17,7 @@ import (
 
 type checkOpts struct {
 	src       sourceOpts
+	wl        workloadOpts
 	bpf       bpfOpts
 	interval  time.Duration
 	json      bool
@@ -33,7 +35,9 @@ func newCheckCmd(e *Env) *cobra.Command {
 		Short: "Diagnose this host's TCP: what is wrong, the evidence, and the fix",
 		Long: `Take two samples --interval apart, run every rule, and print what is wrong, why, and
 what to do, most severe first. --interval 0 takes one snapshot and runs only the rules that need
-no deltas (the others are reported unknown).
+no deltas (the others are reported unknown). --pod and --container keep the findings about that
+pod or container (its namespace, or its processes on the host's), looking in every namespace
+unless --netns says which.
 
 Exit codes: 0 nothing at or above --fail-on, 1 findings, 2 usage error, 3 collection failed.`,
 		Args: cobra.NoArgs,
@@ -43,6 +47,8 @@ Exit codes: 0 nothing at or above --fail-on, 1 findings, 2 usage error, 3 collec
 	}
 	fs := cmd.Flags()
 	o.src.register(fs)
+	o.wl.register(fs, "check")
+	o.src.workload = &o.wl
 	o.bpf.register(fs)
 	fs.DurationVar(&o.interval, "interval", 5*time.Second, "time from the first sample's start to the second's (0: one snapshot; back to back when collecting takes longer)")
 	fs.BoolVar(&o.json, "json", false, "print the versioned JSON report (docs/json.md)")
@@ -60,6 +66,9 @@ func runCheck(cmd *cobra.Command, e *Env, o *checkOpts) error {
 	}
 	if err := o.bpf.validate(&o.src); err != nil {
 		return err
+	}
+	if o.wl.container != "" && o.noOwners {
+		return usageErr("check: --container needs the sockets' owners; drop --no-owners")
 	}
 	failOn, err := diag.ParseSeverity(o.failOn)
 	if err != nil {
@@ -101,7 +110,20 @@ func runCheck(cmd *cobra.Command, e *Env, o *checkOpts) error {
 	if err != nil {
 		return err
 	}
+	if o.wl.set() {
+		// Only the namespaces about the pod or container: their
+		// unknowns and counts are the report's.
+		ss = slices.DeleteFunc(ss, func(sr series) bool { return !o.wl.holds(sr) })
+		if len(ss) == 0 {
+			e.progress("note: %s holds no namespace and owns no socket: nothing to check", o.wl.what())
+		}
+	}
 	rep := checkup.Diagnose(window.Inputs(ss, opts), rs)
+	if o.wl.set() {
+		rep.Findings = slices.DeleteFunc(rep.Findings, func(f diag.Finding) bool {
+			return !o.wl.matchFields(f.Subject.Pod, f.Subject.PodNamespace, f.Subject.Container)
+		})
+	}
 	rep.Build = e.knownBuild()
 	if o.json {
 		if err := report.WriteJSON(e.Stdout, rep); err != nil {

@@ -28,9 +28,13 @@ import (
 
 // podListener, set in the environment to a network namespace file, makes
 // this test binary the pod's server: named api-server, it listens in that
-// namespace on podPort with a backlog of 2 and never accepts, until its
+// namespace on podPort with a backlog of 2 (or podBacklog) and never accepts, until its
 // stdin closes.
 const podListener = "TCPDOCTOR_TEST_POD_LISTENER"
+
+// podBacklog, set in the environment, is the listener's backlog (2 if
+// unset).
+const podBacklog = "TCPDOCTOR_TEST_POD_BACKLOG"
 
 const podPort = 8080
 
@@ -63,7 +67,11 @@ func init() {
 		err = unix.Bind(s, &unix.SockaddrInet4{Port: podPort})
 	}
 	if err == nil {
-		err = unix.Listen(s, 2)
+		backlog := 2
+		if b, err := strconv.Atoi(os.Getenv(podBacklog)); err == nil {
+			backlog = b
+		}
+		err = unix.Listen(s, backlog)
 	}
 	if err != nil {
 		fail(err)
@@ -128,6 +136,20 @@ func flood(t *testing.T, ns netns.NS, n int) {
 	}
 }
 
+// podServer starts the pod's server (podListener) with backlog, joined to
+// the pod's container api, and returns its pid.
+func podServer(t *testing.T, p *testpod.Pod, backlog int) int {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), podListener+"="+p.Netns, podBacklog+"="+strconv.Itoa(backlog))
+	cmd.Stderr = os.Stderr
+	if line, err := testns.Child(t, cmd); err != nil || line != strconv.Itoa(podPort) {
+		t.Fatalf("the pod's server said %q, %v", line, err)
+	}
+	p.Join(t, cmd.Process.Pid)
+	return cmd.Process.Pid
+}
+
 // TestPodNamedEverywhere runs a real pod (private containerd + runc) whose
 // container api holds a listener that never accepts, overflows it from
 // inside the pod, and checks that check (text and JSON), sockets (table
@@ -135,14 +157,7 @@ func flood(t *testing.T, ns netns.NS, n int) {
 // the runtime all name pod shop/web-1 and container api.
 func TestPodNamedEverywhere(t *testing.T) {
 	p := testpod.Start(t)
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), podListener+"="+p.Netns)
-	cmd.Stderr = os.Stderr
-	if line, err := testns.Child(t, cmd); err != nil || line != strconv.Itoa(podPort) {
-		t.Fatalf("the pod's server said %q, %v", line, err)
-	}
-	p.Join(t, cmd.Process.Pid)
-	pid := cmd.Process.Pid
+	pid := podServer(t, p, 2)
 	rec := filepath.Join(t.TempDir(), "pod.jsonl")
 	overflow := func() {
 		flood(t, p.NS(), 40)
@@ -212,5 +227,51 @@ func TestPodNamedEverywhere(t *testing.T) {
 	code, out, _ = run(t, "check", "--from", rec, "--json")
 	if !strings.Contains(out, `"container": "api"`) || !strings.Contains(out, `"netns": "shop/web-1"`) {
 		t.Errorf("check --from: exit %d\n%s", code, out)
+	}
+}
+
+// TestPodFixInPodSpec: a listener in a real pod held back by the pod's
+// own net.core.somaxconn (set low in the pod's namespace, which the test
+// made) gets the fix as the pod spec's securityContext.sysctls, marked
+// unsafe with the kubelet flag it needs, not as a host sysctl -w.
+func TestPodFixInPodSpec(t *testing.T) {
+	p := testpod.Start(t)
+	testns.Run(t, "nsenter", "--net="+p.Netns, "sysctl", "-qw", "net.core.somaxconn=2")
+	podServer(t, p, 128)
+	code, out, stderr := podRun(t, p, func() {
+		flood(t, p.NS(), 40)
+		time.Sleep(300 * time.Millisecond)
+	}, "check", "--netns", "shop/web-1", "--bpf", "off", "--interval", "1s", "--json")
+	if code != ExitFindings {
+		t.Fatalf("check: exit %d\n%s\n%s", code, out, stderr)
+	}
+	var rep report.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	var yaml []string
+	for _, f := range rep.Findings {
+		for _, fx := range f.Fixes {
+			if f.Rule == "listen-overflow" && fx.Pod != nil {
+				yaml = append(yaml, fx.Pod.YAML+" "+fx.Pod.Kubelet)
+				if strings.Contains(fx.Command, "sysctl -w") {
+					t.Errorf("a fix in the pod still says %q", fx.Command)
+				}
+			}
+		}
+	}
+	all := strings.Join(yaml, "\n")
+	code, text, _ := podRun(t, p, func() {
+		flood(t, p.NS(), 40)
+		time.Sleep(300 * time.Millisecond)
+	}, "check", "--netns", "shop/web-1", "--bpf", "off", "--interval", "1s")
+	t.Logf("check --netns shop/web-1 (exit %d):\n%s", code, text)
+	if !strings.Contains(text, "securityContext:") {
+		t.Errorf("check's text lacks the pod spec")
+	}
+	for _, want := range []string{"securityContext:", "net.core.somaxconn", "--allowed-unsafe-sysctls=net.core.somaxconn"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("the pod's fixes lack %q:\n%s\n(report:\n%s)", want, all, out)
+		}
 	}
 }

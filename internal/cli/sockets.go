@@ -17,6 +17,7 @@ import (
 
 type socketsOpts struct {
 	src      sourceOpts
+	wl       workloadOpts
 	bpf      bpfOpts
 	interval time.Duration
 	states   []string
@@ -37,7 +38,8 @@ func newSocketsCmd(e *Env) *cobra.Command {
 		Long: `List TCP sockets: state, queues, RTT, congestion window, delivery rate, buffers and
 owning process. With --interval, take two samples and show the share of the window each connection
 was busy and what limited it (send buffer, receiver's window, congestion), from the kernel's
-tcp_info chronographs.`,
+tcp_info chronographs. --pod and --container keep the sockets whose owner runs in that pod or
+container (else whose namespace it holds), looking in every namespace unless --netns says which.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runSockets(cmd, e, o)
@@ -45,6 +47,8 @@ tcp_info chronographs.`,
 	}
 	fs := cmd.Flags()
 	o.src.register(fs)
+	o.wl.register(fs, "sockets")
+	o.src.workload = &o.wl
 	o.bpf.register(fs)
 	fs.DurationVar(&o.interval, "interval", 0, "take two samples this far apart and show limiter shares")
 	fs.StringSliceVar(&o.states, "state", nil, "only these states (e.g. established,time-wait,listen)")
@@ -140,6 +144,9 @@ func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
 	if o.pid != 0 && o.noOwners {
 		return usageErr("sockets: --pid needs owners; drop --no-owners")
 	}
+	if o.wl.container != "" && o.noOwners {
+		return usageErr("sockets: --container needs owners; drop --no-owners")
+	}
 	flt := &socketFilter{port: o.port, lport: o.lport, rport: o.rport, pid: o.pid}
 	for _, p := range []int{o.port, o.lport, o.rport} {
 		if p < 0 || p > 65535 {
@@ -162,8 +169,12 @@ func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
 		if err != nil {
 			return err
 		}
+		if ss, err = o.src.narrowSeries(ss); err != nil {
+			return err
+		}
 		warnErrors(e, ss)
-		if err := sockets.WriteWindows(w, windows(ss), flt.match, o.json); err != nil {
+		keep := func(r *sockets.Row) bool { return flt.match(r.Socket) && o.wl.match(r.Subject.Workload) }
+		if err := sockets.WriteWindows(w, windows(ss), keep, o.json); err != nil {
 			return err
 		}
 		return w.Flush()
@@ -181,6 +192,10 @@ func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
 	}
 	defer x.Close()
 	nss, err := o.src.namespaces(e)
+	var xe *exitError
+	if errors.As(err, &xe) {
+		return err
+	}
 	if err != nil {
 		return usageErr("%v", err)
 	}
@@ -191,7 +206,7 @@ func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
 	if o.interval > 0 {
 		prev = tcpmodel.NewChronos()
 		first, err = st.Stream(nss, func(s *snapshot.Snapshot, sk *snapshot.Socket) error {
-			if flt.match(sk) {
+			if flt.match(sk) && o.wl.match(output.SocketSubject(&s.Netns, sk, s.Procs).Workload) {
 				prev.Add(s, sk)
 			}
 			return nil
@@ -218,11 +233,14 @@ func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
 		if !flt.match(sk) {
 			return nil
 		}
+		r := sockets.Row{Subject: output.SocketSubject(&s.Netns, sk, s.Procs), Socket: sk}
+		if !o.wl.match(r.Subject.Workload) {
+			return nil
+		}
 		if p == nil {
 			po.Workload = po.Workload || sockets.HasWorkloads(s)
 			p = sockets.NewPrinter(w, po)
 		}
-		r := sockets.Row{Subject: output.SocketSubject(&s.Netns, sk, s.Procs), Socket: sk}
 		if prev != nil && prev.Limited(s, sk, &lim) {
 			r.Limited = &lim
 		}

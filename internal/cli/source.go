@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -25,6 +26,9 @@ type sourceOpts struct {
 	from     string
 	netns    string
 	allNetns bool
+	// workload, set by a command with --pod and --container, narrows
+	// what is read to the namespaces that may hold them.
+	workload *workloadOpts
 }
 
 func (o *sourceOpts) register(fs *pflag.FlagSet) {
@@ -40,7 +44,47 @@ func (o *sourceOpts) validate() error {
 	if o.from != "" && (o.netns != "" || o.allNetns) {
 		return usageErr("--from reads a file; --netns and --all-netns apply to live collection only")
 	}
+	if w := o.workload; w != nil && w.set() {
+		if err := w.validate(); err != nil {
+			return err
+		}
+		// A pod's namespace is not ours: look in every one.
+		o.allNetns = o.allNetns || o.from == "" && o.netns == ""
+	}
 	return nil
+}
+
+// narrow keeps, of live namespaces nss, those that may hold --pod and
+// --container, once they are known to exist (else a usage error listing
+// what does).
+func (o *sourceOpts) narrow(e *Env, nss []netns.NS) ([]netns.NS, error) {
+	w := o.workload
+	if w == nil || !w.set() {
+		return nss, nil
+	}
+	known, _, err := knownLive(e, w.cmd, nss)
+	if err != nil {
+		return nil, err
+	}
+	if err := w.find("on this host", known); err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(nss, func(ns netns.NS) bool { return !w.mayHold(ns.Workload) }), nil
+}
+
+// narrowSeries is narrow for a snapshot file's series: names are the
+// ones the file stored.
+func (o *sourceOpts) narrowSeries(ss []series) ([]series, error) {
+	w := o.workload
+	if w == nil || !w.set() {
+		return ss, nil
+	}
+	if err := w.find("in "+o.from, knownIn(ss)); err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(ss, func(sr series) bool {
+		return len(sr.Snaps) > 0 && !w.mayHold(sr.Snaps[len(sr.Snaps)-1].Netns.Workload)
+	}), nil
 }
 
 // series is the samples of one namespace, oldest first.
@@ -76,7 +120,10 @@ func (o *sourceOpts) namespaces(e *Env) ([]netns.NS, error) {
 		e.progress("note: %v; their namespaces may be missing%s", err, permissionHint(err, caps.Have))
 		err = nil
 	}
-	return nss, err
+	if err != nil {
+		return nil, err
+	}
+	return o.narrow(e, nss)
 }
 
 // sample returns, per namespace, count samples interval apart for the
@@ -91,9 +138,16 @@ func (o *sourceOpts) sample(ctx context.Context, e *Env, c *collect.Collector, c
 				}
 			}
 		}
-		return ss, err
+		if err != nil {
+			return nil, err
+		}
+		return o.narrowSeries(ss)
 	}
 	nss, err := o.namespaces(e)
+	var xe *exitError
+	if errors.As(err, &xe) {
+		return nil, err
+	}
 	if err != nil {
 		return nil, usageErr("%v", err)
 	}

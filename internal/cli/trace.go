@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -32,6 +33,7 @@ type traceOpts struct {
 	gap, discover         time.Duration
 	idleEvery             int
 	bpf                   string
+	wl                    workloadOpts
 }
 
 func newTraceCmd(e *Env) *cobra.Command {
@@ -61,6 +63,7 @@ and written whole or not at all. Exit codes: 0 no slow transfer, 1 slow transfer
 	fs.StringSliceVar(&o.peers, "peer", nil, "connections to this address or prefix (198.18.0.2, 2001:db8::/32)")
 	fs.IntVar(&o.pid, "pid", 0, "connections of this process (its network namespace unless --netns)")
 	fs.StringVar(&o.netns, "netns", "", "trace in the named network namespace (ip netns)")
+	o.wl.register(fs, "trace")
 	fs.DurationVar(&o.duration, "duration", 0, "how long to record (default: until Ctrl-C)")
 	fs.IntVar(&o.rate, "rate", 100, fmt.Sprintf("samples per second (1..%d)", trace.MaxRate))
 	fs.StringVarP(&o.out, "output", "o", "", "also write the recording to this file (JSON lines; read back with --from)")
@@ -86,9 +89,15 @@ func runTrace(cmd *cobra.Command, e *Env, o *traceOpts) error {
 	if _, err := collect.ParseMode(o.bpf); err != nil {
 		return usageErr("trace: %v", err)
 	}
-	live := len(o.ports)+len(o.lports)+len(o.rports)+len(o.peers) > 0 || o.pid != 0 || o.netns != "" || o.duration > 0 || o.out != "" || o.discover > 0 || o.bpf != "auto"
+	live := len(o.ports)+len(o.lports)+len(o.rports)+len(o.peers) > 0 || o.pid != 0 || o.netns != "" || o.duration > 0 || o.out != "" || o.discover > 0 || o.bpf != "auto" || o.wl.set()
 	if o.from != "" && live {
-		return usageErr("trace: --from reads a recording; filters, --pid, --netns, --duration, -o and --bpf apply to live tracing")
+		return usageErr("trace: --from reads a recording; filters, --pid, --netns, --pod, --container, --duration, -o and --bpf apply to live tracing")
+	}
+	if err := o.wl.validate(); err != nil {
+		return err
+	}
+	if o.wl.set() && (o.pid != 0 || o.netns != "") {
+		return usageErr("trace: --pod and --container choose the namespace and processes; leave out --pid and --netns")
 	}
 	var jo trace.JudgeOptions
 	if o.bandwidth != "" {
@@ -157,8 +166,8 @@ func runTrace(cmd *cobra.Command, e *Env, o *traceOpts) error {
 	}
 	var err error
 	if o.json {
-		err = trace.WriteJSON(e.Stdout, a.Transfers)
-	} else {
+		err = trace.WriteJSON(e.Stdout, a.Transfers, &tr.Header)
+	} else if err = trace.WriteSubject(e.Stdout, &tr.Header); err == nil {
 		err = trace.WriteTable(e.Stdout, a.Transfers, o.top)
 	}
 	if err != nil {
@@ -232,6 +241,10 @@ func traceLive(cmd *cobra.Command, e *Env, o *traceOpts, sink *sinkFile) (*trace
 			return nil, usageErr("trace: --pid %d: %v", o.pid, err)
 		}
 		lo.NS = ns
+	case o.wl.set():
+		if err := traceWorkload(e, &o.wl, &lo); err != nil {
+			return nil, err
+		}
 	}
 	if sink != nil {
 		lo.Sink = trace.NewWriter(sink)
@@ -296,4 +309,48 @@ func (s *sinkFile) Write(p []byte) (int, error) {
 		}
 	}
 	return len(p), nil
+}
+
+// traceWorkload points lo at --pod and --container: a pod's own
+// namespace (all of it for --pod alone), and the container's processes
+// (or, for a pod on the host's network, the pod's) by their sockets.
+func traceWorkload(e *Env, wl *workloadOpts, lo *trace.LiveOptions) error {
+	f := e.finder()
+	nss, _ := f.All() // a partial list still names what it can
+	known, byPid, err := knownLive(e, "trace", nss)
+	if err != nil {
+		return err
+	}
+	if err := wl.find("on this host", known); err != nil {
+		return err
+	}
+	for _, ns := range nss {
+		if w := ns.Workload; w != nil && w.Pod != "" && wl.mayHold(w) {
+			lo.NS, lo.Workload = ns, w
+			break
+		}
+	}
+	if wl.container == "" && lo.NS.Path != "" {
+		return nil // the pod's namespace, whole
+	}
+	for pid, w := range byPid {
+		if wl.match(&w) {
+			lo.Pids = append(lo.Pids, pid)
+			if lo.Workload == nil || lo.Workload.Sandbox {
+				lo.Workload = &w
+			}
+		}
+	}
+	if len(lo.Pids) == 0 {
+		return usageErr("trace: %s has no process to trace", wl.what())
+	}
+	slices.Sort(lo.Pids)
+	if lo.NS.Path == "" {
+		ns, err := f.OfPid(lo.Pids[0])
+		if err != nil {
+			return usageErr("trace: %s: %v", wl.what(), err)
+		}
+		lo.NS = ns
+	}
+	return nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/watch"
 )
 
@@ -22,6 +23,7 @@ type watchOpts struct {
 	count     int
 	tick      time.Duration
 	burst     uint64
+	wl        workloadOpts
 }
 
 func newWatchCmd(e *Env) *cobra.Command {
@@ -33,7 +35,8 @@ func newWatchCmd(e *Env) *cobra.Command {
 fail, by cause (no free port, refused, timed out, unreachable, abandoned), resets sent and
 received with the kernel's reason, handshakes dropped by a full accept queue, SYN
 retransmits, and bursts of retransmits towards one peer; with the
-process, network namespace and peer. Text folds repeats of one event into a count per --tick;
+process, network namespace, peer, and the pod, container or unit of the process (else of the
+namespace), named at the event's time. Text folds repeats of one event into a count per --tick;
 --json prints every event, one object per line (docs/watch.md).
 
 Needs eBPF (root, kernel BTF); without it watch exits 3 and says why. Runs until Ctrl-C,
@@ -47,6 +50,7 @@ Needs eBPF (root, kernel BTF); without it watch exits 3 and says why. Runs until
 	fs.IntVar(&o.port, "port", 0, "only events with this local or remote port")
 	fs.IntVar(&o.pid, "pid", 0, "only events caused by this process (events with no process, e.g. received resets, need --port)")
 	fs.StringSliceVar(&o.netns, "netns", nil, "only these network namespaces (`ip netns` names, or host)")
+	o.wl.register(fs, "watch")
 	fs.StringSliceVar(&o.kinds, "kind", nil, "only these kinds: "+strings.Join(watch.Kinds(), ","))
 	fs.BoolVar(&o.json, "json", false, "one JSON object per event and line")
 	fs.DurationVar(&o.duration, "duration", 0, "stop after this long (0: until Ctrl-C)")
@@ -62,6 +66,9 @@ func runWatch(ctx context.Context, e *Env, o *watchOpts) error {
 	}
 	if o.duration < 0 || o.count < 0 || o.tick <= 0 {
 		return usageErr("watch: --duration and --count must not be negative, --tick must be positive")
+	}
+	if err := o.wl.validate(); err != nil {
+		return err
 	}
 	f := watch.Filter{Port: o.port, Pid: o.pid}
 	if len(o.kinds) > 0 {
@@ -90,6 +97,17 @@ func runWatch(ctx context.Context, e *Env, o *watchOpts) error {
 			f.Netns[ino] = true
 		}
 	}
+	if o.wl.set() {
+		nss, _ := names.Find.All() // a partial list still names what it can
+		known, _, err := knownLive(e, "watch", nss)
+		if err != nil {
+			return err
+		}
+		if err := o.wl.find("on this host", known); err != nil {
+			return err
+		}
+		f.Workload = o.wl.match
+	}
 	// watch is the event stream: eBPF or nothing.
 	x, err := collect.OpenExtras(collect.ExtrasConfig{Mode: collect.ModeOn, Need: collect.Need{Events: true},
 		Command: "watch", ProcRoot: e.ProcRoot, Loaders: e.BPF, Note: e.progress})
@@ -104,9 +122,29 @@ func runWatch(ctx context.Context, e *Env, o *watchOpts) error {
 		defer cancel()
 	}
 	wo := watch.Options{Filter: f, JSON: o.json, Tick: o.tick, Burst: o.burst, Count: o.count,
-		NameOf: names.Of, Now: e.Now, Notes: e.Stderr}
+		NameOf: names.Of, WorkloadOf: workloadOf(e, names), Now: e.Now, Notes: e.Stderr}
 	if err := watch.Run(ctx, src, wo, e.Stdout); err != nil {
 		return collectErr(err)
 	}
 	return nil
+}
+
+// workloadOf names an event's pod, container or unit: its process's, by
+// the Env's resolver (cached by pid and start time, bounded), else its
+// namespace's; nil when the Env resolves none.
+func workloadOf(e *Env, names *netns.Names) func(pid int, ino uint64) *snapshot.Workload {
+	if e.Workloads == nil {
+		return nil
+	}
+	return func(pid int, ino uint64) *snapshot.Workload {
+		if pid > 0 {
+			if w, _ := e.Workloads.ForPid(pid); w != (snapshot.Workload{}) {
+				return &w
+			}
+		}
+		if _, ok := names.Of(ino); ok {
+			return names.WorkloadOf(ino)
+		}
+		return nil
+	}
 }

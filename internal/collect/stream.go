@@ -22,12 +22,17 @@ type ownersDone struct {
 	fw  *fileWalk // the kernel's walk, if one ran
 	err error     // the /proc walk's
 	d   time.Duration
+	// named is what could not be resolved of the owners' workloads.
+	named error
 }
 
 // walkOwners finds every socket's owners: by the kernel's file walk when
 // Files loads it, else (or if that walk fails) from /proc. Every
 // socket inode is kept: the walk comes before or beside the dump, so
 // which ones it will list is not known yet.
+//
+// The owners' workloads are resolved here too, so that a walk beside the
+// dump names them beside it as well.
 func (st *Streamer) walkOwners(root string) ownersDone {
 	start := time.Now()
 	var out ownersDone
@@ -41,12 +46,14 @@ func (st *Streamer) walkOwners(root string) ownersDone {
 		out.own, out.err = procs.Scanner{Root: root}.Scan(nil)
 	}
 	out.d = time.Since(start)
+	if out.own != nil {
+		out.named = nameAll(out.own.Procs, st.Opts.Workloads)
+	}
 	return out
 }
 
-// record notes the walk in every header and gives them its processes,
-// named by w.
-func (o ownersDone) record(heads []*snapshot.Snapshot, w Workloads) {
+// record notes the walk in every header and gives them its processes.
+func (o ownersDone) record(heads []*snapshot.Snapshot) {
 	for _, s := range heads {
 		o.fw.note(s)
 		s.Sources = append(s.Sources, snapshot.SourceStat{Source: snapshot.SourceOwners, OK: o.err == nil, Duration: o.d})
@@ -55,7 +62,9 @@ func (o ownersDone) record(heads []*snapshot.Snapshot, w Workloads) {
 		}
 		if o.own != nil {
 			s.Procs = o.own.Procs
-			nameProcs(s, w)
+		}
+		if o.named != nil && s == heads[0] {
+			s.AddError(snapshot.SourceContainers, o.named) // said once: the processes are every namespace's
 		}
 	}
 }
@@ -113,7 +122,7 @@ func (st *Streamer) Stream(nss []netns.NS, fn func(s *snapshot.Snapshot, sk *sna
 			go func() { beside <- st.walkOwners(root) }()
 		} else {
 			o := st.walkOwners(root)
-			o.record(heads, st.Opts.Workloads)
+			o.record(heads)
 			own = o.own
 		}
 	}
@@ -134,7 +143,7 @@ func (st *Streamer) Stream(nss []netns.NS, fn func(s *snapshot.Snapshot, sk *sna
 			}
 		}
 		beside = nil
-		o.record(heads, st.Opts.Workloads)
+		o.record(heads)
 		own = o.own
 		return true
 	}

@@ -26,16 +26,24 @@ func header(ns netns.NS) *snapshot.Snapshot {
 }
 
 // nameProcs sets the Workload of each of s's processes that runs in a
-// container, pod or unit. A process gone since the owner scan is passed
-// over; other failures are noted once, with the count, and the names
-// found are kept.
+// container, pod or unit, and notes in s what could not be resolved.
 func nameProcs(s *snapshot.Snapshot, w Workloads) {
+	if err := nameAll(s.Procs, w); err != nil {
+		s.AddError(snapshot.SourceContainers, err)
+	}
+}
+
+// nameAll sets the Workload of each process in procs that runs in a
+// container, pod or unit. A process gone since the owner scan is passed
+// over; other failures come back as one error, with the count, and the
+// names found are kept.
+func nameAll(procs map[int]*snapshot.Proc, w Workloads) error {
 	if w == nil {
-		return
+		return nil
 	}
 	failed := 0
 	var first error
-	for pid, p := range s.Procs {
+	for pid, p := range procs {
 		if p.Workload != nil {
 			continue // shared with another namespace's snapshot
 		}
@@ -51,6 +59,7 @@ func nameProcs(s *snapshot.Snapshot, w Workloads) {
 		}
 	}
 	if failed > 0 {
-		s.AddError(snapshot.SourceContainers, fmt.Errorf("%d process(es) not fully named: %w", failed, first))
+		return fmt.Errorf("%d process(es) not fully named: %w", failed, first)
 	}
+	return nil
 }

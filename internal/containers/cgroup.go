@@ -110,8 +110,17 @@ var scopes = [...]struct{ prefix, runtime string }{
 // classify reads one cgroup path.
 func classify(path string) CgroupRef {
 	comps := strings.FieldsFunc(path, func(r rune) bool { return r == '/' })
+	// Read from inside a cgroup namespace (tcpdoctor in a pod on a
+	// cgroup v2 node), other processes' paths start with "..": what lies
+	// above our own cgroup, "kubepods" included, is cut off, so a pod
+	// directory is taken for one there.
+	up := 0
+	for up < len(comps) && (comps[up] == ".." || comps[up] == ".") {
+		up++
+	}
+	comps = comps[up:]
 	var r CgroupRef
-	kube := false
+	kube := up > 0
 	for j, c := range comps {
 		if strings.HasPrefix(c, "kubepods") {
 			kube = true

@@ -102,6 +102,49 @@ type Fix struct {
 	// Command is the exact command or setting, with computed values.
 	Command string `json:"command,omitempty"`
 	Risk    string `json:"risk,omitempty"`
+	// Peer is set on a fix made at the connection's other end (a
+	// receiver the subject sends to), not by the subject's process nor in
+	// its network namespace.
+	Peer bool `json:"peer,omitempty"`
+	// Pod says where the fix goes when the finding's subject is in a
+	// Kubernetes pod; set after the engine names the subject
+	// (remedy.InPods), never by a rule.
+	Pod *PodFix `json:"pod,omitempty"`
+}
+
+// PodFix is a fix restated for a subject in a Kubernetes pod: its
+// namespaced sysctls go in the pod spec, the others on the node, its
+// application settings in the pod's container.
+type PodFix struct {
+	// Pod is "namespace/name"; Container the pod's container the
+	// application runs in, when known.
+	Pod       string `json:"pod"`
+	Container string `json:"container,omitempty"`
+	// Sysctls are the fix's sysctls that are per network namespace, set
+	// for the pod in its spec's securityContext.sysctls (YAML).
+	Sysctls []PodSysctl `json:"sysctls,omitempty"`
+	// YAML is the pod spec fragment that sets Sysctls.
+	YAML string `json:"yaml,omitempty"`
+	// Kubelet is the kubelet flag every node that may run the pod needs
+	// before it starts a pod with the unsafe ones among Sysctls.
+	Kubelet string `json:"kubelet,omitempty"`
+	// Node lists the fix's sysctls ("name=value") that are not per
+	// network namespace: set on the node, they apply to every pod there.
+	Node []string `json:"node,omitempty"`
+	// HostNetwork is set when the pod does not hold the network namespace
+	// the finding is in (hostNetwork: true): no net.* sysctl can be set
+	// for it, and the fix's command sets the node's.
+	HostNetwork bool `json:"host_network,omitempty"`
+}
+
+// PodSysctl is one sysctl of a fix set in a pod spec.
+type PodSysctl struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+	// Safe says the kubelet allows it by default, from Kubernetes
+	// SafeSince on; an unsafe one needs PodFix.Kubelet on the node.
+	Safe      bool   `json:"safe"`
+	SafeSince string `json:"safe_since,omitempty"`
 }
 
 // Finding is one diagnosis.

@@ -7,12 +7,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tcpdoctor/tcpdoctor/internal/containers"
 	"github.com/tcpdoctor/tcpdoctor/internal/rules"
 	"github.com/tcpdoctor/tcpdoctor/internal/version"
 )
@@ -20,16 +22,18 @@ import (
 const deployDir = "../../deploy"
 
 var (
-	metricRe = regexp.MustCompile(`\btcpdoctor_[a-z_]+`)
-	fqNameRe = regexp.MustCompile(`fqName: "([^"]+)"`)
+	metricRe   = regexp.MustCompile(`\btcpdoctor_[a-z_]+`)
+	fqNameRe   = regexp.MustCompile(`fqName: "([^"]+)"`)
+	varLabelRe = regexp.MustCompile(`variableLabels: \{([^}]*)\}`)
+	legendRe   = regexp.MustCompile(`\{\{\s*([a-zA-Z_]+)\s*\}\}`)
+	byRe       = regexp.MustCompile(`^\s*(?:sum|count|max|min|avg) by \(([^)]*)\)`)
+	labelVarRe = regexp.MustCompile(`^label_values\((tcpdoctor_[a-z_]+)(?:\{[^}]*\})?,\s*([a-z_]+)\)$`)
 )
 
-// exported returns the name of every family the exporter can emit.
-func exported(t *testing.T) map[string]bool {
-	t.Helper()
-	out := map[string]bool{}
+// servedDescs are the exporter's families and those serve registers
+// beside it: its cost and build.
+func servedDescs() []*prometheus.Desc {
 	descs := newDescs().all()
-	// What serve registers beside the exporter: its cost and build.
 	ch := make(chan *prometheus.Desc, 16)
 	NewCost(nil, "").Describe(ch)
 	NewBuildInfo(version.Info{}).Describe(ch)
@@ -37,7 +41,59 @@ func exported(t *testing.T) map[string]bool {
 	for d := range ch {
 		descs = append(descs, d)
 	}
-	for _, d := range descs {
+	return descs
+}
+
+// labelsOfFamilies returns each exported family's label names, with the
+// instance and job labels Prometheus adds to every series.
+func labelsOfFamilies(t *testing.T) map[string]map[string]bool {
+	t.Helper()
+	out := map[string]map[string]bool{}
+	for _, d := range servedDescs() {
+		n := fqNameRe.FindStringSubmatch(d.String())
+		l := varLabelRe.FindStringSubmatch(d.String())
+		if n == nil || l == nil {
+			t.Fatalf("no name or labels in %s", d)
+		}
+		m := map[string]bool{"instance": true, "job": true}
+		for _, v := range strings.Split(l[1], ",") {
+			if v = strings.TrimSpace(v); v != "" {
+				m[v] = true
+			}
+		}
+		out[n[1]] = m
+	}
+	return out
+}
+
+// checkLegend fails for a legend naming a label the query's result
+// cannot have: one its outer aggregation drops, or one no family in it
+// has (Grafana would print it empty).
+func checkLegend(t *testing.T, where, expr, legend string, fams map[string]map[string]bool) {
+	t.Helper()
+	for _, m := range legendRe.FindAllStringSubmatch(legend, -1) {
+		label := m[1]
+		if by := byRe.FindStringSubmatch(expr); by != nil {
+			if !slices.Contains(strings.Split(strings.ReplaceAll(by[1], " ", ""), ","), label) {
+				t.Errorf("%s: legend %q names %s, which %q aggregates away", where, legend, label, expr)
+			}
+			continue
+		}
+		found := false
+		for _, name := range metricRe.FindAllString(expr, -1) {
+			found = found || fams[name][label]
+		}
+		if !found {
+			t.Errorf("%s: legend %q names %s, which no family in %q has", where, legend, label, expr)
+		}
+	}
+}
+
+// exported returns the name of every family the exporter can emit.
+func exported(t *testing.T) map[string]bool {
+	t.Helper()
+	out := map[string]bool{}
+	for _, d := range servedDescs() {
 		m := fqNameRe.FindStringSubmatch(d.String())
 		if m == nil {
 			t.Fatalf("no name in %s", d)
@@ -66,7 +122,8 @@ type dashPanel struct {
 	Type    string `json:"type"`
 	Title   string `json:"title"`
 	Targets []struct {
-		Expr string `json:"expr"`
+		Expr   string `json:"expr"`
+		Legend string `json:"legendFormat"`
 	} `json:"targets"`
 	Panels []dashPanel `json:"panels"`
 }
@@ -81,6 +138,7 @@ func TestGrafanaDashboard(t *testing.T) {
 		Panels     []dashPanel `json:"panels"`
 		Templating struct {
 			List []struct {
+				Name  string `json:"name"`
 				Type  string `json:"type"`
 				Query any    `json:"query"`
 			} `json:"list"`
@@ -90,6 +148,7 @@ func TestGrafanaDashboard(t *testing.T) {
 		t.Fatalf("tcpdoctor.json is not valid JSON: %v", err)
 	}
 	have := exported(t)
+	fams := labelsOfFamilies(t)
 	var exprs []string
 	var titles []string
 	var walk func(ps []dashPanel)
@@ -101,15 +160,34 @@ func TestGrafanaDashboard(t *testing.T) {
 			}
 			for _, tg := range p.Targets {
 				checkMetrics(t, "panel "+p.Title, tg.Expr, have)
+				checkLegend(t, "panel "+p.Title, tg.Expr, tg.Legend, fams)
 				exprs = append(exprs, tg.Expr)
 			}
 			walk(p.Panels)
 		}
 	}
 	walk(d.Panels)
+	vars := map[string]bool{}
 	for _, v := range d.Templating.List {
+		vars[v.Name] = true
 		if q, ok := v.Query.(string); ok && v.Type == "query" {
 			checkMetrics(t, "variable", q, have)
+			if m := labelVarRe.FindStringSubmatch(q); m == nil || !fams[m[1]][m[2]] {
+				t.Errorf("variable %s: %q is not label_values of a label the family has", v.Name, q)
+			}
+		}
+	}
+	// The pod filter: a pod's namespace and name as variables, and every
+	// query that filters by netns filters by them too.
+	for _, v := range []string{"namespace", "pod"} {
+		if !vars[v] {
+			t.Errorf("no %s variable", v)
+		}
+	}
+	for _, e := range exprs {
+		if strings.Contains(e, `netns=~"$netns"`) && (strings.Count(e, `netns=~"$netns"`) != strings.Count(e, `pod=~"$pod"`) ||
+			strings.Count(e, `netns=~"$netns"`) != strings.Count(e, `namespace=~"$namespace"`)) {
+			t.Errorf("%q filters by netns but not by pod and namespace", e)
 		}
 	}
 	all := strings.Join(titles, "\n")
@@ -126,7 +204,7 @@ func TestGrafanaDashboard(t *testing.T) {
 	}
 	var sb strings.Builder
 	sb.WriteString("groups:\n  - name: dashboard\n    rules:\n")
-	r := strings.NewReplacer("$__rate_interval", "5m", "$instance", ".*", "$netns", ".*")
+	r := strings.NewReplacer("$__rate_interval", "5m", "$instance", ".*", "$netns", ".*", "$namespace", ".*", "$pod", ".*")
 	for i, e := range exprs {
 		q, _ := json.Marshal(r.Replace(e))
 		fmt.Fprintf(&sb, "      - record: panel_query_%d\n        expr: %s\n", i, q)
@@ -192,5 +270,45 @@ func TestAlertRules(t *testing.T) {
 	cmd.Dir = filepath.Join(deployDir, "prometheus")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Errorf("promtool test rules: %v\n%s", err, out)
+	}
+}
+
+// TestDaemonSetMounts: the DaemonSet mounts, read-only and at the host's
+// own path, every directory name resolution reads by default
+// (containers.DefaultRoots; /proc comes with hostPID), so no flag is
+// needed; /run/netns with HostToContainer propagation.
+func TestDaemonSetMounts(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(deployDir, "kubernetes", "daemonset.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(b)
+	r := containers.DefaultRoots()
+	if !strings.Contains(text, "hostPID: true") || r.Proc != "/proc" {
+		t.Errorf("no hostPID: /proc/PID/cgroup of the host's processes is not readable")
+	}
+	mount := regexp.MustCompile(`(?m)^\s+- name: (\S+)\n\s+mountPath: (\S+)\n\s+readOnly: true\n(\s+mountPropagation: (\S+)\n)?`)
+	got := map[string]string{}
+	for _, m := range mount.FindAllStringSubmatch(text, -1) {
+		got[m[2]] = m[4]
+		if !strings.Contains(text, "path: "+m[2]+"\n") {
+			t.Errorf("mount %s is not the host's path %s", m[1], m[2])
+		}
+	}
+	for path, prop := range map[string]string{
+		filepath.Join(r.ContainerdState, "io.containerd.runtime.v2.task"): "",
+		r.Runc:                                "",
+		filepath.Join(r.Docker, "containers"): "",
+		"/run/netns":                          "HostToContainer",
+	} {
+		p, ok := got[path]
+		if !ok {
+			t.Errorf("%s is not mounted read-only (mounted: %v)", path, got)
+		} else if p != prop {
+			t.Errorf("%s: propagation %q, want %q", path, p, prop)
+		}
+	}
+	if _, ok := got[r.ContainerdState]; ok {
+		t.Errorf("%s mounted whole: it holds containerd's API socket", r.ContainerdState)
 	}
 }

@@ -131,32 +131,34 @@ func (t *eventTotals) addFailed(errno, dst string, n uint64, top int) {
 }
 
 // addEvents exports one namespace's totals, each family only where the
-// program that counts it ran (absent, not zero, otherwise).
-func (x *Exporter) addEvents(b *viewBuilder, ns string, ev *snapshot.Events, t *eventTotals) {
+// program that counts it ran (absent, not zero, otherwise). They carry the
+// namespace's workload, not a process's: a counter's labels stay the same
+// for its whole life, so rate() over it holds.
+func (x *Exporter) addEvents(b *viewBuilder, ns nsLabels, ev *snapshot.Events, t *eventTotals) {
 	d := x.d
 	c := prometheus.CounterValue
 	if ev.Has(snapshot.ProgDrops) {
 		for reason, v := range t.drops {
-			b.add(d.evDrops, c, v, ns, reason)
+			b.add(d.evDrops, c, v, ns.with(reason)...)
 		}
 		for l, v := range t.overflow {
-			b.add(d.evOverflow, c, v, ns, l)
+			b.add(d.evOverflow, c, v, ns.with(l)...)
 		}
 	}
 	for k, v := range t.resets {
-		b.add(d.evResets, c, v, ns, k[0], k[1])
+		b.add(d.evResets, c, v, ns.with(k[0], k[1])...)
 	}
 	if ev.Has(snapshot.ProgRetransmits) {
-		b.add(d.evRetrans, c, t.retrans, ns)
+		b.add(d.evRetrans, c, t.retrans, ns[:]...)
 		for dst, v := range t.synRetrans {
-			b.add(d.evSynRetrans, c, v, ns, dst)
+			b.add(d.evSynRetrans, c, v, ns.with(dst)...)
 		}
 	}
 	if ev.Has(snapshot.ProgLifecycle) {
-		b.add(d.evConnects, c, t.connects, ns)
+		b.add(d.evConnects, c, t.connects, ns[:]...)
 		for _, m := range t.failed {
 			for k, v := range m {
-				b.add(d.evFailed, c, v, ns, k[0], k[1])
+				b.add(d.evFailed, c, v, ns.with(k[0], k[1])...)
 			}
 		}
 	}

@@ -130,6 +130,7 @@ func (x *Exporter) Update(snaps []*snapshot.Snapshot, collectTook time.Duration)
 	b := &viewBuilder{seen: map[string]bool{}}
 	d := x.d
 	next := make(map[string]*snapshot.Snapshot, len(snaps))
+	nsl := make(map[string]nsLabels, len(snaps))
 	var ins []*diag.Input
 	var newest time.Time
 	for _, cur := range snaps {
@@ -138,6 +139,8 @@ func (x *Exporter) Update(snaps []*snapshot.Snapshot, collectTook time.Duration)
 			continue
 		}
 		next[ns] = cur
+		nl := labelsOf(ns, cur.Netns.Workload)
+		nsl[ns] = nl
 		if cur.Taken.After(newest) {
 			newest = cur.Taken
 		}
@@ -150,15 +153,15 @@ func (x *Exporter) Update(snaps []*snapshot.Snapshot, collectTook time.Duration)
 			}
 			t.add(cur.Events, x.opts.Top)
 			t.expire(listening(cur))
-			x.addEvents(b, ns, cur.Events, t)
+			x.addEvents(b, nl, cur.Events, t)
 		}
 		in := x.windows.Input(cur, x.opts.Diag)
 		if in == nil {
 			continue // no window yet (window.Chain.Input says why)
 		}
 		ins = append(ins, in)
-		b.add(d.window, prometheus.GaugeValue, in.Window().Seconds(), ns)
-		x.addLimiters(b, in)
+		b.add(d.window, prometheus.GaugeValue, in.Window().Seconds(), nl[:]...)
+		x.addLimiters(b, in, nl)
 	}
 	if len(ins) > 0 {
 		// The rules run exactly as `check` runs them.
@@ -169,10 +172,17 @@ func (x *Exporter) Update(snaps []*snapshot.Snapshot, collectTook time.Duration)
 			if s.Pid > 0 {
 				pid = strconv.Itoa(s.Pid)
 			}
-			b.add(d.finding, prometheus.GaugeValue, 1, f.Rule, f.Severity.String(), s.Netns, s.Local, s.Remote, pid, s.Command)
+			// The engine named the subject's pod and container (its
+			// process's, else its namespace's).
+			fl := nsLabels{s.Netns, s.Pod, s.PodNamespace, s.Container}
+			b.add(d.finding, prometheus.GaugeValue, 1, fl.with(f.Rule, f.Severity.String(), s.Local, s.Remote, pid, s.Command)...)
 		}
 		for _, u := range rep.Unknown {
-			b.add(d.unknown, prometheus.GaugeValue, 1, u.Rule, u.Netns)
+			nl, ok := nsl[u.Netns]
+			if !ok {
+				nl = nsLabels{u.Netns}
+			}
+			b.add(d.unknown, prometheus.GaugeValue, 1, nl.with(u.Rule)...)
 		}
 	}
 	// Each sample is kept as the next window's start only as what its
@@ -195,14 +205,14 @@ func (x *Exporter) Update(snaps []*snapshot.Snapshot, collectTook time.Duration)
 // addSnapshot adds what one snapshot shows on its own.
 func (x *Exporter) addSnapshot(b *viewBuilder, s *snapshot.Snapshot) {
 	d := x.d
-	ns := s.Netns.Name
+	ns := labelsOf(s.Netns.Name, s.Netns.Workload)
 	for _, c := range netstatCounters() {
 		if v, ok := s.Counters[c.key]; ok && v >= 0 {
-			b.add(d.counters[c.key], prometheus.CounterValue, float64(v), ns)
+			b.add(d.counters[c.key], prometheus.CounterValue, float64(v), ns[:]...)
 		}
 	}
 	if v, ok := s.Sockstat["TCP.tw"]; ok {
-		b.add(d.timeWait, prometheus.GaugeValue, float64(v), ns)
+		b.add(d.timeWait, prometheus.GaugeValue, float64(v), ns[:]...)
 	}
 	if _, failed := s.Failed(snapshot.SourceSockdiag); !failed || len(s.Sockets) > 0 {
 		byState := map[snapshot.State]int{}
@@ -215,19 +225,18 @@ func (x *Exporter) addSnapshot(b *viewBuilder, s *snapshot.Snapshot) {
 		}
 		sort.Slice(states, func(i, j int) bool { return states[i] < states[j] })
 		for _, st := range states {
-			b.add(d.sockets, prometheus.GaugeValue, float64(byState[st]), ns, st.String())
+			b.add(d.sockets, prometheus.GaugeValue, float64(byState[st]), ns.with(st.String())...)
 		}
-		b.add(d.sockSeen, prometheus.GaugeValue, float64(len(s.Sockets)), ns)
+		b.add(d.sockSeen, prometheus.GaugeValue, float64(len(s.Sockets)), ns[:]...)
 		x.addListeners(b, s)
-		x.addPorts(b, s)
+		x.addPorts(b, s, ns)
 	}
-	x.addSources(b, s)
+	x.addSources(b, s, ns)
 }
 
 // addSources exports each source's outcome: up is 0 when it recorded an
 // error (also a partial one), duration where it was timed.
-func (x *Exporter) addSources(b *viewBuilder, s *snapshot.Snapshot) {
-	ns := s.Netns.Name
+func (x *Exporter) addSources(b *viewBuilder, s *snapshot.Snapshot, ns nsLabels) {
 	failed := map[string]bool{}
 	for _, e := range s.Errors {
 		failed[e.Source] = true
@@ -238,13 +247,13 @@ func (x *Exporter) addSources(b *viewBuilder, s *snapshot.Snapshot) {
 		if st.OK && !failed[st.Source] {
 			up = 1
 		}
-		b.add(x.d.sourceUp, prometheus.GaugeValue, up, st.Source, ns)
-		b.add(x.d.sourceDur, prometheus.GaugeValue, st.Duration.Seconds(), st.Source, ns)
+		b.add(x.d.sourceUp, prometheus.GaugeValue, up, ns.with(st.Source)...)
+		b.add(x.d.sourceDur, prometheus.GaugeValue, st.Duration.Seconds(), ns.with(st.Source)...)
 		done[st.Source] = true
 	}
 	for _, e := range s.Errors {
 		if !done[e.Source] {
-			b.add(x.d.sourceUp, prometheus.GaugeValue, 0, e.Source, ns)
+			b.add(x.d.sourceUp, prometheus.GaugeValue, 0, ns.with(e.Source)...)
 			done[e.Source] = true
 		}
 	}
@@ -268,6 +277,7 @@ func (x *Exporter) addListeners(b *viewBuilder, s *snapshot.Snapshot) {
 	type lis struct {
 		local, port, cmd string
 		q, max           uint32
+		w                *snapshot.Workload
 	}
 	var ls []lis
 	for i := range s.Sockets {
@@ -275,7 +285,7 @@ func (x *Exporter) addListeners(b *viewBuilder, s *snapshot.Snapshot) {
 		if sk.State != snapshot.Listen {
 			continue
 		}
-		ls = append(ls, lis{local: sk.Local.String(), port: strconv.Itoa(int(sk.Local.Port())), cmd: command(s, sk), q: sk.RecvQ, max: sk.SendQ})
+		ls = append(ls, lis{local: sk.Local.String(), port: strconv.Itoa(int(sk.Local.Port())), cmd: command(s, sk), q: sk.RecvQ, max: sk.SendQ, w: ownerWorkload(s, sk)})
 	}
 	fill := func(l lis) float64 { return tcpmodel.Fill{Queue: l.q, Backlog: l.max}.Frac() }
 	sort.SliceStable(ls, func(i, j int) bool {
@@ -293,8 +303,11 @@ func (x *Exporter) addListeners(b *viewBuilder, s *snapshot.Snapshot) {
 		if b.seen[key] {
 			continue
 		}
-		b.add(x.d.queueLen, prometheus.GaugeValue, float64(l.q), s.Netns.Name, l.local, l.port, l.cmd)
-		b.add(x.d.queueMax, prometheus.GaugeValue, float64(l.max), s.Netns.Name, l.local, l.port, l.cmd)
+		// Labelled by the listener's process's workload, else the
+		// namespace's; the key above leaves it out, so the bound holds.
+		nl := labelsOf(s.Netns.Name, l.w)
+		b.add(x.d.queueLen, prometheus.GaugeValue, float64(l.q), nl.with(l.local, l.port, l.cmd)...)
+		b.add(x.d.queueMax, prometheus.GaugeValue, float64(l.max), nl.with(l.local, l.port, l.cmd)...)
 		n++
 	}
 }
@@ -317,7 +330,7 @@ func limiterOf(sh snapshot.Shares) string {
 
 // addLimiters counts established connections seen in both samples by
 // their dominant limiter (snapshot.ChronoShares).
-func (x *Exporter) addLimiters(b *viewBuilder, in *diag.Input) {
+func (x *Exporter) addLimiters(b *viewBuilder, in *diag.Input, ns nsLabels) {
 	for _, s := range []*snapshot.Snapshot{in.Prev, in.Cur} {
 		if _, failed := s.Failed(snapshot.SourceSockdiag); failed {
 			return // no sockets seen is not "nothing limited"
@@ -348,6 +361,6 @@ func (x *Exporter) addLimiters(b *viewBuilder, in *diag.Input) {
 		return // no chronographs (kernel before 4.10): unknown, not zero
 	}
 	for _, l := range []string{"app", "cwnd", "rwnd", "sndbuf"} {
-		b.add(x.d.limiter, prometheus.GaugeValue, float64(counts[l]), in.Cur.Netns.Name, l)
+		b.add(x.d.limiter, prometheus.GaugeValue, float64(counts[l]), ns.with(l)...)
 	}
 }

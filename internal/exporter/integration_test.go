@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -45,8 +46,13 @@ func (l *lockedBuf) String() string {
 // returns its address.
 func startServe(t *testing.T, args ...string) string {
 	t.Helper()
+	return startServeEnv(t, cli.DefaultEnv(), args...)
+}
+
+// startServeEnv is startServe with env (its Stdout and Stderr replaced).
+func startServeEnv(t *testing.T, env *cli.Env, args ...string) string {
+	t.Helper()
 	stderr := &lockedBuf{}
-	env := cli.DefaultEnv()
 	env.Stdout, env.Stderr = io.Discard, stderr
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -157,21 +163,67 @@ func freePort(t *testing.T) string {
 // second with the alert rules loaded; it is killed by its PID at cleanup.
 func startPrometheus(t *testing.T, target string) string {
 	t.Helper()
+	return startPrometheusJobs(t, fmt.Sprintf(`  - job_name: tcpdoctor
+    static_configs:
+      - targets: [%q]
+`, target))
+}
+
+// startPrometheusJobs is startPrometheus with jobs as its scrape_configs.
+func startPrometheusJobs(t *testing.T, jobs string) string {
+	t.Helper()
+	bin, err := exec.LookPath("prometheus")
+	if err != nil {
+		t.Skip("prometheus not installed (Debian package prometheus)")
+	}
 	rulesFile, err := filepath.Abs("../../deploy/prometheus/tcpdoctor-alerts.yml")
 	if err != nil {
 		t.Fatal(err)
 	}
+	dir := t.TempDir()
 	cfg := fmt.Sprintf(`global:
   scrape_interval: 1s
   evaluation_interval: 1s
 rule_files:
   - %q
 scrape_configs:
-  - job_name: tcpdoctor
-    static_configs:
-      - targets: [%q]
-`, rulesFile, target)
-	return runPrometheus(t, cfg)
+%s`, rulesFile, jobs)
+	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	web := freePort(t)
+	logf, err := os.Create(filepath.Join(dir, "prometheus.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "--config.file="+filepath.Join(dir, "prometheus.yml"),
+		"--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+web, "--log.level=warn")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		logf.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(logf.Name())
+			t.Logf("prometheus log:\n%s", b)
+		}
+	})
+	base := "http://" + web
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if resp, err := http.Get(base + "/-/ready"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return base
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatal("prometheus did not become ready in 20 s")
+	return ""
 }
 
 type promAlert struct {
@@ -294,7 +346,8 @@ func TestServeRefusedConnects(t *testing.T) {
 	stop := testns.Refusals(t, ns)
 	defer stop()
 	addr := startServe(t, "--netns", ns.Name, "--interval", "1s", "--bpf", "on")
-	refused := fmt.Sprintf(`tcpdoctor_bpf_failed_connects_total{dst=%q,errno="ECONNREFUSED",netns=%q}`, testns.RefusedDst, ns.Name)
+	// The test's namespace holds no pod or container: those labels are empty.
+	refused := fmt.Sprintf(`tcpdoctor_bpf_failed_connects_total{container="",dst=%q,errno="ECONNREFUSED",namespace="",netns=%q,pod=""}`, testns.RefusedDst, ns.Name)
 	start := time.Now()
 	var scrape []byte
 	for {

@@ -13,13 +13,12 @@ import (
 // destinations, the ports held towards each, from the same model the
 // port-exhaustion rule judges (tcpmodel): open sockets plus TIME_WAIT
 // ones connect() cannot take over yet.
-func (x *Exporter) addPorts(b *viewBuilder, s *snapshot.Snapshot) {
+func (x *Exporter) addPorts(b *viewBuilder, s *snapshot.Snapshot, ns nsLabels) {
 	p, err := tcpmodel.NewPortSpace(s)
 	if err != nil {
 		return
 	}
-	ns := s.Netns.Name
-	b.add(x.d.portsUsable, prometheus.GaugeValue, float64(p.Usable()), ns)
+	b.add(x.d.portsUsable, prometheus.GaugeValue, float64(p.Usable()), ns[:]...)
 	use := p.DestUsage(s, nil, 0)
 	dests := make([]tcpmodel.Dest, 0, len(use))
 	for k := range use {
@@ -39,6 +38,6 @@ func (x *Exporter) addPorts(b *viewBuilder, s *snapshot.Snapshot) {
 		dests = dests[:x.opts.Top]
 	}
 	for _, k := range dests {
-		b.add(x.d.portsInUse, prometheus.GaugeValue, float64(use[k].Held()), ns, k.Src.String(), k.Dst.String())
+		b.add(x.d.portsInUse, prometheus.GaugeValue, float64(use[k].Held()), ns.with(k.Src.String(), k.Dst.String())...)
 	}
 }

@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -90,7 +88,7 @@ func TestPrometheusTLSBasicAuth(t *testing.T) {
       - targets: [%q]
 `, name, certFile, password, addr)
 	}
-	base := runPrometheus(t, "global:\n  scrape_interval: 1s\nscrape_configs:\n"+job("right", "s3cret")+job("wrong", "not-it"))
+	base := startPrometheusJobs(t, job("right", "s3cret")+job("wrong", "not-it"))
 	start := time.Now()
 	for {
 		var r struct {
@@ -123,54 +121,6 @@ func TestPrometheusTLSBasicAuth(t *testing.T) {
 	}
 }
 
-// runPrometheus runs the Debian package's server with the configuration
-// cfg until the test ends (killed by its PID) and returns its base URL
-// once ready.
-func runPrometheus(t *testing.T, cfg string) string {
-	t.Helper()
-	bin, err := exec.LookPath("prometheus")
-	if err != nil {
-		t.Skip("prometheus not installed (Debian package prometheus)")
-	}
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	web := freePort(t)
-	logf, err := os.Create(filepath.Join(dir, "prometheus.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "--config.file="+filepath.Join(dir, "prometheus.yml"),
-		"--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+web, "--log.level=warn")
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		logf.Close()
-		if t.Failed() {
-			b, _ := os.ReadFile(logf.Name())
-			t.Logf("prometheus log:\n%s", b)
-		}
-	})
-	base := "http://" + web
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		if resp, err := http.Get(base + "/-/ready"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return base
-			}
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatal("prometheus did not become ready in 20 s")
-	return ""
-}
-
 // TestServeCost: with the kernel's BPF statistics on (the test holds
 // them on the way an operator's tool does, through BPF_ENABLE_STATS, for
 // its own duration), serve --bpf on exports its programs' runs and run
@@ -191,7 +141,7 @@ func TestServeCost(t *testing.T) {
 	var scrape []byte
 	for {
 		scrape = get(t, "http://"+addr+"/metrics")
-		if v, ok := sampleValue(scrape, runs); ok && v > 0 && bytes.Contains(scrape, []byte("tcpdoctor_collection_sockets{netns=\""+ns.Name)) {
+		if v, ok := sampleValue(scrape, runs); ok && v > 0 && hasSeries(scrape, "tcpdoctor_collection_sockets{", `netns="`+ns.Name+`"`) {
 			break
 		}
 		if time.Since(start) > 15*time.Second {
@@ -207,16 +157,33 @@ func TestServeCost(t *testing.T) {
 	if v, ok := sampleValue(scrape, `tcpdoctor_bpf_program_run_seconds_total{program="inet_sock_set_state"} `); !ok || v <= 0 {
 		t.Errorf("inet_sock_set_state run time %v (%v), want > 0", v, ok)
 	}
-	for _, want := range []string{
-		"tcpdoctor_bpf_events_lost_total ", "tcpdoctor_source_duration_seconds{netns=\"" + ns.Name + "\",source=\"sockdiag\"}",
-		"tcpdoctor_collection_sockets{netns=\"" + ns.Name + "\"}", "tcpdoctor_build_info{"} {
-		if !bytes.Contains(scrape, []byte(want)) {
-			t.Errorf("scrape has no %s", want)
+	for _, want := range [][]string{{"tcpdoctor_bpf_events_lost_total "}, {"tcpdoctor_source_duration_seconds{", `netns="` + ns.Name + `"`, `source="sockdiag"`},
+		{"tcpdoctor_collection_sockets{", `netns="` + ns.Name + `"`}, {"tcpdoctor_build_info{"}} {
+		if !hasSeries(scrape, want[0], want[1:]...) {
+			t.Errorf("scrape has no %v", want)
 		}
 	}
 	n, _ := sampleValue(scrape, runs)
 	secs, _ := sampleValue(scrape, `tcpdoctor_bpf_program_run_seconds_total{program="inet_sock_set_state"} `)
 	t.Logf("inet_sock_set_state: %.0f runs in %.1f µs, %.0f ns a run", n, secs*1e6, secs*1e9/n)
+}
+
+// hasSeries says whether a sample line starts with prefix and holds every
+// label pair in labels.
+func hasSeries(scrape []byte, prefix string, labels ...string) bool {
+	for _, l := range strings.Split(string(scrape), "\n") {
+		if !strings.HasPrefix(l, prefix) {
+			continue
+		}
+		all := true
+		for _, lb := range labels {
+			all = all && strings.Contains(l, lb)
+		}
+		if all {
+			return true
+		}
+	}
+	return false
 }
 
 // sampleValue is the value of the first sample line starting with prefix.

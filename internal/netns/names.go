@@ -1,6 +1,10 @@
 package netns
 
-import "time"
+import (
+	"time"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+)
 
 // Names names namespaces by inode for a stream of events, looking again
 // (at most once a second) when asked for one created since. A namespace
@@ -8,8 +12,11 @@ import "time"
 type Names struct {
 	Find Finder
 	// Now is the clock that spaces the looks.
-	Now    func() time.Time
-	byIno  map[uint64]string
+	Now   func() time.Time
+	byIno map[uint64]string
+	// held is the pod, container or unit holding each namespace that
+	// Find.Workloads named.
+	held   map[uint64]*snapshot.Workload
 	looked time.Time
 }
 
@@ -19,10 +26,14 @@ func (n *Names) Refresh() error {
 	n.looked = n.Now()
 	all, err := n.Find.All()
 	m := make(map[uint64]string, len(all))
+	held := make(map[uint64]*snapshot.Workload)
 	for _, ns := range all {
 		m[ns.Inode] = ns.Name
+		if ns.Workload != nil {
+			held[ns.Inode] = ns.Workload
+		}
 	}
-	n.byIno = m
+	n.byIno, n.held = m, held
 	return err
 }
 
@@ -45,4 +56,18 @@ func (n *Names) Inode(name string) (uint64, bool) {
 		}
 	}
 	return 0, false
+}
+
+// WorkloadOf returns the pod, container or unit holding the namespace
+// with inode ino, as last looked (Of looks again); nil when none is
+// known.
+func (n *Names) WorkloadOf(ino uint64) *snapshot.Workload { return n.held[ino] }
+
+// Workloads lists what holds the namespaces, as last looked.
+func (n *Names) Workloads() []snapshot.Workload {
+	out := make([]snapshot.Workload, 0, len(n.held))
+	for _, w := range n.held {
+		out = append(out, *w)
+	}
+	return out
 }

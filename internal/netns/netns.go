@@ -83,7 +83,10 @@ func (f Finder) withWorkload(ns NS, pids []int, taken func(string) bool) NS {
 	}
 	w, err := f.Workloads.ForNetns(ns.Inode, pids)
 	ns.WorkloadErr = err
-	if w == (snapshot.Workload{}) {
+	if !w.IsContainer() && w.Pod == "" && !strings.HasSuffix(w.Unit, ".service") {
+		// Nothing, or a login session's or other transient scope: the
+		// namespace of a shell's `unshare` or `ip netns exec` is not
+		// that session's.
 		return ns
 	}
 	ns.Workload = &w

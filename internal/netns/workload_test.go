@@ -64,6 +64,7 @@ func TestFinderNamesWorkloads(t *testing.T) {
 	podPid, podIno := unnamedChild(t)
 	unitPid, unitIno := unnamedChild(t)
 	clashPid, clashIno := unnamedChild(t)
+	scopePid, scopeIno := unnamedChild(t)
 	cniIno, _ := nsInode("/run/netns/" + cni)
 	mineIno, _ := nsInode("/run/netns/" + mine)
 	fake := &fakeNamer{asked: map[uint64][]int{}, by: map[uint64]snapshot.Workload{
@@ -72,6 +73,7 @@ func TestFinderNamesWorkloads(t *testing.T) {
 		mineIno:  {Runtime: "docker", ID: "cc33", Container: "web"},
 		unitIno:  {Runtime: "systemd", Unit: "isolated.service"},
 		clashIno: {Runtime: "docker", ID: "dd44", Container: mine},
+		scopeIno: {Runtime: "systemd", Unit: "session-3.scope"},
 	}}
 	f := Default()
 	f.Workloads = fake
@@ -93,8 +95,15 @@ func TestFinderNamesWorkloads(t *testing.T) {
 		{mineIno, minePid, mine},
 		{unitIno, unitPid, "pid:" + strconv.Itoa(unitPid)},
 		{clashIno, clashPid, "pid:" + strconv.Itoa(clashPid)},
+		{scopeIno, scopePid, "pid:" + strconv.Itoa(scopePid)},
 	} {
 		ns := byIno[c.ino]
+		if c.ino == scopeIno {
+			if ns.Name != c.want || ns.Workload != nil {
+				t.Errorf("a namespace of a login session = %q %+v, want %q and no workload", ns.Name, ns.Workload, c.want)
+			}
+			continue
+		}
 		if ns.Name != c.want || ns.Workload == nil || *ns.Workload != fake.by[c.ino] {
 			t.Errorf("namespace %d = %q %+v, want %q with %+v", c.ino, ns.Name, ns.Workload, c.want, fake.by[c.ino])
 		}

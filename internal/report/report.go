@@ -129,6 +129,13 @@ func WriteText(w io.Writer, r *Report, st Style) {
 					// another (no rule writes a command of several lines).
 					fmt.Fprintf(w, "        %s\n", safe(fx.Command))
 				}
+				if p := fx.Pod; p != nil && p.YAML != "" {
+					// The pod spec, a line at a time, each escaped.
+					fmt.Fprintf(w, "        pod %s spec:\n", safe(p.Pod))
+					for _, l := range strings.Split(strings.TrimRight(p.YAML, "\n"), "\n") {
+						fmt.Fprintf(w, "          %s\n", safe(l))
+					}
+				}
 				if fx.Risk != "" {
 					fmt.Fprintf(w, "      risk: %s\n", safe(fx.Risk))
 				}

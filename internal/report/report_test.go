@@ -57,3 +57,27 @@ func TestWriteTextEscapes(t *testing.T) {
 		t.Errorf("a fix command is not one line:\n%s", out)
 	}
 }
+
+// A fix in a pod prints its pod spec under the fix, a line at a time
+// (remedy builds it of sysctl names and numbers only), each escaped; a
+// hostile pod name forges no line.
+func TestWriteTextPodSpec(t *testing.T) {
+	yaml := "spec:\n  securityContext:\n    sysctls:\n    - name: net.core.somaxconn  # unsafe: needs kubelet --allowed-unsafe-sysctls\n      value: \"4096\"\n"
+	r := &Report{Findings: []diag.Finding{{
+		Rule: "listen-overflow", Severity: diag.Critical, Subject: diag.Subject{Pod: "web-1", PodNamespace: "shop"},
+		Fixes: []diag.Fix{{Scope: "kernel", Target: "sysctl", Text: "raise somaxconn",
+			Pod: &diag.PodFix{Pod: "shop/web-1" + hostile, YAML: yaml + "\x1b]0;PWN\x07"}}},
+	}}}
+	var b bytes.Buffer
+	WriteText(&b, r, Style{MinSeverity: diag.Warning})
+	out := b.String()
+	want := "    - [kernel/sysctl] raise somaxconn\n" +
+		"        pod shop/web-1\\x1b]0;PWN\\a\\x1b[2J\\nX spec:\n" +
+		"          spec:\n            securityContext:\n              sysctls:\n" +
+		"              - name: net.core.somaxconn  # unsafe: needs kubelet --allowed-unsafe-sysctls\n" +
+		"                value: \"4096\"\n" +
+		"          \\x1b]0;PWN\\a\n"
+	if !strings.Contains(out, want) {
+		t.Errorf("fix in a pod printed as\n%s\nwant\n%s", out, want)
+	}
+}

@@ -398,13 +398,15 @@ func rwndFixes(s *snapshot.Snapshot, peer *snapshot.Socket, plan bdp.Plan, rtt t
 			who += " (its Recv-Q is full: it also reads too slowly; see slow-reader)"
 		}
 	}
+	// The receiver, not the subject (the sender), makes these.
 	fs := []diag.Fix{remedy.UnpinRcvBuf(who), remedy.SizeRcvBuf(plan, rtt)}
+	fs[0].Peer, fs[1].Peer = true, true
 	if peer == nil {
 		// The receiver's sysctls are not in this snapshot: give the values.
 		if plan.BDP > 0 {
 			fs = append(fs, diag.Fix{Scope: "kernel", Target: "sysctl", Text: "on the receiving host, if its limits are lower: let SO_RCVBUF requests and autotuning reach the BDP",
 				Command: fmt.Sprintf("sysctl -w net.core.rmem_max=%d; sysctl -w net.ipv4.tcp_rmem='4096 131072 %d'", int64(plan.AskRcvBuf), int64(max(plan.RcvBuf, 6<<20))),
-				Risk:    "host-wide on the receiver"})
+				Risk:    "host-wide on the receiver", Peer: true})
 		}
 		return fs
 	}

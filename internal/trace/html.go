@@ -104,10 +104,15 @@ type connSection struct {
 // PageTitle is the page's title for a recording: its filter, and the
 // namespace it was made in. The page escapes it (html/template).
 func PageTitle(h *Header) string {
+	t := h.Filter
 	if h.Netns != "" {
-		return h.Filter + " in " + h.Netns
+		t += " in " + h.Netns
 	}
-	return h.Filter
+	sub := h.Subject()
+	if w := sub.WorkloadPhrase(); w != "" {
+		t += " (" + w + ")"
+	}
+	return t
 }
 
 // WriteHTML writes the report: one self-contained page with, per

@@ -14,15 +14,20 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/bpfsource"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/procs"
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/sockdiag"
 )
 
 // LiveOptions configure a recording of the running system.
 type LiveOptions struct {
 	// NS is the namespace to trace; its zero value is our own.
-	NS       netns.NS
-	Filter   sockdiag.Filter
-	Pid      int // keep only this process's sockets; 0: any
+	NS     netns.NS
+	Filter sockdiag.Filter
+	Pid    int // keep only this process's sockets; 0: any
+	// Pids, when set, keeps only these processes' sockets (a container's,
+	// --container); Workload names them, or the namespace, in the header.
+	Pids     []int
+	Workload *snapshot.Workload
 	ProcRoot string
 	Interval time.Duration
 	Duration time.Duration
@@ -84,7 +89,7 @@ func Live(ctx context.Context, o LiveOptions) (*Trace, Stats, error) {
 	defer conn.Close()
 	host, _ := os.Hostname()
 	cfg := Config{Source: conn, Filter: o.Filter, Interval: o.Interval, Duration: o.Duration, Discover: o.Discover, IdleEvery: o.IdleEvery, Now: o.Now, Sleep: o.Sleep, ThreadCPU: ThreadCPU,
-		Sink: o.Sink, Header: Header{Host: host, Netns: o.NS.Name, Filter: Describe(&o.Filter, o.Pid), NoEvents: o.NoEvents}}
+		Sink: o.Sink, Header: Header{Host: host, Netns: o.NS.Name, Filter: Describe(&o.Filter, o.Pid), NoEvents: o.NoEvents, Workload: o.Workload}}
 	if o.OpenEvents != nil {
 		src, closeEvents, why, err := o.OpenEvents(nsIno, portsOf(&o.Filter))
 		if err != nil {
@@ -97,21 +102,40 @@ func Live(ctx context.Context, o LiveOptions) (*Trace, Stats, error) {
 			cfg.Header.NoEvents = why
 		}
 	}
+	pids := o.Pids
 	if o.Pid > 0 {
+		pids = append([]int{o.Pid}, pids...)
+	}
+	if len(pids) > 0 {
 		sc := procs.Scanner{Root: o.ProcRoot}
 		cfg.Inodes = func() (map[uint32]bool, error) {
-			_, inodes, err := sc.Sockets(o.Pid)
-			if err != nil {
-				return nil, fmt.Errorf("trace: sockets of pid %d: %w", o.Pid, err)
+			m := make(map[uint32]bool)
+			var first error
+			for _, pid := range pids {
+				_, inodes, err := sc.Sockets(pid)
+				if err != nil {
+					first = cmpOr(first, fmt.Errorf("trace: sockets of pid %d: %w", pid, err))
+					continue
+				}
+				for _, i := range inodes {
+					m[i] = true
+				}
 			}
-			m := make(map[uint32]bool, len(inodes))
-			for _, i := range inodes {
-				m[i] = true
+			if first != nil && len(m) == 0 {
+				return nil, first // every process ended (or was never readable)
 			}
 			return m, nil
 		}
 	}
 	return Record(ctx, cfg)
+}
+
+// cmpOr is a, else b.
+func cmpOr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
 }
 
 // Describe prints a filter as the header records it.

@@ -17,6 +17,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/tcpdoctor/tcpdoctor/internal/output"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 )
 
@@ -37,6 +38,15 @@ type Header struct {
 	// NoEvents says why not, when they were not.
 	Events   bool   `json:"events,omitempty"`
 	NoEvents string `json:"no_events,omitempty"`
+	// Workload is the pod, container or unit traced (--pod, --container)
+	// or holding the namespace, so a replay names it.
+	Workload *snapshot.Workload `json:"workload,omitempty"`
+}
+
+// Subject is what the recording is about, as every printer names it:
+// its namespace and the pod, container or unit of Workload.
+func (h *Header) Subject() output.Subject {
+	return output.Subject{Netns: h.Netns, Workload: h.Workload}
 }
 
 // Conn is one traced connection, named the first time it is seen.

@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/tcpdoctor/tcpdoctor/internal/output"
 	"github.com/tcpdoctor/tcpdoctor/internal/textsafe"
 	"github.com/tcpdoctor/tcpdoctor/internal/units"
 )
@@ -120,11 +121,34 @@ func WriteTable(w io.Writer, ts []Transfer, n int) error {
 	return nil
 }
 
-// WriteJSON writes one JSON line per transfer, in start order.
-func WriteJSON(w io.Writer, ts []Transfer) error {
-	enc := json.NewEncoder(w)
+// WriteSubject prints, above the table, the pod, container or unit the
+// recording is about ("pod shop/web-1 container api"), when h names
+// one; nothing otherwise.
+func WriteSubject(w io.Writer, h *Header) error {
+	sub := h.Subject()
+	if p := sub.WorkloadPhrase(); p != "" {
+		_, err := fmt.Fprintf(w, "traced in netns %s: %s\n\n", sub.NetnsText(), p)
+		return err
+	}
+	return nil
+}
+
+// WriteJSON writes one JSON line per transfer, in start order, each with
+// the members "pod", "pod_namespace", "container" and "unit" of h's
+// workload when it names one.
+func WriteJSON(w io.Writer, ts []Transfer, h *Header) error {
+	var sub output.Subject
+	if h != nil {
+		sub = h.Subject()
+	}
+	var b []byte
 	for i := range ts {
-		if err := enc.Encode(&ts[i]); err != nil {
+		line, err := json.Marshal(&ts[i])
+		if err != nil {
+			return fmt.Errorf("trace: write json: %w", err)
+		}
+		b = sub.AppendWorkloadJSON(append(b[:0], line[:len(line)-1]...))
+		if _, err := w.Write(append(b, '}', '\n')); err != nil {
 			return fmt.Errorf("trace: write json: %w", err)
 		}
 	}

@@ -35,7 +35,9 @@ func subjectOf(l *Line, nameOf func(uint64) (string, bool)) output.Subject {
 	if nameOf != nil {
 		name, named = nameOf(l.Netns)
 	}
-	return output.ProcessSubject(output.NetnsLabel(l.Netns, name, named), l.Pid, l.Command)
+	s := output.ProcessSubject(output.NetnsLabel(l.Netns, name, named), l.Pid, l.Command)
+	s.Workload = l.Workload
+	return s
 }
 
 func appendJSON(b []byte, l *Line, nameOf func(uint64) (string, bool)) []byte {
@@ -50,12 +52,17 @@ func appendJSON(b []byte, l *Line, nameOf func(uint64) (string, bool)) []byte {
 	if err != nil { // only strings and numbers: cannot fail
 		return append(b, "{}\n"...)
 	}
-	return append(append(b, out...), '\n')
+	b = append(b, out[:len(out)-1]...) // the workload's members go before '}'
+	return append(sub.AppendWorkloadJSON(b), '}', '\n')
 }
 
 // appendText writes one line for a person, its names escaped (textsafe):
 //
 //	09:31:02.123 reset-sent       host   curl/1234   198.18.0.1:5555 > 198.18.0.2:80  TCP_ABORT_ON_LINGER
+//
+// and, when the process's (else the namespace's) workload is known and
+// the namespace's name does not say it all, the workload last:
+// "  container api", "  pod shop/web-1 container api", "  unit nginx.service".
 func appendText(b []byte, l *Line, nameOf func(uint64) (string, bool)) []byte {
 	b = l.Time.AppendFormat(b, "15:04:05.000")
 	b = append(b, ' ')
@@ -73,6 +80,9 @@ func appendText(b []byte, l *Line, nameOf func(uint64) (string, bool)) []byte {
 	if l.Kind == BurstKind {
 		b = append(b, strconv.FormatUint(l.Count, 10)...)
 		b = append(b, " retransmits"...)
+	}
+	if w := sub.WorkloadPhrase(); w != "" {
+		b = append(append(b, "  "...), w...)
 	}
 	return append(b, '\n')
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/bpfsource"
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/textsafe"
 )
 
@@ -54,6 +55,9 @@ type Filter struct {
 	Netns map[uint64]bool
 	// Kinds holds the kind names to keep; nil keeps all.
 	Kinds map[string]bool
+	// Workload, when set, keeps the lines whose Workload it accepts
+	// (--pod, --container).
+	Workload func(*snapshot.Workload) bool
 }
 
 // Options says how to watch.
@@ -72,6 +76,10 @@ type Options struct {
 	// NameOf names a namespace by inode ("host", `ip netns` names); nil
 	// or false prints "ns:INODE".
 	NameOf func(inode uint64) (string, bool)
+	// WorkloadOf names, at the event's time, the pod, container or unit
+	// of the process pid (0: none), else of the namespace with inode
+	// netns; nil or a nil answer names none.
+	WorkloadOf func(pid int, netns uint64) *snapshot.Workload
 	// Now is the clock for burst lines.
 	Now func() time.Time
 	// Notes receives what a person should know that is not an event
@@ -92,6 +100,9 @@ type Line struct {
 	// Count is how many events the line stands for: 1 for an event, the
 	// retransmits of a burst.
 	Count uint64
+	// Workload is the pod, container or unit of the process, else of the
+	// namespace (Options.WorkloadOf); nil when unknown.
+	Workload *snapshot.Workload
 }
 
 // keep reports whether the filter keeps l.
@@ -106,6 +117,9 @@ func (f *Filter) keep(l *Line) bool {
 		return false
 	}
 	if f.Port != 0 && int(l.Local.Port()) != f.Port && int(l.Remote.Port()) != f.Port {
+		return false
+	}
+	if f.Workload != nil && !f.Workload(l.Workload) {
 		return false
 	}
 	return true
@@ -228,6 +242,9 @@ func newPrinter(w io.Writer, o Options) *printer {
 }
 
 func (p *printer) line(l *Line) error {
+	if p.o.WorkloadOf != nil && l.Workload == nil {
+		l.Workload = p.o.WorkloadOf(l.Pid, l.Netns)
+	}
 	if !p.o.Filter.keep(l) {
 		return nil
 	}

@@ -73,7 +73,9 @@ func run(t *testing.T, src Source, o Options) (string, string) {
 	defer cancel()
 	var out, notes bytes.Buffer
 	o.Notes = &notes
-	o.NameOf = func(ino uint64) (string, bool) { return "host", ino == 4026531840 }
+	if o.NameOf == nil {
+		o.NameOf = func(ino uint64) (string, bool) { return "host", ino == 4026531840 }
+	}
 	if err := Run(ctx, src, o, &out); err != nil {
 		t.Fatal(err)
 	}

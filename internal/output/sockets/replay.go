@@ -18,7 +18,7 @@ type Window struct {
 
 // WriteWindows prints the sockets keep keeps of samples already in memory
 // (read from a file): a first pass finds which columns the table needs.
-func WriteWindows(w *bufio.Writer, ws []Window, keep func(*snapshot.Socket) bool, asJSON bool) error {
+func WriteWindows(w *bufio.Writer, ws []Window, keep func(*Row) bool, asJSON bool) error {
 	p := NewPrinter(w, Options{JSON: asJSON})
 	first := ""
 	each := func(fn func(*Row) error) error {
@@ -35,10 +35,10 @@ func WriteWindows(w *bufio.Writer, ws []Window, keep func(*snapshot.Socket) bool
 			var tb, pb snapshot.TCPInfo
 			for i := range cur.Sockets {
 				sk := &cur.Sockets[i]
-				if !keep(sk) {
+				r := Row{Subject: output.SocketSubject(&cur.Netns, sk, cur.Procs), Socket: sk}
+				if !keep(&r) {
 					continue
 				}
-				r := Row{Subject: output.SocketSubject(&cur.Netns, sk, cur.Procs), Socket: sk}
 				if ps := prevBy[sk.Cookie]; ps != nil && tcpmodel.LimitedOf(ps.TCP(&pb), sk.TCP(&tb), cur.Taken.Sub(prev.Taken), &lim) {
 					r.Limited = &lim
 				}
