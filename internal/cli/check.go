@@ -18,6 +18,7 @@ import (
 type checkOpts struct {
 	src       sourceOpts
 	wl        workloadOpts
+	at        atOpts
 	bpf       bpfOpts
 	interval  time.Duration
 	json      bool
@@ -49,6 +50,7 @@ Exit codes: 0 nothing at or above --fail-on, 1 findings, 2 usage error, 3 collec
 	o.src.register(fs)
 	o.wl.register(fs, "check")
 	o.src.workload = &o.wl
+	o.at.register(fs)
 	o.bpf.register(fs)
 	fs.DurationVar(&o.interval, "interval", 5*time.Second, "time from the first sample's start to the second's (0: one snapshot; back to back when collecting takes longer)")
 	fs.BoolVar(&o.json, "json", false, "print the versioned JSON report (docs/json.md)")
@@ -61,6 +63,9 @@ Exit codes: 0 nothing at or above --fail-on, 1 findings, 2 usage error, 3 collec
 }
 
 func runCheck(cmd *cobra.Command, e *Env, o *checkOpts) error {
+	if err := o.at.resolve(e, &o.src, "check"); err != nil {
+		return err
+	}
 	if err := o.src.validate(); err != nil {
 		return err
 	}

@@ -179,6 +179,7 @@ func NewRoot(e *Env) *cobra.Command {
 		newLabCmd(e),
 		newServeCmd(e),
 		newWatchCmd(e),
+		newHistoryCmd(e),
 		newVersionCmd(e),
 	)
 	usageArgs(root)

@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/bdp"
@@ -18,6 +19,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/exporter"
+	"github.com/tcpdoctor/tcpdoctor/internal/history"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/rules"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
@@ -33,6 +35,11 @@ type serveOpts struct {
 	noOwners  bool
 	bandwidth string
 	maxConns  int
+	history   string
+	histSize  string
+	histAge   string
+	histSeg   time.Duration
+	histEvery time.Duration
 }
 
 // newServeCmd serves the findings and the counters behind them as
@@ -62,6 +69,15 @@ socket systemd passes. See docs/exporter.md for every metric.`,
 	fs.BoolVar(&o.noOwners, "no-owners", false, "do not map sockets to processes (no command labels, cheaper)")
 	fs.StringVar(&o.bandwidth, "bandwidth", "", "path bandwidth for BDP arithmetic, e.g. 100mbit (default: estimated)")
 	fs.IntVar(&o.maxConns, "max-connections", exporter.DefaultMaxConns, "HTTP connections open at once; at the cap the longest-idle one is closed (at most a quarter of RLIMIT_NOFILE)")
+	fs.StringVar(&o.history, "history", "", "keep every window's findings and the evidence of incidents in this directory, for `tcpdoctor history` and `check --history --at` (docs/history.md)")
+	fs.StringVar(&o.histSize, "history-size", "256MiB", "bound of the --history directory; the oldest files go first")
+	fs.StringVar(&o.histAge, "history-age", "7d", "files in --history older than this go (a duration: 168h, 7d)")
+	// For tests and the bench: how long a timeline segment spans, and how
+	// often a persisting finding's window is kept.
+	fs.DurationVar(&o.histSeg, "history-segment", history.DefaultSegmentSpan, "span of windows in one timeline segment")
+	fs.DurationVar(&o.histEvery, "history-evidence-every", history.DefaultEvidenceEvery, "keep a persisting finding's window this often")
+	_ = fs.MarkHidden("history-segment")
+	_ = fs.MarkHidden("history-evidence-every")
 	o.bpf.register(fs)
 	cmd.AddCommand(newServeBenchCmd(e))
 	return cmd
@@ -88,6 +104,20 @@ func runServe(ctx context.Context, e *Env, o *serveOpts) error {
 		var err error
 		if dopts.Bandwidth, err = bdp.ParseRate(o.bandwidth); err != nil {
 			return usageErr("serve: --bandwidth: %v", err)
+		}
+	}
+	hopts := history.Options{Dir: o.history, Tool: "tcpdoctor " + e.build().Version, Now: e.Now, Logf: e.progress,
+		SegmentSpan: o.histSeg, EvidenceEvery: o.histEvery}
+	if o.histSeg <= 0 || o.histEvery <= 0 {
+		return usageErr("serve: --history-segment and --history-evidence-every must be positive")
+	}
+	if o.history != "" {
+		var err error
+		if hopts.MaxBytes, err = history.ParseSize(o.histSize); err != nil {
+			return usageErr("serve: --history-size: %v", err)
+		}
+		if hopts.MaxAge, err = history.ParseAge(o.histAge); err != nil {
+			return usageErr("serve: --history-age: %v", err)
 		}
 	}
 	if nss, err := serveNamespaces(e, o); len(nss) == 0 {
@@ -147,6 +177,19 @@ func runServe(ctx context.Context, e *Env, o *serveOpts) error {
 			return snaps
 		},
 	}
+	var rec *history.Recorder
+	if o.history != "" {
+		// Never stops serve: a store it cannot write is said once and
+		// counted (tcpdoctor_history_errors_total).
+		rec = history.New(hopts)
+		loop.Record = rec.Add
+		if err := registerHistory(reg, rec); err != nil {
+			rec.Close()
+			_ = ln.Close()
+			return fmt.Errorf("serve: %w", err)
+		}
+		e.progress("keeping history in %s (at most %s, %s)", o.history, o.histSize, o.histAge)
+	}
 	sopts := exporter.DefaultServerOptions()
 	sopts.Logf = e.progress
 	sopts.Now = e.Now
@@ -186,6 +229,9 @@ func runServe(ctx context.Context, e *Env, o *serveOpts) error {
 	defer scancel()
 	_ = srv.Shutdown(sctx)
 	wg.Wait()
+	if rec != nil {
+		rec.Close() // after the loop: its last window is written
+	}
 	if err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("serve: %w", err)
 	}
@@ -208,6 +254,26 @@ func programStats(ext *collect.Extras) func() ([]exporter.ProgramStat, error) {
 	}
 }
 
+// registerHistory adds the store's own metrics to reg.
+func registerHistory(reg *prometheus.Registry, rec *history.Recorder) error {
+	for _, c := range []prometheus.Collector{
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tcpdoctor_history_errors_total",
+			Help: "Writes to the --history directory that failed (full disk, unwritable directory); metrics go on."},
+			func() float64 { return float64(rec.Errors()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tcpdoctor_history_dropped_total",
+			Help: "Collections not kept in --history because the writer was still busy with an earlier one."},
+			func() float64 { return float64(rec.Dropped()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tcpdoctor_history_written_bytes_total",
+			Help: "Bytes written to the --history directory (compressed)."},
+			func() float64 { return float64(rec.Written()) }),
+	} {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // serveNamespaces resolves --netns / --all-netns anew for each
 // collection: namespaces come and go.
 func serveNamespaces(e *Env, o *serveOpts) ([]netns.NS, error) {
@@ -218,6 +284,8 @@ type serveBenchOpts struct {
 	conns    int
 	cycles   int
 	interval time.Duration
+	history  bool
+	withHist bool
 }
 
 // newServeBenchCmd measures the exporter at N sockets: the cost of one
@@ -236,9 +304,21 @@ func newServeBenchCmd(e *Env) *cobra.Command {
 			if o.conns < 1 || o.conns > bench.MaxConns || o.cycles < 1 || o.cycles > 100 || o.interval < 100*time.Millisecond {
 				return usageErr("serve bench: --conns 1..%d, --cycles 1..100, --interval >= 100ms", bench.MaxConns)
 			}
+			if o.history {
+				return runHistoryBench(cmd.Context(), e, o)
+			}
+			serve := []string{e.Args0, "serve"}
+			if o.withHist {
+				dir, err := os.MkdirTemp("", "tcpdoctor-serve-bench-")
+				if err != nil {
+					return collectErr(err)
+				}
+				defer os.RemoveAll(dir)
+				serve = append(serve, "--history", dir)
+			}
 			res, err := bench.Exporter(cmd.Context(), bench.ExporterOptions{
 				Conns: o.conns, Cycles: o.cycles, Interval: o.interval,
-				Serve: []string{e.Args0, "serve"}, Self: benchSelf(e), Progress: e.Stderr,
+				Serve: serve, Self: benchSelf(e), Progress: e.Stderr,
 			})
 			if err != nil {
 				return collectErr(err)
@@ -250,6 +330,8 @@ func newServeBenchCmd(e *Env) *cobra.Command {
 	fs.IntVar(&o.conns, "conns", 5000, "established connections to create (two sockets each)")
 	fs.IntVar(&o.cycles, "cycles", 5, "collection cycles to measure")
 	fs.DurationVar(&o.interval, "interval", 2*time.Second, "the exporter's --interval")
+	fs.BoolVar(&o.withHist, "with-history", false, "run the exporter with --history (a temporary directory): its peak RSS holding the previous collection whole")
+	fs.BoolVar(&o.history, "history", false, "measure what --history adds instead: disk and CPU per window, quiet and with a persisting warning, and `history` over a week (--cycles windows per case)")
 	return cmd
 }
 

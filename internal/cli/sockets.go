@@ -18,6 +18,7 @@ import (
 type socketsOpts struct {
 	src      sourceOpts
 	wl       workloadOpts
+	at       atOpts
 	bpf      bpfOpts
 	interval time.Duration
 	states   []string
@@ -49,6 +50,7 @@ container (else whose namespace it holds), looking in every namespace unless --n
 	o.src.register(fs)
 	o.wl.register(fs, "sockets")
 	o.src.workload = &o.wl
+	o.at.register(fs)
 	o.bpf.register(fs)
 	fs.DurationVar(&o.interval, "interval", 0, "take two samples this far apart and show limiter shares")
 	fs.StringSliceVar(&o.states, "state", nil, "only these states (e.g. established,time-wait,listen)")
@@ -129,6 +131,9 @@ func (f *socketFilter) kernel() (states uint32, kf *sockdiag.Filter) {
 }
 
 func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
+	if err := o.at.resolve(e, &o.src, "sockets"); err != nil {
+		return err
+	}
 	if err := o.src.validate(); err != nil {
 		return err
 	}

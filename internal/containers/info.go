@@ -1,7 +1,8 @@
 // Package containers names the container, Kubernetes pod or systemd unit
 // a process or a network namespace belongs to, from files only: the
 // process's cgroup path and the runtime's own state files (containerd's
-// OCI bundle config.json, runc's state.json, Docker's config.v2.json).
+// OCI bundle config.json, runc's state.json, Docker's config.v2.json,
+// containers/storage's containers.json and saved spec for Podman and CRI-O).
 // It makes no call to a runtime socket or an API server. docs/containers.md
 // says which sources are read, in which order, and on which runtimes this
 // was tested for real.

@@ -24,6 +24,9 @@ type Roots struct {
 	Runc string
 	// Docker is Docker's data root, /var/lib/docker.
 	Docker string
+	// Storage is containers/storage's graph root, which Podman and CRI-O
+	// share: /var/lib/containers/storage. Empty: not read.
+	Storage string
 }
 
 // DefaultRoots are the runtimes' default locations.
@@ -33,6 +36,7 @@ func DefaultRoots() Roots {
 		ContainerdState: "/run/containerd",
 		Runc:            "/run/containerd/runc",
 		Docker:          "/var/lib/docker",
+		Storage:         "/var/lib/containers/storage",
 	}
 }
 
@@ -61,6 +65,8 @@ type Resolver struct {
 	mu   sync.Mutex
 	pids *lru[int, pidEntry]
 	ids  *lru[CgroupRef, idEntry]
+	// stores holds containers/storage's parsed containers.json by path.
+	stores map[string]storageIndex
 }
 
 type pidEntry struct {
@@ -94,11 +100,12 @@ func NewResolver(o Options) *Resolver {
 		o.Retry = 10 * time.Second
 	}
 	return &Resolver{
-		roots: o.Roots,
-		now:   o.Now,
-		retry: o.Retry,
-		pids:  newLRU[int, pidEntry](o.MaxPids),
-		ids:   newLRU[CgroupRef, idEntry](o.MaxContainers),
+		roots:  o.Roots,
+		now:    o.Now,
+		retry:  o.Retry,
+		pids:   newLRU[int, pidEntry](o.MaxPids),
+		ids:    newLRU[CgroupRef, idEntry](o.MaxContainers),
+		stores: map[string]storageIndex{},
 	}
 }
 
@@ -165,12 +172,16 @@ func (r *Resolver) container(ref CgroupRef) (Info, error) {
 
 // lookup reads the runtime state of the container ref names: containerd's
 // bundle config.json, then runc's state.json, then Docker's
-// config.v2.json. CRI-O and Podman are named from the cgroup path only.
+// config.v2.json; CRI-O's and Podman's from containers/storage.
 func (r *Resolver) lookup(ref CgroupRef) (Info, error) {
 	base := Info{Runtime: ref.Runtime, ID: ref.ID, PodUID: ref.PodUID}
 	switch ref.Runtime {
 	case CRIO, Podman:
-		return base, nil
+		found, ok, err := r.storage(ref)
+		if !ok && err == nil {
+			err = fmt.Errorf("container %s: %w", ShortID(ref.ID), errNoState)
+		}
+		return merge(base, found), err
 	case Docker:
 		found, err := DockerConfig(r.roots.Docker, ref.ID)
 		return merge(base, found), err

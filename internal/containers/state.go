@@ -15,18 +15,21 @@ import (
 const maxStateFile = 1 << 20
 
 // readCapped reads a whole file of at most maxStateFile bytes.
-func readCapped(path string) ([]byte, error) {
+func readCapped(path string) ([]byte, error) { return readLimited(path, maxStateFile) }
+
+// readLimited reads a whole file of at most limit bytes.
+func readLimited(path string, limit int64) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = f.Close() }()
-	b, err := io.ReadAll(io.LimitReader(f, maxStateFile+1))
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
 	if err != nil {
 		return nil, err
 	}
-	if len(b) > maxStateFile {
-		return nil, fmt.Errorf("%s: larger than %d bytes", path, maxStateFile)
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("%s: larger than %d bytes", path, limit)
 	}
 	return b, nil
 }
@@ -124,7 +127,9 @@ func parseDockerConfig(b []byte) (Info, error) {
 }
 
 // Label and annotation keys read. CRI (containerd) writes the
-// io.kubernetes.cri.* annotations into the OCI spec; cri-dockerd writes
+// io.kubernetes.cri.* annotations into the OCI spec; CRI-O writes the
+// io.kubernetes.pod.*, io.kubernetes.container.name and
+// io.kubernetes.cri-o.* annotations into its own; cri-dockerd writes
 // the io.kubernetes.pod.* and io.kubernetes.container.name labels, and
 // io.kubernetes.docker.type "podsandbox" on the sandbox.
 const (
@@ -139,7 +144,9 @@ const (
 	kubePodUID      = "io.kubernetes.pod.uid"
 	kubeContainer   = "io.kubernetes.container.name"
 	dockershimType  = "io.kubernetes.docker.type"
-	dockerSandboxNm = "POD" // cri-dockerd's container name for the sandbox
+	crioType        = "io.kubernetes.cri-o.ContainerType"
+	crioImage       = "io.kubernetes.cri-o.ImageName"
+	dockerSandboxNm = "POD" // cri-dockerd's and CRI-O's container name for the sandbox
 )
 
 // fromLabels reads the Kubernetes names from annotations or labels.
@@ -157,9 +164,9 @@ func fromLabels(m map[string]string) Info {
 		PodNamespace: first(criSandboxNS, kubePodNS),
 		PodUID:       first(criSandboxUID, kubePodUID),
 		Container:    first(criContainer, kubeContainer),
-		Image:        first(criImage),
+		Image:        first(criImage, crioImage),
 	}
-	if m[criType] == "sandbox" || m[dockershimType] == "podsandbox" {
+	if m[criType] == "sandbox" || m[crioType] == "sandbox" || m[dockershimType] == "podsandbox" {
 		i.Sandbox = true
 		if i.Container == dockerSandboxNm {
 			i.Container = ""

@@ -299,7 +299,8 @@ func TestDaemonSetMounts(t *testing.T) {
 		filepath.Join(r.ContainerdState, "io.containerd.runtime.v2.task"): "",
 		r.Runc:                                "",
 		filepath.Join(r.Docker, "containers"): "",
-		"/run/netns":                          "HostToContainer",
+		filepath.Join(r.Storage, "overlay-containers"): "",
+		"/run/netns": "HostToContainer",
 	} {
 		p, ok := got[path]
 		if !ok {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
+	"github.com/tcpdoctor/tcpdoctor/internal/report"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/tcpmodel"
 	"github.com/tcpdoctor/tcpdoctor/internal/window"
@@ -121,8 +122,9 @@ func (x *Exporter) Collect(ch chan<- prometheus.Metric) {
 // previous snapshot of that namespace to this one) and publishes the new
 // view. collectTook is what the collection cost. Namespaces absent from
 // snaps are forgotten. The first snapshot of a namespace only starts its
-// window: findings and limiter shares appear from the second on.
-func (x *Exporter) Update(snaps []*snapshot.Snapshot, collectTook time.Duration) {
+// window: findings and limiter shares appear from the second on. It
+// returns the diagnosis of the windows, nil when no namespace had one.
+func (x *Exporter) Update(snaps []*snapshot.Snapshot, collectTook time.Duration) *report.Report {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	start := x.opts.Clock()
@@ -163,9 +165,10 @@ func (x *Exporter) Update(snaps []*snapshot.Snapshot, collectTook time.Duration)
 		b.add(d.window, prometheus.GaugeValue, in.Window().Seconds(), nl[:]...)
 		x.addLimiters(b, in, nl)
 	}
+	var rep *report.Report
 	if len(ins) > 0 {
 		// The rules run exactly as `check` runs them.
-		rep := checkup.Diagnose(slices.Values(ins), x.opts.Rules)
+		rep = checkup.Diagnose(slices.Values(ins), x.opts.Rules)
 		for _, f := range rep.Findings {
 			s := f.Subject
 			pid := ""
@@ -200,6 +203,7 @@ func (x *Exporter) Update(snaps []*snapshot.Snapshot, collectTook time.Duration)
 	}
 	b.add(d.diagDur, prometheus.GaugeValue, x.opts.Clock().Sub(start).Seconds())
 	x.view.Store(&b.v)
+	return rep
 }
 
 // addSnapshot adds what one snapshot shows on its own.

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/tcpdoctor/tcpdoctor/internal/report"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/window"
 )
@@ -21,6 +22,10 @@ type Loop struct {
 	Interval time.Duration
 	Now      func() time.Time
 	Sleep    func(ctx context.Context, d time.Duration) error
+	// Record, when set, is given each collection and its diagnosis (nil
+	// when no namespace had a window yet) after the metrics are updated:
+	// serve --history keeps them (internal/history).
+	Record func(snaps []*snapshot.Snapshot, rep *report.Report)
 }
 
 // Run collects until ctx ends. Collections start Interval apart; one that
@@ -29,7 +34,11 @@ type Loop struct {
 func (l *Loop) Run(ctx context.Context) error {
 	for {
 		start := l.Now()
-		l.X.Update(l.Sample(), l.Now().Sub(start))
+		snaps := l.Sample()
+		rep := l.X.Update(snaps, l.Now().Sub(start))
+		if l.Record != nil {
+			l.Record(snaps, rep)
+		}
 		if err := l.Sleep(ctx, window.Pause(l.Interval, l.Now().Sub(start))); err != nil {
 			return nil
 		}

@@ -115,10 +115,17 @@ func (s *Subject) AppendWorkload(b []byte) []byte {
 // "pod shop/web-1 container api", "container web", "unit nginx.service",
 // or "" for none. A container that names the namespace (outside a pod)
 // is said once, by NetnsPhrase.
-func (s *Subject) WorkloadPhrase() string {
+func (s *Subject) WorkloadPhrase() string { return s.workloadPhrase(false) }
+
+// WorkloadBesideNetns is WorkloadPhrase for a line that shows the
+// namespace's name itself (watch's column, trace's header): without the
+// pod or container that name already is.
+func (s *Subject) WorkloadBesideNetns() string { return s.workloadPhrase(true) }
+
+func (s *Subject) workloadPhrase(besideNetns bool) string {
 	w := s.Workload
 	var parts []string
-	if p := w.PodName(); p != "" {
+	if p := w.PodName(); p != "" && !(besideNetns && p == s.Netns) {
 		parts = append(parts, "pod "+textsafe.String(p))
 	}
 	if c := w.ContainerName(); c != "" && (w.Pod != "" || c != s.Netns) {

@@ -85,6 +85,9 @@ func TestSubjectWorkload(t *testing.T) {
 		if got := c.s.WorkloadPhrase(); got != c.phrase {
 			t.Errorf("%s: WorkloadPhrase %q, want %q", c.what, got, c.phrase)
 		}
+		if got, want := c.s.WorkloadBesideNetns(), strings.TrimPrefix(strings.TrimPrefix(c.phrase, "pod "+c.s.Netns), " "); got != want {
+			t.Errorf("%s: WorkloadBesideNetns %q, want %q", c.what, got, want)
+		}
 		if got := c.s.NetnsPhrase(); got != c.ns {
 			t.Errorf("%s: NetnsPhrase %q, want %q", c.what, got, c.ns)
 		}

@@ -156,7 +156,8 @@ func TestChart(t *testing.T) {
 		t.Error("no livenessProbe")
 	}
 	args := fmt.Sprint(at(c, "args"))
-	for _, a := range []string{"serve", "--web.listen-address=:9477", "--all-netns", "--interval=15s", "--top=20", "--max-connections=64"} {
+	for _, a := range []string{"serve", "--web.listen-address=:9477", "--all-netns", "--interval=15s", "--top=20", "--max-connections=64",
+		"--history=/var/lib/tcpdoctor", "--history-size=256MiB", "--history-age=7d"} {
 		if !strings.Contains(args, a) {
 			t.Errorf("args %s: no %s", args, a)
 		}
@@ -164,28 +165,48 @@ func TestChart(t *testing.T) {
 	if want := "tcpdoctor:dev"; at(c, "image") != want {
 		t.Errorf("image %v, want %s (the chart's appVersion)", at(c, "image"), want)
 	}
-	// Mounts: every volume a read-only hostPath mounted at its own path.
+	// Mounts: every volume a hostPath mounted at its own path, as the
+	// plain file mounts it (read-only but the history store, the same
+	// propagation), and the runtimes' paths naming pods reads read-only.
 	hostPath := map[string]string{}
 	for _, v := range at(spec, "volumes").([]any) {
 		hostPath[fmt.Sprint(at(v, "name"))] = fmt.Sprint(at(v, "hostPath", "path"))
 	}
-	mounted := map[string]bool{}
+	type mount struct {
+		readOnly    any
+		propagation any
+	}
+	mounts := func(c any) map[string]mount {
+		out := map[string]mount{}
+		for _, m := range at(c, "volumeMounts").([]any) {
+			out[fmt.Sprint(at(m, "mountPath"))] = mount{at(m, "readOnly"), at(m, "mountPropagation")}
+		}
+		return out
+	}
+	mounted, plainMounted := mounts(c), mounts(pc)
 	for _, m := range at(c, "volumeMounts").([]any) {
-		name, path := fmt.Sprint(at(m, "name")), fmt.Sprint(at(m, "mountPath"))
-		if hostPath[name] != path || at(m, "readOnly") != true {
-			t.Errorf("mount %s at %s: hostPath %q, readOnly %v", name, path, hostPath[name], at(m, "readOnly"))
-		}
-		mounted[path] = true
-	}
-	for _, m := range at(pc, "volumeMounts").([]any) {
-		if p := fmt.Sprint(at(m, "mountPath")); !mounted[p] {
-			t.Errorf("the plain DaemonSet mounts %s, the chart does not", p)
+		if name, path := fmt.Sprint(at(m, "name")), fmt.Sprint(at(m, "mountPath")); hostPath[name] != path {
+			t.Errorf("mount %s at %s: hostPath %q", name, path, hostPath[name])
 		}
 	}
-	for _, p := range []string{"/run/netns", "/run/containerd", "/run/containerd/runc", "/var/lib/docker/containers"} {
-		if !mounted[p] {
-			t.Errorf("no read-only mount of %s", p)
+	for p, m := range plainMounted {
+		if got, ok := mounted[p]; !ok || got != m {
+			t.Errorf("the plain DaemonSet mounts %s %+v, the chart %+v (mounted %v)", p, m, got, ok)
 		}
+	}
+	for p := range mounted {
+		if _, ok := plainMounted[p]; !ok {
+			t.Errorf("the chart mounts %s, the plain DaemonSet does not", p)
+		}
+	}
+	for _, p := range []string{"/run/netns", "/run/containerd/io.containerd.runtime.v2.task", "/run/containerd/runc",
+		"/var/lib/docker/containers", "/var/lib/containers/storage/overlay-containers"} {
+		if mounted[p].readOnly != true {
+			t.Errorf("%s not mounted read-only: %+v", p, mounted[p])
+		}
+	}
+	if _, ok := mounted["/run/containerd"]; ok {
+		t.Error("/run/containerd mounted whole: it holds containerd's API socket")
 	}
 	if got := at(c, "resources", "limits", "memory"); got != at(pc, "resources", "limits", "memory") {
 		t.Errorf("memory limit %v", got)
@@ -226,7 +247,7 @@ func TestChart(t *testing.T) {
 	for _, g := range at(rule, "spec", "groups").([]any) {
 		n += len(at(g, "rules").([]any))
 	}
-	t.Logf("chart renders the DaemonSet with %d read-only mounts; PrometheusRule with %d alerts", len(mounted), n)
+	t.Logf("chart renders the DaemonSet with %d mounts; PrometheusRule with %d alerts", len(mounted), n)
 	if n == 0 || len(mounted) == 0 {
 		t.Error("nothing rendered")
 	}

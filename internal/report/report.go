@@ -216,3 +216,7 @@ func subjectText(s diag.Subject) string {
 	}
 	return strings.Join(parts, " ")
 }
+
+// SubjectText is a finding's subject as the text report prints it,
+// escaped (history's listing prints subjects the same way).
+func SubjectText(s diag.Subject) string { return subjectText(s) }

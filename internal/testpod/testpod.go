@@ -72,6 +72,7 @@ func Start(t testing.TB) *Pod {
 			t.Skipf("needs %s (Debian packages containerd, runc, busybox-static): %v", b, err)
 		}
 	}
+	lockPods(t)
 	p := &Pod{Dir: t.TempDir(), SandboxID: randomID(t), AppID: randomID(t), PlainID: "plain-" + randomID(t)[:12]}
 	p.Sock = filepath.Join(p.Dir, "c.sock")
 	p.State = filepath.Join(p.Dir, "state")
@@ -370,4 +371,33 @@ func (p *Pod) Join(t testing.TB, pid int) {
 	if moved == 0 {
 		t.Fatalf("pid %d joined no cgroup of the app container (%q)", pid, b)
 	}
+}
+
+// lockPath serialises the pods of test binaries run side by side (go
+// test runs packages in parallel): they share the pod's name, uid and
+// cgroup paths, and a namespace is named by the one pod holding that name.
+const lockPath = "/run/tcpdoctor-testpod.lock"
+
+// lockPods waits, at most 5 minutes, for the pods of other test
+// processes to end; the lock is held until t ends (the kernel drops it if
+// the process dies).
+func lockPods(t testing.TB) {
+	t.Helper()
+	f, err := os.OpenFile(lockPath, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatalf("testpod: %v", err)
+	}
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			break
+		}
+		if err != unix.EWOULDBLOCK || time.Now().After(deadline) {
+			_ = f.Close()
+			t.Fatalf("testpod: lock %s: %v", lockPath, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Cleanup(func() { _ = f.Close() }) // closing drops the lock
 }

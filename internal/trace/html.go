@@ -109,7 +109,7 @@ func PageTitle(h *Header) string {
 		t += " in " + h.Netns
 	}
 	sub := h.Subject()
-	if w := sub.WorkloadPhrase(); w != "" {
+	if w := sub.WorkloadBesideNetns(); w != "" {
 		t += " (" + w + ")"
 	}
 	return t

@@ -126,7 +126,7 @@ func WriteTable(w io.Writer, ts []Transfer, n int) error {
 // one; nothing otherwise.
 func WriteSubject(w io.Writer, h *Header) error {
 	sub := h.Subject()
-	if p := sub.WorkloadPhrase(); p != "" {
+	if p := sub.WorkloadBesideNetns(); p != "" {
 		_, err := fmt.Fprintf(w, "traced in netns %s: %s\n\n", sub.NetnsText(), p)
 		return err
 	}

@@ -81,7 +81,7 @@ func appendText(b []byte, l *Line, nameOf func(uint64) (string, bool)) []byte {
 		b = append(b, strconv.FormatUint(l.Count, 10)...)
 		b = append(b, " retransmits"...)
 	}
-	if w := sub.WorkloadPhrase(); w != "" {
+	if w := sub.WorkloadBesideNetns(); w != "" {
 		b = append(append(b, "  "...), w...)
 	}
 	return append(b, '\n')

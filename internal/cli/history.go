@@ -1,0 +1,190 @@
+package cli
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/diag"
+	"github.com/tcpdoctor/tcpdoctor/internal/history"
+	"github.com/tcpdoctor/tcpdoctor/internal/textsafe"
+)
+
+type historyOpts struct {
+	dir     string
+	since   string
+	until   string
+	rules   []string
+	netns   string
+	json    bool
+	verbose bool
+}
+
+// newHistoryCmd lists the incidents serve --history kept (docs/history.md).
+func newHistoryCmd(e *Env) *cobra.Command {
+	o := &historyOpts{}
+	cmd := &cobra.Command{
+		Use:   "history --history DIR",
+		Short: "List the incidents `serve --history` kept: when, how bad, what, and the command that replays each",
+		Long: `Read the store serve --history DIR keeps and print its incidents, oldest first: a finding seen in
+consecutive windows of its namespace is one incident, with its start, its end or "ongoing", its
+peak severity, subject and summary, and the check --history DIR --at TIME command that prints
+the full diagnosis of its window (evidence and fixes) where the samples were kept.
+Times: RFC 3339, a clock time today (03:12), or a duration before now (2h, -30m, 7d).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runHistory(e, o)
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&o.dir, "history", "", "the directory serve --history writes (required)")
+	fs.StringVar(&o.since, "since", "24h", "list windows ending after this time")
+	fs.StringVar(&o.until, "until", "", "list windows ending at or before this time (default: now)")
+	fs.StringSliceVar(&o.rules, "rule", nil, "only these rules")
+	fs.StringVar(&o.netns, "netns", "", "only this network namespace (its name as check prints it)")
+	fs.BoolVar(&o.json, "json", false, "print the versioned JSON listing (docs/history.md)")
+	fs.BoolVarP(&o.verbose, "verbose", "v", false, "also list info findings")
+	return cmd
+}
+
+func runHistory(e *Env, o *historyOpts) error {
+	if o.dir == "" {
+		return usageErr("history: --history DIR is required")
+	}
+	now := e.Now()
+	since, err := history.ParseTime(o.since, now)
+	if err != nil {
+		return usageErr("history: --since: %v", err)
+	}
+	until := now
+	if o.until != "" {
+		if until, err = history.ParseTime(o.until, now); err != nil {
+			return usageErr("history: --until: %v", err)
+		}
+	}
+	if !until.After(since) {
+		return usageErr("history: --until must be after --since")
+	}
+	st, err := openStore(o.dir)
+	if err != nil {
+		return err
+	}
+	es, err := st.Entries(since, until)
+	if err != nil {
+		return usageErr("history: %v", err)
+	}
+	f := history.Filter{Min: diag.Warning, Rules: o.rules, Netns: o.netns}
+	if o.verbose {
+		f.Min = diag.Info
+	}
+	l := &history.Listing{Dir: o.dir, Since: since, Until: until, Windows: len(es), Notes: st.Notes}
+	if len(es) > 0 {
+		l.First, l.Last = es[0].From, es[len(es)-1].To
+	}
+	l.Incidents = history.Incidents(es, f, until)
+	kept := map[string]bool{}
+	for _, w := range st.Evidence() {
+		kept[w.Name] = true
+	}
+	for _, in := range l.Incidents {
+		cmd := ""
+		if in.Evidence != "" && kept[in.Evidence] {
+			cmd = history.ReplayCommand(o.dir, in.At)
+		}
+		l.Replay = append(l.Replay, cmd)
+	}
+	if o.json {
+		return history.WriteJSON(e.Stdout, l)
+	}
+	history.WriteText(e.Stdout, l, now.Location())
+	return nil
+}
+
+// openStore opens a history directory; one that cannot be read is a
+// usage error (the caller named it).
+func openStore(dir string) (*history.Store, error) {
+	st, err := history.Open(dir)
+	if err != nil {
+		return nil, usageErr("--history: %v", err)
+	}
+	return st, nil
+}
+
+// atOpts are check's and sockets' --history DIR --at TIME: a window
+// serve --history kept, read as --from reads a file.
+type atOpts struct {
+	dir string
+	at  string
+}
+
+func (a *atOpts) register(fs *pflag.FlagSet) {
+	fs.StringVar(&a.dir, "history", "", "read the window serve --history kept in this directory (with --at)")
+	fs.StringVar(&a.at, "at", "", "with --history: the time to replay (RFC 3339, a clock time today like 03:12, or -30m)")
+}
+
+// resolve points src at the evidence file whose window covers --at. With
+// none, it says on stderr what the timeline holds for that time and the
+// nearest windows with evidence, and fails with a usage error.
+func (a *atOpts) resolve(e *Env, src *sourceOpts, name string) error {
+	if a.dir == "" && a.at == "" {
+		return nil
+	}
+	if a.dir == "" || a.at == "" {
+		return usageErr("%s: --history and --at go together", name)
+	}
+	if src.from != "" || src.netns != "" || src.allNetns {
+		return usageErr("%s: --history --at reads a kept window; --from, --netns and --all-netns do not apply", name)
+	}
+	now := e.Now()
+	t, err := history.ParseTime(a.at, now)
+	if err != nil {
+		return usageErr("%s: --at: %v", name, err)
+	}
+	st, err := openStore(a.dir)
+	if err != nil {
+		return err
+	}
+	cover, before, after := st.At(t)
+	loc := now.Location()
+	clock := func(t time.Time) string { return t.In(loc).Format("2006-01-02 15:04:05.000") }
+	if cover != nil {
+		if _, err := os.Stat(st.Path(cover.Name)); err == nil {
+			e.progress("replaying the window %s .. %s kept in %s (%s)", clock(cover.From), clock(cover.To), a.dir, cover.Name)
+			src.from = st.Path(cover.Name)
+			return nil
+		}
+	}
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "no evidence kept in %s for %s\n", textsafe.String(a.dir), clock(t))
+	es, _ := st.Entries(t.Add(-time.Hour), t.Add(time.Hour))
+	if cv := history.Covering(es, t); len(cv) > 0 {
+		fmt.Fprintf(&b, "the timeline has:\n")
+		history.WriteEntries(&b, cv, loc)
+	} else {
+		fmt.Fprintf(&b, "the timeline has no window covering it\n")
+	}
+	for _, w := range []struct {
+		what string
+		win  *history.Window
+	}{{"before", before}, {"after", after}} {
+		if w.win != nil {
+			fmt.Fprintf(&b, "nearest window with evidence %s: %s .. %s: %s\n", w.what, clock(w.win.From), clock(w.win.To),
+				textsafe.String(history.ReplayCommand(a.dir, w.win.To)))
+		}
+	}
+	if before == nil && after == nil {
+		fmt.Fprintf(&b, "no window with evidence is kept\n")
+	}
+	for _, n := range st.Notes {
+		fmt.Fprintf(&b, "note: %s\n", textsafe.String(n))
+	}
+	_, _ = e.Stderr.Write(b.Bytes())
+	return usageErr("%s: %w", name, errNoEvidence)
+}
+
+var errNoEvidence = errors.New("no evidence kept for that time (see above)")

@@ -1,0 +1,155 @@
+package cli
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/exporter"
+	"github.com/tcpdoctor/tcpdoctor/internal/history"
+	"github.com/tcpdoctor/tcpdoctor/internal/rules"
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+)
+
+// storeFrom runs a recording's samples through the exporter and a
+// history Recorder as serve's loop does, one collection per sample of
+// each namespace, into a new store; it also writes them as `record`
+// would, to the returned file.
+func storeFrom(t *testing.T, fixture string) (dir, recorded string, snaps []*snapshot.Snapshot) {
+	t.Helper()
+	f, err := os.Open(fixture)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snaps, err = snapshot.ReadAll(f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir = filepath.Join(t.TempDir(), "history")
+	recorded = filepath.Join(t.TempDir(), "rec.jsonl")
+	out, err := os.Create(recorded)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	w, err := snapshot.NewWriter(out, "tcpdoctor test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := exporter.New(exporter.Options{Rules: rules.All()})
+	r := history.New(history.Options{Dir: dir, Tool: "tcpdoctor test"})
+	for _, s := range snaps {
+		col := []*snapshot.Snapshot{s}
+		r.Add(col, x.Update(col, time.Millisecond))
+		if err := w.Write(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.Close()
+	if r.Errors() != 0 {
+		t.Fatalf("%d write errors", r.Errors())
+	}
+	return dir, recorded, snaps
+}
+
+// check --history DIR --at TIME prints byte for byte what check --from
+// prints for the same samples recorded as `record` writes them, in
+// every output form, and sockets --history --at what sockets --from
+// prints; history lists the incident with the command that replays it.
+func TestHistoryReplaysAsFrom(t *testing.T) {
+	dir, rec, snaps := storeFrom(t, overflowFixture)
+	from, to := snaps[0].Taken, snaps[len(snaps)-1].Taken
+	mid := from.Add(to.Sub(from) / 2).Format(time.RFC3339Nano)
+	for _, args := range [][]string{{"check"}, {"check", "--json"}, {"check", "-v"}, {"check", "--rule", "listen-overflow"},
+		{"sockets"}, {"sockets", "--json"}} {
+		wantCode, want, _ := run(t, append(args, "--from", rec)...)
+		code, got, stderr := run(t, append(args, "--history", dir, "--at", mid)...)
+		if code != wantCode || got != want {
+			t.Errorf("%v: exit %d (want %d), stdout differs from --from's: %v\n%s\nwant\n%s\nstderr %s", args, code, wantCode, got != want, got, want, stderr)
+		}
+		if !strings.Contains(stderr, "replaying the window") {
+			t.Errorf("%v: stderr %q does not say which window", args, stderr)
+		}
+	}
+	if !strings.Contains(mustRun(t, 1, "check", "--from", rec), "listen-overflow") {
+		t.Fatal("the fixture's finding is not in check's output")
+	}
+
+	since, until := from.Add(-time.Minute).Format(time.RFC3339), to.Add(time.Minute).Format(time.RFC3339)
+	out := mustRun(t, 0, "history", "--history", dir, "--since", since, "--until", until, "--json")
+	var l history.Listing
+	if err := json.Unmarshal([]byte(out), &l); err != nil {
+		t.Fatal(err)
+	}
+	if len(l.Incidents) != 1 || l.Windows != 1 {
+		t.Fatalf("%d incidents in %d windows: %s", len(l.Incidents), l.Windows, out)
+	}
+	in := l.Incidents[0]
+	if in.Rule != "listen-overflow" || in.Subject.Local != "0.0.0.0:8080" || in.Subject.Netns != "host" ||
+		!in.Start.Equal(from) || !in.End.Equal(to) || in.Ongoing || l.Replay[0] == "" {
+		t.Errorf("incident %+v, replay %q", in, l.Replay[0])
+	}
+	// The replay command it prints is the diagnosis.
+	argv := strings.Fields(strings.TrimPrefix(l.Replay[0], "tcpdoctor "))
+	_, want, _ := run(t, "check", "--from", rec)
+	if code, got, _ := run(t, argv...); code != ExitFindings || got != want {
+		t.Errorf("%q: exit %d, output differs from check --from's", l.Replay[0], code)
+	}
+	text := mustRun(t, 0, "history", "--history", dir, "--since", since, "--until", until)
+	for _, s := range []string{"1 incident", "CRIT listen-overflow", "0.0.0.0:8080", "replay: " + l.Replay[0]} {
+		if !strings.Contains(text, s) {
+			t.Errorf("history's text lacks %q:\n%s", s, text)
+		}
+	}
+	if out := mustRun(t, 0, "history", "--history", dir, "--since", since, "--until", until, "--rule", "port-exhaustion"); !strings.Contains(out, "0 incident") {
+		t.Errorf("--rule port-exhaustion:\n%s", out)
+	}
+	if out := mustRun(t, 0, "history", "--history", dir, "--since", since, "--until", until, "--netns", "other"); !strings.Contains(out, "0 incident") {
+		t.Errorf("--netns other:\n%s", out)
+	}
+}
+
+// Without evidence for the time asked, check --at says what the store
+// has: the nearest windows with evidence and their commands; exit 2.
+func TestHistoryAtWithoutEvidence(t *testing.T) {
+	dir, _, snaps := storeFrom(t, overflowFixture)
+	to := snaps[len(snaps)-1].Taken
+	code, out, stderr := run(t, "check", "--history", dir, "--at", to.Add(time.Hour).Format(time.RFC3339))
+	if code != ExitUsage || out != "" {
+		t.Errorf("exit %d, stdout %q", code, out)
+	}
+	for _, s := range []string{"no evidence kept", "the timeline has no window covering it", "nearest window with evidence before", "--at " + to.UTC().Format(time.RFC3339Nano)} {
+		if !strings.Contains(stderr, s) {
+			t.Errorf("stderr lacks %q:\n%s", s, stderr)
+		}
+	}
+	for _, args := range [][]string{
+		{"check", "--history", dir},
+		{"check", "--at", "-30m"},
+		{"check", "--history", dir, "--at", "yesterday"},
+		{"check", "--history", dir, "--at", "-1m", "--from", "x"},
+		{"check", "--history", filepath.Join(dir, "missing"), "--at", "-1m"},
+		{"history"},
+		{"history", "--history", dir, "--since", "soon"},
+		{"history", "--history", dir, "--since", "1h", "--until", "2h"},
+		{"serve", "--history", dir, "--history-size", "lots"},
+		{"serve", "--history", dir, "--history-age", "-1h"},
+	} {
+		if code, _, _ := run(t, args...); code != ExitUsage {
+			t.Errorf("%v: exit %d, want 2", args, code)
+		}
+	}
+}
+
+func mustRun(t *testing.T, wantCode int, args ...string) string {
+	t.Helper()
+	code, out, stderr := run(t, args...)
+	if code != wantCode {
+		t.Fatalf("%v: exit %d (want %d): %s", args, code, wantCode, stderr)
+	}
+	return out
+}

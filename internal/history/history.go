@@ -1,0 +1,110 @@
+// Package history is serve's incident store (docs/history.md): a compact
+// timeline of every window's findings, in append-only gzip segments, and
+// for each window in which a finding at warning or above starts, worsens
+// or persists (at most every EvidenceEvery), the window's two samples of
+// the namespaces concerned as a snapshot file, exactly as `record` writes
+// them, so `check --from` (and `check --history --at`) replays it. The
+// store is bounded by size and age, oldest first; a write that fails is
+// counted and said once, and never stops the caller.
+package history
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/diag"
+)
+
+// FormatName is the first line of a timeline segment; FormatVersion its
+// version. Readers refuse a newer version.
+const (
+	FormatName    = "tcpdoctor-history"
+	FormatVersion = 1
+)
+
+// Header is the first line of a timeline segment.
+type Header struct {
+	Format  string `json:"format"`
+	Version int    `json:"version"`
+	Tool    string `json:"tool,omitempty"`
+}
+
+// Entry is one namespace's window in the timeline: its findings, every
+// severity, without evidence or fixes.
+type Entry struct {
+	Netns    string    `json:"netns"`
+	Inode    uint64    `json:"inode,omitempty"`
+	From     time.Time `json:"from"`
+	To       time.Time `json:"to"`
+	Findings []Finding `json:"findings,omitempty"`
+	// Unknown counts the rules that could not judge this window.
+	Unknown int `json:"unknown,omitempty"`
+	// Evidence names the snapshot file kept for this window, if any.
+	Evidence string `json:"evidence,omitempty"`
+	// Note says why evidence was due but not kept, or that windows
+	// before this one were dropped.
+	Note string `json:"note,omitempty"`
+}
+
+// Finding is a finding as the timeline keeps it.
+type Finding struct {
+	Rule     string        `json:"rule"`
+	Severity diag.Severity `json:"severity"`
+	Subject  diag.Subject  `json:"subject"`
+	Summary  string        `json:"summary"`
+}
+
+// File names. Their times are UTC, in a form that sorts as it reads.
+const (
+	stampLayout    = "20060102T150405.000000000Z"
+	timelinePrefix = "timeline-"
+	evidencePrefix = "evidence-"
+	suffix         = ".jsonl.gz"
+)
+
+func stamp(t time.Time) string { return t.UTC().Format(stampLayout) }
+
+func timelineName(start time.Time) string { return timelinePrefix + stamp(start) + suffix }
+
+// evidenceName names the snapshot file of a window from..to.
+func evidenceName(from, to time.Time) string {
+	return evidencePrefix + stamp(from) + "_" + stamp(to) + suffix
+}
+
+// fileKind tells a store file by its name: its kind and times (for a
+// timeline segment, from is its start and to is zero).
+type fileInfo struct {
+	name     string
+	evidence bool
+	from, to time.Time
+}
+
+func parseName(name string) (fileInfo, bool) {
+	fi := fileInfo{name: name}
+	if !strings.HasSuffix(name, suffix) || filepath.Base(name) != name {
+		return fi, false
+	}
+	body := strings.TrimSuffix(name, suffix)
+	var err error
+	switch {
+	case strings.HasPrefix(body, timelinePrefix):
+		fi.from, err = time.Parse(stampLayout, strings.TrimPrefix(body, timelinePrefix))
+	case strings.HasPrefix(body, evidencePrefix):
+		fi.evidence = true
+		a, b, ok := strings.Cut(strings.TrimPrefix(body, evidencePrefix), "_")
+		if !ok {
+			return fi, false
+		}
+		if fi.from, err = time.Parse(stampLayout, a); err == nil {
+			fi.to, err = time.Parse(stampLayout, b)
+		}
+		if err == nil && !fi.to.After(fi.from) {
+			err = fmt.Errorf("window ends before it starts")
+		}
+	default:
+		return fi, false
+	}
+	return fi, err == nil
+}

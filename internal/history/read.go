@@ -1,0 +1,238 @@
+package history
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+)
+
+// storeFile is a file of the store as listed.
+type storeFile struct {
+	fileInfo
+	size int64
+	mod  time.Time
+}
+
+// listFiles lists the store's files, oldest first (by the time in their
+// names). Other files are left alone.
+func listFiles(dir string) ([]storeFile, error) {
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("history: %w", err)
+	}
+	var out []storeFile
+	for _, de := range des {
+		fi, ok := parseName(de.Name())
+		if !ok || !de.Type().IsRegular() {
+			continue
+		}
+		info, err := de.Info()
+		if err != nil {
+			continue // removed meanwhile
+		}
+		out = append(out, storeFile{fileInfo: fi, size: info.Size(), mod: info.ModTime()})
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if !out[i].from.Equal(out[j].from) {
+			return out[i].from.Before(out[j].from)
+		}
+		return out[i].name < out[j].name
+	})
+	return out, nil
+}
+
+// maxLine bounds one timeline line: one namespace's window.
+const maxLine = 16 << 20
+
+// ErrNotTimeline is wrapped by errors for input that is not a segment.
+var ErrNotTimeline = errors.New("not a tcpdoctor history segment")
+
+// ReadSegment reads a timeline segment, calling fn with each entry in
+// order. A segment cut short (its writer killed, power lost, disk full)
+// or damaged past some point gives the entries before the damage and an
+// error saying where; one that ends after a whole line without gzip's
+// trailer (the segment serve is writing, or one whose writer was killed)
+// is read without error. fn's own error stops it and is returned.
+func ReadSegment(r io.Reader, fn func(*Entry) error) error {
+	gz, err := gzip.NewReader(r)
+	if err != nil {
+		return fmt.Errorf("gzip: %w: %w", err, ErrNotTimeline)
+	}
+	gz.Multistream(false)
+	br := bufio.NewReaderSize(gz, 1<<16)
+	line := 0
+	next := func() ([]byte, error) {
+		var buf []byte
+		for {
+			chunk, err := br.ReadSlice('\n')
+			buf = append(buf, chunk...)
+			if len(buf) > maxLine {
+				return nil, fmt.Errorf("line %d is longer than %d bytes", line+1, maxLine)
+			}
+			if errors.Is(err, bufio.ErrBufferFull) {
+				continue
+			}
+			if err == nil {
+				line++
+				return buf[:len(buf)-1], nil
+			}
+			if len(buf) == 0 && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)) {
+				// The end of a segment, or of one its writer has not
+				// closed (still open, or killed after a whole line).
+				return nil, io.EOF
+			}
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, fmt.Errorf("line %d is incomplete: %w", line+1, err)
+		}
+	}
+	b, err := next()
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			return fmt.Errorf("empty: %w", ErrNotTimeline)
+		}
+		return err
+	}
+	var h Header
+	if json.Unmarshal(b, &h) != nil || h.Format != FormatName {
+		return fmt.Errorf("line 1: no %q header: %w", FormatName, ErrNotTimeline)
+	}
+	if h.Version < 1 || h.Version > FormatVersion {
+		return fmt.Errorf("format version %d not supported (this build reads 1..%d)", h.Version, FormatVersion)
+	}
+	for {
+		b, err := next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if len(bytes.TrimSpace(b)) == 0 {
+			continue
+		}
+		var e Entry
+		if err := json.Unmarshal(b, &e); err != nil {
+			return fmt.Errorf("line %d: %w", line, err)
+		}
+		if e.From.IsZero() || !e.To.After(e.From) {
+			return fmt.Errorf("line %d: a window must end after it starts", line)
+		}
+		if e.Evidence != "" {
+			if fi, ok := parseName(e.Evidence); !ok || !fi.evidence {
+				return fmt.Errorf("line %d: evidence %q is not an evidence file name", line, e.Evidence)
+			}
+		}
+		if err := fn(&e); err != nil {
+			return err
+		}
+	}
+}
+
+// Store is a history directory read back.
+type Store struct {
+	Dir string
+	// Notes say what could not be read: segments torn or damaged, and
+	// where.
+	Notes []string
+	files []storeFile
+}
+
+// Open lists a history directory.
+func Open(dir string) (*Store, error) {
+	fs, err := listFiles(dir)
+	if err != nil {
+		return nil, err
+	}
+	return &Store{Dir: dir, files: fs}, nil
+}
+
+// Entries reads the timeline entries whose windows end in (since,
+// until], in time order. A zero since or until is unbounded. A segment
+// it cannot read whole gives what it could and a note.
+func (s *Store) Entries(since, until time.Time) ([]Entry, error) {
+	var segs []storeFile
+	for _, f := range s.files {
+		if !f.evidence {
+			segs = append(segs, f)
+		}
+	}
+	var out []Entry
+	for i, f := range segs {
+		// A segment holds the windows ending from its name's time (its
+		// first window's end) to the next segment's.
+		if !until.IsZero() && f.from.After(until) {
+			break
+		}
+		if !since.IsZero() && i+1 < len(segs) && !segs[i+1].from.After(since) {
+			continue
+		}
+		fh, err := os.Open(filepath.Join(s.Dir, f.name))
+		if err != nil {
+			s.Notes = append(s.Notes, fmt.Sprintf("%s: %v", f.name, err))
+			continue
+		}
+		err = ReadSegment(bufio.NewReaderSize(fh, 1<<16), func(e *Entry) error {
+			if (since.IsZero() || e.To.After(since)) && (until.IsZero() || !e.To.After(until)) {
+				out = append(out, *e)
+			}
+			return nil
+		})
+		_ = fh.Close()
+		if err != nil {
+			s.Notes = append(s.Notes, fmt.Sprintf("%s: %v: skipped the rest of it", f.name, err))
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].To.Before(out[j].To) })
+	return out, nil
+}
+
+// Window is an evidence file: the window it covers and its path.
+type Window struct {
+	Name     string
+	From, To time.Time
+}
+
+// Evidence lists the evidence files, oldest first.
+func (s *Store) Evidence() []Window {
+	var out []Window
+	for _, f := range s.files {
+		if f.evidence {
+			out = append(out, Window{Name: f.name, From: f.from, To: f.to})
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].To.Before(out[j].To) })
+	return out
+}
+
+// Path is the path of a file of the store.
+func (s *Store) Path(name string) string { return filepath.Join(s.Dir, name) }
+
+// At finds the evidence window covering t (From < t <= To; the earliest
+// such), or else the nearest windows with evidence before and after t.
+func (s *Store) At(t time.Time) (cover *Window, before, after *Window) {
+	ws := s.Evidence()
+	for i := range ws {
+		w := &ws[i]
+		switch {
+		case w.From.Before(t) && !w.To.Before(t):
+			if cover == nil {
+				cover = w
+			}
+		case !w.To.After(t):
+			before = w
+		case after == nil && !w.From.Before(t):
+			after = w
+		}
+	}
+	return cover, before, after
+}
