@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 need=()
 for pkg in iproute2 iperf3 prometheus nginx-light redis-server redis-tools wrk python3 curl \
-  containerd runc busybox-static docker.io podman; do
+  containerd runc busybox-static docker.io podman rpm qemu-user-static; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || need+=("$pkg")
 done
 if [ "${#need[@]}" -gt 0 ]; then

@@ -344,3 +344,29 @@ func drain[V any](m *ebpf.Map, n, limit int, fn func(key []byte, val V) error) e
 	}
 	return nil
 }
+
+// ProgramStat is what the kernel counted of one attached program: its
+// runs and the time they took. The kernel counts only while
+// kernel.bpf_stats_enabled is 1, an operator's setting this package never
+// turns on.
+type ProgramStat struct {
+	// Program is the attach point, as Missing names it.
+	Program string
+	Runs    uint64
+	Runtime time.Duration
+}
+
+// ProgramStats returns the kernel's statistics of every attached program,
+// by attach point.
+func (s *Source) ProgramStats() ([]ProgramStat, error) {
+	st, err := s.runStats()
+	if err != nil {
+		return nil, fmt.Errorf("bpfsource: program stats: %w", err)
+	}
+	out := make([]ProgramStat, 0, len(st))
+	for name, p := range st {
+		out = append(out, ProgramStat{Program: name, Runs: p.RunCount, Runtime: p.Runtime})
+	}
+	slices.SortFunc(out, func(a, b ProgramStat) int { return strings.Compare(a.Program, b.Program) })
+	return out, nil
+}

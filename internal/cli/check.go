@@ -129,6 +129,7 @@ func runCheck(cmd *cobra.Command, e *Env, o *checkOpts) error {
 			return !o.wl.matchFields(f.Subject.Pod, f.Subject.PodNamespace, f.Subject.Container)
 		})
 	}
+	rep.Build = e.knownBuild()
 	if o.json {
 		if err := report.WriteJSON(e.Stdout, rep); err != nil {
 			return err

@@ -74,7 +74,7 @@ func runRecord(cmd *cobra.Command, e *Env, o *recordOpts) error {
 		defer f.Close()
 		w = f
 	}
-	sw, err := snapshot.NewWriter(w, "tcpdoctor "+Version)
+	sw, err := snapshot.NewWriterHeader(w, snapshot.Header{Tool: "tcpdoctor " + e.build().Version, Build: e.knownBuild()})
 	if err != nil {
 		return collectErr(err)
 	}

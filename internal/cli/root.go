@@ -23,6 +23,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/procs"
 	"github.com/tcpdoctor/tcpdoctor/internal/textsafe"
+	"github.com/tcpdoctor/tcpdoctor/internal/version"
 	"github.com/tcpdoctor/tcpdoctor/internal/window"
 )
 
@@ -34,9 +35,6 @@ const (
 	ExitUsage    = 2
 	ExitCollect  = 3
 )
-
-// Version is set at build time with -ldflags "-X ...cli.Version=...".
-var Version = "dev"
 
 // Env is everything a command touches outside itself.
 type Env struct {
@@ -60,6 +58,27 @@ type Env struct {
 	// Workloads names the containers, pods and units of namespaces and
 	// processes (docs/containers.md); nil names none.
 	Workloads *containers.Resolver
+	// Build is this binary's version.Get(). The zero value is a build
+	// not known: `version` then says "dev", and check's JSON and a
+	// recording's header leave their build object out.
+	Build version.Info
+}
+
+// build is Build, or a "dev" build of this toolchain when not known.
+func (e *Env) build() version.Info {
+	if e.Build.Version == "" {
+		return version.FromBuildInfo("", nil)
+	}
+	return e.Build
+}
+
+// knownBuild is Build for the JSON outputs, nil when not known.
+func (e *Env) knownBuild() *version.Info {
+	if e.Build.Version == "" {
+		return nil
+	}
+	b := e.Build
+	return &b
 }
 
 // finder finds namespaces below ProcRoot, named by their pods and
@@ -99,6 +118,7 @@ func DefaultEnv() *Env {
 		BPF:       collect.BPFLoaders(),
 		FileLimit: softFileLimit,
 		Workloads: containers.NewResolver(containers.Options{}),
+		Build:     version.Get(),
 	}
 }
 
@@ -136,10 +156,11 @@ func NewRoot(e *Env) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "tcpdoctor",
 		Short:         "Tell why TCP services are slow or fail to connect, with kernel evidence and the fix",
-		Version:       Version,
+		Version:       e.build().String(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.SetVersionTemplate("tcpdoctor {{.Version}}\n")
 	root.SetOut(e.Stdout)
 	root.SetErr(e.Stderr)
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
@@ -159,6 +180,7 @@ func NewRoot(e *Env) *cobra.Command {
 		newServeCmd(e),
 		newWatchCmd(e),
 		newHistoryCmd(e),
+		newVersionCmd(e),
 	)
 	usageArgs(root)
 	return root

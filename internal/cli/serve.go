@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"slices"
@@ -28,7 +27,7 @@ import (
 )
 
 type serveOpts struct {
-	listen    string
+	web       webOpts
 	src       sourceOpts
 	bpf       bpfOpts
 	interval  time.Duration
@@ -52,15 +51,17 @@ func newServeCmd(e *Env) *cobra.Command {
 		Short: "Serve findings and TCP health as Prometheus metrics on /metrics",
 		Long: `Collect every --interval in the background, run the same rules as check over each window
 (the previous collection to this one) and serve the result on /metrics. A scrape reads the latest
-result and never starts a collection. Binds to loopback unless --listen says otherwise
-(--listen :9477 for the network). See docs/exporter.md for every metric.`,
+result and never starts a collection. Binds to loopback unless --web.listen-address says otherwise
+(--web.listen-address :9477 for the network; --listen is the same flag). --web.config.file takes
+the Prometheus exporters' web configuration (TLS, basic auth); --web.systemd-socket serves on the
+socket systemd passes. See docs/exporter.md for every metric.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runServe(cmd.Context(), e, o)
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&o.listen, "listen", "127.0.0.1:9477", "address to serve /metrics on")
+	o.web.register(fs)
 	fs.StringVar(&o.src.netns, "netns", "", "collect in the named network namespace (ip netns)")
 	fs.BoolVar(&o.src.allNetns, "all-netns", false, "collect in every network namespace on the host (found anew each interval)")
 	fs.DurationVar(&o.interval, "interval", 15*time.Second, "time between collections; the rules' window")
@@ -105,7 +106,7 @@ func runServe(ctx context.Context, e *Env, o *serveOpts) error {
 			return usageErr("serve: --bandwidth: %v", err)
 		}
 	}
-	hopts := history.Options{Dir: o.history, Tool: "tcpdoctor " + Version, Now: e.Now, Logf: e.progress,
+	hopts := history.Options{Dir: o.history, Tool: "tcpdoctor " + e.build().Version, Now: e.Now, Logf: e.progress,
 		SegmentSpan: o.histSeg, EvidenceEvery: o.histEvery}
 	if o.histSeg <= 0 || o.histEvery <= 0 {
 		return usageErr("serve: --history-segment and --history-evidence-every must be positive")
@@ -127,7 +128,13 @@ func runServe(ctx context.Context, e *Env, o *serveOpts) error {
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
-	ln, err := net.Listen("tcp", o.listen)
+	if err := reg.Register(exporter.NewBuildInfo(e.build())); err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	if err := o.web.validate(); err != nil {
+		return err
+	}
+	ln, err := o.web.listen()
 	if err != nil {
 		return usageErr("serve: %v", err)
 	}
@@ -137,8 +144,13 @@ func runServe(ctx context.Context, e *Env, o *serveOpts) error {
 		return err
 	}
 	defer ext.Close()
-	e.progress("serving http://%s/metrics, collecting every %s", ln.Addr(), o.interval)
+	e.progress("serving %s://%s/metrics, collecting every %s", o.web.scheme(), ln.Addr(), o.interval)
 	c := ext.Collector(collect.Options{Owners: !o.noOwners, Workloads: e.workloads()}, e.Now)
+	cost := exporter.NewCost(programStats(ext), e.ProcRoot)
+	if err := reg.Register(cost); err != nil {
+		_ = ln.Close()
+		return fmt.Errorf("serve: %w", err)
+	}
 	var lastNote string
 	loop := &exporter.Loop{
 		X:        x,
@@ -160,7 +172,9 @@ func runServe(ctx context.Context, e *Env, o *serveOpts) error {
 				}
 				return []*snapshot.Snapshot{collect.Unreachable(snapshot.Netns{Name: name}, e.Now(), err)}
 			}
-			return c.Collect(nss)
+			snaps := c.Collect(nss)
+			cost.Observe(snaps)
+			return snaps
 		},
 	}
 	var rec *history.Recorder
@@ -186,7 +200,12 @@ func runServe(ctx context.Context, e *Env, o *serveOpts) error {
 			e.progress("note: --max-connections %d lowered to %d, a quarter of RLIMIT_NOFILE %d", o.maxConns, sopts.MaxConns, soft)
 		}
 	}
-	srv, sln := exporter.NewServer(exporter.Handler(reg), ln, sopts)
+	handler, err := o.web.handler(exporter.Handler(reg), e.build())
+	if err != nil {
+		_ = ln.Close()
+		return fmt.Errorf("serve: %w", err)
+	}
+	srv, sln := exporter.NewServer(handler, ln, sopts)
 	if err := reg.Register(sln); err != nil {
 		_ = ln.Close()
 		return fmt.Errorf("serve: %w", err)
@@ -200,7 +219,7 @@ func runServe(ctx context.Context, e *Env, o *serveOpts) error {
 		_ = loop.Run(ctx)
 	}()
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(sln) }()
+	go func() { serveErr <- o.web.serve(srv, sln, e.Stderr) }()
 	select {
 	case <-ctx.Done():
 	case err = <-serveErr:
@@ -217,6 +236,22 @@ func runServe(ctx context.Context, e *Env, o *serveOpts) error {
 		return fmt.Errorf("serve: %w", err)
 	}
 	return nil
+}
+
+// programStats reads the kernel's statistics of the eBPF programs ext
+// attached; nil when none is.
+func programStats(ext *collect.Extras) func() ([]exporter.ProgramStat, error) {
+	if ext == nil || ext.Source == nil {
+		return nil
+	}
+	return func() ([]exporter.ProgramStat, error) {
+		ps, err := ext.Source.ProgramStats()
+		out := make([]exporter.ProgramStat, len(ps))
+		for i, p := range ps {
+			out[i] = exporter.ProgramStat{Program: p.Program, Runs: p.Runs, Runtime: p.Runtime}
+		}
+		return out, err
+	}
 }
 
 // registerHistory adds the store's own metrics to reg.

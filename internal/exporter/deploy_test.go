@@ -12,8 +12,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/tcpdoctor/tcpdoctor/internal/containers"
 	"github.com/tcpdoctor/tcpdoctor/internal/rules"
+	"github.com/tcpdoctor/tcpdoctor/internal/version"
 )
 
 const deployDir = "../../deploy"
@@ -27,12 +30,26 @@ var (
 	labelVarRe = regexp.MustCompile(`^label_values\((tcpdoctor_[a-z_]+)(?:\{[^}]*\})?,\s*([a-z_]+)\)$`)
 )
 
+// servedDescs are the exporter's families and those serve registers
+// beside it: its cost and build.
+func servedDescs() []*prometheus.Desc {
+	descs := newDescs().all()
+	ch := make(chan *prometheus.Desc, 16)
+	NewCost(nil, "").Describe(ch)
+	NewBuildInfo(version.Info{}).Describe(ch)
+	close(ch)
+	for d := range ch {
+		descs = append(descs, d)
+	}
+	return descs
+}
+
 // labelsOfFamilies returns each exported family's label names, with the
 // instance and job labels Prometheus adds to every series.
 func labelsOfFamilies(t *testing.T) map[string]map[string]bool {
 	t.Helper()
 	out := map[string]map[string]bool{}
-	for _, d := range newDescs().all() {
+	for _, d := range servedDescs() {
 		n := fqNameRe.FindStringSubmatch(d.String())
 		l := varLabelRe.FindStringSubmatch(d.String())
 		if n == nil || l == nil {
@@ -76,7 +93,7 @@ func checkLegend(t *testing.T, where, expr, legend string, fams map[string]map[s
 func exported(t *testing.T) map[string]bool {
 	t.Helper()
 	out := map[string]bool{}
-	for _, d := range newDescs().all() {
+	for _, d := range servedDescs() {
 		m := fqNameRe.FindStringSubmatch(d.String())
 		if m == nil {
 			t.Fatalf("no name in %s", d)

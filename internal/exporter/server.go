@@ -310,9 +310,19 @@ func (l *Listener) Close() error {
 
 type connKey struct{}
 
+// ours is the connection Accept returned under nc: nc itself, or the one
+// a TLS connection (--web.config.file) wraps.
+func ours(nc net.Conn) (*conn, bool) {
+	if w, ok := nc.(interface{ NetConn() net.Conn }); ok {
+		nc = w.NetConn()
+	}
+	c, ok := nc.(*conn)
+	return c, ok
+}
+
 // connContext hands each request its connection (http.Server.ConnContext).
 func (l *Listener) connContext(ctx context.Context, nc net.Conn) context.Context {
-	if c, ok := nc.(*conn); ok {
+	if c, ok := ours(nc); ok {
 		return context.WithValue(ctx, connKey{}, c)
 	}
 	return ctx
@@ -321,7 +331,7 @@ func (l *Listener) connContext(ctx context.Context, nc net.Conn) context.Context
 // connState makes a connection evictable again once its response is
 // written and it waits for the next request (http.Server.ConnState).
 func (l *Listener) connState(nc net.Conn, st http.ConnState) {
-	c, ok := nc.(*conn)
+	c, ok := ours(nc)
 	if !ok || st != http.StateIdle {
 		return
 	}

@@ -32,6 +32,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) == "1" {
 		os.Exit(serveChild())
 	}
+	if os.Getenv(systemdChildEnv) == "1" {
+		os.Exit(serveSystemdChild())
+	}
 	os.Exit(m.Run())
 }
 

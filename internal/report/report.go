@@ -13,6 +13,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/output"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/textsafe"
+	"github.com/tcpdoctor/tcpdoctor/internal/version"
 )
 
 // JSONVersion is the version of the `check --json` object. It only
@@ -32,6 +33,8 @@ type Report struct {
 	Unknown  []diag.Unknown `json:"unknown"`
 	RulesRun []string       `json:"rules_run"`
 	Sources  []SourceError  `json:"source_errors,omitempty"`
+	// Build is the tcpdoctor that wrote the report, when it knew.
+	Build *version.Info `json:"build,omitempty"`
 }
 
 // Window is the time between the two samples the rules compared.

@@ -11,6 +11,8 @@ import (
 	"io"
 	"strings"
 	"time"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/version"
 )
 
 // File format (docs/snapshot-format.md): JSON Lines. The first line is a
@@ -26,6 +28,8 @@ type Header struct {
 	Format  string `json:"format"`
 	Version int    `json:"version"`
 	Tool    string `json:"tool,omitempty"`
+	// Build is the tcpdoctor that recorded the file, when it knew.
+	Build *version.Info `json:"build,omitempty"`
 }
 
 // Writer writes a snapshot file.
@@ -37,9 +41,16 @@ type Writer struct {
 
 // NewWriter writes the header and returns a Writer.
 func NewWriter(w io.Writer, tool string) (*Writer, error) {
+	return NewWriterHeader(w, Header{Tool: tool})
+}
+
+// NewWriterHeader writes h, with this format's name and version, as the
+// header and returns a Writer.
+func NewWriterHeader(w io.Writer, h Header) (*Writer, error) {
+	h.Format, h.Version = FormatName, FormatVersion
 	bw := bufio.NewWriterSize(w, 1<<16)
 	enc := json.NewEncoder(bw)
-	if err := enc.Encode(Header{Format: FormatName, Version: FormatVersion, Tool: tool}); err != nil {
+	if err := enc.Encode(h); err != nil {
 		return nil, fmt.Errorf("snapshot: write header: %w", err)
 	}
 	if err := bw.Flush(); err != nil {

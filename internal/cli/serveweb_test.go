@@ -1,0 +1,26 @@
+package cli
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestServeWebFlags: the exporter-toolkit flags' mistakes are usage
+// errors said before anything is collected or served.
+func TestServeWebFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--listen", "127.0.0.1:1", "--web.listen-address", "127.0.0.1:2"}, "give one"},
+		{[]string{"--web.systemd-socket", "--listen", "127.0.0.1:1"}, "drop --web.listen-address"},
+		{[]string{"--web.config.file", "/nonexistent/web.yml"}, "--web.config.file /nonexistent/web.yml"},
+		{[]string{"--web.systemd-socket"}, "systemd passed no listening socket"},
+		{[]string{"--listen", "256.0.0.1:1"}, "serve:"},
+	} {
+		code, _, errOut := run(t, append([]string{"serve", "--bpf", "off", "--no-owners"}, tc.args...)...)
+		if code != ExitUsage || !strings.Contains(errOut, tc.want) {
+			t.Errorf("serve %v: code %d, stderr %q; want %d and %q", tc.args, code, errOut, ExitUsage, tc.want)
+		}
+	}
+}

@@ -1,0 +1,4 @@
+package exporter
+
+// TestWebConfig is webConfig for the external tests (prometheus_tls_test.go).
+var TestWebConfig = webConfig

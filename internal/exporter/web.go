@@ -1,0 +1,126 @@
+package exporter
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+
+	"github.com/coreos/go-systemd/v22/activation"
+	"github.com/prometheus/exporter-toolkit/web"
+	"go.yaml.in/yaml/v2"
+)
+
+// Web is how the exporter is reached, the flags every exporter built on
+// prometheus/exporter-toolkit takes (docs/exporter.md, "TLS and basic
+// authentication").
+type Web struct {
+	// ListenAddress is --web.listen-address (alias --listen): host:port.
+	ListenAddress string
+	// SystemdSocket is --web.systemd-socket: serve on the one socket
+	// systemd passes (LISTEN_FDS) instead of ListenAddress.
+	SystemdSocket bool
+	// ConfigFile is --web.config.file: the exporter-toolkit web
+	// configuration (tls_server_config, basic_auth_users,
+	// http_server_config); empty serves plain HTTP to everyone.
+	ConfigFile string
+}
+
+// Validate checks the web configuration file as the toolkit will read it
+// (a missing file, bad YAML, a key without a certificate, a user whose
+// password is not a bcrypt hash), so a mistake is a usage error before
+// anything is collected.
+func (w Web) Validate() error {
+	if w.ConfigFile == "" {
+		return nil
+	}
+	if err := web.Validate(w.ConfigFile); err != nil {
+		return fmt.Errorf("--web.config.file %s: %w", w.ConfigFile, err)
+	}
+	return nil
+}
+
+// TLS reports whether the configuration file turns TLS on (the scheme
+// serve announces). Call after Validate.
+func (w Web) TLS() bool {
+	if w.ConfigFile == "" {
+		return false
+	}
+	c, err := readWebConfig(w.ConfigFile)
+	return err == nil && c.TLSConfig.IsEnabled()
+}
+
+func readWebConfig(path string) (*web.Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	c := &web.Config{}
+	if err := yaml.Unmarshal(b, c); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Listen opens the listener: the systemd socket, or ListenAddress.
+func (w Web) Listen() (net.Listener, error) {
+	if !w.SystemdSocket {
+		return net.Listen("tcp", w.ListenAddress)
+	}
+	ls, err := activation.Listeners()
+	if err != nil {
+		return nil, fmt.Errorf("--web.systemd-socket: %w", err)
+	}
+	var got []net.Listener
+	for _, l := range ls {
+		if l != nil {
+			got = append(got, l)
+		}
+	}
+	switch len(got) {
+	case 1:
+		return got[0], nil
+	case 0:
+		return nil, errors.New("--web.systemd-socket: systemd passed no listening socket (LISTEN_FDS unset, or for another process)")
+	default:
+		for _, l := range got {
+			_ = l.Close()
+		}
+		return nil, fmt.Errorf("--web.systemd-socket: systemd passed %d sockets; tcpdoctor serves on one", len(got))
+	}
+}
+
+// Handler serves metrics (Handler's /metrics) and the toolkit's landing
+// page at / naming version.
+func (w Web) Handler(metrics http.Handler, version string) (http.Handler, error) {
+	landing, err := web.NewLandingPage(web.LandingConfig{
+		Name:        "tcpdoctor",
+		Description: "Why TCP services on this host are slow or fail to connect, as Prometheus metrics",
+		Version:     version,
+		Links:       []web.LandingLinks{{Address: "/metrics", Text: "Metrics"}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("landing page: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", metrics)
+	mux.Handle("/", landing)
+	return mux, nil
+}
+
+// Serve serves srv on l with the toolkit's TLS and basic authentication
+// from ConfigFile (re-read on each connection and request, as the
+// toolkit does), logging its warnings and errors to log.
+func (w Web) Serve(srv *http.Server, l net.Listener, log io.Writer) error {
+	cfg := w.ConfigFile
+	flags := &web.FlagConfig{
+		WebListenAddresses: &[]string{l.Addr().String()},
+		WebSystemdSocket:   &w.SystemdSocket,
+		WebConfigFile:      &cfg,
+	}
+	logger := slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	return web.Serve(l, srv, flags, logger)
+}
