@@ -77,4 +77,7 @@ const (
 	// SourceFlowOwners is the collector's second look for the openers of
 	// connections too short for the owner scan (snapshot.FlowOwners).
 	SourceFlowOwners = "procs.flowowners"
+	// SourceAppCaps is the read of the listening servers' own
+	// configuration for their connection limits (snapshot.AppCaps).
+	SourceAppCaps = "appcaps"
 )

@@ -1,0 +1,240 @@
+// Package appcaps reads the connection limits servers set for themselves
+// (nginx worker_connections, ...) from their own configuration, as the
+// process sees it: its command line from /proc/PID/cmdline and its files
+// through /proc/PID/root, so a server in a container is read from the
+// container's files. It only reads: it never runs a server's binary and
+// never connects to it.
+package appcaps
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+)
+
+// Reader reads the caps of the processes that own listeners.
+type Reader struct {
+	// ProcRoot is "/proc" in production.
+	ProcRoot string
+}
+
+// nginxDefaultConf is where Debian's nginx (and nginx.org's packages)
+// look without -c: --conf-path of the build.
+const nginxDefaultConf = "/etc/nginx/nginx.conf"
+
+// Fill adds the caps of the servers owning s's listeners to s.AppCaps and
+// records the servers whose configuration could not be read as
+// appcaps errors (the rule then names the plateau without the setting).
+func (r Reader) Fill(s *snapshot.Snapshot) {
+	owners := listenerOwners(s)
+	caps := []snapshot.AppCap{}
+	done := map[int]bool{}
+	for _, pid := range owners {
+		if done[pid] {
+			continue
+		}
+		p := s.Procs[pid]
+		if p == nil || p.Command != "nginx" {
+			continue
+		}
+		argv, err := r.cmdline(pid)
+		if err != nil {
+			continue // gone since the owner scan
+		}
+		if !strings.HasPrefix(strings.Join(argv, " "), "nginx: master process") {
+			continue // a worker: read with its master
+		}
+		done[pid] = true
+		c, err := r.nginx(pid, argv, owners)
+		if err != nil {
+			s.AddError(snapshot.SourceAppCaps, fmt.Errorf("nginx pid %d: %w", pid, err))
+			continue
+		}
+		c.Command = p.Command
+		caps = append(caps, *c)
+	}
+	s.AppCaps = caps
+}
+
+// listenerOwners is every pid owning a LISTEN socket of s, sorted.
+func listenerOwners(s *snapshot.Snapshot) []int {
+	var pids []int
+	for i := range s.Sockets {
+		if s.Sockets[i].State == snapshot.Listen {
+			pids = append(pids, s.Sockets[i].Pids...)
+		}
+	}
+	slices.Sort(pids)
+	return slices.Compact(pids)
+}
+
+// cmdline reads /proc/PID/cmdline. A process that rewrote its title into
+// argv (nginx, redis) has one or a few words separated by blanks there:
+// those are split too.
+func (r Reader) cmdline(pid int) ([]string, error) {
+	b, err := os.ReadFile(fmt.Sprintf("%s/%d/cmdline", r.ProcRoot, pid))
+	if err != nil {
+		return nil, err
+	}
+	return splitCmdline(b), nil
+}
+
+// splitCmdline splits a NUL-separated command line, and then each part on
+// blanks when the process rewrote its title (a single part holding them).
+func splitCmdline(b []byte) []string {
+	b = bytes.TrimRight(b, "\x00")
+	parts := strings.Split(string(b), "\x00")
+	var out []string
+	for _, p := range parts {
+		if len(parts) == 1 || strings.TrimRight(p, " ") != p {
+			out = append(out, strings.Fields(p)...)
+			continue
+		}
+		if p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// ppid reads the parent of pid from /proc/PID/stat.
+func (r Reader) ppid(pid int) (int, error) {
+	b, err := os.ReadFile(fmt.Sprintf("%s/%d/stat", r.ProcRoot, pid))
+	if err != nil {
+		return 0, err
+	}
+	return parsePPid(b)
+}
+
+// parsePPid takes the fourth field of /proc/PID/stat (after the command,
+// which may hold blanks and parentheses).
+func parsePPid(b []byte) (int, error) {
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("stat without a command")
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 {
+		return 0, fmt.Errorf("stat too short")
+	}
+	return strconv.Atoi(f[1])
+}
+
+// nginxArgs is what nginx's master was started with.
+type nginxArgs struct {
+	conf, prefix string
+	// globals is -g's directives, if any.
+	globals string
+}
+
+// parseNginxArgs reads the options nginx keeps in its master's title
+// ("nginx: master process nginx -c FILE -p DIR -g '...'"). Words were
+// split on blanks: a path holding one cannot be read back.
+func parseNginxArgs(argv []string) nginxArgs {
+	var a nginxArgs
+	// Skip "nginx:", "master", "process" and the program name.
+	i := 0
+	for i < len(argv) && i < 4 {
+		i++
+	}
+	for ; i < len(argv); i++ {
+		w := argv[i]
+		take := func(flag string) (string, bool) {
+			if w == flag && i+1 < len(argv) {
+				i++
+				return argv[i], true
+			}
+			if strings.HasPrefix(w, flag) && len(w) > len(flag) {
+				return w[len(flag):], true
+			}
+			return "", false
+		}
+		if v, ok := take("-c"); ok {
+			a.conf = v
+		} else if v, ok := take("-p"); ok {
+			a.prefix = v
+		} else if v, ok := take("-g"); ok {
+			// -g runs to the next option.
+			g := []string{v}
+			for i+1 < len(argv) && !strings.HasPrefix(argv[i+1], "-") {
+				i++
+				g = append(g, argv[i])
+			}
+			a.globals = strings.Trim(strings.Join(g, " "), "'\"")
+		}
+	}
+	return a
+}
+
+// nginx reads the cap of the nginx master pid.
+func (r Reader) nginx(pid int, argv []string, owners []int) (*snapshot.AppCap, error) {
+	a := parseNginxArgs(argv)
+	conf, how := a.conf, "its -c"
+	switch {
+	case conf == "":
+		conf, how = nginxDefaultConf, "nginx's default path"
+	case !strings.HasPrefix(conf, "/"):
+		// A relative -c is resolved in the prefix (-p, or the build's,
+		// /usr/share/nginx on Debian), not the working directory.
+		prefix := a.prefix
+		if prefix == "" {
+			prefix = "/usr/share/nginx"
+		}
+		conf = path.Join(prefix, conf)
+	}
+	root := fmt.Sprintf("%s/%d/root", r.ProcRoot, pid)
+	nc, err := parseNginx(rootFS{dir: root}, conf)
+	if err != nil {
+		return nil, fmt.Errorf("config %s (%s): %w", conf, how, err)
+	}
+	if a.globals != "" {
+		toks, err := nginxTokens([]byte(a.globals))
+		if err == nil {
+			g := &nginxReader{fsys: rootFS{dir: root}, prefix: path.Dir(conf), conf: nc}
+			if err := g.block("command line -g", toks, nil, 0); err == nil {
+				for _, s := range []*setting{nc.workerProcesses, nc.workerRlimitNofile} {
+					if s != nil && strings.HasPrefix(s.source, "command line -g") {
+						s.source = "command line -g"
+					}
+				}
+			}
+		}
+	}
+	c := &snapshot.AppCap{Pid: pid, App: "nginx", Setting: "worker_connections", Per: snapshot.CapPerProcess,
+		Value: nginxDefaultConnections, Source: fmt.Sprintf("default (no worker_connections in %s)", strings.Join(nc.files, ", "))}
+	if s := nc.workerConnections; s != nil {
+		n, err := strconv.ParseInt(s.value, 10, 64)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%s: worker_connections %q is not a positive number", s.source, s.value)
+		}
+		c.Value, c.Source = n, s.source
+	}
+	// The workers: listener owners whose parent is the master.
+	for _, w := range owners {
+		if w == pid {
+			continue
+		}
+		if pp, err := r.ppid(w); err == nil && pp == pid {
+			c.Pids = append(c.Pids, w)
+		}
+	}
+	c.Related = append(c.Related, snapshot.AppSetting{Name: "config", Value: conf, Source: how + " (/proc/PID/cmdline)"})
+	wp := snapshot.AppSetting{Name: "worker_processes", Value: strconv.Itoa(nginxDefaultWorkers), Source: "default"}
+	if s := nc.workerProcesses; s != nil {
+		wp.Value, wp.Source = s.value, s.source
+	}
+	c.Related = append(c.Related, wp)
+	if s := nc.workerRlimitNofile; s != nil {
+		c.Related = append(c.Related, snapshot.AppSetting{Name: "worker_rlimit_nofile", Value: s.value, Source: s.source})
+	}
+	if s := nc.upstreamKeepalive; s != nil {
+		c.Related = append(c.Related, snapshot.AppSetting{Name: "upstream keepalive", Value: s.value, Source: s.source})
+	}
+	return c, nil
+}

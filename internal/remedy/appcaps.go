@@ -1,0 +1,37 @@
+package remedy
+
+import (
+	"fmt"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/diag"
+)
+
+// NginxConnections is the fix for nginx at worker_connections: the new
+// value per worker (worker_connections counts every connection a worker
+// holds: clients, upstreams and its listeners), the file limit it then
+// needs, and what it costs. file is where the setting is.
+func NginxConnections(value int64, file string, nofile int64) []diag.Fix {
+	return []diag.Fix{
+		{Scope: "application", Target: "nginx",
+			Text:    fmt.Sprintf("raise worker_connections to %d in the events block of %s and reload nginx", value, file),
+			Command: fmt.Sprintf("events { worker_connections %d; }  then: nginx -t && nginx -s reload", value),
+			Risk:    "each connection costs nginx memory: its connection and event structures, client_header_buffer_size (1k) per client and, while proxying, proxy_buffer_size and proxy_buffers (8 x 4k or 8k) per request; size the host for that many at once"},
+		{Scope: "application", Target: "nginx-nofile",
+			Text:    fmt.Sprintf("let each worker open that many descriptors: worker_rlimit_nofile %d at the top level of %s (each connection is a descriptor; files and logs need more)", nofile, file),
+			Command: fmt.Sprintf("worker_rlimit_nofile %d;", nofile),
+			Risk:    "capped by the hard limit of the master and by fs.nr_open"},
+		{Scope: "kernel", Target: "systemd",
+			Text:    fmt.Sprintf("raise the service's own limit to match, so the master may grant it: LimitNOFILE=%d", nofile),
+			Command: fmt.Sprintf("systemctl edit nginx  ->  [Service] LimitNOFILE=%d ; systemctl restart nginx", nofile),
+			Risk:    "kernel memory per open file"},
+	}
+}
+
+// AppCap is the fix for a server at a connection limit tcpdoctor reads
+// but has no ecosystem advice for: the setting and the new value.
+func AppCap(app, setting string, value int64, where string) diag.Fix {
+	return diag.Fix{Scope: "application", Target: app,
+		Text:    fmt.Sprintf("raise %s's %s to %d (%s)", app, setting, value, where),
+		Command: fmt.Sprintf("%s %d", setting, value),
+		Risk:    "each connection costs the server memory, and a descriptor: its file limit must follow"}
+}

@@ -1,0 +1,210 @@
+package rules
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/diag"
+	"github.com/tcpdoctor/tcpdoctor/internal/remedy"
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/tcpmodel"
+	"github.com/tcpdoctor/tcpdoctor/internal/units"
+)
+
+// capTurnedRate is the rate (per second, over the window) of connections
+// a server at its cap ends itself from which clients count as turned
+// away: the finding is then critical.
+const capTurnedRate = 1.0
+
+func appConnectionCap() diag.Rule {
+	return diag.Rule{ID: "app-connection-cap", Title: "A server at its own connection limit", Check: checkAppCap,
+		Keeps: []diag.Keeper{diag.Keep(capHeld{})}}
+}
+
+// capHeld keeps what each capped process held in the window's first
+// sample (tcpmodel.CapHeld): a plateau shows as the same count twice.
+type capHeld struct{}
+
+// Keep tallies s.
+func (capHeld) Keep(s *snapshot.Snapshot) map[int]int { return tcpmodel.CapHeld(s) }
+
+func checkAppCap(in *diag.Input) ([]diag.Finding, error) {
+	cur := in.Cur
+	if err := sockdiagGone(cur); err != nil {
+		return nil, err
+	}
+	msg, failed := cur.Failed(snapshot.SourceAppCaps)
+	if cur.AppCaps == nil {
+		switch why := tcpmodel.OwnersMissing(cur); {
+		case failed:
+			return nil, diag.Unknownf("servers' own limits not read: %s", msg)
+		case why != "":
+			return nil, diag.Unknownf("servers' own limits not read: the listeners' owners are unknown: %s", why)
+		default:
+			return nil, diag.Unknownf("servers' own limits not read (not collected in this snapshot)")
+		}
+	}
+	var prevHeld map[int]int
+	if in.Prev != nil {
+		prevHeld, _ = diag.KeptOf(in, capHeld{})
+	}
+	var fs []diag.Finding
+	for i := range cur.AppCaps {
+		c := &cur.AppCaps[i]
+		u := tcpmodel.CapUseOf(cur, c)
+		if !tcpmodel.AtCap(u.Held[u.Top], c.Value) {
+			continue
+		}
+		fs = append(fs, capFinding(in, &u, prevHeld))
+	}
+	sort.SliceStable(fs, func(i, j int) bool { return fs[i].Severity > fs[j].Severity })
+	if failed && len(fs) == 0 {
+		return nil, diag.Unknownf("some servers' own limits not read: %s", msg)
+	}
+	return fs, nil
+}
+
+// capFinding is the finding for a server at its cap.
+func capFinding(in *diag.Input, u *tcpmodel.CapUse, prevHeld map[int]int) diag.Finding {
+	cur, c := in.Cur, u.Cap
+	win := in.Window()
+	held := u.Held[u.Top]
+	sub := diag.Subject{Netns: cur.Netns.Name, Pid: c.Pid, Command: c.Command}
+	var addrs []string
+	for _, ln := range u.Listeners {
+		addrs = append(addrs, tcpmodel.Unmapped(ln.Local).String())
+	}
+	if len(addrs) > 0 {
+		sub.Local, sub.Service = addrs[0], addrs[0]
+	}
+	whose := fmt.Sprintf("%s (pid %d)", c.Command, c.Pid)
+	if c.Per == snapshot.CapPerProcess && u.Top != c.Pid {
+		whose = fmt.Sprintf("%s worker pid %d", c.Command, u.Top)
+	}
+	ev := []diag.Evidence{{Name: c.Setting, Value: fmt.Sprint(c.Value), Source: c.Source + " (read through /proc/PID/root)"}}
+	for _, r := range c.Related {
+		ev = append(ev, diag.Evidence{Name: r.Name, Value: r.Value, Source: r.Source})
+	}
+	var parts string
+	if c.Per == snapshot.CapPerProcess {
+		nl := held - u.Clients[u.Top] - u.Outgoing[u.Top]
+		ls := "listeners"
+		if nl == 1 {
+			ls = "listener"
+		}
+		parts = fmt.Sprintf(" (%d clients, %d it opened, %d %s)", u.Clients[u.Top], u.Outgoing[u.Top], nl, ls)
+	}
+	heldV := fmt.Sprintf("%d of %d%s", held, c.Value, parts)
+	if p, ok := prevHeld[u.Top]; ok {
+		heldV += fmt.Sprintf("; %d at the window's start", p)
+		if p == held {
+			heldV += " (flat)"
+		}
+	}
+	if len(u.Pids) > 1 {
+		var each []string
+		for _, pid := range u.Pids {
+			each = append(each, fmt.Sprintf("%d: %d", pid, u.Held[pid]))
+		}
+		heldV += "; each: " + strings.Join(each, ", ")
+	}
+	src := "sock_diag sockets of the pid (/proc/PID/fd)"
+	if c.Per == snapshot.CapPerListener {
+		src = "sock_diag connections accepted on its listeners"
+	}
+	ev = append(ev, diag.Evidence{Name: "connections held by " + whose, Value: heldV, Source: src,
+		Threshold: fmt.Sprintf("at the cap from %d (the limit less 5%%, at least 2)", tcpmodel.CapNear(c.Value))})
+
+	// Who was turned away in the window.
+	ta := tcpmodel.TurnedAwayOf(cur, u, prevState(in), win)
+	sev := diag.Info
+	var perSec float64
+	turned := ""
+	if win > 0 {
+		secs := win.Seconds()
+		ended := max(float64(ta.Closed), float64(ta.Closes))
+		perSec = ended / secs
+		v := fmt.Sprintf("%d closed by the server first in %s (%.1f/s)", ta.Closed, units.Dur(win), float64(ta.Closed)/secs)
+		if ta.HasCloses {
+			v += fmt.Sprintf("; %d accepted connections it closed first (eBPF)", ta.Closes)
+		}
+		ev = append(ev, diag.Evidence{Name: "connections it ended on " + strings.Join(addrs, ", "), Value: v,
+			Source: "sock_diag TIME-WAIT sockets on its listeners younger than the window; eBPF tp_btf/inet_sock_set_state active closes where loaded"})
+		evidenceOfRequests := false
+		if ta.HasResets {
+			var rs []string
+			for r, n := range ta.ResetsSent {
+				rs = append(rs, fmt.Sprintf("%s %d", r, n))
+			}
+			sort.Strings(rs)
+			if len(rs) == 0 {
+				rs = []string{"none"}
+			}
+			ev = append(ev, diag.Evidence{Name: "resets sent from its listeners' ports (eBPF)", Value: strings.Join(rs, ", "),
+				Source: "eBPF tp_btf/tcp_send_reset: TCP_TIMEWAIT_SOCKET and TCP_ABORT_ON_DATA are requests that arrived after the server closed, TCP_ABORT_ON_CLOSE requests it closed unread"})
+			evidenceOfRequests = float64(ta.Resets())/secs >= capTurnedRate
+		} else if rst, ok := in.CounterDelta("Tcp.OutRsts"); ok {
+			ev = append(ev, diag.Evidence{Name: "resets sent (netns)", Value: fmt.Sprintf("%d in %s", rst, units.Dur(win)), Source: "/proc/net/snmp Tcp.OutRsts (eBPF reset reasons not loaded)"})
+			evidenceOfRequests = float64(rst)/secs >= capTurnedRate
+		}
+		if evidenceOfRequests && perSec >= capTurnedRate {
+			sev = diag.Critical
+			turned = fmt.Sprintf(" and ends %.0f connections/s on %s right after accepting them: clients are turned away", perSec, strings.Join(addrs, ", "))
+		}
+	}
+	if sev == diag.Info {
+		turned = "; nobody was seen turned away in the window yet"
+	}
+	summary := fmt.Sprintf("%s is at its %s %d (%s): %s holds %d connections%s", c.Command, c.Setting, c.Value, c.Source, whose, held, turned)
+	if c.Per == snapshot.CapPerListener {
+		summary = fmt.Sprintf("%s is at its %s %d (%s): %d connections on its listeners%s", whose, c.Setting, c.Value, c.Source, held, turned)
+	}
+	if own := cur.Procs[u.Top]; own != nil && own.NofileSoft != nil {
+		ev = append(ev, diag.Evidence{Name: "open files limit of pid " + fmt.Sprint(u.Top), Value: fmt.Sprint(*own.NofileSoft), Source: "/proc/PID/limits Max open files (soft)"})
+	}
+	fixes := capFixes(cur, u, perSec, &ev)
+	return diag.Finding{Severity: sev, Subject: sub, Summary: summary, Evidence: ev, Fixes: fixes}
+}
+
+// capFixes works out the new limit from what was measured: the clients
+// held plus those turned away in one second, times the connections each
+// client costs (itself and its share of the connections the server
+// opens), spread over the processes, plus their listeners; at least
+// double the limit. It adds the demand to ev.
+func capFixes(cur *snapshot.Snapshot, u *tcpmodel.CapUse, perSec float64, ev *[]diag.Evidence) []diag.Fix {
+	c := u.Cap
+	var clients, outgoing int
+	for _, pid := range u.Pids {
+		clients += u.Clients[pid]
+		outgoing += u.Outgoing[pid]
+	}
+	listeners := u.Held[u.Top] - u.Clients[u.Top] - u.Outgoing[u.Top]
+	want := float64(clients) + math.Ceil(perSec)
+	per := 1.0
+	if clients > 0 {
+		per += float64(outgoing) / float64(clients)
+	}
+	need := int64(math.Ceil(want*per/float64(len(u.Pids)))) + int64(max(listeners, 0))
+	value := tcpmodel.NextPow2(max(need, 2*c.Value))
+	*ev = append(*ev, diag.Evidence{Name: "connections wanted",
+		Value:  fmt.Sprintf("at least %.0f clients (%d held + %.0f turned away each second) x %.2f connections each, over %d process(es): %d each", want, clients, math.Ceil(perSec), per, len(u.Pids), need),
+		Source: "the counts above; a client turned away that retries within a second counts once"})
+	file := c.Source
+	if i := strings.LastIndexByte(file, ':'); i > 0 {
+		file = file[:i]
+	}
+	if r, ok := c.RelatedValue("config"); ok && strings.HasPrefix(c.Source, "default") {
+		file = r.Value
+	}
+	switch c.App {
+	case "nginx":
+		nofile := tcpmodel.NextPow2(2 * value)
+		if own := cur.Procs[u.Top]; own != nil && own.NofileSoft != nil && *own.NofileSoft > nofile {
+			nofile = *own.NofileSoft
+		}
+		return remedy.NginxConnections(value, file, nofile)
+	}
+	return []diag.Fix{remedy.AppCap(c.App, c.Setting, value, file)}
+}
