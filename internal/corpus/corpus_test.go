@@ -117,6 +117,8 @@ const (
 	echoLocal  = "127.0.0.1:7000"  // churn server on loopback
 	echoRemote = "198.18.3.2:7000" // churn server behind the veth
 	closedAddr = "127.0.0.1:8090"  // the health checker's target: nothing listens
+	capAddr    = "127.0.0.1:8080"  // nginx proxying to the slow upstream
+	slowAddr   = "127.0.0.1:9000"  // the slow upstream
 )
 
 // bpfLoads reports whether the eBPF connection source loads here, as
@@ -223,6 +225,22 @@ func scenarios() []scenario {
 			},
 			known: noFailures,
 			body:  churnRemote},
+		{name: "nginx at worker_connections",
+			software: "nginx as Debian ships it (worker_processes auto) with worker_connections 256, proxying to a slow upstream (a python3 server answering each request after 5 s) for 400 clients that each send one request at a time (Connection: close) and retry 0.2 s after a failure, for 14 s: each worker holds at most 256 connections, a client and its upstream connection count two, and nginx closes every client beyond them right after accepting it (its error.log: \"256 worker_connections are not enough\")",
+			want: []Expect{
+				{Rule: "app-connection-cap", Min: diag.Critical, Command: "nginx", Proc: "nginx", Service: capAddr, Fix: "worker_connections"},
+				// The clients' reconnects are churn seen from both sides.
+				{Rule: "connection-churn", Optional: true, Max: diag.Warning},
+				{Rule: "time-wait-churn", Optional: true, Max: diag.Warning},
+			},
+			body: func(r *run) { nginxCap(r, 256) }},
+		{name: "nginx under worker_connections",
+			software: "the same nginx, upstream and 400 clients with worker_connections 1024: every client is served in turn",
+			want: []Expect{
+				// Connection: close: one connection per request, 80/s.
+				{Rule: "connection-churn", Optional: true, Max: diag.Info},
+			},
+			body: func(r *run) { nginxCap(r, 1024) }},
 		{name: "health checker against a closed port",
 			software: "curl as a health checker (curl -s --max-time 1 http://127.0.0.1:8090/healthz every 50 ms for 8 s) against a port where nothing listens: every connect() is refused (curl exit 7), as for a service that is down or a check left behind",
 			body:     healthCheckRefused},
@@ -304,12 +322,15 @@ Rules at %s; kernel %s, %d CPUs.
 
 // nginxConf is a complete nginx.conf whose files all live in dir; http is
 // the body of the http block. Everything else is nginx's default.
-func nginxConf(dir, http string) string {
+func nginxConf(dir, http string) string { return nginxConfWith(dir, "", http) }
+
+// nginxConfWith is nginxConf with events as the body of the events block.
+func nginxConfWith(dir, events, http string) string {
 	return fmt.Sprintf(`worker_processes auto;
 daemon off;
 pid %[1]s/nginx.pid;
 error_log %[1]s/error.log;
-events {}
+events {%[3]s}
 http {
     client_body_temp_path %[1]s/body;
     proxy_temp_path %[1]s/proxy;
@@ -319,13 +340,18 @@ http {
     log_format conns '$connection $connection_requests $status';
 %[2]s
 }
-`, dir, http)
+`, dir, http, events)
 }
 
 // startNginx writes the config and starts nginx (master and workers) in ns.
 func startNginx(r *run, ns, http string, ports ...int) *proc {
+	return startNginxWith(r, ns, "", http, ports...)
+}
+
+// startNginxWith is startNginx with events as the events block's body.
+func startNginxWith(r *run, ns, events, http string, ports ...int) *proc {
 	openDir(r.t, r.dir)
-	conf := r.writeFile("nginx.conf", nginxConf(r.dir, http))
+	conf := r.writeFile("nginx.conf", nginxConfWith(r.dir, events, http))
 	p := r.start(ns, "nginx", "nginx", "-p", r.dir, "-c", conf, "-e", filepath.Join(r.dir, "error.log"))
 	for _, port := range ports {
 		waitListen(r.t, ns, port, p)
@@ -939,4 +965,75 @@ func trickle(ns netns.NS, port, perSec int, d time.Duration) trickled {
 		return nil
 	})
 	return tr
+}
+
+// holdSummary is what hold_clients.py prints.
+type holdSummary struct {
+	Clients, OK int
+	Errors      map[string]int
+	Seconds     float64
+}
+
+// nginxCap: nginx with worker_connections conns proxying to a slow
+// upstream for 400 clients that hold a request each; check runs 4 s in.
+// With 256 nginx must turn clients away (its error.log says so, the
+// clients see their connections closed); with 1024 nobody.
+func nginxCap(r *run, conns int) {
+	r.need("nginx", "python3")
+	ns := testns.New(r.t, "cap").Name
+	upstream, err := filepath.Abs("testdata/slow_upstream.py")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	clients, err := filepath.Abs("testdata/hold_clients.py")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	up := netip.MustParseAddrPort(slowAddr)
+	const secs = 14
+	u := r.start(ns, "slow-upstream", "python3", upstream, up.Addr().String(), strconv.Itoa(int(up.Port())), "5", strconv.Itoa(secs+20))
+	waitListen(r.t, ns, int(up.Port()), u)
+	ngx := startNginxWith(r, ns, fmt.Sprintf(" worker_connections %d; ", conns), `    server {
+        listen `+capAddr+`;
+        access_log off;
+        location / { proxy_pass http://`+slowAddr+`; proxy_read_timeout 60s; }
+    }`, int(netip.MustParseAddrPort(capAddr).Port()))
+	ca := netip.MustParseAddrPort(capAddr)
+	c := r.start(ns, "clients", "python3", clients, ca.Addr().String(), strconv.Itoa(int(ca.Port())), "400", strconv.Itoa(secs), "0.2")
+	time.Sleep(4 * time.Second)
+	r.check(place{"nginx", ns})
+	if !c.running() {
+		r.t.Errorf("the clients ended before the check did")
+	}
+	if err := c.wait(r.t, (secs+40)*time.Second); err != nil {
+		r.t.Fatal(err)
+	}
+	if err := ngx.stop(r.t); err != nil {
+		r.t.Logf("nginx: %v", err)
+	}
+	var hs holdSummary
+	if err := json.Unmarshal([]byte(c.stdout()), &hs); err != nil {
+		r.t.Fatalf("clients: %v\n%s\n%s", err, c.stdout(), c.stderr())
+	}
+	failed := 0
+	var kinds []string
+	for k, v := range hs.Errors {
+		failed += v
+		kinds = append(kinds, fmt.Sprintf("%s %d", k, v))
+	}
+	sort.Strings(kinds)
+	b, err := os.ReadFile(filepath.Join(r.dir, "error.log"))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	notEnough := strings.Count(string(b), "worker_connections are not enough")
+	r.measured("clients: %d answers in %.1f s; failed: %d (%s); nginx error.log: %d \"%d worker_connections are not enough\"",
+		hs.OK, hs.Seconds, failed, strings.Join(kinds, ", "), notEnough, conns)
+	if conns < 400 {
+		if notEnough == 0 || failed == 0 {
+			r.t.Errorf("worker_connections %d should turn clients away: %d failures, %d log lines", conns, failed, notEnough)
+		}
+	} else if notEnough > 0 || failed > 0 || hs.OK < 400 {
+		r.t.Errorf("worker_connections %d should serve every client: %d answers, %d failures, %d log lines", conns, hs.OK, failed, notEnough)
+	}
 }
