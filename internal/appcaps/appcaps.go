@@ -36,24 +36,29 @@ func (r Reader) Fill(s *snapshot.Snapshot) {
 	caps := []snapshot.AppCap{}
 	done := map[int]bool{}
 	for _, pid := range owners {
-		if done[pid] {
-			continue
-		}
 		p := s.Procs[pid]
-		if p == nil || p.Command != "nginx" {
+		if done[pid] || p == nil {
 			continue
-		}
-		argv, err := r.cmdline(pid)
-		if err != nil {
-			continue // gone since the owner scan
-		}
-		if !strings.HasPrefix(strings.Join(argv, " "), "nginx: master process") {
-			continue // a worker: read with its master
 		}
 		done[pid] = true
-		c, err := r.nginx(pid, argv, owners)
+		var c *snapshot.AppCap
+		var err error
+		switch p.Command {
+		case "nginx":
+			argv, rerr := r.cmdline(pid)
+			if rerr != nil || !strings.HasPrefix(strings.Join(argv, " "), "nginx: master process") {
+				continue // gone since the owner scan, or a worker: read with its master
+			}
+			c, err = r.nginx(pid, argv, owners)
+		case "redis-server":
+			c, err = r.redis(pid, p)
+		case "postgres", "postmaster":
+			c, err = r.postgres(pid)
+		default:
+			continue
+		}
 		if err != nil {
-			s.AddError(snapshot.SourceAppCaps, fmt.Errorf("nginx pid %d: %w", pid, err))
+			s.AddError(snapshot.SourceAppCaps, fmt.Errorf("%s pid %d: %w", p.Command, pid, err))
 			continue
 		}
 		c.Command = p.Command
@@ -236,5 +241,70 @@ func (r Reader) nginx(pid int, argv []string, owners []int) (*snapshot.AppCap, e
 	if s := nc.upstreamKeepalive; s != nil {
 		c.Related = append(c.Related, snapshot.AppSetting{Name: "upstream keepalive", Value: s.value, Source: s.source})
 	}
+	return c, nil
+}
+
+// redis reads the maxclients of redis-server pid. Redis rewrites its
+// command line into a title ("redis-server 127.0.0.1:6379"): the
+// configuration file is then read from the ExecStart of the systemd
+// service it runs in.
+func (r Reader) redis(pid int, p *snapshot.Proc) (*snapshot.AppCap, error) {
+	raw, err := os.ReadFile(fmt.Sprintf("%s/%d/cmdline", r.ProcRoot, pid))
+	if err != nil {
+		return nil, err
+	}
+	root := rootFS{dir: fmt.Sprintf("%s/%d/root", r.ProcRoot, pid)}
+	argv := splitCmdline(raw)
+	how := "its command line (/proc/PID/cmdline)"
+	if t := bytes.TrimRight(raw, "\x00"); !bytes.Contains(t, []byte{0}) && bytes.Contains(t, []byte{' '}) {
+		cg, err := os.ReadFile(fmt.Sprintf("%s/%d/cgroup", r.ProcRoot, pid))
+		if err != nil {
+			return nil, err
+		}
+		unit := unitOf(cg)
+		if unit == "" {
+			return nil, fmt.Errorf("its command line is rewritten into a title (%q) and it runs in no systemd service: the configuration file is unknown", string(t))
+		}
+		w, from, err := execStart(root, unit)
+		if err != nil {
+			return nil, err
+		}
+		argv, how = w, fmt.Sprintf("ExecStart of %s (%s)", unit, from)
+	}
+	var soft int64
+	if p.NofileSoft != nil {
+		soft = *p.NofileSoft
+	}
+	v, src, files, err := redisMaxclients(root, argv, soft)
+	if err != nil {
+		return nil, err
+	}
+	c := &snapshot.AppCap{Pid: pid, App: "redis", Setting: "maxclients", Value: v, Source: src, Per: snapshot.CapPerListener}
+	conf := "none (defaults)"
+	if len(files) > 0 {
+		conf = files[0]
+	}
+	c.Related = append(c.Related, snapshot.AppSetting{Name: "config", Value: conf, Source: how})
+	return c, nil
+}
+
+// postgres reads max_connections of the postmaster pid.
+func (r Reader) postgres(pid int) (*snapshot.AppCap, error) {
+	argv, err := r.cmdline(pid)
+	if err != nil {
+		return nil, err
+	}
+	if len(argv) > 0 && strings.HasSuffix(argv[0], ":") {
+		return nil, fmt.Errorf("not a postmaster (%q)", strings.Join(argv, " "))
+	}
+	pc, err := readPostgres(rootFS{dir: fmt.Sprintf("%s/%d/root", r.ProcRoot, pid)}, argv)
+	if err != nil {
+		return nil, err
+	}
+	c := &snapshot.AppCap{Pid: pid, App: "postgresql", Setting: "max_connections", Value: pc.maxN, Source: pc.max.source,
+		Reserved: pc.resN, Per: snapshot.CapPerListener}
+	c.Related = append(c.Related,
+		snapshot.AppSetting{Name: "config", Value: pc.files[0], Source: "its command line (/proc/PID/cmdline: -D or config_file)"},
+		snapshot.AppSetting{Name: "superuser_reserved_connections", Value: pc.reserved.value, Source: pc.reserved.source})
 	return c, nil
 }

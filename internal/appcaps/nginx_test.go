@@ -67,6 +67,17 @@ func TestRootFSStaysInRoot(t *testing.T) {
 		t.Fatalf("a symlink out of the root (%s) was followed", rel)
 	}
 	t.Logf("refused as wanted: %v", err)
+
+	// An absolute symlink resolves in the root: the file exists only
+	// there, not on the host.
+	abs := "/tcpdoctor-appcaps-test-" + filepath.Base(dir) + ".conf"
+	must(t, os.WriteFile(filepath.Join(dir, abs), []byte("events { worker_connections 77; }\n"), 0o644))
+	must(t, os.WriteFile(filepath.Join(dir, "etc/nginx/nginx.conf"), []byte("include inroot.conf;\n"), 0o644))
+	must(t, os.Symlink(abs, filepath.Join(dir, "etc/nginx/inroot.conf")))
+	nc, err := parseNginx(rootFS{dir: dir}, "/etc/nginx/nginx.conf")
+	if err != nil || nc.workerConnections == nil || nc.workerConnections.value != "77" {
+		t.Fatalf("absolute symlink %s inside the root: %+v, %v", abs, nc, err)
+	}
 }
 
 func TestNginxParse(t *testing.T) {

@@ -59,3 +59,6 @@ func rel(abs string) (string, error) {
 	}
 	return n, nil
 }
+
+// isNotExist says whether err is a missing file.
+func isNotExist(err error) bool { return errors.Is(err, fs.ErrNotExist) }

@@ -35,3 +35,37 @@ func AppCap(app, setting string, value int64, where string) diag.Fix {
 		Command: fmt.Sprintf("%s %d", setting, value),
 		Risk:    "each connection costs the server memory, and a descriptor: its file limit must follow"}
 }
+
+// RedisMaxclients is the fix for Redis at maxclients: the new value in
+// its configuration file and the open-file limit Redis needs for it
+// (maxclients + 32, which Redis asks for itself at start and lowers
+// maxclients to when refused).
+func RedisMaxclients(value int64, file string) []diag.Fix {
+	nofile := value + 32
+	return []diag.Fix{
+		{Scope: "application", Target: "redis",
+			Text:    fmt.Sprintf("raise maxclients to %d in %s (CONFIG SET maxclients %d applies it at once, within the open-file limit)", value, file, value),
+			Command: fmt.Sprintf("maxclients %d", value),
+			Risk:    "each client costs Redis its buffers (query buffer, output buffer up to client-output-buffer-limit); a client that opens a connection per request is better fixed with a pool"},
+		{Scope: "kernel", Target: "systemd",
+			Text:    fmt.Sprintf("give Redis the descriptors for them: LimitNOFILE=%d (maxclients + 32)", nofile),
+			Command: fmt.Sprintf("systemctl edit redis-server  ->  [Service] LimitNOFILE=%d ; systemctl restart redis-server", nofile),
+			Risk:    "kernel memory per open file"},
+	}
+}
+
+// PostgresMaxConnections is the fix for PostgreSQL at max_connections:
+// a pooler first (each connection is a backend process), then the
+// setting; clients is how many it held.
+func PostgresMaxConnections(value int64, file string, clients int) []diag.Fix {
+	return []diag.Fix{
+		{Scope: "application", Target: "pooler",
+			Text:    fmt.Sprintf("put a connection pooler in front (PgBouncer in transaction mode): the %d clients share a few server connections instead of a backend process each", clients),
+			Command: "pgbouncer: pool_mode = transaction, default_pool_size = 20, max_client_conn = " + fmt.Sprint(value),
+			Risk:    "session state (prepared statements, SET, advisory locks) does not carry across transactions in transaction mode"},
+		{Scope: "application", Target: "postgresql",
+			Text:    fmt.Sprintf("or raise max_connections to %d in %s and restart PostgreSQL", value, file),
+			Command: fmt.Sprintf("ALTER SYSTEM SET max_connections = %d;  then restart (pg_ctlcluster VERSION main restart)", value),
+			Risk:    "each connection is a backend process with its own memory (work_mem per sort or hash, temp_buffers); shared memory for locks grows with it: size the host for it"},
+	}
+}

@@ -54,7 +54,7 @@ func checkAppCap(in *diag.Input) ([]diag.Finding, error) {
 	for i := range cur.AppCaps {
 		c := &cur.AppCaps[i]
 		u := tcpmodel.CapUseOf(cur, c)
-		if !tcpmodel.AtCap(u.Held[u.Top], c.Value) {
+		if !tcpmodel.AtCap(u.Held[u.Top], tcpmodel.CapLimit(c)) {
 			continue
 		}
 		fs = append(fs, capFinding(in, &u, prevHeld))
@@ -71,6 +71,7 @@ func capFinding(in *diag.Input, u *tcpmodel.CapUse, prevHeld map[int]int) diag.F
 	cur, c := in.Cur, u.Cap
 	win := in.Window()
 	held := u.Held[u.Top]
+	limit := tcpmodel.CapLimit(c)
 	sub := diag.Subject{Netns: cur.Netns.Name, Pid: c.Pid, Command: c.Command}
 	var addrs []string
 	for _, ln := range u.Listeners {
@@ -84,6 +85,10 @@ func capFinding(in *diag.Input, u *tcpmodel.CapUse, prevHeld map[int]int) diag.F
 		whose = fmt.Sprintf("%s worker pid %d", c.Command, u.Top)
 	}
 	ev := []diag.Evidence{{Name: c.Setting, Value: fmt.Sprint(c.Value), Source: c.Source + " (read through /proc/PID/root)"}}
+	setting := fmt.Sprintf("%s %d", c.Setting, c.Value)
+	if c.Reserved > 0 {
+		setting += fmt.Sprintf(", %d of them for ordinary clients", limit)
+	}
 	for _, r := range c.Related {
 		ev = append(ev, diag.Evidence{Name: r.Name, Value: r.Value, Source: r.Source})
 	}
@@ -96,7 +101,7 @@ func capFinding(in *diag.Input, u *tcpmodel.CapUse, prevHeld map[int]int) diag.F
 		}
 		parts = fmt.Sprintf(" (%d clients, %d it opened, %d %s)", u.Clients[u.Top], u.Outgoing[u.Top], nl, ls)
 	}
-	heldV := fmt.Sprintf("%d of %d%s", held, c.Value, parts)
+	heldV := fmt.Sprintf("%d of %d%s", held, limit, parts)
 	if p, ok := prevHeld[u.Top]; ok {
 		heldV += fmt.Sprintf("; %d at the window's start", p)
 		if p == held {
@@ -115,7 +120,7 @@ func capFinding(in *diag.Input, u *tcpmodel.CapUse, prevHeld map[int]int) diag.F
 		src = "sock_diag connections accepted on its listeners"
 	}
 	ev = append(ev, diag.Evidence{Name: "connections held by " + whose, Value: heldV, Source: src,
-		Threshold: fmt.Sprintf("at the cap from %d (the limit less 5%%, at least 2)", tcpmodel.CapNear(c.Value))})
+		Threshold: fmt.Sprintf("at the cap from %d (the limit less 5%%, at least 2)", tcpmodel.CapNear(limit))})
 
 	// Who was turned away in the window.
 	ta := tcpmodel.TurnedAwayOf(cur, u, prevState(in), win)
@@ -132,7 +137,10 @@ func capFinding(in *diag.Input, u *tcpmodel.CapUse, prevHeld map[int]int) diag.F
 		}
 		ev = append(ev, diag.Evidence{Name: "connections it ended on " + strings.Join(addrs, ", "), Value: v,
 			Source: "sock_diag TIME-WAIT sockets on its listeners younger than the window; eBPF tp_btf/inet_sock_set_state active closes where loaded"})
-		evidenceOfRequests := false
+		// Clients turned away rather than served and done: resets from
+		// requests that came after the close, or more connections ended
+		// in the window than the server holds at once.
+		evidenceOfRequests := ended >= float64(held)
 		if ta.HasResets {
 			var rs []string
 			for r, n := range ta.ResetsSent {
@@ -144,10 +152,10 @@ func capFinding(in *diag.Input, u *tcpmodel.CapUse, prevHeld map[int]int) diag.F
 			}
 			ev = append(ev, diag.Evidence{Name: "resets sent from its listeners' ports (eBPF)", Value: strings.Join(rs, ", "),
 				Source: "eBPF tp_btf/tcp_send_reset: TCP_TIMEWAIT_SOCKET and TCP_ABORT_ON_DATA are requests that arrived after the server closed, TCP_ABORT_ON_CLOSE requests it closed unread"})
-			evidenceOfRequests = float64(ta.Resets())/secs >= capTurnedRate
+			evidenceOfRequests = evidenceOfRequests || float64(ta.Resets())/secs >= capTurnedRate
 		} else if rst, ok := in.CounterDelta("Tcp.OutRsts"); ok {
 			ev = append(ev, diag.Evidence{Name: "resets sent (netns)", Value: fmt.Sprintf("%d in %s", rst, units.Dur(win)), Source: "/proc/net/snmp Tcp.OutRsts (eBPF reset reasons not loaded)"})
-			evidenceOfRequests = float64(rst)/secs >= capTurnedRate
+			evidenceOfRequests = evidenceOfRequests || float64(rst)/secs >= capTurnedRate
 		}
 		if evidenceOfRequests && perSec >= capTurnedRate {
 			sev = diag.Critical
@@ -157,9 +165,9 @@ func capFinding(in *diag.Input, u *tcpmodel.CapUse, prevHeld map[int]int) diag.F
 	if sev == diag.Info {
 		turned = "; nobody was seen turned away in the window yet"
 	}
-	summary := fmt.Sprintf("%s is at its %s %d (%s): %s holds %d connections%s", c.Command, c.Setting, c.Value, c.Source, whose, held, turned)
+	summary := fmt.Sprintf("%s is at its %s (%s): %s holds %d connections%s", c.Command, setting, c.Source, whose, held, turned)
 	if c.Per == snapshot.CapPerListener {
-		summary = fmt.Sprintf("%s is at its %s %d (%s): %d connections on its listeners%s", whose, c.Setting, c.Value, c.Source, held, turned)
+		summary = fmt.Sprintf("%s is at its %s (%s): %d connections on its listeners%s", whose, setting, c.Source, held, turned)
 	}
 	if own := cur.Procs[u.Top]; own != nil && own.NofileSoft != nil {
 		ev = append(ev, diag.Evidence{Name: "open files limit of pid " + fmt.Sprint(u.Top), Value: fmt.Sprint(*own.NofileSoft), Source: "/proc/PID/limits Max open files (soft)"})
@@ -187,7 +195,7 @@ func capFixes(cur *snapshot.Snapshot, u *tcpmodel.CapUse, perSec float64, ev *[]
 		per += float64(outgoing) / float64(clients)
 	}
 	need := int64(math.Ceil(want*per/float64(len(u.Pids)))) + int64(max(listeners, 0))
-	value := tcpmodel.NextPow2(max(need, 2*c.Value))
+	value := tcpmodel.NextPow2(max(need+c.Reserved, 2*c.Value))
 	*ev = append(*ev, diag.Evidence{Name: "connections wanted",
 		Value:  fmt.Sprintf("at least %.0f clients (%d held + %.0f turned away each second) x %.2f connections each, over %d process(es): %d each", want, clients, math.Ceil(perSec), per, len(u.Pids), need),
 		Source: "the counts above; a client turned away that retries within a second counts once"})
@@ -205,6 +213,10 @@ func capFixes(cur *snapshot.Snapshot, u *tcpmodel.CapUse, perSec float64, ev *[]
 			nofile = *own.NofileSoft
 		}
 		return remedy.NginxConnections(value, file, nofile)
+	case "redis":
+		return remedy.RedisMaxclients(value, file)
+	case "postgresql":
+		return remedy.PostgresMaxConnections(value, file, clients)
 	}
 	return []diag.Fix{remedy.AppCap(c.App, c.Setting, value, file)}
 }

@@ -93,6 +93,10 @@ type AppCap struct {
 	// effective value.
 	Setting string `json:"setting"`
 	Value   int64  `json:"value"`
+	// Reserved is the part of Value ordinary clients cannot have
+	// (PostgreSQL's superuser_reserved_connections): they are turned
+	// away at Value - Reserved.
+	Reserved int64 `json:"reserved,omitempty"`
 	// Source is where Value came from: "FILE:LINE", "command line" or
 	// "default (no setting in FILE)"; FILE as the process sees it.
 	Source string `json:"source"`

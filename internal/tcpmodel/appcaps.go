@@ -32,6 +32,10 @@ type CapUse struct {
 // connections it has just closed or is about to accept.
 func CapNear(value int64) int64 { return value - max(2, value/20) }
 
+// CapLimit is what ordinary clients of c can have: its value less what
+// it reserves.
+func CapLimit(c *snapshot.AppCap) int64 { return c.Value - c.Reserved }
+
 // AtCap says whether held reached the limit value (CapNear).
 func AtCap(held int, value int64) bool { return value > 0 && int64(held) >= CapNear(value) }
 
