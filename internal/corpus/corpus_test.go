@@ -255,7 +255,7 @@ func scenarios() []scenario {
 			body:     func(r *run) { redisCap(r, 128) }},
 		{name: "postgresql at max_connections",
 			software: "PostgreSQL 15 (a cluster made by initdb, max_connections = 20 in its postgresql.conf, 3 of them reserved for superusers; pgbench connects as the superuser postgres) under pgbench -C -c 40 -T 10 running SELECT pg_sleep(3) (a new connection per transaction), started 1 s into check's window: the clients beyond the limit get \"FATAL: sorry, too many clients already\" and pgbench aborts them",
-			known: "PostgreSQL's refused clients close first, right after reading the FATAL message, and pgbench does not retry them: the window shows the server at its limit (info) and about 20 client-side TIME_WAIT sockets, which the rule cannot yet tell from finished connections (it would need each connection's lifetime)",
+			known:    "PostgreSQL's refused clients close first, right after reading the FATAL message, and pgbench does not retry them: the window shows the server at its limit (info) and about 20 client-side TIME_WAIT sockets, which the rule cannot yet tell from finished connections (it would need each connection's lifetime)",
 			want: []Expect{
 				{Rule: "app-connection-cap", Min: diag.Critical, Command: "postgres", Proc: "postgres", Service: pgAddr, Fix: "max_connections"},
 				{Rule: "connection-churn", Optional: true, Max: diag.Warning},
