@@ -219,6 +219,7 @@ func (x *Exporter) addSnapshot(b *viewBuilder, s *snapshot.Snapshot) {
 		}
 		b.add(d.sockSeen, prometheus.GaugeValue, float64(len(s.Sockets)), ns)
 		x.addListeners(b, s)
+		x.addListenerConns(b, s)
 		x.addPorts(b, s)
 	}
 	x.addSources(b, s)

@@ -2,6 +2,7 @@ package exporter
 
 import (
 	"sort"
+	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -40,5 +41,47 @@ func (x *Exporter) addPorts(b *viewBuilder, s *snapshot.Snapshot) {
 	}
 	for _, k := range dests {
 		b.add(x.d.portsInUse, prometheus.GaugeValue, float64(use[k].Held()), ns, k.Src.String(), k.Dst.String())
+	}
+}
+
+// addListenerConns exports, for the top N listeners by count, the
+// accepted connections processes hold (tcpmodel.AcceptedOwned), and each
+// server's own limit read from its configuration beside what counts
+// against it (tcpmodel.CapUseOf, as app-connection-cap judges it).
+func (x *Exporter) addListenerConns(b *viewBuilder, s *snapshot.Snapshot) {
+	ns := s.Netns.Name
+	ls := tcpmodel.ListenersOf(s)
+	held := tcpmodel.AcceptedOwned(s, ls)
+	type lis struct {
+		sk *snapshot.Socket
+		n  int
+	}
+	var all []lis
+	for _, group := range ls {
+		for _, ln := range group {
+			all = append(all, lis{ln, held[ln.Cookie]})
+		}
+	}
+	sort.Slice(all, func(i, j int) bool {
+		if all[i].n != all[j].n {
+			return all[i].n > all[j].n
+		}
+		return all[i].sk.Local.Compare(all[j].sk.Local) < 0
+	})
+	for i, l := range all {
+		if i == x.opts.Top {
+			break
+		}
+		b.add(x.d.listenerConns, prometheus.GaugeValue, float64(l.n), ns, l.sk.Local.String(), strconv.Itoa(int(l.sk.Local.Port())), command(s, l.sk))
+	}
+	for i := range s.AppCaps {
+		if i == x.opts.Top {
+			break
+		}
+		c := &s.AppCaps[i]
+		u := tcpmodel.CapUseOf(s, c)
+		pid := strconv.Itoa(c.Pid)
+		b.add(x.d.appLimit, prometheus.GaugeValue, float64(tcpmodel.CapLimit(c)), ns, c.Command, pid, c.Setting)
+		b.add(x.d.appHeld, prometheus.GaugeValue, float64(u.Held[u.Top]), ns, c.Command, pid, c.Setting)
 	}
 }
