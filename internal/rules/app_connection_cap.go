@@ -123,20 +123,26 @@ func capFinding(in *diag.Input, u *tcpmodel.CapUse, prevHeld map[int]int) diag.F
 		Threshold: fmt.Sprintf("at the cap from %d (the limit less 5%%, at least 2)", tcpmodel.CapNear(limit))})
 
 	// Who was turned away in the window.
-	ta := tcpmodel.TurnedAwayOf(cur, u, prevState(in), win)
+	passive, hasPassive := in.CounterDelta("Tcp.PassiveOpens")
+	ta := tcpmodel.TurnedAwayOf(cur, u, prevState(in), win, passive, hasPassive)
 	sev := diag.Info
 	var perSec float64
 	turned := ""
 	if win > 0 {
 		secs := win.Seconds()
-		ended := max(float64(ta.Closed), float64(ta.Closes))
+		ended := float64(ta.Ended())
 		perSec = ended / secs
 		v := fmt.Sprintf("%d closed by the server first in %s (%.1f/s)", ta.Closed, units.Dur(win), float64(ta.Closed)/secs)
-		if ta.HasCloses {
+		src := "sock_diag TIME-WAIT sockets on its listeners younger than the window"
+		switch {
+		case ta.HasCloses:
 			v += fmt.Sprintf("; %d accepted connections it closed first (eBPF)", ta.Closes)
+			src += "; eBPF tp_btf/inet_sock_set_state active closes"
+		case ta.HasEstimate:
+			v += fmt.Sprintf("; about %d accepted in the namespace and gone within the window (%.0f/s)", ta.Estimated, float64(ta.Estimated)/secs)
+			src += "; without eBPF: /proc/net/snmp Tcp.PassiveOpens less the accepted connections open now that are new and the other listeners' young TIME-WAIT (netns-wide: a reset or a close by either side leaves nothing)"
 		}
-		ev = append(ev, diag.Evidence{Name: "connections it ended on " + strings.Join(addrs, ", "), Value: v,
-			Source: "sock_diag TIME-WAIT sockets on its listeners younger than the window; eBPF tp_btf/inet_sock_set_state active closes where loaded"})
+		ev = append(ev, diag.Evidence{Name: "connections it ended on " + strings.Join(addrs, ", "), Value: v, Source: src})
 		// Clients turned away rather than served and done: resets from
 		// requests that came after the close, or more connections ended
 		// in the window than the server holds at once.

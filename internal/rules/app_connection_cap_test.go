@@ -45,3 +45,36 @@ func TestAppCapOneSample(t *testing.T) {
 		t.Errorf("fix %+v, want worker_connections 512 (double 256: nothing turned away to add)", f.Fixes)
 	}
 }
+
+// TestAppCapWithoutBPF: without the eBPF source the accepted connections
+// that vanished within the window are estimated from Tcp.PassiveOpens
+// (3504 in the fixture's window, less the 24 new connections open now on
+// its two listeners: 12 clients and their 12 upstream connections), and the namespace's resets stand in for the
+// listener's: still critical. Without the counter nothing shows clients
+// turned away, and it is info.
+func TestAppCapWithoutBPF(t *testing.T) {
+	snaps := readSnaps(t, "testdata/app-connection-cap/fires.jsonl")
+	prev, cur := snaps[0], snaps[len(snaps)-1]
+	cur.Events = nil
+	fs, err := checkAppCap(diag.NewInput(prev, cur, diag.Options{}))
+	if err != nil || len(fs) != 1 {
+		t.Fatalf("findings %+v, err %v", fs, err)
+	}
+	if fs[0].Severity != diag.Critical {
+		t.Errorf("severity %s, want critical: %s", fs[0].Severity, fs[0].Summary)
+	}
+	found := false
+	for _, e := range fs[0].Evidence {
+		if strings.Contains(e.Value, "about 3480 accepted in the namespace and gone within the window") {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no estimate of 3480 in the evidence: %+v", fs[0].Evidence)
+	}
+	delete(cur.Counters, "Tcp.PassiveOpens")
+	fs, err = checkAppCap(diag.NewInput(prev, cur, diag.Options{}))
+	if err != nil || len(fs) != 1 || fs[0].Severity != diag.Info {
+		t.Errorf("without Tcp.PassiveOpens: %+v, %v; want one info finding", fs, err)
+	}
+}

@@ -118,6 +118,23 @@ type TurnedAway struct {
 	// when it closed (TCP_ABORT_ON_CLOSE); HasResets when it ran.
 	ResetsSent map[string]uint64
 	HasResets  bool
+	// Estimated, without the eBPF closes: connections the namespace
+	// accepted in the window (Tcp.PassiveOpens) that are neither open now
+	// nor closed first by another listener's server (its TIME_WAIT):
+	// ended soon after being accepted, by either side. HasEstimate when
+	// the counter was there.
+	Estimated   int64
+	HasEstimate bool
+}
+
+// Ended is the connections the server ended in the window by the best
+// count there is: the eBPF closes, else the larger of its TIME_WAIT and
+// the namespace-wide estimate.
+func (t *TurnedAway) Ended() int64 {
+	if t.HasCloses {
+		return max(int64(t.Closes), int64(t.Closed))
+	}
+	return max(int64(t.Closed), t.Estimated)
 }
 
 // Resets is the sum of ResetsSent.
@@ -129,10 +146,16 @@ func (t *TurnedAway) Resets() uint64 {
 	return n
 }
 
-// TurnedAwayOf gathers u's turned-away connections over the window.
-func TurnedAwayOf(s *snapshot.Snapshot, u *CapUse, prev PrevState, window time.Duration) TurnedAway {
+// TurnedAwayOf gathers u's turned-away connections over the window;
+// passive is the namespace's Tcp.PassiveOpens over it (hasPassive when
+// known), for the estimate without eBPF.
+func TurnedAwayOf(s *snapshot.Snapshot, u *CapUse, prev PrevState, window time.Duration, passive int64, hasPassive bool) TurnedAway {
 	var t TurnedAway
 	ports := u.Ports()
+	if hasPassive && prev != nil && passive >= 0 {
+		fresh, elsewhere := acceptedTurnover(s, u, prev, window)
+		t.Estimated, t.HasEstimate = max(passive-int64(fresh+elsewhere), 0), true
+	}
 	for i := range s.Sockets {
 		sk := &s.Sockets[i]
 		if sk.State != snapshot.TimeWait || !ClosedInWindow(sk, prev, window) {
@@ -179,4 +202,31 @@ func CapHeld(s *snapshot.Snapshot) map[int]int {
 		}
 	}
 	return m
+}
+
+// acceptedTurnover counts, over every listener of s, the accepted
+// connections open now that the previous sample did not have (fresh), and
+// the TIME_WAIT sockets younger than the window on listeners other than
+// u's (elsewhere).
+func acceptedTurnover(s *snapshot.Snapshot, u *CapUse, prev PrevState, window time.Duration) (fresh, elsewhere int) {
+	ls := ListenersOf(s)
+	for i := range s.Sockets {
+		sk := &s.Sockets[i]
+		ln := ls.Of(sk)
+		if ln == nil {
+			continue
+		}
+		switch sk.State {
+		case snapshot.Listen, snapshot.SynRecv, snapshot.NewSynRecv:
+		case snapshot.TimeWait:
+			if ClosedInWindow(sk, prev, window) && !slices.Contains(u.Listeners, ln) {
+				elsewhere++
+			}
+		default:
+			if _, was := prev(sk); !was {
+				fresh++
+			}
+		}
+	}
+	return fresh, elsewhere
 }
