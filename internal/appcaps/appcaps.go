@@ -41,7 +41,7 @@ func (r Reader) Fill(s *snapshot.Snapshot) {
 			continue
 		}
 		done[pid] = true
-		var c *snapshot.AppCap
+		var got []*snapshot.AppCap
 		var err error
 		switch p.Command {
 		case "nginx":
@@ -49,11 +49,18 @@ func (r Reader) Fill(s *snapshot.Snapshot) {
 			if rerr != nil || !strings.HasPrefix(strings.Join(argv, " "), "nginx: master process") {
 				continue // gone since the owner scan, or a worker: read with its master
 			}
-			c, err = r.nginx(pid, argv, owners)
+			got, err = one(r.nginx(pid, argv, owners))
 		case "redis-server":
-			c, err = r.redis(pid, p)
+			got, err = one(r.redis(pid, p))
 		case "postgres", "postmaster":
-			c, err = r.postgres(pid)
+			got, err = one(r.postgres(pid))
+		case "memcached":
+			got, err = one(r.memcached(pid))
+		case "haproxy":
+			if pp, perr := r.ppid(pid); perr == nil && slices.Contains(owners, pp) && s.Procs[pp] != nil && s.Procs[pp].Command == "haproxy" {
+				continue // a worker of a master that owns listeners too: read with it
+			}
+			got, err = r.haproxy(pid)
 		default:
 			continue
 		}
@@ -61,8 +68,10 @@ func (r Reader) Fill(s *snapshot.Snapshot) {
 			s.AddError(snapshot.SourceAppCaps, fmt.Errorf("%s pid %d: %w", p.Command, pid, err))
 			continue
 		}
-		c.Command = p.Command
-		caps = append(caps, *c)
+		for _, c := range got {
+			c.Command = p.Command
+			caps = append(caps, *c)
+		}
 	}
 	s.AppCaps = caps
 }
@@ -307,4 +316,70 @@ func (r Reader) postgres(pid int) (*snapshot.AppCap, error) {
 		snapshot.AppSetting{Name: "config", Value: pc.files[0], Source: "its command line (/proc/PID/cmdline: -D or config_file)"},
 		snapshot.AppSetting{Name: "superuser_reserved_connections", Value: pc.reserved.value, Source: pc.reserved.source})
 	return c, nil
+}
+
+// one wraps a reader's single cap.
+func one(c *snapshot.AppCap, err error) ([]*snapshot.AppCap, error) {
+	if err != nil {
+		return nil, err
+	}
+	return []*snapshot.AppCap{c}, nil
+}
+
+// memcached reads memcached's -c from its command line.
+func (r Reader) memcached(pid int) (*snapshot.AppCap, error) {
+	argv, err := r.cmdline(pid)
+	if err != nil {
+		return nil, err
+	}
+	n, src, err := memcachedConns(argv)
+	if err != nil {
+		return nil, err
+	}
+	return &snapshot.AppCap{Pid: pid, App: "memcached", Setting: "-c", Value: n, Source: src, Per: snapshot.CapPerListener}, nil
+}
+
+// haproxy reads the global maxconn and each frontend's from the files
+// haproxy's -f options name; a frontend without one is left out (haproxy
+// derives it), and so is the global one when not set.
+func (r Reader) haproxy(pid int) ([]*snapshot.AppCap, error) {
+	argv, err := r.cmdline(pid)
+	if err != nil {
+		return nil, err
+	}
+	files, err := cleanPaths(haproxyFiles(argv))
+	if err != nil {
+		return nil, err
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("no -f on the command line: the configuration is unknown")
+	}
+	hc, err := parseHAProxy(rootFS{dir: fmt.Sprintf("%s/%d/root", r.ProcRoot, pid)}, files)
+	if err != nil {
+		return nil, err
+	}
+	cfg := snapshot.AppSetting{Name: "config", Value: strings.Join(hc.files, ", "), Source: "its -f (/proc/PID/cmdline)"}
+	var out []*snapshot.AppCap
+	add := func(setting string, s *setting, ports []uint16) error {
+		n, err := strconv.ParseInt(s.value, 10, 64)
+		if err != nil || n <= 0 {
+			return fmt.Errorf("%s: maxconn %q is not a positive number", s.source, s.value)
+		}
+		out = append(out, &snapshot.AppCap{Pid: pid, App: "haproxy", Setting: setting, Value: n, Source: s.source,
+			Per: snapshot.CapPerListener, Ports: ports, Related: []snapshot.AppSetting{cfg}})
+		return nil
+	}
+	if hc.global != nil {
+		if err := add("maxconn", hc.global, nil); err != nil {
+			return nil, err
+		}
+	}
+	for _, fe := range hc.frontends {
+		if fe.maxconn != nil && len(fe.ports) > 0 {
+			if err := add(fmt.Sprintf("maxconn (frontend %s)", fe.name), fe.maxconn, fe.ports); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return out, nil
 }

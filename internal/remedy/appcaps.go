@@ -69,3 +69,24 @@ func PostgresMaxConnections(value int64, file string, clients int) []diag.Fix {
 			Risk:    "each connection is a backend process with its own memory (work_mem per sort or hash, temp_buffers); shared memory for locks grows with it: size the host for it"},
 	}
 }
+
+// HAProxyMaxconn is the fix for haproxy at maxconn: the global one, or
+// frontend's when that is the limit reached ("" for the global one).
+func HAProxyMaxconn(value int64, file, frontend string) []diag.Fix {
+	where := "in the global section"
+	if frontend != "" {
+		where = fmt.Sprintf("in frontend %s (and the global maxconn at least as high)", frontend)
+	}
+	return []diag.Fix{{Scope: "application", Target: "haproxy",
+		Text:    fmt.Sprintf("raise maxconn to %d %s of %s and reload haproxy", value, where, file),
+		Command: fmt.Sprintf("maxconn %d", value),
+		Risk:    "each connection holds up to two buffers (tune.bufsize, 16 kB by default) and two descriptors; haproxy raises its own open-file limit from the global maxconn, within the service's LimitNOFILE"}}
+}
+
+// MemcachedConns is the fix for memcached at its -c.
+func MemcachedConns(value int64) []diag.Fix {
+	return []diag.Fix{{Scope: "application", Target: "memcached",
+		Text:    fmt.Sprintf("raise memcached's connection limit to %d (-c in /etc/memcached.conf on Debian) and restart it", value),
+		Command: fmt.Sprintf("-c %d", value),
+		Risk:    fmt.Sprintf("a descriptor and a read buffer per connection: LimitNOFILE must be above %d", value)}}
+}

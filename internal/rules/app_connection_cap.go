@@ -168,6 +168,19 @@ func capFinding(in *diag.Input, u *tcpmodel.CapUse, prevHeld map[int]int) diag.F
 			turned = fmt.Sprintf(" and ends %.0f connections/s on %s right after accepting them: clients are turned away", perSec, strings.Join(addrs, ", "))
 		}
 	}
+	// A server that stops accepting at its limit leaves the clients in
+	// its accept queue instead (listen-overflow names the overflow).
+	for _, ln := range u.Listeners {
+		if acceptNearFull(ln.RecvQ, ln.SendQ) {
+			ev = append(ev, diag.Evidence{Name: "accept queue of " + tcpmodel.Unmapped(ln.Local).String(), Value: fmt.Sprintf("%d of %d", ln.RecvQ, ln.SendQ),
+				Source: "sock_diag LISTEN Recv-Q / Send-Q", Threshold: fmt.Sprintf(">= %.0f%% of the backlog: it stopped accepting", listenNearFull*100)})
+			if sev != diag.Critical {
+				sev = diag.Critical
+				turned = fmt.Sprintf(" and has stopped accepting: the accept queue of %s is full, clients wait in it or are dropped", tcpmodel.Unmapped(ln.Local))
+			}
+			break
+		}
+	}
 	if sev == diag.Info {
 		turned = "; nobody was seen turned away in the window yet"
 	}
@@ -223,6 +236,14 @@ func capFixes(cur *snapshot.Snapshot, u *tcpmodel.CapUse, perSec float64, ev *[]
 		return remedy.RedisMaxclients(value, file)
 	case "postgresql":
 		return remedy.PostgresMaxConnections(value, file, clients)
+	case "haproxy":
+		fe := ""
+		if n, ok := strings.CutPrefix(c.Setting, "maxconn (frontend "); ok {
+			fe = strings.TrimSuffix(n, ")")
+		}
+		return remedy.HAProxyMaxconn(value, file, fe)
+	case "memcached":
+		return remedy.MemcachedConns(value)
 	}
 	return []diag.Fix{remedy.AppCap(c.App, c.Setting, value, file)}
 }

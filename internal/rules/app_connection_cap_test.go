@@ -78,3 +78,31 @@ func TestAppCapWithoutBPF(t *testing.T) {
 		t.Errorf("without Tcp.PassiveOpens: %+v, %v; want one info finding", fs, err)
 	}
 }
+
+// TestAppCapStopsAccepting: a server that stops accepting at its limit
+// (haproxy at maxconn) leaves its accept queue full: critical, from one
+// sample. A limit on another port's frontend counts nothing here.
+func TestAppCapStopsAccepting(t *testing.T) {
+	snaps := readSnaps(t, "testdata/app-connection-cap/fires.jsonl")
+	cur := snaps[len(snaps)-1]
+	cur.Events = nil
+	cur.AppCaps = []snapshot.AppCap{{Pid: 10862, Command: "haproxy", App: "haproxy", Setting: "maxconn (frontend public)", Value: 127,
+		Source: "/etc/haproxy/haproxy.cfg:28", Per: snapshot.CapPerListener, Ports: []uint16{8080}}}
+	for i := range cur.Sockets {
+		if sk := &cur.Sockets[i]; sk.State == snapshot.Listen && sk.Local.Port() == 8080 {
+			sk.RecvQ = 512 // queue 512 of backlog 511: full
+		}
+	}
+	fs, err := checkAppCap(diag.NewInput(nil, cur, diag.Options{}))
+	if err != nil || len(fs) != 1 {
+		t.Fatalf("findings %+v, err %v", fs, err)
+	}
+	if fs[0].Severity != diag.Critical || !strings.Contains(fs[0].Summary, "stopped accepting: the accept queue of 127.0.0.1:8080 is full") ||
+		!strings.Contains(fs[0].Summary, "127 connections on its listeners") || !strings.Contains(fs[0].Fixes[0].Text, "in frontend public") {
+		t.Errorf("%s: %s; fix %+v", fs[0].Severity, fs[0].Summary, fs[0].Fixes)
+	}
+	cur.AppCaps[0].Ports = []uint16{9999}
+	if fs, err := checkAppCap(diag.NewInput(nil, cur, diag.Options{})); err != nil || len(fs) != 0 {
+		t.Errorf("a frontend on another port: %+v, %v", fs, err)
+	}
+}

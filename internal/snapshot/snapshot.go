@@ -105,6 +105,9 @@ type AppCap struct {
 	// Pids are the processes each held to Value (nginx's workers) for
 	// CapPerProcess.
 	Pids []int `json:"pids,omitempty"`
+	// Ports, when set, are the ports of the listeners of Pid the limit
+	// covers (a haproxy frontend's binds); empty: all of them.
+	Ports []uint16 `json:"ports,omitempty"`
 	// Related are other settings the fix names (worker_processes,
 	// worker_rlimit_nofile, reserved connections), each with its source.
 	Related []AppSetting `json:"related,omitempty"`

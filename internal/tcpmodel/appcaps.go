@@ -44,7 +44,7 @@ func CapUseOf(s *snapshot.Snapshot, c *snapshot.AppCap) CapUse {
 	u := CapUse{Cap: c, Held: map[int]int{}, Clients: map[int]int{}, Outgoing: map[int]int{}}
 	for i := range s.Sockets {
 		sk := &s.Sockets[i]
-		if sk.State == snapshot.Listen && slices.Contains(sk.Pids, c.Pid) {
+		if sk.State == snapshot.Listen && slices.Contains(sk.Pids, c.Pid) && (len(c.Ports) == 0 || slices.Contains(c.Ports, sk.Local.Port())) {
 			u.Listeners = append(u.Listeners, sk)
 		}
 	}
