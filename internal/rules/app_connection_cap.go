@@ -134,13 +134,13 @@ func capFinding(in *diag.Input, u *tcpmodel.CapUse, prevHeld map[int]int) diag.F
 		perSec = ended / secs
 		v := fmt.Sprintf("%d closed by the server first in %s (%.1f/s)", ta.Closed, units.Dur(win), float64(ta.Closed)/secs)
 		src := "sock_diag TIME-WAIT sockets on its listeners younger than the window"
-		switch {
-		case ta.HasCloses:
+		if ta.HasCloses {
 			v += fmt.Sprintf("; %d accepted connections it closed first (eBPF)", ta.Closes)
 			src += "; eBPF tp_btf/inet_sock_set_state active closes"
-		case ta.HasEstimate:
+		}
+		if ta.HasEstimate {
 			v += fmt.Sprintf("; about %d accepted in the namespace and gone within the window (%.0f/s)", ta.Estimated, float64(ta.Estimated)/secs)
-			src += "; without eBPF: /proc/net/snmp Tcp.PassiveOpens less the accepted connections open now that are new and the other listeners' young TIME-WAIT (netns-wide: a reset or a close by either side leaves nothing)"
+			src += "; /proc/net/snmp Tcp.PassiveOpens less the accepted connections open now that are new and the other listeners' young TIME-WAIT (netns-wide: a reset or a close by the client first leaves nothing on the server)"
 		}
 		ev = append(ev, diag.Evidence{Name: "connections it ended on " + strings.Join(addrs, ", "), Value: v, Source: src})
 		// Clients turned away rather than served and done: resets from

@@ -118,7 +118,7 @@ type TurnedAway struct {
 	// when it closed (TCP_ABORT_ON_CLOSE); HasResets when it ran.
 	ResetsSent map[string]uint64
 	HasResets  bool
-	// Estimated, without the eBPF closes: connections the namespace
+	// Estimated: connections the namespace
 	// accepted in the window (Tcp.PassiveOpens) that are neither open now
 	// nor closed first by another listener's server (its TIME_WAIT):
 	// ended soon after being accepted, by either side. HasEstimate when
@@ -128,13 +128,19 @@ type TurnedAway struct {
 }
 
 // Ended is the connections the server ended in the window by the best
-// count there is: the eBPF closes, else the larger of its TIME_WAIT and
-// the namespace-wide estimate.
+// count there is: the largest of its TIME_WAIT, the eBPF closes and the
+// namespace-wide estimate (each sees only some: the eBPF closes miss the
+// connections its clients closed first after an error reply, the
+// TIME_WAIT misses those a reset ended).
 func (t *TurnedAway) Ended() int64 {
+	n := int64(t.Closed)
 	if t.HasCloses {
-		return max(int64(t.Closes), int64(t.Closed))
+		n = max(n, int64(t.Closes))
 	}
-	return max(int64(t.Closed), t.Estimated)
+	if t.HasEstimate {
+		n = max(n, t.Estimated)
+	}
+	return n
 }
 
 // Resets is the sum of ResetsSent.
