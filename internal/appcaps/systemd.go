@@ -29,7 +29,9 @@ func unitOf(cgroup []byte) string {
 }
 
 // unitDirs are where systemd looks for unit files, in its order.
-var unitDirs = [...]string{"/etc/systemd/system", "/run/systemd/system", "/usr/local/lib/systemd/system", "/lib/systemd/system", "/usr/lib/systemd/system"}
+func unitDirs() []string {
+	return []string{"/etc/systemd/system", "/run/systemd/system", "/usr/local/lib/systemd/system", "/lib/systemd/system", "/usr/lib/systemd/system"}
+}
 
 // execStart reads the ExecStart= of unit as the files in fsys (a
 // process's root) define it, drop-ins included, and returns its words
@@ -56,16 +58,16 @@ func execStart(fsys fs.FS, unit string) ([]string, string, error) {
 		return nil
 	}
 	found := false
-	for _, d := range unitDirs {
+	for _, d := range unitDirs() {
 		if scan(path.Join(d, file)) == nil {
 			found = true
 			break
 		}
 	}
 	if !found {
-		return nil, "", fmt.Errorf("unit %s: no unit file in %s", unit, strings.Join(unitDirs[:], ", "))
+		return nil, "", fmt.Errorf("unit %s: no unit file in %s", unit, strings.Join(unitDirs(), ", "))
 	}
-	for _, d := range unitDirs {
+	for _, d := range unitDirs() {
 		for _, name := range []string{unit, file} {
 			dir, err := rel(path.Join(d, name+".d"))
 			if err != nil {

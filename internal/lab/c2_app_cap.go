@@ -44,9 +44,6 @@ type capPhase struct {
 	fixedValue int  // worker_connections the finding's fix names; 0 none
 }
 
-// fixRE finds the value in app-connection-cap's nginx fix.
-var fixRE = regexp.MustCompile(`worker_connections (\d+);`)
-
 func runC2AppCap(ctx context.Context, o Options) (*Result, error) {
 	res := &Result{}
 	nginx, err := exec.LookPath("nginx")
@@ -71,6 +68,8 @@ func runC2AppCap(ctx context.Context, o Options) (*Result, error) {
 	defer up.Stop()
 	addr := t.ServerAddrs[0].String() + ":" + port
 	phases := []*capPhase{{label: "before: worker_connections 256", conns: 256}}
+	// The value app-connection-cap's nginx fix names.
+	fixRE := regexp.MustCompile(`worker_connections (\d+);`)
 	for i := 0; i < 2; i++ {
 		ph := phases[i]
 		fs, err := measureCap(ctx, tb, nginx, ph, capLoad{addr: addr, clients: clients, hold: hold, settle: settle, interval: interval})
