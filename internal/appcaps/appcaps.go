@@ -56,6 +56,12 @@ func (r Reader) Fill(s *snapshot.Snapshot) {
 			got, err = one(r.postgres(pid))
 		case "memcached":
 			got, err = one(r.memcached(pid))
+		case "java":
+			argv, rerr := r.cmdline(pid)
+			if rerr != nil || catalinaBase(argv) == "" {
+				continue // not Tomcat
+			}
+			got, err = r.tomcat(pid, catalinaBase(argv))
 		case "haproxy":
 			if pp, perr := r.ppid(pid); perr == nil && slices.Contains(owners, pp) && s.Procs[pp] != nil && s.Procs[pp].Command == "haproxy" {
 				continue // a worker of a master that owns listeners too: read with it
@@ -380,6 +386,42 @@ func (r Reader) haproxy(pid int) ([]*snapshot.AppCap, error) {
 				return nil, err
 			}
 		}
+	}
+	return out, nil
+}
+
+// tomcat reads each Connector's maxConnections from CATALINA_BASE's
+// conf/server.xml (the java command line's -Dcatalina.base); a Connector
+// with maxConnections -1 has no limit and is left out.
+func (r Reader) tomcat(pid int, base string) ([]*snapshot.AppCap, error) {
+	if !strings.HasPrefix(base, "/") {
+		return nil, fmt.Errorf("catalina.base %q is relative to a working directory that may have changed", base)
+	}
+	file := path.Join(base, "conf", "server.xml")
+	b, err := readFile(rootFS{dir: fmt.Sprintf("%s/%d/root", r.ProcRoot, pid)}, file)
+	if err != nil {
+		return nil, err
+	}
+	cs, err := parseTomcat(b, file)
+	if err != nil {
+		return nil, err
+	}
+	var out []*snapshot.AppCap
+	for _, c := range cs {
+		if c.unlimited {
+			continue
+		}
+		n, err := strconv.ParseInt(c.maxConnections.value, 10, 64)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%s: maxConnections %q is not a positive number", c.maxConnections.source, c.maxConnections.value)
+		}
+		out = append(out, &snapshot.AppCap{Pid: pid, App: "tomcat", Setting: fmt.Sprintf("maxConnections (Connector port %d)", c.port), Value: n,
+			Source: c.maxConnections.source, Per: snapshot.CapPerListener, Ports: []uint16{c.port},
+			Related: []snapshot.AppSetting{
+				{Name: "config", Value: file, Source: "-Dcatalina.base on its command line (/proc/PID/cmdline)"},
+				{Name: "maxThreads", Value: c.maxThreads.value, Source: c.maxThreads.source},
+				{Name: "acceptCount", Value: c.acceptCount.value, Source: c.acceptCount.source},
+			}})
 	}
 	return out, nil
 }

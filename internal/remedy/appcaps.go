@@ -90,3 +90,12 @@ func MemcachedConns(value int64) []diag.Fix {
 		Command: fmt.Sprintf("-c %d", value),
 		Risk:    fmt.Sprintf("a descriptor and a read buffer per connection: LimitNOFILE must be above %d", value)}}
 }
+
+// TomcatMaxConnections is the fix for a Tomcat Connector at
+// maxConnections: the new value on the Connector of port.
+func TomcatMaxConnections(value int64, file string, port uint16) []diag.Fix {
+	return []diag.Fix{{Scope: "application", Target: "tomcat",
+		Text:    fmt.Sprintf("raise maxConnections to %d on the Connector of port %d in %s and restart Tomcat (Spring Boot: server.tomcat.max-connections=%d); requests beyond maxThreads wait inside those connections", value, port, file, value),
+		Command: fmt.Sprintf(`<Connector port="%d" ... maxConnections="%d"/>`, port, value),
+		Risk:    "a descriptor and buffers per connection; the service's LimitNOFILE must be above it"}}
+}

@@ -244,6 +244,15 @@ func capFixes(cur *snapshot.Snapshot, u *tcpmodel.CapUse, perSec float64, ev *[]
 		return remedy.HAProxyMaxconn(value, file, fe)
 	case "memcached":
 		return remedy.MemcachedConns(value)
+	case "tomcat":
+		var port uint16
+		if len(c.Ports) > 0 {
+			port = c.Ports[0]
+		}
+		if r, ok := c.RelatedValue("config"); ok {
+			file = r.Value
+		}
+		return remedy.TomcatMaxConnections(value, file, port)
 	}
 	return []diag.Fix{remedy.AppCap(c.App, c.Setting, value, file)}
 }
