@@ -163,6 +163,10 @@ func capFinding(in *diag.Input, u *tcpmodel.CapUse, prevHeld map[int]int) diag.F
 			ev = append(ev, diag.Evidence{Name: "resets sent (netns)", Value: fmt.Sprintf("%d in %s", rst, units.Dur(win)), Source: "/proc/net/snmp Tcp.OutRsts (eBPF reset reasons not loaded)"})
 			evidenceOfRequests = evidenceOfRequests || float64(rst)/secs >= capTurnedRate
 		}
+		if ta.HasClientResets && ta.ResetsToClients > 0 {
+			ev = append(ev, diag.Evidence{Name: "resets its clients on this host received (eBPF)", Value: fmt.Sprintf("%d in %s", ta.ResetsToClients, units.Dur(win)),
+				Source: "eBPF tp_btf/tcp_receive_reset, connections from this namespace to its listeners"})
+		}
 		if evidenceOfRequests && perSec >= capTurnedRate {
 			sev = diag.Critical
 			turned = fmt.Sprintf(" and ends %.0f connections/s on %s right after accepting them: clients are turned away", perSec, strings.Join(addrs, ", "))

@@ -118,6 +118,11 @@ type TurnedAway struct {
 	// when it closed (TCP_ABORT_ON_CLOSE); HasResets when it ran.
 	ResetsSent map[string]uint64
 	HasResets  bool
+	// ResetsToClients are the resets clients in this namespace received
+	// from the listeners (eBPF tcp_receive_reset); HasClientResets when
+	// that program ran.
+	ResetsToClients uint64
+	HasClientResets bool
 	// Estimated: connections the namespace
 	// accepted in the window (Tcp.PassiveOpens) that are neither open now
 	// nor closed first by another listener's server (its TIME_WAIT):
@@ -191,6 +196,20 @@ func TurnedAwayOf(s *snapshot.Snapshot, u *CapUse, prev PrevState, window time.D
 		for _, r := range ev.Resets {
 			if r.Sent && r.LocalPort != 0 && slices.Contains(ports, r.LocalPort) {
 				t.ResetsSent[r.Reason] += r.Count
+			}
+		}
+	}
+	if ev.Has(snapshot.ProgResetsReceived) {
+		t.HasClientResets = true
+		for _, r := range ev.Resets {
+			if r.Sent || r.LocalPort != 0 {
+				continue
+			}
+			for _, ln := range u.Listeners {
+				if r.Remote.Port() == ln.Local.Port() && (ln.Local.Addr().IsUnspecified() || Unmapped(r.Remote).Addr() == Unmapped(ln.Local).Addr()) {
+					t.ResetsToClients += r.Count
+					break
+				}
 			}
 		}
 	}
