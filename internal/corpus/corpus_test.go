@@ -345,11 +345,9 @@ Rules at %s; kernel %s, %d CPUs.
 	t.Logf("wrote %s", path)
 }
 
-// nginxConf is a complete nginx.conf whose files all live in dir; http is
-// the body of the http block. Everything else is nginx's default.
-func nginxConf(dir, http string) string { return nginxConfWith(dir, "", http) }
-
-// nginxConfWith is nginxConf with events as the body of the events block.
+// nginxConfWith is a complete nginx.conf whose files all live in dir;
+// events and http are the bodies of those blocks. Everything else is
+// nginx's default.
 func nginxConfWith(dir, events, http string) string {
 	return fmt.Sprintf(`worker_processes auto;
 daemon off;
