@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/tcpdoctor/tcpdoctor/internal/appcaps"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/procnet"
 	"github.com/tcpdoctor/tcpdoctor/internal/procs"
@@ -148,6 +149,14 @@ func (c *Collector) Collect(nss []netns.NS) []*snapshot.Snapshot {
 		for i, s := range out {
 			c.nameFlowOwners(nss[i], s, own, c.procRoot())
 			nameProcs(s, c.Opts.Workloads)
+		}
+		// The servers' own limits, read once the listeners' owners are
+		// known.
+		for _, s := range out {
+			start := time.Now()
+			n := len(s.Errors)
+			appcaps.Reader{ProcRoot: c.procRoot()}.Fill(s)
+			s.Sources = append(s.Sources, snapshot.SourceStat{Source: snapshot.SourceAppCaps, OK: len(s.Errors) == n, Duration: time.Since(start)})
 		}
 	}
 	return out

@@ -108,15 +108,19 @@ func TestCorpus(t *testing.T) {
 
 // Addresses and ports the scenarios use.
 const (
-	upstream   = "127.0.0.1:8081"  // nginx's upstream server block
-	redisAddr  = "127.0.0.1:6379"  // redis-server
-	iperfLink  = "198.18.2.2:5201" // iperf3 server across the emulated link (the lab topology's server)
-	leakAddr   = "127.0.0.1:9000"  // the server that never closes
-	pyHTTPAddr = "127.0.0.1:8000"  // python3 -m http.server
-	apacheAddr = "127.0.0.1:80"    // apache2, listening on [::]:80
-	echoLocal  = "127.0.0.1:7000"  // churn server on loopback
-	echoRemote = "198.18.3.2:7000" // churn server behind the veth
-	closedAddr = "127.0.0.1:8090"  // the health checker's target: nothing listens
+	upstream     = "127.0.0.1:8081"  // nginx's upstream server block
+	redisAddr    = "127.0.0.1:6379"  // redis-server
+	iperfLink    = "198.18.2.2:5201" // iperf3 server across the emulated link (the lab topology's server)
+	leakAddr     = "127.0.0.1:9000"  // the server that never closes
+	pyHTTPAddr   = "127.0.0.1:8000"  // python3 -m http.server
+	apacheAddr   = "127.0.0.1:80"    // apache2, listening on [::]:80
+	echoLocal    = "127.0.0.1:7000"  // churn server on loopback
+	echoRemote   = "198.18.3.2:7000" // churn server behind the veth
+	closedAddr   = "127.0.0.1:8090"  // the health checker's target: nothing listens
+	capAddr      = "127.0.0.1:8080"  // nginx proxying to the slow upstream
+	slowAddr     = "127.0.0.1:9000"  // the slow upstream
+	redisCapAddr = "127.0.0.1:6380"  // redis-server with a small maxclients
+	pgAddr       = "127.0.0.1:5432"  // the PostgreSQL cluster
 )
 
 // bpfLoads reports whether the eBPF connection source loads here, as
@@ -223,6 +227,45 @@ func scenarios() []scenario {
 			},
 			known: noFailures,
 			body:  churnRemote},
+		{name: "nginx at worker_connections",
+			software: "nginx as Debian ships it (worker_processes auto) with worker_connections 256, proxying to a slow upstream (a python3 server answering each request after 5 s) for 400 clients that each send one request at a time (Connection: close) and retry 0.2 s after a failure, for 14 s: each worker holds at most 256 connections, a client and its upstream connection count two, and nginx closes every client beyond them right after accepting it (its error.log: \"256 worker_connections are not enough\")",
+			want: []Expect{
+				{Rule: "app-connection-cap", Min: diag.Critical, Command: "nginx", Proc: "nginx", Service: capAddr, Fix: "worker_connections"},
+				// The clients' reconnects are churn seen from both sides.
+				{Rule: "connection-churn", Optional: true, Max: diag.Warning},
+				{Rule: "time-wait-churn", Optional: true, Max: diag.Warning},
+			},
+			body: func(r *run) { nginxCap(r, 256) }},
+		{name: "nginx under worker_connections",
+			software: "the same nginx, upstream and 400 clients with worker_connections 1024: every client is served in turn",
+			want: []Expect{
+				// Connection: close: one connection per request, 80/s.
+				{Rule: "connection-churn", Optional: true, Max: diag.Info},
+			},
+			body: func(r *run) { nginxCap(r, 1024) }},
+		{name: "redis at maxclients",
+			software: "redis-server (no persistence, set-proc-title no so that its command line stays readable: a Redis that rewrites it is read through its systemd unit, which a test does not have) with --maxclients 50, and 80 clients each holding a connection blocked in BLPOP 2 s after BLPOP (a worker waiting on a queue) for 14 s, reconnecting 0.2 s after a failure: Redis answers every client beyond 50 \"-ERR max number of clients reached\" and closes",
+			want: []Expect{
+				{Rule: "app-connection-cap", Min: diag.Critical, Command: "redis-server", Proc: "redis-server", Service: redisCapAddr, Fix: "maxclients"},
+				{Rule: "connection-churn", Optional: true, Max: diag.Warning},
+			},
+			body: func(r *run) { redisCap(r, 50) }},
+		{name: "redis under maxclients",
+			software: "the same Redis and 80 clients with --maxclients 128",
+			body:     func(r *run) { redisCap(r, 128) }},
+		{name: "postgresql at max_connections",
+			software: "PostgreSQL 15 (a cluster made by initdb, max_connections = 20 in its postgresql.conf, 3 of them reserved for superusers; pgbench connects as the superuser postgres) under pgbench -C -c 60 -T 10 running SELECT pg_sleep(3) (a new connection per transaction), started 1 s into check's window: the clients beyond the limit get \"FATAL: sorry, too many clients already\" and pgbench aborts them",
+			want: []Expect{
+				{Rule: "app-connection-cap", Min: diag.Critical, Command: "postgres", Proc: "postgres", Service: pgAddr, Fix: "max_connections"},
+				{Rule: "connection-churn", Optional: true, Max: diag.Warning},
+			},
+			body: func(r *run) { postgresCap(r, 20) }},
+		{name: "postgresql under max_connections",
+			software: "the same cluster with max_connections = 100 under the same pgbench",
+			want: []Expect{
+				{Rule: "connection-churn", Optional: true, Max: diag.Info},
+			},
+			body: func(r *run) { postgresCap(r, 100) }},
 		{name: "health checker against a closed port",
 			software: "curl as a health checker (curl -s --max-time 1 http://127.0.0.1:8090/healthz every 50 ms for 8 s) against a port where nothing listens: every connect() is refused (curl exit 7), as for a service that is down or a check left behind",
 			body:     healthCheckRefused},
@@ -302,14 +345,15 @@ Rules at %s; kernel %s, %d CPUs.
 	t.Logf("wrote %s", path)
 }
 
-// nginxConf is a complete nginx.conf whose files all live in dir; http is
-// the body of the http block. Everything else is nginx's default.
-func nginxConf(dir, http string) string {
+// nginxConfWith is a complete nginx.conf whose files all live in dir;
+// events and http are the bodies of those blocks. Everything else is
+// nginx's default.
+func nginxConfWith(dir, events, http string) string {
 	return fmt.Sprintf(`worker_processes auto;
 daemon off;
 pid %[1]s/nginx.pid;
 error_log %[1]s/error.log;
-events {}
+events {%[3]s}
 http {
     client_body_temp_path %[1]s/body;
     proxy_temp_path %[1]s/proxy;
@@ -319,13 +363,18 @@ http {
     log_format conns '$connection $connection_requests $status';
 %[2]s
 }
-`, dir, http)
+`, dir, http, events)
 }
 
 // startNginx writes the config and starts nginx (master and workers) in ns.
 func startNginx(r *run, ns, http string, ports ...int) *proc {
+	return startNginxWith(r, ns, "", http, ports...)
+}
+
+// startNginxWith is startNginx with events as the events block's body.
+func startNginxWith(r *run, ns, events, http string, ports ...int) *proc {
 	openDir(r.t, r.dir)
-	conf := r.writeFile("nginx.conf", nginxConf(r.dir, http))
+	conf := r.writeFile("nginx.conf", nginxConfWith(r.dir, events, http))
 	p := r.start(ns, "nginx", "nginx", "-p", r.dir, "-c", conf, "-e", filepath.Join(r.dir, "error.log"))
 	for _, port := range ports {
 		waitListen(r.t, ns, port, p)
@@ -939,4 +988,185 @@ func trickle(ns netns.NS, port, perSec int, d time.Duration) trickled {
 		return nil
 	})
 	return tr
+}
+
+// holdSummary is what hold_clients.py prints.
+type holdSummary struct {
+	Clients, OK int
+	Errors      map[string]int
+	Seconds     float64
+}
+
+// nginxCap: nginx with worker_connections conns proxying to a slow
+// upstream for 400 clients that hold a request each; check runs 4 s in.
+// With 256 nginx must turn clients away (its error.log says so, the
+// clients see their connections closed); with 1024 nobody.
+func nginxCap(r *run, conns int) {
+	r.need("nginx", "python3")
+	ns := testns.New(r.t, "cap").Name
+	upstream, err := filepath.Abs("testdata/slow_upstream.py")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	clients, err := filepath.Abs("testdata/hold_clients.py")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	up := netip.MustParseAddrPort(slowAddr)
+	const secs = 14
+	u := r.start(ns, "slow-upstream", "python3", upstream, up.Addr().String(), strconv.Itoa(int(up.Port())), "5", strconv.Itoa(secs+20))
+	waitListen(r.t, ns, int(up.Port()), u)
+	ngx := startNginxWith(r, ns, fmt.Sprintf(" worker_connections %d; ", conns), `    server {
+        listen `+capAddr+`;
+        access_log off;
+        location / { proxy_pass http://`+slowAddr+`; proxy_read_timeout 60s; }
+    }`, int(netip.MustParseAddrPort(capAddr).Port()))
+	ca := netip.MustParseAddrPort(capAddr)
+	c := r.start(ns, "clients", "python3", clients, ca.Addr().String(), strconv.Itoa(int(ca.Port())), "400", strconv.Itoa(secs), "0.2")
+	time.Sleep(4 * time.Second)
+	r.check(place{"nginx", ns})
+	if !c.running() {
+		r.t.Errorf("the clients ended before the check did")
+	}
+	if err := c.wait(r.t, (secs+40)*time.Second); err != nil {
+		r.t.Fatal(err)
+	}
+	if err := ngx.stop(r.t); err != nil {
+		r.t.Logf("nginx: %v", err)
+	}
+	var hs holdSummary
+	if err := json.Unmarshal([]byte(c.stdout()), &hs); err != nil {
+		r.t.Fatalf("clients: %v\n%s\n%s", err, c.stdout(), c.stderr())
+	}
+	failed := 0
+	var kinds []string
+	for k, v := range hs.Errors {
+		failed += v
+		kinds = append(kinds, fmt.Sprintf("%s %d", k, v))
+	}
+	sort.Strings(kinds)
+	b, err := os.ReadFile(filepath.Join(r.dir, "error.log"))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	notEnough := strings.Count(string(b), "worker_connections are not enough")
+	r.measured("clients: %d answers in %.1f s; failed: %d (%s); nginx error.log: %d \"%d worker_connections are not enough\"",
+		hs.OK, hs.Seconds, failed, strings.Join(kinds, ", "), notEnough, conns)
+	if conns < 400 {
+		if notEnough == 0 || failed == 0 {
+			r.t.Errorf("worker_connections %d should turn clients away: %d failures, %d log lines", conns, failed, notEnough)
+		}
+	} else if notEnough > 0 || failed > 0 || hs.OK < 400 {
+		r.t.Errorf("worker_connections %d should serve every client: %d answers, %d failures, %d log lines", conns, hs.OK, failed, notEnough)
+	}
+}
+
+// redisCap: redis-server with --maxclients max and 80 clients that each
+// hold a connection; check runs 4 s in.
+func redisCap(r *run, max int) {
+	r.need("redis-server", "python3")
+	ns := testns.New(r.t, "rcap").Name
+	clients, err := filepath.Abs("testdata/redis_clients.py")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	ap := netip.MustParseAddrPort(redisCapAddr)
+	port := strconv.Itoa(int(ap.Port()))
+	srv := r.start(ns, "redis-server", "redis-server", "--port", port, "--bind", ap.Addr().String(), "--dir", r.dir,
+		"--save", "", "--appendonly", "no", "--daemonize", "no", "--maxclients", strconv.Itoa(max),
+		"--set-proc-title", "no", "--logfile", filepath.Join(r.dir, "redis.log"))
+	waitListen(r.t, ns, int(ap.Port()), srv)
+	const secs = 14
+	c := r.start(ns, "clients", "python3", clients, ap.Addr().String(), port, "80", strconv.Itoa(secs), "0.2")
+	time.Sleep(4 * time.Second)
+	r.check(place{"redis", ns})
+	if !c.running() {
+		r.t.Errorf("the clients ended before the check did")
+	}
+	if err := c.wait(r.t, (secs+30)*time.Second); err != nil {
+		r.t.Fatal(err)
+	}
+	var hs holdSummary
+	if err := json.Unmarshal([]byte(c.stdout()), &hs); err != nil {
+		r.t.Fatalf("clients: %v\n%s\n%s", err, c.stdout(), c.stderr())
+	}
+	info := nsRun(r.t, ns, "redis-cli", "-p", port, "info", "stats")
+	rejected := 0
+	for _, l := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), "rejected_connections:"); ok {
+			rejected, _ = strconv.Atoi(v)
+		}
+	}
+	r.measured("clients: %d BLPOP answers in %.1f s; failures: %s; redis INFO rejected_connections %d", hs.OK, hs.Seconds, failures(hs.Errors), rejected)
+	if max < 80 {
+		if rejected == 0 || hs.Errors["max clients"] == 0 {
+			r.t.Errorf("maxclients %d under 80 clients should reject some: rejected_connections %d, clients saw %v", max, rejected, hs.Errors)
+		}
+	} else if rejected > 0 || len(hs.Errors) > 0 {
+		r.t.Errorf("maxclients %d should take all 80 clients: rejected_connections %d, errors %v", max, rejected, hs.Errors)
+	}
+}
+
+// failures lists failure counts by kind, or "none".
+func failures(m map[string]int) string {
+	var kinds []string
+	for k, v := range m {
+		kinds = append(kinds, fmt.Sprintf("%s %d", k, v))
+	}
+	if len(kinds) == 0 {
+		return "none"
+	}
+	sort.Strings(kinds)
+	return strings.Join(kinds, ", ")
+}
+
+// postgresCap: a PostgreSQL cluster with max_connections max in its
+// postgresql.conf, under pgbench -C -c 60 started 1 s into the check.
+func postgresCap(r *run, max int) {
+	const bin = "/usr/lib/postgresql/15/bin"
+	r.need(bin+"/initdb", bin+"/postgres", "pgbench", "setpriv")
+	ns := testns.New(r.t, "pg").Name
+	openDir(r.t, r.dir)
+	data := filepath.Join(r.dir, "pg")
+	if err := os.Mkdir(data, 0o700); err != nil {
+		r.t.Fatal(err)
+	}
+	nsRun(r.t, ns, "chown", "postgres:postgres", data)
+	asPG := []string{"setpriv", "--reuid=postgres", "--regid=postgres", "--init-groups", "--"}
+	if out, err := exec.Command(asPG[0], append(asPG[1:], bin+"/initdb", "-D", data+"/data", "-A", "trust", "-U", "postgres")...).CombinedOutput(); err != nil {
+		r.t.Fatalf("initdb: %v\n%s", err, out)
+	}
+	conf := filepath.Join(data, "data", "postgresql.conf")
+	b, err := os.ReadFile(conf)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	line := regexp.MustCompile(`(?m)^max_connections = 100\b`)
+	c := line.ReplaceAllString(string(b), fmt.Sprintf("max_connections = %d", max))
+	if !line.Match(b) {
+		r.t.Fatalf("initdb's postgresql.conf has no \"max_connections = 100\" line to change")
+	}
+	if err := os.WriteFile(conf, []byte(c), 0o600); err != nil {
+		r.t.Fatal(err)
+	}
+	ap := netip.MustParseAddrPort(pgAddr)
+	port := strconv.Itoa(int(ap.Port()))
+	srv := r.start(ns, "postgres", append(asPG, bin+"/postgres", "-D", data+"/data", "-c", "listen_addresses="+ap.Addr().String(),
+		"-c", "port="+port, "-c", "unix_socket_directories="+data)...)
+	waitListen(r.t, ns, int(ap.Port()), srv)
+	script := r.writeFile("sleep.sql", "SELECT pg_sleep(3);\n")
+	// pgbench starts 1 s into check's 3 s window (sh execs it).
+	pb := r.start(ns, "pgbench", "sh", "-c", fmt.Sprintf("sleep 1; exec pgbench -h %s -p %s -U postgres -n -C -f %s -c 60 -T 10 postgres", ap.Addr(), port, script))
+	r.check(place{"postgresql", ns})
+	_ = pb.wait(r.t, 40*time.Second) // exit 2 when clients were aborted
+	errs := pb.stderr()
+	tooMany := strings.Count(errs, "sorry, too many clients already")
+	tps := "none"
+	if m := regexp.MustCompile(`tps = ([0-9.]+)`).FindStringSubmatch(pb.stdout()); m != nil {
+		tps = m[1]
+	}
+	r.measured("pgbench: tps %s; %d clients refused \"sorry, too many clients already\", %d aborted", tps, tooMany, strings.Count(errs, "aborted while establishing connection"))
+	if max < 60 && tooMany == 0 || max >= 60 && tooMany > 0 {
+		r.t.Errorf("max_connections %d under 60 clients: %d refusals\n%s", max, tooMany, errs)
+	}
 }

@@ -68,6 +68,7 @@ type descs struct {
 
 	sockets, sockSeen, timeWait       *prometheus.Desc
 	queueLen, queueMax                *prometheus.Desc
+	listenerConns, appLimit, appHeld  *prometheus.Desc
 	portsInUse, portsUsable           *prometheus.Desc
 	limiter, window, finding, unknown *prometheus.Desc
 	sourceUp, sourceDur               *prometheus.Desc
@@ -98,6 +99,9 @@ func newDescs() *descs {
 	d.timeWait = nd("tcpdoctor_time_wait_sockets", "Sockets in TIME_WAIT (/proc/net/sockstat TCP tw).", subjectLabels()...)
 	d.queueLen = nd("tcpdoctor_accept_queue_length", "Connections waiting in a listener's accept queue (ss -lnt Recv-Q), top listeners by fill.", subjectLabels("local", "port", "command")...)
 	d.queueMax = nd("tcpdoctor_accept_queue_max_length", "A listener's effective backlog, min(backlog, somaxconn) (ss -lnt Send-Q), top listeners by fill.", subjectLabels("local", "port", "command")...)
+	d.listenerConns = nd("tcpdoctor_listener_connections", "Connections accepted on a listener that a process holds now (sock_diag, owners from /proc/PID/fd), top listeners by count: a server stuck at a limit of its own shows a plateau here (app-connection-cap).", subjectLabels("local", "port", "command")...)
+	d.appLimit = nd("tcpdoctor_app_connection_limit", "A server's own connection limit as its configuration sets it, what ordinary clients can have (app-connection-cap: nginx worker_connections per worker, Redis maxclients, PostgreSQL max_connections less the reserved ones); pid is the process whose configuration it is.", subjectLabels("command", "pid", "setting")...)
+	d.appHeld = nd("tcpdoctor_app_connections", "Connections counted against that limit now: every connection of nginx's busiest worker, the connections accepted on the listeners of Redis or PostgreSQL.", subjectLabels("command", "pid", "setting")...)
 	d.portsInUse = nd("tcpdoctor_ephemeral_ports_in_use", "Ephemeral ports held towards one destination: open sockets plus TIME_WAIT ones connect() cannot reuse yet (tcp_tw_reuse), top destinations.", subjectLabels("src", "dst")...)
 	d.portsUsable = nd("tcpdoctor_ephemeral_ports_usable", "Ephemeral ports connect() can use per destination: ip_local_port_range minus reserved ports and ports bound by listeners or bind().", subjectLabels()...)
 	d.limiter = nd("tcpdoctor_connections_by_limiter", "Established connections by what limited them over the last window: app (busy under half of it), else the largest tcp_info chronograph: cwnd, rwnd or sndbuf.", subjectLabels("limiter")...)

@@ -233,6 +233,7 @@ func (x *Exporter) addSnapshot(b *viewBuilder, s *snapshot.Snapshot) {
 		}
 		b.add(d.sockSeen, prometheus.GaugeValue, float64(len(s.Sockets)), ns[:]...)
 		x.addListeners(b, s)
+		x.addListenerConns(b, s, ns)
 		x.addPorts(b, s, ns)
 	}
 	x.addSources(b, s, ns)

@@ -183,7 +183,7 @@ func TestBounded(t *testing.T) {
 	reg.MustRegister(x)
 	x.Update(snaps[:1], 0)
 	x.Update(snaps[1:], 0)
-	for _, name := range []string{"tcpdoctor_accept_queue_length", "tcpdoctor_ephemeral_ports_in_use"} {
+	for _, name := range []string{"tcpdoctor_accept_queue_length", "tcpdoctor_ephemeral_ports_in_use", "tcpdoctor_listener_connections"} {
 		if n, err := testutil.GatherAndCount(reg, name); err != nil || n != 1 {
 			t.Errorf("%s with --top 1: %d series, %v", name, n, err)
 		}
@@ -375,5 +375,37 @@ func TestWindowNeedsSameNamespace(t *testing.T) {
 	y.Update([]*snapshot.Snapshot{&broken}, 0)
 	if n, _ := testutil.GatherAndCount(reg2, "tcpdoctor_connections_by_limiter"); n != 0 {
 		t.Errorf("sock_diag failed, yet %d limiter series", n)
+	}
+}
+
+// TestAppCaps: a server at its own limit (the app-connection-cap
+// fixture: nginx's worker at 255 of 256) shows its limit, what counts
+// against it, the connections its listener holds, and the finding.
+func TestAppCaps(t *testing.T) {
+	f, err := os.Open("../rules/testdata/app-connection-cap/fires.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	snaps, err := snapshot.ReadAll(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := New(Options{Rules: rules.All(), Clock: fixedClock})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(x)
+	x.Update(snaps[:1], 0)
+	x.Update(snaps[1:], 0)
+	out := scrape(t, reg)
+	for _, want := range []string{
+		`tcpdoctor_app_connection_limit{command="nginx",netns="capx",pid="10862",setting="worker_connections"} 256`,
+		`tcpdoctor_app_connections{command="nginx",netns="capx",pid="10862",setting="worker_connections"} 255`,
+		`tcpdoctor_listener_connections{command="nginx",local="127.0.0.1:8080",netns="capx",port="8080"} 127`,
+		`tcpdoctor_listener_connections{command="python3",local="127.0.0.1:9000",netns="capx",port="9000"} 127`,
+		`tcpdoctor_finding{command="nginx",local="127.0.0.1:8080",netns="capx",pid="10862",remote="",rule="app-connection-cap",severity="critical"} 1`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("scrape lacks %s", want)
+		}
 	}
 }

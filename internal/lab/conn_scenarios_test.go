@@ -39,3 +39,11 @@ func TestHealthyQuick(t *testing.T) {
 		t.Errorf("%d findings on a healthy load", n)
 	}
 }
+
+func TestC2AppCapQuick(t *testing.T) {
+	res := connQuick(t, c2AppCap())
+	fs := FiredOn(res.Before, "app-connection-cap")
+	if len(fs) == 0 || fs[0].Subject.Command != "nginx" || !strings.Contains(fs[0].Subject.Local, ":8080") || !strings.Contains(fs[0].Summary, "worker_connections 256") {
+		t.Errorf("app-connection-cap before the fix does not name nginx, :8080 and worker_connections 256: %+v", fs)
+	}
+}

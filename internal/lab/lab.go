@@ -167,13 +167,24 @@ type Proc struct {
 // Start runs `Self workload ARGS...` inside namespace ns. If wantReady, it
 // waits (up to 15 s) for the ready line servers print.
 func (tb *Testbed) Start(ns string, wantReady bool, args ...string) (*Proc, error) {
-	argv := append([]string{"netns", "exec", ns, tb.Opts.Self, "workload"}, args...)
-	cmd := exec.Command("ip", argv...)
+	return tb.start(ns, args[0], wantReady, append([]string{tb.Opts.Self, "workload"}, args...))
+}
+
+// StartProgram runs argv, another program than ours (nginx), inside
+// namespace ns, as Start does, without waiting for a ready line: the
+// caller waits for it to listen. Stop ends it with SIGTERM.
+func (tb *Testbed) StartProgram(ns string, argv ...string) (*Proc, error) {
+	return tb.start(ns, filepath.Base(argv[0]), false, argv)
+}
+
+// start runs argv in namespace ns as the process name.
+func (tb *Testbed) start(ns, name string, wantReady bool, argv []string) (*Proc, error) {
+	cmd := exec.Command("ip", append([]string{"netns", "exec", ns}, argv...)...)
 	ctx := tb.ctx
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	p := &Proc{Name: args[0], ctx: ctx, cmd: cmd, done: make(chan struct{})}
+	p := &Proc{Name: name, ctx: ctx, cmd: cmd, done: make(chan struct{})}
 	cmd.Stderr = &p.stderr
 	// Its own process group: Close ends the workload, never anything else.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}

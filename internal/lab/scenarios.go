@@ -18,6 +18,7 @@ func Scenarios() []Scenario {
 		c1RPCConnections(),
 		c2AcceptBacklog(),
 		c2PortExhaustion(),
+		c2AppCap(),
 		c3PinnedSndbuf(),
 		c4TimeWait(),
 		c5SmallRcvbuf(),

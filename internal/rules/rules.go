@@ -29,6 +29,7 @@ func All() []diag.Rule {
 		retransmissions(),
 		synQueueOverflow(),
 		bufferLimits(),
+		appConnectionCap(),
 		connectionBottleneck(),
 		connectionChurn(),
 	}

@@ -80,4 +80,7 @@ const (
 	// SourceContainers names the container, pod or unit of namespaces
 	// and processes (internal/containers).
 	SourceContainers = "containers"
+	// SourceAppCaps is the read of the listening servers' own
+	// configuration for their connection limits (snapshot.AppCaps).
+	SourceAppCaps = "appcaps"
 )

@@ -38,6 +38,10 @@ type Snapshot struct {
 	// BufLocks says where the sockets' BufLock bits came from, or why
 	// they are absent; nil in files recorded before it existed.
 	BufLocks *BufLockOrigin `json:"buf_locks,omitempty"`
+	// AppCaps holds the connection limits the servers owning listeners
+	// set for themselves, read from their own configuration
+	// (internal/appcaps); nil when that source did not run.
+	AppCaps []AppCap `json:"app_caps,omitempty"`
 
 	// Errors lists every source that failed or was partial; collection
 	// carries on past them.
@@ -62,6 +66,68 @@ type BufLockOrigin struct {
 	From string `json:"from,omitempty"`
 	// Why says why they were not read (or only partly), for people.
 	Why string `json:"why,omitempty"`
+}
+
+// What an AppCap counts (AppCap.Per).
+const (
+	// CapPerProcess: each process of AppCap.Pids holds at most Value
+	// connections of every kind, its listeners and its own outgoing
+	// connections included (nginx worker_connections).
+	CapPerProcess = "process"
+	// CapPerListener: the connections accepted on the listeners of
+	// AppCap.Pid, whichever process holds them, are at most Value
+	// (Redis maxclients, PostgreSQL max_connections).
+	CapPerListener = "listener"
+)
+
+// AppCap is a connection limit a server sets for itself, as its own
+// configuration says, with where each value came from.
+type AppCap struct {
+	// Pid is the process whose configuration it is (nginx's master, the
+	// PostgreSQL postmaster) and Command its name.
+	Pid     int    `json:"pid"`
+	Command string `json:"command"`
+	// App names the server software: nginx, redis, postgresql.
+	App string `json:"app"`
+	// Setting is the limit's name in the configuration and Value its
+	// effective value.
+	Setting string `json:"setting"`
+	Value   int64  `json:"value"`
+	// Reserved is the part of Value ordinary clients cannot have
+	// (PostgreSQL's superuser_reserved_connections): they are turned
+	// away at Value - Reserved.
+	Reserved int64 `json:"reserved,omitempty"`
+	// Source is where Value came from: "FILE:LINE", "command line" or
+	// "default (no setting in FILE)"; FILE as the process sees it.
+	Source string `json:"source"`
+	// Per is CapPerProcess or CapPerListener.
+	Per string `json:"per"`
+	// Pids are the processes each held to Value (nginx's workers) for
+	// CapPerProcess.
+	Pids []int `json:"pids,omitempty"`
+	// Ports, when set, are the ports of the listeners of Pid the limit
+	// covers (a haproxy frontend's binds); empty: all of them.
+	Ports []uint16 `json:"ports,omitempty"`
+	// Related are other settings the fix names (worker_processes,
+	// worker_rlimit_nofile, reserved connections), each with its source.
+	Related []AppSetting `json:"related,omitempty"`
+}
+
+// AppSetting is one configuration value and where it came from.
+type AppSetting struct {
+	Name   string `json:"name"`
+	Value  string `json:"value"`
+	Source string `json:"source"`
+}
+
+// RelatedValue returns the related setting name, if read.
+func (c *AppCap) RelatedValue(name string) (AppSetting, bool) {
+	for _, r := range c.Related {
+		if r.Name == name {
+			return r, true
+		}
+	}
+	return AppSetting{}, false
 }
 
 // FlowOwner is a process seen holding a connection from Local to Remote.

@@ -67,6 +67,7 @@ func New(out io.Writer, procRoot string) *cobra.Command {
 		wlStormServer(e), wlStormClient(e),
 		wlChurnServer(e), wlChurnClient(e), wlProxy(e),
 		wlBigServer(e), wlBigClient(e),
+		wlSlowHTTPServer(e), wlHoldHTTPClient(e),
 	)
 	return cmd
 }
@@ -296,6 +297,35 @@ func wlChurnClient(e *env) *cobra.Command {
 				cfg.Duration = c.maxDuration
 			}
 			return workload.RunChurnClient(ctx, cfg)
+		})
+}
+
+func wlSlowHTTPServer(e *env) *cobra.Command {
+	var delay time.Duration
+	return wlCmd(e, "slow-http-server", "slow-http", "HTTP upstream answering each request after --delay", true,
+		func(fs *pflag.FlagSet) {
+			fs.DurationVar(&delay, "delay", 5*time.Second, "wait before each answer")
+		},
+		func(ctx context.Context, c *wlCommon, ready func(string)) (workload.SlowHTTPServerResult, error) {
+			return workload.RunSlowHTTPServer(ctx, workload.SlowHTTPServerConfig{Addr: c.addr, Delay: delay, Duration: c.duration, Ready: ready})
+		})
+}
+
+func wlHoldHTTPClient(e *env) *cobra.Command {
+	var o workload.HoldHTTPClientConfig
+	return wlCmd(e, "hold-http-client", "hold-http", "HTTP clients each holding one request at a time, retrying after failures", false,
+		func(fs *pflag.FlagSet) {
+			fs.IntVar(&o.Clients, "clients", 400, "concurrent clients")
+			fs.DurationVar(&o.Retry, "retry", 200*time.Millisecond, "wait after a failed request")
+			fs.DurationVar(&o.Timeout, "timeout", 30*time.Second, "per request, connect included")
+		},
+		func(ctx context.Context, c *wlCommon, _ func(string)) (workload.HoldHTTPClientResult, error) {
+			cfg := o
+			cfg.Addr, cfg.Duration = c.addr, c.duration
+			if cfg.Duration == 0 {
+				cfg.Duration = c.maxDuration
+			}
+			return workload.RunHoldHTTPClient(ctx, cfg)
 		})
 }
 

@@ -1,0 +1,101 @@
+package remedy
+
+import (
+	"fmt"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/diag"
+)
+
+// NginxConnections is the fix for nginx at worker_connections: the new
+// value per worker (worker_connections counts every connection a worker
+// holds: clients, upstreams and its listeners), the file limit it then
+// needs, and what it costs. file is where the setting is.
+func NginxConnections(value int64, file string, nofile int64) []diag.Fix {
+	return []diag.Fix{
+		{Scope: "application", Target: "nginx",
+			Text:    fmt.Sprintf("raise worker_connections to %d in the events block of %s and reload nginx", value, file),
+			Command: fmt.Sprintf("events { worker_connections %d; }  then: nginx -t && nginx -s reload", value),
+			Risk:    "each connection costs nginx memory: its connection and event structures, client_header_buffer_size (1k) per client and, while proxying, proxy_buffer_size and proxy_buffers (8 x 4k or 8k) per request; size the host for that many at once"},
+		{Scope: "application", Target: "nginx-nofile",
+			Text:    fmt.Sprintf("let each worker open that many descriptors: worker_rlimit_nofile %d at the top level of %s (each connection is a descriptor; files and logs need more)", nofile, file),
+			Command: fmt.Sprintf("worker_rlimit_nofile %d;", nofile),
+			Risk:    "capped by the hard limit of the master and by fs.nr_open"},
+		{Scope: "kernel", Target: "systemd",
+			Text:    fmt.Sprintf("raise the service's own limit to match, so the master may grant it: LimitNOFILE=%d", nofile),
+			Command: fmt.Sprintf("systemctl edit nginx  ->  [Service] LimitNOFILE=%d ; systemctl restart nginx", nofile),
+			Risk:    "kernel memory per open file"},
+	}
+}
+
+// AppCap is the fix for a server at a connection limit tcpdoctor reads
+// but has no ecosystem advice for: the setting and the new value.
+func AppCap(app, setting string, value int64, where string) diag.Fix {
+	return diag.Fix{Scope: "application", Target: app,
+		Text:    fmt.Sprintf("raise %s's %s to %d (%s)", app, setting, value, where),
+		Command: fmt.Sprintf("%s %d", setting, value),
+		Risk:    "each connection costs the server memory, and a descriptor: its file limit must follow"}
+}
+
+// RedisMaxclients is the fix for Redis at maxclients: the new value in
+// its configuration file and the open-file limit Redis needs for it
+// (maxclients + 32, which Redis asks for itself at start and lowers
+// maxclients to when refused).
+func RedisMaxclients(value int64, file string) []diag.Fix {
+	nofile := value + 32
+	return []diag.Fix{
+		{Scope: "application", Target: "redis",
+			Text:    fmt.Sprintf("raise maxclients to %d in %s (CONFIG SET maxclients %d applies it at once, within the open-file limit)", value, file, value),
+			Command: fmt.Sprintf("maxclients %d", value),
+			Risk:    "each client costs Redis its buffers (query buffer, output buffer up to client-output-buffer-limit); a client that opens a connection per request is better fixed with a pool"},
+		{Scope: "kernel", Target: "systemd",
+			Text:    fmt.Sprintf("give Redis the descriptors for them: LimitNOFILE=%d (maxclients + 32)", nofile),
+			Command: fmt.Sprintf("systemctl edit redis-server  ->  [Service] LimitNOFILE=%d ; systemctl restart redis-server", nofile),
+			Risk:    "kernel memory per open file"},
+	}
+}
+
+// PostgresMaxConnections is the fix for PostgreSQL at max_connections:
+// a pooler first (each connection is a backend process), then the
+// setting; clients is how many it held.
+func PostgresMaxConnections(value int64, file string, clients int) []diag.Fix {
+	return []diag.Fix{
+		{Scope: "application", Target: "pooler",
+			Text:    fmt.Sprintf("put a connection pooler in front (PgBouncer in transaction mode): the %d clients share a few server connections instead of a backend process each", clients),
+			Command: "pgbouncer: pool_mode = transaction, default_pool_size = 20, max_client_conn = " + fmt.Sprint(value),
+			Risk:    "session state (prepared statements, SET, advisory locks) does not carry across transactions in transaction mode"},
+		{Scope: "application", Target: "postgresql",
+			Text:    fmt.Sprintf("or raise max_connections to %d in %s and restart PostgreSQL", value, file),
+			Command: fmt.Sprintf("ALTER SYSTEM SET max_connections = %d;  then restart (pg_ctlcluster VERSION main restart)", value),
+			Risk:    "each connection is a backend process with its own memory (work_mem per sort or hash, temp_buffers); shared memory for locks grows with it: size the host for it"},
+	}
+}
+
+// HAProxyMaxconn is the fix for haproxy at maxconn: the global one, or
+// frontend's when that is the limit reached ("" for the global one).
+func HAProxyMaxconn(value int64, file, frontend string) []diag.Fix {
+	where := "in the global section"
+	if frontend != "" {
+		where = fmt.Sprintf("in frontend %s (and the global maxconn at least as high)", frontend)
+	}
+	return []diag.Fix{{Scope: "application", Target: "haproxy",
+		Text:    fmt.Sprintf("raise maxconn to %d %s of %s and reload haproxy", value, where, file),
+		Command: fmt.Sprintf("maxconn %d", value),
+		Risk:    "each connection holds up to two buffers (tune.bufsize, 16 kB by default) and two descriptors; haproxy raises its own open-file limit from the global maxconn, within the service's LimitNOFILE"}}
+}
+
+// MemcachedConns is the fix for memcached at its -c.
+func MemcachedConns(value int64) []diag.Fix {
+	return []diag.Fix{{Scope: "application", Target: "memcached",
+		Text:    fmt.Sprintf("raise memcached's connection limit to %d (-c in /etc/memcached.conf on Debian) and restart it", value),
+		Command: fmt.Sprintf("-c %d", value),
+		Risk:    fmt.Sprintf("a descriptor and a read buffer per connection: LimitNOFILE must be above %d", value)}}
+}
+
+// TomcatMaxConnections is the fix for a Tomcat Connector at
+// maxConnections: the new value on the Connector of port.
+func TomcatMaxConnections(value int64, file string, port uint16) []diag.Fix {
+	return []diag.Fix{{Scope: "application", Target: "tomcat",
+		Text:    fmt.Sprintf("raise maxConnections to %d on the Connector of port %d in %s and restart Tomcat (Spring Boot: server.tomcat.max-connections=%d); requests beyond maxThreads wait inside those connections", value, port, file, value),
+		Command: fmt.Sprintf(`<Connector port="%d" ... maxConnections="%d"/>`, port, value),
+		Risk:    "a descriptor and buffers per connection; the service's LimitNOFILE must be above it"}}
+}

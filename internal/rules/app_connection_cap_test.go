@@ -1,0 +1,108 @@
+package rules
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/diag"
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+)
+
+// TestAppCapUnknown: without the servers' limits read the rule says
+// unknown and why, never healthy.
+func TestAppCapUnknown(t *testing.T) {
+	snaps := readSnaps(t, "testdata/app-connection-cap/fires.jsonl")
+	cur := snaps[len(snaps)-1]
+	cur.AppCaps = nil
+	for _, c := range []struct {
+		errs []snapshot.SourceError
+		want string
+	}{
+		{nil, "not collected"},
+		{[]snapshot.SourceError{{Source: snapshot.SourceAppCaps, Err: "nginx pid 10862: config /etc/nginx/nginx.conf: permission denied"}}, "permission denied"},
+	} {
+		cur.Errors = c.errs
+		_, err := checkAppCap(diag.NewInput(nil, cur, diag.Options{}))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("errors %v: got %v, want unknown saying %q", c.errs, err, c.want)
+		}
+	}
+}
+
+// TestAppCapOneSample: at the cap in a single sample nobody can be seen
+// turned away: info, with the fix.
+func TestAppCapOneSample(t *testing.T) {
+	snaps := readSnaps(t, "testdata/app-connection-cap/fires.jsonl")
+	fs, err := checkAppCap(diag.NewInput(nil, snaps[len(snaps)-1], diag.Options{}))
+	if err != nil || len(fs) != 1 {
+		t.Fatalf("findings %+v, err %v", fs, err)
+	}
+	f := fs[0]
+	if f.Severity != diag.Info || !strings.Contains(f.Summary, "nobody was seen turned away") {
+		t.Errorf("one sample: %s %q", f.Severity, f.Summary)
+	}
+	if len(f.Fixes) == 0 || !strings.Contains(f.Fixes[0].Command, "worker_connections 512") {
+		t.Errorf("fix %+v, want worker_connections 512 (double 256: nothing turned away to add)", f.Fixes)
+	}
+}
+
+// TestAppCapWithoutBPF: without the eBPF source the accepted connections
+// that vanished within the window are estimated from Tcp.PassiveOpens
+// (3504 in the fixture's window, less the 24 new connections open now on
+// its two listeners: 12 clients and their 12 upstream connections), and the namespace's resets stand in for the
+// listener's: still critical. Without the counter nothing shows clients
+// turned away, and it is info.
+func TestAppCapWithoutBPF(t *testing.T) {
+	snaps := readSnaps(t, "testdata/app-connection-cap/fires.jsonl")
+	prev, cur := snaps[0], snaps[len(snaps)-1]
+	cur.Events = nil
+	fs, err := checkAppCap(diag.NewInput(prev, cur, diag.Options{}))
+	if err != nil || len(fs) != 1 {
+		t.Fatalf("findings %+v, err %v", fs, err)
+	}
+	if fs[0].Severity != diag.Critical {
+		t.Errorf("severity %s, want critical: %s", fs[0].Severity, fs[0].Summary)
+	}
+	found := false
+	for _, e := range fs[0].Evidence {
+		if strings.Contains(e.Value, "about 3480 accepted in the namespace and gone within the window") {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no estimate of 3480 in the evidence: %+v", fs[0].Evidence)
+	}
+	delete(cur.Counters, "Tcp.PassiveOpens")
+	fs, err = checkAppCap(diag.NewInput(prev, cur, diag.Options{}))
+	if err != nil || len(fs) != 1 || fs[0].Severity != diag.Info {
+		t.Errorf("without Tcp.PassiveOpens: %+v, %v; want one info finding", fs, err)
+	}
+}
+
+// TestAppCapStopsAccepting: a server that stops accepting at its limit
+// (haproxy at maxconn) leaves its accept queue full: critical, from one
+// sample. A limit on another port's frontend counts nothing here.
+func TestAppCapStopsAccepting(t *testing.T) {
+	snaps := readSnaps(t, "testdata/app-connection-cap/fires.jsonl")
+	cur := snaps[len(snaps)-1]
+	cur.Events = nil
+	cur.AppCaps = []snapshot.AppCap{{Pid: 10862, Command: "haproxy", App: "haproxy", Setting: "maxconn (frontend public)", Value: 127,
+		Source: "/etc/haproxy/haproxy.cfg:28", Per: snapshot.CapPerListener, Ports: []uint16{8080}}}
+	for i := range cur.Sockets {
+		if sk := &cur.Sockets[i]; sk.State == snapshot.Listen && sk.Local.Port() == 8080 {
+			sk.RecvQ = 512 // queue 512 of backlog 511: full
+		}
+	}
+	fs, err := checkAppCap(diag.NewInput(nil, cur, diag.Options{}))
+	if err != nil || len(fs) != 1 {
+		t.Fatalf("findings %+v, err %v", fs, err)
+	}
+	if fs[0].Severity != diag.Critical || !strings.Contains(fs[0].Summary, "stopped accepting: the accept queue of 127.0.0.1:8080 is full") ||
+		!strings.Contains(fs[0].Summary, "127 connections on its listeners") || !strings.Contains(fs[0].Fixes[0].Text, "in frontend public") {
+		t.Errorf("%s: %s; fix %+v", fs[0].Severity, fs[0].Summary, fs[0].Fixes)
+	}
+	cur.AppCaps[0].Ports = []uint16{9999}
+	if fs, err := checkAppCap(diag.NewInput(nil, cur, diag.Options{})); err != nil || len(fs) != 0 {
+		t.Errorf("a frontend on another port: %+v, %v", fs, err)
+	}
+}

@@ -1,0 +1,257 @@
+package tcpmodel
+
+import (
+	"slices"
+	"time"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+)
+
+// CapUse is how much of a connection limit a server set for itself
+// (snapshot.AppCap) its processes use in one sample.
+type CapUse struct {
+	Cap *snapshot.AppCap
+	// Listeners are the LISTEN sockets of Cap.Pid.
+	Listeners []*snapshot.Socket
+	// Pids are the processes held to Cap.Value: Cap.Pids (nginx's
+	// workers), or Cap.Pid alone for a limit per listener.
+	Pids []int
+	// Held is what each of Pids counts against the limit: every socket
+	// it holds (CapPerProcess), or, for CapPerListener under Cap.Pid,
+	// the connections accepted on Listeners whoever holds them.
+	Held map[int]int
+	// Clients are the connections accepted on Listeners each holds, and
+	// Outgoing the ones it opened (to upstreams), CapPerProcess only.
+	Clients, Outgoing map[int]int
+	// Top is the pid of Pids nearest the limit.
+	Top int
+}
+
+// CapNear is how close to its limit a holder counts as at the cap: the
+// limit less 5% (at least 2), as a server stops short of it by the
+// connections it has just closed or is about to accept.
+func CapNear(value int64) int64 { return value - max(2, value/20) }
+
+// CapLimit is what ordinary clients of c can have: its value less what
+// it reserves.
+func CapLimit(c *snapshot.AppCap) int64 { return c.Value - c.Reserved }
+
+// AtCap says whether held reached the limit value (CapNear).
+func AtCap(held int, value int64) bool { return value > 0 && int64(held) >= CapNear(value) }
+
+// CapUseOf measures c in s.
+func CapUseOf(s *snapshot.Snapshot, c *snapshot.AppCap) CapUse {
+	u := CapUse{Cap: c, Held: map[int]int{}, Clients: map[int]int{}, Outgoing: map[int]int{}}
+	for i := range s.Sockets {
+		sk := &s.Sockets[i]
+		if sk.State == snapshot.Listen && slices.Contains(sk.Pids, c.Pid) && (len(c.Ports) == 0 || slices.Contains(c.Ports, sk.Local.Port())) {
+			u.Listeners = append(u.Listeners, sk)
+		}
+	}
+	u.Pids = c.Pids
+	if c.Per != snapshot.CapPerProcess || len(u.Pids) == 0 {
+		u.Pids = []int{c.Pid}
+	}
+	accepted := func(sk *snapshot.Socket) bool {
+		for _, ln := range u.Listeners {
+			if AcceptedOn(ln, sk) {
+				return true
+			}
+		}
+		return false
+	}
+	for i := range s.Sockets {
+		sk := &s.Sockets[i]
+		switch c.Per {
+		case snapshot.CapPerProcess:
+			for _, pid := range sk.Pids {
+				if !slices.Contains(u.Pids, pid) {
+					continue
+				}
+				u.Held[pid]++
+				switch {
+				case sk.State == snapshot.Listen:
+				case accepted(sk):
+					u.Clients[pid]++
+				default:
+					u.Outgoing[pid]++
+				}
+			}
+		default:
+			if sk.State != snapshot.Listen && sk.State != snapshot.TimeWait && accepted(sk) {
+				u.Held[c.Pid]++
+				u.Clients[c.Pid]++
+			}
+		}
+	}
+	for _, pid := range u.Pids {
+		if u.Top == 0 || u.Held[pid] > u.Held[u.Top] {
+			u.Top = pid
+		}
+	}
+	return u
+}
+
+// Ports are the local ports of u's listeners.
+func (u *CapUse) Ports() []uint16 {
+	var ps []uint16
+	for _, ln := range u.Listeners {
+		ps = append(ps, ln.Local.Port())
+	}
+	slices.Sort(ps)
+	return slices.Compact(ps)
+}
+
+// TurnedAway is what a window shows of connections a server accepted
+// and ended itself on its listeners.
+type TurnedAway struct {
+	// Closed are connections accepted on the listeners that the server
+	// closed first in the window (TIME_WAIT on its side).
+	Closed int
+	// Closes are the connections the eBPF source saw the holders close
+	// first on the listeners' ports; HasCloses when it ran.
+	Closes    uint64
+	HasCloses bool
+	// ResetsSent are resets the server's side of those ports sent (by
+	// reason): a request arriving after the server closed (TIME_WAIT or
+	// FIN_WAIT2 answering with a reset, TCP_ABORT_ON_DATA) or unread
+	// when it closed (TCP_ABORT_ON_CLOSE); HasResets when it ran.
+	ResetsSent map[string]uint64
+	HasResets  bool
+	// ResetsToClients are the resets clients in this namespace received
+	// from the listeners (eBPF tcp_receive_reset); HasClientResets when
+	// that program ran.
+	ResetsToClients uint64
+	HasClientResets bool
+	// Estimated: connections the namespace
+	// accepted in the window (Tcp.PassiveOpens) that are neither open now
+	// nor closed first by another listener's server (its TIME_WAIT):
+	// ended soon after being accepted, by either side. HasEstimate when
+	// the counter was there.
+	Estimated   int64
+	HasEstimate bool
+}
+
+// Ended is the connections the server ended in the window by the best
+// count there is: the largest of its TIME_WAIT, the eBPF closes and the
+// namespace-wide estimate (each sees only some: the eBPF closes miss the
+// connections its clients closed first after an error reply, the
+// TIME_WAIT misses those a reset ended).
+func (t *TurnedAway) Ended() int64 {
+	n := int64(t.Closed)
+	if t.HasCloses {
+		n = max(n, int64(t.Closes))
+	}
+	if t.HasEstimate {
+		n = max(n, t.Estimated)
+	}
+	return n
+}
+
+// Resets is the sum of ResetsSent.
+func (t *TurnedAway) Resets() uint64 {
+	var n uint64
+	for _, v := range t.ResetsSent {
+		n += v
+	}
+	return n
+}
+
+// TurnedAwayOf gathers u's turned-away connections over the window;
+// passive is the namespace's Tcp.PassiveOpens over it (hasPassive when
+// known), for the estimate without eBPF.
+func TurnedAwayOf(s *snapshot.Snapshot, u *CapUse, prev PrevState, window time.Duration, passive int64, hasPassive bool) TurnedAway {
+	var t TurnedAway
+	ports := u.Ports()
+	if hasPassive && prev != nil && passive >= 0 {
+		fresh, elsewhere := acceptedTurnover(s, u, prev, window)
+		t.Estimated, t.HasEstimate = max(passive-int64(fresh+elsewhere), 0), true
+	}
+	for i := range s.Sockets {
+		sk := &s.Sockets[i]
+		if sk.State != snapshot.TimeWait || !ClosedInWindow(sk, prev, window) {
+			continue
+		}
+		for _, ln := range u.Listeners {
+			if sk.Family == ln.Family && SameListener(ln.Local, sk.Local) {
+				t.Closed++
+				break
+			}
+		}
+	}
+	ev := s.Events
+	if ev.Has(snapshot.ProgLifecycle) {
+		t.HasCloses = true
+		holders := append(slices.Clone(u.Pids), u.Cap.Pid)
+		for i := range ev.Flows {
+			f := &ev.Flows[i]
+			if f.Accepted() && slices.Contains(ports, f.LocalPort) && slices.Contains(holders, f.Pid) {
+				t.Closes += f.ActiveCloses
+			}
+		}
+	}
+	if ev.Has(snapshot.ProgResetsSent) {
+		t.HasResets = true
+		t.ResetsSent = map[string]uint64{}
+		for _, r := range ev.Resets {
+			if r.Sent && r.LocalPort != 0 && slices.Contains(ports, r.LocalPort) {
+				t.ResetsSent[r.Reason] += r.Count
+			}
+		}
+	}
+	if ev.Has(snapshot.ProgResetsReceived) {
+		t.HasClientResets = true
+		for _, r := range ev.Resets {
+			if r.Sent || r.LocalPort != 0 {
+				continue
+			}
+			for _, ln := range u.Listeners {
+				if r.Remote.Port() == ln.Local.Port() && (ln.Local.Addr().IsUnspecified() || Unmapped(r.Remote).Addr() == Unmapped(ln.Local).Addr()) {
+					t.ResetsToClients += r.Count
+					break
+				}
+			}
+		}
+	}
+	return t
+}
+
+// CapHeld is CapUse.Held of every cap of s, by pid (for the first sample
+// of a window).
+func CapHeld(s *snapshot.Snapshot) map[int]int {
+	m := map[int]int{}
+	for i := range s.AppCaps {
+		u := CapUseOf(s, &s.AppCaps[i])
+		for pid, n := range u.Held {
+			m[pid] = n
+		}
+	}
+	return m
+}
+
+// acceptedTurnover counts, over every listener of s, the accepted
+// connections open now that the previous sample did not have (fresh), and
+// the TIME_WAIT sockets younger than the window on listeners other than
+// u's (elsewhere).
+func acceptedTurnover(s *snapshot.Snapshot, u *CapUse, prev PrevState, window time.Duration) (fresh, elsewhere int) {
+	ls := ListenersOf(s)
+	for i := range s.Sockets {
+		sk := &s.Sockets[i]
+		ln := ls.Of(sk)
+		if ln == nil {
+			continue
+		}
+		switch sk.State {
+		case snapshot.Listen, snapshot.SynRecv, snapshot.NewSynRecv:
+		case snapshot.TimeWait:
+			if ClosedInWindow(sk, prev, window) && !slices.Contains(u.Listeners, ln) {
+				elsewhere++
+			}
+		default:
+			if _, was := prev(sk); !was {
+				fresh++
+			}
+		}
+	}
+	return fresh, elsewhere
+}
