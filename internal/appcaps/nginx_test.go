@@ -17,6 +17,12 @@ func debianRoot(t *testing.T) string {
 	if err := os.CopyFS(dir, os.DirFS("testdata/debian-nginx")); err != nil {
 		t.Fatal(err)
 	}
+	// Empty directories as Debian ships them (git keeps none).
+	for _, d := range []string{"etc/nginx/modules-enabled", "etc/nginx/conf.d"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 	link := filepath.Join(dir, "etc/nginx/modules-enabled/50-mod-http-echo.conf")
 	if err := os.Symlink("/usr/share/nginx/modules-available/mod-http-echo.conf", link); err != nil {
 		t.Fatal(err)
