@@ -398,11 +398,11 @@ func TestAppCaps(t *testing.T) {
 	x.Update(snaps[1:], 0)
 	out := scrape(t, reg)
 	for _, want := range []string{
-		`tcpdoctor_app_connection_limit{command="nginx",netns="capx",pid="10862",setting="worker_connections"} 256`,
-		`tcpdoctor_app_connections{command="nginx",netns="capx",pid="10862",setting="worker_connections"} 255`,
-		`tcpdoctor_listener_connections{command="nginx",local="127.0.0.1:8080",netns="capx",port="8080"} 127`,
-		`tcpdoctor_listener_connections{command="python3",local="127.0.0.1:9000",netns="capx",port="9000"} 127`,
-		`tcpdoctor_finding{command="nginx",local="127.0.0.1:8080",netns="capx",pid="10862",remote="",rule="app-connection-cap",severity="critical"} 1`,
+		`tcpdoctor_app_connection_limit{command="nginx",container="",namespace="",netns="capx",pid="10862",pod="",setting="worker_connections"} 256`,
+		`tcpdoctor_app_connections{command="nginx",container="",namespace="",netns="capx",pid="10862",pod="",setting="worker_connections"} 255`,
+		`tcpdoctor_listener_connections{command="nginx",container="",local="127.0.0.1:8080",namespace="",netns="capx",pod="",port="8080"} 127`,
+		`tcpdoctor_listener_connections{command="python3",container="",local="127.0.0.1:9000",namespace="",netns="capx",pod="",port="9000"} 127`,
+		`tcpdoctor_finding{command="nginx",container="",local="127.0.0.1:8080",namespace="",netns="capx",pid="10862",pod="",remote="",rule="app-connection-cap",severity="critical"} 1`,
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("scrape lacks %s", want)

@@ -73,7 +73,8 @@ func TestWorkloadLabels(t *testing.T) {
 	boom := diag.Rule{ID: "boom", Check: func(in *diag.Input) ([]diag.Finding, error) { panic("bad rule") }}
 	rs := append(goldenRules(t), boom)
 	mfs := gatherSeries(t, inPod(t, true), rs)
-	byProcess := map[string]bool{"tcpdoctor_finding": true, "tcpdoctor_accept_queue_length": true, "tcpdoctor_accept_queue_max_length": true}
+	byProcess := map[string]bool{"tcpdoctor_finding": true, "tcpdoctor_accept_queue_length": true, "tcpdoctor_accept_queue_max_length": true,
+		"tcpdoctor_listener_connections": true, "tcpdoctor_app_connection_limit": true, "tcpdoctor_app_connections": true}
 	seen := map[string]int{}
 	for _, mf := range mfs {
 		for _, m := range mf.GetMetric() {
