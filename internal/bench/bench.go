@@ -173,18 +173,7 @@ func Hold(ctx context.Context, name string, conns int, in io.Reader, out io.Writ
 		}
 	}()
 	err = netns.Do(ns, func() error {
-		l, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
-			return err
-		}
-		fds = append(fds, l)
-		if err := unix.Bind(l, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-			return err
-		}
-		if err := unix.Listen(l, 4096); err != nil {
-			return err
-		}
-		sa, err := unix.Getsockname(l)
+		l, sa, err := loopbackListener(4096, &fds)
 		if err != nil {
 			return err
 		}
@@ -350,4 +339,23 @@ func maxRSS(ps interface{ SysUsage() any }) (int64, error) {
 		return 0, errors.New("bench: no rusage for the child")
 	}
 	return ru.Maxrss * 1024, nil
+}
+
+// loopbackListener listens on 127.0.0.1 (any port) in the calling
+// thread's namespace with backlog; its fd is added to fds (closed by the
+// caller, also on error).
+func loopbackListener(backlog int, fds *[]int) (int, unix.Sockaddr, error) {
+	l, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return 0, nil, err
+	}
+	*fds = append(*fds, l)
+	if err := unix.Bind(l, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		return 0, nil, err
+	}
+	if err := unix.Listen(l, backlog); err != nil {
+		return 0, nil, err
+	}
+	sa, err := unix.Getsockname(l)
+	return l, sa, err
 }

@@ -189,18 +189,7 @@ func fullListener(ns netns.NS) (closeAll func(), err error) {
 		}
 	}
 	err = netns.Do(ns, func() error {
-		l, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
-			return err
-		}
-		fds = append(fds, l)
-		if err := unix.Bind(l, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-			return err
-		}
-		if err := unix.Listen(l, 8); err != nil {
-			return err
-		}
-		sa, err := unix.Getsockname(l)
+		_, sa, err := loopbackListener(8, &fds)
 		if err != nil {
 			return err
 		}

@@ -18,7 +18,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/containers"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/report"
 	"github.com/tcpdoctor/tcpdoctor/internal/testns"
@@ -85,23 +84,14 @@ func init() {
 // during its first wait between samples it calls during.
 func podRun(t *testing.T, p *testpod.Pod, during func(), args ...string) (int, string, string) {
 	t.Helper()
-	var r containers.Roots
-	r.Proc, r.ContainerdState, r.Runc, r.Docker = p.Roots()
 	var out, errb bytes.Buffer
-	e := &Env{
-		Stdout: &out, Stderr: &errb,
-		Getenv:   func(string) string { return "" },
-		Now:      time.Now,
-		ProcRoot: "/proc",
-		Args0:    os.Args[0],
-		Sleep: func(ctx context.Context, d time.Duration) error {
-			if during != nil {
-				during()
-				during = nil
-			}
-			return window.Sleep(ctx, d)
-		},
-		Workloads: containers.NewResolver(containers.Options{Roots: r}),
+	e := podEnv(p, &out, &errb)
+	e.Sleep = func(ctx context.Context, d time.Duration) error {
+		if during != nil {
+			during()
+			during = nil
+		}
+		return window.Sleep(ctx, d)
 	}
 	code := Main(args, e)
 	return code, out.String(), errb.String()

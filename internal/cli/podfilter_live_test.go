@@ -17,6 +17,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
 	"github.com/tcpdoctor/tcpdoctor/internal/containers"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
+	"github.com/tcpdoctor/tcpdoctor/internal/testns"
 	"github.com/tcpdoctor/tcpdoctor/internal/testpod"
 	"github.com/tcpdoctor/tcpdoctor/internal/window"
 )
@@ -106,54 +107,12 @@ func startPodChild(t *testing.T, p *testpod.Pod, mode string) (pid int, port str
 	cmd := exec.Command("nsenter", "--net="+p.Netns, os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), podChild+"="+mode)
 	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	port, err = readyChild(t, cmd, stdin)
+	port, stdin, err := testns.ChildIn(t, cmd)
 	if err != nil {
 		t.Fatalf("the pod's child did not say its port: %v", err)
 	}
 	p.Join(t, cmd.Process.Pid)
 	return cmd.Process.Pid, port, func() { _, _ = stdin.Write([]byte("go\n")) }
-}
-
-// readyChild starts cmd (stdin already piped), returns its first line,
-// and ends it when the test does (stdin closed, then killed after 5 s).
-func readyChild(t *testing.T, cmd *exec.Cmd, stdin interface{ Close() error }) (string, error) {
-	t.Helper()
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		stdin.Close()
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-	})
-	c := make(chan string, 1)
-	go func() {
-		line, _ := bufio.NewReader(stdout).ReadString('\n')
-		c <- strings.TrimSpace(line)
-	}()
-	select {
-	case line := <-c:
-		if line == "" {
-			return "", fmt.Errorf("no line")
-		}
-		return line, nil
-	case <-time.After(10 * time.Second):
-		return "", fmt.Errorf("no line in 10 s")
-	}
 }
 
 // TestPodFiltersReal: on a real containerd + runc pod, `sockets --pod

@@ -49,7 +49,8 @@ func startServe(t *testing.T, args ...string) string {
 	return startServeEnv(t, cli.DefaultEnv(), args...)
 }
 
-// startServeEnv is startServe with env (its Stdout and Stderr replaced).
+// startServeEnv is startServe with env (its Stdout and Stderr replaced):
+// the address it serves on, over HTTP or, with --web.config.file, HTTPS.
 func startServeEnv(t *testing.T, env *cli.Env, args ...string) string {
 	t.Helper()
 	stderr := &lockedBuf{}
@@ -57,7 +58,7 @@ func startServeEnv(t *testing.T, env *cli.Env, args ...string) string {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	root := cli.NewRoot(env)
-	root.SetArgs(append([]string{"serve", "--listen", "127.0.0.1:0"}, args...))
+	root.SetArgs(append([]string{"serve", "--web.listen-address", "127.0.0.1:0"}, args...))
 	go func() { done <- root.ExecuteContext(ctx) }()
 	t.Cleanup(func() {
 		cancel()
@@ -72,7 +73,8 @@ func startServeEnv(t *testing.T, env *cli.Env, args ...string) string {
 	})
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		if _, rest, ok := strings.Cut(stderr.String(), "serving http://"); ok {
+		if _, rest, ok := strings.Cut(stderr.String(), "serving http"); ok { // http:// or https://
+			_, rest, _ = strings.Cut(rest, "://")
 			addr, _, _ := strings.Cut(rest, "/")
 			return addr
 		}

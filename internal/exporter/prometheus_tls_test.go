@@ -2,10 +2,8 @@ package exporter_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -15,49 +13,9 @@ import (
 
 	"github.com/cilium/ebpf"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/cli"
 	"github.com/tcpdoctor/tcpdoctor/internal/exporter"
 	"github.com/tcpdoctor/tcpdoctor/internal/testns"
 )
-
-// startServeTLS runs `tcpdoctor serve` in-process with --web.config.file
-// until the test ends and returns the address it announced as https.
-func startServeTLS(t *testing.T, args ...string) string {
-	t.Helper()
-	stderr := &lockedBuf{}
-	env := cli.DefaultEnv()
-	env.Stdout, env.Stderr = io.Discard, stderr
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	root := cli.NewRoot(env)
-	root.SetArgs(append([]string{"serve", "--web.listen-address", "127.0.0.1:0"}, args...))
-	go func() { done <- root.ExecuteContext(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("serve: %v", err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Errorf("serve did not stop")
-		}
-	})
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if _, rest, ok := strings.Cut(stderr.String(), "serving https://"); ok {
-			addr, _, _ := strings.Cut(rest, "/")
-			return addr
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("serve exited: %v\n%s", err, stderr.String())
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	t.Fatalf("serve did not announce https:\n%s", stderr.String())
-	return ""
-}
 
 type promTarget struct {
 	Labels    map[string]string `json:"labels"`
@@ -75,7 +33,7 @@ func TestPrometheusTLSBasicAuth(t *testing.T) {
 	}
 	cfg, _ := exporter.TestWebConfig(t, "prom", "s3cret")
 	certFile := filepath.Join(filepath.Dir(cfg), "cert.pem")
-	addr := startServeTLS(t, "--web.config.file", cfg, "--interval", "1s", "--bpf", "off", "--no-owners")
+	addr := startServe(t, "--web.config.file", cfg, "--interval", "1s", "--bpf", "off", "--no-owners")
 	job := func(name, password string) string {
 		return fmt.Sprintf(`  - job_name: %s
     scheme: https

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -130,6 +131,14 @@ func Refusals(t testing.TB, ns netns.NS) (stop func() int) {
 // failure.
 func Child(t testing.TB, cmd *exec.Cmd) (string, error) {
 	t.Helper()
+	line, _, err := ChildIn(t, cmd)
+	return line, err
+}
+
+// ChildIn is Child that also gives the child's stdin, for a helper that
+// waits for a word from the test before it goes on.
+func ChildIn(t testing.TB, cmd *exec.Cmd) (string, io.Writer, error) {
+	t.Helper()
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -163,8 +172,8 @@ func Child(t testing.TB, cmd *exec.Cmd) (string, error) {
 	}()
 	select {
 	case s := <-c:
-		return s.line, s.err
+		return s.line, stdin, s.err
 	case <-time.After(10 * time.Second):
-		return "", errors.New("the child said nothing within 10 s")
+		return "", stdin, errors.New("the child said nothing within 10 s")
 	}
 }
