@@ -167,7 +167,7 @@ func (o *workloadOpts) find(where string, known []snapshot.Workload) error {
 	}
 	slices.Sort(pods)
 	slices.Sort(ctrs)
-	have := "none"
+	have := "no pod or container found"
 	if len(pods)+len(ctrs) > 0 {
 		have = "pods: " + orNone(pods) + "; containers: " + orNone(ctrs)
 	}
