@@ -17,8 +17,8 @@ var pageHTML string
 
 var pageTmpl = template.Must(template.New("history").Parse(pageHTML))
 
-// cellPx is the width of one bucket on the page.
-const cellPx = 4
+// chartPx is the chart's width on the page, at least 2 pixels a bucket.
+const chartPx = 960
 
 type legendItem struct{ Name, Color string }
 
@@ -64,9 +64,10 @@ func WriteHTML(w io.Writer, l *Listing, p *Picture, loc *time.Location) error {
 		legend = append(legend, legendItem{n, col})
 	}
 	var strips []pageStrip
-	width := 0
+	width, cellPx := 0, 2
 	for i := range p.Strips {
 		s := &p.Strips[i]
+		cellPx = max(chartPx/len(s.Cells), 2)
 		width = len(s.Cells) * cellPx
 		ps := pageStrip{Label: s.Rule + " " + report.SubjectText(s.Subject), Cells: StripText(s)}
 		for a := 0; a < len(s.Cells); {
