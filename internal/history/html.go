@@ -64,10 +64,10 @@ func WriteHTML(w io.Writer, l *Listing, p *Picture, loc *time.Location) error {
 		legend = append(legend, legendItem{n, col})
 	}
 	var strips []pageStrip
-	width, cellPx := 0, 2
+	width := 0
 	for i := range p.Strips {
 		s := &p.Strips[i]
-		cellPx = max(chartPx/len(s.Cells), 2)
+		cellPx := max(chartPx/len(s.Cells), 2)
 		width = len(s.Cells) * cellPx
 		ps := pageStrip{Label: s.Rule + " " + report.SubjectText(s.Subject), Cells: StripText(s)}
 		for a := 0; a < len(s.Cells); {
