@@ -498,6 +498,7 @@ func TestHistoryLivePortExhaustion(t *testing.T) {
 	}
 	// The text listing draws it: critical cells in the port-exhaustion strip.
 	text := mustRun(t, 0, "history", "--history", dir, "--since", t0.Add(-time.Minute).Format(time.RFC3339), "--picture")
+	t.Logf("history --picture:\n%s", text)
 	if !regexp.MustCompile(`\|[ .iWC]*C[ .iWC]*\|  port-exhaustion `).MatchString(text) {
 		t.Errorf("history --picture draws no critical port-exhaustion strip:\n%s", text)
 	}

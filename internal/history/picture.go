@@ -153,6 +153,13 @@ func WritePicture(w io.Writer, p *Picture, loc *time.Location) {
 		s := &p.Strips[i]
 		fmt.Fprintf(w, "  |%s|  %s %s\n", StripText(s), textsafe.String(s.Rule), report.SubjectText(s.Subject))
 	}
-	start, end := "^"+p.From.In(loc).Format("15:04"), p.To.In(loc).Format("15:04")+"^"
+	layout := "15:04"
+	switch span := p.To.Sub(p.From); {
+	case span < time.Hour:
+		layout = "15:04:05"
+	case span >= 24*time.Hour:
+		layout = "01-02 15:04"
+	}
+	start, end := "^"+p.From.In(loc).Format(layout), p.To.In(loc).Format(layout)+"^"
 	fmt.Fprintf(w, "   %s%s%s\n", start, strings.Repeat(" ", max(n-len(start)-len(end), 1)), end)
 }
