@@ -12,6 +12,7 @@ import (
 
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/history"
+	"github.com/tcpdoctor/tcpdoctor/internal/outfile"
 	"github.com/tcpdoctor/tcpdoctor/internal/textsafe"
 )
 
@@ -23,6 +24,8 @@ type historyOpts struct {
 	netns   string
 	json    bool
 	verbose bool
+	picture bool
+	html    string
 }
 
 // newHistoryCmd lists the incidents serve --history kept (docs/history.md).
@@ -35,6 +38,9 @@ func newHistoryCmd(e *Env) *cobra.Command {
 consecutive windows of its namespace is one incident, with its start, its end or "ongoing", its
 peak severity, subject and summary, and the check --history DIR --at TIME command that prints
 the full diagnosis of its window (evidence and fixes) where the samples were kept.
+With two or more incidents (or --picture) a strip per subject shows its findings over time,
+one character per bucket (C critical, W warning, i info, . quiet, blank no window); --html FILE
+writes a page with that chart and the incidents.
 Times: RFC 3339, a clock time today (03:12), or a duration before now (2h, -30m, 7d).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -48,6 +54,8 @@ Times: RFC 3339, a clock time today (03:12), or a duration before now (2h, -30m,
 	fs.StringSliceVar(&o.rules, "rule", nil, "only these rules")
 	fs.StringVar(&o.netns, "netns", "", "only this network namespace (its name as check prints it)")
 	fs.BoolVar(&o.json, "json", false, "print the versioned JSON listing (docs/history.md)")
+	fs.BoolVar(&o.picture, "picture", false, "print the findings over time per subject even for one incident (printed by default for two or more)")
+	fs.StringVar(&o.html, "html", "", "also write a page with the timeline chart per subject and the incidents with their replay commands")
 	fs.BoolVarP(&o.verbose, "verbose", "v", false, "also list info findings")
 	return cmd
 }
@@ -69,6 +77,15 @@ func runHistory(e *Env, o *historyOpts) error {
 	}
 	if !until.After(since) {
 		return usageErr("history: --until must be after --since")
+	}
+	// The page is created before the store is read: a path that cannot
+	// be written is the user's argument, said at once.
+	var page *outfile.Atomic
+	if o.html != "" {
+		if page, err = outfile.CreateAtomic(o.html); err != nil {
+			return usageErr("history: --html: %v", err)
+		}
+		defer page.Abort() // unless committed: the old file stays
 	}
 	st, err := openStore(o.dir)
 	if err != nil {
@@ -98,11 +115,43 @@ func runHistory(e *Env, o *historyOpts) error {
 		}
 		l.Replay = append(l.Replay, cmd)
 	}
+	var pic history.Picture
+	if l.Windows > 0 {
+		pic = history.MakePicture(es, f, l.First, l.Last, textPictureWidth)
+	}
+	if page != nil {
+		hp := history.MakePicture(es, f, l.First, l.Last, htmlPictureWidth)
+		if err := writeHistoryHTML(page, l, &hp, now.Location()); err != nil {
+			return fmt.Errorf("history: --html: %w", err)
+		}
+	}
 	if o.json {
 		return history.WriteJSON(e.Stdout, l)
 	}
+	if o.picture || len(l.Incidents) > 1 {
+		l.Picture = &pic
+	}
 	history.WriteText(e.Stdout, l, now.Location())
 	return nil
+}
+
+// Buckets of the picture: a strip fits an 80-column terminal; the page's
+// chart is finer.
+const (
+	textPictureWidth = 60
+	htmlPictureWidth = 240
+)
+
+// writeHistoryHTML writes the page and renames it into place.
+func writeHistoryHTML(page *outfile.Atomic, l *history.Listing, p *history.Picture, loc *time.Location) error {
+	if err := history.WriteHTML(page, l, p, loc); err != nil {
+		page.Abort()
+		if werr := page.Err(); werr != nil {
+			return werr // the file's, not the template's wrapping of it
+		}
+		return err
+	}
+	return page.Commit()
 }
 
 // openStore opens a history directory; one that cannot be read is a

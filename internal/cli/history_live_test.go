@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -19,6 +21,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/history"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/testns"
@@ -368,4 +371,135 @@ func TestHistoryFullDisk(t *testing.T) {
 		t.Errorf("serve said %d history lines:\n%s", n, log)
 	}
 	t.Logf("%v history errors over %v collections; log:\n%s", errs, cols, log)
+}
+
+// TestHistoryLivePortExhaustion: serve --history watches a namespace of
+// the test's own whose ip_local_port_range is narrowed to 100 ports; for
+// about 8 s this process holds every one of them in connections to
+// 127.0.0.2:9090 (the 101st connect fails with EADDRNOTAVAIL), then
+// closes them. Afterwards history lists one port-exhaustion incident
+// with that destination as subject and times within a window of the
+// burst's, and check --history --at prints what check --from prints for
+// the kept file, the finding with it.
+func TestHistoryLivePortExhaustion(t *testing.T) {
+	testns.NeedRoot(t)
+	ns := testns.New(t, "hport")
+	testns.Run(t, "ip", "netns", "exec", ns.Name, "sysctl", "-qw", "net.ipv4.ip_local_port_range=40000 40099")
+	var ln net.Listener
+	if err := netns.Do(ns, func() (err error) {
+		ln, err = net.Listen("tcp4", "127.0.0.2:9090")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu       sync.Mutex
+		accepted []net.Conn
+	)
+	closeAccepted := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range accepted {
+			c.Close()
+		}
+		accepted = nil
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			accepted = append(accepted, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { ln.Close(); closeAccepted() })
+
+	dir := filepath.Join(t.TempDir(), "history")
+	const interval = time.Second
+	serve, _, stderr := serveChild(t, "--netns", ns.Name, "--interval", interval.String(), "--history", dir)
+	time.Sleep(3 * interval) // quiet windows first
+
+	t0 := time.Now()
+	var held []net.Conn
+	closeHeld := func() {
+		for _, c := range held {
+			c.Close()
+		}
+		held = nil
+	}
+	t.Cleanup(closeHeld)
+	var extra error
+	if err := netns.Do(ns, func() error {
+		for range 100 {
+			c, err := net.DialTimeout("tcp4", "127.0.0.2:9090", time.Second)
+			if err != nil {
+				return err
+			}
+			held = append(held, c)
+		}
+		c, err := net.DialTimeout("tcp4", "127.0.0.2:9090", time.Second)
+		if err == nil {
+			c.Close()
+		}
+		extra = err
+		return nil
+	}); err != nil {
+		t.Fatalf("holding the namespace's 100 ports: %v", err)
+	}
+	if !errors.Is(extra, unix.EADDRNOTAVAIL) {
+		t.Fatalf("the 101st connect: %v, want EADDRNOTAVAIL (the range is not exhausted)", extra)
+	}
+	time.Sleep(8*time.Second - time.Since(t0))
+	t1 := time.Now()
+	closeHeld()
+	closeAccepted()
+	time.Sleep(5 * interval) // TIME_WAIT to 127.0.0.2 is reused after 1 s
+	stopChild(t, serve, syscall.SIGTERM)
+
+	out := mustRun(t, 0, "history", "--history", dir, "--since", t0.Add(-time.Minute).Format(time.RFC3339), "--json")
+	var l history.Listing
+	if err := json.Unmarshal([]byte(out), &l); err != nil {
+		t.Fatal(err)
+	}
+	var got []history.Incident
+	var replay string
+	for i, in := range l.Incidents {
+		if in.Rule == "port-exhaustion" {
+			got = append(got, in)
+			replay = l.Replay[i]
+		}
+	}
+	t.Logf("burst %s .. %s; history: %s", t0.Format("15:04:05.000"), t1.Format("15:04:05.000"), out)
+	if len(got) != 1 {
+		t.Fatalf("%d port-exhaustion incidents, want 1:\n%s\nserve:\n%s", len(got), out, stderr.String())
+	}
+	in := got[0]
+	if in.Subject.Netns != ns.Name || in.Subject.Remote != "127.0.0.2:9090" || in.Severity != diag.Critical {
+		t.Errorf("incident %v %+v, want critical towards 127.0.0.2:9090 in %s", in.Severity, in.Subject, ns.Name)
+	}
+	slack := interval + 500*time.Millisecond // a window, and collection time
+	if in.Start.Before(t0.Add(-slack)) || in.Start.After(t0.Add(slack)) || in.End.Before(t1.Add(-slack)) || in.End.After(t1.Add(3*slack)) || in.Ongoing {
+		t.Errorf("incident %s .. %s (ongoing %v), burst %s .. %s", in.Start, in.End, in.Ongoing, t0, t1)
+	}
+	if replay == "" {
+		t.Fatal("no replay command")
+	}
+	argv := strings.Fields(strings.TrimPrefix(replay, "tcpdoctor "))
+	code, got1, _ := run(t, argv...)
+	if code != ExitFindings || !strings.Contains(got1, "port-exhaustion") || !strings.Contains(got1, "127.0.0.2:9090") {
+		t.Errorf("%s: exit %d:\n%s", replay, code, got1)
+	}
+	_, want, _ := run(t, "check", "--from", filepath.Join(dir, in.Evidence))
+	if got1 != want {
+		t.Errorf("check --at differs from check --from of its file:\n%s\nwant\n%s", got1, want)
+	}
+	// The text listing draws it: critical cells in the port-exhaustion strip.
+	text := mustRun(t, 0, "history", "--history", dir, "--since", t0.Add(-time.Minute).Format(time.RFC3339), "--picture")
+	t.Logf("history --picture:\n%s", text)
+	if !regexp.MustCompile(`\|[ .iWC]*C[ .iWC]*\|  port-exhaustion `).MatchString(text) {
+		t.Errorf("history --picture draws no critical port-exhaustion strip:\n%s", text)
+	}
 }

@@ -105,6 +105,24 @@ func TestHistoryReplaysAsFrom(t *testing.T) {
 			t.Errorf("history's text lacks %q:\n%s", s, text)
 		}
 	}
+	// One incident: no picture unless asked for.
+	if strings.Contains(text, "findings over time") {
+		t.Errorf("a picture for one incident without --picture:\n%s", text)
+	}
+	pic := mustRun(t, 0, "history", "--history", dir, "--since", since, "--until", until, "--picture")
+	if !strings.Contains(pic, "findings over time") || !strings.Contains(pic, "|  listen-overflow 0.0.0.0:8080") ||
+		!strings.Contains(pic, "C") {
+		t.Errorf("history --picture:\n%s", pic)
+	}
+	page := filepath.Join(t.TempDir(), "history.html")
+	mustRun(t, 0, "history", "--history", dir, "--since", since, "--until", until, "--html", page)
+	if b, err := os.ReadFile(page); err != nil || !strings.Contains(string(b), `class="timeline"`) ||
+		!strings.Contains(string(b), "--at "+in.At.UTC().Format(time.RFC3339Nano)) {
+		t.Errorf("history --html: %v\n%.2000s", err, b)
+	}
+	if code, _, _ := run(t, "history", "--history", dir, "--html", filepath.Join(dir, "no", "such", "dir", "p.html")); code != ExitUsage {
+		t.Errorf("--html into a missing directory: exit %d, want 2", code)
+	}
 	if out := mustRun(t, 0, "history", "--history", dir, "--since", since, "--until", until, "--rule", "port-exhaustion"); !strings.Contains(out, "0 incident") {
 		t.Errorf("--rule port-exhaustion:\n%s", out)
 	}

@@ -29,6 +29,8 @@ type Listing struct {
 	// Incidents ("" when no evidence was kept).
 	Replay []string `json:"replay"`
 	Notes  []string `json:"notes,omitempty"`
+	// Picture, when set, is printed under the incidents (text only).
+	Picture *Picture `json:"-"`
 }
 
 // ReplayCommand is the command that replays a window of the store in dir.
@@ -83,6 +85,9 @@ func WriteText(w io.Writer, l *Listing, loc *time.Location) {
 		} else {
 			fmt.Fprintf(w, "  replay: no evidence kept for it (only its timeline)\n")
 		}
+	}
+	if l.Picture != nil {
+		WritePicture(w, l.Picture, loc)
 	}
 	for _, n := range l.Notes {
 		fmt.Fprintf(w, "note: %s\n", safe(n))
