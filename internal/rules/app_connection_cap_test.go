@@ -101,6 +101,17 @@ func TestAppCapStopsAccepting(t *testing.T) {
 		!strings.Contains(fs[0].Summary, "127 connections on its listeners") || !strings.Contains(fs[0].Fixes[0].Text, "in frontend public") {
 		t.Errorf("%s: %s; fix %+v", fs[0].Severity, fs[0].Summary, fs[0].Fixes)
 	}
+	// The connections waiting in the accept queue have no owner yet: the
+	// server does not hold them.
+	for i := range cur.Sockets {
+		if sk := &cur.Sockets[i]; sk.State != snapshot.Listen && len(sk.Pids) > 0 && sk.Local.Port() == 8080 {
+			sk.Pids = nil
+			break
+		}
+	}
+	if fs, err := checkAppCap(diag.NewInput(nil, cur, diag.Options{})); err != nil || len(fs) != 1 || !strings.Contains(fs[0].Summary, "126 connections on its listeners") {
+		t.Errorf("one connection queued: %+v, %v", fs, err)
+	}
 	cur.AppCaps[0].Ports = []uint16{9999}
 	if fs, err := checkAppCap(diag.NewInput(nil, cur, diag.Options{})); err != nil || len(fs) != 0 {
 		t.Errorf("a frontend on another port: %+v, %v", fs, err)
