@@ -117,3 +117,21 @@ func TestAppCapStopsAccepting(t *testing.T) {
 		t.Errorf("a frontend on another port: %+v, %v", fs, err)
 	}
 }
+
+// TestAppCapEnvoyFix: Envoy's limit is raised in the bootstrap file its
+// -c names, whatever part of the file the limit sits in.
+func TestAppCapEnvoyFix(t *testing.T) {
+	snaps := readSnaps(t, "testdata/app-connection-cap/fires.jsonl")
+	cur := snaps[len(snaps)-1]
+	cur.Events = nil
+	cur.AppCaps = []snapshot.AppCap{{Pid: 10862, Command: "envoy", App: "envoy", Setting: "max_connections (connection_limit, listener edge)", Value: 127,
+		Source: "/etc/envoy/envoy.yaml static_resources.listeners[edge].filter_chains[0].filters[0]", Per: snapshot.CapPerListener, Ports: []uint16{8080},
+		Related: []snapshot.AppSetting{{Name: "config", Value: "/etc/envoy/envoy.yaml"}}}}
+	fs, err := checkAppCap(diag.NewInput(nil, cur, diag.Options{}))
+	if err != nil || len(fs) != 1 || len(fs[0].Fixes) == 0 {
+		t.Fatalf("findings %+v, err %v", fs, err)
+	}
+	if fx := fs[0].Fixes[0]; !strings.Contains(fx.Text, "max_connections (connection_limit, listener edge) to 256 (/etc/envoy/envoy.yaml)") {
+		t.Errorf("fix %+v", fx)
+	}
+}
