@@ -10,9 +10,12 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 )
 
-// Envoy's names for its two connection limits in a bootstrap file.
+// Envoy's names for its two connection limits in a bootstrap file: an
+// extension is known by its name or by its typed_config's type URL.
 const (
 	envoyGlobalMonitor = "envoy.resource_monitors.global_downstream_max_connections"
+	envoyConnsMonitor  = "envoy.resource_monitors.downstream_connections"
+	envoyConnsType     = "envoy.extensions.resource_monitors.downstream_connections.v3.DownstreamConnectionsConfig"
 	envoyLimitFilter   = "envoy.filters.network.connection_limit"
 	envoyLimitType     = "envoy.extensions.filters.network.connection_limit.v3.ConnectionLimit"
 )
@@ -70,10 +73,10 @@ func parseEnvoy(b []byte, file string) ([]*snapshot.AppCap, error) {
 	om := envoyMap(root["overload_manager"])
 	for i, m := range envoyList(om["resource_monitors"]) {
 		mon := envoyMap(m)
-		if envoyStr(mon["name"]) != envoyGlobalMonitor {
+		tc := envoyMap(mon["typed_config"])
+		if n := envoyStr(mon["name"]); n != envoyGlobalMonitor && n != envoyConnsMonitor && !strings.HasSuffix(envoyStr(tc["@type"]), "/"+envoyConnsType) {
 			continue
 		}
-		tc := envoyMap(mon["typed_config"])
 		if v, ok := tc["max_active_downstream_connections"]; ok {
 			if err := add("max_active_downstream_connections", fmt.Sprintf("overload_manager.resource_monitors[%d]", i), v, nil); err != nil {
 				return nil, err

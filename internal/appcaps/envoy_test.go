@@ -30,7 +30,8 @@ func envoyCaps(t *testing.T, argv string) *snapshot.Snapshot {
 // TestEnvoyBootstrap: the overload manager's global downstream limit
 // covers every listener, the connection_limit filter its listener's port;
 // a listener without the filter has no cap of its own. The JSON form
-// (max_connections as a proto3 JSON string) reads the same.
+// (numbers as proto3 JSON strings, extensions known by their type URL
+// under names of the user's) reads the same.
 func TestEnvoyBootstrap(t *testing.T) {
 	s := envoyCaps(t, "envoy\x00-c\x00/etc/envoy/envoy.yaml\x00--log-level\x00info\x00")
 	if len(s.Errors) != 0 || len(s.AppCaps) != 2 {
@@ -49,7 +50,8 @@ func TestEnvoyBootstrap(t *testing.T) {
 		t.Errorf("config: %+v", l.Related)
 	}
 	s = envoyCaps(t, "/usr/local/bin/envoy\x00--config-path=/etc/envoy/envoy.json\x00")
-	if len(s.Errors) != 0 || len(s.AppCaps) != 1 || s.AppCaps[0].Value != 256 || s.AppCaps[0].Ports[0] != 8443 {
+	if len(s.Errors) != 0 || len(s.AppCaps) != 2 || s.AppCaps[0].Value != 20000 || len(s.AppCaps[0].Ports) != 0 ||
+		s.AppCaps[1].Value != 256 || len(s.AppCaps[1].Ports) != 1 || s.AppCaps[1].Ports[0] != 8443 {
 		t.Errorf("json: caps %+v errors %+v", s.AppCaps, s.Errors)
 	}
 	for argv, want := range map[string]string{
