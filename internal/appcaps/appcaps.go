@@ -62,6 +62,8 @@ func (r Reader) Fill(s *snapshot.Snapshot) {
 				continue // not Tomcat
 			}
 			got, err = r.tomcat(pid, catalinaBase(argv))
+		case "envoy":
+			got, err = r.envoy(pid)
 		case "haproxy":
 			if pp, perr := r.ppid(pid); perr == nil && slices.Contains(owners, pp) && s.Procs[pp] != nil && s.Procs[pp].Command == "haproxy" {
 				continue // a worker of a master that owns listeners too: read with it

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -121,6 +123,7 @@ const (
 	slowAddr     = "127.0.0.1:9000"  // the slow upstream
 	redisCapAddr = "127.0.0.1:6380"  // redis-server with a small maxclients
 	pgAddr       = "127.0.0.1:5432"  // the PostgreSQL cluster
+	haCapAddr    = "127.0.0.1:8088"  // haproxy's frontend in front of the slow upstream
 )
 
 // bpfLoads reports whether the eBPF connection source loads here, as
@@ -266,6 +269,24 @@ func scenarios() []scenario {
 				{Rule: "connection-churn", Optional: true, Max: diag.Info},
 			},
 			body: func(r *run) { postgresCap(r, 100) }},
+		{name: "haproxy at maxconn",
+			software: "haproxy as Debian ships it (master-worker, -W), mode http, frontend maxconn 50 (so its listen backlog is 50 too), proxying to a slow upstream (a python3 server answering each request after 5 s) for 200 clients that each send one request at a time (Connection: close) with a 5 s connect timeout and retry 0.2 s after a failure, for 14 s: at 50 connections haproxy stops accepting, the next ones wait in the full accept queue and the rest have their SYNs dropped (its stats socket: the frontend's smax reaches slim; the clients' connects time out)",
+			want: []Expect{
+				{Rule: "app-connection-cap", Min: diag.Critical, Command: "haproxy", Service: haCapAddr, Fix: "maxconn"},
+				// The accept queue overflows: that is listen-overflow's own finding.
+				{Rule: "listen-overflow", Optional: true, Command: "haproxy", Service: haCapAddr},
+				{Rule: "syn-queue-overflow", Optional: true, Max: diag.Warning, Command: "haproxy", Service: haCapAddr},
+				{Rule: "connection-churn", Optional: true, Max: diag.Warning},
+				{Rule: "time-wait-churn", Optional: true, Max: diag.Warning},
+			},
+			body: func(r *run) { haproxyCap(r, 50) }},
+		{name: "haproxy under maxconn",
+			software: "the same haproxy, upstream and 200 clients with frontend maxconn 512: every client is served in turn",
+			want: []Expect{
+				// Connection: close: one connection per request, 40/s.
+				{Rule: "connection-churn", Optional: true, Max: diag.Info},
+			},
+			body: func(r *run) { haproxyCap(r, 512) }},
 		{name: "health checker against a closed port",
 			software: "curl as a health checker (curl -s --max-time 1 http://127.0.0.1:8090/healthz every 50 ms for 8 s) against a port where nothing listens: every connect() is refused (curl exit 7), as for a service that is down or a check left behind",
 			body:     healthCheckRefused},
@@ -1169,4 +1190,118 @@ func postgresCap(r *run, max int) {
 	if max < 60 && tooMany == 0 || max >= 60 && tooMany > 0 {
 		r.t.Errorf("max_connections %d under 60 clients: %d refusals\n%s", max, tooMany, errs)
 	}
+}
+
+// haproxyCap: haproxy (master-worker, as Debian's unit runs it) with
+// frontend maxconn max proxying to a slow upstream for 200 clients that
+// hold a request each; check runs 4 s in. Its stats socket says whether
+// the frontend reached its limit (smax against slim); the clients say
+// whether anyone was turned away.
+func haproxyCap(r *run, max int) {
+	r.need("haproxy", "python3")
+	ns := testns.New(r.t, "hacap").Name
+	upstream, err := filepath.Abs("testdata/slow_upstream.py")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	clients, err := filepath.Abs("testdata/hold_clients.py")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	up := netip.MustParseAddrPort(slowAddr)
+	const secs, n = 14, 200
+	u := r.start(ns, "slow-upstream", "python3", upstream, up.Addr().String(), strconv.Itoa(int(up.Port())), "5", strconv.Itoa(secs+20))
+	waitListen(r.t, ns, int(up.Port()), u)
+	stats := filepath.Join(r.dir, "haproxy.sock")
+	cfg := r.writeFile("haproxy.cfg", fmt.Sprintf(`global
+    stats socket %s mode 600 level admin
+
+defaults
+    mode http
+    timeout connect 5s
+    timeout client 30s
+    timeout server 30s
+
+frontend web
+    bind %s
+    maxconn %d
+    default_backend slow
+
+backend slow
+    server up %s
+`, stats, haCapAddr, max, slowAddr))
+	ha := r.start(ns, "haproxy", "haproxy", "-W", "-db", "-f", cfg)
+	ca := netip.MustParseAddrPort(haCapAddr)
+	waitListen(r.t, ns, int(ca.Port()), ha)
+	c := r.start(ns, "clients", "python3", clients, ca.Addr().String(), strconv.Itoa(int(ca.Port())), strconv.Itoa(n), strconv.Itoa(secs), "0.2")
+	time.Sleep(4 * time.Second)
+	r.check(place{"haproxy", ns})
+	if !c.running() {
+		r.t.Errorf("the clients ended before the check did")
+	}
+	scur, smax, slim, err := haproxyFrontendStats(stats, "web")
+	if err != nil {
+		r.t.Fatalf("haproxy stats socket: %v\n%s", err, ha.stderr())
+	}
+	if err := c.wait(r.t, (secs+40)*time.Second); err != nil {
+		r.t.Fatal(err)
+	}
+	if err := ha.stop(r.t); err != nil {
+		r.t.Logf("haproxy: %v", err)
+	}
+	var hs holdSummary
+	if err := json.Unmarshal([]byte(c.stdout()), &hs); err != nil {
+		r.t.Fatalf("clients: %v\n%s\n%s", err, c.stdout(), c.stderr())
+	}
+	failed := 0
+	for _, v := range hs.Errors {
+		failed += v
+	}
+	r.measured("clients: %d answers in %.1f s; failures: %s; haproxy stats after the check: frontend web scur %d, smax %d, slim %d",
+		hs.OK, hs.Seconds, failures(hs.Errors), scur, smax, slim)
+	if max < n {
+		if smax < slim || failed == 0 {
+			r.t.Errorf("maxconn %d under %d clients should turn clients away: smax %d of slim %d, failures %v", max, n, smax, slim, hs.Errors)
+		}
+	} else if smax >= slim || failed > 0 || hs.OK < n {
+		r.t.Errorf("maxconn %d should serve every client: smax %d of slim %d, %d answers, failures %v", max, smax, slim, hs.OK, hs.Errors)
+	}
+}
+
+// haproxyFrontendStats asks haproxy's stats socket for "show stat" and
+// returns the current, highest and limit of sessions of frontend fe.
+func haproxyFrontendStats(sock, fe string) (scur, smax, slim int, err error) {
+	conn, err := net.DialTimeout("unix", sock, 2*time.Second)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := conn.Write([]byte("show stat\n")); err != nil {
+		return 0, 0, 0, err
+	}
+	b, err := io.ReadAll(conn)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	lines := strings.Split(string(b), "\n")
+	head := strings.Split(strings.TrimPrefix(lines[0], "# "), ",")
+	col := map[string]int{}
+	for i, h := range head {
+		col[h] = i
+	}
+	for _, k := range []string{"pxname", "svname", "scur", "smax", "slim"} {
+		if _, ok := col[k]; !ok {
+			return 0, 0, 0, fmt.Errorf("show stat has no %s column: %q", k, lines[0])
+		}
+	}
+	for _, l := range lines[1:] {
+		f := strings.Split(l, ",")
+		if len(f) < len(head) || f[col["pxname"]] != fe || f[col["svname"]] != "FRONTEND" {
+			continue
+		}
+		v := func(k string) int { n, _ := strconv.Atoi(f[col[k]]); return n }
+		return v("scur"), v("smax"), v("slim"), nil
+	}
+	return 0, 0, 0, fmt.Errorf("no FRONTEND line for %s in show stat", fe)
 }

@@ -248,6 +248,10 @@ func capFixes(cur *snapshot.Snapshot, u *tcpmodel.CapUse, perSec float64, ev *[]
 		return remedy.HAProxyMaxconn(value, file, fe)
 	case "memcached":
 		return remedy.MemcachedConns(value)
+	case "envoy":
+		if r, ok := c.RelatedValue("config"); ok {
+			file = r.Value
+		}
 	case "tomcat":
 		var port uint16
 		if len(c.Ports) > 0 {

@@ -101,8 +101,37 @@ func TestAppCapStopsAccepting(t *testing.T) {
 		!strings.Contains(fs[0].Summary, "127 connections on its listeners") || !strings.Contains(fs[0].Fixes[0].Text, "in frontend public") {
 		t.Errorf("%s: %s; fix %+v", fs[0].Severity, fs[0].Summary, fs[0].Fixes)
 	}
+	// The connections waiting in the accept queue have no owner yet: the
+	// server does not hold them.
+	for i := range cur.Sockets {
+		if sk := &cur.Sockets[i]; sk.State != snapshot.Listen && len(sk.Pids) > 0 && sk.Local.Port() == 8080 {
+			sk.Pids = nil
+			break
+		}
+	}
+	if fs, err := checkAppCap(diag.NewInput(nil, cur, diag.Options{})); err != nil || len(fs) != 1 || !strings.Contains(fs[0].Summary, "126 connections on its listeners") {
+		t.Errorf("one connection queued: %+v, %v", fs, err)
+	}
 	cur.AppCaps[0].Ports = []uint16{9999}
 	if fs, err := checkAppCap(diag.NewInput(nil, cur, diag.Options{})); err != nil || len(fs) != 0 {
 		t.Errorf("a frontend on another port: %+v, %v", fs, err)
+	}
+}
+
+// TestAppCapEnvoyFix: Envoy's limit is raised in the bootstrap file its
+// -c names, whatever part of the file the limit sits in.
+func TestAppCapEnvoyFix(t *testing.T) {
+	snaps := readSnaps(t, "testdata/app-connection-cap/fires.jsonl")
+	cur := snaps[len(snaps)-1]
+	cur.Events = nil
+	cur.AppCaps = []snapshot.AppCap{{Pid: 10862, Command: "envoy", App: "envoy", Setting: "max_connections (connection_limit, listener edge)", Value: 127,
+		Source: "/etc/envoy/envoy.yaml static_resources.listeners[edge].filter_chains[0].filters[0]", Per: snapshot.CapPerListener, Ports: []uint16{8080},
+		Related: []snapshot.AppSetting{{Name: "config", Value: "/etc/envoy/envoy.yaml"}}}}
+	fs, err := checkAppCap(diag.NewInput(nil, cur, diag.Options{}))
+	if err != nil || len(fs) != 1 || len(fs[0].Fixes) == 0 {
+		t.Fatalf("findings %+v, err %v", fs, err)
+	}
+	if fx := fs[0].Fixes[0]; !strings.Contains(fx.Text, "max_connections (connection_limit, listener edge) to 256 (/etc/envoy/envoy.yaml)") {
+		t.Errorf("fix %+v", fx)
 	}
 }

@@ -94,7 +94,16 @@ func checkRetransmissions(in *diag.Input) ([]diag.Finding, error) {
 	re, ok2 := in.CounterDelta("Tcp.RetransSegs")
 	hostKnown := ok1 && ok2 && out >= 0 && re >= 0
 	if hostKnown && out >= retransHostMinSegs {
-		r := float64(re) / float64(out)
+		// SYNs this namespace's clients sent again because its own full
+		// listeners dropped the first ones are listen-overflow's, not a
+		// lossy path's: at most as many as the listeners dropped.
+		synExplained := int64(0)
+		if syn, ok := in.CounterDelta("TcpExt.TCPSynRetrans"); ok && syn > 0 {
+			if drops, ok := in.CounterDelta("TcpExt.ListenDrops"); ok && drops > 0 {
+				synExplained = min(syn, drops, re)
+			}
+		}
+		r := float64(re-synExplained) / float64(out)
 		if r >= retransHostWarn {
 			sev := diag.Warning
 			if r >= retransHostCrit {
@@ -107,9 +116,13 @@ func checkRetransmissions(in *diag.Input) ([]diag.Finding, error) {
 					ev = append(ev, diag.Evidence{Name: c, Value: fmt.Sprintf("+%d", d), Source: "/proc/net/netstat TcpExt." + c})
 				}
 			}
+			if synExplained > 0 {
+				ev = append(ev, diag.Evidence{Name: "SYN retransmits left out", Value: fmt.Sprintf("%d (as many as the namespace's listeners dropped)", synExplained),
+					Source: "/proc/net/netstat TcpExt.TCPSynRetrans and TcpExt.ListenDrops (delta): the clients' answer to its own full accept queues (listen-overflow)"})
+			}
 			ev = append(ev, retransByPeerEvidence(cur))
 			fs = append(fs, diag.Finding{Severity: sev, Subject: diag.Subject{Netns: cur.Netns.Name},
-				Summary:  fmt.Sprintf("host-wide retransmission rate %.2f%% over %s (%d of %d segments)", 100*r, units.Dur(in.Window()), re, out),
+				Summary:  fmt.Sprintf("host-wide retransmission rate %.2f%% over %s (%d of %d segments)", 100*r, units.Dur(in.Window()), re-synExplained, out),
 				Evidence: ev, Fixes: retransFixes("the lossy paths (per-peer findings below)")})
 		}
 	}

@@ -78,7 +78,9 @@ func CapUseOf(s *snapshot.Snapshot, c *snapshot.AppCap) CapUse {
 				}
 			}
 		default:
-			if sk.State != snapshot.Listen && sk.State != snapshot.TimeWait && accepted(sk) {
+			// A connection with no owner is still in the accept queue
+			// (or orphaned): the server does not hold it yet.
+			if sk.State != snapshot.Listen && sk.State != snapshot.TimeWait && len(sk.Pids) > 0 && accepted(sk) {
 				u.Held[c.Pid]++
 				u.Clients[c.Pid]++
 			}
