@@ -2,9 +2,7 @@ package history
 
 import (
 	"bytes"
-	"image/png"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -12,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
+	"github.com/tcpdoctor/tcpdoctor/internal/testbrowser"
 )
 
 // pageListing is pictureTimeline's listing, with a store name and a
@@ -68,23 +67,11 @@ func TestHTMLContent(t *testing.T) {
 	}
 }
 
-// chromium finds Debian's headless browser.
-func chromium(t *testing.T) string {
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	t.Skip("no chromium on PATH: the page is checked in a real browser only where one is installed (apt-get install chromium)")
-	return ""
-}
-
 // TestHTMLInChromium renders the page in headless chromium (as trace's
 // page test does: no sandbox as root, /tmp for shared memory): no script
 // errors, every strip laid out with coloured runs, a screenshot that is
 // not blank.
 func TestHTMLInChromium(t *testing.T) {
-	bin := chromium(t)
 	l, p := pageListing()
 	dir := t.TempDir()
 	page := filepath.Join(dir, "history.html")
@@ -95,35 +82,12 @@ func TestHTMLInChromium(t *testing.T) {
 	if err := os.WriteFile(page, b.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	args := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run", "--disable-extensions",
-		"--user-data-dir=" + filepath.Join(dir, "profile"), "--virtual-time-budget=3000", "--window-size=1400,900"}
-	run := func(extra ...string) []byte {
-		cmd := exec.Command(bin, append(args, extra...)...)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		if err != nil {
-			t.Fatalf("chromium %v: %v\n%s", extra, err, stderr.String())
-		}
-		return out
-	}
-	dom := string(run("--dump-dom", "file://"+page))
+	dom, img := testbrowser.Render(t, page, 1400, 900, 3000)
 	if m := regexp.MustCompile(`(?s)<pre id="errors">(.*?)</pre>`).FindStringSubmatch(dom); m == nil || strings.TrimSpace(m[1]) != "" {
 		t.Errorf("script errors: %q", m)
 	}
 	if m := regexp.MustCompile(`data-rendered="(\d+)"`).FindStringSubmatch(dom); m == nil || m[1] != "2" {
 		t.Errorf("strips laid out: %v, want 2", m)
-	}
-	shot := filepath.Join(dir, "shot.png")
-	run("--screenshot="+shot, "file://"+page)
-	sf, err := os.Open(shot)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sf.Close()
-	img, err := png.Decode(sf)
-	if err != nil {
-		t.Fatal(err)
 	}
 	// The chart's colours are on screen: critical red and warning orange.
 	var red, orange int
@@ -142,8 +106,5 @@ func TestHTMLInChromium(t *testing.T) {
 	if red < 40 || orange < 100 {
 		t.Errorf("screenshot lacks the chart: %d critical and %d warning pixels", red, orange)
 	}
-	if out := os.Getenv("HISTORY_SCREENSHOT"); out != "" {
-		b, _ := os.ReadFile(shot)
-		_ = os.WriteFile(out, b, 0o644)
-	}
+	testbrowser.Save(t, "HISTORY_SCREENSHOT", img)
 }

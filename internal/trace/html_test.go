@@ -2,15 +2,15 @@ package trace
 
 import (
 	"bytes"
-	"image/png"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/testbrowser"
 )
 
 // pageTrace is a trace of two connections with a few transfers each.
@@ -60,17 +60,6 @@ func TestHTMLSelfContained(t *testing.T) {
 	}
 }
 
-// chromium finds Debian's headless browser.
-func chromium(t *testing.T) string {
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	t.Skip("no chromium on PATH: the page is checked in a real browser only where one is installed (apt-get install chromium)")
-	return ""
-}
-
 // TestHTMLInChromium renders the page in headless chromium: no script
 // errors, every plot drawn with data and its event markers, a screenshot
 // that is not blank. CI installs chromium (.ci/run) and runs as root, so
@@ -78,7 +67,6 @@ func chromium(t *testing.T) string {
 // otherwise) and with /tmp for shared memory (a container's /dev/shm is
 // small).
 func TestHTMLInChromium(t *testing.T) {
-	bin := chromium(t)
 	tr, ts := pageTrace()
 	dir := t.TempDir()
 	page := filepath.Join(dir, "report.html")
@@ -90,19 +78,7 @@ func TestHTMLInChromium(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
-	args := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run", "--disable-extensions",
-		"--user-data-dir=" + filepath.Join(dir, "profile"), "--virtual-time-budget=5000", "--window-size=1280,2400"}
-	run := func(extra ...string) []byte {
-		cmd := exec.Command(bin, append(args, extra...)...)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		if err != nil {
-			t.Fatalf("chromium %v: %v\n%s", extra, err, stderr.String())
-		}
-		return out
-	}
-	dom := string(run("--dump-dom", "file://"+page))
+	dom, img := testbrowser.Render(t, page, 1280, 2400, 5000)
 	if m := regexp.MustCompile(`(?s)<pre id="errors">(.*?)</pre>`).FindStringSubmatch(dom); m == nil || strings.TrimSpace(m[1]) != "" {
 		t.Errorf("script errors: %q", m)
 	}
@@ -128,17 +104,6 @@ func TestHTMLInChromium(t *testing.T) {
 	if n := strings.Count(dom, `class="u-over"`); n != 6 {
 		t.Errorf("%d uPlot canvases, want 6", n)
 	}
-	shot := filepath.Join(dir, "shot.png")
-	run("--screenshot="+shot, "file://"+page)
-	sf, err := os.Open(shot)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sf.Close()
-	img, err := png.Decode(sf)
-	if err != nil {
-		t.Fatal(err)
-	}
 	bounds := img.Bounds()
 	colours := map[[3]uint32]bool{}
 	inked := 0
@@ -155,10 +120,7 @@ func TestHTMLInChromium(t *testing.T) {
 	if len(colours) < 20 || inked < total/50 {
 		t.Errorf("screenshot looks blank: %d colours, %d of %d sampled pixels not white", len(colours), inked, total)
 	}
-	if out := os.Getenv("TRACE_SCREENSHOT"); out != "" {
-		b, _ := os.ReadFile(shot)
-		_ = os.WriteFile(out, b, 0o644)
-	}
+	testbrowser.Save(t, "TRACE_SCREENSHOT", img)
 }
 
 func TestPageTitle(t *testing.T) {
