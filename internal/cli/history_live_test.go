@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
@@ -27,32 +26,14 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/testns"
 )
 
-// syncBuf is a child's stderr, read while it is written.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // serveChild runs `tcpdoctor serve args` as a child process (this test
 // binary, TestMain) and returns it with its metrics URL once it serves.
 // It is stopped by its PID when the test ends (SIGTERM, then SIGKILL).
-func serveChild(t *testing.T, args ...string) (*exec.Cmd, string, *syncBuf) {
+func serveChild(t *testing.T, args ...string) (*exec.Cmd, string, *testns.Buffer) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), childArgs+"="+strings.Join(append([]string{"serve", "--listen", "127.0.0.1:0", "--bpf", "off"}, args...), "\x1f"))
-	stderr := &syncBuf{}
+	stderr := &testns.Buffer{}
 	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -195,6 +176,18 @@ func TestHistoryLiveBurst(t *testing.T) {
 	time.Sleep(4 * interval)
 	stopChild(t, serve, syscall.SIGTERM)
 
+	in, replay := burstIncident(t, dir, "listen-overflow", t0, t1, stderr.String())
+	if in.Subject.Netns != ns.Name || in.Subject.Local != "127.0.0.1:8000" || !strings.HasPrefix(in.Subject.Command, "python3") {
+		t.Errorf("subject %+v", in.Subject)
+	}
+	replaysAsFrom(t, dir, in, replay, interval, t0, t1, "listen-overflow", "127.0.0.1:8000")
+}
+
+// burstIncident lists dir's incidents since a minute before the burst t0
+// and returns the one of rule, with its replay command; the test fails
+// unless there is exactly one.
+func burstIncident(t *testing.T, dir, rule string, t0, t1 time.Time, serveLog string) (history.Incident, string) {
+	t.Helper()
 	out := mustRun(t, 0, "history", "--history", dir, "--since", t0.Add(-time.Minute).Format(time.RFC3339), "--json")
 	var l history.Listing
 	if err := json.Unmarshal([]byte(out), &l); err != nil {
@@ -203,19 +196,24 @@ func TestHistoryLiveBurst(t *testing.T) {
 	var got []history.Incident
 	var replay string
 	for i, in := range l.Incidents {
-		if in.Rule == "listen-overflow" {
+		if in.Rule == rule {
 			got = append(got, in)
 			replay = l.Replay[i]
 		}
 	}
 	t.Logf("burst %s .. %s; history: %s", t0.Format("15:04:05.000"), t1.Format("15:04:05.000"), out)
 	if len(got) != 1 {
-		t.Fatalf("%d listen-overflow incidents, want 1:\n%s\nserve:\n%s", len(got), out, stderr.String())
+		t.Fatalf("%d %s incidents, want 1:\n%s\nserve:\n%s", len(got), rule, out, serveLog)
 	}
-	in := got[0]
-	if in.Subject.Netns != ns.Name || in.Subject.Local != "127.0.0.1:8000" || !strings.HasPrefix(in.Subject.Command, "python3") {
-		t.Errorf("subject %+v", in.Subject)
-	}
+	return got[0], replay
+}
+
+// replaysAsFrom checks that incident in spans the burst t0..t1 within a
+// window of serve's interval, and that its replay command finds what
+// wants says and prints byte for byte what check --from prints of the
+// evidence it names.
+func replaysAsFrom(t *testing.T, dir string, in history.Incident, replay string, interval time.Duration, t0, t1 time.Time, wants ...string) {
+	t.Helper()
 	slack := interval + 500*time.Millisecond // a window, and collection time
 	if in.Start.Before(t0.Add(-slack)) || in.Start.After(t0.Add(slack)) || in.End.Before(t1.Add(-slack)) || in.End.After(t1.Add(3*slack)) || in.Ongoing {
 		t.Errorf("incident %s .. %s (ongoing %v), burst %s .. %s", in.Start, in.End, in.Ongoing, t0, t1)
@@ -225,8 +223,10 @@ func TestHistoryLiveBurst(t *testing.T) {
 	}
 	argv := strings.Fields(strings.TrimPrefix(replay, "tcpdoctor "))
 	code, got1, _ := run(t, argv...)
-	if code != ExitFindings || !strings.Contains(got1, "listen-overflow") || !strings.Contains(got1, "127.0.0.1:8000") {
-		t.Errorf("%s: exit %d:\n%s", replay, code, got1)
+	for _, w := range wants {
+		if code != ExitFindings || !strings.Contains(got1, w) {
+			t.Errorf("%s: exit %d, want %q in:\n%s", replay, code, w, got1)
+		}
 	}
 	_, want, _ := run(t, "check", "--from", filepath.Join(dir, in.Evidence))
 	if got1 != want {
@@ -459,43 +459,11 @@ func TestHistoryLivePortExhaustion(t *testing.T) {
 	time.Sleep(5 * interval) // TIME_WAIT to 127.0.0.2 is reused after 1 s
 	stopChild(t, serve, syscall.SIGTERM)
 
-	out := mustRun(t, 0, "history", "--history", dir, "--since", t0.Add(-time.Minute).Format(time.RFC3339), "--json")
-	var l history.Listing
-	if err := json.Unmarshal([]byte(out), &l); err != nil {
-		t.Fatal(err)
-	}
-	var got []history.Incident
-	var replay string
-	for i, in := range l.Incidents {
-		if in.Rule == "port-exhaustion" {
-			got = append(got, in)
-			replay = l.Replay[i]
-		}
-	}
-	t.Logf("burst %s .. %s; history: %s", t0.Format("15:04:05.000"), t1.Format("15:04:05.000"), out)
-	if len(got) != 1 {
-		t.Fatalf("%d port-exhaustion incidents, want 1:\n%s\nserve:\n%s", len(got), out, stderr.String())
-	}
-	in := got[0]
+	in, replay := burstIncident(t, dir, "port-exhaustion", t0, t1, stderr.String())
 	if in.Subject.Netns != ns.Name || in.Subject.Remote != "127.0.0.2:9090" || in.Severity != diag.Critical {
 		t.Errorf("incident %v %+v, want critical towards 127.0.0.2:9090 in %s", in.Severity, in.Subject, ns.Name)
 	}
-	slack := interval + 500*time.Millisecond // a window, and collection time
-	if in.Start.Before(t0.Add(-slack)) || in.Start.After(t0.Add(slack)) || in.End.Before(t1.Add(-slack)) || in.End.After(t1.Add(3*slack)) || in.Ongoing {
-		t.Errorf("incident %s .. %s (ongoing %v), burst %s .. %s", in.Start, in.End, in.Ongoing, t0, t1)
-	}
-	if replay == "" {
-		t.Fatal("no replay command")
-	}
-	argv := strings.Fields(strings.TrimPrefix(replay, "tcpdoctor "))
-	code, got1, _ := run(t, argv...)
-	if code != ExitFindings || !strings.Contains(got1, "port-exhaustion") || !strings.Contains(got1, "127.0.0.2:9090") {
-		t.Errorf("%s: exit %d:\n%s", replay, code, got1)
-	}
-	_, want, _ := run(t, "check", "--from", filepath.Join(dir, in.Evidence))
-	if got1 != want {
-		t.Errorf("check --at differs from check --from of its file:\n%s\nwant\n%s", got1, want)
-	}
+	replaysAsFrom(t, dir, in, replay, interval, t0, t1, "port-exhaustion", "127.0.0.2:9090")
 	// The text listing draws it: critical cells in the port-exhaustion strip.
 	text := mustRun(t, 0, "history", "--history", dir, "--since", t0.Add(-time.Minute).Format(time.RFC3339), "--picture")
 	t.Logf("history --picture:\n%s", text)

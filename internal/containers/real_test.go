@@ -1,14 +1,11 @@
 package containers
 
 import (
-	"bytes"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/testpod"
@@ -79,23 +76,7 @@ func capture(t *testing.T, p *testpod.Pod) {
 			c.role + ".config.json": filepath.Join(p.State, "io.containerd.runtime.v2.task", testpod.CtrNS, c.id, "config.json"),
 			c.role + ".state.json":  filepath.Join(testpod.RuncRoot, testpod.CtrNS, c.id, "state.json"),
 		}
-		for name, src := range files {
-			b, err := os.ReadFile(src)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if strings.HasSuffix(name, ".json") {
-				var out bytes.Buffer
-				if err := json.Indent(&out, b, "", "  "); err != nil {
-					t.Fatalf("%s: %v", src, err)
-				}
-				out.WriteByte('\n')
-				b = out.Bytes()
-			}
-			if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
+		copyFiles(t, dir, files)
 	}
 	meta := fmt.Sprintf("netns_inode %d\n", p.NetnsIno)
 	if err := os.WriteFile(filepath.Join(dir, "netns"), []byte(meta), 0o644); err != nil {

@@ -24,24 +24,6 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/testns"
 )
 
-// lockedBuf is an io.Writer safe for the serve goroutine and the test.
-type lockedBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // startServe runs `tcpdoctor serve` in-process until the test ends and
 // returns its address.
 func startServe(t *testing.T, args ...string) string {
@@ -53,7 +35,7 @@ func startServe(t *testing.T, args ...string) string {
 // the address it serves on, over HTTP or, with --web.config.file, HTTPS.
 func startServeEnv(t *testing.T, env *cli.Env, args ...string) string {
 	t.Helper()
-	stderr := &lockedBuf{}
+	stderr := &testns.Buffer{}
 	env.Stdout, env.Stderr = io.Discard, stderr
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

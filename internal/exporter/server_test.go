@@ -2,7 +2,6 @@ package exporter
 
 import (
 	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -38,27 +37,9 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// lockedBuffer is an io.Writer safe for the server's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // testServer serves a real exporter registry (one snapshot collected) on
 // ln with o, as `serve` does. It returns the server's error log.
-func testServer(t *testing.T, ln net.Listener, o ServerOptions) *lockedBuffer {
+func testServer(t *testing.T, ln net.Listener, o ServerOptions) *testns.Buffer {
 	t.Helper()
 	x := New(Options{Rules: goldenRules(t), Clock: fixedClock})
 	x.Update(readPair(t)[:1], 0)
@@ -70,7 +51,7 @@ func testServer(t *testing.T, ln net.Listener, o ServerOptions) *lockedBuffer {
 	if err := reg.Register(sln); err != nil {
 		t.Fatal(err)
 	}
-	errlog := &lockedBuffer{}
+	errlog := &testns.Buffer{}
 	srv.ErrorLog = log.New(errlog, "", 0)
 	done := make(chan struct{})
 	go func() {
@@ -392,7 +373,7 @@ func TestServerOutOfFiles(t *testing.T) {
 	inner := listen(t)
 	addr := inner.Addr().String()
 	fl := &flakyListener{Listener: inner}
-	var notes lockedBuffer
+	var notes testns.Buffer
 	var clock atomic.Int64 // seconds
 	o := DefaultServerOptions()
 	o.Logf = func(format string, a ...any) { fmt.Fprintf(&notes, format+"\n", a...) }
@@ -508,7 +489,7 @@ func TestServerFileLimit(t *testing.T) {
 func fileLimitChild(t *testing.T, self string, nofile int) {
 	cmd := exec.Command(self, "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"=1", fmt.Sprintf("TCPDOCTOR_TEST_NOFILE=%d", nofile))
-	var stderr lockedBuffer
+	var stderr testns.Buffer
 	cmd.Stderr = &stderr
 	line, err := testns.Child(t, cmd)
 	if err != nil {

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/tcpdoctor/tcpdoctor/internal/testns"
 	"golang.org/x/crypto/bcrypt"
 )
 
@@ -119,7 +120,7 @@ func serveWeb(t *testing.T, w Web, o ServerOptions, h http.Handler, reg *prometh
 			t.Fatal(err)
 		}
 	}
-	logs := &lockedBuffer{}
+	logs := &testns.Buffer{}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

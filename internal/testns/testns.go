@@ -4,6 +4,7 @@ package testns
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -176,4 +177,23 @@ func ChildIn(t testing.TB, cmd *exec.Cmd) (string, io.Writer, error) {
 	case <-time.After(10 * time.Second):
 		return "", stdin, errors.New("the child said nothing within 10 s")
 	}
+}
+
+// Buffer is an io.Writer a child process or server goroutine writes
+// while the test reads it.
+type Buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *Buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *Buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
