@@ -59,7 +59,9 @@ func keyOf(local netip.Addr, remote netip.AddrPort) flowKey {
 
 // unownedFlows lists client-side flows with no owner in s that churn:
 // flowChurnTW TIME_WAIT sockets (of either side) younger than
-// flowChurnAge.
+// flowChurnAge. The churning flows are found first: owners are looked up
+// for them alone, so a namespace of a million idle connections builds no
+// map of every owned flow.
 func unownedFlows(s *snapshot.Snapshot) map[flowKey]bool {
 	listen := map[uint16]bool{}
 	for i := range s.Sockets {
@@ -67,31 +69,46 @@ func unownedFlows(s *snapshot.Snapshot) map[flowKey]bool {
 			listen[s.Sockets[i].Local.Port()] = true
 		}
 	}
-	owned := map[flowKey]bool{}
+	// The opener's side: a server's connection is keyed from the remote
+	// end connecting to us.
+	key := func(sk *snapshot.Socket) (flowKey, bool) {
+		if listen[sk.Local.Port()] {
+			return keyOf(sk.Remote.Addr(), sk.Local), true
+		}
+		return keyOf(sk.Local.Addr(), sk.Remote), false
+	}
 	closed := map[flowKey]int{}
+	for i := range s.Sockets {
+		sk := &s.Sockets[i]
+		if sk.State != snapshot.TimeWait {
+			continue
+		}
+		if k, server := key(sk); server || len(sk.Pids) == 0 {
+			if tcpmodel.TimeWaitAge(sk) < flowChurnAge {
+				closed[k]++
+			}
+		}
+	}
+	need := map[flowKey]bool{}
+	for k, n := range closed {
+		if n >= flowChurnTW {
+			need[k] = true
+		}
+	}
+	if len(need) == 0 {
+		return need
+	}
 	for i := range s.Sockets {
 		sk := &s.Sockets[i]
 		switch sk.State {
 		case snapshot.Listen, snapshot.Close, snapshot.BoundInactive:
 			continue
 		}
-		k := keyOf(sk.Local.Addr(), sk.Remote)
-		server := listen[sk.Local.Port()]
-		if server {
-			// The opener's side: the remote end connecting to us.
-			k = keyOf(sk.Remote.Addr(), sk.Local)
+		if len(sk.Pids) == 0 {
+			continue
 		}
-		switch {
-		case !server && len(sk.Pids) > 0:
-			owned[k] = true
-		case sk.State == snapshot.TimeWait && tcpmodel.TimeWaitAge(sk) < flowChurnAge:
-			closed[k]++
-		}
-	}
-	need := map[flowKey]bool{}
-	for k, n := range closed {
-		if n >= flowChurnTW && !owned[k] {
-			need[k] = true
+		if k, server := key(sk); !server {
+			delete(need, k) // owned
 		}
 	}
 	return need
