@@ -1,6 +1,8 @@
 package diag
 
 import (
+	"sync"
+
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 )
 
@@ -28,7 +30,15 @@ type Base struct {
 // of keep (KeepsOf the rules). s itself is not changed; the caller drops
 // it.
 func NewBase(s *snapshot.Snapshot, keep []Keeper) *Base {
-	b := &Base{Was: snapshot.WasOf(s.Sockets), kept: make(map[any]any, len(keep))}
+	b := &Base{kept: make(map[any]any, len(keep))}
+	// The keepers are pure functions of s, each a walk of every socket:
+	// they run on the other CPUs while the records are made.
+	vals := make([]any, len(keep))
+	var wg sync.WaitGroup
+	for i, k := range keep {
+		wg.Go(func() { vals[i] = k.keep(s) })
+	}
+	b.Was = snapshot.WasOf(s.Sockets)
 	snap := *s
 	snap.Sockets = nil
 	for i := range s.Sockets {
@@ -37,9 +47,10 @@ func NewBase(s *snapshot.Snapshot, keep []Keeper) *Base {
 		}
 	}
 	b.Snap = &snap
-	for _, k := range keep {
+	wg.Wait()
+	for i, k := range keep {
 		if _, ok := b.kept[k.key()]; !ok {
-			b.kept[k.key()] = k.keep(s)
+			b.kept[k.key()] = vals[i]
 		}
 	}
 	return b
