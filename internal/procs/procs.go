@@ -191,15 +191,7 @@ func (s Scanner) Scan(want func(inode uint32) bool) (*Owners, error) {
 
 // setRefs sorts refs by inode, pid and fd and keeps them (not a copy).
 func (o *Owners) setRefs(refs []inodeRef) {
-	slices.SortFunc(refs, func(a, b inodeRef) int {
-		if c := cmp.Compare(a.ino, b.ino); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(a.pid, b.pid); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.fd, b.fd)
-	})
+	sortRefs(refs)
 	o.refs, o.matched = refs, make([]bool, len(refs))
 }
 

@@ -1,6 +1,7 @@
 package procs
 
 import (
+	"cmp"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -30,6 +31,42 @@ func TestSortByHigh(t *testing.T) {
 			sortByHigh(keys)
 			if !slices.Equal(keys, want) {
 				t.Fatalf("%s, %d keys: not sorted as numbers", c.name, n)
+			}
+		}
+	}
+}
+
+// TestSortRefs: owner records come out by inode, pid and fd whether
+// they arrive in the kernel walk's pid and fd order (the radix path) or
+// in any other (the comparison sort), sockets shared by several
+// processes and fds included.
+func TestSortRefs(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	byAll := func(a, b inodeRef) int {
+		if c := cmp.Compare(a.ino, b.ino); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.pid, b.pid); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.fd, b.fd)
+	}
+	for _, n := range []int{0, 1, 5, 50_000} {
+		var walk []inodeRef
+		for pid := int32(1); len(walk) < n; pid++ {
+			for fd := int32(0); fd < 1+r.Int32N(300) && len(walk) < n; fd++ {
+				// Few inodes, so that several holders share one.
+				walk = append(walk, inodeRef{ino: 1_000_000 + r.Uint32N(uint32(n/3+1))<<uint(r.IntN(12)), pid: pid, fd: fd})
+			}
+		}
+		shuffled := slices.Clone(walk)
+		r.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
+		for name, refs := range map[string][]inodeRef{"walk order": walk, "shuffled": shuffled} {
+			want := slices.Clone(refs)
+			slices.SortFunc(want, byAll)
+			sortRefs(refs)
+			if !slices.Equal(refs, want) {
+				t.Fatalf("%d refs in %s: not sorted by inode, pid and fd", n, name)
 			}
 		}
 	}
