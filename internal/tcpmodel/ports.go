@@ -250,7 +250,6 @@ func ClosedInWindow(sk *snapshot.Socket, prev PrevState, window time.Duration) b
 func (p *PortSpace) DestUsage(cur *snapshot.Snapshot, prev PrevState, window time.Duration) map[Dest]*DestUse {
 	m := map[Dest]*DestUse{}
 	recent := RecentHorizon(window, p.Reuse.Delay)
-	var notsTS []Dest
 	var tb snapshot.TCPInfo
 	for i := range cur.Sockets {
 		sk := &cur.Sockets[i]
@@ -275,7 +274,7 @@ func (p *PortSpace) DestUsage(cur *snapshot.Snapshot, prev PrevState, window tim
 			}
 			if sk.State == snapshot.Established {
 				if ti := sk.TCP(&tb); ti != nil && ti.Options&OptTimestamps == 0 {
-					notsTS = append(notsTS, k)
+					u.NoTimestamps = true // Reuse ruled out below, once counted
 				}
 			}
 			continue
@@ -295,9 +294,10 @@ func (p *PortSpace) DestUsage(cur *snapshot.Snapshot, prev PrevState, window tim
 			u.Owners.Add(fo.Pid)
 		}
 	}
-	for _, k := range notsTS {
-		u := m[k]
-		u.NoTimestamps, u.Reuse, u.TWReusable, u.ClosedRecent = true, false, 0, 0
+	for _, u := range m {
+		if u.NoTimestamps {
+			u.Reuse, u.TWReusable, u.ClosedRecent = false, 0, 0
+		}
 	}
 	if byDst, ok := ConnectsOf(cur); ok {
 		for k, u := range m {
