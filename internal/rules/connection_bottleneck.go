@@ -73,7 +73,7 @@ func checkConnectionBottleneck(in *diag.Input) ([]diag.Finding, error) {
 		return nil, err
 	}
 	window := in.Window()
-	listening := map[uint16]bool{}
+	listening := new([1 << 16]bool) // by port: a map lookup per socket cost more
 	for i := range cur.Sockets {
 		if cur.Sockets[i].State == snapshot.Listen {
 			listening[cur.Sockets[i].Local.Port()] = true

@@ -82,16 +82,18 @@ func sockdiagReady(s *snapshot.Snapshot) error {
 	if e, bad := s.Failed(snapshot.SourceSockdiag); bad {
 		return diag.Unknownf("sock_diag failed: %s", e)
 	}
-	est, info := 0, 0
+	// The first established socket with a tcp_info settles it; all of
+	// them are counted only for the message.
+	est := 0
 	for i := range s.Sockets {
 		if s.Sockets[i].State == snapshot.Established {
-			est++
 			if s.Sockets[i].HasTCP() {
-				info++
+				return nil
 			}
+			est++
 		}
 	}
-	if est > 0 && info == 0 {
+	if est > 0 {
 		return diag.Unknownf("no tcp_info for any of %d established sockets", est)
 	}
 	return nil
