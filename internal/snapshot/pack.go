@@ -122,10 +122,10 @@ func (sk *Socket) HasTCP() bool { return sk.Info.t != nil }
 // Store shares with an earlier sample when the connection moved nothing
 // (KeepSame): its last_data_* and last_ack_* are then as old as the
 // time between the samples less.
-func (sk *Socket) SharesTCP(w *Was) bool { return sk.Info.t != nil && sk.Info == w.tcp }
+func (sk *Socket) SharesTCP(w *Was) bool { return sk.Info.t != nil && sk.Info == w.tcp() }
 
 // TCP is Socket.TCP for the record of an earlier sample.
-func (w *Was) TCP(buf *TCPInfo) *TCPInfo { return w.tcp.get(buf) }
+func (w *Was) TCP(buf *TCPInfo) *TCPInfo { r := w.tcp(); return r.get(buf) }
 
 // HasTCP says whether w has a tcp_info.
-func (w *Was) HasTCP() bool { return w.tcp.t != nil }
+func (w *Was) HasTCP() bool { return w.tcpT != nil }

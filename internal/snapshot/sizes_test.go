@@ -20,7 +20,7 @@ func TestSampleSizes(t *testing.T) {
 		{"Socket", unsafe.Sizeof(Socket{}), 192},
 		{"TCPInfo", unsafe.Sizeof(TCPInfo{}), 256},
 		{"MemInfo", unsafe.Sizeof(MemInfo{}), 36},
-		{"Was", unsafe.Sizeof(Was{}), 48},
+		{"Was", unsafe.Sizeof(Was{}), 40},
 	} {
 		t.Logf("%s: %d bytes", c.name, c.got)
 		if c.got != c.want {

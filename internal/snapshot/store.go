@@ -48,7 +48,7 @@ func (st *Store) KeepSame(sk *Socket, base *Was) Socket {
 	if base != nil && base.Cookie == sk.Cookie && base.State == sk.State {
 		var sb, b TCPInfo
 		if si, bi := sk.TCP(&sb), base.TCP(&b); si != nil && bi != nil && SameInfo(si, bi) {
-			out.Info = base.tcp
+			out.Info = base.tcp()
 			kept = true
 		}
 		if sk.Mem != nil && base.Mem != nil && *sk.Mem == *base.Mem {

@@ -5,16 +5,22 @@ package snapshot
 // by cookie: a quarter of a whole Socket (TestSampleSizes prints both).
 type Was struct {
 	Cookie uint64
-	tcp    TCPRef // read with TCP
-	Mem    *MemInfo
-	RecvQ  uint32
-	SendQ  uint32
-	State  State
+	// tcpT and tcpAt are the socket's TCPRef (read with TCP), apart so
+	// that its offset fills the record's padding: 40 bytes, not 48.
+	tcpT  *TCPInfo
+	Mem   *MemInfo
+	RecvQ uint32
+	SendQ uint32
+	tcpAt uint16
+	State State
 }
+
+// tcp is the socket's tcp_info as it was kept.
+func (w *Was) tcp() TCPRef { return TCPRef{t: w.tcpT, at: w.tcpAt} }
 
 // Was returns what a window keeps of sk.
 func (sk *Socket) Was() Was {
-	return Was{Cookie: sk.Cookie, tcp: sk.Info, Mem: sk.Mem, RecvQ: sk.RecvQ, SendQ: sk.SendQ, State: sk.State}
+	return Was{Cookie: sk.Cookie, tcpT: sk.Info.t, tcpAt: sk.Info.at, Mem: sk.Mem, RecvQ: sk.RecvQ, SendQ: sk.SendQ, State: sk.State}
 }
 
 // WasOf returns what a window keeps of each of sockets, in their order.
@@ -42,6 +48,6 @@ type Prior struct {
 // is sk's connection in an earlier sample.
 func (w *Was) As(sk *Socket) Socket {
 	out := *sk
-	out.State, out.RecvQ, out.SendQ, out.Info, out.Mem = w.State, w.RecvQ, w.SendQ, w.tcp, w.Mem
+	out.State, out.RecvQ, out.SendQ, out.Info, out.Mem = w.State, w.RecvQ, w.SendQ, w.tcp(), w.Mem
 	return out
 }
