@@ -77,6 +77,9 @@ type E2EOptions struct {
 	Exe string
 	// Parallel holders connect at a time while the namespace fills.
 	Parallel int
+	// Phases has each of our runs write the times of its parts
+	// (--phases-to) for the phases tables (WritePhases).
+	Phases bool
 	// OnSize, if set, is called as each size completes (to print it
 	// before the next size, and before the namespace is torn down).
 	OnSize   func(r *E2EResult, i int)
@@ -92,6 +95,8 @@ type Run struct {
 	// Floor is our own resident size when the child started: a PeakRSS
 	// not above it means "at most Floor" (see lowerHWM).
 	Floor int64
+	// Phases, with E2EOptions.Phases, is where our run's time went.
+	Phases *RunPhases
 }
 
 // Row is one command measured at one size.
@@ -267,6 +272,17 @@ func (o *E2EOptions) once(ctx context.Context, ns netns.NS, argv []string, findi
 		return Run{}, err
 	}
 	defer devnull.Close()
+	var ph *RunPhases
+	if o.Phases && argv[0] == o.Exe {
+		f, err := os.CreateTemp("", "tcpdoctor-phases-*.json")
+		if err != nil {
+			return Run{}, fmt.Errorf("bench: phases: %w", err)
+		}
+		f.Close()
+		defer os.Remove(f.Name())
+		argv = append(slices.Clip(argv), "--phases-to", f.Name())
+		ph = &RunPhases{path: f.Name()}
+	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout = devnull
 	stderr := &tail{max: 2048}
@@ -274,12 +290,13 @@ func (o *E2EOptions) once(ctx context.Context, ns netns.NS, argv []string, findi
 	floor := o.lowerHWM()
 	var start time.Time
 	// Started from a thread inside ns: the child is born there.
-	if err := netns.Do(ns, func() error { start = time.Now(); return cmd.Start() }); err != nil {
+	if err := netns.Do(ns, func() error { start = time.Now(); ph.fork(); return cmd.Start() }); err != nil {
 		return Run{}, fmt.Errorf("%s: %w", argv[0], err)
 	}
 	stop := o.watch(ctx, cmd.Process.Pid, func() { _ = cmd.Process.Kill() })
 	werr := cmd.Wait()
 	wall := time.Since(start)
+	ph.reap()
 	killedBy := stop()
 	name := strings.Join(argv, " ")
 	if killedBy != "" {
@@ -293,7 +310,10 @@ func (o *E2EOptions) once(ctx context.Context, ns netns.NS, argv []string, findi
 	if err != nil {
 		return Run{}, err
 	}
-	return Run{Wall: wall, PeakRSS: rss, Floor: floor}, nil
+	if err := ph.read(); err != nil {
+		return Run{}, fmt.Errorf("%s: %w", name, err)
+	}
+	return Run{Wall: wall, PeakRSS: rss, Floor: floor, Phases: ph}, nil
 }
 
 // lowerHWM brings our own peak RSS down to what we hold now and returns
