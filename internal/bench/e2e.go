@@ -80,6 +80,10 @@ type E2EOptions struct {
 	// Phases has each of our runs write the times of its parts
 	// (--phases-to) for the phases tables (WritePhases).
 	Phases bool
+	// Procs idle processes (sleep) are started on the host before the
+	// sizes, for a host with many processes: the owner walks of sockets
+	// and ss -p visit every process. They are killed at the end.
+	Procs int
 	// OnSize, if set, is called as each size completes (to print it
 	// before the next size, and before the namespace is torn down).
 	OnSize   func(r *E2EResult, i int)
@@ -123,6 +127,9 @@ type SizeResult struct {
 	// Files is the host's open files (fs/file-nr) before the rows: the
 	// owner walks of sockets and ss -p read every one.
 	Files int64
+	// Procs is the processes on the host before the rows, the bench's
+	// idle ones (IdleProcs) among them.
+	Procs, IdleProcs int
 	Rows  []Row
 }
 
@@ -163,6 +170,11 @@ func EndToEnd(ctx context.Context, o E2EOptions) (*E2EResult, error) {
 		o.progress("removing netns %s and its %d holders...", sp.name, len(sp.holders))
 		sp.close()
 	}()
+	idle, err := startIdle(o.Procs)
+	defer idle.stop()
+	if err != nil {
+		return nil, err
+	}
 	res := &E2EResult{Netns: sp.name, Kernel: collect.KernelRelease(), Runs: o.Runs}
 	base, err := kernelMem(sp.ns)
 	if err != nil {
@@ -185,6 +197,7 @@ func EndToEnd(ctx context.Context, o E2EOptions) (*E2EResult, error) {
 		}
 		sr.LoadFrom = loadavg(o.ProcRoot)
 		sr.Files = collect.OpenFiles(o.ProcRoot)
+		sr.Procs, sr.IdleProcs = countProcs(o.ProcRoot), len(idle)
 		for _, c := range cmds {
 			if err := ctx.Err(); err != nil {
 				return nil, err
@@ -202,8 +215,8 @@ func EndToEnd(ctx context.Context, o E2EOptions) (*E2EResult, error) {
 }
 
 func (o *E2EOptions) validate() error {
-	if len(o.Sizes) == 0 || o.Runs < 1 || o.Runs > 50 || o.Scrapes < 1 || o.Scrapes > 1000 {
-		return fmt.Errorf("bench: --sizes, --runs 1..50, --scrapes 1..1000")
+	if len(o.Sizes) == 0 || o.Runs < 1 || o.Runs > 50 || o.Scrapes < 1 || o.Scrapes > 1000 || o.Procs < 0 || o.Procs > MaxIdle {
+		return fmt.Errorf("bench: --sizes, --runs 1..50, --scrapes 1..1000, --procs 0..%d", MaxIdle)
 	}
 	for _, s := range o.Sizes {
 		if s < 2 || s/2 > MaxConns {

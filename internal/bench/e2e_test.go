@@ -120,7 +120,7 @@ func TestWrite(t *testing.T) {
 	res := &E2EResult{Netns: "tdlab-x-server", Kernel: "6.18", Runs: 3, Sizes: []SizeResult{{
 		Want: 20000, Sockets: 20002, Conns: 10000, Holders: 2, Setup: 310 * time.Millisecond,
 		Base: KernelMem{Slab: 100 * MB}, Kernel: KernelMem{Slab: 184 * MB, SUnreclaim: 58 * MB, TCPMem: 4096},
-		LoadFrom: "1.00 0.50 0.20", LoadTo: "2.00 1.00 0.40", Files: 123456,
+		LoadFrom: "1.00 0.50 0.20", LoadTo: "2.00 1.00 0.40", Files: 123456, Procs: 2070, IdleProcs: 2000,
 		Rows: []Row{row("sockets", runs(97.2, 1000, 1100, 900), ss), failed, row("check", runs(103, 2912), nil), serve},
 	}}}
 	var b bytes.Buffer
@@ -130,7 +130,7 @@ func TestWrite(t *testing.T) {
 	out := b.String()
 	for _, want := range [][]string{
 		{"kernel 6.18"}, {"20002 = 10000 connections x 2 + 2 holder listeners"}, {"Slab +84.0 MB"},
-		{"loadavg 1.00 0.50 0.20 before, 2.00 1.00 0.40 after; 123456 open files on the host"},
+		{"loadavg 1.00 0.50 0.20 before, 2.00 1.00 0.40 after; 123456 open files and 2070 processes on the host, 2000 of them the bench's idle ones (--procs)"},
 		{"sockets ", "1000ms (900ms-1100ms)", "97.2 MB", "ss -tinmp", "4200ms (4000ms-4400ms)", "<=31.0 MB", "4.20x"},
 		{"sockets --json ", "FAILED (below)"}, {"FAILED: sockets --json: killed after 10m0s (--timeout)"},
 		{"check --interval 1s --json", "2912ms", "103.0 MB", "above interval", "1912ms"},

@@ -196,7 +196,12 @@ func (r *E2EResult) WriteSize(w io.Writer, i int) error {
 		sz.Want, sz.Sockets, sz.Conns, sz.Holders)
 	fmt.Fprintf(w, "setup %s (%d holder processes); kernel memory since the bench began: Slab %+.1f MB, SUnreclaim %+.1f MB (host-wide), sockstat TCP mem %s\n",
 		sz.Setup.Round(10*time.Millisecond), sz.Holders, float64(sz.Kernel.Slab-sz.Base.Slab)/MB, float64(sz.Kernel.SUnreclaim-sz.Base.SUnreclaim)/MB, mb(sz.Kernel.TCPMem))
-	fmt.Fprintf(w, "loadavg %s before, %s after; %d open files on the host (fs/file-nr; owner walks read them all)\n", sz.LoadFrom, sz.LoadTo, sz.Files)
+	idle := ""
+	if sz.IdleProcs > 0 {
+		idle = fmt.Sprintf(", %d of them the bench's idle ones (--procs)", sz.IdleProcs)
+	}
+	fmt.Fprintf(w, "loadavg %s before, %s after; %d open files and %d processes on the host%s (fs/file-nr, /proc; owner walks visit them all)\n",
+		sz.LoadFrom, sz.LoadTo, sz.Files, sz.Procs, idle)
 	var failures []string
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "tcpdoctor command\ttime\tpeak RSS\tagainst\ttime\tpeak RSS\tratio\t")

@@ -20,6 +20,7 @@ type benchOpts struct {
 	runs          int
 	only          []string
 	phases        bool
+	procs         int
 	scrapes       int
 	serveInterval time.Duration
 	timeout       time.Duration
@@ -80,7 +81,7 @@ targets of docs/performance.md met or missed. --inner times the collection libra
 				Sizes: sizes, Runs: o.runs, Only: o.only, Scrapes: o.scrapes, ScrapeEvery: 200 * time.Millisecond,
 				ServeInterval: o.serveInterval, Timeout: o.timeout, MaxRSS: int64(o.maxRSSMB) << 20,
 				Exe: e.Args0, Parallel: o.parallel, ProcRoot: e.ProcRoot, Self: benchSelf(e), Progress: e.Stderr,
-				Phases: o.phases,
+				Phases: o.phases, Procs: o.procs,
 				OnSize: func(r *bench.E2EResult, i int) {
 					if i == 0 {
 						r.WriteHeader(e.Stdout)
@@ -100,6 +101,7 @@ targets of docs/performance.md met or missed. --inner times the collection libra
 	fs := cmd.Flags()
 	fs.StringVar(&o.sizes, "sizes", "20000,100000", "TCP sockets to measure at, comma-separated (two per connection; 1000000 takes about 4 GB of kernel memory)")
 	fs.BoolVar(&o.phases, "phases", false, "after each size's table, where each of our commands spent its time: process start, eBPF loads, dump, owner walk, rows, writing, exit (medians of --runs)")
+	fs.IntVar(&o.procs, "procs", 0, "start this many idle processes (sleep) on the host first, to measure a host with many processes (the owner walks of sockets and ss -p visit each); killed at the end")
 	fs.IntVar(&o.runs, "runs", 3, "timed runs of each command and of its ss (median, min and max are reported)")
 	fs.StringSliceVar(&o.only, "only", nil, "run only these rows: sockets, no-owners, json, proc-owners (sockets --bpf off), check, record, serve")
 	fs.IntVar(&o.scrapes, "scrapes", 20, "scrapes of serve's /metrics, 200ms apart, after its first window")
