@@ -77,6 +77,13 @@ type E2EOptions struct {
 	Exe string
 	// Parallel holders connect at a time while the namespace fills.
 	Parallel int
+	// Phases has each of our runs write the times of its parts
+	// (--phases-to) for the phases tables (WritePhases).
+	Phases bool
+	// Procs idle processes (sleep) are started on the host before the
+	// sizes, for a host with many processes: the owner walks of sockets
+	// and ss -p visit every process. They are killed at the end.
+	Procs int
 	// OnSize, if set, is called as each size completes (to print it
 	// before the next size, and before the namespace is torn down).
 	OnSize   func(r *E2EResult, i int)
@@ -92,6 +99,8 @@ type Run struct {
 	// Floor is our own resident size when the child started: a PeakRSS
 	// not above it means "at most Floor" (see lowerHWM).
 	Floor int64
+	// Phases, with E2EOptions.Phases, is where our run's time went.
+	Phases *RunPhases
 }
 
 // Row is one command measured at one size.
@@ -118,6 +127,9 @@ type SizeResult struct {
 	// Files is the host's open files (fs/file-nr) before the rows: the
 	// owner walks of sockets and ss -p read every one.
 	Files int64
+	// Procs is the processes on the host before the rows, the bench's
+	// idle ones (IdleProcs) among them.
+	Procs, IdleProcs int
 	Rows  []Row
 }
 
@@ -158,6 +170,11 @@ func EndToEnd(ctx context.Context, o E2EOptions) (*E2EResult, error) {
 		o.progress("removing netns %s and its %d holders...", sp.name, len(sp.holders))
 		sp.close()
 	}()
+	idle, err := startIdle(o.Procs)
+	defer idle.stop()
+	if err != nil {
+		return nil, err
+	}
 	res := &E2EResult{Netns: sp.name, Kernel: collect.KernelRelease(), Runs: o.Runs}
 	base, err := kernelMem(sp.ns)
 	if err != nil {
@@ -180,6 +197,7 @@ func EndToEnd(ctx context.Context, o E2EOptions) (*E2EResult, error) {
 		}
 		sr.LoadFrom = loadavg(o.ProcRoot)
 		sr.Files = collect.OpenFiles(o.ProcRoot)
+		sr.Procs, sr.IdleProcs = countProcs(o.ProcRoot), len(idle)
 		for _, c := range cmds {
 			if err := ctx.Err(); err != nil {
 				return nil, err
@@ -197,8 +215,8 @@ func EndToEnd(ctx context.Context, o E2EOptions) (*E2EResult, error) {
 }
 
 func (o *E2EOptions) validate() error {
-	if len(o.Sizes) == 0 || o.Runs < 1 || o.Runs > 50 || o.Scrapes < 1 || o.Scrapes > 1000 {
-		return fmt.Errorf("bench: --sizes, --runs 1..50, --scrapes 1..1000")
+	if len(o.Sizes) == 0 || o.Runs < 1 || o.Runs > 50 || o.Scrapes < 1 || o.Scrapes > 1000 || o.Procs < 0 || o.Procs > MaxIdle {
+		return fmt.Errorf("bench: --sizes, --runs 1..50, --scrapes 1..1000, --procs 0..%d", MaxIdle)
 	}
 	for _, s := range o.Sizes {
 		if s < 2 || s/2 > MaxConns {
@@ -267,6 +285,17 @@ func (o *E2EOptions) once(ctx context.Context, ns netns.NS, argv []string, findi
 		return Run{}, err
 	}
 	defer devnull.Close()
+	var ph *RunPhases
+	if o.Phases && argv[0] == o.Exe {
+		f, err := os.CreateTemp("", "tcpdoctor-phases-*.json")
+		if err != nil {
+			return Run{}, fmt.Errorf("bench: phases: %w", err)
+		}
+		f.Close()
+		defer os.Remove(f.Name())
+		argv = append(slices.Clip(argv), "--phases-to", f.Name())
+		ph = &RunPhases{path: f.Name()}
+	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout = devnull
 	stderr := &tail{max: 2048}
@@ -274,12 +303,13 @@ func (o *E2EOptions) once(ctx context.Context, ns netns.NS, argv []string, findi
 	floor := o.lowerHWM()
 	var start time.Time
 	// Started from a thread inside ns: the child is born there.
-	if err := netns.Do(ns, func() error { start = time.Now(); return cmd.Start() }); err != nil {
+	if err := netns.Do(ns, func() error { start = time.Now(); ph.fork(); return cmd.Start() }); err != nil {
 		return Run{}, fmt.Errorf("%s: %w", argv[0], err)
 	}
 	stop := o.watch(ctx, cmd.Process.Pid, func() { _ = cmd.Process.Kill() })
 	werr := cmd.Wait()
 	wall := time.Since(start)
+	ph.reap()
 	killedBy := stop()
 	name := strings.Join(argv, " ")
 	if killedBy != "" {
@@ -293,7 +323,10 @@ func (o *E2EOptions) once(ctx context.Context, ns netns.NS, argv []string, findi
 	if err != nil {
 		return Run{}, err
 	}
-	return Run{Wall: wall, PeakRSS: rss, Floor: floor}, nil
+	if err := ph.read(); err != nil {
+		return Run{}, fmt.Errorf("%s: %w", name, err)
+	}
+	return Run{Wall: wall, PeakRSS: rss, Floor: floor, Phases: ph}, nil
 }
 
 // lowerHWM brings our own peak RSS down to what we hold now and returns

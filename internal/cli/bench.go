@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -18,6 +19,8 @@ type benchOpts struct {
 	sizes         string
 	runs          int
 	only          []string
+	phases        bool
+	procs         int
 	scrapes       int
 	serveInterval time.Duration
 	timeout       time.Duration
@@ -78,11 +81,12 @@ targets of docs/performance.md met or missed. --inner times the collection libra
 				Sizes: sizes, Runs: o.runs, Only: o.only, Scrapes: o.scrapes, ScrapeEvery: 200 * time.Millisecond,
 				ServeInterval: o.serveInterval, Timeout: o.timeout, MaxRSS: int64(o.maxRSSMB) << 20,
 				Exe: e.Args0, Parallel: o.parallel, ProcRoot: e.ProcRoot, Self: benchSelf(e), Progress: e.Stderr,
+				Phases: o.phases, Procs: o.procs,
 				OnSize: func(r *bench.E2EResult, i int) {
 					if i == 0 {
 						r.WriteHeader(e.Stdout)
 					}
-					werr = r.WriteSize(e.Stdout, i)
+					werr = errors.Join(r.WriteSize(e.Stdout, i), r.WritePhases(e.Stdout, i))
 				},
 			})
 			if werr != nil {
@@ -96,6 +100,8 @@ targets of docs/performance.md met or missed. --inner times the collection libra
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&o.sizes, "sizes", "20000,100000", "TCP sockets to measure at, comma-separated (two per connection; 1000000 takes about 4 GB of kernel memory)")
+	fs.BoolVar(&o.phases, "phases", false, "after each size's table, where each of our commands spent its time: process start, eBPF loads, dump, owner walk, rows, writing, exit (medians of --runs)")
+	fs.IntVar(&o.procs, "procs", 0, "start this many idle processes (sleep) on the host first, to measure a host with many processes (the owner walks of sockets and ss -p visit each); killed at the end")
 	fs.IntVar(&o.runs, "runs", 3, "timed runs of each command and of its ss (median, min and max are reported)")
 	fs.StringSliceVar(&o.only, "only", nil, "run only these rows: sockets, no-owners, json, proc-owners (sockets --bpf off), check, record, serve")
 	fs.IntVar(&o.scrapes, "scrapes", 20, "scrapes of serve's /metrics, 200ms apart, after its first window")

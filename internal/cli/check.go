@@ -111,10 +111,12 @@ func runCheck(cmd *cobra.Command, e *Env, o *checkOpts) error {
 		return err
 	}
 	defer x.Close()
-	ss, err := o.src.sample(cmd.Context(), e, x.Collector(collect.Options{Owners: !o.noOwners, Workloads: e.workloads()}, e.Now), count, o.interval, rs)
+	e.Phases.Mark("setup")
+	ss, err := o.src.sample(cmd.Context(), e, x.Collector(collect.Options{Owners: !o.noOwners, Workloads: e.workloads(), Phases: e.Phases}, e.Now), count, o.interval, rs)
 	if err != nil {
 		return err
 	}
+	e.Phases.Mark("samples, --interval apart")
 	if o.wl.set() {
 		// Only the namespaces about the pod or container: their
 		// unknowns and counts are the report's.
@@ -124,6 +126,7 @@ func runCheck(cmd *cobra.Command, e *Env, o *checkOpts) error {
 		}
 	}
 	rep := checkup.Diagnose(window.Inputs(ss, opts), rs)
+	e.Phases.Mark("rules")
 	if o.wl.set() {
 		rep.Findings = slices.DeleteFunc(rep.Findings, func(f diag.Finding) bool {
 			return !o.wl.matchFields(f.Subject.Pod, f.Subject.PodNamespace, f.Subject.Container)
@@ -141,6 +144,7 @@ func runCheck(cmd *cobra.Command, e *Env, o *checkOpts) error {
 		}
 		report.WriteText(e.Stdout, rep, report.Style{Color: e.IsTTY && e.Getenv("NO_COLOR") == "", MinSeverity: min})
 	}
+	e.Phases.Mark("report")
 	for _, f := range rep.Findings {
 		if f.Severity >= failOn {
 			return errFindings

@@ -21,6 +21,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/linkemu"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/workload/workloadcmd"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
+	"github.com/tcpdoctor/tcpdoctor/internal/phases"
 	"github.com/tcpdoctor/tcpdoctor/internal/procs"
 	"github.com/tcpdoctor/tcpdoctor/internal/textsafe"
 	"github.com/tcpdoctor/tcpdoctor/internal/version"
@@ -58,6 +59,9 @@ type Env struct {
 	// Workloads names the containers, pods and units of namespaces and
 	// processes (docs/containers.md); nil names none.
 	Workloads *containers.Resolver
+	// Phases times the parts of this run when --phases-to is given (the
+	// bench's --phases view); nil records nothing.
+	Phases *phases.Recorder
 	// Build is this binary's version.Get(). The zero value is a build
 	// not known: `version` then says "dev", and check's JSON and a
 	// recording's header leave their build object out.
@@ -153,6 +157,8 @@ var errFindings = &exitError{code: ExitFindings}
 
 // NewRoot builds the command tree.
 func NewRoot(e *Env) *cobra.Command {
+	started := phases.Now()
+	var phasesTo string
 	root := &cobra.Command{
 		Use:           "tcpdoctor",
 		Short:         "Tell why TCP services are slow or fail to connect, with kernel evidence and the fix",
@@ -161,6 +167,16 @@ func NewRoot(e *Env) *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.SetVersionTemplate("tcpdoctor {{.Version}}\n")
+	// The bench's --phases view: where this run's time went, written to
+	// a file when the command ends.
+	root.PersistentFlags().StringVar(&phasesTo, "phases-to", "", "write the times of this run's parts to FILE as JSON (tcpdoctor bench --phases)")
+	_ = root.PersistentFlags().MarkHidden("phases-to")
+	root.PersistentPreRun = func(*cobra.Command, []string) {
+		if phasesTo != "" {
+			e.Phases = phases.New(started, phasesTo)
+		}
+	}
+
 	root.SetOut(e.Stdout)
 	root.SetErr(e.Stderr)
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
@@ -239,6 +255,9 @@ func runMain(ctx context.Context, args []string, e *Env) int {
 	root := NewRoot(e)
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
+	if werr := e.Phases.Write(); werr != nil {
+		fmt.Fprintf(e.Stderr, "tcpdoctor: %v\n", werr)
+	}
 	if code, ok := interruptCode(err, context.Cause(ctx), e.Stderr); ok {
 		return code
 	}

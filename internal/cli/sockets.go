@@ -205,7 +205,7 @@ func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
 		return usageErr("%v", err)
 	}
 	states, kf := flt.kernel()
-	st := x.Streamer(collect.Options{Owners: !o.noOwners, States: states, Filter: kf, Workloads: e.workloads()}, e.Now)
+	st := x.Streamer(collect.Options{Owners: !o.noOwners, States: states, Filter: kf, Workloads: e.workloads(), Phases: e.Phases}, e.Now)
 	var first []*snapshot.Snapshot
 	var prev *tcpmodel.Chronos
 	if o.interval > 0 {
@@ -234,10 +234,12 @@ func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
 		po.Workload = po.Workload || ns.Workload != nil
 	}
 	var lim tcpmodel.Limited
+	e.Phases.Mark("setup")
 	heads, err := st.Stream(nss, func(s *snapshot.Snapshot, sk *snapshot.Socket) error {
 		if !flt.match(sk) {
 			return nil
 		}
+		defer e.Phases.Add("format rows (during the dump)", e.Phases.Stamp())
 		r := sockets.Row{Subject: output.SocketSubject(&s.Netns, sk, s.Procs), Socket: sk}
 		if !o.wl.match(r.Subject.Workload) {
 			return nil
@@ -268,13 +270,16 @@ func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
 	if p.Rows() == 0 && noDump(heads) {
 		return collectErr(errors.New("nothing could be collected: " + firstErrors(ss)))
 	}
+	e.Phases.Mark("stream: dump, owners, rows")
 	if err := p.Close(); err != nil {
 		return err
 	}
 	if o.interval > 0 {
 		sockets.WriteEvents(w, windows(ss), flt.events())
 	}
-	return w.Flush()
+	err = w.Flush()
+	e.Phases.Mark("close and write")
+	return err
 }
 
 // noDump is true when no namespace's dump succeeded.

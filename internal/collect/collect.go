@@ -14,6 +14,7 @@ import (
 
 	"github.com/tcpdoctor/tcpdoctor/internal/appcaps"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
+	"github.com/tcpdoctor/tcpdoctor/internal/phases"
 	"github.com/tcpdoctor/tcpdoctor/internal/procnet"
 	"github.com/tcpdoctor/tcpdoctor/internal/procs"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
@@ -52,6 +53,9 @@ type Options struct {
 	// Workloads, when set, names the container, pod or unit of every
 	// process in the snapshots (snapshot.Proc.Workload).
 	Workloads Workloads
+	// Phases times the parts of a collection (the bench's --phases);
+	// nil times nothing.
+	Phases *phases.Recorder
 }
 
 // FileSource gives the kernel's file walk (eBPF iter/task_file), loading
@@ -95,11 +99,15 @@ func (c *Collector) Collect(nss []netns.NS) []*snapshot.Snapshot {
 	if c.Opts.Owners && c.Opts.Files != nil && c.procRoot() == "/proc" {
 		open := OpenFiles(c.procRoot())
 		walk := func() *fileWalk {
+			end := c.Opts.Phases.Begin("owners: eBPF iter/task_file load")
 			l, err := c.Opts.Files()
+			end()
 			if err != nil {
 				return nil // the /proc walk stands in
 			}
+			end = c.Opts.Phases.Begin("owners: kernel file walk")
 			w := walkFiles(l, open)
+			end()
 			return &w
 		}
 		if open >= besideMin {
@@ -114,14 +122,20 @@ func (c *Collector) Collect(nss []netns.NS) []*snapshot.Snapshot {
 		err := netns.Do(ns, func() error {
 			s.Taken = c.Now()
 			// Counters first: sockstat sizes the socket slice.
+			end := c.Opts.Phases.Begin("counters and sysctls")
 			procnet.Default().Fill(s)
+			end()
 			expect := expectedSockets(s)
 			beside := expect >= besideMin
 			var locks lockWalk
 			if beside {
 				locks = c.startLocks(ns, expect)
 			}
+			end = c.Opts.Phases.Begin("dump")
 			c.dump(s)
+			end()
+			end = c.Opts.Phases.Begin("lock bits (iter/tcp)")
+			defer end()
 			if !beside {
 				locks = lockNow(c.Opts.Locks, len(s.Sockets))
 			}
@@ -145,13 +159,16 @@ func (c *Collector) Collect(nss []netns.NS) []*snapshot.Snapshot {
 		if files != nil {
 			fw = files()
 		}
+		end := c.Opts.Phases.Begin("owners: join and name")
 		own := c.attachOwners(out, fw)
 		for i, s := range out {
 			c.nameFlowOwners(nss[i], s, own, c.procRoot())
 			nameProcs(s, c.Opts.Workloads)
 		}
+		end()
 		// The servers' own limits, read once the listeners' owners are
 		// known.
+		defer c.Opts.Phases.Begin("application limits")()
 		for _, s := range out {
 			start := time.Now()
 			n := len(s.Errors)
@@ -211,7 +228,8 @@ func (c *Collector) dump(s *snapshot.Snapshot) {
 		base = b.Was
 	}
 	f := snapshot.Follow(base)
-	opts := sockdiag.Options{States: c.Opts.States, Filter: c.Opts.Filter, Info: true, Mem: true, Reuse: true, OneWalk: true}
+	opts := sockdiag.Options{States: c.Opts.States, Filter: c.Opts.Filter, Info: true, Mem: true, Reuse: true, OneWalk: true,
+		Split: expectedSockets(s) >= splitMin}
 	err := sockdiag.Dump(opts, func(sk *snapshot.Socket) error {
 		var was *snapshot.Was
 		if k, ok := f.Next(sk.Cookie); ok {
@@ -225,6 +243,12 @@ func (c *Collector) dump(s *snapshot.Snapshot) {
 		s.AddError(snapshot.SourceSockdiag, err)
 	}
 }
+
+// splitMin is the expected sockets (expectedSockets) from which a dump
+// runs in two halves, one per CPU (sockdiag.Options.Split): each half
+// walks the kernel's whole table, a few ms, which a smaller dump does not
+// win back (docs/performance.md).
+const splitMin = 8192
 
 // expectedSockets sizes the dump from this namespace's sockstat (TCP and
 // TCP6 sockets in use plus TIME_WAIT, with a little room), so 100,000

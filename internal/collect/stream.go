@@ -7,6 +7,7 @@ import (
 
 	"github.com/tcpdoctor/tcpdoctor/internal/bpfsource"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
+	"github.com/tcpdoctor/tcpdoctor/internal/procnet"
 	"github.com/tcpdoctor/tcpdoctor/internal/procs"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/sockdiag"
@@ -35,19 +36,29 @@ type ownersDone struct {
 // dump names them beside it as well.
 func (st *Streamer) walkOwners(root string) ownersDone {
 	start := time.Now()
+	ph := st.Opts.Phases
 	var out ownersDone
 	if st.Opts.Files != nil && root == "/proc" {
-		if l, err := st.Opts.Files(); err == nil {
+		end := ph.Begin("owners: eBPF iter/task_file load")
+		l, err := st.Opts.Files()
+		end()
+		if err == nil {
+			end := ph.Begin("owners: kernel file walk")
 			w := walkFiles(l, OpenFiles(root))
+			end()
 			out.fw, out.own = &w, w.own
 		}
 	}
 	if out.own == nil {
+		end := ph.Begin("owners: /proc walk")
 		out.own, out.err = procs.Scanner{Root: root}.Scan(nil)
+		end()
 	}
 	out.d = time.Since(start)
 	if out.own != nil {
+		end := ph.Begin("owners: name workloads")
 		out.named = nameAll(out.own.Procs, st.Opts.Workloads)
+		end()
 	}
 	return out
 }
@@ -134,7 +145,9 @@ func (st *Streamer) Stream(nss []netns.NS, fn func(s *snapshot.Snapshot, sk *sna
 		}
 		var o ownersDone
 		if block {
+			end := st.Opts.Phases.Begin("dump: wait for owners")
 			o = <-beside
+			end()
 		} else {
 			select {
 			case o = <-beside:
@@ -176,6 +189,11 @@ func (st *Streamer) Stream(nss []netns.NS, fn func(s *snapshot.Snapshot, sk *sna
 				find = locks.Joiner()
 			}
 			start := time.Now()
+			// sockstat says whether the namespace is big enough to dump
+			// in two halves; unread, the dump is whole.
+			ss := make(map[string]int64, 16)
+			_ = procnet.Default().Sockstat(ss)
+			opts.Split = expectedSockets(&snapshot.Snapshot{Sockstat: ss}) >= splitMin
 			emit := func(sk *snapshot.Socket) error {
 				sk.Pids = nil
 				if own != nil {
@@ -201,6 +219,7 @@ func (st *Streamer) Stream(nss []netns.NS, fn func(s *snapshot.Snapshot, sk *sna
 				held = heldRows{}
 				return nil
 			}
+			endDump := st.Opts.Phases.Begin(dumpPhase(opts))
 			err := sockdiag.Dump(opts, func(sk *snapshot.Socket) error {
 				if find != nil {
 					if v := lockOf(find, sk, &lockBits); v != nil {
@@ -218,6 +237,7 @@ func (st *Streamer) Stream(nss []netns.NS, fn func(s *snapshot.Snapshot, sk *sna
 				}
 				return emit(sk)
 			})
+			endDump()
 			if fnErr == nil && len(held.socks) > 0 {
 				takeOwners(true)
 				_ = flush() // an error is in fnErr
@@ -303,4 +323,12 @@ func ownerPids(own *procs.Owners, inode uint32, buf []int) []int {
 		return buf
 	}
 	return own.AppendPids(buf, inode)
+}
+
+// dumpPhase names a dump's span: whole, or in two halves at once.
+func dumpPhase(opts sockdiag.Options) string {
+	if opts.Split {
+		return "dump (two halves at once)"
+	}
+	return "dump"
 }

@@ -24,15 +24,24 @@ func runBytecode(bc []byte, fam uint8, local, remote netip.AddrPort) bool {
 		switch code {
 		case bcJmp:
 			ok = false
-		case bcSEq, bcDEq:
+		case bcSEq, bcDEq, bcSGE, bcSLE, bcDGE, bcDLE:
 			if len(bc) < 2*opLen {
 				return false
 			}
 			port := ne.Uint16(bc[opLen+2:])
-			if code == bcSEq {
+			switch code {
+			case bcSEq:
 				ok = local.Port() == port
-			} else {
+			case bcDEq:
 				ok = remote.Port() == port
+			case bcSGE:
+				ok = local.Port() >= port
+			case bcSLE:
+				ok = local.Port() <= port
+			case bcDGE:
+				ok = remote.Port() >= port
+			case bcDLE:
+				ok = remote.Port() <= port
 			}
 		case bcSCond, bcDCond:
 			if len(bc) < opLen+8 {
@@ -95,7 +104,7 @@ func auditBytecode(bc []byte) error {
 		code, yes, no := bc[off], int(bc[off+1]), int(ne.Uint16(bc[off+2:]))
 		minLen := opLen
 		switch code {
-		case bcSEq, bcDEq:
+		case bcSEq, bcDEq, bcSGE, bcSLE, bcDGE, bcDLE:
 			minLen += opLen
 		case bcSCond, bcDCond:
 			minLen += 8

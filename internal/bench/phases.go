@@ -1,0 +1,137 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/phases"
+)
+
+// RunPhases is where one run of ours spent its time: the spans it wrote
+// (--phases-to) between the fork and the reap the bench saw, all on the
+// system's monotonic clock.
+type RunPhases struct {
+	Fork, Reap int64
+	File       phases.File
+	path       string
+}
+
+func (p *RunPhases) fork() {
+	if p != nil {
+		p.Fork = phases.Now()
+	}
+}
+
+func (p *RunPhases) reap() {
+	if p != nil {
+		p.Reap = phases.Now()
+	}
+}
+
+func (p *RunPhases) read() error {
+	if p == nil {
+		return nil
+	}
+	f, err := phases.Read(p.path)
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	p.File = f
+	return nil
+}
+
+// Part names the bench adds around a run's own spans.
+const (
+	partStart = "start: fork to main (exec, Go runtime, init)"
+	partExit  = "exit: last part to reaped"
+)
+
+// part is one named part of a run: when it began after the fork, how
+// long it took, and for a part done in pieces how many.
+type part struct {
+	from, took time.Duration
+	pieces     int
+}
+
+// parts lists a run's parts in the order they began, the start and exit
+// the bench saw included. A part done again (each sample of check) is
+// numbered: "dump", "dump #2".
+func (p *RunPhases) parts() (names []string, by map[string]part) {
+	by = map[string]part{}
+	seen := map[string]int{}
+	add := func(name string, pt part) {
+		seen[name]++
+		if n := seen[name]; n > 1 {
+			name = fmt.Sprintf("%s #%d", name, n)
+		}
+		names = append(names, name)
+		by[name] = pt
+	}
+	add(partStart, part{took: time.Duration(p.File.Main - p.Fork)})
+	spans := slices.Clone(p.File.Spans)
+	slices.SortStableFunc(spans, func(a, b phases.Span) int { return int(a.Start - b.Start) })
+	last := p.File.Main
+	for _, s := range spans {
+		add(s.Name, part{from: time.Duration(s.Start - p.Fork), took: s.Took(), pieces: s.Count})
+		last = max(last, s.End)
+	}
+	add(partExit, part{from: time.Duration(last - p.Fork), took: time.Duration(p.Reap - last)})
+	return names, by
+}
+
+// WritePhases prints, for each of size i's rows run with phases, the
+// median of each part over the runs: when it began after the fork and
+// how long it took. Parts beside each other (the owner walk beside the
+// dump) overlap, so the times do not add up to the wall time.
+func (r *E2EResult) WritePhases(w io.Writer, i int) error {
+	for _, row := range r.Sizes[i].Rows {
+		var runs []*RunPhases
+		for _, run := range row.Ours {
+			if run.Phases != nil {
+				runs = append(runs, run.Phases)
+			}
+		}
+		if len(runs) == 0 {
+			continue
+		}
+		var order []string
+		from, took := map[string][]time.Duration{}, map[string][]time.Duration{}
+		pieces := map[string]int{}
+		for _, p := range runs {
+			names, by := p.parts()
+			for _, n := range names {
+				if _, ok := took[n]; !ok {
+					order = append(order, n)
+				}
+				from[n] = append(from[n], by[n].from)
+				took[n] = append(took[n], by[n].took)
+				pieces[n] = max(pieces[n], by[n].pieces)
+			}
+		}
+		// The exit comes last, whatever order the runs gave.
+		order = append(slices.DeleteFunc(order, func(n string) bool { return n == partExit }), partExit)
+		fmt.Fprintf(w, "\nwhere `%s` spent its %s (median of %d runs, ms after the fork; parts beside each other overlap):\n",
+			strings.Join(row.Args, " "), ms(Summarize(walls(row.Ours)).Median), len(runs))
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "part\tfrom\ttook\t(min-max)\t")
+		for _, n := range order {
+			t := Summarize(took[n])
+			label := n
+			if pieces[n] > 0 {
+				label = fmt.Sprintf("%s, %d pieces", n, pieces[n])
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t(%s-%s)\t\n", label, msf(Summarize(from[n]).Median), msf(t.Median), msf(t.Min), msf(t.Max))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// msf is a duration in ms with a tenth.
+func msf(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d)/1e6) }
