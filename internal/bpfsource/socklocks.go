@@ -51,36 +51,53 @@ type Locks struct {
 // Joiner returns a lookup by cookie that is cheapest when asked in walk
 // order, as when joining a sock_diag dump: it tries the record after the
 // last one found and a few beyond it, and only when those miss does it
-// index every record (once) by cookie. The lookup is not safe for
-// concurrent use.
-func (l *Locks) Joiner() func(cookie uint64) (SockLock, bool) {
-	next := 0
-	var index map[uint64]int
-	return func(cookie uint64) (SockLock, bool) {
-		for k := next; k < min(next+joinAhead, len(l.Recs)); k++ {
-			if l.Recs[k].Cookie == cookie {
-				next = k + 1
-				return l.Recs[k], true
-			}
-		}
-		if index == nil {
-			index = make(map[uint64]int, len(l.Recs))
-			for k, r := range l.Recs {
-				index[r.Cookie] = k
-			}
-		}
-		if k, ok := index[cookie]; ok {
-			next = k + 1
-			return l.Recs[k], true
-		}
-		return SockLock{}, false
-	}
+// index every record (once) by cookie. A dump in two halves (sockdiag's
+// split by port) delivers two interleaved sequences, each in walk order:
+// the caller names each socket's lane (0 or 1), and each lane has its
+// own place in the records, so neither lane's sockets send the other's
+// to the index (a map of every cookie: at a million sockets tens of MB
+// and more time than the join). The lookup is not safe for concurrent
+// use.
+func (l *Locks) Joiner() func(lane int, cookie uint64) (SockLock, bool) {
+	j := &joiner{recs: l.Recs}
+	return j.find
 }
 
-// joinAhead is how many records past the last match a Joiner tries
-// before its index: sockets opened or closed between the dump and the
-// walk shift the order by a few.
-const joinAhead = 8
+// joiner is a Joiner's state: each lane's place after its last match.
+type joiner struct {
+	recs  []SockLock
+	next  [2]int
+	index map[uint64]int
+}
+
+func (j *joiner) find(lane int, cookie uint64) (SockLock, bool) {
+	lane &= 1
+	next := j.next[lane]
+	for k := next; k < min(next+joinAhead, len(j.recs)); k++ {
+		if j.recs[k].Cookie == cookie {
+			j.next[lane] = k + 1
+			return j.recs[k], true
+		}
+	}
+	if j.index == nil {
+		j.index = make(map[uint64]int, len(j.recs))
+		for k, r := range j.recs {
+			j.index[r.Cookie] = k
+		}
+	}
+	if k, ok := j.index[cookie]; ok {
+		j.next[lane] = k + 1
+		return j.recs[k], true
+	}
+	return SockLock{}, false
+}
+
+// joinAhead is how many records past a lane's last match a Joiner tries
+// before its index: the other lane's records lie between a lane's (half
+// of them when the ports split evenly, so 64 in a row of the other lane
+// are about 2^-64 likely), and sockets opened or closed between the dump
+// and the walk shift the order by a few.
+const joinAhead = 64
 
 // OpenSockLocks checks the kernel can run the iterator and loads it.
 // Errors that mean "cannot run here" wrap ErrNotSupported and say why.

@@ -7,6 +7,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/bpfsource"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/sockdiag"
 )
 
 // LockReader walks the TCP sockets of the namespace the calling thread is
@@ -114,12 +115,21 @@ func joinLocks(s *snapshot.Snapshot, l *bpfsource.Locks) {
 // holds 0..3); nil when it did not see the socket. Sockets without a
 // tcp_sock, which the walk skips, are not looked for: they cost no
 // search.
-func lockOf(find func(uint64) (bpfsource.SockLock, bool), sk *snapshot.Socket, vals *[4]uint8) *uint8 {
+func lockOf(find func(int, uint64) (bpfsource.SockLock, bool), sk *snapshot.Socket, vals *[4]uint8) *uint8 {
 	if sk.Cookie == 0 || sk.State == snapshot.TimeWait || sk.State == snapshot.SynRecv {
 		return nil
 	}
-	if sl, ok := find(sk.Cookie); ok && int(sl.Locks) < len(vals) {
+	if sl, ok := find(laneOf(sk), sk.Cookie); ok && int(sl.Locks) < len(vals) {
 		return &vals[sl.Locks]
 	}
 	return nil
+}
+
+// laneOf is the half of a split dump (sockdiag.SplitPort) sk comes in:
+// each half is in the lock walk's order (bpfsource.Locks.Joiner).
+func laneOf(sk *snapshot.Socket) int {
+	if sk.Local.Port() >= sockdiag.SplitPort || sk.Remote.Port() >= sockdiag.SplitPort {
+		return 1
+	}
+	return 0
 }

@@ -184,7 +184,7 @@ func (st *Streamer) Stream(nss []netns.NS, fn func(s *snapshot.Snapshot, sk *sna
 		var probes probeCount
 		err := netns.Do(ns, func() error {
 			s.Taken = st.Now()
-			var find func(uint64) (bpfsource.SockLock, bool)
+			var find func(int, uint64) (bpfsource.SockLock, bool)
 			if locks := readLocks(st.Opts.Locks, st.Opts.LocksOff, s); locks != nil {
 				find = locks.Joiner()
 			}
