@@ -532,7 +532,7 @@ func (o *Owners) Attach(snap *snapshot.Snapshot) {
 			keys = append(keys, uint64(ino)<<32|uint64(i))
 		}
 	}
-	sortByHigh(keys) // made in index order: sorted as numbers
+	sortKeys(keys)
 	// Pids are cut from slabs: one allocation per 4,096 owners, not one
 	// per socket (a million sockets were a million small objects for the
 	// garbage collector to track).

@@ -5,22 +5,25 @@ import (
 	"slices"
 )
 
-// radixSort sorts xs by key, keeping the order of elements whose keys
-// are equal: an LSD radix sort, a byte a pass, passes whose byte is the
-// same in every key skipped. A few linear passes over a million sockets'
-// records instead of a comparison sort (BenchmarkSortKeys).
-func radixSort[T any](xs []T, key func(T) uint32) {
-	if len(xs) < 2 {
+// sortKeys sorts Attach's keys, inode<<32|index made in ascending order
+// of index, as numbers, as slices.Sort would: an LSD radix sort of the
+// high halves, a byte a pass, keeping the order of keys whose inodes are
+// equal; passes whose byte is the same in every key are skipped. A few
+// linear passes over a million sockets' keys instead of a comparison
+// sort (BenchmarkSortKeys), for a second copy of them (8 bytes a
+// socket) while it runs, after the dump.
+func sortKeys(keys []uint64) {
+	if len(keys) < 2 {
 		return
 	}
-	tmp := make([]T, len(xs))
-	src, dst := xs, tmp
-	for shift := uint(0); shift < 32; shift += 8 {
+	tmp := make([]uint64, len(keys))
+	src, dst := keys, tmp
+	for shift := uint(32); shift < 64; shift += 8 {
 		var count [256]int
-		for _, x := range src {
-			count[byte(key(x)>>shift)]++
+		for _, k := range src {
+			count[byte(k>>shift)]++
 		}
-		if count[byte(key(src[0])>>shift)] == len(src) {
+		if count[byte(src[0]>>shift)] == len(src) {
 			continue // this byte is the same in every key
 		}
 		at := 0
@@ -28,42 +31,29 @@ func radixSort[T any](xs []T, key func(T) uint32) {
 			count[b] = at
 			at += n
 		}
-		for _, x := range src {
-			b := byte(key(x) >> shift)
-			dst[count[b]] = x
+		for _, k := range src {
+			b := byte(k >> shift)
+			dst[count[b]] = k
 			count[b]++
 		}
 		src, dst = dst, src
 	}
-	if &src[0] != &xs[0] {
-		copy(xs, src)
+	if &src[0] != &keys[0] {
+		copy(keys, src)
 	}
 }
 
-// sortByHigh sorts keys made in ascending order of their low 32 bits (as
-// Attach's inode<<32|index are) as numbers, as slices.Sort would.
-func sortByHigh(keys []uint64) {
-	radixSort(keys, func(k uint64) uint32 { return uint32(k >> 32) })
-}
-
-// sortRefs sorts refs by inode, pid and fd. The kernel's file walk lists
-// them by pid and fd already, which a stable sort by inode keeps; refs in
-// any other order take a comparison sort.
+// sortRefs sorts refs by inode, pid and fd, in place: it runs in the
+// file walk beside the dump, at the peak of a collection's memory, where
+// a radix sort's second copy of every record would add to it.
 func sortRefs(refs []inodeRef) {
-	byPidFD := func(a, b inodeRef) int {
-		if c := cmp.Compare(a.pid, b.pid); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.fd, b.fd)
-	}
-	if slices.IsSortedFunc(refs, byPidFD) {
-		radixSort(refs, func(r inodeRef) uint32 { return r.ino })
-		return
-	}
 	slices.SortFunc(refs, func(a, b inodeRef) int {
 		if c := cmp.Compare(a.ino, b.ino); c != 0 {
 			return c
 		}
-		return byPidFD(a, b)
+		if c := cmp.Compare(a.pid, b.pid); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.fd, b.fd)
 	})
 }

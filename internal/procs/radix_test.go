@@ -7,10 +7,10 @@ import (
 	"testing"
 )
 
-// TestSortByHigh: keys made as Attach makes them (inode<<32 | index, in
+// TestSortKeys: keys made as Attach makes them (inode<<32 | index, in
 // index order) come out as slices.Sort leaves them, for inodes spread
 // over every byte, over few bytes, and all equal.
-func TestSortByHigh(t *testing.T) {
+func TestSortKeys(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	for _, c := range []struct {
 		name string
@@ -28,7 +28,7 @@ func TestSortByHigh(t *testing.T) {
 			}
 			want := slices.Clone(keys)
 			slices.Sort(want)
-			sortByHigh(keys)
+			sortKeys(keys)
 			if !slices.Equal(keys, want) {
 				t.Fatalf("%s, %d keys: not sorted as numbers", c.name, n)
 			}
@@ -37,9 +37,8 @@ func TestSortByHigh(t *testing.T) {
 }
 
 // TestSortRefs: owner records come out by inode, pid and fd whether
-// they arrive in the kernel walk's pid and fd order (the radix path) or
-// in any other (the comparison sort), sockets shared by several
-// processes and fds included.
+// they arrive in the kernel walk's pid and fd order or in any other,
+// sockets shared by several processes and fds included.
 func TestSortRefs(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	byAll := func(a, b inodeRef) int {
@@ -72,7 +71,7 @@ func TestSortRefs(t *testing.T) {
 	}
 }
 
-// BenchmarkSortKeys compares sortByHigh with slices.Sort on a million
+// BenchmarkSortKeys compares sortKeys with slices.Sort on a million
 // Attach keys (`go test -run XXX -bench SortKeys -benchtime 5x ./internal/procs`).
 func BenchmarkSortKeys(b *testing.B) {
 	r := rand.New(rand.NewPCG(1, 2))
@@ -84,7 +83,7 @@ func BenchmarkSortKeys(b *testing.B) {
 	for _, c := range []struct {
 		name string
 		sort func([]uint64)
-	}{{"radix", sortByHigh}, {"slices.Sort", slices.Sort[[]uint64]}} {
+	}{{"radix", sortKeys}, {"slices.Sort", slices.Sort[[]uint64]}} {
 		b.Run(c.name, func(b *testing.B) {
 			for b.Loop() {
 				copy(work, keys)
