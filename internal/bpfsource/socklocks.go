@@ -73,7 +73,14 @@ type joiner struct {
 func (j *joiner) find(lane int, cookie uint64) (SockLock, bool) {
 	lane &= 1
 	next := j.next[lane]
-	for k := next; k < min(next+joinAhead, len(j.recs)); k++ {
+	// Until a cookie is missing, a lane's next record is looked for
+	// further: a lane may start far into the walk, past the other's
+	// first sockets.
+	ahead := joinAhead
+	if j.index == nil {
+		ahead = joinFar
+	}
+	for k := next; k < min(next+ahead, len(j.recs)); k++ {
 		if j.recs[k].Cookie == cookie {
 			j.next[lane] = k + 1
 			return j.recs[k], true
@@ -98,6 +105,10 @@ func (j *joiner) find(lane int, cookie uint64) (SockLock, bool) {
 // are about 2^-64 likely), and sockets opened or closed between the dump
 // and the walk shift the order by a few.
 const joinAhead = 64
+
+// joinFar is how far a Joiner looks for a lane's next record before its
+// index exists: the first cookie not found there builds the index.
+const joinFar = 4096
 
 // OpenSockLocks checks the kernel can run the iterator and loads it.
 // Errors that mean "cannot run here" wrap ErrNotSupported and say why.

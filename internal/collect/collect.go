@@ -140,6 +140,7 @@ func (c *Collector) Collect(nss []netns.NS) []*snapshot.Snapshot {
 				locks = lockNow(c.Opts.Locks, len(s.Sockets))
 			}
 			if l := locks.record(c.Opts.LocksOff, s); l != nil {
+				defer c.Opts.Phases.Begin("lock bits: join")()
 				joinLocks(s, l)
 			}
 			return nil
