@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Compare `check --interval 1s --json` of two or more tcpdoctor binaries in
+# one namespace filled once: the binaries run in turn, ROUNDS times, each
+# run printing its wall, user and system CPU time, peak RSS and the
+# parts of its time (the hidden --phases-to that `bench --phases` reads).
+# Running both binaries against the very same sockets, back to back, is
+# what tells a change apart on a busy host, where a fresh bench fill per
+# binary moves the figures by seconds (docs/perf-million.md).
+#
+#   sudo scripts/check-ab.sh [-n CONNS] [-r ROUNDS] BINARY...
+#
+# It needs root and GNU time (/usr/bin/time). The namespace (tdab-PID)
+# holds CONNS loopback connections (default 500000, a million sockets:
+# about 4 GB of kernel memory), opened by holders started from the first
+# binary (`bench --hold-in`, at most 9,000 connections each); they and the
+# namespace are removed on exit, Ctrl-C included.
+set -euo pipefail
+
+conns=500000
+rounds=3
+while getopts "n:r:" o; do
+  case $o in
+  n) conns=$OPTARG ;;
+  r) rounds=$OPTARG ;;
+  *) exit 2 ;;
+  esac
+done
+shift $((OPTIND - 1))
+if [ $# -lt 1 ]; then
+  echo "usage: sudo $0 [-n CONNS] [-r ROUNDS] BINARY..." >&2
+  exit 2
+fi
+if [ "$(id -u)" != 0 ]; then
+  echo "check-ab.sh: needs root (network namespaces, eBPF)" >&2
+  exit 2
+fi
+for b in "$@"; do
+  [ -x "$b" ] || { echo "check-ab.sh: $b is not an executable" >&2; exit 2; }
+done
+[ -x /usr/bin/time ] || { echo "check-ab.sh: needs GNU time (/usr/bin/time)" >&2; exit 2; }
+
+ns=tdab-$$
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  # Holders end when their stdin closes; killed by pid if not.
+  exec {hold}>&- 2>/dev/null || true
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  ip netns del "$ns" 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+ip netns add "$ns"
+ip -n "$ns" link set lo up
+ulimit -n 20000
+# One pipe feeds every holder's stdin; closing it ends them all.
+mkfifo "$work/hold"
+sleep infinity >"$work/hold" &
+pids+=($!)
+exec {hold}<"$work/hold"
+left=$conns
+i=0
+start=$(date +%s)
+while [ "$left" -gt 0 ]; do
+  k=$((left < 9000 ? left : 9000))
+  "$1" bench --hold-in "$ns" --conns "$k" <&$hold >"$work/out$i" 2>&1 &
+  pids+=($!)
+  until grep -q ready "$work/out$i" 2>/dev/null; do
+    kill -0 "${pids[-1]}" 2>/dev/null || { echo "check-ab.sh: holder failed: $(cat "$work/out$i")" >&2; exit 3; }
+    sleep 0.05
+  done
+  left=$((left - k))
+  i=$((i + 1))
+done
+echo "check-ab.sh: $conns connections in netns $ns, $i holders, $(($(date +%s) - start)) s; $(ip netns exec "$ns" awk '/^TCP:/{print $3}' /proc/net/sockstat) TCP sockets in use"
+
+for r in $(seq "$rounds"); do
+  for b in "$@"; do
+    echo "== round $r: $b; loadavg $(cut -d' ' -f1-3 /proc/loadavg)"
+    /usr/bin/time -f "wall %e s, user %U s, sys %S s, peak RSS %M KiB" -o "$work/time" \
+      nsenter --net="/run/netns/$ns" "$b" check --interval 1s --json --phases-to "$work/phases.json" >/dev/null 2>"$work/err" || true
+    cat "$work/time"
+    python3 - "$work/phases.json" <<'EOF'
+import json, sys
+f = json.load(open(sys.argv[1]))
+for s in f["spans"]:
+    if not s.get("count"):
+        print("  %7.0f ms  %6.0f ms  %s" % ((s["start_ns"] - f["main_ns"]) / 1e6, (s["end_ns"] - s["start_ns"]) / 1e6, s["name"]))
+EOF
+  done
+done
