@@ -88,7 +88,10 @@ func checkConnectionBottleneck(in *diag.Input) ([]diag.Finding, error) {
 		}
 		// Sockets whose owner is unknown group under pid 0: judged the
 		// same way, named "owner unknown" with the reason.
-		pid, _ := tcpmodel.FirstOwner(cur, sk)
+		pid := 0 // tcpmodel.FirstOwner's pid, without its command's lookup
+		if len(sk.Pids) > 0 {
+			pid = sk.Pids[0]
+		}
 		k := flowKey{pid: pid, remote: sk.Remote}
 		if listening[sk.Local.Port()] {
 			k = flowKey{pid: pid, local: sk.Local, remote: netip.AddrPortFrom(sk.Remote.Addr(), 0)}

@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"math/rand/v2"
 	"strings"
 	"testing"
 
@@ -33,5 +34,37 @@ func TestSockdiagReady(t *testing.T) {
 		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
 			t.Errorf("%s: %v, want %q", c.name, err, c.want)
 		}
+	}
+}
+
+// TestQueuedNearBufOnlyRulesOut: sndbuf-limited skips a socket whose
+// meminfo fails queuedNearBuf before unpacking its tcp_info, which is
+// right only if no socket failing it is limited. Random sockets around
+// the thresholds, and the edge where queued is exactly the fraction.
+func TestQueuedNearBufOnlyRulesOut(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	limited, passed := 0, 0
+	for i := range 200_000 {
+		m := &snapshot.MemInfo{Sndbuf: r.Uint32N(1 << 17), WmemQueued: r.Uint32N(1 << 17)}
+		if i%7 == 0 {
+			m.WmemQueued = uint32(float64(m.Sndbuf) * sndbufQueuedFrac)
+		}
+		ti := &snapshot.TCPInfo{SndMSS: 1 + r.Uint32N(9000), Unacked: r.Uint32N(100), SndCwnd: r.Uint32N(400), SndWnd: r.Uint32N(1 << 22)}
+		look, ok := lookSndbufOf(ti, m)
+		if ok && look.limited() {
+			limited++
+			if !queuedNearBuf(m) {
+				t.Fatalf("limited with meminfo %+v, tcp_info %+v, but queuedNearBuf says no", m, ti)
+			}
+		}
+		if queuedNearBuf(m) {
+			passed++
+		}
+	}
+	if limited == 0 || passed == 200_000 {
+		t.Fatalf("%d limited, %d of 200000 passed: the sample does not test the filter", limited, passed)
+	}
+	if queuedNearBuf(nil) || queuedNearBuf(&snapshot.MemInfo{}) {
+		t.Error("no meminfo, or no send buffer, passed")
 	}
 }

@@ -88,6 +88,13 @@ func lookSndbufOf(ti *snapshot.TCPInfo, m *snapshot.MemInfo) (sndbufLook, bool) 
 	}, true
 }
 
+// queuedNearBuf is the part of limited that meminfo alone decides: a
+// socket whose queued bytes are short of the buffer is not limited,
+// whatever its tcp_info says.
+func queuedNearBuf(m *snapshot.MemInfo) bool {
+	return m != nil && m.Sndbuf != 0 && float64(m.WmemQueued) >= sndbufQueuedFrac*float64(m.Sndbuf)
+}
+
 // limited: in flight near the buffer, buffer full, cwnd and the peer's
 // window well above what is in flight.
 func (l sndbufLook) limited() bool {
@@ -118,8 +125,17 @@ func checkSndbufLimited(in *diag.Input) ([]diag.Finding, error) {
 		// Each sample reads one instant, and a writer descheduled on a
 		// busy host can leave the buffer briefly short: either sample
 		// may show the limit.
-		look, ok := lookSndbuf(sk)
+		// The meminfo rules most connections out before their tcp_info
+		// is unpacked (queuedNearBuf).
+		var look sndbufLook
+		ok := false
+		if queuedNearBuf(sk.Mem) {
+			look, ok = lookSndbuf(sk)
+		}
 		if !ok || !look.limited() {
+			if prev == nil || !queuedNearBuf(prev.Mem) {
+				continue
+			}
 			if look, ok = lookPrevSndbuf(prev); !ok || !look.limited() {
 				continue
 			}
