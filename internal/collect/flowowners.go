@@ -63,10 +63,16 @@ func keyOf(local netip.Addr, remote netip.AddrPort) flowKey {
 // for them alone, so a namespace of a million idle connections builds no
 // map of every owned flow.
 func unownedFlows(s *snapshot.Snapshot) map[flowKey]bool {
+	// One pass finds the listeners and the TIME_WAIT sockets, which
+	// are few: at a million sockets each pass is 192 MB to read.
 	listen := map[uint16]bool{}
+	var tw []int
 	for i := range s.Sockets {
-		if s.Sockets[i].State == snapshot.Listen {
+		switch s.Sockets[i].State {
+		case snapshot.Listen:
 			listen[s.Sockets[i].Local.Port()] = true
+		case snapshot.TimeWait:
+			tw = append(tw, i)
 		}
 	}
 	// The opener's side: a server's connection is keyed from the remote
@@ -78,11 +84,8 @@ func unownedFlows(s *snapshot.Snapshot) map[flowKey]bool {
 		return keyOf(sk.Local.Addr(), sk.Remote), false
 	}
 	closed := map[flowKey]int{}
-	for i := range s.Sockets {
+	for _, i := range tw {
 		sk := &s.Sockets[i]
-		if sk.State != snapshot.TimeWait {
-			continue
-		}
 		if k, server := key(sk); server || len(sk.Pids) == 0 {
 			if tcpmodel.TimeWaitAge(sk) < flowChurnAge {
 				closed[k]++
