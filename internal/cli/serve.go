@@ -23,6 +23,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/rules"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/trace"
 	"github.com/tcpdoctor/tcpdoctor/internal/units"
 )
 
@@ -40,6 +41,9 @@ type serveOpts struct {
 	histAge   string
 	histSeg   time.Duration
 	histEvery time.Duration
+	traceDur  time.Duration
+	tracesPH  int
+	traceCool time.Duration
 }
 
 // newServeCmd serves the findings and the counters behind them as
@@ -76,6 +80,9 @@ socket systemd passes. See docs/exporter.md for every metric.`,
 	// often a persisting finding's window is kept.
 	fs.DurationVar(&o.histSeg, "history-segment", history.DefaultSegmentSpan, "span of windows in one timeline segment")
 	fs.DurationVar(&o.histEvery, "history-evidence-every", history.DefaultEvidenceEvery, "keep a persisting finding's window this often")
+	fs.DurationVar(&o.traceDur, "history-trace-duration", history.DefaultTraceDuration, "with --history: length of the trace of a connection-bottleneck, rwnd-limited, slow-reader or sndbuf-limited finding's connections recorded when it warns (at trace's default 100 samples a second; one at a time)")
+	fs.IntVar(&o.tracesPH, "history-traces-per-hour", history.DefaultTracesPerHour, "with --history: at most this many such traces start in any hour (0: none)")
+	fs.DurationVar(&o.traceCool, "history-trace-cooldown", history.DefaultTraceCooldown, "with --history: no new trace of the same finding's subject within this time of its last")
 	_ = fs.MarkHidden("history-segment")
 	_ = fs.MarkHidden("history-evidence-every")
 	o.bpf.register(fs)
@@ -110,6 +117,9 @@ func runServe(ctx context.Context, e *Env, o *serveOpts) error {
 		SegmentSpan: o.histSeg, EvidenceEvery: o.histEvery}
 	if o.histSeg <= 0 || o.histEvery <= 0 {
 		return usageErr("serve: --history-segment and --history-evidence-every must be positive")
+	}
+	if o.traceDur <= 0 || o.traceDur > time.Minute || o.tracesPH < 0 || o.traceCool < 0 {
+		return usageErr("serve: --history-trace-duration must be in (0, 1m], --history-traces-per-hour and --history-trace-cooldown must not be negative")
 	}
 	if o.history != "" {
 		var err error
@@ -152,6 +162,7 @@ func runServe(ctx context.Context, e *Env, o *serveOpts) error {
 		return fmt.Errorf("serve: %w", err)
 	}
 	var lastNote string
+	nsByName := &namespaceMap{}
 	loop := &exporter.Loop{
 		X:        x,
 		Interval: o.interval,
@@ -172,6 +183,7 @@ func runServe(ctx context.Context, e *Env, o *serveOpts) error {
 				}
 				return []*snapshot.Snapshot{collect.Unreachable(snapshot.Netns{Name: name}, e.Now(), err)}
 			}
+			nsByName.set(nss)
 			snaps := c.Collect(nss)
 			cost.Observe(snaps)
 			return snaps
@@ -181,6 +193,12 @@ func runServe(ctx context.Context, e *Env, o *serveOpts) error {
 	if o.history != "" {
 		// Never stops serve: a store it cannot write is said once and
 		// counted (tcpdoctor_history_errors_total).
+		if o.tracesPH > 0 {
+			hopts.Trace = &history.TraceOptions{Duration: o.traceDur, PerHour: o.tracesPH, Cooldown: o.traceCool,
+				Run: func(ctx context.Context, req history.TraceRequest) (*trace.Trace, error) {
+					return serveTrace(ctx, e, nsByName, req)
+				}}
+		}
 		rec = history.New(hopts)
 		loop.Record = rec.Add
 		if err := registerHistory(reg, rec); err != nil {
@@ -236,6 +254,48 @@ func runServe(ctx context.Context, e *Env, o *serveOpts) error {
 		return fmt.Errorf("serve: %w", err)
 	}
 	return nil
+}
+
+// namespaceMap is the namespaces of serve's last collection by name, for
+// the triggered traces' goroutine.
+type namespaceMap struct {
+	mu sync.Mutex
+	m  map[string]netns.NS
+}
+
+func (n *namespaceMap) set(nss []netns.NS) {
+	m := make(map[string]netns.NS, len(nss))
+	for _, ns := range nss {
+		m[ns.Name] = ns
+	}
+	n.mu.Lock()
+	n.m = m
+	n.mu.Unlock()
+}
+
+func (n *namespaceMap) get(name string) (netns.NS, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	ns, ok := n.m[name]
+	return ns, ok
+}
+
+// serveTrace records a triggered trace (docs/history.md): the finding's
+// connections in its namespace, at trace's default rate, without eBPF
+// events (serve's programs are its own).
+func serveTrace(ctx context.Context, e *Env, nss *namespaceMap, req history.TraceRequest) (*trace.Trace, error) {
+	ns, ok := nss.get(req.Subject.Netns)
+	if !ok {
+		return nil, fmt.Errorf("netns %q is no longer collected", req.Subject.Netns)
+	}
+	tr, _, err := trace.Live(ctx, trace.LiveOptions{NS: ns, Filter: req.Filter, ProcRoot: e.ProcRoot,
+		Interval: time.Second / traceDefaultRate, Duration: req.Duration, IdleEvery: 1, Now: e.Now, Sleep: trace.PreciseSleep,
+		NoEvents: "a trace serve --history started for " + req.Rule + ": eBPF events not recorded"})
+	if err != nil {
+		return nil, err
+	}
+	tr.Header.Filter += " (" + req.Rule + ")"
+	return tr, nil
 }
 
 // programStats reads the kernel's statistics of the eBPF programs ext
