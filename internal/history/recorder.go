@@ -96,9 +96,9 @@ type Recorder struct {
 	traceNote string
 
 	errs, dropped, written, traces atomic.Int64
-	lastEvidence           atomic.Int64 // bytes of the last evidence file
-	closeOnce              sync.Once
-	done                   chan struct{}
+	lastEvidence                   atomic.Int64 // bytes of the last evidence file
+	closeOnce                      sync.Once
+	done                           chan struct{}
 }
 
 // seen is a finding's state from one window to the next.
