@@ -95,10 +95,11 @@ type Recorder struct {
 	// traceNote says, in the next entry, that a trace was not kept.
 	traceNote string
 
-	errs, dropped, written, traces atomic.Int64
-	lastEvidence                   atomic.Int64 // bytes of the last evidence file
-	closeOnce                      sync.Once
-	done                           chan struct{}
+	errs, dropped, written atomic.Int64
+	lastEvidence           atomic.Int64 // bytes of the last evidence file
+	closeOnce              sync.Once
+	done                   chan struct{}
+	traces                 atomic.Int64 // triggered traces kept
 }
 
 // seen is a finding's state from one window to the next.
