@@ -159,6 +159,10 @@ func TestHistoryAtWithoutEvidence(t *testing.T) {
 		{"history", "--history", dir, "--since", "1h", "--until", "2h"},
 		{"serve", "--history", dir, "--history-size", "lots"},
 		{"serve", "--history", dir, "--history-age", "-1h"},
+		{"serve", "--history", dir, "--history-trace-duration", "0s"},
+		{"serve", "--history", dir, "--history-trace-duration", "2m"},
+		{"serve", "--history", dir, "--history-traces-per-hour", "-1"},
+		{"serve", "--history", dir, "--history-trace-cooldown", "-1m"},
 	} {
 		if code, _, _ := run(t, args...); code != ExitUsage {
 			t.Errorf("%v: exit %d, want 2", args, code)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -168,6 +169,11 @@ func TestHistoryLiveTrace(t *testing.T) {
 	withoutCPU, qbody, _ := serveCPU(t, quietDir, ns, false, "--history-traces-per-hour", "0")
 	if v := metricValue(qbody, "tcpdoctor_history_traces_total"); v != 0 {
 		t.Errorf("--history-traces-per-hour 0: %v traces", v)
+	}
+	if m := regexp.MustCompile(`history: traced .*`).FindString(log); m != "" {
+		t.Logf("serve's log: %s", m)
+	} else {
+		t.Errorf("serve did not log its trace:\n%s", log)
 	}
 	t.Logf("serve CPU over %s (interval 1s, one connection traced, %d trace(s) of 5s at 100 samples/s): %.2f s with triggered traces, %.2f s without; the traces cost %.2f CPU seconds",
 		costSpan, len(traces), withCPU, withoutCPU, withCPU-withoutCPU)

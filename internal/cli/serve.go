@@ -288,13 +288,15 @@ func serveTrace(ctx context.Context, e *Env, nss *namespaceMap, req history.Trac
 	if !ok {
 		return nil, fmt.Errorf("netns %q is no longer collected", req.Subject.Netns)
 	}
-	tr, _, err := trace.Live(ctx, trace.LiveOptions{NS: ns, Filter: req.Filter, ProcRoot: e.ProcRoot,
+	tr, st, err := trace.Live(ctx, trace.LiveOptions{NS: ns, Filter: req.Filter, ProcRoot: e.ProcRoot,
 		Interval: time.Second / traceDefaultRate, Duration: req.Duration, IdleEvery: 1, Now: e.Now, Sleep: trace.PreciseSleep,
 		NoEvents: "a trace serve --history started for " + req.Rule + ": eBPF events not recorded"})
 	if err != nil {
 		return nil, err
 	}
 	tr.Header.Filter += " (" + req.Rule + ")"
+	e.progress("history: traced %s for %s: %d samples of %d connection(s), %s CPU on the sampling thread", tr.Header.Filter, req.Subject.Netns,
+		st.Ticks, len(tr.Conns), st.CPU.Round(time.Millisecond))
 	return tr, nil
 }
 
