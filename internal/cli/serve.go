@@ -281,15 +281,18 @@ func (n *namespaceMap) get(name string) (netns.NS, bool) {
 }
 
 // serveTrace records a triggered trace (docs/history.md): the finding's
-// connections in its namespace, at trace's default rate, without eBPF
-// events (serve's programs are its own).
+// connections in its namespace, at trace's default rate, found by one
+// dump, without eBPF events (serve's programs are its own).
 func serveTrace(ctx context.Context, e *Env, nss *namespaceMap, req history.TraceRequest) (*trace.Trace, error) {
 	ns, ok := nss.get(req.Subject.Netns)
 	if !ok {
 		return nil, fmt.Errorf("netns %q is no longer collected", req.Subject.Netns)
 	}
 	tr, st, err := trace.Live(ctx, trace.LiveOptions{NS: ns, Filter: req.Filter, ProcRoot: e.ProcRoot,
-		Interval: time.Second / traceDefaultRate, Duration: req.Duration, IdleEvery: 1, Now: e.Now, Sleep: trace.PreciseSleep,
+		Interval: time.Second / traceDefaultRate, Duration: req.Duration, IdleEvery: 1,
+		// The finding's connections exist already: one discovery dump, at
+		// the start (a dump walks the host's whole TCP table).
+		Discover: req.Duration, Now: e.Now, Sleep: trace.PreciseSleep,
 		NoEvents: "a trace serve --history started for " + req.Rule + ": eBPF events not recorded"})
 	if err != nil {
 		return nil, err
