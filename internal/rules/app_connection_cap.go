@@ -32,20 +32,62 @@ type capHeld struct{}
 // Keep tallies s.
 func (capHeld) Keep(s *snapshot.Snapshot) map[int]int { return tcpmodel.CapHeld(s) }
 
+// capsOf is the rule's verdict on a window, worked out once for it and
+// for connection-churn, which leaves to it the churn of clients a capped
+// server turns away.
+type capsOf struct{}
+
+// capVerdict is capsOf's result: the findings, the rule's unknown error,
+// and the listeners of the servers turning clients away (a critical
+// finding).
+type capVerdict struct {
+	fs      []diag.Finding
+	err     error
+	turning []*snapshot.Socket
+}
+
+// Compute judges in.
+func (capsOf) Compute(in *diag.Input) capVerdict {
+	fs, turning, err := judgeAppCaps(in)
+	return capVerdict{fs: fs, err: err, turning: turning}
+}
+
+// turnsAway says whether a server at its cap turns clients away from
+// the listener service (its address and port) in this window.
+func (v capVerdict) turnsAway(service netip.AddrPort) bool {
+	for _, ln := range v.turning {
+		if tcpmodel.SameListener(ln.Local, service) {
+			return true
+		}
+	}
+	return false
+}
+
 func checkAppCap(in *diag.Input) ([]diag.Finding, error) {
+	v := diag.MemoOf(in, capsOf{})
+	// The memo is shared: hand out copies.
+	fs := make([]diag.Finding, len(v.fs))
+	for i, f := range v.fs {
+		f.Evidence, f.Fixes = slices.Clone(f.Evidence), slices.Clone(f.Fixes)
+		fs[i] = f
+	}
+	return fs, v.err
+}
+
+func judgeAppCaps(in *diag.Input) ([]diag.Finding, []*snapshot.Socket, error) {
 	cur := in.Cur
 	if err := sockdiagGone(cur); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	msg, failed := cur.Failed(snapshot.SourceAppCaps)
 	if cur.AppCaps == nil {
 		switch why := tcpmodel.OwnersMissing(cur); {
 		case failed:
-			return nil, diag.Unknownf("servers' own limits not read: %s", msg)
+			return nil, nil, diag.Unknownf("servers' own limits not read: %s", msg)
 		case why != "":
-			return nil, diag.Unknownf("servers' own limits not read: the listeners' owners are unknown: %s", why)
+			return nil, nil, diag.Unknownf("servers' own limits not read: the listeners' owners are unknown: %s", why)
 		default:
-			return nil, diag.Unknownf("servers' own limits not read (not collected in this snapshot)")
+			return nil, nil, diag.Unknownf("servers' own limits not read (not collected in this snapshot)")
 		}
 	}
 	var prevHeld map[int]int
@@ -53,20 +95,28 @@ func checkAppCap(in *diag.Input) ([]diag.Finding, error) {
 		prevHeld, _ = diag.KeptOf(in, capHeld{})
 	}
 	var fs []diag.Finding
+	var turning []*snapshot.Socket
 	for i := range cur.AppCaps {
 		c := &cur.AppCaps[i]
 		u := tcpmodel.CapUseOf(cur, c)
 		if !tcpmodel.AtCap(u.Held[u.Top], tcpmodel.CapLimit(c)) {
 			continue
 		}
-		fs = append(fs, capFinding(in, &u, prevHeld))
+		f := capFinding(in, &u, prevHeld)
+		if f.Severity == diag.Critical {
+			turning = append(turning, u.Listeners...)
+		}
+		fs = append(fs, f)
 	}
-	fs = append(fs, measuredCaps(in)...)
+	for _, h := range measuredCaps(in) {
+		fs = append(fs, h.f)
+		turning = append(turning, h.ln)
+	}
 	sort.SliceStable(fs, func(i, j int) bool { return fs[i].Severity > fs[j].Severity })
 	if failed && len(fs) == 0 {
-		return nil, diag.Unknownf("some servers' own limits not read: %s", msg)
+		return nil, nil, diag.Unknownf("some servers' own limits not read: %s", msg)
 	}
-	return fs, nil
+	return fs, turning, nil
 }
 
 // capFinding is the finding for a server at its cap.
@@ -284,7 +334,7 @@ const measuredMinHeld = 4
 // alone is a steady load, a full queue alone a slow server: it takes
 // both. Listeners whose limit was read, and owners near their open-file
 // limit (fd-exhaustion names that), are left out.
-func measuredCaps(in *diag.Input) []diag.Finding {
+func measuredCaps(in *diag.Input) []measuredHit {
 	cur := in.Cur
 	if in.Prev == nil {
 		return nil
@@ -294,7 +344,7 @@ func measuredCaps(in *diag.Input) []diag.Finding {
 	if !ok || !ok2 {
 		return nil
 	}
-	var fs []diag.Finding
+	var hs []measuredHit
 	for i := range cur.Sockets {
 		ln := &cur.Sockets[i]
 		if ln.State != snapshot.Listen || len(ln.Pids) == 0 || capRead(cur, ln) {
@@ -314,10 +364,16 @@ func measuredCaps(in *diag.Input) []diag.Finding {
 			continue
 		}
 		if f, ok := measuredCapFinding(in, ln, p, acc, was); ok {
-			fs = append(fs, f)
+			hs = append(hs, measuredHit{f: f, ln: ln})
 		}
 	}
-	return fs
+	return hs
+}
+
+// measuredHit is a finding of measuredCaps and its listener.
+type measuredHit struct {
+	f  diag.Finding
+	ln *snapshot.Socket
 }
 
 // queuedAt keeps the connections waiting in each listener's accept queue

@@ -177,3 +177,40 @@ func TestAppCapMeasuredDistinct(t *testing.T) {
 		t.Errorf("%s; want 190, 50 connects not already in the SYN queue", w)
 	}
 }
+
+// TestChurnAtAppCap: the clients nginx turns away at worker_connections
+// reconnect, 134 new connections/s to 127.0.0.1:8080: with the cap
+// finding critical that churn is an info pointing at it; the same churn
+// with no cap behind it (no limit read, the queue empty, no resets seen)
+// stays a warning.
+func TestChurnAtAppCap(t *testing.T) {
+	snaps := readSnaps(t, "testdata/app-connection-cap/fires.jsonl")
+	prev, cur := snaps[0], snaps[len(snaps)-1]
+	lst := netip.MustParseAddrPort("127.0.0.1:8080")
+	for i := range 400 {
+		cur.Sockets = append(cur.Sockets, snapshot.Socket{Family: 2, State: snapshot.TimeWait, Local: lst,
+			Remote: netip.AddrPortFrom(lst.Addr(), uint16(20000+i)), Cookie: uint64(700000 + i), Timer: 3, Expires: 58500})
+	}
+	churnTo := func() *diag.Finding {
+		fs, err := checkConnectionChurn(diag.NewInput(prev, cur, diag.Options{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range fs {
+			if fs[i].Subject.Service == "127.0.0.1:8080" {
+				return &fs[i]
+			}
+		}
+		t.Fatalf("no churn to 127.0.0.1:8080: %+v", fs)
+		return nil
+	}
+	if f := churnTo(); f.Severity != diag.Info || !strings.Contains(f.Summary, "at its own connection limit and turns clients away (app-connection-cap)") {
+		t.Errorf("at the cap: %s %q", f.Severity, f.Summary)
+	}
+	// No limit read and nothing seen turned away (the resets were the
+	// eBPF source's): nothing explains the churn.
+	cur.AppCaps, cur.Events = []snapshot.AppCap{}, nil
+	if f := churnTo(); f.Severity != diag.Warning || strings.Contains(f.Summary, "app-connection-cap") {
+		t.Errorf("no cap: %s %q", f.Severity, f.Summary)
+	}
+}
