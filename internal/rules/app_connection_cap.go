@@ -273,8 +273,17 @@ func capFixes(cur *snapshot.Snapshot, u *tcpmodel.CapUse, perSec float64, ev *[]
 	need := int64(math.Ceil(want*per/float64(len(u.Pids)))) + int64(max(listeners, 0))
 	value := tcpmodel.NextPow2(max(need+c.Reserved, 2*c.Value))
 	*ev = append(*ev, diag.Evidence{Name: "connections wanted",
-		Value:  fmt.Sprintf("at least %.0f clients (%d held + %.0f turned away each second) x %.2f connections each, over %d process(es): %d each", want, clients, math.Ceil(perSec), per, len(u.Pids), need),
-		Source: "the counts above; a client turned away that retries within a second counts once"})
+		Value:  fmt.Sprintf("about %.0f clients (%d held + %.0f turned away each second) x %.2f connections each, over %d process(es): %d each", want, clients, math.Ceil(perSec), per, len(u.Pids), need),
+		Source: "the counts above: a client turned away that retries within a second counts once, one that retries faster once per retry, so this is an upper bound for fast retriers (the value below is on the safe side)"})
+	// The lower bound: connections that want the listeners now, each
+	// client address:port once.
+	var seen wanted
+	for _, ln := range u.Listeners {
+		w := distinctWanted(cur, ln)
+		seen.held, seen.queued, seen.synRecv, seen.synSent = seen.held+w.held, seen.queued+w.queued, seen.synRecv+w.synRecv, seen.synSent+w.synSent
+	}
+	*ev = append(*ev, diag.Evidence{Name: "connections seen wanting it at once", Value: seen.String(),
+		Source: "sock_diag: distinct client address:port pairs on its listeners (held and queued), SYN-RECV, and this namespace's SYN-SENT to them; a lower bound: a client waiting to retry holds no socket"})
 	file := c.Source
 	if i := strings.LastIndexByte(file, ':'); i > 0 {
 		file = file[:i]
