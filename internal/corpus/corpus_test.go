@@ -300,14 +300,14 @@ func scenarios() []scenario {
 				{Rule: "connection-churn", Optional: true, Max: diag.Warning},
 				{Rule: "time-wait-churn", Optional: true, Max: diag.Warning},
 			},
-			body: func(r *run) { apacheCap(r, 2, 5) }},
+			body: func(r *run) { apacheCap(r, 2, 5, 64) }},
 		{name: "apache2 under MaxRequestWorkers",
-			software: "the same apache2, upstream and 200 clients with Debian's own event MPM sizes (ServerLimit 16 x ThreadsPerChild 25: MaxRequestWorkers 400): every client is served in turn, 200 connections held flat",
+			software: "the same apache2, upstream and 200 clients with Debian's own event MPM sizes (ServerLimit 16 x ThreadsPerChild 25: MaxRequestWorkers 400) and apache2's default ListenBacklog (511; at 64 the 200 clients reconnecting together every 5 s overflow the SYN queue, which syn-queue-overflow rightly names): every client is served in turn, 200 connections held flat",
 			want: []Expect{
 				// Connection: close: one connection per request, 40/s.
 				{Rule: "connection-churn", Optional: true, Max: diag.Info},
 			},
-			body: func(r *run) { apacheCap(r, 16, 25) }},
+			body: func(r *run) { apacheCap(r, 16, 25, 511) }},
 		{name: "health checker against a closed port",
 			software: "curl as a health checker (curl -s --max-time 1 http://127.0.0.1:8090/healthz every 50 ms for 8 s) against a port where nothing listens: every connect() is refused (curl exit 7), as for a service that is down or a check left behind",
 			body:     healthCheckRefused},
@@ -1328,12 +1328,12 @@ func haproxyFrontendStats(sock, fe string) (scur, smax, slim int, err error) {
 }
 
 // apacheCap: apache2's event MPM with servers x threads workers
-// (MaxRequestWorkers) proxying to a slow upstream for 200 clients that
+// (MaxRequestWorkers) and ListenBacklog backlog proxying to a slow upstream for 200 clients that
 // hold a request each; check runs 4 s in. Its error.log says whether it
 // reached MaxRequestWorkers; the clients say whether anyone was turned
 // away. The configuration is written whole (Debian's apache2.conf pulls
 // in its sites and mods), with Debian's module files.
-func apacheCap(r *run, servers, threads int) {
+func apacheCap(r *run, servers, threads, backlog int) {
 	const mods = "/usr/lib/apache2/modules"
 	r.need("apache2", "python3")
 	for _, m := range []string{"mpm_event", "authz_core", "proxy", "proxy_http"} {
@@ -1378,11 +1378,11 @@ MinSpareThreads %[4]d
 MaxSpareThreads %[5]d
 MaxRequestWorkers %[5]d
 MaxConnectionsPerChild 0
-ListenBacklog 64
+ListenBacklog %[8]d
 Listen %[6]s
 ProxyPass / http://%[7]s/
 ProxyTimeout 60
-`, r.dir, mods, servers, threads, workers, apaCapAddr, slowAddr))
+`, r.dir, mods, servers, threads, workers, apaCapAddr, slowAddr, backlog))
 	srv := r.start(ns, "apache2", "apache2", "-f", conf, "-D", "FOREGROUND")
 	ca := netip.MustParseAddrPort(apaCapAddr)
 	waitListen(r.t, ns, int(ca.Port()), srv)
