@@ -339,7 +339,8 @@ const measuredMinHeld = 4
 // while
 // clients are turned away: its accept queue full in both samples with
 // handshakes dropped in the window, or resets sent from its port for
-// requests that came after it closed the connection (eBPF). A plateau
+// requests that came after it closed the connection (eBPF) while a
+// quarter of what it holds outlived the window. A plateau
 // alone is a steady load, a full queue alone a slow server: it takes
 // both. Listeners whose limit was read, and owners near their open-file
 // limit (fd-exhaustion names that), are left out.
@@ -486,8 +487,14 @@ func measuredCapFinding(in *diag.Input, ln *snapshot.Socket, p *snapshot.Was, ac
 		why = fmt.Sprintf("its accept queue stayed full (%d of %d) and handshakes were dropped: clients wait or are turned away", ln.RecvQ, ln.SendQ)
 	}
 	// Or the server ended connections right after accepting them: resets
-	// for requests that came after its close.
+	// for requests that came after its close, while it kept a quarter or
+	// more of what it holds across the window. A keep-alive server that
+	// ends its connections after some requests resets the requests racing
+	// its close too, but what it holds is all new.
 	if why == "" {
+		if kept := acc.owned - acc.fresh; kept < max(1, acc.owned/4) {
+			return diag.Finding{}, false
+		}
 		u := tcpmodel.CapUse{Cap: &snapshot.AppCap{Pid: sub.Pid}, Listeners: []*snapshot.Socket{ln}, Pids: pids}
 		ta := tcpmodel.TurnedAwayOf(cur, &u, prevState(in), win, 0, false)
 		if !ta.HasResets || float64(ta.Resets())/secs < capTurnedRate {

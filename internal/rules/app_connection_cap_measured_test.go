@@ -214,3 +214,31 @@ func TestChurnAtAppCap(t *testing.T) {
 		t.Errorf("no cap: %s %q", f.Severity, f.Summary)
 	}
 }
+
+// TestAppCapMeasuredResets: nginx at worker_connections with its limit
+// not read: the 127 clients its worker holds in both samples, most of
+// them there before the window, while its port sent 3550 resets for
+// requests after its close, are its own limit near 127. A keep-alive
+// server racing its clients' next requests sends such resets too, but
+// what it holds is all new: not a cap.
+func TestAppCapMeasuredResets(t *testing.T) {
+	snaps := readSnaps(t, "testdata/app-connection-cap/fires.jsonl")
+	prev, cur := snaps[0], snaps[len(snaps)-1]
+	cur.AppCaps = []snapshot.AppCap{}
+	fs, err := checkAppCap(diag.NewInput(prev, cur, diag.Options{}))
+	if err != nil || len(fs) != 1 {
+		t.Fatalf("findings %+v, err %v", fs, err)
+	}
+	if f := fs[0]; f.Severity != diag.Critical || !strings.Contains(f.Summary, "nginx's own limit near 127 on 127.0.0.1:8080") ||
+		!strings.Contains(f.Summary, "resets/s from 127.0.0.1:8080") || !strings.Contains(f.Fixes[0].Text, "nginx caps its own connections") {
+		t.Errorf("%s %q; fix %+v", f.Severity, f.Summary, f.Fixes)
+	}
+	for i := range cur.Sockets {
+		if sk := &cur.Sockets[i]; sk.State == snapshot.Established && sk.Local.Port() == 8080 {
+			sk.Cookie += 5_000_000 // a connection the first sample did not have
+		}
+	}
+	if fs, err := checkAppCap(diag.NewInput(prev, cur, diag.Options{})); err != nil || len(fs) != 0 {
+		t.Errorf("every held connection new: %+v, %v; want nothing", fs, err)
+	}
+}
