@@ -124,7 +124,6 @@ func (t *table) print(row []byte, ends []int) error {
 // spaces pads cells a piece at a time.
 const spaces = "                                                                "
 
-
 // dashes adds n cells holding "-".
 func (t *table) dashes(n int) {
 	for range n {
