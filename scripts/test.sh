@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
-for pkg in iproute2 iperf3 prometheus nginx-light redis-server redis-tools postgresql-15 haproxy wrk python3 curl \
+for pkg in iproute2 iperf3 prometheus nginx-light apache2 redis-server redis-tools postgresql-15 haproxy wrk python3 curl \
   containerd runc busybox-static docker.io podman rpm qemu-user-static; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || need+=("$pkg")
 done
@@ -14,7 +14,7 @@ if [ "${#need[@]}" -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     echo "test.sh: installing ${need[*]}" >&2
     apt-get update -qq >/dev/null
-    # nginx, redis, postgresql and haproxy must not start as services (the corpus runs its own
+    # nginx, apache2, redis, postgresql and haproxy must not start as services (the corpus runs its own
     # copies in namespaces): policy-rc.d exit 101 stops invoke-rc.d.
     policy=/usr/sbin/policy-rc.d
     made_policy=

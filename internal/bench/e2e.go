@@ -130,7 +130,7 @@ type SizeResult struct {
 	// Procs is the processes on the host before the rows, the bench's
 	// idle ones (IdleProcs) among them.
 	Procs, IdleProcs int
-	Rows  []Row
+	Rows             []Row
 }
 
 // KernelMem is the kernel memory that grows with sockets: /proc/meminfo

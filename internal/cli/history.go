@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -13,7 +15,9 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/history"
 	"github.com/tcpdoctor/tcpdoctor/internal/outfile"
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/textsafe"
+	"github.com/tcpdoctor/tcpdoctor/internal/trace"
 )
 
 type historyOpts struct {
@@ -115,12 +119,14 @@ func runHistory(e *Env, o *historyOpts) error {
 		}
 		l.Replay = append(l.Replay, cmd)
 	}
+	traceLinks(l, st.Traces(), o.html)
 	var pic history.Picture
 	if l.Windows > 0 {
 		pic = history.MakePicture(es, f, l.First, l.Last, textPictureWidth)
 	}
 	if page != nil {
 		hp := history.MakePicture(es, f, l.First, l.Last, htmlPictureWidth)
+		writeTracePages(e, l, o.html)
 		if err := writeHistoryHTML(page, l, &hp, now.Location()); err != nil {
 			return fmt.Errorf("history: --html: %w", err)
 		}
@@ -141,6 +147,72 @@ const (
 	textPictureWidth = 60
 	htmlPictureWidth = 240
 )
+
+// traceLinks fills each incident's trace command (the trace's page named
+// after it in the working directory, or beside the --html page), or says
+// why the trace it names is not in the store.
+func traceLinks(l *history.Listing, kept map[string]bool, page string) {
+	for _, in := range l.Incidents {
+		cmd, note := "", ""
+		switch {
+		case in.Trace == "":
+		case kept[in.Trace]:
+			html := history.TracePage(in.Trace)
+			if page != "" {
+				html = tracePagePath(page, in.Trace)
+			}
+			cmd = history.TraceCommand(l.Dir, in.Trace, html)
+		default:
+			note = in.Trace + " is not in the store: still being recorded, evicted, or not kept (the timeline's notes say why)"
+		}
+		l.TraceReplay = append(l.TraceReplay, cmd)
+		l.TraceNote = append(l.TraceNote, note)
+	}
+}
+
+// tracePagePath is where history --html PAGE renders the page of the
+// trace name: beside PAGE, named after both.
+func tracePagePath(page, name string) string {
+	base := strings.TrimSuffix(filepath.Base(page), ".html")
+	return filepath.Join(filepath.Dir(page), base+"-"+history.TracePage(name))
+}
+
+// writeTracePages renders each incident's trace beside the history page
+// and links it (by its name: the two pages sit in one directory). A trace
+// that cannot be read or written is said on stderr and not linked.
+func writeTracePages(e *Env, l *history.Listing, page string) {
+	l.TracePages = make([]string, len(l.Incidents))
+	for i, in := range l.Incidents {
+		if l.TraceReplay[i] == "" {
+			continue
+		}
+		path := tracePagePath(page, in.Trace)
+		if err := writeTracePage(filepath.Join(l.Dir, in.Trace), path); err != nil {
+			e.progress("history: --html: trace %s: %v", in.Trace, err)
+			l.TraceNote[i] = "its page could not be written: " + err.Error()
+			l.TraceReplay[i] = ""
+			continue
+		}
+		l.TracePages[i] = filepath.Base(path)
+	}
+}
+
+// writeTracePage renders the trace file src as trace --from src --html
+// dst does.
+func writeTracePage(src, dst string) error {
+	tr, err := readTraceFile(src)
+	var torn *snapshot.TornError
+	if err != nil && !errors.As(err, &torn) {
+		return err
+	}
+	out, err := outfile.CreateAtomic(dst)
+	if err != nil {
+		return err
+	}
+	defer out.Abort()
+	a := trace.Analyze(tr, trace.SegmentOptions{}, trace.JudgeOptions{})
+	return writeTraceHTML(out, tr, a.Transfers)
+}
 
 // writeHistoryHTML writes the page and renames it into place.
 func writeHistoryHTML(page *outfile.Atomic, l *history.Listing, p *history.Picture, loc *time.Location) error {

@@ -1,9 +1,11 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/history"
 	"github.com/tcpdoctor/tcpdoctor/internal/rules"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/trace"
 )
 
 // storeFrom runs a recording's samples through the exporter and a
@@ -156,6 +159,10 @@ func TestHistoryAtWithoutEvidence(t *testing.T) {
 		{"history", "--history", dir, "--since", "1h", "--until", "2h"},
 		{"serve", "--history", dir, "--history-size", "lots"},
 		{"serve", "--history", dir, "--history-age", "-1h"},
+		{"serve", "--history", dir, "--history-trace-duration", "0s"},
+		{"serve", "--history", dir, "--history-trace-duration", "2m"},
+		{"serve", "--history", dir, "--history-traces-per-hour", "-1"},
+		{"serve", "--history", dir, "--history-trace-cooldown", "-1m"},
 	} {
 		if code, _, _ := run(t, args...); code != ExitUsage {
 			t.Errorf("%v: exit %d, want 2", args, code)
@@ -170,4 +177,92 @@ func mustRun(t *testing.T, wantCode int, args ...string) string {
 		t.Fatalf("%v: exit %d (want %d): %s", args, code, wantCode, stderr)
 	}
 	return out
+}
+
+// A trace serve started for a slow-reader warning (here a recording of
+// one connection, as trace.Live would return it) is named by the
+// incident in history's text and JSON with the command that shows it;
+// that command renders it; history --html renders its page beside its
+// own and links it. Without the file, history says it is not there.
+func TestHistoryTriggeredTrace(t *testing.T) {
+	f, err := os.Open("../rules/testdata/slow-reader/fires.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	snaps, err := snapshot.ReadAll(f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	recorded := traceFile(t)
+	var asked []history.TraceRequest
+	run1 := func(_ context.Context, req history.TraceRequest) (*trace.Trace, error) {
+		asked = append(asked, req)
+		return readTraceFile(recorded)
+	}
+	dir := filepath.Join(t.TempDir(), "history")
+	x := exporter.New(exporter.Options{Rules: rules.All()})
+	r := history.New(history.Options{Dir: dir, Tool: "tcpdoctor test",
+		Trace: &history.TraceOptions{Duration: time.Second, PerHour: 6, Cooldown: time.Hour, Run: run1}})
+	for _, s := range snaps {
+		col := []*snapshot.Snapshot{s}
+		r.Add(col, x.Update(col, time.Millisecond))
+	}
+	r.Close()
+	// The fixture's window also has an rwnd-limited warning (the
+	// reader's peer), reported first: it gets the one trace.
+	if r.Errors() != 0 || r.Traces() != 1 || len(asked) != 1 || asked[0].Rule != "rwnd-limited" {
+		t.Fatalf("%d errors, %d traces, asked %+v", r.Errors(), r.Traces(), asked)
+	}
+	from, to := snaps[0].Taken, snaps[len(snaps)-1].Taken
+	since, until := from.Add(-time.Minute).Format(time.RFC3339), to.Add(time.Minute).Format(time.RFC3339)
+	var l history.Listing
+	if err := json.Unmarshal([]byte(mustRun(t, 0, "history", "--history", dir, "--since", since, "--until", until, "--json")), &l); err != nil {
+		t.Fatal(err)
+	}
+	k := slices.IndexFunc(l.Incidents, func(in history.Incident) bool { return in.Trace != "" })
+	if k < 0 || l.Incidents[k].Rule != "rwnd-limited" || len(l.TraceReplay) != len(l.Incidents) ||
+		!strings.HasPrefix(l.TraceReplay[k], "tcpdoctor trace --from "+filepath.Join(dir, l.Incidents[k].Trace)+" --html ") {
+		t.Fatalf("listing %+v", l)
+	}
+	for i := range l.Incidents {
+		if i != k && (l.TraceReplay[i] != "" || l.Incidents[i].Trace != "") {
+			t.Errorf("incident %d has a trace: %+v %q", i, l.Incidents[i], l.TraceReplay[i])
+		}
+	}
+	name := l.Incidents[k].Trace
+	text := mustRun(t, 0, "history", "--history", dir, "--since", since, "--until", until)
+	if !strings.Contains(text, "  trace: "+l.TraceReplay[k]+"\n") {
+		t.Errorf("history's text lacks the trace command:\n%s", text)
+	}
+	// The command it prints works, and prints what trace --from prints
+	// for the recording.
+	work := t.TempDir()
+	argv := strings.Fields(strings.TrimPrefix(l.TraceReplay[k], "tcpdoctor "))
+	argv[len(argv)-1] = filepath.Join(work, argv[len(argv)-1])
+	wantCode, want, _ := run(t, "trace", "--from", recorded)
+	if code, got, stderr := run(t, argv...); code != wantCode || got != want || !strings.Contains(got, "198.18.1.2:40000") {
+		t.Errorf("%v: exit %d (want %d), output differs from trace --from's: %s\n%s", argv, code, wantCode, stderr, got)
+	}
+	if st, err := os.Stat(argv[len(argv)-1]); err != nil || st.Size() < 50000 {
+		t.Errorf("the trace's page: %v", err)
+	}
+	page := filepath.Join(work, "night.html")
+	mustRun(t, 0, "history", "--history", dir, "--since", since, "--until", until, "--html", page)
+	tracePage := "night-" + strings.TrimSuffix(name, ".jsonl.gz") + ".html"
+	b, err := os.ReadFile(page)
+	if err != nil || !strings.Contains(string(b), `<a class="trace" href="`+tracePage+`">`) {
+		t.Errorf("history --html does not link %s: %v\n%.3000s", tracePage, err, b)
+	}
+	if tb, err := os.ReadFile(filepath.Join(work, tracePage)); err != nil || !strings.Contains(string(tb), "198.18.1.2:40000") {
+		t.Errorf("the trace page beside it: %v", err)
+	}
+	// Evicted: history says so instead of a command.
+	if err := os.Remove(filepath.Join(dir, name)); err != nil {
+		t.Fatal(err)
+	}
+	text = mustRun(t, 0, "history", "--history", dir, "--since", since, "--until", until)
+	if !strings.Contains(text, "  trace: "+name+" is not in the store") {
+		t.Errorf("history without the trace file:\n%s", text)
+	}
 }

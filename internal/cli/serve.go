@@ -23,6 +23,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/rules"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/trace"
 	"github.com/tcpdoctor/tcpdoctor/internal/units"
 )
 
@@ -40,6 +41,9 @@ type serveOpts struct {
 	histAge   string
 	histSeg   time.Duration
 	histEvery time.Duration
+	traceDur  time.Duration
+	tracesPH  int
+	traceCool time.Duration
 }
 
 // newServeCmd serves the findings and the counters behind them as
@@ -76,6 +80,9 @@ socket systemd passes. See docs/exporter.md for every metric.`,
 	// often a persisting finding's window is kept.
 	fs.DurationVar(&o.histSeg, "history-segment", history.DefaultSegmentSpan, "span of windows in one timeline segment")
 	fs.DurationVar(&o.histEvery, "history-evidence-every", history.DefaultEvidenceEvery, "keep a persisting finding's window this often")
+	fs.DurationVar(&o.traceDur, "history-trace-duration", history.DefaultTraceDuration, "with --history: length of the trace of a connection-bottleneck, rwnd-limited, slow-reader or sndbuf-limited finding's connections recorded when it warns (at trace's default 100 samples a second; one at a time)")
+	fs.IntVar(&o.tracesPH, "history-traces-per-hour", history.DefaultTracesPerHour, "with --history: at most this many such traces start in any hour (0: none)")
+	fs.DurationVar(&o.traceCool, "history-trace-cooldown", history.DefaultTraceCooldown, "with --history: no new trace of the same finding's subject within this time of its last")
 	_ = fs.MarkHidden("history-segment")
 	_ = fs.MarkHidden("history-evidence-every")
 	o.bpf.register(fs)
@@ -110,6 +117,9 @@ func runServe(ctx context.Context, e *Env, o *serveOpts) error {
 		SegmentSpan: o.histSeg, EvidenceEvery: o.histEvery}
 	if o.histSeg <= 0 || o.histEvery <= 0 {
 		return usageErr("serve: --history-segment and --history-evidence-every must be positive")
+	}
+	if o.traceDur <= 0 || o.traceDur > time.Minute || o.tracesPH < 0 || o.traceCool < 0 {
+		return usageErr("serve: --history-trace-duration must be in (0, 1m], --history-traces-per-hour and --history-trace-cooldown must not be negative")
 	}
 	if o.history != "" {
 		var err error
@@ -152,6 +162,7 @@ func runServe(ctx context.Context, e *Env, o *serveOpts) error {
 		return fmt.Errorf("serve: %w", err)
 	}
 	var lastNote string
+	nsByName := &namespaceMap{}
 	loop := &exporter.Loop{
 		X:        x,
 		Interval: o.interval,
@@ -172,6 +183,7 @@ func runServe(ctx context.Context, e *Env, o *serveOpts) error {
 				}
 				return []*snapshot.Snapshot{collect.Unreachable(snapshot.Netns{Name: name}, e.Now(), err)}
 			}
+			nsByName.set(nss)
 			snaps := c.Collect(nss)
 			cost.Observe(snaps)
 			return snaps
@@ -181,6 +193,12 @@ func runServe(ctx context.Context, e *Env, o *serveOpts) error {
 	if o.history != "" {
 		// Never stops serve: a store it cannot write is said once and
 		// counted (tcpdoctor_history_errors_total).
+		if o.tracesPH > 0 {
+			hopts.Trace = &history.TraceOptions{Duration: o.traceDur, PerHour: o.tracesPH, Cooldown: o.traceCool,
+				Run: func(ctx context.Context, req history.TraceRequest) (*trace.Trace, error) {
+					return serveTrace(ctx, e, nsByName, req)
+				}}
+		}
 		rec = history.New(hopts)
 		loop.Record = rec.Add
 		if err := registerHistory(reg, rec); err != nil {
@@ -238,6 +256,53 @@ func runServe(ctx context.Context, e *Env, o *serveOpts) error {
 	return nil
 }
 
+// namespaceMap is the namespaces of serve's last collection by name, for
+// the triggered traces' goroutine.
+type namespaceMap struct {
+	mu sync.Mutex
+	m  map[string]netns.NS
+}
+
+func (n *namespaceMap) set(nss []netns.NS) {
+	m := make(map[string]netns.NS, len(nss))
+	for _, ns := range nss {
+		m[ns.Name] = ns
+	}
+	n.mu.Lock()
+	n.m = m
+	n.mu.Unlock()
+}
+
+func (n *namespaceMap) get(name string) (netns.NS, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	ns, ok := n.m[name]
+	return ns, ok
+}
+
+// serveTrace records a triggered trace (docs/history.md): the finding's
+// connections in its namespace, at trace's default rate, found by one
+// dump, without eBPF events (serve's programs are its own).
+func serveTrace(ctx context.Context, e *Env, nss *namespaceMap, req history.TraceRequest) (*trace.Trace, error) {
+	ns, ok := nss.get(req.Subject.Netns)
+	if !ok {
+		return nil, fmt.Errorf("netns %q is no longer collected", req.Subject.Netns)
+	}
+	tr, st, err := trace.Live(ctx, trace.LiveOptions{NS: ns, Filter: req.Filter, ProcRoot: e.ProcRoot,
+		Interval: time.Second / traceDefaultRate, Duration: req.Duration, IdleEvery: 1,
+		// The finding's connections exist already: one discovery dump, at
+		// the start (a dump walks the host's whole TCP table).
+		Discover: req.Duration, Now: e.Now, Sleep: trace.PreciseSleep,
+		NoEvents: "a trace serve --history started for " + req.Rule + ": eBPF events not recorded"})
+	if err != nil {
+		return nil, err
+	}
+	tr.Header.Filter += " (" + req.Rule + ")"
+	e.progress("history: traced %s for %s: %d samples of %d connection(s), %s CPU on the sampling thread", tr.Header.Filter, req.Subject.Netns,
+		st.Ticks, len(tr.Conns), st.CPU.Round(time.Millisecond))
+	return tr, nil
+}
+
 // programStats reads the kernel's statistics of the eBPF programs ext
 // attached; nil when none is.
 func programStats(ext *collect.Extras) func() ([]exporter.ProgramStat, error) {
@@ -263,6 +328,9 @@ func registerHistory(reg *prometheus.Registry, rec *history.Recorder) error {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tcpdoctor_history_dropped_total",
 			Help: "Collections not kept in --history because the writer was still busy with an earlier one."},
 			func() float64 { return float64(rec.Dropped()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tcpdoctor_history_traces_total",
+			Help: "Traces serve --history recorded of a warning's connections and kept (docs/history.md, \"Triggered traces\")."},
+			func() float64 { return float64(rec.Traces()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tcpdoctor_history_written_bytes_total",
 			Help: "Bytes written to the --history directory (compressed)."},
 			func() float64 { return float64(rec.Written()) }),

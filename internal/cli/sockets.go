@@ -3,6 +3,7 @@ package cli
 import (
 	"bufio"
 	"errors"
+	"runtime/debug"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -131,6 +132,7 @@ func (f *socketFilter) kernel() (states uint32, kf *sockdiag.Filter) {
 }
 
 func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
+	listingGC(e.Getenv)
 	if err := o.at.resolve(e, &o.src, "sockets"); err != nil {
 		return err
 	}
@@ -234,8 +236,23 @@ func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
 		po.Workload = po.Workload || ns.Workload != nil
 	}
 	var lim tcpmodel.Limited
+	// What a row needs of the dump alone is formatted while the owners
+	// are found; the rest when they are known.
+	early := sockets.NewEarlyQueue(po)
+	st.Hold = func(s *snapshot.Snapshot, sk *snapshot.Socket) {
+		defer e.Phases.Add("format rows before their owners", e.Phases.Stamp())
+		if flt.match(sk) {
+			early.Push(sk)
+		} else {
+			early.Leave()
+		}
+	}
 	e.Phases.Mark("setup")
 	heads, err := st.Stream(nss, func(s *snapshot.Snapshot, sk *snapshot.Socket) error {
+		var pre *sockets.Early
+		if early.Pending() {
+			pre = early.Pop()
+		}
 		if !flt.match(sk) {
 			return nil
 		}
@@ -250,6 +267,9 @@ func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
 		}
 		if prev != nil && prev.Limited(s, sk, &lim) {
 			r.Limited = &lim
+		}
+		if pre != nil {
+			return p.RowEarly(&r, pre)
 		}
 		return p.Row(&r)
 	})
@@ -305,3 +325,21 @@ func windows(ss []series) []sockets.Window {
 	}
 	return ws
 }
+
+// listingGC lets the garbage collector of a listing, a short process that
+// holds little (the rows waiting for their owners, the kernel's BTF),
+// run when the heap has grown fivefold instead of twofold, up to a soft
+// limit of listingHeap: at 20,000 sockets a quarter of `sockets`' user
+// CPU was the collector's (docs/performance.md). GOGC or GOMEMLIMIT in
+// the environment are the user's choice and left alone.
+func listingGC(getenv func(string) string) {
+	if getenv("GOGC") != "" || getenv("GOMEMLIMIT") != "" {
+		return
+	}
+	debug.SetGCPercent(400)
+	debug.SetMemoryLimit(listingHeap)
+}
+
+// listingHeap is the heap from which a listing's collector works as by
+// default again.
+const listingHeap = 96 << 20

@@ -1,8 +1,11 @@
 package cli
 
 import (
+	"bufio"
+	"compress/gzip"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"slices"
@@ -18,6 +21,10 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/sockdiag"
 	"github.com/tcpdoctor/tcpdoctor/internal/trace"
 )
+
+// traceDefaultRate is trace's --rate by default, and the rate of serve
+// --history's triggered traces.
+const traceDefaultRate = 100
 
 type traceOpts struct {
 	ports, lports, rports []uint
@@ -65,7 +72,7 @@ and written whole or not at all. Exit codes: 0 no slow transfer, 1 slow transfer
 	fs.StringVar(&o.netns, "netns", "", "trace in the named network namespace (ip netns)")
 	o.wl.register(fs, "trace")
 	fs.DurationVar(&o.duration, "duration", 0, "how long to record (default: until Ctrl-C)")
-	fs.IntVar(&o.rate, "rate", 100, fmt.Sprintf("samples per second (1..%d)", trace.MaxRate))
+	fs.IntVar(&o.rate, "rate", traceDefaultRate, fmt.Sprintf("samples per second (1..%d)", trace.MaxRate))
 	fs.StringVarP(&o.out, "output", "o", "", "also write the recording to this file (JSON lines; read back with --from)")
 	fs.StringVar(&o.from, "from", "", "analyse a recording instead of the live system")
 	fs.StringVar(&o.html, "html", "", "write the report page to this file")
@@ -126,12 +133,8 @@ func runTrace(cmd *cobra.Command, e *Env, o *traceOpts) error {
 	}
 	var tr *trace.Trace
 	if o.from != "" {
-		f, err := os.Open(o.from)
-		if err != nil {
-			return usageErr("--from: %v", err)
-		}
-		tr, err = trace.Read(f)
-		f.Close()
+		var err error
+		tr, err = readTraceFile(o.from)
 		var torn *snapshot.TornError
 		if errors.As(err, &torn) {
 			e.progress("note: %s: line %d is incomplete (a recorder stopped mid-write): used the lines before it", o.from, torn.Line)
@@ -266,6 +269,28 @@ func traceLive(cmd *cobra.Command, e *Env, o *traceOpts, sink *sinkFile) (*trace
 		e.progress("trace: %d eBPF events; %d ticks had a discovery dump due and skipped it (no connection established since the last)", st.Events, st.DumpsSkipped)
 	}
 	return tr, nil
+}
+
+// readTraceFile reads a recording, gzip-compressed (as serve --history
+// keeps triggered traces) or not. A torn last line gives the trace before
+// it and a *snapshot.TornError.
+func readTraceFile(path string) (*trace.Trace, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	br := bufio.NewReader(f)
+	var r io.Reader = br
+	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
+		gz, err := gzip.NewReader(br)
+		if err != nil {
+			return nil, fmt.Errorf("trace: gzip: %w", err)
+		}
+		defer gz.Close()
+		r = gz
+	}
+	return trace.Read(r)
 }
 
 // parsePrefix reads an address (a host prefix) or a prefix.

@@ -99,6 +99,11 @@ type Streamer struct {
 	Now  func() time.Time
 	// Events, when set, adds the eBPF connection events to each header.
 	Events EventReader
+	// Hold, when set, is called with each socket the dump holds until
+	// its owners are known (without them), before it is held: a listing
+	// formats what it can meanwhile. fn gets the held sockets later, in
+	// the order Hold got them, before any socket after them.
+	Hold func(s *snapshot.Snapshot, sk *snapshot.Socket)
 	// hold is how many sockets may wait for the owners (maxHeld when 0;
 	// tests make it small).
 	hold int
@@ -228,6 +233,9 @@ func (st *Streamer) Stream(nss []netns.NS, fn func(s *snapshot.Snapshot, sk *sna
 				}
 				if len(held.socks) > 0 || beside != nil {
 					if !takeOwners(len(held.socks) >= limit) {
+						if st.Hold != nil {
+							st.Hold(s, sk)
+						}
 						held.add(sk)
 						return nil
 					}

@@ -34,6 +34,8 @@ func FuzzReadSegment(f *testing.F) {
 		`{"format":"tcpdoctor-history","version":2}` + "\n",
 		`{"format":"tcpdoctor-history","version":1}` + "\n" + `{"netns":"a","from":"2026-01-01T00:00:15Z","to":"2026-01-01T00:00:00Z"}` + "\n",
 		`{"format":"tcpdoctor-history","version":1}` + "\n" + `{"netns":"a","from":"2026-01-01T00:00:00Z","to":"2026-01-01T00:00:15Z","evidence":"../x"}` + "\n",
+		`{"format":"tcpdoctor-history","version":1}` + "\n" + `{"netns":"a","from":"2026-01-01T00:00:00Z","to":"2026-01-01T00:00:15Z","findings":[{"rule":"slow-reader","severity":"warning","subject":{},"summary":"s","trace":"trace-20260101T000015.000000000Z.jsonl.gz"}]}` + "\n",
+		`{"format":"tcpdoctor-history","version":1}` + "\n" + `{"netns":"a","from":"2026-01-01T00:00:00Z","to":"2026-01-01T00:00:15Z","findings":[{"rule":"slow-reader","severity":"warning","subject":{},"summary":"s","trace":"../../etc/x"}]}` + "\n",
 		"not json\n",
 	} {
 		var b bytes.Buffer
@@ -52,6 +54,11 @@ func FuzzReadSegment(f *testing.F) {
 					t.Fatalf("evidence name %q", e.Evidence)
 				}
 			}
+			for _, f := range e.Findings {
+				if fi, ok := parseName(f.Trace); f.Trace != "" && (!ok || !fi.trace) {
+					t.Fatalf("trace name %q", f.Trace)
+				}
+			}
 			return nil
 		})
 	})
@@ -63,8 +70,13 @@ func FuzzParseName(f *testing.F) {
 	f.Add(evidenceName(time.Unix(100, 0), time.Unix(115, 5)))
 	f.Add(timelineName(time.Unix(100, 0)))
 	f.Add("evidence-x_y.jsonl.gz")
+	f.Add(traceName(time.Unix(100, 0)))
+	f.Add("trace-x.jsonl.gz")
 	f.Fuzz(func(t *testing.T, s string) {
 		fi, ok := parseName(s)
+		if ok && fi.evidence && fi.trace {
+			t.Fatalf("%q: evidence and trace", s)
+		}
 		if ok && fi.evidence && !fi.to.After(fi.from) {
 			t.Fatalf("%q: %+v", s, fi)
 		}

@@ -54,6 +54,10 @@ type Finding struct {
 	Severity diag.Severity `json:"severity"`
 	Subject  diag.Subject  `json:"subject"`
 	Summary  string        `json:"summary"`
+	// Trace names the trace file serve started recording of this
+	// finding's connections in this window (docs/history.md, "Triggered
+	// traces"), written a few seconds later.
+	Trace string `json:"trace,omitempty"`
 }
 
 // File names. Their times are UTC, in a form that sorts as it reads.
@@ -61,6 +65,7 @@ const (
 	stampLayout    = "20060102T150405.000000000Z"
 	timelinePrefix = "timeline-"
 	evidencePrefix = "evidence-"
+	tracePrefix    = "trace-"
 	suffix         = ".jsonl.gz"
 )
 
@@ -73,11 +78,17 @@ func evidenceName(from, to time.Time) string {
 	return evidencePrefix + stamp(from) + "_" + stamp(to) + suffix
 }
 
-// fileKind tells a store file by its name: its kind and times (for a
-// timeline segment, from is its start and to is zero).
+// traceName names the trace started at the end of the window ending at
+// to.
+func traceName(to time.Time) string { return tracePrefix + stamp(to) + suffix }
+
+// fileInfo tells a store file by its name: its kind and times (for a
+// timeline segment, from is its start and to is zero; for a trace, from
+// is the end of the window that started it).
 type fileInfo struct {
 	name     string
 	evidence bool
+	trace    bool
 	from, to time.Time
 }
 
@@ -91,6 +102,9 @@ func parseName(name string) (fileInfo, bool) {
 	switch {
 	case strings.HasPrefix(body, timelinePrefix):
 		fi.from, err = time.Parse(stampLayout, strings.TrimPrefix(body, timelinePrefix))
+	case strings.HasPrefix(body, tracePrefix):
+		fi.trace = true
+		fi.from, err = time.Parse(stampLayout, strings.TrimPrefix(body, tracePrefix))
 	case strings.HasPrefix(body, evidencePrefix):
 		fi.evidence = true
 		a, b, ok := strings.Cut(strings.TrimPrefix(body, evidencePrefix), "_")

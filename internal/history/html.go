@@ -51,6 +51,9 @@ type pageStrip struct {
 
 type pageIncident struct {
 	Start, End, Severity, Rule, Subject, Summary, Replay string
+	// TraceHref links the trace's page (rendered beside this one);
+	// TraceCmd is its command, or why there is none.
+	TraceHref, TraceCmd string
 }
 
 // WriteHTML writes the listing as one self-contained page: the picture
@@ -100,6 +103,14 @@ func WriteHTML(w io.Writer, l *Listing, p *Picture, loc *time.Location) error {
 			Subject: report.SubjectText(in.Subject), Summary: in.Summary}
 		if i < len(l.Replay) {
 			pi.Replay = l.Replay[i]
+		}
+		if i < len(l.TraceReplay) && l.TraceReplay[i] != "" {
+			pi.TraceCmd = l.TraceReplay[i]
+			if i < len(l.TracePages) {
+				pi.TraceHref = l.TracePages[i]
+			}
+		} else if i < len(l.TraceNote) {
+			pi.TraceCmd = l.TraceNote[i]
 		}
 		incs = append(incs, pi)
 	}

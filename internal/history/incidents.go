@@ -29,7 +29,10 @@ type Incident struct {
 	// At is a time in that window, for `check --at`.
 	Evidence string    `json:"evidence,omitempty"`
 	At       time.Time `json:"at,omitzero"`
-	peakAt   bool
+	// Trace is the file of the first trace serve recorded of it, if any
+	// (docs/history.md, "Triggered traces").
+	Trace  string `json:"trace,omitempty"`
+	peakAt bool
 }
 
 // Filter selects incidents.
@@ -82,6 +85,9 @@ func Incidents(es []Entry, f Filter, end time.Time) []Incident {
 			if fd.Severity > in.Severity {
 				in.Severity, in.Subject, in.Summary = fd.Severity, fd.Subject, fd.Summary
 				in.peakAt = false // evidence kept so far is from below the peak
+			}
+			if in.Trace == "" {
+				in.Trace = fd.Trace
 			}
 			if e.Evidence != "" && (in.Evidence == "" || !in.peakAt && fd.Severity == in.Severity) {
 				in.Evidence, in.At = e.Evidence, e.To

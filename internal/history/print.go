@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -28,7 +29,15 @@ type Listing struct {
 	// Replay is each incident's replay command, in the order of
 	// Incidents ("" when no evidence was kept).
 	Replay []string `json:"replay"`
-	Notes  []string `json:"notes,omitempty"`
+	// TraceReplay is each incident's trace command, in the order of
+	// Incidents ("" when none was recorded); TraceNote says why a trace
+	// named in the timeline is not there ("" otherwise).
+	TraceReplay []string `json:"trace_replay"`
+	TraceNote   []string `json:"trace_note"`
+	// TracePages, for --html, is each incident's trace page relative to
+	// the history page ("" when none).
+	TracePages []string `json:"-"`
+	Notes      []string `json:"notes,omitempty"`
 	// Picture, when set, is printed under the incidents (text only).
 	Picture *Picture `json:"-"`
 }
@@ -37,6 +46,15 @@ type Listing struct {
 func ReplayCommand(dir string, at time.Time) string {
 	return "tcpdoctor check --history " + shellQuote(dir) + " --at " + at.UTC().Format(time.RFC3339Nano)
 }
+
+// TraceCommand is the command that shows a trace of the store in dir
+// (a table on the terminal, and the page html).
+func TraceCommand(dir, name, html string) string {
+	return "tcpdoctor trace --from " + shellQuote(filepath.Join(dir, name)) + " --html " + shellQuote(html)
+}
+
+// TracePage is the name of a trace's page: its file's name with .html.
+func TracePage(name string) string { return strings.TrimSuffix(name, suffix) + ".html" }
 
 // shellQuote quotes s for a POSIX shell when it needs it.
 func shellQuote(s string) string {
@@ -56,6 +74,12 @@ func WriteJSON(w io.Writer, l *Listing) error {
 	}
 	if l.Replay == nil {
 		l.Replay = []string{}
+	}
+	if l.TraceReplay == nil {
+		l.TraceReplay = []string{}
+	}
+	if l.TraceNote == nil {
+		l.TraceNote = []string{}
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
@@ -84,6 +108,11 @@ func WriteText(w io.Writer, l *Listing, loc *time.Location) {
 			fmt.Fprintf(w, "  replay: %s\n", safe(l.Replay[i]))
 		} else {
 			fmt.Fprintf(w, "  replay: no evidence kept for it (only its timeline)\n")
+		}
+		if i < len(l.TraceReplay) && l.TraceReplay[i] != "" {
+			fmt.Fprintf(w, "  trace: %s\n", safe(l.TraceReplay[i]))
+		} else if i < len(l.TraceNote) && l.TraceNote[i] != "" {
+			fmt.Fprintf(w, "  trace: %s\n", safe(l.TraceNote[i]))
 		}
 	}
 	if l.Picture != nil {

@@ -132,6 +132,11 @@ func ReadSegment(r io.Reader, fn func(*Entry) error) error {
 				return fmt.Errorf("line %d: evidence %q is not an evidence file name", line, e.Evidence)
 			}
 		}
+		for _, f := range e.Findings {
+			if fi, ok := parseName(f.Trace); f.Trace != "" && (!ok || !fi.trace) {
+				return fmt.Errorf("line %d: trace %q is not a trace file name", line, f.Trace)
+			}
+		}
 		if err := fn(&e); err != nil {
 			return err
 		}
@@ -162,7 +167,7 @@ func Open(dir string) (*Store, error) {
 func (s *Store) Entries(since, until time.Time) ([]Entry, error) {
 	var segs []storeFile
 	for _, f := range s.files {
-		if !f.evidence {
+		if !f.evidence && !f.trace {
 			segs = append(segs, f)
 		}
 	}
@@ -211,6 +216,17 @@ func (s *Store) Evidence() []Window {
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].To.Before(out[j].To) })
+	return out
+}
+
+// Traces lists the trace files kept, by name.
+func (s *Store) Traces() map[string]bool {
+	out := map[string]bool{}
+	for _, f := range s.files {
+		if f.trace {
+			out[f.name] = true
+		}
+	}
 	return out
 }
 

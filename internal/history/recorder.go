@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"cmp"
 	"compress/gzip"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,6 +47,9 @@ type Options struct {
 	Now  func() time.Time
 	// Logf says a failure once, and that writing works again.
 	Logf func(format string, a ...any)
+	// Trace, when set, records a short trace of the connections of a
+	// finding of TraceRules at warning or above (trigger.go).
+	Trace *TraceOptions
 }
 
 func (o *Options) defaults() {
@@ -72,6 +77,14 @@ type Recorder struct {
 	active map[findingKey]seen
 	jobs   chan *job
 	lost   int // collections dropped since the last one queued
+	trig   *triggers
+
+	// Triggered traces: one records at a time (tracing), until
+	// traceCtx ends (Close).
+	tracing     atomic.Bool
+	traceWG     sync.WaitGroup
+	traceCtx    context.Context
+	traceCancel context.CancelFunc
 
 	// Owned by the writer goroutine.
 	seg      *os.File
@@ -79,11 +92,14 @@ type Recorder struct {
 	segStart time.Time
 	segSize  int64 // bytes of seg known good (the last complete flush)
 	failing  bool
+	// traceNote says, in the next entry, that a trace was not kept.
+	traceNote string
 
 	errs, dropped, written atomic.Int64
 	lastEvidence           atomic.Int64 // bytes of the last evidence file
 	closeOnce              sync.Once
 	done                   chan struct{}
+	traces                 atomic.Int64 // triggered traces kept
 }
 
 // seen is a finding's state from one window to the next.
@@ -122,6 +138,8 @@ type job struct {
 	first, last []*snapshot.Snapshot
 	// noted marks the entries of the namespaces the evidence is for.
 	noted map[string]bool
+	// trace, when set, is a recorded trace to keep (and nothing else).
+	trace *traceJob
 	// done, when set, is closed once the job is written (tests wait on it).
 	done chan struct{}
 }
@@ -140,6 +158,10 @@ func New(o Options) *Recorder {
 	o.defaults()
 	r := &Recorder{o: o, prev: map[string]*snapshot.Snapshot{}, active: map[findingKey]seen{},
 		jobs: make(chan *job, 1), done: make(chan struct{})}
+	r.traceCtx, r.traceCancel = context.WithCancel(context.Background())
+	if o.Trace != nil && o.Trace.Run != nil {
+		r.trig = &triggers{o: *o.Trace, last: map[findingKey]time.Time{}}
+	}
 	go r.run()
 	return r
 }
@@ -153,10 +175,17 @@ func (r *Recorder) Dropped() int64 { return r.dropped.Load() }
 // Written counts the bytes written to the store.
 func (r *Recorder) Written() int64 { return r.written.Load() }
 
-// Close writes what is queued, ends the open segment and waits for the
-// writer.
+// Traces counts the triggered traces kept.
+func (r *Recorder) Traces() int64 { return r.traces.Load() }
+
+// Close ends a trace recording (keeping what it recorded), writes what is
+// queued, ends the open segment and waits for the writer.
 func (r *Recorder) Close() {
-	r.closeOnce.Do(func() { close(r.jobs) })
+	r.closeOnce.Do(func() {
+		r.traceCancel()
+		r.traceWG.Wait()
+		close(r.jobs)
+	})
 	<-r.done
 }
 
@@ -236,6 +265,12 @@ func (r *Recorder) Add(snaps []*snapshot.Snapshot, rep *report.Report) {
 			delete(r.active, k)
 		}
 	}
+	var start *pending
+	for _, ns := range order {
+		if start == nil {
+			start = r.pickTrace(byNS[ns])
+		}
+	}
 	for _, ns := range order {
 		j.entries = append(j.entries, *byNS[ns])
 		if j.noted[ns] {
@@ -253,6 +288,9 @@ func (r *Recorder) Add(snaps []*snapshot.Snapshot, rep *report.Report) {
 	select {
 	case r.jobs <- j:
 		r.lost = 0
+		if start != nil {
+			r.startTrace(start)
+		}
 	default:
 		r.dropped.Add(1)
 		r.lost++
@@ -282,6 +320,14 @@ func (r *Recorder) run() {
 // write keeps one collection: its evidence first, so its entries can
 // name the file, then its entries.
 func (r *Recorder) write(j *job) {
+	if j.trace != nil {
+		if err := r.writeTrace(j.trace); err != nil {
+			r.fail(err)
+			r.traceNote = err.Error()
+		}
+		r.evict()
+		return
+	}
 	if len(j.entries) == 0 {
 		return // nothing to write proves nothing about the disk
 	}
@@ -304,6 +350,11 @@ func (r *Recorder) write(j *job) {
 			ok = false
 		}
 		r.evict()
+	}
+	if r.traceNote != "" {
+		e := &j.entries[0]
+		e.Note = strings.TrimPrefix(strings.Join([]string{e.Note, "not kept: " + r.traceNote}, "; "), "; ")
+		r.traceNote = ""
 	}
 	if err := r.appendEntries(j.entries); err != nil {
 		r.fail(err)

@@ -19,21 +19,25 @@ func AppendAddrPort(b []byte, ap netip.AddrPort) []byte {
 
 // AppendMS appends microseconds as milliseconds: 20.4ms.
 func AppendMS(b []byte, us uint32) []byte {
-	return append(strconv.AppendFloat(b, float64(us)/1000, 'f', 1, 64), "ms"...)
+	return append(appendRatio(b, uint64(us), 1000, 1), "ms"...)
 }
 
 // AppendBps appends bytes per second as bits per second: 160.0Mbps.
 func AppendBps(b []byte, bytesPerSec uint64) []byte {
-	bits := float64(bytesPerSec) * 8
+	if bytesPerSec >= 1<<50 { // bits past float64's exact integers
+		bits := float64(bytesPerSec) * 8
+		return append(strconv.AppendFloat(b, bits/1e9, 'f', 2, 64), "Gbps"...)
+	}
+	bits := bytesPerSec * 8
 	switch {
 	case bits >= 1e9:
-		return append(strconv.AppendFloat(b, bits/1e9, 'f', 2, 64), "Gbps"...)
+		return append(appendRatio(b, bits, 1e9, 2), "Gbps"...)
 	case bits >= 1e6:
-		return append(strconv.AppendFloat(b, bits/1e6, 'f', 1, 64), "Mbps"...)
+		return append(appendRatio(b, bits, 1e6, 1), "Mbps"...)
 	case bits >= 1e3:
-		return append(strconv.AppendFloat(b, bits/1e3, 'f', 0, 64), "kbps"...)
+		return append(appendRatio(b, bits, 1e3, 0), "kbps"...)
 	}
-	return append(strconv.AppendFloat(b, bits, 'f', 0, 64), "bps"...)
+	return append(strconv.AppendUint(b, bits, 10), "bps"...)
 }
 
 // AppendSize appends a buffer size: 416K, 4M, 3847.5K, 512.
@@ -44,9 +48,41 @@ func AppendSize(b []byte, v uint32) []byte {
 	case v >= 1<<10 && v%(1<<10) == 0:
 		return append(strconv.AppendUint(b, uint64(v>>10), 10), 'K')
 	case v >= 1<<10:
-		return append(strconv.AppendFloat(b, float64(v)/1024, 'f', 1, 64), 'K')
+		return append(appendRatio(b, uint64(v), 1024, 1), 'K')
 	}
 	return strconv.AppendUint(b, uint64(v), 10)
+}
+
+// appendRatio appends num/den with prec (0-2) decimals exactly as
+// strconv.AppendFloat(float64(num)/float64(den), 'f', prec, 64) does,
+// without its float formatting (a listing formats a few per row): the
+// quotient is rounded in integers, and a remainder within a hair of half
+// way, where the float's own rounding decides, goes to strconv. num must
+// stay below 2^53 / 100.
+func appendRatio(b []byte, num, den uint64, prec int) []byte {
+	scale := uint64(1)
+	for range prec {
+		scale *= 10
+	}
+	q, r := num*scale/den, num*scale%den
+	// |2r - den| relative to den: floats err by 2^-52 of the value, so
+	// anything nearer half way than 2^-30 is left to strconv.
+	if d := int64(2*r) - int64(den); d < 0 && uint64(-d) <= den>>30 || d >= 0 && uint64(d) <= den>>30 {
+		return strconv.AppendFloat(b, float64(num)/float64(den), 'f', prec, 64)
+	}
+	if 2*r > den {
+		q++
+	}
+	b = strconv.AppendUint(b, q/scale, 10)
+	if prec == 0 {
+		return b
+	}
+	b = append(b, '.')
+	frac := q % scale
+	for s := scale / 10; s > 0; s /= 10 {
+		b = append(b, byte('0'+frac/s%10))
+	}
+	return b
 }
 
 // Bps is AppendBps as a string.

@@ -14,7 +14,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Now is CLOCK_MONOTONIC in nanoseconds, the clock of every span.
+// Now is CLOCK_MONOTONIC in nanoseconds, the clock of every span. It is
+// a system call (about 0.3 µs on a VM without the vDSO's clock); a
+// Recorder reads it once and counts from there with the runtime's clock,
+// the same one.
 func Now() int64 {
 	var ts unix.Timespec
 	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
@@ -57,22 +60,28 @@ type Recorder struct {
 	sums map[string]int
 	last int64 // the last Mark's end
 	path string
+	// base is Now when t0 was taken: now() is base plus the time since.
+	base int64
+	t0   time.Time
 }
 
 // New starts a recorder for a run whose main began at main (Now), to
 // be written to path.
 func New(main int64, path string) *Recorder {
-	return &Recorder{file: File{Main: main}, sums: map[string]int{}, path: path}
+	return &Recorder{file: File{Main: main}, sums: map[string]int{}, path: path, base: Now(), t0: time.Now()}
 }
+
+// now is Now without a system call.
+func (r *Recorder) now() int64 { return r.base + int64(time.Since(r.t0)) }
 
 // Begin starts span name; the returned func ends it.
 func (r *Recorder) Begin(name string) func() {
 	if r == nil {
 		return func() {}
 	}
-	start := Now()
+	start := r.now()
 	return func() {
-		end := Now()
+		end := r.now()
 		r.mu.Lock()
 		r.file.Spans = append(r.file.Spans, Span{Name: name, Start: start, End: end})
 		r.mu.Unlock()
@@ -85,7 +94,7 @@ func (r *Recorder) Mark(name string) {
 	if r == nil {
 		return
 	}
-	end := Now()
+	end := r.now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	start := r.file.Main
@@ -101,7 +110,7 @@ func (r *Recorder) Add(name string, start int64) {
 	if r == nil {
 		return
 	}
-	end := Now()
+	end := r.now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	i, ok := r.sums[name]
@@ -122,7 +131,7 @@ func (r *Recorder) Stamp() int64 {
 	if r == nil {
 		return 0
 	}
-	return Now()
+	return r.now()
 }
 
 // Write writes the spans as JSON to the recorder's path.

@@ -99,3 +99,39 @@ func TomcatMaxConnections(value int64, file string, port uint16) []diag.Fix {
 		Command: fmt.Sprintf(`<Connector port="%d" ... maxConnections="%d"/>`, port, value),
 		Risk:    "a descriptor and buffers per connection; the service's LimitNOFILE must be above it"}}
 }
+
+// MeasuredCap is the fix for a server whose connection limit no file
+// tcpdoctor reads names, by its command: where such servers set it, and
+// the new value worked out from what was measured (held, the plateau;
+// value, at least double it and enough for wanted, the connections that
+// wanted it at once). The current setting was not read, so none is
+// claimed.
+func MeasuredCap(command string, held int, value int64, wanted string) []diag.Fix {
+	measured := fmt.Sprintf("it stopped at %d connections (measured; its setting was not read); %s wanted it at once", held, wanted)
+	f := diag.Fix{Scope: "application", Target: command,
+		Risk: "each connection (or the worker serving it) costs memory and a descriptor: size the host and the open-file limit (LimitNOFILE=) for the new value"}
+	switch command {
+	case "apache2", "httpd", "apache":
+		f.Target = "apache2"
+		f.Text = fmt.Sprintf("%s: raise MaxRequestWorkers to %d in the enabled MPM's file (Debian: /etc/apache2/mods-enabled/mpm_event.conf, mpm_worker.conf or mpm_prefork.conf; `apache2ctl -V` names the MPM), with ServerLimit at least %d / ThreadsPerChild for event and worker (their defaults 16 x 25 = 400) or at least %d for prefork (default 256), then restart apache2 (a ServerLimit change needs a full restart)", measured, value, value, value)
+		f.Command = fmt.Sprintf("MaxRequestWorkers %d", value)
+		f.Risk = "each worker is a thread (event, worker) or a process (prefork) with its memory: prefork at that many processes needs the RAM for them; with the event MPM, ListenBacklog and the accept queue only make clients wait longer"
+	case "node", "nodejs":
+		f.Text = fmt.Sprintf("%s: Node's cap is server.maxConnections set in the program's code (or a proxy or framework limit in front of it); raise it to %d or remove it", measured, value)
+		f.Command = fmt.Sprintf("server.maxConnections = %d", value)
+	case "gunicorn":
+		f.Text = fmt.Sprintf("%s: gunicorn serves --workers x --threads requests at once (sync workers: one each; async workers: --worker-connections each); make that at least %d", measured, value)
+	case "uwsgi":
+		f.Text = fmt.Sprintf("%s: uWSGI serves processes x threads requests at once; make that at least %d (and its listen backlog, --listen, follows)", measured, value)
+	case "php-fpm", "php-fpm8.2", "php-fpm8.3":
+		f.Text = fmt.Sprintf("%s: PHP-FPM serves pm.max_children requests at once per pool; raise it to %d in the pool's file", measured, value)
+		f.Command = fmt.Sprintf("pm.max_children = %d", value)
+	case "java":
+		f.Text = fmt.Sprintf("%s: a Java server's cap is its connector's: Tomcat maxConnections and maxThreads (Spring Boot server.tomcat.max-connections, server.tomcat.threads.max), Jetty's thread pool and connection limit, Netty's own; raise it to %d", measured, value)
+	case "python", "python3":
+		f.Text = fmt.Sprintf("%s: a Python server's cap is in its code or its server's options (a thread or process pool's max_workers, a semaphore, uvicorn --limit-concurrency, gunicorn --workers x --threads); raise it to %d", measured, value)
+	default:
+		f.Text = fmt.Sprintf("%s: %s caps its own connections or workers (its configuration or code); raise that limit to %d", measured, command, value)
+	}
+	return []diag.Fix{f}
+}

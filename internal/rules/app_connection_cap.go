@@ -3,6 +3,8 @@ package rules
 import (
 	"fmt"
 	"math"
+	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 
@@ -20,7 +22,7 @@ const capTurnedRate = 1.0
 
 func appConnectionCap() diag.Rule {
 	return diag.Rule{ID: "app-connection-cap", Title: "A server at its own connection limit", Check: checkAppCap,
-		Keeps: []diag.Keeper{diag.Keep(capHeld{})}}
+		Keeps: []diag.Keeper{diag.Keep(capHeld{}), diag.Keep(acceptedOwned{}), diag.Keep(queuedAt{})}}
 }
 
 // capHeld keeps what each capped process held in the window's first
@@ -30,20 +32,62 @@ type capHeld struct{}
 // Keep tallies s.
 func (capHeld) Keep(s *snapshot.Snapshot) map[int]int { return tcpmodel.CapHeld(s) }
 
+// capsOf is the rule's verdict on a window, worked out once for it and
+// for connection-churn, which leaves to it the churn of clients a capped
+// server turns away.
+type capsOf struct{}
+
+// capVerdict is capsOf's result: the findings, the rule's unknown error,
+// and the listeners of the servers turning clients away (a critical
+// finding).
+type capVerdict struct {
+	fs      []diag.Finding
+	err     error
+	turning []*snapshot.Socket
+}
+
+// Compute judges in.
+func (capsOf) Compute(in *diag.Input) capVerdict {
+	fs, turning, err := judgeAppCaps(in)
+	return capVerdict{fs: fs, err: err, turning: turning}
+}
+
+// turnsAway says whether a server at its cap turns clients away from
+// the listener service (its address and port) in this window.
+func (v capVerdict) turnsAway(service netip.AddrPort) bool {
+	for _, ln := range v.turning {
+		if tcpmodel.SameListener(ln.Local, service) {
+			return true
+		}
+	}
+	return false
+}
+
 func checkAppCap(in *diag.Input) ([]diag.Finding, error) {
+	v := diag.MemoOf(in, capsOf{})
+	// The memo is shared: hand out copies.
+	fs := make([]diag.Finding, len(v.fs))
+	for i, f := range v.fs {
+		f.Evidence, f.Fixes = slices.Clone(f.Evidence), slices.Clone(f.Fixes)
+		fs[i] = f
+	}
+	return fs, v.err
+}
+
+func judgeAppCaps(in *diag.Input) ([]diag.Finding, []*snapshot.Socket, error) {
 	cur := in.Cur
 	if err := sockdiagGone(cur); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	msg, failed := cur.Failed(snapshot.SourceAppCaps)
 	if cur.AppCaps == nil {
 		switch why := tcpmodel.OwnersMissing(cur); {
 		case failed:
-			return nil, diag.Unknownf("servers' own limits not read: %s", msg)
+			return nil, nil, diag.Unknownf("servers' own limits not read: %s", msg)
 		case why != "":
-			return nil, diag.Unknownf("servers' own limits not read: the listeners' owners are unknown: %s", why)
+			return nil, nil, diag.Unknownf("servers' own limits not read: the listeners' owners are unknown: %s", why)
 		default:
-			return nil, diag.Unknownf("servers' own limits not read (not collected in this snapshot)")
+			return nil, nil, diag.Unknownf("servers' own limits not read (not collected in this snapshot)")
 		}
 	}
 	var prevHeld map[int]int
@@ -51,19 +95,28 @@ func checkAppCap(in *diag.Input) ([]diag.Finding, error) {
 		prevHeld, _ = diag.KeptOf(in, capHeld{})
 	}
 	var fs []diag.Finding
+	var turning []*snapshot.Socket
 	for i := range cur.AppCaps {
 		c := &cur.AppCaps[i]
 		u := tcpmodel.CapUseOf(cur, c)
 		if !tcpmodel.AtCap(u.Held[u.Top], tcpmodel.CapLimit(c)) {
 			continue
 		}
-		fs = append(fs, capFinding(in, &u, prevHeld))
+		f := capFinding(in, &u, prevHeld)
+		if f.Severity == diag.Critical {
+			turning = append(turning, u.Listeners...)
+		}
+		fs = append(fs, f)
+	}
+	for _, h := range measuredCaps(in) {
+		fs = append(fs, h.f)
+		turning = append(turning, h.ln)
 	}
 	sort.SliceStable(fs, func(i, j int) bool { return fs[i].Severity > fs[j].Severity })
 	if failed && len(fs) == 0 {
-		return nil, diag.Unknownf("some servers' own limits not read: %s", msg)
+		return nil, nil, diag.Unknownf("some servers' own limits not read: %s", msg)
 	}
-	return fs, nil
+	return fs, turning, nil
 }
 
 // capFinding is the finding for a server at its cap.
@@ -220,8 +273,17 @@ func capFixes(cur *snapshot.Snapshot, u *tcpmodel.CapUse, perSec float64, ev *[]
 	need := int64(math.Ceil(want*per/float64(len(u.Pids)))) + int64(max(listeners, 0))
 	value := tcpmodel.NextPow2(max(need+c.Reserved, 2*c.Value))
 	*ev = append(*ev, diag.Evidence{Name: "connections wanted",
-		Value:  fmt.Sprintf("at least %.0f clients (%d held + %.0f turned away each second) x %.2f connections each, over %d process(es): %d each", want, clients, math.Ceil(perSec), per, len(u.Pids), need),
-		Source: "the counts above; a client turned away that retries within a second counts once"})
+		Value:  fmt.Sprintf("about %.0f clients (%d held + %.0f turned away each second) x %.2f connections each, over %d process(es): %d each", want, clients, math.Ceil(perSec), per, len(u.Pids), need),
+		Source: "the counts above: a client turned away that retries within a second counts once, one that retries faster once per retry, so this is an upper bound for fast retriers (the value below is on the safe side)"})
+	// The lower bound: connections that want the listeners now, each
+	// client address:port once.
+	var seen wanted
+	for _, ln := range u.Listeners {
+		w := distinctWanted(cur, ln)
+		seen.held, seen.queued, seen.synRecv, seen.synSent = seen.held+w.held, seen.queued+w.queued, seen.synRecv+w.synRecv, seen.synSent+w.synSent
+	}
+	*ev = append(*ev, diag.Evidence{Name: "connections seen wanting it at once", Value: seen.String(),
+		Source: "sock_diag: distinct client address:port pairs on its listeners (held and queued), SYN-RECV, and this namespace's SYN-SENT to them; a lower bound: a client waiting to retry holds no socket"})
 	file := c.Source
 	if i := strings.LastIndexByte(file, ':'); i > 0 {
 		file = file[:i]
@@ -263,4 +325,271 @@ func capFixes(cur *snapshot.Snapshot, u *tcpmodel.CapUse, perSec float64, ev *[]
 		return remedy.TomcatMaxConnections(value, file, port)
 	}
 	return []diag.Fix{remedy.AppCap(c.App, c.Setting, value, file)}
+}
+
+// measuredMinHeld is the fewest connections a server must hold at both
+// ends of the window for its plateau to count as a limit of its own when
+// no file names one.
+const measuredMinHeld = 4
+
+// measuredCaps finds the servers whose limit no file tcpdoctor reads
+// names (apache2's MaxRequestWorkers, a Node or Python server's own cap)
+// from the kernel's evidence alone, each listener on its own: the
+// connections its owners hold on it flat across the window (a plateau),
+// while
+// clients are turned away: its accept queue full in both samples with
+// handshakes dropped in the window, or resets sent from its port for
+// requests that came after it closed the connection (eBPF) while a
+// quarter of what it holds outlived the window. A plateau
+// alone is a steady load, a full queue alone a slow server: it takes
+// both. Listeners whose limit was read, and owners near their open-file
+// limit (fd-exhaustion names that), are left out.
+func measuredCaps(in *diag.Input) []measuredHit {
+	cur := in.Cur
+	if in.Prev == nil {
+		return nil
+	}
+	before, ok := diag.KeptOf(in, acceptedOwned{})
+	queued, ok2 := diag.KeptOf(in, queuedAt{})
+	if !ok || !ok2 {
+		return nil
+	}
+	var hs []measuredHit
+	for i := range cur.Sockets {
+		ln := &cur.Sockets[i]
+		if ln.State != snapshot.Listen || len(ln.Pids) == 0 || capRead(cur, ln) {
+			continue
+		}
+		p := in.PrevOf(ln)
+		if p == nil {
+			continue
+		}
+		// Taken in the window: new, or waiting in the queue at its start.
+		acc := acceptedOn(cur, ln, func(c *snapshot.Socket) bool {
+			_, wasQueued := slices.BinarySearch(queued[p.Cookie], c.Cookie)
+			return wasQueued || in.PrevOf(c) == nil
+		})
+		was := before[p.Cookie]
+		if acc.owned < measuredMinHeld || was < measuredMinHeld || !flat(was, acc.owned) || nearFDLimit(cur, acc.byPid) {
+			continue
+		}
+		if f, ok := measuredCapFinding(in, ln, p, acc, was); ok {
+			hs = append(hs, measuredHit{f: f, ln: ln})
+		}
+	}
+	return hs
+}
+
+// measuredHit is a finding of measuredCaps and its listener.
+type measuredHit struct {
+	f  diag.Finding
+	ln *snapshot.Socket
+}
+
+// queuedAt keeps the connections waiting in each listener's accept queue
+// in the window's first sample (accepted, no owner yet), by the
+// listener's cookie, sorted: one a server owns at the end was taken in
+// the window. At most a backlog's worth per listener.
+type queuedAt struct{}
+
+// Keep lists them in s.
+func (queuedAt) Keep(s *snapshot.Snapshot) map[uint64][]uint64 {
+	out := map[uint64][]uint64{}
+	ls := tcpmodel.ListenersOf(s)
+	for i := range s.Sockets {
+		sk := &s.Sockets[i]
+		if len(sk.Pids) > 0 {
+			continue
+		}
+		for _, ln := range ls[sk.Local.Port()] {
+			if tcpmodel.AcceptedOn(ln, sk) {
+				out[ln.Cookie] = append(out[ln.Cookie], sk.Cookie)
+			}
+		}
+	}
+	for _, cs := range out {
+		slices.Sort(cs)
+	}
+	return out
+}
+
+// flat: held at the end within 5 % (at least 1) of held at the start.
+func flat(was, now int) bool {
+	d := now - was
+	return max(d, -d) <= max(1, was/20)
+}
+
+// capRead says whether a limit read from the configuration (AppCaps)
+// covers listener ln: its owner and, where the limit names ports, its
+// port.
+func capRead(s *snapshot.Snapshot, ln *snapshot.Socket) bool {
+	for i := range s.AppCaps {
+		c := &s.AppCaps[i]
+		if (slices.Contains(ln.Pids, c.Pid) || slices.ContainsFunc(c.Pids, func(p int) bool { return slices.Contains(ln.Pids, p) })) &&
+			(len(c.Ports) == 0 || slices.Contains(c.Ports, ln.Local.Port())) {
+			return true
+		}
+	}
+	return false
+}
+
+// nearFDLimit: one of the holders has open files at fd-exhaustion's
+// warning share of its limit: the kernel's limit, not the server's own.
+func nearFDLimit(s *snapshot.Snapshot, byPid map[int]int) bool {
+	for pid := range byPid {
+		if pr := s.Procs[pid]; pr != nil && pr.FDs >= 0 && pr.NofileSoft != nil && *pr.NofileSoft > 0 &&
+			float64(pr.FDs) >= fdWarnFrac*float64(*pr.NofileSoft) {
+			return true
+		}
+	}
+	return false
+}
+
+// measuredCapFinding is the finding for listener ln (p in the window's
+// first sample) whose owners held acc at the end and was at the start,
+// if clients were turned away; ok is false when none were.
+func measuredCapFinding(in *diag.Input, ln *snapshot.Socket, p *snapshot.Was, acc accepted, was int) (diag.Finding, bool) {
+	cur := in.Cur
+	win := in.Window()
+	secs := win.Seconds()
+	if secs <= 0 {
+		return diag.Finding{}, false
+	}
+	addr := tcpmodel.Unmapped(ln.Local).String()
+	sub := subject(cur, nil, ln)
+	sub.Service = addr
+	pids := make([]int, 0, len(acc.byPid))
+	for pid := range acc.byPid {
+		pids = append(pids, pid)
+	}
+	sort.Ints(pids)
+	cmd := sub.Command
+	if cmd == "" {
+		cmd = tcpmodel.Command(cur, pids[0])
+	}
+	var ev []diag.Evidence
+	var why string
+
+	// A full accept queue at both ends, handshakes dropped in the window.
+	dropped, hasDropped := tcpmodel.DropsAt(cur, ln.Local)
+	over, hasOver := in.CounterDelta("TcpExt.ListenOverflows")
+	if acceptNearFull(ln.RecvQ, ln.SendQ) && acceptNearFull(p.RecvQ, ln.SendQ) && (dropped > 0 || hasOver && over > 0) {
+		ev = append(ev, diag.Evidence{Name: "accept queue of " + addr, Value: fmt.Sprintf("%d of %d now, %d at the window's start", ln.RecvQ, ln.SendQ, p.RecvQ),
+			Source: "sock_diag LISTEN Recv-Q / Send-Q", Threshold: fmt.Sprintf(">= %.0f%% of the backlog in both samples: it takes no more than it holds", listenNearFull*100)})
+		if hasDropped && dropped > 0 {
+			ev = append(ev, diag.Evidence{Name: "handshakes dropped at " + addr + " (eBPF)", Value: fmt.Sprintf("%d in %s (%.1f/s)", dropped, units.Dur(win), float64(dropped)/secs),
+				Source: "eBPF tp_btf/kfree_skb reason " + tcpmodel.ReasonListenOverflow + ", rx_sk = the listener"})
+		}
+		if hasOver {
+			ev = append(ev, diag.Evidence{Name: "ListenOverflows (netns)", Value: fmt.Sprintf("+%d in %s (%.1f/s)", over, units.Dur(win), float64(over)/secs),
+				Source: "/proc/net/netstat TcpExt.ListenOverflows", Threshold: "> 0"})
+		}
+		why = fmt.Sprintf("its accept queue stayed full (%d of %d) and handshakes were dropped: clients wait or are turned away", ln.RecvQ, ln.SendQ)
+	}
+	// Or the server ended connections right after accepting them: resets
+	// for requests that came after its close, while it kept a quarter or
+	// more of what it holds across the window. A keep-alive server that
+	// ends its connections after some requests resets the requests racing
+	// its close too, but what it holds is all new.
+	if why == "" {
+		if kept := acc.owned - acc.fresh; kept < max(1, acc.owned/4) {
+			return diag.Finding{}, false
+		}
+		u := tcpmodel.CapUse{Cap: &snapshot.AppCap{Pid: sub.Pid}, Listeners: []*snapshot.Socket{ln}, Pids: pids}
+		ta := tcpmodel.TurnedAwayOf(cur, &u, prevState(in), win, 0, false)
+		if !ta.HasResets || float64(ta.Resets())/secs < capTurnedRate {
+			return diag.Finding{}, false
+		}
+		var rs []string
+		for r, n := range ta.ResetsSent {
+			rs = append(rs, fmt.Sprintf("%s %d", r, n))
+		}
+		sort.Strings(rs)
+		ev = append(ev, diag.Evidence{Name: "resets sent from " + addr + " (eBPF)", Value: fmt.Sprintf("%s in %s (%.1f/s)", strings.Join(rs, ", "), units.Dur(win), float64(ta.Resets())/secs),
+			Source:    "eBPF tp_btf/tcp_send_reset: TCP_TIMEWAIT_SOCKET and TCP_ABORT_ON_DATA are requests that arrived after the server closed, TCP_ABORT_ON_CLOSE requests it closed unread",
+			Threshold: fmt.Sprintf(">= %.0f/s", capTurnedRate)})
+		why = fmt.Sprintf("it sent %.0f resets/s from %s for requests it closed before reading: clients are turned away", float64(ta.Resets())/secs, addr)
+	}
+	held := acc.owned
+	var each []string
+	for _, pid := range pids {
+		each = append(each, fmt.Sprintf("%s(pid %d) %d", tcpmodel.Command(cur, pid), pid, acc.byPid[pid]))
+	}
+	ev = append([]diag.Evidence{{Name: "connections held on " + addr,
+		Value:     fmt.Sprintf("%d at the window's end, %d at its start (%s); each: %s", held, was, turnover(acc.fresh), strings.Join(each, ", ")),
+		Source:    "sock_diag connections accepted on the listener that a process holds (/proc/PID/fd); the ones still in the accept queue have no owner and are not counted",
+		Threshold: fmt.Sprintf("at least %d in both samples, within 5%% (at least 1) of each other", measuredMinHeld)}}, ev...)
+	ev = append(ev, diag.Evidence{Name: "the limit read from its files", Value: "none: tcpdoctor reads no connection limit of " + cmd,
+		Source: "internal/appcaps (nginx, Redis, PostgreSQL, haproxy, memcached, Tomcat, Envoy)"})
+	d := distinctWanted(cur, ln)
+	ev = append(ev, diag.Evidence{Name: "connections wanted at once", Value: d.String(),
+		Source: "sock_diag: distinct client address:port pairs of the connections on the listener (held and queued), its SYN-RECV requests, and this namespace's own SYN-SENT connects to it; a client whose SYN was dropped and who is on another host is not seen"})
+	value := tcpmodel.NextPow2(int64(max(2*held, d.total())))
+	summary := fmt.Sprintf("%s's own limit near %d on %s (measured: held %d at both ends of %s while %s); no file tcpdoctor reads names it",
+		cmd, held, addr, held, units.Dur(win), why)
+	if was != held {
+		summary = fmt.Sprintf("%s's own limit near %d on %s (measured: held %d at the window's start and %d at its end, %s, while %s); no file tcpdoctor reads names it",
+			cmd, held, addr, was, held, units.Dur(win), why)
+	}
+	return diag.Finding{Severity: diag.Critical, Subject: sub, Summary: summary, Evidence: ev,
+		Fixes: remedy.MeasuredCap(cmd, held, value, d.String())}, true
+}
+
+// turnover says how many of the held connections the server took in the
+// window.
+func turnover(fresh int) string {
+	if fresh == 0 {
+		return "the same ones throughout: none ended in the window, as with requests longer than it; a server that stopped serving would look the same, so check that it answers"
+	}
+	return fmt.Sprintf("%d of them taken in the window: it takes one as another ends", fresh)
+}
+
+// wanted is the distinct connections that wanted listener ln at once, by
+// where they were seen.
+type wanted struct {
+	held, queued, synRecv, synSent int
+}
+
+func (w wanted) total() int { return w.held + w.queued + w.synRecv + w.synSent }
+
+func (w wanted) String() string {
+	return fmt.Sprintf("%d: %d held, %d in the accept queue, %d in the SYN queue, %d connects from this namespace still waiting (SYN-SENT)",
+		w.total(), w.held, w.queued, w.synRecv, w.synSent)
+}
+
+// distinctWanted counts the connections that want ln now, each client
+// address:port once, wherever it is: a client retrying with a new port
+// after a failure counts again only while both attempts are open.
+func distinctWanted(s *snapshot.Snapshot, ln *snapshot.Socket) wanted {
+	var w wanted
+	seen := map[netip.AddrPort]bool{}
+	for i := range s.Sockets {
+		sk := &s.Sockets[i]
+		var slot *int
+		switch {
+		case tcpmodel.AcceptedOn(ln, sk):
+			slot = &w.queued
+			if len(sk.Pids) > 0 {
+				slot = &w.held
+			}
+		case (sk.State == snapshot.SynRecv || sk.State == snapshot.NewSynRecv) && tcpmodel.SameListener(ln.Local, sk.Local):
+			slot = &w.synRecv
+		case sk.State == snapshot.SynSent && sk.Remote.Port() == ln.Local.Port() &&
+			(ln.Local.Addr().IsUnspecified() || tcpmodel.Unmapped(sk.Remote).Addr() == tcpmodel.Unmapped(ln.Local).Addr()):
+			// The client's own side: its peer is the listener, its local
+			// address:port is what the server would see.
+			if k := tcpmodel.Unmapped(sk.Local); !seen[k] {
+				seen[k] = true
+				w.synSent++
+			}
+			continue
+		default:
+			continue
+		}
+		if k := tcpmodel.Unmapped(sk.Remote); !seen[k] {
+			seen[k] = true
+			*slot++
+		}
+	}
+	return w
 }

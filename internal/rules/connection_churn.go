@@ -26,7 +26,9 @@ const (
 
 func connectionChurn() diag.Rule {
 	return diag.Rule{ID: "connection-churn", Title: "New connection per request instead of reuse", NeedsDelta: true, Check: checkConnectionChurn,
-		Keeps: []diag.Keeper{diag.Keep(flowOpeners{})}}
+		// app-connection-cap's keeps: its verdict (capsOf) says which
+		// churn is a capped server's clients turned away.
+		Keeps: []diag.Keeper{diag.Keep(flowOpeners{}), diag.Keep(capHeld{}), diag.Keep(acceptedOwned{}), diag.Keep(queuedAt{})}}
 }
 
 // churnSeverity is a warning for a fast churn the host can fix (the
@@ -53,9 +55,23 @@ func checkConnectionChurn(in *diag.Input) ([]diag.Finding, error) {
 	}
 	var hits []scored
 	for _, c := range tcpmodel.ChurnOf(cur, prevState(in), in.Window()) {
-		if sev := churnSeverity(c); sev > 0 {
-			hits = append(hits, scored{f: churnFinding(in, c, sev), score: c.Rate()})
+		sev := churnSeverity(c)
+		if sev == 0 {
+			continue
 		}
+		// Clients a server at its own limit turns away reconnect: that
+		// churn is app-connection-cap's finding, not a second warning.
+		capped := sev == diag.Warning && c.LocalService && diag.MemoOf(in, capsOf{}).turnsAway(c.Service)
+		if capped {
+			sev = diag.Info
+		}
+		f := churnFinding(in, c, sev)
+		if capped {
+			f.Summary += fmt.Sprintf("; %s is at its own connection limit and turns clients away (app-connection-cap): this churn is them reconnecting, and raising that limit ends it", c.Service)
+			f.Evidence = append(f.Evidence, diag.Evidence{Name: "service at its own connection limit", Value: fmt.Sprintf("%s: see app-connection-cap's critical finding", c.Service),
+				Source: "app-connection-cap's verdict on the same window", Threshold: fmt.Sprintf("a warning at >= %.0f/s otherwise; info here", churnWarnRate)})
+		}
+		hits = append(hits, scored{f: f, score: c.Rate()})
 	}
 	sort.SliceStable(hits, func(i, j int) bool {
 		a, b := hits[i].f.Subject, hits[j].f.Subject

@@ -161,6 +161,11 @@ func Describe(f *sockdiag.Filter, pid int) string {
 		peers = append(peers, p.String())
 	}
 	add("peer", peers)
+	var locals []string
+	for _, p := range f.Locals {
+		locals = append(locals, p.String())
+	}
+	add("local", locals)
 	if pid > 0 {
 		parts = append(parts, "pid "+strconv.Itoa(pid))
 	}

@@ -110,14 +110,19 @@ func (t *table) print(row []byte, ends []int) error {
 			over = 1 - pad
 			pad = 1
 		}
-		for range pad {
-			if err := t.w.WriteByte(' '); err != nil {
+		for pad > 0 {
+			n := min(pad, len(spaces))
+			if _, err := t.w.WriteString(spaces[:n]); err != nil {
 				return err
 			}
+			pad -= n
 		}
 	}
 	return t.w.WriteByte('\n')
 }
+
+// spaces pads cells a piece at a time.
+const spaces = "                                                                "
 
 // dashes adds n cells holding "-".
 func (t *table) dashes(n int) {
