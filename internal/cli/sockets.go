@@ -236,23 +236,8 @@ func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
 		po.Workload = po.Workload || ns.Workload != nil
 	}
 	var lim tcpmodel.Limited
-	// What a row needs of the dump alone is formatted while the owners
-	// are found; the rest when they are known.
-	early := sockets.NewEarlyQueue(po)
-	st.Hold = func(s *snapshot.Snapshot, sk *snapshot.Socket) {
-		defer e.Phases.Add("format rows before their owners", e.Phases.Stamp())
-		if flt.match(sk) {
-			early.Push(sk)
-		} else {
-			early.Leave()
-		}
-	}
 	e.Phases.Mark("setup")
 	heads, err := st.Stream(nss, func(s *snapshot.Snapshot, sk *snapshot.Socket) error {
-		var pre *sockets.Early
-		if early.Pending() {
-			pre = early.Pop()
-		}
 		if !flt.match(sk) {
 			return nil
 		}
@@ -267,9 +252,6 @@ func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
 		}
 		if prev != nil && prev.Limited(s, sk, &lim) {
 			r.Limited = &lim
-		}
-		if pre != nil {
-			return p.RowEarly(&r, pre)
 		}
 		return p.Row(&r)
 	})

@@ -229,8 +229,7 @@ func (c *Collector) dump(s *snapshot.Snapshot) {
 		base = b.Was
 	}
 	f := snapshot.Follow(base)
-	opts := sockdiag.Options{States: c.Opts.States, Filter: c.Opts.Filter, Info: true, Mem: true, Reuse: true, OneWalk: true,
-		Split: expectedSockets(s) >= splitMin}
+	opts := sockdiag.Options{States: c.Opts.States, Filter: c.Opts.Filter, Info: true, Mem: true, Reuse: true, OneWalk: true}
 	err := sockdiag.Dump(opts, func(sk *snapshot.Socket) error {
 		var was *snapshot.Was
 		if k, ok := f.Next(sk.Cookie); ok {
@@ -244,12 +243,6 @@ func (c *Collector) dump(s *snapshot.Snapshot) {
 		s.AddError(snapshot.SourceSockdiag, err)
 	}
 }
-
-// splitMin is the expected sockets (expectedSockets) from which a dump
-// runs in two halves, one per CPU (sockdiag.Options.Split): each half
-// walks the kernel's whole table, a few ms, which a smaller dump does not
-// win back (docs/performance.md).
-const splitMin = 8192
 
 // expectedSockets sizes the dump from this namespace's sockstat (TCP and
 // TCP6 sockets in use plus TIME_WAIT, with a little room), so 100,000

@@ -7,7 +7,6 @@ import (
 
 	"github.com/tcpdoctor/tcpdoctor/internal/bpfsource"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
-	"github.com/tcpdoctor/tcpdoctor/internal/procnet"
 	"github.com/tcpdoctor/tcpdoctor/internal/procs"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/sockdiag"
@@ -99,11 +98,6 @@ type Streamer struct {
 	Now  func() time.Time
 	// Events, when set, adds the eBPF connection events to each header.
 	Events EventReader
-	// Hold, when set, is called with each socket the dump holds until
-	// its owners are known (without them), before it is held: a listing
-	// formats what it can meanwhile. fn gets the held sockets later, in
-	// the order Hold got them, before any socket after them.
-	Hold func(s *snapshot.Snapshot, sk *snapshot.Socket)
 	// hold is how many sockets may wait for the owners (maxHeld when 0;
 	// tests make it small).
 	hold int
@@ -194,11 +188,6 @@ func (st *Streamer) Stream(nss []netns.NS, fn func(s *snapshot.Snapshot, sk *sna
 				find = locks.Joiner()
 			}
 			start := time.Now()
-			// sockstat says whether the namespace is big enough to dump
-			// in two halves; unread, the dump is whole.
-			ss := make(map[string]int64, 16)
-			_ = procnet.Default().Sockstat(ss)
-			opts.Split = expectedSockets(&snapshot.Snapshot{Sockstat: ss}) >= splitMin
 			emit := func(sk *snapshot.Socket) error {
 				sk.Pids = nil
 				if own != nil {
@@ -224,7 +213,7 @@ func (st *Streamer) Stream(nss []netns.NS, fn func(s *snapshot.Snapshot, sk *sna
 				held = heldRows{}
 				return nil
 			}
-			endDump := st.Opts.Phases.Begin(dumpPhase(opts))
+			endDump := st.Opts.Phases.Begin("dump")
 			err := sockdiag.Dump(opts, func(sk *snapshot.Socket) error {
 				if find != nil {
 					if v := lockOf(find, sk, &lockBits); v != nil {
@@ -233,9 +222,6 @@ func (st *Streamer) Stream(nss []netns.NS, fn func(s *snapshot.Snapshot, sk *sna
 				}
 				if len(held.socks) > 0 || beside != nil {
 					if !takeOwners(len(held.socks) >= limit) {
-						if st.Hold != nil {
-							st.Hold(s, sk)
-						}
 						held.add(sk)
 						return nil
 					}
@@ -331,12 +317,4 @@ func ownerPids(own *procs.Owners, inode uint32, buf []int) []int {
 		return buf
 	}
 	return own.AppendPids(buf, inode)
-}
-
-// dumpPhase names a dump's span: whole, or in two halves at once.
-func dumpPhase(opts sockdiag.Options) string {
-	if opts.Split {
-		return "dump (two halves at once)"
-	}
-	return "dump"
 }

@@ -29,8 +29,6 @@ type streamed struct {
 	owners map[string][]int
 	order  []string
 	head   *snapshot.Snapshot
-	// held are the sockets Hold was given, in order.
-	held []string
 }
 
 // streamOwners streams ns with load as Options.Files and hold
@@ -39,12 +37,6 @@ func streamOwners(t *testing.T, ns netns.NS, load func() (procs.FileLister, erro
 	t.Helper()
 	st := &Streamer{Opts: Options{Owners: true, ProcRoot: "/proc", Files: load}, Now: time.Now, hold: hold}
 	out := streamed{owners: map[string][]int{}}
-	st.Hold = func(s *snapshot.Snapshot, sk *snapshot.Socket) {
-		if len(sk.Pids) > 0 {
-			t.Errorf("a held socket came to Hold with owners %v", sk.Pids)
-		}
-		out.held = append(out.held, sk.Local.String()+">"+sk.Remote.String())
-	}
 	heads, err := st.Stream([]netns.NS{ns}, func(s *snapshot.Snapshot, sk *snapshot.Socket) error {
 		if s.Procs == nil {
 			t.Errorf("a row came before its header's processes")
@@ -137,10 +129,6 @@ func TestStreamFileOwners(t *testing.T) {
 		} {
 			got := streamOwners(t, ns, loader(fo, nil, c.wait), c.hold)
 			same(c.what, got)
-			// Held sockets come to fn in the order Hold got them, first.
-			if c.wait > 0 && (len(got.held) == 0 || !slices.Equal(got.held, got.order[:len(got.held)])) {
-				t.Errorf("%s: held %v, rows %v: want some held, first and in order", c.what, got.held, got.order)
-			}
 			if !hasSource(got.head, snapshot.SourceFileOwners, true) {
 				t.Errorf("%s: sources %+v, want %s ok", c.what, got.head.Sources, snapshot.SourceFileOwners)
 			}

@@ -20,12 +20,6 @@ func (sk *Socket) AppendJSON(b []byte) []byte {
 // AppendJSONFields is AppendJSON without the braces, for an object that
 // embeds a Socket.
 func (sk *Socket) AppendJSONFields(b []byte) []byte {
-	return sk.AppendJSONOwned(sk.AppendJSONHead(b))
-}
-
-// AppendJSONHead is AppendJSONFields up to the owners: what the dump
-// alone gives, so a listing can write it while the owners are found.
-func (sk *Socket) AppendJSONHead(b []byte) []byte {
 	b = append(b, `"family":`...)
 	b = strconv.AppendUint(b, uint64(sk.Family), 10)
 	b = append(b, `,"state":`...)
@@ -80,12 +74,6 @@ func (sk *Socket) AppendJSONHead(b []byte) []byte {
 	} else {
 		b = append(b, "null"...)
 	}
-	return b
-}
-
-// AppendJSONOwned is the rest of AppendJSONFields after AppendJSONHead:
-// the owners and the buffer lock bits.
-func (sk *Socket) AppendJSONOwned(b []byte) []byte {
 	if len(sk.Pids) > 0 {
 		b = append(b, `,"pids":[`...)
 		for i, p := range sk.Pids {

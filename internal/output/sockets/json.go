@@ -11,13 +11,11 @@ import (
 // sockets): the names, order, omitempty and escaping of its tags.
 // Written by hand because reflection per field was most of the time of
 // `sockets --json`.
-// head is the socket's AppendJSONHead, written ahead (Printer.Early).
-func appendJSON(b []byte, r *Row, head []byte) []byte {
+func appendJSON(b []byte, r *Row) []byte {
 	b = append(b, '{')
 	b = r.Subject.AppendJSON(b)
 	b = append(b, ',')
-	b = append(b, head...)
-	b = r.Socket.AppendJSONOwned(b)
+	b = r.Socket.AppendJSONFields(b)
 	if l := r.Limited; l != nil {
 		b = append(b, `,"limited":{"window_ms":`...)
 		b = output.AppendJSONFloat(b, float64(l.Window)/float64(time.Millisecond))

@@ -57,7 +57,7 @@ func checkRow(t *testing.T, r *Row) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := appendJSON(nil, r, r.Socket.AppendJSONHead(nil))
+	got := appendJSON(nil, r)
 	if !bytes.Equal(got, want) {
 		i := 0
 		for i < len(got) && i < len(want) && got[i] == want[i] {
@@ -236,7 +236,7 @@ func FuzzSocketJSON(f *testing.F) {
 		}
 		r := rowOf(netns, &sk, command, len(extra)%2 == 0)
 		r.Limited = &tcpmodel.Limited{Window: time.Duration(share * 1e6), Busy: share, Sndbuf: -share, Rwnd: share / 3, Congestion: share * 7}
-		got := appendJSON(nil, &r, r.Socket.AppendJSONHead(nil))
+		got := appendJSON(nil, &r)
 		if !json.Valid(got) {
 			t.Fatalf("invalid JSON: %s", got)
 		}

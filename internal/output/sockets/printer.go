@@ -80,12 +80,11 @@ func HasWorkloads(s *snapshot.Snapshot) bool {
 // Printer prints rows as they come: a JSON array, one object a line, or
 // a table whose widths come from its first rows.
 type Printer struct {
-	w     *bufio.Writer
-	o     Options
-	rows  int
-	buf   []byte
-	tab   *table
-	early Early // Row's
+	w    *bufio.Writer
+	o    Options
+	rows int
+	buf  []byte
+	tab  *table
 }
 
 // NewPrinter prints to w; the caller flushes w after Close.
@@ -96,125 +95,6 @@ func (p *Printer) Rows() int { return p.rows }
 
 // Row prints r.
 func (p *Printer) Row(r *Row) error {
-	p.early.b, p.early.ends = p.o.appendEarly(p.early.b[:0], p.early.ends[:0], r.Socket)
-	return p.RowEarly(r, &p.early)
-}
-
-// Early is the part of a row that needs only the dump, formatted while
-// the owners are still being found (EarlyQueue) and printed with them by
-// RowEarly.
-type Early struct {
-	b    []byte
-	ends []int // where the table's cells end in b
-}
-
-// appendEarly appends what the dump alone gives of sk: the table's cells
-// from State to Rcvbuf (their ends, offsets in b, appended to ends), or
-// the JSON object's fields before the owners.
-func (o Options) appendEarly(b []byte, ends []int, sk *snapshot.Socket) ([]byte, []int) {
-	if o.JSON {
-		return sk.AppendJSONHead(b), ends
-	}
-	cell := func() { ends = append(ends, len(b)) }
-	b = append(b, sk.State.String()...)
-	cell()
-	b = strconv.AppendUint(b, uint64(sk.RecvQ), 10)
-	cell()
-	b = strconv.AppendUint(b, uint64(sk.SendQ), 10)
-	cell()
-	b = output.AppendAddrPort(b, sk.Local)
-	cell()
-	if sk.State == snapshot.Listen {
-		b = append(b, '*')
-	} else {
-		b = output.AppendAddrPort(b, sk.Remote)
-	}
-	cell()
-	var tb snapshot.TCPInfo
-	if in := sk.TCP(&tb); in != nil && sk.State != snapshot.Listen {
-		b = output.AppendMS(b, in.RTT)
-		cell()
-		b = strconv.AppendUint(b, uint64(in.SndCwnd), 10)
-		cell()
-		b = output.AppendBps(b, in.DeliveryRate)
-		cell()
-	} else {
-		for range 3 {
-			b = append(b, '-')
-			cell()
-		}
-	}
-	if m := sk.Mem; m != nil {
-		b = output.AppendSize(b, m.Sndbuf)
-		cell()
-		b = output.AppendSize(b, m.Rcvbuf)
-		cell()
-	} else {
-		for range 2 {
-			b = append(b, '-')
-			cell()
-		}
-	}
-	return b, ends
-}
-
-// EarlyQueue holds the early parts of the rows a dump holds until their
-// owners are known, in order: the formatting that needs no owner is done
-// while they are found.
-type EarlyQueue struct {
-	o    Options
-	b    []byte
-	ends []int
-	rows []earlyRow
-	next int
-	out  Early
-}
-
-type earlyRow struct {
-	b0, b1 int // the row in b
-	e0, e1 int // its cells' ends in ends
-	left   bool
-}
-
-// NewEarlyQueue queues rows for a Printer with options o.
-func NewEarlyQueue(o Options) *EarlyQueue { return &EarlyQueue{o: o} }
-
-// Push formats sk's early part, next in line.
-func (q *EarlyQueue) Push(sk *snapshot.Socket) {
-	r := earlyRow{b0: len(q.b), e0: len(q.ends)}
-	q.b, q.ends = q.o.appendEarly(q.b, q.ends, sk)
-	r.b1, r.e1 = len(q.b), len(q.ends)
-	q.rows = append(q.rows, r)
-}
-
-// Leave queues a held socket the listing leaves out.
-func (q *EarlyQueue) Leave() { q.rows = append(q.rows, earlyRow{left: true}) }
-
-// Pending reports whether rows are queued.
-func (q *EarlyQueue) Pending() bool { return q.next < len(q.rows) }
-
-// Pop takes the next row's early part, nil for one left out; valid until
-// the next Pop or Push. The queue empties when the last is taken.
-func (q *EarlyQueue) Pop() *Early {
-	r := q.rows[q.next]
-	q.next++
-	var out *Early
-	if !r.left {
-		q.out.b = q.b[r.b0:r.b1]
-		q.out.ends = q.out.ends[:0]
-		for _, end := range q.ends[r.e0:r.e1] {
-			q.out.ends = append(q.out.ends, end-r.b0)
-		}
-		out = &q.out
-	}
-	if q.next == len(q.rows) {
-		q.b, q.ends, q.rows, q.next = q.b[:0], q.ends[:0], q.rows[:0], 0
-	}
-	return out
-}
-
-// RowEarly prints r, whose socket's early part e holds (Early).
-func (p *Printer) RowEarly(r *Row, e *Early) error {
 	p.rows++
 	if p.o.JSON {
 		p.buf = p.buf[:0]
@@ -223,7 +103,7 @@ func (p *Printer) RowEarly(r *Row, e *Early) error {
 		} else {
 			p.buf = append(p.buf, ",\n"...)
 		}
-		p.buf = appendJSON(p.buf, r, e.b)
+		p.buf = appendJSON(p.buf, r)
 		_, err := p.w.Write(p.buf)
 		return err
 	}
@@ -233,14 +113,43 @@ func (p *Printer) RowEarly(r *Row, e *Early) error {
 		}
 	}
 	t := p.tab
+	sk := r.Socket
 	if p.o.Netns {
 		t.row = append(t.row, r.Subject.NetnsText()...)
 		t.cell()
 	}
-	base := len(t.row)
-	t.row = append(t.row, e.b...)
-	for _, end := range e.ends {
-		t.ends = append(t.ends, base+end)
+	t.row = append(t.row, sk.State.String()...)
+	t.cell()
+	t.row = strconv.AppendUint(t.row, uint64(sk.RecvQ), 10)
+	t.cell()
+	t.row = strconv.AppendUint(t.row, uint64(sk.SendQ), 10)
+	t.cell()
+	t.row = output.AppendAddrPort(t.row, sk.Local)
+	t.cell()
+	if sk.State == snapshot.Listen {
+		t.row = append(t.row, '*')
+	} else {
+		t.row = output.AppendAddrPort(t.row, sk.Remote)
+	}
+	t.cell()
+	var tb snapshot.TCPInfo
+	if in := sk.TCP(&tb); in != nil && sk.State != snapshot.Listen {
+		t.row = output.AppendMS(t.row, in.RTT)
+		t.cell()
+		t.row = strconv.AppendUint(t.row, uint64(in.SndCwnd), 10)
+		t.cell()
+		t.row = output.AppendBps(t.row, in.DeliveryRate)
+		t.cell()
+	} else {
+		t.dashes(3)
+	}
+	if m := sk.Mem; m != nil {
+		t.row = output.AppendSize(t.row, m.Sndbuf)
+		t.cell()
+		t.row = output.AppendSize(t.row, m.Rcvbuf)
+		t.cell()
+	} else {
+		t.dashes(2)
 	}
 	t.row = r.Subject.AppendProcess(t.row)
 	t.cell()
