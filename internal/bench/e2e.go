@@ -101,6 +101,8 @@ type Run struct {
 	Floor int64
 	// Phases, with E2EOptions.Phases, is where our run's time went.
 	Phases *RunPhases
+	// User and System are the child's CPU time (its rusage).
+	User, System time.Duration
 }
 
 // Row is one command measured at one size.
@@ -326,7 +328,7 @@ func (o *E2EOptions) once(ctx context.Context, ns netns.NS, argv []string, findi
 	if err := ph.read(); err != nil {
 		return Run{}, fmt.Errorf("%s: %w", name, err)
 	}
-	return Run{Wall: wall, PeakRSS: rss, Floor: floor, Phases: ph}, nil
+	return Run{Wall: wall, PeakRSS: rss, Floor: floor, Phases: ph, User: cmd.ProcessState.UserTime(), System: cmd.ProcessState.SystemTime()}, nil
 }
 
 // lowerHWM brings our own peak RSS down to what we hold now and returns

@@ -114,8 +114,12 @@ func (r *E2EResult) WritePhases(w io.Writer, i int) error {
 		}
 		// The exit comes last, whatever order the runs gave.
 		order = append(slices.DeleteFunc(order, func(n string) bool { return n == partExit }), partExit)
-		fmt.Fprintf(w, "\nwhere `%s` spent its %s (median of %d runs, ms after the fork; parts beside each other overlap):\n",
-			strings.Join(row.Args, " "), ms(Summarize(walls(row.Ours)).Median), len(runs))
+		var user, sys []time.Duration
+		for _, run := range row.Ours {
+			user, sys = append(user, run.User), append(sys, run.System)
+		}
+		fmt.Fprintf(w, "\nwhere `%s` spent its %s, with %s ms of user and %s ms of system CPU (median of %d runs, ms after the fork; parts beside each other overlap):\n",
+			strings.Join(row.Args, " "), ms(Summarize(walls(row.Ours)).Median), msf(Summarize(user).Median), msf(Summarize(sys).Median), len(runs))
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "part\tfrom\ttook\t(min-max)\t")
 		for _, n := range order {

@@ -16,7 +16,7 @@ func TestWritePhases(t *testing.T) {
 	const ms = int64(time.Millisecond)
 	run := func(fork, scale int64) Run {
 		main := fork + 3*ms
-		return Run{Wall: time.Duration(20 * ms), Phases: &RunPhases{Fork: fork, Reap: main + 17*ms, File: phases.File{Main: main, Spans: []phases.Span{
+		return Run{Wall: time.Duration(20 * ms), User: time.Duration(scale * 10 * ms), System: time.Duration(7 * ms), Phases: &RunPhases{Fork: fork, Reap: main + 17*ms, File: phases.File{Main: main, Spans: []phases.Span{
 			{Name: "dump", Start: main + 2*ms, End: main + 2*ms + 5*scale*ms},
 			{Name: "setup", Start: main, End: main + 2*ms},
 			{Name: "format rows", Start: main + 3*ms, End: main + 9*ms, Total: 4 * ms, Count: 100},
@@ -30,7 +30,7 @@ func TestWritePhases(t *testing.T) {
 	}
 	out := b.String()
 	for _, want := range []string{
-		"where `sockets` spent its 20ms (median of 3 runs",
+		"where `sockets` spent its 20ms, with 20.0 ms of user and 7.0 ms of system CPU (median of 3 runs",
 		"start: fork to main (exec, Go runtime, init)  0.0   3.0   (3.0-3.0)",
 		"setup                                         3.0   2.0   (2.0-2.0)",
 		"dump                                          5.0   10.0  (5.0-15.0)",
