@@ -5,7 +5,7 @@
 # parts of its time (the hidden --phases-to that `bench --phases` reads).
 # Running both binaries against the very same sockets, back to back, is
 # what tells a change apart on a busy host, where a fresh bench fill per
-# binary moves the figures by seconds (docs/perf-million.md).
+# binary moves the figures by seconds (docs/performance.md, "`check` at a million sockets").
 #
 #   sudo scripts/check-ab.sh [-n CONNS] [-r ROUNDS] BINARY...
 #

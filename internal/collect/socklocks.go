@@ -125,8 +125,9 @@ func lockOf(find func(int, uint64) (bpfsource.SockLock, bool), sk *snapshot.Sock
 	return nil
 }
 
-// laneOf is the half of a split dump (sockdiag.SplitPort) sk comes in:
-// each half is in the lock walk's order (bpfsource.Locks.Joiner).
+// laneOf is the half of the ports (sockdiag.SplitPort) sk is in: each
+// half comes in the lock walk's order, whether the dump was split or not
+// (bpfsource.Locks.Joiner).
 func laneOf(sk *snapshot.Socket) int {
 	if sk.Local.Port() >= sockdiag.SplitPort || sk.Remote.Port() >= sockdiag.SplitPort {
 		return 1
