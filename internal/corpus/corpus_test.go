@@ -1063,37 +1063,10 @@ func nginxCap(r *run, conns int) {
         access_log off;
         location / { proxy_pass http://`+slowAddr+`; proxy_read_timeout 60s; }
     }`, int(netip.MustParseAddrPort(capAddr).Port()))
-	ca := netip.MustParseAddrPort(capAddr)
-	c := r.start(ns, "clients", "python3", clients, ca.Addr().String(), strconv.Itoa(int(ca.Port())), "400", strconv.Itoa(secs), "0.2")
-	time.Sleep(4 * time.Second)
-	r.check(place{"nginx", ns})
-	if !c.running() {
-		r.t.Errorf("the clients ended before the check did")
-	}
-	if err := c.wait(r.t, (secs+40)*time.Second); err != nil {
-		r.t.Fatal(err)
-	}
-	if err := ngx.stop(r.t); err != nil {
-		r.t.Logf("nginx: %v", err)
-	}
-	var hs holdSummary
-	if err := json.Unmarshal([]byte(c.stdout()), &hs); err != nil {
-		r.t.Fatalf("clients: %v\n%s\n%s", err, c.stdout(), c.stderr())
-	}
-	failed := 0
-	var kinds []string
-	for k, v := range hs.Errors {
-		failed += v
-		kinds = append(kinds, fmt.Sprintf("%s %d", k, v))
-	}
-	sort.Strings(kinds)
-	b, err := os.ReadFile(filepath.Join(r.dir, "error.log"))
-	if err != nil {
-		r.t.Fatal(err)
-	}
+	hs, failed, b := r.holdClients(ns, place{"nginx", ns}, ngx, clients, netip.MustParseAddrPort(capAddr), 400, secs)
 	notEnough := strings.Count(string(b), "worker_connections are not enough")
 	r.measured("clients: %d answers in %.1f s; failed: %d (%s); nginx error.log: %d \"%d worker_connections are not enough\"",
-		hs.OK, hs.Seconds, failed, strings.Join(kinds, ", "), notEnough, conns)
+		hs.OK, hs.Seconds, failed, failures(hs.Errors), notEnough, conns)
 	if conns < 400 {
 		if notEnough == 0 || failed == 0 {
 			r.t.Errorf("worker_connections %d should turn clients away: %d failures, %d log lines", conns, failed, notEnough)
@@ -1101,6 +1074,39 @@ func nginxCap(r *run, conns int) {
 	} else if notEnough > 0 || failed > 0 || hs.OK < 400 {
 		r.t.Errorf("worker_connections %d should serve every client: %d answers, %d failures, %d log lines", conns, hs.OK, failed, notEnough)
 	}
+}
+
+// holdClients runs n holding clients (hold_clients.py) against addr for
+// secs, checks 4 s in, then waits for them and stops the server srv. It
+// returns the clients' summary, how many connections failed, and the
+// server's error.log.
+func (r *run) holdClients(ns string, at place, srv *proc, clients string, addr netip.AddrPort, n, secs int) (holdSummary, int, []byte) {
+	r.t.Helper()
+	c := r.start(ns, "clients", "python3", clients, addr.Addr().String(), strconv.Itoa(int(addr.Port())), strconv.Itoa(n), strconv.Itoa(secs), "0.2")
+	time.Sleep(4 * time.Second)
+	r.check(at)
+	if !c.running() {
+		r.t.Errorf("the clients ended before the check did")
+	}
+	if err := c.wait(r.t, time.Duration(secs+40)*time.Second); err != nil {
+		r.t.Fatal(err)
+	}
+	if err := srv.stop(r.t); err != nil {
+		r.t.Logf("%s: %v", at.role, err)
+	}
+	var hs holdSummary
+	if err := json.Unmarshal([]byte(c.stdout()), &hs); err != nil {
+		r.t.Fatalf("clients: %v\n%s\n%s", err, c.stdout(), c.stderr())
+	}
+	failed := 0
+	for _, v := range hs.Errors {
+		failed += v
+	}
+	b, err := os.ReadFile(filepath.Join(r.dir, "error.log"))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return hs, failed, b
 }
 
 // redisCap: redis-server with --maxclients max and 80 clients that each
@@ -1386,30 +1392,7 @@ ProxyTimeout 60
 	srv := r.start(ns, "apache2", "apache2", "-f", conf, "-D", "FOREGROUND")
 	ca := netip.MustParseAddrPort(apaCapAddr)
 	waitListen(r.t, ns, int(ca.Port()), srv)
-	c := r.start(ns, "clients", "python3", clients, ca.Addr().String(), strconv.Itoa(int(ca.Port())), strconv.Itoa(n), strconv.Itoa(secs), "0.2")
-	time.Sleep(4 * time.Second)
-	r.check(place{"apache2", ns})
-	if !c.running() {
-		r.t.Errorf("the clients ended before the check did")
-	}
-	if err := c.wait(r.t, (secs+40)*time.Second); err != nil {
-		r.t.Fatal(err)
-	}
-	if err := srv.stop(r.t); err != nil {
-		r.t.Logf("apache2: %v", err)
-	}
-	var hs holdSummary
-	if err := json.Unmarshal([]byte(c.stdout()), &hs); err != nil {
-		r.t.Fatalf("clients: %v\n%s\n%s", err, c.stdout(), c.stderr())
-	}
-	failed := 0
-	for _, v := range hs.Errors {
-		failed += v
-	}
-	b, err := os.ReadFile(filepath.Join(r.dir, "error.log"))
-	if err != nil {
-		r.t.Fatal(err)
-	}
+	hs, failed, b := r.holdClients(ns, place{"apache2", ns}, srv, clients, ca, n, secs)
 	reached := strings.Count(string(b), "server reached MaxRequestWorkers setting")
 	r.measured("clients: %d answers in %.1f s; failures: %s; apache2 error.log: %d \"server reached MaxRequestWorkers setting\" (MaxRequestWorkers %d)",
 		hs.OK, hs.Seconds, failures(hs.Errors), reached, workers)

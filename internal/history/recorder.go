@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -391,17 +392,7 @@ func (r *Recorder) writeEvidence(first, last []*snapshot.Snapshot) (string, erro
 		}
 	}
 	name := evidenceName(from, to)
-	tmp, err := os.CreateTemp(r.o.Dir, ".evidence-*.tmp")
-	if err != nil {
-		return "", fmt.Errorf("history: %w", err)
-	}
-	defer os.Remove(tmp.Name()) // gone once renamed
-	cw := &countWriter{w: tmp}
-	err = func() error {
-		gz, err := gzip.NewWriterLevel(cw, gzip.BestCompression)
-		if err != nil {
-			return err
-		}
+	n, err := r.writeGzip("evidence", name, func(gz io.Writer) error {
 		sw, err := snapshot.NewWriter(gz, r.o.Tool)
 		if err != nil {
 			return err
@@ -411,13 +402,40 @@ func (r *Recorder) writeEvidence(first, last []*snapshot.Snapshot) (string, erro
 				return err
 			}
 		}
+		return nil
+	})
+	r.lastEvidence.Store(n)
+	if err != nil {
+		return "", err
+	}
+	return name, nil
+}
+
+// writeGzip writes a file of the store whole or not at all: what write
+// puts out, gzip-compressed, to a temporary name, synced, then renamed
+// to name. It returns the compressed bytes written (also counted in
+// written); kind names the file in errors.
+func (r *Recorder) writeGzip(kind, name string, write func(io.Writer) error) (int64, error) {
+	tmp, err := os.CreateTemp(r.o.Dir, "."+kind+"-*.tmp")
+	if err != nil {
+		return 0, fmt.Errorf("history: %w", err)
+	}
+	defer os.Remove(tmp.Name()) // gone once renamed
+	cw := &countWriter{w: tmp}
+	err = func() error {
+		gz, err := gzip.NewWriterLevel(cw, gzip.BestCompression)
+		if err != nil {
+			return err
+		}
+		if err := write(gz); err != nil {
+			return err
+		}
 		if err := gz.Close(); err != nil {
 			return err
 		}
 		return tmp.Sync()
 	}()
 	r.written.Add(cw.n)
-	r.lastEvidence.Store(cw.n)
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}
@@ -425,10 +443,10 @@ func (r *Recorder) writeEvidence(first, last []*snapshot.Snapshot) (string, erro
 		err = os.Rename(tmp.Name(), filepath.Join(r.o.Dir, name))
 	}
 	if err != nil {
-		return "", fmt.Errorf("history: write evidence %s: %w", name, err)
+		return cw.n, fmt.Errorf("history: write %s %s: %w", kind, name, err)
 	}
 	syncDir(r.o.Dir)
-	return name, nil
+	return cw.n, nil
 }
 
 // appendEntries appends entries to the open timeline segment, starting

@@ -1,12 +1,11 @@
 package history
 
 import (
-	"compress/gzip"
 	"context"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"slices"
 	"time"
 
@@ -193,36 +192,9 @@ func (r *Recorder) writeTrace(t *traceJob) error {
 	if err := os.MkdirAll(r.o.Dir, 0o700); err != nil {
 		return fmt.Errorf("history: %w", err)
 	}
-	tmp, err := os.CreateTemp(r.o.Dir, ".trace-*.tmp")
-	if err != nil {
-		return fmt.Errorf("history: %w", err)
+	if _, err := r.writeGzip("trace", t.name, func(gz io.Writer) error { return trace.WriteAll(gz, t.tr) }); err != nil {
+		return err
 	}
-	defer os.Remove(tmp.Name()) // gone once renamed
-	cw := &countWriter{w: tmp}
-	err = func() error {
-		gz, err := gzip.NewWriterLevel(cw, gzip.BestCompression)
-		if err != nil {
-			return err
-		}
-		if err := trace.WriteAll(gz, t.tr); err != nil {
-			return err
-		}
-		if err := gz.Close(); err != nil {
-			return err
-		}
-		return tmp.Sync()
-	}()
-	r.written.Add(cw.n)
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), filepath.Join(r.o.Dir, t.name))
-	}
-	if err != nil {
-		return fmt.Errorf("history: write trace %s: %w", t.name, err)
-	}
-	syncDir(r.o.Dir)
 	r.traces.Add(1)
 	return nil
 }
