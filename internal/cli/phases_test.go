@@ -1,9 +1,7 @@
 package cli
 
 import (
-	"math"
 	"path/filepath"
-	"runtime/debug"
 	"strings"
 	"testing"
 
@@ -36,31 +34,5 @@ func TestPhasesTo(t *testing.T) {
 	}
 	if _, out, _ := run(t, "check", "--help"); strings.Contains(out, "phases-to") {
 		t.Error("--phases-to shows in the help")
-	}
-}
-
-// TestListingGC: a listing collects at a fivefold heap under a soft
-// limit, unless GOGC or GOMEMLIMIT is set.
-func TestListingGC(t *testing.T) {
-	prev := debug.SetGCPercent(100)
-	prevLimit := debug.SetMemoryLimit(math.MaxInt64)
-	t.Cleanup(func() { debug.SetGCPercent(prev); debug.SetMemoryLimit(prevLimit) })
-	for _, env := range []string{"GOGC", "GOMEMLIMIT"} {
-		listingGC(func(k string) string {
-			if k == env {
-				return "50"
-			}
-			return ""
-		})
-		if got := debug.SetGCPercent(100); got != 100 {
-			t.Errorf("with %s set, GC percent %d, want the user's (100 here)", env, got)
-		}
-	}
-	listingGC(func(string) string { return "" })
-	if got := debug.SetGCPercent(100); got != 400 {
-		t.Errorf("GC percent %d, want 400", got)
-	}
-	if got := debug.SetMemoryLimit(-1); got != listingHeap {
-		t.Errorf("memory limit %d, want %d", got, listingHeap)
 	}
 }

@@ -3,7 +3,6 @@ package cli
 import (
 	"bufio"
 	"errors"
-	"runtime/debug"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -132,7 +131,6 @@ func (f *socketFilter) kernel() (states uint32, kf *sockdiag.Filter) {
 }
 
 func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
-	listingGC(e.Getenv)
 	if err := o.at.resolve(e, &o.src, "sockets"); err != nil {
 		return err
 	}
@@ -307,21 +305,3 @@ func windows(ss []series) []sockets.Window {
 	}
 	return ws
 }
-
-// listingGC lets the garbage collector of a listing, a short process that
-// holds little (the rows waiting for their owners, the kernel's BTF),
-// run when the heap has grown fivefold instead of twofold, up to a soft
-// limit of listingHeap: at 20,000 sockets a quarter of `sockets`' user
-// CPU was the collector's (docs/performance.md). GOGC or GOMEMLIMIT in
-// the environment are the user's choice and left alone.
-func listingGC(getenv func(string) string) {
-	if getenv("GOGC") != "" || getenv("GOMEMLIMIT") != "" {
-		return
-	}
-	debug.SetGCPercent(400)
-	debug.SetMemoryLimit(listingHeap)
-}
-
-// listingHeap is the heap from which a listing's collector works as by
-// default again.
-const listingHeap = 96 << 20
