@@ -36,10 +36,9 @@ type Options struct {
 	OneWalk bool
 	// Split, with OneWalk, no Filter and more than one CPU, dumps in two
 	// halves at once, split by port (SplitPort), each on a netlink socket
-	// of its own: the kernel's per-socket work then runs on two CPUs.
-	// Each dump also walks the whole table (about 4 ms with 262,144
-	// buckets). fn still runs on the calling goroutine, one socket at a
-	// time. On two CPUs the commands came out slower with it (the CPUs
+	// of its own: the kernel's per-socket work then runs on two CPUs,
+	// and each dump walks the whole table. fn still runs on the calling
+	// goroutine, one socket at a time. On two CPUs the commands came out slower with it (the CPUs
 	// are already busy decoding and walking; docs/performance.md), so
 	// none sets it.
 	Split bool
