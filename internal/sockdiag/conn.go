@@ -43,13 +43,9 @@ const lookupBatch = 64
 
 // Open opens a Conn in the calling thread's network namespace.
 func Open() (*Conn, error) {
-	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG)
+	fd, err := openSocket()
 	if err != nil {
-		return nil, fmt.Errorf("sockdiag: open netlink socket: %w", err)
-	}
-	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		unix.Close(fd)
-		return nil, fmt.Errorf("sockdiag: bind netlink socket: %w", err)
+		return nil, err
 	}
 	// Room for a batch of lookup replies; FORCE needs CAP_NET_ADMIN and
 	// the plain one is capped by rmem_max, which is enough for smaller

@@ -66,25 +66,19 @@ const recvBufLen = 64 << 10
 // States is 0) come as Close. TIME_WAIT and request sockets carry no
 // tcp_info, meminfo, cc or shutdown, and inode 0.
 func Dump(opts Options, fn func(*snapshot.Socket) error) error {
-	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG)
+	fd, err := openSocket()
 	if err != nil {
-		return fmt.Errorf("sockdiag: open netlink socket: %w", err)
+		return err
 	}
 	defer unix.Close(fd)
-	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		return fmt.Errorf("sockdiag: bind netlink socket: %w", err)
-	}
 	if splits(opts) {
 		// The second socket is opened here too: a netlink socket belongs
 		// to the namespace of the thread that opens it.
-		fd2, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG)
+		fd2, err := openSocket()
 		if err != nil {
-			return fmt.Errorf("sockdiag: open netlink socket: %w", err)
+			return err
 		}
 		defer unix.Close(fd2)
-		if err := unix.Bind(fd2, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-			return fmt.Errorf("sockdiag: bind netlink socket: %w", err)
-		}
 		if ok, err := dumpSplit([2]int{fd, fd2}, opts, fn); ok {
 			return err
 		}
@@ -94,6 +88,20 @@ func Dump(opts Options, fn func(*snapshot.Socket) error) error {
 	}
 	var seq uint32
 	return dumpFamilies(fd, make([]byte, recvBufLen), &seq, opts, fn)
+}
+
+// openSocket opens and binds a NETLINK_SOCK_DIAG socket in the calling
+// thread's network namespace.
+func openSocket() (int, error) {
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG)
+	if err != nil {
+		return 0, fmt.Errorf("sockdiag: open netlink socket: %w", err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		unix.Close(fd)
+		return 0, fmt.Errorf("sockdiag: bind netlink socket: %w", err)
+	}
+	return fd, nil
 }
 
 // dumpFamilies dumps every family opts asks for over fd, numbering the

@@ -1,10 +1,10 @@
 package trace
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -110,7 +110,7 @@ func TestLiveResetEvent(t *testing.T) {
 		movers.Wait()
 	}()
 
-	sink := &lockedBuffer{}
+	sink := &testns.Buffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var tr *Trace
@@ -132,7 +132,7 @@ func TestLiveResetEvent(t *testing.T) {
 	// Loading the programs and the first dump (it walks the whole host's
 	// established table) take a while on a busy machine: wait until the
 	// four sockets were found and sampled five times each.
-	for deadline := time.Now().Add(15 * time.Second); sink.count(`{"conn":`) < 4 || sink.count(`{"p":`) < 4*5; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(15 * time.Second); strings.Count(sink.String(), `{"conn":`) < 4 || strings.Count(sink.String(), `{"p":`) < 4*5; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			cancel()
 			wg.Wait()
@@ -194,24 +194,6 @@ func TestLiveResetEvent(t *testing.T) {
 			t.Errorf("%s at %v, not in the interval (%v, %v] it happened in", ev.Kind, ev.T, last, next)
 		}
 	}
-}
-
-// lockedBuffer is a Sink the test reads while the recording runs.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) count(s string) int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return bytes.Count(b.buf.Bytes(), []byte(s))
 }
 
 func localPort(t *testing.T, fd int) uint16 {

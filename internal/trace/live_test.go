@@ -62,7 +62,7 @@ func TestLiveSmallRcvbuf(t *testing.T) {
 	defer unix.Close(cfd)
 	defer unix.Close(sfd)
 
-	sink := &lockedBuffer{}
+	sink := &testns.Buffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var wg sync.WaitGroup
@@ -77,7 +77,7 @@ func TestLiveSmallRcvbuf(t *testing.T) {
 	}()
 	// Discovered before the first response: the first dump walks the
 	// host's whole established table, slow on a loaded machine.
-	for deadline := time.Now().Add(15 * time.Second); sink.count(`{"p":`) < 2*3; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(15 * time.Second); strings.Count(sink.String(), `{"p":`) < 2*3; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			cancel()
 			wg.Wait()
