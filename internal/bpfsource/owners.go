@@ -18,35 +18,57 @@ import (
 // owner walk without a readlink per descriptor. Load it once per process;
 // Files may be called from several goroutines at once.
 type FileOwners struct {
-	objs ownersObjects
+	prog *ebpf.Program
 	link *link.Iter
 }
 
 // OpenFileOwners checks the kernel can run the iterator and that its pids
 // are this process's (the iterator gives the initial pid namespace's
-// numbers), and loads it; k is the kernel BTF shared with the command's
-// other loads (nil: parse it here). Errors that mean "cannot run here"
-// wrap ErrNotSupported and say why.
+// numbers), and loads it: from a scan of the kernel's BTF where that
+// works (loadOwnersFast), else through cilium/ebpf with k, the kernel BTF
+// shared with the command's other loads (nil: parse it here). Errors
+// that mean "cannot run here" wrap ErrNotSupported and say why.
 func OpenFileOwners(k *Kernel) (*FileOwners, error) {
-	k = k.orNew() // one parse for the check and the load
-	if err := iterSupported(k, "task_file", "5.8"); err != nil {
-		return nil, err
+	if !privileged() {
+		return nil, notSupported(needRoot)
 	}
 	if b, err := os.ReadFile("/proc/self/status"); err != nil {
 		return nil, notSupported("cannot tell this process's pid namespace: %v", err)
 	} else if !initialPidNS(b) {
 		return nil, notSupported("in a child pid namespace: the iterator numbers processes as the host does")
 	}
+	prog, err := loadOwnersFast()
+	if err != nil {
+		if prog, err = loadOwnersCORE(k); err != nil {
+			return nil, err
+		}
+	}
+	return attachOwners(prog)
+}
+
+// attachOwners makes the iterator of a loaded owners program; the
+// program is closed if that fails.
+func attachOwners(prog *ebpf.Program) (*FileOwners, error) {
+	l, err := link.AttachIter(link.IterOptions{Program: prog})
+	if err != nil {
+		_ = prog.Close()
+		return nil, loadError(fmt.Errorf("attach iter/task_file: %w", err))
+	}
+	return &FileOwners{prog: prog, link: l}, nil
+}
+
+// loadOwnersCORE loads bpf/owners.c through cilium/ebpf, its CO-RE
+// relocations and attach point resolved against k.
+func loadOwnersCORE(k *Kernel) (*ebpf.Program, error) {
+	k = k.orNew() // one parse for the check and the load
+	if err := iterSupported(k, "task_file", "5.8"); err != nil {
+		return nil, err
+	}
 	var objs ownersObjects
 	if err := loadOwnersObjects(&objs, &ebpf.CollectionOptions{Cache: k.types()}); err != nil {
 		return nil, loadError(fmt.Errorf("load iter/task_file: %w", err))
 	}
-	l, err := link.AttachIter(link.IterOptions{Program: objs.FileOwners})
-	if err != nil {
-		_ = objs.Close()
-		return nil, loadError(fmt.Errorf("attach iter/task_file: %w", err))
-	}
-	return &FileOwners{objs: objs, link: l}, nil
+	return objs.FileOwners, nil
 }
 
 // initialPidNS reads /proc/self/status: a process in the initial pid
@@ -66,7 +88,7 @@ func (o *FileOwners) Close() error {
 	if o == nil {
 		return nil
 	}
-	return errors.Join(o.link.Close(), o.objs.Close())
+	return errors.Join(o.link.Close(), o.prog.Close())
 }
 
 // Files walks every open file of every process, in the kernel's order

@@ -94,12 +94,12 @@ func TestKernelShared(t *testing.T) {
 	allocated := func(k *Kernel) uint64 {
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
-		o, err := OpenFileOwners(k)
+		p, err := loadOwnersCORE(k)
 		runtime.ReadMemStats(&after)
 		if err != nil {
 			t.Skipf("iter/task_file cannot load here: %v", err)
 		}
-		_ = o.Close()
+		_ = p.Close()
 		return after.TotalAlloc - before.TotalAlloc
 	}
 	own, shared := allocated(nil), allocated(k)

@@ -119,6 +119,14 @@ func (c *Collector) Collect(nss []netns.NS) []*snapshot.Snapshot {
 	for _, ns := range nss {
 		s := header(ns)
 		s.Host, s.Kernel = host, kernel
+		// In the namespace: counters, sysctls, the lock bits (or their
+		// walk started beside) and the netlink socket, which belongs to
+		// it from then on. The dump runs after, on this goroutine rather
+		// than netns.Do's locked thread, which would have to be woken
+		// for each datagram the receiver hands over.
+		var locks lockWalk
+		var conn *sockdiag.Conn
+		var openErr error
 		err := netns.Do(ns, func() error {
 			s.Taken = c.Now()
 			// Counters first: sockstat sizes the socket slice.
@@ -126,25 +134,29 @@ func (c *Collector) Collect(nss []netns.NS) []*snapshot.Snapshot {
 			procnet.Default().Fill(s)
 			end()
 			expect := expectedSockets(s)
-			beside := expect >= besideMin
-			var locks lockWalk
-			if beside {
+			if expect >= besideMin {
 				locks = c.startLocks(ns, expect)
+			} else {
+				end = c.Opts.Phases.Begin("lock bits (iter/tcp)")
+				locks = lockNow(c.Opts.Locks, expect)
+				end()
 			}
-			end = c.Opts.Phases.Begin("dump")
-			c.dump(s)
-			end()
-			end = c.Opts.Phases.Begin("lock bits (iter/tcp)")
-			defer end()
-			if !beside {
-				locks = lockNow(c.Opts.Locks, len(s.Sockets))
-			}
-			if l := locks.record(c.Opts.LocksOff, s); l != nil {
-				defer c.Opts.Phases.Begin("lock bits: join")()
-				joinLocks(s, l)
-			}
+			conn, openErr = sockdiag.Open()
 			return nil
 		})
+		if err == nil {
+			end := c.Opts.Phases.Begin("dump")
+			c.dump(s, conn, openErr)
+			end()
+			end = c.Opts.Phases.Begin("lock bits: wait")
+			l := locks.record(c.Opts.LocksOff, s)
+			end()
+			if l != nil {
+				end = c.Opts.Phases.Begin("lock bits: join")
+				joinLocks(s, l)
+				end()
+			}
+		}
 		if err != nil {
 			u := Unreachable(s.Netns, c.Now(), err)
 			u.Host, u.Kernel, u.Errors = host, kernel, append(s.Errors[:len(s.Errors):len(s.Errors)], u.Errors...)
@@ -210,8 +222,16 @@ func Unreachable(ns snapshot.Netns, taken time.Time, err error) *snapshot.Snapsh
 	return s
 }
 
-func (c *Collector) dump(s *snapshot.Snapshot) {
+// dump fills s.Sockets over conn, opened in s's namespace (openErr when
+// that failed), and closes it.
+func (c *Collector) dump(s *snapshot.Snapshot, conn *sockdiag.Conn, openErr error) {
 	start := time.Now()
+	if openErr != nil {
+		s.Sources = append(s.Sources, snapshot.SourceStat{Source: snapshot.SourceSockdiag, Duration: time.Since(start)})
+		s.AddError(snapshot.SourceSockdiag, openErr)
+		return
+	}
+	defer conn.Close()
 	b, hasBase := c.Base[s.Netns.Name]
 	if n := expectedSockets(s); cap(b.Spare) >= n {
 		// Cleared: its old sockets' extras are not kept alive past len.
@@ -230,7 +250,7 @@ func (c *Collector) dump(s *snapshot.Snapshot) {
 	}
 	f := snapshot.Follow(base)
 	opts := sockdiag.Options{States: c.Opts.States, Filter: c.Opts.Filter, Info: true, Mem: true, Reuse: true, OneWalk: true}
-	err := sockdiag.Dump(opts, func(sk *snapshot.Socket) error {
+	err := conn.Dump(opts, func(sk *snapshot.Socket) error {
 		var was *snapshot.Was
 		if k, ok := f.Next(sk.Cookie); ok {
 			was = &base[k]

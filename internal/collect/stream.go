@@ -181,71 +181,84 @@ func (st *Streamer) Stream(nss []netns.NS, fn func(s *snapshot.Snapshot, sk *sna
 		s := heads[i]
 		var fnErr error
 		var probes probeCount
+		// In the namespace: the lock bits and the netlink socket, which
+		// belongs to it from then on. The dump runs after, on this
+		// goroutine rather than netns.Do's locked thread, which would
+		// have to be woken for each datagram the receiver hands over.
+		var find func(int, uint64) (bpfsource.SockLock, bool)
+		var conn *sockdiag.Conn
+		var openErr error
+		var start time.Time
 		err := netns.Do(ns, func() error {
 			s.Taken = st.Now()
-			var find func(int, uint64) (bpfsource.SockLock, bool)
 			if locks := readLocks(st.Opts.Locks, st.Opts.LocksOff, s); locks != nil {
 				find = locks.Joiner()
 			}
-			start := time.Now()
-			emit := func(sk *snapshot.Socket) error {
-				sk.Pids = nil
-				if own != nil {
-					pids = ownerPids(own, sk.Inode, pids[:0])
-					sk.Pids = pids
-				}
-				if probe && find == nil {
-					probes.probe(own, sk)
-				}
-				if err := fn(s, sk); err != nil {
-					fnErr = err
+			start = time.Now()
+			conn, openErr = sockdiag.Open()
+			return nil
+		})
+		emit := func(sk *snapshot.Socket) error {
+			sk.Pids = nil
+			if own != nil {
+				pids = ownerPids(own, sk.Inode, pids[:0])
+				sk.Pids = pids
+			}
+			if probe && find == nil {
+				probes.probe(own, sk)
+			}
+			if err := fn(s, sk); err != nil {
+				fnErr = err
+				return err
+			}
+			return nil
+		}
+		var held heldRows
+		flush := func() error {
+			for i := range held.socks {
+				if err := emit(&held.socks[i]); err != nil {
 					return err
 				}
-				return nil
 			}
-			var held heldRows
-			flush := func() error {
-				for i := range held.socks {
-					if err := emit(&held.socks[i]); err != nil {
-						return err
+			held = heldRows{}
+			return nil
+		}
+		if err == nil {
+			dumpErr := openErr
+			if conn != nil {
+				endDump := st.Opts.Phases.Begin("dump")
+				dumpErr = conn.Dump(opts, func(sk *snapshot.Socket) error {
+					if find != nil {
+						if v := lockOf(find, sk, &lockBits); v != nil {
+							sk.BufLock = v
+						}
 					}
-				}
-				held = heldRows{}
-				return nil
+					if len(held.socks) > 0 || beside != nil {
+						if !takeOwners(len(held.socks) >= limit) {
+							held.add(sk)
+							return nil
+						}
+						if err := flush(); err != nil {
+							return err
+						}
+					}
+					return emit(sk)
+				})
+				endDump()
+				_ = conn.Close()
 			}
-			endDump := st.Opts.Phases.Begin("dump")
-			err := sockdiag.Dump(opts, func(sk *snapshot.Socket) error {
-				if find != nil {
-					if v := lockOf(find, sk, &lockBits); v != nil {
-						sk.BufLock = v
-					}
-				}
-				if len(held.socks) > 0 || beside != nil {
-					if !takeOwners(len(held.socks) >= limit) {
-						held.add(sk)
-						return nil
-					}
-					if err := flush(); err != nil {
-						return err
-					}
-				}
-				return emit(sk)
-			})
-			endDump()
 			if fnErr == nil && len(held.socks) > 0 {
 				takeOwners(true)
 				_ = flush() // an error is in fnErr
 			}
-			if fnErr != nil {
-				return fnErr
+			if fnErr == nil {
+				probes.record(s)
+				s.Sources = append(s.Sources, snapshot.SourceStat{Source: snapshot.SourceSockdiag, OK: dumpErr == nil, Duration: time.Since(start)})
+				if dumpErr != nil {
+					s.AddError(snapshot.SourceSockdiag, dumpErr)
+				}
 			}
-			probes.record(s)
-			s.Sources = append(s.Sources, snapshot.SourceStat{Source: snapshot.SourceSockdiag, OK: err == nil, Duration: time.Since(start)})
-			if err != nil {
-				s.AddError(snapshot.SourceSockdiag, err)
-			}
-			return nil
-		})
+		}
 		if fnErr != nil {
 			return heads, fnErr
 		}
