@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"html/template"
 	"io"
+	"sync"
 	"time"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
@@ -15,7 +16,11 @@ import (
 //go:embed assets/history.html
 var pageHTML string
 
-var pageTmpl = template.Must(template.New("history").Parse(pageHTML))
+// pageTmpl is parsed on first use: every command pays package init, and
+// few write this page.
+var pageTmpl = sync.OnceValue(func() *template.Template {
+	return template.Must(template.New("history").Parse(pageHTML))
+})
 
 // chartPx is the chart's width on the page, at least 2 pixels a bucket.
 const chartPx = 960
@@ -119,7 +124,7 @@ func WriteHTML(w io.Writer, l *Listing, p *Picture, loc *time.Location) error {
 		first, last = clock(l.First), clock(l.Last)
 	}
 	zone, _ := l.Until.In(loc).Zone()
-	err := pageTmpl.Execute(w, map[string]any{
+	err := pageTmpl().Execute(w, map[string]any{
 		"Title":     "tcpdoctor history " + l.Dir,
 		"Windows":   l.Windows,
 		"First":     first,

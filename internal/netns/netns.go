@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -325,21 +326,42 @@ func (f Finder) byProcess() (map[uint64][]int, []int, error) {
 		}
 	}
 	slices.Sort(pids)
+	inos, errs := f.pidInodes(pids)
 	out := make(map[uint64][]int)
 	var denied []int
-	for _, pid := range pids {
-		ino, err := nsInode(f.ProcRoot + "/" + strconv.Itoa(pid) + "/ns/net")
-		if err != nil {
-			if errors.Is(err, os.ErrPermission) {
+	for i, pid := range pids {
+		if errs[i] != nil {
+			if errors.Is(errs[i], os.ErrPermission) {
 				denied = append(denied, pid)
 			}
 			continue
 		}
-		if len(out[ino]) < pidsPerNS {
-			out[ino] = append(out[ino], pid)
+		if len(out[inos[i]]) < pidsPerNS {
+			out[inos[i]] = append(out[inos[i]], pid)
 		}
 	}
 	return out, denied, nil
+}
+
+// pidInodes stats each pid's namespace link, on every CPU when there are
+// many: with thousands of processes this is most of naming an `ip netns`
+// namespace, which every command does first.
+func (f Finder) pidInodes(pids []int) ([]uint64, []error) {
+	inos := make([]uint64, len(pids))
+	errs := make([]error, len(pids))
+	stat := func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			inos[i], errs[i] = nsInode(f.ProcRoot + "/" + strconv.Itoa(pids[i]) + "/ns/net")
+		}
+	}
+	workers := min(runtime.GOMAXPROCS(0), len(pids)/256+1)
+	var wg sync.WaitGroup
+	for w := range workers - 1 {
+		wg.Go(func() { stat(w*len(pids)/workers, (w+1)*len(pids)/workers) })
+	}
+	stat((workers-1)*len(pids)/workers, len(pids))
+	wg.Wait()
+	return inos, errs
 }
 
 // All returns every distinct network namespace: the named ones and those of

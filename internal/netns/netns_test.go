@@ -2,10 +2,12 @@ package netns
 
 import (
 	"errors"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -369,4 +371,46 @@ func errString(err error) string {
 		return "<nil>"
 	}
 	return err.Error()
+}
+
+// TestByProcessMany: with enough processes to split the stats across
+// CPUs, every pid lands under its own namespace's inode, lowest first,
+// and one without a namespace link (vanished) is skipped.
+func TestByProcessMany(t *testing.T) {
+	root := t.TempDir()
+	const n = 1500
+	want := map[uint64][]int{}
+	for pid := 1; pid <= n; pid++ {
+		dir := filepath.Join(root, strconv.Itoa(pid), "ns")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if pid == 700 {
+			continue // no ns/net: vanished, skipped
+		}
+		// Three "namespaces": pids share the inode of a hard link.
+		first := filepath.Join(root, strconv.Itoa(pid%3+1), "ns", "net")
+		link := filepath.Join(dir, "net")
+		if pid <= 3 {
+			if err := os.WriteFile(link, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		} else if err := os.Link(first, link); err != nil {
+			t.Fatal(err)
+		}
+		ino, err := nsInode(link)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(want[ino]) < pidsPerNS {
+			want[ino] = append(want[ino], pid)
+		}
+	}
+	got, _, err := Finder{ProcRoot: root}.byProcess()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 || !maps.EqualFunc(got, want, slices.Equal) {
+		t.Errorf("byProcess = %v, want %v", got, want)
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"html/template"
 	"io"
 	"sort"
+	"sync"
 	"time"
 )
 
@@ -23,7 +24,11 @@ var (
 	reportHTML string
 )
 
-var reportTmpl = template.Must(template.New("report").Parse(reportHTML))
+// reportTmpl is parsed on first use: every command pays package init, and
+// few write this page.
+var reportTmpl = sync.OnceValue(func() *template.Template {
+	return template.Must(template.New("report").Parse(reportHTML))
+})
 
 type holderColor struct {
 	Name  string `json:"name"`
@@ -206,7 +211,7 @@ func WriteHTML(w io.Writer, tr *Trace, ts []Transfer, title string) error {
 			span = max(span, c.Points[n-1].T)
 		}
 	}
-	err = reportTmpl.Execute(w, map[string]any{
+	err = reportTmpl().Execute(w, map[string]any{
 		"Title":      title,
 		"Started":    tr.Header.Started.Format(time.RFC3339),
 		"Span":       span.Round(time.Millisecond).String(),
