@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tcpdoctor/tcpdoctor/internal/lab"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/topo"
 	"github.com/tcpdoctor/tcpdoctor/internal/testns"
 )
@@ -72,8 +73,9 @@ func TestLabClosedOutput(t *testing.T) {
 		t.Errorf("first line %q, want the lab's first progress line", p.line)
 	}
 	wantExit3(t, p.err)
-	if runs := ownedBy(t, p.pid, p.start); len(runs) > 0 {
-		t.Errorf("runs the lab left behind: %v", runs)
+	for _, run := range ownedBy(t, p.pid, p.start) {
+		left, _ := topo.List(run)
+		t.Errorf("the lab left run %s behind: namespaces %v", run, left)
 	}
 }
 
@@ -150,6 +152,9 @@ func headOne(t *testing.T, both bool, args ...string) *piped {
 			if err := topo.Clean(context.Background(), nil, run); err != nil {
 				t.Logf("cleaning %s: %v", run, err)
 			}
+			// The workloads it recorded died with it (PR_SET_PDEATHSIG).
+			id := strings.TrimSuffix(strings.TrimPrefix(run, topo.Prefix), "-")
+			_ = os.Remove(filepath.Join(lab.PidDir, id+".pids"))
 		}
 	})
 	if p.start == "" {
