@@ -183,6 +183,10 @@ func EndToEnd(ctx context.Context, o E2EOptions) (*E2EResult, error) {
 		return nil, err
 	}
 	for _, size := range sizes {
+		// Cancelled between sizes (OnSize could not write): measure no more.
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
 		conns := size / 2
 		o.progress("filling netns %s to %d connections (%d sockets)...", sp.name, conns, size)
 		start := time.Now()

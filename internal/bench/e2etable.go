@@ -173,7 +173,9 @@ func spread(s Stats) string {
 // Write prints the header and one table per size, each followed by the
 // targets at that size with their verdicts.
 func (r *E2EResult) Write(w io.Writer) error {
-	r.WriteHeader(w)
+	if err := r.WriteHeader(w); err != nil {
+		return err
+	}
 	for i := range r.Sizes {
 		if err := r.WriteSize(w, i); err != nil {
 			return err
@@ -183,9 +185,10 @@ func (r *E2EResult) Write(w io.Writer) error {
 }
 
 // WriteHeader says how every figure was taken.
-func (r *E2EResult) WriteHeader(w io.Writer) {
-	fmt.Fprintf(w, "kernel %s; every command a separate process in netns %s (setns before exec), stdout to /dev/null; wall time fork to exit, median (min-max) of %d runs, ours and ss alternating; peak RSS = ru_maxrss of the largest run (\"<=\": at most our own size when it started); MB = 10^6 bytes\n",
+func (r *E2EResult) WriteHeader(w io.Writer) error {
+	_, err := fmt.Fprintf(w, "kernel %s; every command a separate process in netns %s (setns before exec), stdout to /dev/null; wall time fork to exit, median (min-max) of %d runs, ours and ss alternating; peak RSS = ru_maxrss of the largest run (\"<=\": at most our own size when it started); MB = 10^6 bytes\n",
 		r.Kernel, r.Netns, r.Runs)
+	return err
 }
 
 // WriteSize prints size i's table and its targets.

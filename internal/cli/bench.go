@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -55,7 +56,8 @@ sockets --json alternating with ss -tinmp, ss -tinm and ss -tinmp; check --inter
 record --count 2 and serve (scraped --scrapes times) alone. Prints wall time (median, min, max of
 --runs), peak RSS, the ratio to ss, kernel memory taken by the sockets, the load average, and the
 targets of docs/performance.md met or missed. --inner times the collection library alone instead.`,
-		Args: cobra.NoArgs,
+		Args:        cobra.NoArgs,
+		Annotations: map[string]string{cleansUp: "true"},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch {
 			case o.once != "":
@@ -76,21 +78,35 @@ targets of docs/performance.md met or missed. --inner times the collection libra
 			if err != nil {
 				return usageErr("bench: --sizes: %v", err)
 			}
+			// A size whose table cannot be written (stdout closed: bench |
+			// head) stops the bench: no further size is measured, and
+			// EndToEnd removes its namespace and holders as it returns.
+			ctx, stop := context.WithCancelCause(cmd.Context())
+			defer stop(nil)
 			var werr error
-			_, err = bench.EndToEnd(cmd.Context(), bench.E2EOptions{
+			_, err = bench.EndToEnd(ctx, bench.E2EOptions{
 				Sizes: sizes, Runs: o.runs, Only: o.only, Scrapes: o.scrapes, ScrapeEvery: 200 * time.Millisecond,
 				ServeInterval: o.serveInterval, Timeout: o.timeout, MaxRSS: int64(o.maxRSSMB) << 20,
 				Exe: e.Args0, Parallel: o.parallel, ProcRoot: e.ProcRoot, Self: benchSelf(e), Progress: e.Stderr,
 				Phases: o.phases, Procs: o.procs,
 				OnSize: func(r *bench.E2EResult, i int) {
-					if i == 0 {
-						r.WriteHeader(e.Stdout)
+					if werr != nil {
+						return
 					}
-					werr = errors.Join(r.WriteSize(e.Stdout, i), r.WritePhases(e.Stdout, i))
+					if i == 0 {
+						werr = r.WriteHeader(e.Stdout)
+					}
+					if werr == nil {
+						werr = errors.Join(r.WriteSize(e.Stdout, i), r.WritePhases(e.Stdout, i))
+					}
+					if werr != nil {
+						werr = fmt.Errorf("bench: writing results: %w", werr)
+						stop(werr)
+					}
 				},
 			})
 			if werr != nil {
-				return werr
+				return collectErr(werr)
 			}
 			if err != nil {
 				return collectErr(err)

@@ -46,9 +46,10 @@ func newLabListCmd(e *Env) *cobra.Command {
 func newLabRunCmd(e *Env) *cobra.Command {
 	o := &labRunOpts{}
 	cmd := &cobra.Command{
-		Use:   "run NAME|all",
-		Short: "Run a scenario (or all): table, findings before and after, verdict; exit 1 if not reproduced",
-		Args:  cobra.ExactArgs(1),
+		Use:         "run NAME|all",
+		Short:       "Run a scenario (or all): table, findings before and after, verdict; exit 1 if not reproduced",
+		Args:        cobra.ExactArgs(1),
+		Annotations: map[string]string{cleansUp: "true"},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var todo []lab.Scenario
 			if args[0] == "all" {
@@ -66,6 +67,7 @@ func newLabRunCmd(e *Env) *cobra.Command {
 			opts := lab.Options{Self: e.Args0, DelayLine: labDelayLineExec(e), Quick: o.quick, Keep: o.keep, Log: e.Stderr, HTMLDir: o.html}
 			var results []*lab.Result
 			failed := 0
+			out := &stickyWriter{w: e.Stdout}
 			for _, s := range todo {
 				if cmd.Context().Err() != nil {
 					break
@@ -80,14 +82,18 @@ func newLabRunCmd(e *Env) *cobra.Command {
 				}
 				results = append(results, res)
 				if !o.json {
-					lab.WriteText(e.Stdout, res)
+					// Each scenario has removed what it built by now; a
+					// closed stdout runs no more of them.
+					if lab.WriteText(out, res); out.err != nil {
+						return collectErr(fmt.Errorf("lab: writing results: %w", out.err))
+					}
 				}
 			}
 			if o.json {
 				enc := json.NewEncoder(e.Stdout)
 				enc.SetIndent("", "  ")
 				if err := enc.Encode(results); err != nil {
-					return err
+					return collectErr(fmt.Errorf("lab: writing results: %w", err))
 				}
 			}
 			if cmd.Context().Err() != nil {

@@ -40,7 +40,8 @@ emulated link: UDP ping-pongs at --rtt (measured RTT minus configured RTT),
 then one autotuned TCP flow at --rate and one at --slow-rate, with the
 delay line's CPU time as a share of one core. Everything is removed at the
 end and on Ctrl-C.`,
-		Args: cobra.NoArgs,
+		Args:        cobra.NoArgs,
+		Annotations: map[string]string{cleansUp: "true"},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.delayLineChild {
 				if !linkemu.IsChild() {

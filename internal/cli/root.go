@@ -66,6 +66,26 @@ type Env struct {
 	// not known: `version` then says "dev", and check's JSON and a
 	// recording's header leave their build object out.
 	Build version.Info
+	// CatchSIGPIPE, called before a command marked cleansUp runs, makes a
+	// write to a closed stdout or stderr return EPIPE instead of the Go
+	// runtime ending the process by SIGPIPE, so the command removes what
+	// it built before it exits. nil leaves the default (tests in process).
+	CatchSIGPIPE func()
+}
+
+// cleansUp is the annotation of the commands that build namespaces or
+// start processes they must remove before they exit (bench, lab run...):
+// the root catches SIGPIPE for them (Env.CatchSIGPIPE), and they stop
+// and clean up when writing their results fails. Other commands keep
+// Go's default: a closed stdout ends them at once, as it ends ss or cat.
+const cleansUp = "tcpdoctor/cleans-up"
+
+// catchSIGPIPE is DefaultEnv's CatchSIGPIPE. It asks for SIGPIPE on a
+// channel nobody reads (the signal package never blocks on it) rather
+// than ignoring it: an ignored signal stays ignored in the processes we
+// exec (holders, ss, workloads), a caught one is reset to the default.
+func catchSIGPIPE() {
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 }
 
 // build is Build, or a "dev" build of this toolchain when not known.
@@ -123,6 +143,8 @@ func DefaultEnv() *Env {
 		FileLimit: softFileLimit,
 		Workloads: containers.NewResolver(containers.Options{}),
 		Build:     version.Get(),
+
+		CatchSIGPIPE: catchSIGPIPE,
 	}
 }
 
@@ -171,9 +193,12 @@ func NewRoot(e *Env) *cobra.Command {
 	// a file when the command ends.
 	root.PersistentFlags().StringVar(&phasesTo, "phases-to", "", "write the times of this run's parts to FILE as JSON (tcpdoctor bench --phases)")
 	_ = root.PersistentFlags().MarkHidden("phases-to")
-	root.PersistentPreRun = func(*cobra.Command, []string) {
+	root.PersistentPreRun = func(cmd *cobra.Command, _ []string) {
 		if phasesTo != "" {
 			e.Phases = phases.New(started, phasesTo)
+		}
+		if cmd.Annotations[cleansUp] != "" && e.CatchSIGPIPE != nil {
+			e.CatchSIGPIPE()
 		}
 	}
 
@@ -343,6 +368,22 @@ func permissionHint(err error, have func(uint) bool) string {
 		}
 	}
 	return ""
+}
+
+// stickyWriter keeps the first error of its writes, for printers that
+// return none; after one it writes nothing more.
+type stickyWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (s *stickyWriter) Write(p []byte) (int, error) {
+	if s.err != nil {
+		return 0, s.err
+	}
+	n, err := s.w.Write(p)
+	s.err = err
+	return n, err
 }
 
 // progress prints a note to stderr on one line, escaped: notes quote

@@ -362,9 +362,10 @@ type serveBenchOpts struct {
 func newServeBenchCmd(e *Env) *cobra.Command {
 	o := &serveBenchOpts{}
 	cmd := &cobra.Command{
-		Use:   "bench",
-		Short: "Measure the exporter (cycle cost, scrape latency, peak RSS) at N connections in a private namespace (root)",
-		Args:  cobra.NoArgs,
+		Use:         "bench",
+		Short:       "Measure the exporter (cycle cost, scrape latency, peak RSS) at N connections in a private namespace (root)",
+		Args:        cobra.NoArgs,
+		Annotations: map[string]string{cleansUp: "true"},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if os.Geteuid() != 0 {
 				return usageErr("serve bench: needs root (creates network namespaces)")

@@ -16,9 +16,10 @@ import (
 func newTraceBenchCmd(e *Env) *cobra.Command {
 	var o bench.TraceOptions
 	cmd := &cobra.Command{
-		Use:   "bench",
-		Short: "Measure trace's CPU share and sampling jitter: N traced sockets among many others in a private namespace (root)",
-		Args:  cobra.NoArgs,
+		Use:         "bench",
+		Short:       "Measure trace's CPU share and sampling jitter: N traced sockets among many others in a private namespace (root)",
+		Args:        cobra.NoArgs,
+		Annotations: map[string]string{cleansUp: "true"},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if os.Geteuid() != 0 {
 				return usageErr("trace bench: needs root (creates network namespaces)")

@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -47,6 +48,18 @@ func New(t testing.TB, prefix string) netns.NS {
 		t.Fatal(err)
 	}
 	return ns
+}
+
+// Tcpdoctor builds cmd/tcpdoctor into the test's temporary directory and
+// returns its path: the real binary, for tests that run it as a user
+// would (never the test binary itself, which would run the tests again).
+func Tcpdoctor(t testing.TB) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "tcpdoctor")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/tcpdoctor/tcpdoctor/cmd/tcpdoctor").CombinedOutput(); err != nil {
+		t.Fatalf("build tcpdoctor: %v\n%s", err, out)
+	}
+	return bin
 }
 
 // Run runs a command and fails the test with its output if it fails.
