@@ -3,6 +3,7 @@
 package netns
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -108,6 +109,32 @@ func nsInode(path string) (uint64, error) {
 		return 0, err
 	}
 	return st.Ino, nil
+}
+
+// linkInode is nsInode of a /proc/PID/ns/net link, read from the link's
+// text ("net:[4026531840]"): a third cheaper than stat, which makes the
+// kernel find the namespace's file. Anything else is stat'ed.
+func linkInode(path string) (uint64, error) {
+	var b [64]byte
+	n, err := unix.Readlink(path, b[:])
+	if err == nil {
+		if ino, ok := parseNSLink(b[:n]); ok {
+			return ino, nil
+		}
+	} else if errors.Is(err, os.ErrPermission) || errors.Is(err, os.ErrNotExist) {
+		return 0, err
+	}
+	return nsInode(path)
+}
+
+// parseNSLink reads the inode out of "net:[4026531840]".
+func parseNSLink(b []byte) (uint64, bool) {
+	rest, ok := bytes.CutPrefix(b, []byte("net:["))
+	if !ok || len(rest) < 2 || rest[len(rest)-1] != ']' {
+		return 0, false
+	}
+	ino, err := strconv.ParseUint(string(rest[:len(rest)-1]), 10, 64)
+	return ino, err == nil
 }
 
 // named lists the namespaces bind-mounted under RunDir, sorted by name.
@@ -351,7 +378,7 @@ func (f Finder) pidInodes(pids []int) ([]uint64, []error) {
 	errs := make([]error, len(pids))
 	stat := func(lo, hi int) {
 		for i := lo; i < hi; i++ {
-			inos[i], errs[i] = nsInode(f.ProcRoot + "/" + strconv.Itoa(pids[i]) + "/ns/net")
+			inos[i], errs[i] = linkInode(f.ProcRoot + "/" + strconv.Itoa(pids[i]) + "/ns/net")
 		}
 	}
 	workers := min(runtime.GOMAXPROCS(0), len(pids)/256+1)

@@ -414,3 +414,46 @@ func TestByProcessMany(t *testing.T) {
 		t.Errorf("byProcess = %v, want %v", got, want)
 	}
 }
+
+func TestParseNSLink(t *testing.T) {
+	for in, want := range map[string]uint64{"net:[4026531840]": 4026531840, "net:[1]": 1} {
+		if got, ok := parseNSLink([]byte(in)); !ok || got != want {
+			t.Errorf("parseNSLink(%q) = %d, %v", in, got, ok)
+		}
+	}
+	for _, in := range []string{"", "net:[]", "mnt:[4026531840]", "net:[12", "net:[x]", "net:[-1]"} {
+		if got, ok := parseNSLink([]byte(in)); ok {
+			t.Errorf("parseNSLink(%q) = %d, want refused", in, got)
+		}
+	}
+}
+
+// TestLinkInode: the link's text and stat agree on a real process.
+func TestLinkInode(t *testing.T) {
+	path := "/proc/self/ns/net"
+	want, err := nsInode(path)
+	if err != nil {
+		t.Skip(err)
+	}
+	if got, err := linkInode(path); err != nil || got != want {
+		t.Errorf("linkInode = %d, %v; stat says %d", got, err, want)
+	}
+	if _, err := linkInode("/proc/0/ns/net"); err == nil {
+		t.Error("no process 0: no error")
+	}
+}
+
+func FuzzParseNSLink(f *testing.F) {
+	f.Add([]byte("net:[4026531840]"))
+	f.Add([]byte("net:["))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		ino, ok := parseNSLink(b)
+		if !ok {
+			return
+		}
+		digits, _ := strings.CutSuffix(strings.TrimPrefix(string(b), "net:["), "]")
+		if strings.TrimLeft(digits, "0") != strings.TrimLeft(strconv.FormatUint(ino, 10), "0") {
+			t.Fatalf("%q read as %d", b, ino)
+		}
+	})
+}
