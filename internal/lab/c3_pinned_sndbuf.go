@@ -208,8 +208,10 @@ func c3Transfer(ctx context.Context, tb *Testbed, s c3Send) (out c3Out, findings
 	out.traced = []string{"-", "-"}
 	// Each transfer is a connection of its own, found by the recorder
 	// after it started (its start placed by the kernel's busy time) and
-	// closed as the recording stops.
-	if ts := tracedSends(tr, uint64(size)*9/10, s.rate, false); len(ts) > 0 {
+	// closed as the recording stops. Only this client's connection counts:
+	// the last transfer's may still be closing when the recording starts,
+	// and its counters would be taken for this one's.
+	if ts := ofLocal(tracedSends(tr, uint64(size)*9/10, s.rate, false), out.Local); len(ts) > 0 {
 		t := ts[len(ts)-1]
 		out.traced[0] = msList([]time.Duration{t.Split.Sndbuf, t.Split.Congestion, t.Split.App})
 		out.traced[1], _ = traceAccuracy(ts[len(ts)-1:], []measured{{ms: out.Seconds * 1000, bytes: out.Bytes}})

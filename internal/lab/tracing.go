@@ -89,6 +89,22 @@ func tracedSends(tr *trace.Trace, minBytes uint64, bandwidth float64, whole bool
 	return out
 }
 
+// ofLocal keeps the transfers of the connection whose local address is
+// local ("ip:port"); all of them when local is empty or unreadable.
+func ofLocal(ts []trace.Transfer, local string) []trace.Transfer {
+	ap, err := netip.ParseAddrPort(local)
+	if err != nil {
+		return ts
+	}
+	var out []trace.Transfer
+	for _, t := range ts {
+		if t.Local == ap {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
 // durations are the transfers' durations.
 func durations(ts []trace.Transfer) []time.Duration {
 	out := make([]time.Duration, len(ts))

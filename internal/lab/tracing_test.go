@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -64,5 +65,19 @@ func TestWriteLabHTML(t *testing.T) {
 		if err != nil || st.Mode().Perm() != 0o600 {
 			t.Errorf("%s: %v, want mode 0600", name, err)
 		}
+	}
+}
+
+// TestOfLocal: a transfer of an earlier connection to the same port (the
+// last run's, still closing) is not taken for the client's own.
+func TestOfLocal(t *testing.T) {
+	old := trace.Transfer{Local: netip.MustParseAddrPort("198.18.1.2:40000"), Bytes: 1}
+	own := trace.Transfer{Local: netip.MustParseAddrPort("198.18.1.2:40001"), Bytes: 2}
+	ts := []trace.Transfer{old, own}
+	if got := ofLocal(ts, "198.18.1.2:40001"); len(got) != 1 || got[0].Bytes != 2 {
+		t.Errorf("ofLocal kept %+v, want the client's own transfer only", got)
+	}
+	if got := ofLocal(ts, ""); len(got) != 2 {
+		t.Errorf("without the client's address: %d transfers kept, want all", len(got))
 	}
 }

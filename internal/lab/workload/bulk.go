@@ -43,6 +43,10 @@ type Transfer struct {
 	Mbps      float64   `json:"mbps"`
 	Error     string    `json:"error,omitempty"`
 	ConnInfo  *ConnInfo `json:"conn_info,omitempty"` // this side, at the end
+	// Local is the client's address of the connection ("ip:port"), so
+	// a trace of the server's port can tell its transfer from an
+	// earlier connection's still closing; empty on the server's side.
+	Local string `json:"local,omitempty"`
 }
 
 // BulkServerResult lists the transfers the server took part in.
@@ -187,7 +191,7 @@ func RunBulkClient(ctx context.Context, cfg BulkClientConfig) (BulkClientResult,
 	hdr := make([]byte, bulkHeader)
 	binary.BigEndian.PutUint64(hdr, uint64(cfg.Size))
 	hdr[8] = cfg.Direction[0]
-	res := BulkClientResult{Transfer: Transfer{Direction: cfg.Direction}, Buffers: cfg.Buffers}
+	res := BulkClientResult{Transfer: Transfer{Direction: cfg.Direction, Local: c.LocalAddr().String()}, Buffers: cfg.Buffers}
 	t0 := time.Now()
 	if _, err = c.Write(hdr); err == nil {
 		if cfg.Direction == Up {
