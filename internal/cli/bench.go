@@ -119,7 +119,7 @@ targets of docs/performance.md met or missed. --inner times the collection libra
 	fs.BoolVar(&o.phases, "phases", false, "after each size's table, where each of our commands spent its time: process start, eBPF loads, dump, owner walk, rows, writing, exit (medians of --runs)")
 	fs.IntVar(&o.procs, "procs", 0, "start this many idle processes (sleep) on the host first, to measure a host with many processes (the owner walks of sockets and ss -p visit each); killed at the end")
 	fs.IntVar(&o.runs, "runs", 3, "timed runs of each command and of its ss (median, min and max are reported)")
-	fs.StringSliceVar(&o.only, "only", nil, "run only these rows: sockets, no-owners, json, proc-owners (sockets --bpf off), check, record, serve")
+	fs.StringSliceVar(&o.only, "only", nil, "run only these rows: sockets, no-owners, json, proc-owners (sockets --bpf off), check, record, serve; and, only when named, kernel-owners (sockets --bpf on: the kernel's file walk however few files the host has open)")
 	fs.IntVar(&o.scrapes, "scrapes", 20, "scrapes of serve's /metrics, 200ms apart, after its first window")
 	fs.DurationVar(&o.serveInterval, "serve-interval", 5*time.Second, "serve's --interval")
 	fs.DurationVar(&o.timeout, "timeout", 10*time.Minute, "kill a command run that takes longer")

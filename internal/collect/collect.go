@@ -328,12 +328,12 @@ const besideMin = 20_000
 
 // KernelFilesMin is the count of open files on the host (OpenFiles) from
 // which a command that lists sockets once loads the kernel's file walk
-// (eBPF iter/task_file) for their owners: its load (kernel BTF,
-// relocation, verification: tens of milliseconds) then costs less than
-// the readlink of each /proc/PID/fd entry it saves (a few microseconds
-// each). `bench --sizes 8000,12000,16000 --only sockets,proc-owners`
-// puts the crossing near 12,000 (docs/performance.md).
-const KernelFilesMin = 12_000
+// (eBPF iter/task_file) for their owners (with --bpf on, at any count):
+// its load (2-4 ms) then costs less than the readlink of each
+// /proc/PID/fd entry it saves. `bench --sizes 1000,2000,4000 --only
+// sockets,kernel-owners,proc-owners` puts the crossing between 1,300 and
+// 2,300 open files (docs/performance.md).
+const KernelFilesMin = 2_000
 
 // OpenFiles is the first field of fs/file-nr: file handles allocated on
 // the host, 0 if unreadable.

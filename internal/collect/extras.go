@@ -65,8 +65,9 @@ type Need struct {
 	// (iter/task_file), loaded now; a failure is a note.
 	Files bool
 	// FilesLazily: the same walk, loaded when the owners are first
-	// walked and only on a host with KernelFilesMin open files; a failure
-	// leaves the /proc walk without a word (the owners are the same).
+	// walked and only on a host with KernelFilesMin open files (any, with
+	// Mode on); a failure leaves the /proc walk without a word (the owners
+	// are the same).
 	FilesLazily bool
 }
 
@@ -184,7 +185,7 @@ func OpenExtras(cfg ExtrasConfig) (*Extras, error) {
 			x.files = Loaded(f)
 			x.closers = append(x.closers, f.Close)
 		}
-	case cfg.Need.FilesLazily && ld.Files != nil && OpenFiles(cfg.ProcRoot) >= KernelFilesMin:
+	case cfg.Need.FilesLazily && ld.Files != nil && (cfg.Mode == ModeOn || OpenFiles(cfg.ProcRoot) >= KernelFilesMin):
 		x.files = x.lazyFiles(ld.Files)
 	}
 	switch {

@@ -90,7 +90,8 @@ func TestOpenExtras(t *testing.T) {
 }
 
 // TestLazyFiles: sockets' owner walk loads once, when first walked, and
-// only on a host with KernelFilesMin open files; never without owners.
+// only on a host with KernelFilesMin open files or with --bpf on; never
+// without owners.
 func TestLazyFiles(t *testing.T) {
 	boom := errors.New("boom")
 	var calls int
@@ -125,6 +126,16 @@ func TestLazyFiles(t *testing.T) {
 	}
 	if small.Options(Options{Owners: true}).Files != nil {
 		t.Error("the kernel's walk on a host where the readlinks cost less")
+	}
+	// --bpf on asks for it however few files are open.
+	on, err := OpenExtras(ExtrasConfig{Mode: ModeOn, Need: Need{FilesLazily: true}, ProcRoot: procWithFiles(t, KernelFilesMin-1),
+		Loaders: Loaders{Files: failing(boom, &calls).Files}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer on.Close()
+	if on.Options(Options{Owners: true}).Files == nil {
+		t.Error("--bpf on: no kernel walk on a small host")
 	}
 }
 
