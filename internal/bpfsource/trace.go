@@ -118,7 +118,10 @@ type Tracer struct {
 	// The activity counters, mapped: each watched socket has a slot;
 	// seen is the count at the last Moved. mem is nil when the hooks
 	// that make a quiet socket's counter move are not all running.
-	mem    *ebpf.Memory
+	mem *ebpf.Memory
+	// counts is trace_counts mapped (nil: read by lookup): Established
+	// is read every tick, and a lookup is a system call.
+	counts *ebpf.Memory
 	slotOf map[uint64]uint32
 	free   []uint32
 	next   uint32
@@ -227,6 +230,9 @@ func OpenTrace(o TraceOptions) (*Tracer, error) {
 			t.missing = append(t.missing, Missing{Program: "activity map", Reason: "cannot map it: " + err.Error()})
 			t.mem = nil
 		}
+	}
+	if m, err := t.objs.TraceCounts.Memory(); err == nil {
+		t.counts = m
 	}
 	if t.reader, err = ringbuf.NewReader(t.objs.TraceEvents); err != nil {
 		_ = t.Close()
@@ -389,6 +395,13 @@ func (t *Tracer) Lost() (uint64, error) {
 }
 
 func (t *Tracer) count(i uint32) (uint64, bool, error) {
+	if t.counts != nil {
+		var b [8]byte
+		if _, err := t.counts.ReadAt(b[:], int64(i)*8); err != nil {
+			return 0, false, fmt.Errorf("bpfsource: trace counts: %w", err)
+		}
+		return binary.NativeEndian.Uint64(b[:]), true, nil
+	}
 	var n uint64
 	if err := t.objs.TraceCounts.Lookup(i, &n); err != nil {
 		return 0, false, fmt.Errorf("bpfsource: trace counts: %w", err)

@@ -113,6 +113,11 @@ func TestTracerReset(t *testing.T) {
 	if n, ok, err := tr.Established(); err != nil || !ok || n != 2 {
 		t.Errorf("established: %d, %v, %v; want both ends counted", n, ok, err)
 	}
+	if tr.counts == nil {
+		t.Error("trace_counts not mapped: Established reads it by a system call each tick")
+	} else if err := tr.objs.TraceCounts.Lookup(uint32(0), new(uint64)); err != nil {
+		t.Errorf("trace_counts by lookup: %v", err)
+	}
 	cookie := func(fd int) uint64 {
 		ck, err := unix.GetsockoptUint64(fd, unix.SOL_SOCKET, unix.SO_COOKIE)
 		if err != nil {

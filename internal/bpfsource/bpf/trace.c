@@ -154,9 +154,11 @@ struct {
 	__type(value, __u8);
 } ports SEC(".maps");
 
-/* Index 0: sockets counted by state(); 1: events the ring could not take. */
+/* Index 0: sockets counted by state(); 1: events the ring could not take.
+ * Mapped by user space, which reads index 0 every tick. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__uint(max_entries, 2);
 	__type(key, __u32);
 	__type(value, __u64);
