@@ -7,14 +7,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/topo"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/testns"
 )
 
 func TestServeAddr(t *testing.T) {
@@ -55,10 +55,7 @@ func TestCollection(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds tcpdoctor: not in -short")
 	}
-	self := filepath.Join(t.TempDir(), "tcpdoctor")
-	if out, err := exec.Command("go", "build", "-o", self, "github.com/tcpdoctor/tcpdoctor/cmd/tcpdoctor").CombinedOutput(); err != nil {
-		t.Fatalf("build tcpdoctor: %v\n%s", err, out)
-	}
+	self := testns.Tcpdoctor(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	res, err := Collection(ctx, CollectionOptions{

@@ -4,14 +4,14 @@ import (
 	"bytes"
 	"context"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/topo"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/testns"
 )
 
 func TestSummarize(t *testing.T) {
@@ -173,10 +173,7 @@ func TestEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds tcpdoctor: not in -short")
 	}
-	self := filepath.Join(t.TempDir(), "tcpdoctor")
-	if out, err := exec.Command("go", "build", "-o", self, "github.com/tcpdoctor/tcpdoctor/cmd/tcpdoctor").CombinedOutput(); err != nil {
-		t.Fatalf("build tcpdoctor: %v\n%s", err, out)
-	}
+	self := testns.Tcpdoctor(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	res, err := EndToEnd(ctx, E2EOptions{

@@ -208,14 +208,17 @@ func progLoad(insns []byte, attachID uint32) (int, error) {
 		attachBTFID:        attachID,
 	}
 	copy(attr.progName[:], "file_owners")
-	for {
-		fd, _, errno := unix.Syscall(unix.SYS_BPF, unix.BPF_PROG_LOAD, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr))
-		if errno == unix.EINTR || errno == unix.EAGAIN {
-			continue
+	var errno unix.Errno
+	// The verifier may be interrupted by a signal, or ask for another try.
+	for range 5 {
+		var fd uintptr
+		fd, _, errno = unix.Syscall(unix.SYS_BPF, unix.BPF_PROG_LOAD, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr))
+		if errno == 0 {
+			return int(fd), nil
 		}
-		if errno != 0 {
-			return -1, fmt.Errorf("load iter/task_file: %w", errno)
+		if errno != unix.EINTR && errno != unix.EAGAIN {
+			break
 		}
-		return int(fd), nil
 	}
+	return -1, fmt.Errorf("load iter/task_file: %w", errno)
 }

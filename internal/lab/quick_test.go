@@ -3,11 +3,11 @@ package lab
 import (
 	"context"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/testns"
 )
 
 // runQuick runs s in quick form within limit with a freshly built
@@ -21,10 +21,7 @@ func runQuick(t *testing.T, s Scenario, limit time.Duration) *Result {
 	if testing.Short() {
 		t.Skip("lab scenario: not in -short")
 	}
-	self := filepath.Join(t.TempDir(), "tcpdoctor")
-	if out, err := exec.Command("go", "build", "-o", self, "github.com/tcpdoctor/tcpdoctor/cmd/tcpdoctor").CombinedOutput(); err != nil {
-		t.Fatalf("build tcpdoctor: %v\n%s", err, out)
-	}
+	self := testns.Tcpdoctor(t)
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	var log, out strings.Builder

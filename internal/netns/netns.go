@@ -112,8 +112,8 @@ func nsInode(path string) (uint64, error) {
 }
 
 // linkInode is nsInode of a /proc/PID/ns/net link, read from the link's
-// text ("net:[4026531840]"): a third cheaper than stat, which makes the
-// kernel find the namespace's file. Anything else is stat'ed.
+// text ("net:[4026531840]"): cheaper than stat, which makes the kernel
+// find the namespace's file. Anything else is stat'ed.
 func linkInode(path string) (uint64, error) {
 	var b [64]byte
 	n, err := unix.Readlink(path, b[:])
@@ -370,13 +370,13 @@ func (f Finder) byProcess() (map[uint64][]int, []int, error) {
 	return out, denied, nil
 }
 
-// pidInodes stats each pid's namespace link, on every CPU when there are
+// pidInodes reads each pid's namespace link, on every CPU when there are
 // many: with thousands of processes this is most of naming an `ip netns`
 // namespace, which every command does first.
 func (f Finder) pidInodes(pids []int) ([]uint64, []error) {
 	inos := make([]uint64, len(pids))
 	errs := make([]error, len(pids))
-	stat := func(lo, hi int) {
+	read := func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			inos[i], errs[i] = linkInode(f.ProcRoot + "/" + strconv.Itoa(pids[i]) + "/ns/net")
 		}
@@ -384,9 +384,9 @@ func (f Finder) pidInodes(pids []int) ([]uint64, []error) {
 	workers := min(runtime.GOMAXPROCS(0), len(pids)/256+1)
 	var wg sync.WaitGroup
 	for w := range workers - 1 {
-		wg.Go(func() { stat(w*len(pids)/workers, (w+1)*len(pids)/workers) })
+		wg.Go(func() { read(w*len(pids)/workers, (w+1)*len(pids)/workers) })
 	}
-	stat((workers-1)*len(pids)/workers, len(pids))
+	read((workers-1)*len(pids)/workers, len(pids))
 	wg.Wait()
 	return inos, errs
 }
