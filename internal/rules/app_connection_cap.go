@@ -354,21 +354,28 @@ func measuredCaps(in *diag.Input) []measuredHit {
 	if !ok || !ok2 {
 		return nil
 	}
-	var hs []measuredHit
+	var lns []*snapshot.Socket
+	var ps []*snapshot.Was
 	for i := range cur.Sockets {
 		ln := &cur.Sockets[i]
 		if ln.State != snapshot.Listen || len(ln.Pids) == 0 || capRead(cur, ln) {
 			continue
 		}
-		p := in.PrevOf(ln)
-		if p == nil {
-			continue
+		if p := in.PrevOf(ln); p != nil {
+			lns, ps = append(lns, ln), append(ps, p)
 		}
-		// Taken in the window: new, or waiting in the queue at its start.
-		acc := acceptedOn(cur, ln, func(c *snapshot.Socket) bool {
-			_, wasQueued := slices.BinarySearch(queued[p.Cookie], c.Cookie)
-			return wasQueued || in.PrevOf(c) == nil
-		})
+	}
+	if len(lns) == 0 {
+		return nil
+	}
+	// Taken in the window: new, or waiting in the queue at its start.
+	accs := acceptedOnAll(cur, lns, func(k int, c *snapshot.Socket) bool {
+		_, wasQueued := slices.BinarySearch(queued[ps[k].Cookie], c.Cookie)
+		return wasQueued || in.PrevOf(c) == nil
+	})
+	var hs []measuredHit
+	for i, ln := range lns {
+		p, acc := ps[i], accs[i]
 		was := before[p.Cookie]
 		if acc.owned < measuredMinHeld || was < measuredMinHeld || !flat(was, acc.owned) || nearFDLimit(cur, acc.byPid) {
 			continue

@@ -299,23 +299,43 @@ func (a *accepted) String(s *snapshot.Snapshot) string {
 // (tcpmodel.AcceptedOn); isNew, when not nil, tells the owned ones new
 // since the previous sample.
 func acceptedOn(s *snapshot.Snapshot, ln *snapshot.Socket, isNew func(*snapshot.Socket) bool) accepted {
-	a := accepted{byPid: map[int]int{}}
+	var each func(int, *snapshot.Socket) bool
+	if isNew != nil {
+		each = func(_ int, c *snapshot.Socket) bool { return isNew(c) }
+	}
+	return acceptedOnAll(s, []*snapshot.Socket{ln}, each)[0]
+}
+
+// acceptedOnAll is acceptedOn for each of lns, in one pass over s's
+// sockets (a host holds a million sockets and a listener per worker);
+// isNew is asked with the listener's index in lns.
+func acceptedOnAll(s *snapshot.Snapshot, lns []*snapshot.Socket, isNew func(k int, c *snapshot.Socket) bool) []accepted {
+	out := make([]accepted, len(lns))
+	byPort := map[uint16][]int{}
+	for i, ln := range lns {
+		out[i].byPid = map[int]int{}
+		byPort[ln.Local.Port()] = append(byPort[ln.Local.Port()], i)
+	}
 	for i := range s.Sockets {
 		sk := &s.Sockets[i]
-		if !tcpmodel.AcceptedOn(ln, sk) {
-			continue
-		}
-		a.total++
-		if len(sk.Pids) > 0 {
-			a.owned++
-			a.by.Add(sk.Pids[0])
-			a.byPid[sk.Pids[0]]++
-			if isNew != nil && isNew(sk) {
-				a.fresh++
+		for _, k := range byPort[sk.Local.Port()] {
+			ln := lns[k]
+			if !tcpmodel.AcceptedOn(ln, sk) {
+				continue
+			}
+			a := &out[k]
+			a.total++
+			if len(sk.Pids) > 0 {
+				a.owned++
+				a.by.Add(sk.Pids[0])
+				a.byPid[sk.Pids[0]]++
+				if isNew != nil && isNew(k, sk) {
+					a.fresh++
+				}
 			}
 		}
 	}
-	return a
+	return out
 }
 
 // connCapFix: the owners stopped accepting while holding many

@@ -183,3 +183,40 @@ func TestListenOverflowConnectionCap(t *testing.T) {
 		}
 	}
 }
+
+// TestAcceptedOnAll: one pass over the sockets counts, for each
+// listener, what a pass of its own (acceptedOn) counts, with listeners
+// sharing a port (a wildcard and an address, IPv4 and IPv6) and isNew
+// asked with the right listener.
+func TestAcceptedOnAll(t *testing.T) {
+	ap := netip.MustParseAddrPort
+	s := &snapshot.Snapshot{Sockets: []snapshot.Socket{
+		{Family: 2, State: snapshot.Listen, Local: ap("0.0.0.0:80"), Cookie: 1, Pids: []int{10}},
+		{Family: 2, State: snapshot.Listen, Local: ap("198.18.0.1:80"), Cookie: 2, Pids: []int{11}},
+		{Family: 10, State: snapshot.Listen, Local: ap("[::]:80"), Cookie: 3, Pids: []int{12}},
+		{Family: 2, State: snapshot.Listen, Local: ap("0.0.0.0:8080"), Cookie: 4, Pids: []int{13}},
+		{Family: 2, State: snapshot.Established, Local: ap("198.18.0.1:80"), Remote: ap("198.18.0.2:40000"), Cookie: 5, Pids: []int{11}},
+		{Family: 2, State: snapshot.Established, Local: ap("198.18.0.9:80"), Remote: ap("198.18.0.2:40001"), Cookie: 6, Pids: []int{10}},
+		{Family: 2, State: snapshot.Established, Local: ap("198.18.0.9:80"), Remote: ap("198.18.0.2:40002"), Cookie: 7},
+		{Family: 10, State: snapshot.CloseWait, Local: ap("[2001:db8::1]:80"), Remote: ap("[2001:db8::2]:40003"), Cookie: 8, Pids: []int{12}},
+		{Family: 2, State: snapshot.TimeWait, Local: ap("198.18.0.1:80"), Remote: ap("198.18.0.2:40004"), Cookie: 9},
+		{Family: 2, State: snapshot.Established, Local: ap("198.18.0.1:8080"), Remote: ap("198.18.0.2:40005"), Cookie: 10, Pids: []int{13}},
+		{Family: 2, State: snapshot.Established, Local: ap("198.18.0.2:40000"), Remote: ap("198.18.0.1:80"), Cookie: 11, Pids: []int{14}},
+	}}
+	lns := []*snapshot.Socket{&s.Sockets[0], &s.Sockets[1], &s.Sockets[2], &s.Sockets[3]}
+	// New: the odd cookies, for listener 0 only.
+	all := acceptedOnAll(s, lns, func(k int, c *snapshot.Socket) bool { return k == 0 && c.Cookie%2 == 1 })
+	for k, ln := range lns {
+		want := acceptedOn(s, ln, func(c *snapshot.Socket) bool { return k == 0 && c.Cookie%2 == 1 })
+		got := all[k]
+		if got.total != want.total || got.owned != want.owned || got.fresh != want.fresh || len(got.byPid) != len(want.byPid) {
+			t.Errorf("listener %s: one pass counted %+v, its own pass %+v", ln.Local, got, want)
+		}
+	}
+	if got := [4]int{all[0].total, all[1].total, all[2].total, all[3].total}; got != [4]int{3, 1, 1, 1} {
+		t.Errorf("totals %v, want [3 1 1 1]", got)
+	}
+	if all[0].fresh != 1 {
+		t.Errorf("listener 0: %d fresh, want 1 (cookie 5)", all[0].fresh)
+	}
+}
