@@ -2,7 +2,9 @@
 # Compare `check --interval 1s --json` of two or more tcpdoctor binaries in
 # one namespace filled once: the binaries run in turn, ROUNDS times, each
 # run printing its wall, user and system CPU time, peak RSS and the
-# parts of its time (the hidden --phases-to that `bench --phases` reads).
+# parts of its time (the hidden --phases-to that `bench --phases` reads),
+# and, once a round, `ss -tin`'s times: its system time is what the
+# kernel spends filling one dump with tcp_info.
 # Running both binaries against the very same sockets, back to back, is
 # what tells a change apart on a busy host, where a fresh bench fill per
 # binary moves the figures by seconds (docs/performance.md, "`check` at a million sockets").
@@ -78,6 +80,10 @@ done
 echo "check-ab.sh: $conns connections in netns $ns, $i holders, $(($(date +%s) - start)) s; $(ip netns exec "$ns" awk '/^TCP:/{print $3}' /proc/net/sockstat) TCP sockets in use"
 
 for r in $(seq "$rounds"); do
+  # The kernel's side of one dump with tcp_info: ss's system time.
+  /usr/bin/time -f "ss -tin: wall %e s, user %U s, sys %S s, peak RSS %M KiB" -o "$work/time" \
+    nsenter --net="/run/netns/$ns" ss -tin >/dev/null 2>&1 || true
+  echo "== round $r: $(cat "$work/time")"
   for b in "$@"; do
     echo "== round $r: $b; loadavg $(cut -d' ' -f1-3 /proc/loadavg)"
     /usr/bin/time -f "wall %e s, user %U s, sys %S s, peak RSS %M KiB" -o "$work/time" \

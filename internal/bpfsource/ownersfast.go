@@ -137,7 +137,7 @@ func loadOwnersFast() (*ebpf.Program, error) {
 	if err := l.program().Marshal(&insns, binary.LittleEndian); err != nil {
 		return nil, fmt.Errorf("owners program: %w", err)
 	}
-	fd, err := progLoad(insns.Bytes(), l.attachID)
+	fd, err := progLoad(insns.Bytes(), l.attachID, "file_owners", "iter/task_file")
 	if err != nil {
 		return nil, err
 	}
@@ -195,9 +195,10 @@ type progLoadAttr struct {
 	attachBTFID        uint32
 }
 
-// progLoad loads insns as an iterator program attached to the vmlinux
-// BTF function attachID and returns its fd.
-func progLoad(insns []byte, attachID uint32) (int, error) {
+// progLoad loads insns as an iterator program called name, attached to
+// the vmlinux BTF function attachID (iterator what, for errors), and
+// returns its fd.
+func progLoad(insns []byte, attachID uint32, name, what string) (int, error) {
 	license := []byte("GPL\x00")
 	attr := progLoadAttr{
 		progType:           unix.BPF_PROG_TYPE_TRACING,
@@ -207,7 +208,7 @@ func progLoad(insns []byte, attachID uint32) (int, error) {
 		expectedAttachType: unix.BPF_TRACE_ITER,
 		attachBTFID:        attachID,
 	}
-	copy(attr.progName[:], "file_owners")
+	copy(attr.progName[:], name)
 	var errno unix.Errno
 	// The verifier may be interrupted by a signal, or ask for another try.
 	for range 5 {
@@ -220,5 +221,5 @@ func progLoad(insns []byte, attachID uint32) (int, error) {
 			break
 		}
 	}
-	return -1, fmt.Errorf("load iter/task_file: %w", errno)
+	return -1, fmt.Errorf("load %s: %w", what, errno)
 }

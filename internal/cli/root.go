@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
+	"github.com/tcpdoctor/tcpdoctor/internal/bpfsource"
 	"github.com/tcpdoctor/tcpdoctor/internal/caps"
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
 	"github.com/tcpdoctor/tcpdoctor/internal/containers"
@@ -56,6 +57,9 @@ type Env struct {
 	// FileLimit returns the soft RLIMIT_NOFILE, 0 if unknown; serve caps
 	// its HTTP connections by it. nil means unknown.
 	FileLimit func() uint64
+	// Tasks lists every process with its network namespace in one kernel
+	// walk (netns.Finder.Tasks); nil reads /proc/PID/ns/net of each.
+	Tasks func() ([]netns.Task, error)
 	// Workloads names the containers, pods and units of namespaces and
 	// processes (docs/containers.md); nil names none.
 	Workloads *containers.Resolver
@@ -108,7 +112,7 @@ func (e *Env) knownBuild() *version.Info {
 // finder finds namespaces below ProcRoot, named by their pods and
 // containers.
 func (e *Env) finder() netns.Finder {
-	f := netns.Finder{ProcRoot: e.ProcRoot, RunDir: "/run/netns"}
+	f := netns.Finder{ProcRoot: e.ProcRoot, RunDir: "/run/netns", Tasks: e.Tasks}
 	if e.Workloads != nil {
 		f.Workloads = e.Workloads
 	}
@@ -121,6 +125,19 @@ func (e *Env) workloads() collect.Workloads {
 		return nil
 	}
 	return e.Workloads
+}
+
+// processNetns is bpfsource.ProcessNetns as netns.Finder.Tasks takes it.
+func processNetns() ([]netns.Task, error) {
+	ps, err := bpfsource.ProcessNetns()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]netns.Task, len(ps))
+	for i, p := range ps {
+		out[i] = netns.Task{Pid: int(p.Pid), Netns: uint64(p.Netns)}
+	}
+	return out, nil
 }
 
 // DefaultEnv is the real process environment.
@@ -140,6 +157,7 @@ func DefaultEnv() *Env {
 		Args0:     self,
 		IsTTY:     fi != nil && fi.Mode()&os.ModeCharDevice != 0,
 		BPF:       collect.BPFLoaders(),
+		Tasks:     processNetns,
 		FileLimit: softFileLimit,
 		Workloads: containers.NewResolver(containers.Options{}),
 		Build:     version.Get(),

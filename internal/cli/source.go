@@ -29,6 +29,9 @@ type sourceOpts struct {
 	// workload, set by a command with --pod and --container, narrows
 	// what is read to the namespaces that may hold them.
 	workload *workloadOpts
+	// noBPF is --bpf off: the namespaces are found without the kernel's
+	// walk of every process too.
+	noBPF bool
 }
 
 func (o *sourceOpts) register(fs *pflag.FlagSet) {
@@ -95,6 +98,9 @@ type series = window.Series
 // the error.
 func (o *sourceOpts) findNamespaces(e *Env) ([]netns.NS, error) {
 	f := e.finder()
+	if o.noBPF {
+		f.Tasks = nil
+	}
 	switch {
 	case o.allNetns:
 		return f.All()

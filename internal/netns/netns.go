@@ -70,7 +70,26 @@ type Finder struct {
 	// Workloads, when set, names namespaces held by pods and containers
 	// (NS.Workload, and NS.Name as NS says).
 	Workloads Namer
+	// Tasks, when set, lists every process with its namespace's inode,
+	// sorted by pid, in one walk (bpfsource.ProcessNetns); on a host with
+	// TasksMin processes or more it stands in for a readlink of each
+	// /proc/PID/ns/net but a few per namespace. If it fails, the links
+	// are read.
+	Tasks func() ([]Task, error)
+	// tasksMin is TasksMin when 0 (tests lower it).
+	tasksMin int
 }
+
+// Task is a process and the inode of its network namespace.
+type Task struct {
+	Pid   int
+	Netns uint64
+}
+
+// TasksMin is how many processes make Finder.Tasks pay: below it a
+// readlink of each is quicker than loading the walk (BenchmarkByProcess
+// and bpfsource's BenchmarkProcessNetns).
+const TasksMin = 2000
 
 // pidsPerNS is how many of a namespace's processes (the lowest pids) are
 // given to Workloads: enough to tell one pod or container from several.
@@ -353,6 +372,14 @@ func (f Finder) byProcess() (map[uint64][]int, []int, error) {
 		}
 	}
 	slices.Sort(pids)
+	if f.tasksMin == 0 {
+		f.tasksMin = TasksMin
+	}
+	if f.Tasks != nil && len(pids) >= f.tasksMin {
+		if ts, err := f.Tasks(); err == nil {
+			return f.fromTasks(ts)
+		}
+	}
 	inos, errs := f.pidInodes(pids)
 	out := make(map[uint64][]int)
 	var denied []int
@@ -367,6 +394,43 @@ func (f Finder) byProcess() (map[uint64][]int, []int, error) {
 			out[inos[i]] = append(out[inos[i]], pid)
 		}
 	}
+	return out, denied, nil
+}
+
+// fromTasks is byProcess from the kernel's list of every process (sorted
+// by pid). The walk also lists processes whose link this process may not
+// read, and whose namespace it then cannot enter by them: each pid is
+// taken only once its link reads as the walk said, so a few links are
+// read per namespace, and a namespace none of whose processes can be read
+// has them returned as unreadable.
+func (f Finder) fromTasks(ts []Task) (map[uint64][]int, []int, error) {
+	all := make(map[uint64][]int)
+	for _, t := range ts {
+		all[t.Netns] = append(all[t.Netns], t.Pid)
+	}
+	out := make(map[uint64][]int, len(all))
+	var denied []int
+	for ino, pids := range all {
+		var unread []int
+		for _, pid := range pids {
+			got, err := linkInode(f.ProcRoot + "/" + strconv.Itoa(pid) + "/ns/net")
+			switch {
+			case errors.Is(err, os.ErrPermission):
+				unread = append(unread, pid)
+			case err != nil || got != ino:
+				// gone, or a new process with its pid
+			default:
+				out[ino] = append(out[ino], pid)
+			}
+			if len(out[ino]) == pidsPerNS {
+				break
+			}
+		}
+		if len(out[ino]) == 0 {
+			denied = append(denied, unread...)
+		}
+	}
+	slices.Sort(denied)
 	return out, denied, nil
 }
 
