@@ -71,10 +71,10 @@ type Finder struct {
 	// (NS.Workload, and NS.Name as NS says).
 	Workloads Namer
 	// Tasks, when set, lists every process with its namespace's inode,
-	// sorted by pid, in one walk (bpfsource.ProcessNetns); on a host with
-	// TasksMin processes or more it stands in for a readlink of each
-	// /proc/PID/ns/net but a few per namespace. If it fails, the links
-	// are read.
+	// sorted by pid, in one walk (bpfsource.ProcessNetns); on a host
+	// running TasksMin tasks or more it stands in for the /proc listing
+	// and a readlink of each /proc/PID/ns/net but a few per namespace. If
+	// it fails, the links are read.
 	Tasks func() ([]Task, error)
 	// tasksMin is TasksMin when 0 (tests lower it).
 	tasksMin int
@@ -86,9 +86,10 @@ type Task struct {
 	Netns uint64
 }
 
-// TasksMin is how many processes make Finder.Tasks pay: below it a
-// readlink of each is quicker than loading the walk (BenchmarkByProcess
-// and bpfsource's BenchmarkProcessNetns).
+// TasksMin is how many tasks (threads included) make Finder.Tasks pay:
+// below it listing /proc and a readlink of each process is quicker than
+// loading the walk (BenchmarkByProcess and bpfsource's
+// BenchmarkProcessNetns).
 const TasksMin = 2000
 
 // pidsPerNS is how many of a namespace's processes (the lowest pids) are
@@ -356,6 +357,11 @@ func pidNS(procRoot string, pid int, ino uint64) NS {
 // pidsPerNS, lowest first). Processes that vanish are skipped;
 // unreadable ones are returned.
 func (f Finder) byProcess() (map[uint64][]int, []int, error) {
+	if f.Tasks != nil && f.manyTasks() {
+		if ts, err := f.Tasks(); err == nil {
+			return f.fromTasks(ts)
+		}
+	}
 	d, err := os.Open(f.ProcRoot)
 	if err != nil {
 		return nil, nil, fmt.Errorf("netns: %w", err)
@@ -372,14 +378,6 @@ func (f Finder) byProcess() (map[uint64][]int, []int, error) {
 		}
 	}
 	slices.Sort(pids)
-	if f.tasksMin == 0 {
-		f.tasksMin = TasksMin
-	}
-	if f.Tasks != nil && len(pids) >= f.tasksMin {
-		if ts, err := f.Tasks(); err == nil {
-			return f.fromTasks(ts)
-		}
-	}
 	inos, errs := f.pidInodes(pids)
 	out := make(map[uint64][]int)
 	var denied []int
@@ -395,6 +393,18 @@ func (f Finder) byProcess() (map[uint64][]int, []int, error) {
 		}
 	}
 	return out, denied, nil
+}
+
+// manyTasks reports whether the kernel runs TasksMin tasks or more
+// (sysinfo's count, threads included: the /proc listing that counts
+// processes costs a millisecond per thousand of them).
+func (f Finder) manyTasks() bool {
+	least := f.tasksMin
+	if least == 0 {
+		least = TasksMin
+	}
+	var si unix.Sysinfo_t
+	return unix.Sysinfo(&si) == nil && int(si.Procs) >= least
 }
 
 // fromTasks is byProcess from the kernel's list of every process (sorted

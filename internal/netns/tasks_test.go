@@ -15,7 +15,7 @@ import (
 // TestByProcessTasks: with Tasks set and enough processes, byProcess
 // takes the walk's list (the lowest pids of each namespace whose link
 // reads as the walk said) instead of reading every link; when the walk
-// fails, or with fewer processes, it reads them all.
+// fails, or with fewer tasks, it lists /proc and reads them all.
 func TestByProcessTasks(t *testing.T) {
 	root := t.TempDir()
 	// Namespaces are files; a pid's ns/net is a hard link to its one.
@@ -49,7 +49,7 @@ func TestByProcessTasks(t *testing.T) {
 	links := map[uint64][]int{ino["a"]: {1, 3, 6, 8}, ino["b"]: {2, 7}, ino["c"]: {4}}
 	for name, f := range map[string]Finder{
 		"a failed walk": {ProcRoot: root, tasksMin: 1, Tasks: func() ([]Task, error) { return nil, errors.New("no") }},
-		"few processes": {ProcRoot: root, tasksMin: 100, Tasks: func() ([]Task, error) { return walk, nil }},
+		"few tasks": {ProcRoot: root, tasksMin: 1 << 30, Tasks: func() ([]Task, error) { return walk, nil }},
 	} {
 		got, _, err := f.byProcess()
 		if err != nil || !maps.EqualFunc(got, links, slices.Equal) {
