@@ -49,7 +49,7 @@ func TestByProcessTasks(t *testing.T) {
 	links := map[uint64][]int{ino["a"]: {1, 3, 6, 8}, ino["b"]: {2, 7}, ino["c"]: {4}}
 	for name, f := range map[string]Finder{
 		"a failed walk": {ProcRoot: root, tasksMin: 1, Tasks: func() ([]Task, error) { return nil, errors.New("no") }},
-		"few tasks": {ProcRoot: root, tasksMin: 1 << 30, Tasks: func() ([]Task, error) { return walk, nil }},
+		"few tasks":     {ProcRoot: root, tasksMin: 1 << 30, Tasks: func() ([]Task, error) { return walk, nil }},
 	} {
 		got, _, err := f.byProcess()
 		if err != nil || !maps.EqualFunc(got, links, slices.Equal) {
