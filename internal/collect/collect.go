@@ -234,11 +234,14 @@ func (c *Collector) dump(s *snapshot.Snapshot, conn *sockdiag.Conn, openErr erro
 	defer conn.Close()
 	b, hasBase := c.Base[s.Netns.Name]
 	if n := expectedSockets(s); cap(b.Spare) >= n {
-		// Cleared: its old sockets' extras are not kept alive past len.
+		// Each append overwrites a whole socket; what is left past the
+		// new length is cleared after the dump, so that the old sockets'
+		// extras are not kept alive (clearing it all first was a pass
+		// over every socket between the samples).
 		s.Sockets = b.Spare[:0]
-		clear(s.Sockets[:cap(s.Sockets)])
+		defer func() { clear(s.Sockets[len(s.Sockets):cap(s.Sockets)]) }()
 	} else {
-		s.Sockets = make([]snapshot.Socket, 0, n)
+		s.Sockets = newSockets(n)
 	}
 	// The decoder's socket is reused (nothing allocated per socket) and
 	// copied into the snapshot; one walk of the kernel's tables serves

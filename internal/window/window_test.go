@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -143,6 +144,63 @@ func TestSampleSharesUnchangedExtras(t *testing.T) {
 		ai, bi := a.TCP(&ab), b.TCP(&bb)
 		if ai == nil || bi == nil || b.SharesTCP(a) || bi.BytesAcked+bi.BytesReceived != ai.BytesAcked+ai.BytesReceived+1000 {
 			t.Errorf("busy %v: first %+v, last %+v", end.LocalAddr(), ai, bi)
+		}
+	}
+}
+
+// The last sample fills the first's socket slice (what a million sockets
+// cost once, not twice) and leaves nothing of the first's sockets past
+// its own: there fewer connections were open.
+func TestSampleReusesTheFirstSlice(t *testing.T) {
+	ns := testns.New(t, "spare")
+	var conns [][2]net.Conn
+	err := netns.Do(ns, func() error {
+		ln, err := net.Listen("tcp4", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		t.Cleanup(func() { ln.Close() })
+		for range 20 {
+			a, b, err := testns.DialAccept(ln)
+			if err != nil {
+				return err
+			}
+			conns = append(conns, [2]net.Conn{a, b})
+			t.Cleanup(func() { a.Close(); b.Close() })
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeMost := func(context.Context, time.Duration) error {
+		for _, c := range conns[5:] {
+			// A reset: no TIME_WAIT left behind to dump.
+			c[0].(*net.TCPConn).SetLinger(0)
+			c[0].Close()
+			c[1].(*net.TCPConn).SetLinger(0)
+			c[1].Close()
+		}
+		time.Sleep(50 * time.Millisecond)
+		return nil
+	}
+	c := &collect.Collector{Opts: collect.Options{ProcRoot: "/proc"}, Now: time.Now}
+	ss, err := Sample(context.Background(), c, []netns.NS{ns}, 2, time.Second, closeMost, nil)
+	if err != nil || len(ss) != 1 || len(ss[0].Snaps) != 2 {
+		t.Fatalf("%v %+v", err, ss)
+	}
+	last := ss[0].Snaps[1].Sockets
+	if len(last) >= 41 || len(last) < 11 {
+		t.Fatalf("%d sockets in the last sample, want the listener and 5 connections' 10", len(last))
+	}
+	// A slice made for the last sample has room for its 11 sockets and
+	// 64 more; the first's, for 41 and 64 more.
+	if cap(last) < 41+64 {
+		t.Errorf("the last sample's slice has room for %d sockets: not the first's", cap(last))
+	}
+	for i, sk := range last[len(last):cap(last)] {
+		if !reflect.ValueOf(sk).IsZero() {
+			t.Fatalf("socket %d past the last sample's %d is the first's: %+v", len(last)+i, len(last), sk)
 		}
 	}
 }
