@@ -6,6 +6,7 @@ package collect
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -111,7 +112,7 @@ func (c *Collector) Collect(nss []netns.NS) []*snapshot.Snapshot {
 			return &w
 		}
 		if open >= besideMin {
-			files = background(walk)
+			files = beside(walk)
 		} else {
 			files = walk
 		}
@@ -392,6 +393,23 @@ func background[T any](fn func() T) func() T {
 	go func() { ch <- fn() }()
 	return func() T { return <-ch }
 }
+
+// beside is background for a kernel walk beside a dump: it runs on a
+// thread of its own at a lower priority (yieldToDump), so that on two
+// CPUs the thread filling the dump is not the one that waits.
+func beside[T any](fn func() T) func() T {
+	return background(func() T {
+		// Never unlocked: the thread exits with this goroutine, and
+		// the Go runtime makes no thread from a locked one.
+		runtime.LockOSThread()
+		yieldToDump()
+		return fn()
+	})
+}
+
+// yieldToDump sets the calling thread's nice value to 10 (Linux sets it
+// per thread); the caller keeps the thread to itself until it exits.
+func yieldToDump() { _ = unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), 10) }
 
 // maxBufLockProbes bounds the pidfd_getfd probes of one snapshot.
 const maxBufLockProbes = 512

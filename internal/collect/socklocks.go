@@ -42,6 +42,7 @@ func (c *Collector) startLocks(ns netns.NS, hint int) lockWalk {
 		var res lockResult
 		start := time.Now()
 		if err := netns.Do(ns, func() error {
+			yieldToDump() // Do's thread exits with it
 			res.l, res.err = r.Read(hint)
 			return nil
 		}); err != nil {
