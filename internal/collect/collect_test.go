@@ -3,12 +3,15 @@ package collect
 import (
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"golang.org/x/sys/unix"
 )
 
 func TestNetCgroupV1(t *testing.T) {
@@ -41,4 +44,40 @@ func TestUnenterableNamespace(t *testing.T) {
 	if s.Taken.IsZero() || s.Netns.Name != "gone" {
 		t.Errorf("snapshot %+v", s)
 	}
+}
+
+// A walk beside the dump runs at nice 10 on a thread of its own; the
+// caller's thread, and the threads the runtime makes afterwards, keep
+// their priority.
+func TestBesideYields(t *testing.T) {
+	nice := func() int {
+		// getpriority returns 20 - nice for a thread (Linux).
+		p, err := unix.Getpriority(unix.PRIO_PROCESS, unix.Gettid())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return 20 - p
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	before := nice()
+	got := beside(func() int { return nice() })()
+	if got != 10 {
+		t.Errorf("the walk ran at nice %d, want 10", got)
+	}
+	if after := nice(); after != before {
+		t.Errorf("the caller's thread went from nice %d to %d", before, after)
+	}
+	// New goroutines on new threads are not niced.
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			if n := nice(); n == 10 {
+				t.Errorf("a thread made later runs at nice %d", n)
+			}
+		})
+	}
+	wg.Wait()
 }
