@@ -112,7 +112,7 @@ func runCheck(cmd *cobra.Command, e *Env, o *checkOpts) error {
 	}
 	defer x.Close()
 	e.Phases.Mark("setup")
-	ss, err := o.src.sample(cmd.Context(), e, x.Collector(collect.Options{Owners: !o.noOwners, Workloads: e.workloads(), Phases: e.Phases}, e.Now), count, o.interval, rs)
+	ss, err := o.src.sample(cmd.Context(), e, x.Collector(collect.Options{Owners: !o.noOwners, Workloads: e.workloads(), Phases: e.Phases, FaultIn: true}, e.Now), count, o.interval, rs)
 	if err != nil {
 		return err
 	}

@@ -83,7 +83,7 @@ func runRecord(cmd *cobra.Command, e *Env, o *recordOpts) error {
 		return err
 	}
 	defer x.Close()
-	c := x.Collector(collect.Options{Owners: !o.noOwners, Workloads: e.workloads(), Phases: e.Phases}, e.Now)
+	c := x.Collector(collect.Options{Owners: !o.noOwners, Workloads: e.workloads(), Phases: e.Phases, FaultIn: true}, e.Now)
 	var got int
 	var last time.Time
 	for i := 0; i < o.count; i++ {

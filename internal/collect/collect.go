@@ -57,6 +57,11 @@ type Options struct {
 	// Phases times the parts of a collection (the bench's --phases);
 	// nil times nothing.
 	Phases *phases.Recorder
+	// FaultIn faults a large socket slice in at once (newSockets): for
+	// a command that samples and exits. serve leaves it off: there the
+	// slice of the next window is made while the last is still held,
+	// and faulting it in whole raised its peak at a million sockets.
+	FaultIn bool
 }
 
 // FileSource gives the kernel's file walk (eBPF iter/task_file), loading
@@ -242,7 +247,7 @@ func (c *Collector) dump(s *snapshot.Snapshot, conn *sockdiag.Conn, openErr erro
 		s.Sockets = b.Spare[:0]
 		defer func() { clear(s.Sockets[len(s.Sockets):cap(s.Sockets)]) }()
 	} else {
-		s.Sockets = newSockets(n)
+		s.Sockets = newSockets(n, c.Opts.FaultIn)
 	}
 	// The decoder's socket is reused (nothing allocated per socket) and
 	// copied into the snapshot; one walk of the kernel's tables serves

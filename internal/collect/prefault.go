@@ -12,16 +12,16 @@ import (
 // (about 350,000 sockets).
 const prefaultMin = 64 << 20
 
-// newSockets makes an empty slice with room for n sockets. A large one
-// is faulted in writable at once (MADV_POPULATE_WRITE, Linux >= 5.14;
-// ignored where refused): else the collector's scan of the fresh slice
-// maps the kernel's zero page under it, and each first write to a page
-// then replaces it and interrupts the other CPUs to flush their TLBs, a
-// few microseconds per 4 KiB in the middle of the dump.
-func newSockets(n int) []snapshot.Socket {
+// newSockets makes an empty slice with room for n sockets. With faultIn
+// a large one is faulted in writable at once (MADV_POPULATE_WRITE, Linux
+// >= 5.14; ignored where refused): else the collector's scan of the
+// fresh slice maps the kernel's zero page under it, and each first write
+// to a page then replaces it and interrupts the other CPUs to flush their
+// TLBs, in the middle of the dump.
+func newSockets(n int, faultIn bool) []snapshot.Socket {
 	s := make([]snapshot.Socket, 0, n)
 	size := uintptr(n) * unsafe.Sizeof(snapshot.Socket{})
-	if size < prefaultMin {
+	if !faultIn || size < prefaultMin {
 		return s
 	}
 	p := unsafe.Pointer(unsafe.SliceData(s))

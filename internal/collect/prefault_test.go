@@ -1,0 +1,47 @@
+package collect
+
+import (
+	"runtime/debug"
+	"testing"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+)
+
+// resident is the share of s's capacity (whole pages) in memory.
+func resident(t *testing.T, s []snapshot.Socket) float64 {
+	t.Helper()
+	p := unsafe.Pointer(unsafe.SliceData(s))
+	size := uintptr(cap(s)) * unsafe.Sizeof(snapshot.Socket{})
+	start, page := uintptr(p), uintptr(unix.Getpagesize())
+	lo, hi := (start+page-1)&^(page-1), (start+size)&^(page-1)
+	vec := make([]byte, (hi-lo)/page)
+	if _, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Add(p, lo-start)), hi-lo, uintptr(unsafe.Pointer(&vec[0]))); errno != 0 {
+		t.Skipf("mincore: %v", errno)
+	}
+	in := 0
+	for _, v := range vec {
+		in += int(v & 1)
+	}
+	return float64(in) / float64(len(vec))
+}
+
+// A large slice for a one-shot command is in memory before the dump
+// writes to it; a small one, or one for serve, is left to fault.
+func TestNewSocketsFaultsIn(t *testing.T) {
+	// No collection meanwhile: its scan would map the zero page, which
+	// mincore counts as in memory.
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	n := int(prefaultMin/unsafe.Sizeof(snapshot.Socket{})) + 1000
+	if got := resident(t, newSockets(n, true)); got < 0.99 {
+		t.Errorf("faulted in: %.0f%% resident, want all of it", got*100)
+	}
+	if got := resident(t, newSockets(n, false)); got > 0.5 {
+		t.Errorf("left to fault: %.0f%% resident before any write", got*100)
+	}
+	if s := newSockets(10, true); cap(s) != 10 || len(s) != 0 {
+		t.Errorf("newSockets(10) = len %d cap %d", len(s), cap(s))
+	}
+}
