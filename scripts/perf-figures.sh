@@ -31,6 +31,9 @@ td=bin/tcpdoctor
 declare -A steps=(
   [collection]="$td bench --sizes 20000,100000 --runs 7 --phases"
   [collection-procs]="$td bench --sizes 20000 --runs 7 --only sockets,no-owners,json,proc-owners --procs 2000 --phases"
+  [collection-procs4000]="$td bench --sizes 20000 --runs 15 --only sockets,json,no-owners --procs 4000 --phases"
+  [netns-walk]="go test -count=1 -run XXX -bench ProcessNetns -benchtime 50x ./internal/bpfsource"
+  [netns-links]="go test -count=1 -run XXX -bench ByProcess -benchtime 50x ./internal/netns"
   [million]="$td bench --sizes 1000000 --runs 3 --only check,record,serve"
   [million-phases]="$td bench --sizes 1000000 --runs 3 --only check --phases"
   [serve-10k]="$td serve bench --conns 5000 --cycles 5 --interval 2s"
@@ -48,7 +51,7 @@ declare -A steps=(
   [history-trace]="go test -count=1 -v -run TestHistoryLiveTrace ./internal/cli/"
   [serve-with-history]="$td serve bench --conns 5000 --cycles 5 --interval 2s --with-history"
 )
-order=(collection collection-procs million million-phases serve-10k serve-100k trace-bpf trace
+order=(collection collection-procs collection-procs4000 netns-walk netns-links million million-phases serve-10k serve-100k trace-bpf trace
   lookup-cost trace-hooks trace-c5 trace-c3 link bpf-cost history-10k history-100k history-trace
   link link serve-with-history)
 [ $# -gt 0 ] && order=("$@")
