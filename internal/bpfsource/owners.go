@@ -29,13 +29,8 @@ type FileOwners struct {
 // shared with the command's other loads (nil: parse it here). Errors
 // that mean "cannot run here" wrap ErrNotSupported and say why.
 func OpenFileOwners(k *Kernel) (*FileOwners, error) {
-	if !privileged() {
-		return nil, notSupported(needRoot)
-	}
-	if b, err := os.ReadFile("/proc/self/status"); err != nil {
-		return nil, notSupported("cannot tell this process's pid namespace: %v", err)
-	} else if !initialPidNS(b) {
-		return nil, notSupported("in a child pid namespace: the iterator numbers processes as the host does")
+	if err := hostPids(); err != nil {
+		return nil, err
 	}
 	prog, err := loadOwnersFast()
 	if err != nil {
@@ -69,6 +64,22 @@ func loadOwnersCORE(k *Kernel) (*ebpf.Program, error) {
 		return nil, loadError(fmt.Errorf("load iter/task_file: %w", err))
 	}
 	return objs.FileOwners, nil
+}
+
+// hostPids says whether a task iterator can run here with its pids
+// meaning what they mean to this process: with the rights to load it,
+// in the initial pid namespace (the iterator numbers processes as the
+// host does). Its error wraps ErrNotSupported.
+func hostPids() error {
+	if !privileged() {
+		return notSupported(needRoot)
+	}
+	if b, err := os.ReadFile("/proc/self/status"); err != nil {
+		return notSupported("cannot tell this process's pid namespace: %v", err)
+	} else if !initialPidNS(b) {
+		return notSupported("in a child pid namespace: the iterator numbers processes as the host does")
+	}
+	return nil
 }
 
 // initialPidNS reads /proc/self/status: a process in the initial pid

@@ -133,11 +133,17 @@ func loadOwnersFast() (*ebpf.Program, error) {
 	if err != nil {
 		return nil, err
 	}
-	var insns bytes.Buffer // little-endian, as the hosts the bpfel objects build for
-	if err := l.program().Marshal(&insns, binary.LittleEndian); err != nil {
-		return nil, fmt.Errorf("owners program: %w", err)
+	return loadIter(l.program(), l.attachID, "file_owners", "iter/task_file")
+}
+
+// loadIter loads insns as the iterator program name, attached to the
+// vmlinux BTF function attachID (iterator what, for errors).
+func loadIter(insns asm.Instructions, attachID uint32, name, what string) (*ebpf.Program, error) {
+	var b bytes.Buffer // little-endian, as the hosts the bpfel objects build for
+	if err := insns.Marshal(&b, binary.LittleEndian); err != nil {
+		return nil, fmt.Errorf("%s program: %w", name, err)
 	}
-	fd, err := progLoad(insns.Bytes(), l.attachID, "file_owners", "iter/task_file")
+	fd, err := progLoad(b.Bytes(), attachID, name, what)
 	if err != nil {
 		return nil, err
 	}

@@ -104,17 +104,7 @@ func TestScanKernelBTF(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec, err := btf.LoadKernelSpec()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var fn *btf.Func
-	if err := spec.TypeByName("bpf_iter_task_file", &fn); err != nil {
-		t.Fatal(err)
-	}
-	if id, err := spec.TypeID(fn); err != nil || uint32(id) != l.attachID {
-		t.Errorf("bpf_iter_task_file is %d (%v), scan says %d", id, err, l.attachID)
-	}
+	spec := kernelSpecWith(t, "bpf_iter_task_file", l.attachID)
 	for _, c := range []struct {
 		sname, mname string
 		got          field
@@ -122,15 +112,42 @@ func TestScanKernelBTF(t *testing.T) {
 		{"bpf_iter_meta", "seq", l.metaSeq}, {"task_struct", "tgid", l.tgid}, {"task_struct", "pid", l.pid},
 		{"file", "f_inode", l.fInode}, {"inode", "i_mode", l.iMode}, {"inode", "i_ino", l.iIno},
 	} {
-		var st *btf.Struct
-		if err := spec.TypeByName(c.sname, &st); err != nil {
-			t.Fatal(err)
-		}
-		off, ok := memberOffset(st.Members, c.mname, 0)
-		if !ok || off != c.got.off {
-			t.Errorf("%s.%s at %d (found %v), scan says %d", c.sname, c.mname, off, ok, c.got.off)
+		if off := memberAt(t, spec, c.sname, c.mname); off != c.got.off {
+			t.Errorf("%s.%s at %d, scan says %d", c.sname, c.mname, off, c.got.off)
 		}
 	}
+}
+
+// kernelSpecWith decodes the running kernel's BTF with cilium/ebpf and
+// checks the function attach has the id the scan found.
+func kernelSpecWith(t *testing.T, attach string, id uint32) *btf.Spec {
+	t.Helper()
+	spec, err := btf.LoadKernelSpec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fn *btf.Func
+	if err := spec.TypeByName(attach, &fn); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := spec.TypeID(fn); err != nil || uint32(got) != id {
+		t.Errorf("%s is %d (%v), scan says %d", attach, got, err, id)
+	}
+	return spec
+}
+
+// memberAt is the byte offset of sname.mname in spec.
+func memberAt(t *testing.T, spec *btf.Spec, sname, mname string) uint32 {
+	t.Helper()
+	var st *btf.Struct
+	if err := spec.TypeByName(sname, &st); err != nil {
+		t.Fatal(err)
+	}
+	off, ok := memberOffset(st.Members, mname, 0)
+	if !ok {
+		t.Fatalf("%s has no %s", sname, mname)
+	}
+	return off
 }
 
 // memberOffset is the byte offset of member name in members, anonymous

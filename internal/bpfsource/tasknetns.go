@@ -2,18 +2,14 @@ package bpfsource
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 
-	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
-	"golang.org/x/sys/unix"
 )
 
 // PidNetns is a process (a thread group, by its leader) and the inode of
@@ -29,13 +25,8 @@ type PidNetns struct {
 // process. Sorted by pid; a process that is exiting (no namespaces left)
 // is not listed. Errors that mean "cannot run here" wrap ErrNotSupported.
 func ProcessNetns() ([]PidNetns, error) {
-	if !privileged() {
-		return nil, notSupported(needRoot)
-	}
-	if b, err := os.ReadFile("/proc/self/status"); err != nil {
-		return nil, notSupported("cannot tell this process's pid namespace: %v", err)
-	} else if !initialPidNS(b) {
-		return nil, notSupported("in a child pid namespace: the iterator numbers processes as the host does")
+	if err := hostPids(); err != nil {
+		return nil, err
 	}
 	raw, unmap, err := readKernelBTF()
 	if err != nil {
@@ -46,18 +37,9 @@ func ProcessNetns() ([]PidNetns, error) {
 	if err != nil {
 		return nil, notSupported("%v", err)
 	}
-	var insns bytes.Buffer
-	if err := l.program().Marshal(&insns, binary.LittleEndian); err != nil {
-		return nil, fmt.Errorf("task netns program: %w", err)
-	}
-	fd, err := progLoad(insns.Bytes(), l.attachID, "task_netns", "iter/task")
+	prog, err := loadIter(l.program(), l.attachID, "task_netns", "iter/task")
 	if err != nil {
 		return nil, loadError(err)
-	}
-	prog, err := ebpf.NewProgramFromFD(fd)
-	if err != nil {
-		_ = unix.Close(fd)
-		return nil, err
 	}
 	defer prog.Close()
 	it, err := link.AttachIter(link.IterOptions{Program: prog})

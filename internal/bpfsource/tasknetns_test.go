@@ -8,8 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-
-	"github.com/cilium/ebpf/btf"
 )
 
 // TestProcessNetns (root): every process the kernel walk lists is in the
@@ -113,28 +111,8 @@ func TestScanNetnsLayout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec, err := btf.LoadKernelSpec()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var fn *btf.Func
-	if err := spec.TypeByName("bpf_iter_task", &fn); err != nil {
-		t.Fatal(err)
-	}
-	if id, err := spec.TypeID(fn); err != nil || uint32(id) != l.attachID {
-		t.Errorf("bpf_iter_task is %d (%v), scan says %d", id, err, l.attachID)
-	}
-	at := func(sname, mname string) uint32 {
-		var st *btf.Struct
-		if err := spec.TypeByName(sname, &st); err != nil {
-			t.Fatal(err)
-		}
-		off, ok := memberOffset(st.Members, mname, 0)
-		if !ok {
-			t.Fatalf("%s has no %s", sname, mname)
-		}
-		return off
-	}
+	spec := kernelSpecWith(t, "bpf_iter_task", l.attachID)
+	at := func(sname, mname string) uint32 { return memberAt(t, spec, sname, mname) }
 	for _, c := range []struct {
 		name      string
 		want, got uint32
