@@ -156,6 +156,7 @@ func scanNetnsLayout(raw []byte) (netnsLayout, error) {
 //
 //	if (!task || task->tgid != task->pid || !task->nsproxy || !task->nsproxy->net_ns) return 0;
 //	rec = {task->tgid, task->nsproxy->net_ns->ns.inum};
+//	if (!rec.inum) return 0;
 //	bpf_seq_write(meta->seq, &rec, 8);
 func (l netnsLayout) program() asm.Instructions {
 	off := func(f field) int16 { return int16(f.off) }
@@ -172,6 +173,7 @@ func (l netnsLayout) program() asm.Instructions {
 		asm.LoadMem(asm.R1, asm.R1, off(l.netNS), asm.DWord),
 		asm.JEq.Imm(asm.R1, 0, "out"),
 		asm.LoadMem(asm.R1, asm.R1, off(l.inum), asm.Word),
+		asm.JEq.Imm(asm.R1, 0, "out"), // a read that faulted (a namespace being freed)
 		asm.StoreMem(asm.RFP, -4, asm.R1, asm.Word),
 		asm.LoadMem(asm.R1, asm.R6, off(l.metaSeq), asm.DWord), // meta->seq
 		asm.Mov.Reg(asm.R2, asm.RFP),

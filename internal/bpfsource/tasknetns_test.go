@@ -10,13 +10,32 @@ import (
 	"testing"
 )
 
-// TestProcessNetns (root): every process the kernel walk lists is in the
-// namespace its /proc/PID/ns/net names, and every process /proc lists
-// that is still there is in the walk.
+// TestProcessNetns (root): every process /proc listed before the walk,
+// whose link read the same before and after it, is in the walk under
+// that namespace (processes start, end and change namespace meanwhile:
+// other tests run `ip netns`, and pids wrap).
 func TestProcessNetns(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to load eBPF")
 	}
+	links := func() map[uint32]string {
+		ents, err := os.ReadDir("/proc")
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[uint32]string{}
+		for _, e := range ents {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil {
+				continue
+			}
+			if l, err := os.Readlink("/proc/" + e.Name() + "/ns/net"); err == nil {
+				out[uint32(pid)] = l
+			}
+		}
+		return out
+	}
+	before := links()
 	got, err := ProcessNetns()
 	if errors.Is(err, ErrNotSupported) {
 		t.Skip(err)
@@ -24,6 +43,7 @@ func TestProcessNetns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	after := links()
 	byPid := map[uint32]uint32{}
 	for i, p := range got {
 		if i > 0 && got[i-1].Pid >= p.Pid {
@@ -31,35 +51,23 @@ func TestProcessNetns(t *testing.T) {
 		}
 		byPid[p.Pid] = p.Netns
 	}
-	self, _ := os.Readlink("/proc/self/ns/net")
-	if n := byPid[uint32(os.Getpid())]; self != "net:["+strconv.FormatUint(uint64(n), 10)+"]" {
-		t.Errorf("this process: the walk says namespace %d, /proc says %s", n, self)
-	}
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Fatal(err)
-	}
 	checked := 0
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
+	for pid, link := range before {
+		if after[pid] != link {
 			continue
 		}
-		link, err := os.Readlink("/proc/" + e.Name() + "/ns/net")
-		if err != nil {
-			continue // gone, or exiting
-		}
-		n, ok := byPid[uint32(pid)]
-		if !ok {
-			if _, err := os.Stat("/proc/" + e.Name()); err == nil && pid < int(got[len(got)-1].Pid) {
-				t.Errorf("pid %d (%s) is not in the walk", pid, link)
-			}
-			continue
-		}
-		if want := strings.TrimSuffix(strings.TrimPrefix(link, "net:["), "]"); strconv.FormatUint(uint64(n), 10) != want {
+		n, ok := byPid[pid]
+		switch {
+		case !ok:
+			t.Errorf("pid %d (%s) is not in the walk", pid, link)
+		case link != "net:["+strconv.FormatUint(uint64(n), 10)+"]":
 			t.Errorf("pid %d: the walk says namespace %d, /proc says %s", pid, n, link)
+		default:
+			checked++
 		}
-		checked++
+	}
+	if self := uint32(os.Getpid()); byPid[self] == 0 {
+		t.Errorf("this process (%d) is not in the walk", self)
 	}
 	if checked < 2 {
 		t.Errorf("only %d processes checked", checked)

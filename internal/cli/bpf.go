@@ -14,7 +14,7 @@ type bpfOpts struct {
 }
 
 func (o *bpfOpts) register(fs *pflag.FlagSet) {
-	fs.StringVar(&o.mode, "bpf", "auto", "eBPF sources: connection events (connects, failed connects by cause, who closed first), the buffer lock bits of every socket (iter/tcp), and the kernel's walks of every process's files and namespaces where /proc would be slower: "+
+	fs.StringVar(&o.mode, "bpf", "auto", "eBPF sources: connection events (connects, failed connects by cause, who closed first) and the buffer lock bits of every socket (iter/tcp); off also reads owners and namespaces from /proc instead of the kernel's walks: "+
 		"auto (use what loads, else say once why not), on (fail with exit 3 if one cannot load), off")
 	fs.BoolVar(&o.pidfd, "pidfd-buflock", false, "where the eBPF iterator cannot read the buffer lock bits, read SO_BUF_LOCK of owned sockets that look pinned "+
 		"through a copy of the owner's fd (pidfd_getfd, needs CAP_SYS_PTRACE); not read-only: it re-stamps the socket's cgroup v1 net_cls/net_prio values, so it is refused where those are mounted")

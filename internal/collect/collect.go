@@ -412,9 +412,18 @@ func beside[T any](fn func() T) func() T {
 	})
 }
 
-// yieldToDump sets the calling thread's nice value to 10 (Linux sets it
-// per thread); the caller keeps the thread to itself until it exits.
-func yieldToDump() { _ = unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), 10) }
+// yieldToDump raises the calling thread's nice value by 10, to 19 at
+// most (Linux sets it per thread); the caller keeps the thread to itself
+// until it exits.
+func yieldToDump() {
+	tid := unix.Gettid()
+	// The system call returns 20 - nice.
+	p, err := unix.Getpriority(unix.PRIO_PROCESS, tid)
+	if err != nil {
+		return
+	}
+	_ = unix.Setpriority(unix.PRIO_PROCESS, tid, min(20-p+10, 19))
+}
 
 // maxBufLockProbes bounds the pidfd_getfd probes of one snapshot.
 const maxBufLockProbes = 512

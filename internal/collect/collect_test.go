@@ -5,7 +5,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -46,9 +45,8 @@ func TestUnenterableNamespace(t *testing.T) {
 	}
 }
 
-// A walk beside the dump runs at nice 10 on a thread of its own; the
-// caller's thread, and the threads the runtime makes afterwards, keep
-// their priority.
+// A walk beside the dump runs 10 nice steps lower (19 at most) on a
+// thread of its own; the caller's thread keeps its priority.
 func TestBesideYields(t *testing.T) {
 	nice := func() int {
 		// getpriority returns 20 - nice for a thread (Linux).
@@ -61,23 +59,10 @@ func TestBesideYields(t *testing.T) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	before := nice()
-	got := beside(func() int { return nice() })()
-	if got != 10 {
-		t.Errorf("the walk ran at nice %d, want 10", got)
+	if got, want := beside(nice)(), min(before+10, 19); got != want {
+		t.Errorf("the walk ran at nice %d, want %d (the caller's %d, 10 lower)", got, want, before)
 	}
 	if after := nice(); after != before {
 		t.Errorf("the caller's thread went from nice %d to %d", before, after)
 	}
-	// New goroutines on new threads are not niced.
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Go(func() {
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
-			if n := nice(); n == 10 {
-				t.Errorf("a thread made later runs at nice %d", n)
-			}
-		})
-	}
-	wg.Wait()
 }

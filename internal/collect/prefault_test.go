@@ -31,8 +31,18 @@ func resident(t *testing.T, s []snapshot.Socket) float64 {
 // A large slice for a one-shot command is in memory before the dump
 // writes to it; a small one, or one for serve, is left to fault.
 func TestNewSocketsFaultsIn(t *testing.T) {
-	// No collection meanwhile: its scan would map the zero page, which
-	// mincore counts as in memory.
+	page, err := unix.Mmap(-1, 0, unix.Getpagesize(), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(page)
+	if err := unix.Madvise(page, unix.MADV_POPULATE_WRITE); err != nil {
+		t.Skipf("MADV_POPULATE_WRITE: %v (Linux < 5.14)", err)
+	}
+	// Freed memory back to the system, so a new slice is not one an
+	// earlier run wrote; then no collection meanwhile: its scan would
+	// map the zero page, which mincore counts as in memory.
+	debug.FreeOSMemory()
 	defer debug.SetGCPercent(debug.SetGCPercent(-1))
 	n := int(prefaultMin/unsafe.Sizeof(snapshot.Socket{})) + 1000
 	if got := resident(t, newSockets(n, true)); got < 0.99 {

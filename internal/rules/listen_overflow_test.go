@@ -219,4 +219,10 @@ func TestAcceptedOnAll(t *testing.T) {
 	if all[0].fresh != 1 {
 		t.Errorf("listener 0: %d fresh, want 1 (cookie 5)", all[0].fresh)
 	}
+	if a := all[0]; a.owned != 2 || a.byPid[11] != 1 || a.byPid[10] != 1 || len(a.byPid) != 2 {
+		t.Errorf("listener 0: %d owned %v, want 2: one of pid 10, one of pid 11", a.owned, a.byPid)
+	}
+	if a := all[2]; a.owned != 1 || a.byPid[12] != 1 {
+		t.Errorf("listener [::]:80: %d owned %v, want pid 12's CLOSE_WAIT", a.owned, a.byPid)
+	}
 }
