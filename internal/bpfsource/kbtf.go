@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // rawBTF is a scan of raw BTF (/sys/kernel/btf/vmlinux) that answers
@@ -258,4 +259,46 @@ func (b *rawBTF) size(id uint32) (uint32, bool, error) {
 	default:
 		return 0, false, fmt.Errorf("member of %s", kindName(kind))
 	}
+}
+
+// want is a struct member a program loads: where its place goes, its
+// struct (an index in the structs scanLayout is given), whether it is a
+// pointer, and the sizes it may have (none: any).
+type want struct {
+	dst   *field
+	in    int
+	name  string
+	ptr   bool
+	sizes []uint32
+}
+
+// scanLayout finds in raw BTF the function attach (an iterator's attach
+// point) and each member of wants, checking each is what the program
+// loads (a wrong guess would only be refused by the verifier, but the
+// check says which member differs); it returns attach's type id.
+func scanLayout(raw []byte, attach string, structs []string, wants []want) (uint32, error) {
+	b, err := parseBTF(raw)
+	if err != nil {
+		return 0, err
+	}
+	fn, err := b.find(btfFunc, attach)
+	if err != nil {
+		return 0, err
+	}
+	ids, err := b.find(btfStruct, structs...)
+	if err != nil {
+		return 0, err
+	}
+	for _, m := range wants {
+		sname := structs[m.in]
+		f, err := b.member(ids[m.in], sname, m.name)
+		if err != nil {
+			return 0, err
+		}
+		if f.ptr != m.ptr || len(m.sizes) > 0 && !slices.Contains(m.sizes, f.size) || f.off > 0x7fff {
+			return 0, fmt.Errorf("btf: %s.%s is %d bytes at %d (pointer %v), not what the program loads", sname, m.name, f.size, f.off, f.ptr)
+		}
+		*m.dst = f
+	}
+	return fn[0], nil
 }

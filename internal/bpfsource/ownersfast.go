@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
-	"slices"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
@@ -20,50 +19,19 @@ type ownersLayout struct {
 	metaSeq, tgid, pid, fInode, iMode, iIno field
 }
 
-// scanOwnersLayout reads ownersLayout from raw BTF, checking each member
-// is what the program loads (a wrong guess would only be refused by the
-// verifier, but the check says which member differs).
+// scanOwnersLayout reads ownersLayout from raw BTF (scanLayout).
 func scanOwnersLayout(raw []byte) (ownersLayout, error) {
 	var l ownersLayout
-	b, err := parseBTF(raw)
-	if err != nil {
-		return l, err
-	}
-	fn, err := b.find(btfFunc, "bpf_iter_task_file")
-	if err != nil {
-		return l, err
-	}
-	l.attachID = fn[0]
-	structs := []string{"bpf_iter_meta", "task_struct", "file", "inode"}
-	ids, err := b.find(btfStruct, structs...)
-	if err != nil {
-		return l, err
-	}
-	for _, m := range []struct {
-		dst   *field
-		in    int // index in structs
-		mname string
-		ptr   bool
-		sizes []uint32
-	}{
+	var err error
+	l.attachID, err = scanLayout(raw, "bpf_iter_task_file", []string{"bpf_iter_meta", "task_struct", "file", "inode"}, []want{
 		{&l.metaSeq, 0, "seq", true, []uint32{8}},
 		{&l.tgid, 1, "tgid", false, []uint32{4}},
 		{&l.pid, 1, "pid", false, []uint32{4}},
 		{&l.fInode, 2, "f_inode", true, []uint32{8}},
 		{&l.iMode, 3, "i_mode", false, []uint32{2}},
 		{&l.iIno, 3, "i_ino", false, []uint32{4, 8}},
-	} {
-		sname := structs[m.in]
-		f, err := b.member(ids[m.in], sname, m.mname)
-		if err != nil {
-			return l, err
-		}
-		if f.ptr != m.ptr || !slices.Contains(m.sizes, f.size) || f.off > 0x7fff {
-			return l, fmt.Errorf("btf: %s.%s is %d bytes at %d (pointer %v), not what the program loads", sname, m.mname, f.size, f.off, f.ptr)
-		}
-		*m.dst = f
-	}
-	return l, nil
+	})
+	return l, err
 }
 
 // memSize is the load size of a member of n bytes.

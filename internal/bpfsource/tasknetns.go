@@ -95,58 +95,29 @@ type netnsLayout struct {
 	inum                        field // net.ns.inum: the offsets added
 }
 
-// scanNetnsLayout reads netnsLayout from raw BTF, checking each member is
-// what the program loads.
+// scanNetnsLayout reads netnsLayout from raw BTF (scanLayout); inum's
+// offset is net.ns's plus ns_common.inum's.
 func scanNetnsLayout(raw []byte) (netnsLayout, error) {
 	var l netnsLayout
-	b, err := parseBTF(raw)
-	if err != nil {
-		return l, err
-	}
-	fn, err := b.find(btfFunc, "bpf_iter_task")
-	if err != nil {
-		return l, err
-	}
-	l.attachID = fn[0]
-	structs := []string{"bpf_iter_meta", "task_struct", "nsproxy", "net", "ns_common"}
-	ids, err := b.find(btfStruct, structs...)
-	if err != nil {
-		return l, err
-	}
 	var ns field
-	for _, m := range []struct {
-		dst   *field
-		in    int // index in structs
-		mname string
-		ptr   bool
-		size  uint32 // 0: any
-	}{
-		{&l.metaSeq, 0, "seq", true, 8},
-		{&l.tgid, 1, "tgid", false, 4},
-		{&l.pid, 1, "pid", false, 4},
-		{&l.nsproxy, 1, "nsproxy", true, 8},
-		{&l.netNS, 2, "net_ns", true, 8},
-		{&ns, 3, "ns", false, 0},
-		{&l.inum, 4, "inum", false, 4},
-	} {
-		sname := structs[m.in]
-		f, err := b.member(ids[m.in], sname, m.mname)
-		if err != nil {
-			return l, err
-		}
-		if f.ptr != m.ptr || m.size != 0 && f.size != m.size {
-			return l, fmt.Errorf("btf: %s.%s is %d bytes at %d (pointer %v), not what the program loads", sname, m.mname, f.size, f.off, f.ptr)
-		}
-		*m.dst = f
+	var err error
+	l.attachID, err = scanLayout(raw, "bpf_iter_task", []string{"bpf_iter_meta", "task_struct", "nsproxy", "net", "ns_common"}, []want{
+		{&l.metaSeq, 0, "seq", true, []uint32{8}},
+		{&l.tgid, 1, "tgid", false, []uint32{4}},
+		{&l.pid, 1, "pid", false, []uint32{4}},
+		{&l.nsproxy, 1, "nsproxy", true, []uint32{8}},
+		{&l.netNS, 2, "net_ns", true, []uint32{8}},
+		{&ns, 3, "ns", false, nil},
+		{&l.inum, 4, "inum", false, []uint32{4}},
+	})
+	if err != nil {
+		return l, err
 	}
 	if l.inum.off+l.inum.size > ns.size {
 		return l, fmt.Errorf("btf: ns_common.inum at %d is outside net.ns (%d bytes)", l.inum.off, ns.size)
 	}
-	l.inum.off += ns.off
-	for _, f := range []field{l.metaSeq, l.tgid, l.pid, l.nsproxy, l.netNS, l.inum} {
-		if f.off > 0x7fff {
-			return l, fmt.Errorf("btf: a member at %d is beyond what one load reaches", f.off)
-		}
+	if l.inum.off += ns.off; l.inum.off > 0x7fff {
+		return l, fmt.Errorf("btf: net.ns.inum at %d is beyond what one load reaches", l.inum.off)
 	}
 	return l, nil
 }
