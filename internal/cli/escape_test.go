@@ -65,7 +65,7 @@ func hostileFixture(t *testing.T) string {
 		s.Errors = append(s.Errors, snapshot.SourceError{Source: "procs", Err: "open /proc/77/fd: " + hostile})
 		for i := range s.Sockets {
 			if s.Sockets[i].Cookie == 103 {
-				s.Sockets[i].Remote = zoned
+				s.Sockets[i].Remote = snapshot.EndpointOf(zoned)
 			}
 		}
 	}

@@ -79,9 +79,9 @@ func unownedFlows(s *snapshot.Snapshot) map[flowKey]bool {
 	// end connecting to us.
 	key := func(sk *snapshot.Socket) (flowKey, bool) {
 		if listen[sk.Local.Port()] {
-			return keyOf(sk.Remote.Addr(), sk.Local), true
+			return keyOf(sk.Remote.Addr(), sk.Local.AddrPort()), true
 		}
-		return keyOf(sk.Local.Addr(), sk.Remote), false
+		return keyOf(sk.Local.Addr(), sk.Remote.AddrPort()), false
 	}
 	closed := map[flowKey]int{}
 	for _, i := range tw {
@@ -181,7 +181,7 @@ func (c *Collector) nameFlowOwners(ns netns.NS, s *snapshot.Snapshot, own *procs
 				}
 				start := time.Now()
 				_ = sockdiag.Dump(sockdiag.Options{States: 1<<snapshot.Established | 1<<snapshot.SynSent | 1<<snapshot.CloseWait}, func(sk *snapshot.Socket) error {
-					if k := keyOf(sk.Local.Addr(), sk.Remote); need[k] && holds[sk.Inode] {
+					if k := keyOf(sk.Local.Addr(), sk.Remote.AddrPort()); need[k] && holds[sk.Inode] {
 						if found[k] == nil {
 							found[k] = map[int]int{}
 						}

@@ -18,22 +18,22 @@ func TestUnownedFlows(t *testing.T) {
 	svc := netip.MustParseAddrPort("127.0.0.1:6379")
 	lo := netip.MustParseAddr("127.0.0.1")
 	s := &snapshot.Snapshot{Sockets: []snapshot.Socket{
-		{State: snapshot.Listen, Local: svc},
-		{State: snapshot.Listen, Local: netip.MustParseAddrPort("127.0.0.1:8081")},
+		{State: snapshot.Listen, Local: snapshot.EndpointOf(svc)},
+		{State: snapshot.Listen, Local: snapshot.EndpointOf(netip.MustParseAddrPort("127.0.0.1:8081"))},
 		// An owned flow needs nothing.
-		{State: snapshot.Established, Local: netip.MustParseAddrPort("127.0.0.1:40002"), Remote: netip.MustParseAddrPort("198.18.0.9:443"), Pids: []int{7}},
+		{State: snapshot.Established, Local: snapshot.EndpointOf(netip.MustParseAddrPort("127.0.0.1:40002")), Remote: snapshot.EndpointOf(netip.MustParseAddrPort("198.18.0.9:443")), Pids: []int{7}},
 	}}
 	young := uint32(59_000) // TIME_WAIT for 1 s
 	for i := 0; i < flowChurnTW; i++ {
 		p := uint16(41000 + 4*i)
 		s.Sockets = append(s.Sockets,
 			// Client side closed first: a flow with no owner.
-			snapshot.Socket{State: snapshot.TimeWait, Local: netip.AddrPortFrom(lo, p), Remote: svc, Expires: young},
+			snapshot.Socket{State: snapshot.TimeWait, Local: snapshot.EndpointOf(netip.AddrPortFrom(lo, p)), Remote: snapshot.EndpointOf(svc), Expires: young},
 			// Server side closed first towards another service port.
-			snapshot.Socket{State: snapshot.TimeWait, Local: netip.MustParseAddrPort("127.0.0.1:8081"), Remote: netip.AddrPortFrom(lo, p+1), Expires: young},
-			snapshot.Socket{State: snapshot.TimeWait, Local: netip.AddrPortFrom(lo, p+2), Remote: netip.MustParseAddrPort("198.18.0.9:443"), Expires: young},
+			snapshot.Socket{State: snapshot.TimeWait, Local: snapshot.EndpointOf(netip.MustParseAddrPort("127.0.0.1:8081")), Remote: snapshot.EndpointFrom(lo, p+1), Expires: young},
+			snapshot.Socket{State: snapshot.TimeWait, Local: snapshot.EndpointFrom(lo, p+2), Remote: snapshot.EndpointOf(netip.MustParseAddrPort("198.18.0.9:443")), Expires: young},
 			// Old TIME_WAIT: not churn now.
-			snapshot.Socket{State: snapshot.TimeWait, Local: netip.AddrPortFrom(lo, p+3), Remote: netip.MustParseAddrPort("198.18.0.7:443"), Expires: 10_000})
+			snapshot.Socket{State: snapshot.TimeWait, Local: snapshot.EndpointFrom(lo, p+3), Remote: snapshot.EndpointOf(netip.MustParseAddrPort("198.18.0.7:443")), Expires: 10_000})
 	}
 	need := unownedFlows(s)
 	if len(need) != 2 || !need[flowKey{lo, svc}] || !need[flowKey{lo, netip.MustParseAddrPort("127.0.0.1:8081")}] {
@@ -49,7 +49,7 @@ func TestFlowOwnersTooManySockets(t *testing.T) {
 	lo := netip.MustParseAddr("127.0.0.1")
 	s := &snapshot.Snapshot{Sockets: make([]snapshot.Socket, flowMaxSockets, flowMaxSockets+flowChurnTW)}
 	for i := 0; i < flowChurnTW; i++ {
-		s.Sockets = append(s.Sockets, snapshot.Socket{State: snapshot.TimeWait, Local: netip.AddrPortFrom(lo, uint16(41000+i)), Remote: svc, Expires: 59_000})
+		s.Sockets = append(s.Sockets, snapshot.Socket{State: snapshot.TimeWait, Local: snapshot.EndpointFrom(lo, uint16(41000+i)), Remote: snapshot.EndpointOf(svc), Expires: 59_000})
 	}
 	if len(unownedFlows(s)) != 1 {
 		t.Fatalf("need %v", unownedFlows(s))

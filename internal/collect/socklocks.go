@@ -99,31 +99,28 @@ func (w lockWalk) record(off string, s *snapshot.Snapshot) *bpfsource.Locks {
 }
 
 // joinLocks sets BufLock of every socket the walk saw. Sockets it did not
-// see (TIME_WAIT and request sockets, or closed since the dump) stay nil.
+// see (TIME_WAIT and request sockets, or closed since the dump) stay
+// unknown.
 func joinLocks(s *snapshot.Snapshot, l *bpfsource.Locks) {
-	// The bits are 0..3: sockets point into one array, not an
-	// allocation each.
-	vals := &[4]uint8{0, 1, 2, 3}
 	find := l.Joiner()
 	for i := range s.Sockets {
-		if v := lockOf(find, &s.Sockets[i], vals); v != nil {
+		if v := lockOf(find, &s.Sockets[i]); v.Known() {
 			s.Sockets[i].BufLock = v
 		}
 	}
 }
 
-// lockOf points at the lock bits the walk saw for sk, in vals (which
-// holds 0..3); nil when it did not see the socket. Sockets without a
-// tcp_sock, which the walk skips, are not looked for: they cost no
-// search.
-func lockOf(find func(int, uint64) (bpfsource.SockLock, bool), sk *snapshot.Socket, vals *[4]uint8) *uint8 {
+// lockOf returns the lock bits (0..3) the walk saw for sk; unknown when
+// it did not see the socket. Sockets without a tcp_sock, which the walk
+// skips, are not looked for: they cost no search.
+func lockOf(find func(int, uint64) (bpfsource.SockLock, bool), sk *snapshot.Socket) snapshot.Flags {
 	if sk.Cookie == 0 || sk.State == snapshot.TimeWait || sk.State == snapshot.SynRecv {
-		return nil
+		return snapshot.Flags{}
 	}
-	if sl, ok := find(laneOf(sk), sk.Cookie); ok && int(sl.Locks) < len(vals) {
-		return &vals[sl.Locks]
+	if sl, ok := find(laneOf(sk), sk.Cookie); ok && sl.Locks <= 3 {
+		return snapshot.FlagsOf(sl.Locks)
 	}
-	return nil
+	return snapshot.Flags{}
 }
 
 // laneOf is the half of the ports (sockdiag.SplitPort) sk is in: each

@@ -48,8 +48,8 @@ func TestReadLocks(t *testing.T) {
 	walk := &bpfsource.Locks{Netns: 42, Recs: []bpfsource.SockLock{{Cookie: 2}, {Cookie: 1, Locks: 3}}}
 	s := mk()
 	joinLocksOf(t, &Collector{Opts: Options{Locks: fakeLocks{l: walk}}}, s)
-	if s.BufLocks == nil || s.BufLocks.From != snapshot.LocksIter || s.Sockets[0].BufLock == nil || *s.Sockets[0].BufLock != 3 ||
-		s.Sockets[1].BufLock == nil || *s.Sockets[1].BufLock != 0 || s.Sockets[2].BufLock != nil {
+	if s.BufLocks == nil || s.BufLocks.From != snapshot.LocksIter || !s.Sockets[0].BufLock.Known() || s.Sockets[0].BufLock.Bits() != 3 ||
+		!s.Sockets[1].BufLock.Known() || s.Sockets[1].BufLock.Bits() != 0 || s.Sockets[2].BufLock.Known() {
 		t.Errorf("joined: origin %+v, sockets %+v", s.BufLocks, s.Sockets)
 	}
 	for name, c := range map[string]*Collector{
@@ -60,7 +60,7 @@ func TestReadLocks(t *testing.T) {
 	} {
 		s := mk()
 		joinLocksOf(t, c, s)
-		if s.BufLocks == nil || s.BufLocks.From != "" || s.BufLocks.Why == "" || s.Sockets[0].BufLock != nil {
+		if s.BufLocks == nil || s.BufLocks.From != "" || s.BufLocks.Why == "" || s.Sockets[0].BufLock.Known() {
 			t.Errorf("%s: origin %+v, sockets %+v", name, s.BufLocks, s.Sockets)
 		}
 		if _, failed := s.Failed(snapshot.SourceSockLocks); failed != (c.Opts.Locks != nil) {
@@ -131,12 +131,12 @@ func TestNoPidfdByDefault(t *testing.T) {
 
 	// As check, serve and record collect without eBPF and without the opt-in.
 	s, sk, probes := collectWith(Options{Owners: true, LocksOff: "eBPF off (--bpf off)"})
-	if probes != 0 || sk.BufLock != nil || s.BufLocks == nil || s.BufLocks.Why != "eBPF off (--bpf off)" {
+	if probes != 0 || sk.BufLock.Known() || s.BufLocks == nil || s.BufLocks.Why != "eBPF off (--bpf off)" {
 		t.Errorf("default: %d pidfd probes, lock %v, origin %+v; want none, unknown, and why", probes, sk.BufLock, s.BufLocks)
 	}
 	if !cgroupV1 {
 		s, sk, probes = collectWith(Options{Owners: true, BufLock: true})
-		if probes == 0 || sk.BufLock == nil || *sk.BufLock != bpfsource.LockSnd || s.BufLocks.From != snapshot.LocksPidfd {
+		if probes == 0 || !sk.BufLock.Known() || sk.BufLock.Bits() != bpfsource.LockSnd || s.BufLocks.From != snapshot.LocksPidfd {
 			t.Errorf("opt-in: %d probes, lock %v, origin %+v", probes, sk.BufLock, s.BufLocks)
 		}
 	}
@@ -149,7 +149,7 @@ func TestNoPidfdByDefault(t *testing.T) {
 	}
 	defer func() { _ = l.Close() }()
 	s, sk, probes = collectWith(Options{Owners: true, BufLock: true, Locks: l})
-	if probes != 0 || sk.BufLock == nil || *sk.BufLock != bpfsource.LockSnd || s.BufLocks.From != snapshot.LocksIter {
+	if probes != 0 || !sk.BufLock.Known() || sk.BufLock.Bits() != bpfsource.LockSnd || s.BufLocks.From != snapshot.LocksIter {
 		t.Errorf("iter/tcp: %d probes, lock %v, origin %+v", probes, sk.BufLock, s.BufLocks)
 	}
 	// What the rules make of it: proof, from the iterator.
@@ -158,11 +158,11 @@ func TestNoPidfdByDefault(t *testing.T) {
 		t.Errorf("pinned sender judged %+v, source %q", p, p.Source())
 	}
 	for _, o := range s.Sockets {
-		if o.State != snapshot.TimeWait && o.BufLock == nil {
+		if o.State != snapshot.TimeWait && !o.BufLock.Known() {
 			t.Errorf("socket %s %s -> %s has no lock bits from iter/tcp", o.State, o.Local, o.Remote)
 		}
-		if o.Cookie != cookie && o.BufLock != nil && *o.BufLock != 0 {
-			t.Errorf("socket %s %s: lock %d, set on none but the client", o.State, o.Local, *o.BufLock)
+		if o.Cookie != cookie && o.BufLock.Known() && o.BufLock.Bits() != 0 {
+			t.Errorf("socket %s %s: lock %d, set on none but the client", o.State, o.Local, o.BufLock.Bits())
 		}
 	}
 	if !strings.Contains(strings.Join(sourceNames(s), " "), snapshot.SourceSockLocks) {

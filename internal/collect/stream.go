@@ -166,7 +166,6 @@ func (st *Streamer) Stream(nss []netns.NS, fn func(s *snapshot.Snapshot, sk *sna
 		limit = maxHeld
 	}
 	var pids []int
-	lockBits := [4]uint8{0, 1, 2, 3}
 	probe := st.Opts.BufLock && own != nil
 	if probe {
 		if why := netCgroupV1(root); why != "" {
@@ -229,7 +228,7 @@ func (st *Streamer) Stream(nss []netns.NS, fn func(s *snapshot.Snapshot, sk *sna
 				endDump := st.Opts.Phases.Begin("dump")
 				dumpErr = conn.Dump(opts, func(sk *snapshot.Socket) error {
 					if find != nil {
-						if v := lockOf(find, sk, &lockBits); v != nil {
+						if v := lockOf(find, sk); v.Known() {
 							sk.BufLock = v
 						}
 					}
@@ -285,7 +284,7 @@ type probeCount struct {
 // probe reads SO_BUF_LOCK of sk if it is owned, established, without lock
 // bits yet and looks pinned, while fewer than maxBufLockProbes were read.
 func (p *probeCount) probe(own *procs.Owners, sk *snapshot.Socket) {
-	if p.probed == maxBufLockProbes || sk.BufLock != nil || sk.State != snapshot.Established || sk.Mem == nil || !looksPinned(sk.Mem) {
+	if p.probed == maxBufLockProbes || sk.BufLock.Known() || sk.State != snapshot.Established || sk.Mem == nil || !looksPinned(sk.Mem) {
 		return
 	}
 	refs := own.Refs(sk.Inode)
@@ -305,7 +304,7 @@ func (p *probeCount) probe(own *procs.Owners, sk *snapshot.Socket) {
 		p.failed++
 		p.lastErr = err
 	default:
-		sk.BufLock = &v
+		sk.BufLock = snapshot.FlagsOf(v)
 	}
 }
 

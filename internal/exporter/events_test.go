@@ -14,7 +14,7 @@ import (
 
 func eventsSnap(taken time.Time, ev *snapshot.Events) *snapshot.Snapshot {
 	return &snapshot.Snapshot{Taken: taken, Netns: snapshot.Netns{Name: "host", Inode: 1}, Events: ev,
-		Sockets: []snapshot.Socket{{State: snapshot.Listen, Local: netip.MustParseAddrPort("0.0.0.0:8080")}}}
+		Sockets: []snapshot.Socket{{State: snapshot.Listen, Local: snapshot.EndpointOf(netip.MustParseAddrPort("0.0.0.0:8080"))}}}
 }
 
 func TestEventCounters(t *testing.T) {

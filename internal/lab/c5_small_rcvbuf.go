@@ -13,6 +13,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/workload"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/procs"
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/sockdiag"
 	"github.com/tcpdoctor/tcpdoctor/internal/trace"
 	"github.com/tcpdoctor/tcpdoctor/internal/units"
@@ -191,7 +192,7 @@ func c5Receiver(tb *Testbed, fs []diag.Finding) string {
 	c := &collect.Collector{Opts: collect.Options{Owners: true, BufLock: true, ProcRoot: "/proc"}, Now: time.Now}
 	for _, s := range c.Collect([]netns.NS{ns}) {
 		for _, sk := range s.Sockets {
-			if sk.Local != remote || sk.Mem == nil {
+			if sk.Local.AddrPort() != remote || sk.Mem == nil {
 				continue
 			}
 			who := "unknown owner"
@@ -201,13 +202,13 @@ func c5Receiver(tb *Testbed, fs []diag.Finding) string {
 					who = fmt.Sprintf("%s (pid %d)", p.Command, sk.Pids[0])
 				}
 			}
-			if sk.BufLock == nil {
+			if !sk.BufLock.Known() {
 				sk.BufLock = c5BufLock(sk.Inode)
 			}
 			pin := "SO_BUF_LOCK not read"
-			if sk.BufLock != nil {
+			if bits, ok := sk.BufLock.Get(); ok {
 				pin = "SO_RCVBUF not pinned (SO_BUF_LOCK clear)"
-				if *sk.BufLock&2 != 0 {
+				if bits&2 != 0 {
 					pin = "SO_RCVBUF pinned (SO_BUF_LOCK set)"
 				}
 			}
@@ -220,17 +221,17 @@ func c5Receiver(tb *Testbed, fs []diag.Finding) string {
 
 // c5BufLock reads SO_BUF_LOCK of the socket with this inode from its owner
 // (the lab checks the server namespace; this looks at the client one).
-func c5BufLock(inode uint32) *uint8 {
+func c5BufLock(inode uint32) snapshot.Flags {
 	own, err := procs.Scanner{Root: "/proc"}.Scan(func(ino uint32) bool { return ino == inode })
 	if own == nil || (err != nil && len(own.Refs(inode)) == 0) {
-		return nil
+		return snapshot.Flags{}
 	}
 	for _, ref := range own.Refs(inode) {
 		if v, err := procs.BufLock(ref, inode); err == nil {
-			return &v
+			return snapshot.FlagsOf(v)
 		}
 	}
-	return nil
+	return snapshot.Flags{}
 }
 
 func c5Cells(rcvbuf int, o c5Out, ideal float64) []string {

@@ -84,7 +84,7 @@ func TestConnectionBottleneck(t *testing.T) {
 			}
 			var total float64
 			for _, sk := range cur.Sockets {
-				if w, ok := was[sk.Cookie]; ok && sk.Local == srv {
+				if w, ok := was[sk.Cookie]; ok && sk.Local.AddrPort() == srv {
 					if ti := sk.TCP(&tb); ti != nil && ti.BytesAcked >= w {
 						total += float64(ti.BytesAcked-w) * 8 / 1e6 / cur.Taken.Sub(prev.Taken).Seconds()
 					}

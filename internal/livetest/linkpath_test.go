@@ -126,7 +126,7 @@ func acked(prev, cur *snapshot.Snapshot, local netip.AddrPort) float64 {
 // established finds the connection from local in s with its tcp_info.
 func established(s *snapshot.Snapshot, local netip.AddrPort) *snapshot.Socket {
 	for i := range s.Sockets {
-		if sk := &s.Sockets[i]; sk.Local == local && sk.State == snapshot.Established && sk.HasTCP() {
+		if sk := &s.Sockets[i]; sk.Local.AddrPort() == local && sk.State == snapshot.Established && sk.HasTCP() {
 			return sk
 		}
 	}
@@ -160,7 +160,7 @@ func received(prev, cur *snapshot.Snapshot, client netip.AddrPort) float64 {
 	find := func(s *snapshot.Snapshot) *snapshot.Socket {
 		for i := range s.Sockets {
 			sk := &s.Sockets[i]
-			if (sk.Local == client || sk.Remote == client) && sk.State == snapshot.Established && sk.HasTCP() {
+			if (sk.Local.AddrPort() == client || sk.Remote.AddrPort() == client) && sk.State == snapshot.Established && sk.HasTCP() {
 				return sk
 			}
 		}

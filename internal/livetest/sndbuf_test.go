@@ -105,16 +105,16 @@ func TestSndbufChronograph(t *testing.T) {
 			_, _, prev, cur := sample(t, p.client, 2*time.Second)
 			var ps, cs *snapshot.Socket
 			for i := range prev.Sockets {
-				if prev.Sockets[i].Local == local {
+				if prev.Sockets[i].Local.AddrPort() == local {
 					ps = &prev.Sockets[i]
 				}
 			}
 			for i := range cur.Sockets {
-				if cur.Sockets[i].Local == local {
+				if cur.Sockets[i].Local.AddrPort() == local {
 					cs = &cur.Sockets[i]
 				}
 			}
-			if ps == nil || cs == nil || cs.CC != cc {
+			if ps == nil || cs == nil || cs.CC.String() != cc {
 				t.Fatalf("sender %s not found in both samples with cc %s", local, cc)
 			}
 			var pb, cb snapshot.TCPInfo

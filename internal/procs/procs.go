@@ -535,8 +535,10 @@ func (o *Owners) Attach(snap *snapshot.Snapshot) {
 	sortKeys(keys)
 	// Pids are cut from slabs: one allocation per 4,096 owners, not one
 	// per socket (a million sockets were a million small objects for the
-	// garbage collector to track).
-	var slab []int
+	// garbage collector to track). A socket held by the same processes as
+	// the one before it in inode order, as most of a process's sockets
+	// are, shares that one's list.
+	var slab, prev []int
 	j, last := 0, -1
 	for _, k := range keys {
 		ino, sk := uint32(k>>32), &snap.Sockets[uint32(k)]
@@ -556,7 +558,13 @@ func (o *Owners) Attach(snap *snapshot.Snapshot) {
 		}
 		at := len(slab)
 		slab = appendPids(slab, o.refs[j:hi])
+		if slices.Equal(slab[at:], prev) {
+			slab = slab[:at]
+			sk.Pids = prev
+			continue // its owners are added already
+		}
 		sk.Pids = slab[at:len(slab):len(slab)]
+		prev = sk.Pids
 		for _, pid := range sk.Pids {
 			if pid == last {
 				continue // the previous socket's owner, already added

@@ -398,6 +398,29 @@ func TestAttach(t *testing.T) {
 	nilOwners.Attach(snap) // must not panic
 }
 
+// TestAttachShares: sockets held by the same processes share one list of
+// pids (consecutive in inode order), and a list stays its own when the
+// owners differ.
+func TestAttachShares(t *testing.T) {
+	o := &Owners{Procs: map[int]*snapshot.Proc{1: {Pid: 1}, 2: {Pid: 2}}}
+	o.setRefs([]inodeRef{{10, 1, 3}, {11, 1, 4}, {12, 1, 5}, {12, 2, 5}, {13, 1, 6}, {14, 1, 7}})
+	snap := &snapshot.Snapshot{Sockets: []snapshot.Socket{{Inode: 14}, {Inode: 10}, {Inode: 12}, {Inode: 11}, {Inode: 13}}}
+	o.Attach(snap)
+	want := [][]int{{1}, {1}, {1, 2}, {1}, {1}}
+	for i, w := range want {
+		if got := snap.Sockets[i].Pids; !slices.Equal(got, w) || cap(got) != len(got) {
+			t.Errorf("socket %d: pids %v (cap %d), want %v, full", i, got, cap(got), w)
+		}
+	}
+	same := func(a, b int) bool { return &snap.Sockets[a].Pids[0] == &snap.Sockets[b].Pids[0] }
+	if !same(1, 3) || same(2, 1) || same(3, 4) || !same(4, 0) {
+		t.Error("inodes 10 and 11 must share a list, 12 its own, and 13 and 14 one after it")
+	}
+	if len(snap.Procs) != 2 {
+		t.Errorf("Procs = %v, want 1 and 2", snap.Procs)
+	}
+}
+
 func TestBufLock(t *testing.T) {
 	fds, _ := openSockets(t, 4)
 	if err := unix.SetsockoptInt(fds[0], unix.SOL_SOCKET, unix.SO_SNDBUF, 16384); err != nil {

@@ -56,7 +56,7 @@ func (capsOf) Compute(in *diag.Input) capVerdict {
 // the listener service (its address and port) in this window.
 func (v capVerdict) turnsAway(service netip.AddrPort) bool {
 	for _, ln := range v.turning {
-		if tcpmodel.SameListener(ln.Local, service) {
+		if tcpmodel.SameListener(ln.Local.AddrPort(), service) {
 			return true
 		}
 	}
@@ -128,7 +128,7 @@ func capFinding(in *diag.Input, u *tcpmodel.CapUse, prevHeld map[int]int) diag.F
 	sub := diag.Subject{Netns: cur.Netns.Name, Pid: c.Pid, Command: c.Command}
 	var addrs []string
 	for _, ln := range u.Listeners {
-		addrs = append(addrs, tcpmodel.Unmapped(ln.Local).String())
+		addrs = append(addrs, tcpmodel.Unmapped(ln.Local.AddrPort()).String())
 	}
 	if len(addrs) > 0 {
 		sub.Local, sub.Service = addrs[0], addrs[0]
@@ -229,11 +229,11 @@ func capFinding(in *diag.Input, u *tcpmodel.CapUse, prevHeld map[int]int) diag.F
 	// its accept queue instead (listen-overflow names the overflow).
 	for _, ln := range u.Listeners {
 		if acceptNearFull(ln.RecvQ, ln.SendQ) {
-			ev = append(ev, diag.Evidence{Name: "accept queue of " + tcpmodel.Unmapped(ln.Local).String(), Value: fmt.Sprintf("%d of %d", ln.RecvQ, ln.SendQ),
+			ev = append(ev, diag.Evidence{Name: "accept queue of " + tcpmodel.Unmapped(ln.Local.AddrPort()).String(), Value: fmt.Sprintf("%d of %d", ln.RecvQ, ln.SendQ),
 				Source: "sock_diag LISTEN Recv-Q / Send-Q", Threshold: fmt.Sprintf(">= %.0f%% of the backlog: it stopped accepting", listenNearFull*100)})
 			if sev != diag.Critical {
 				sev = diag.Critical
-				turned = fmt.Sprintf(" and has stopped accepting: the accept queue of %s is full, clients wait in it or are dropped", tcpmodel.Unmapped(ln.Local))
+				turned = fmt.Sprintf(" and has stopped accepting: the accept queue of %s is full, clients wait in it or are dropped", tcpmodel.Unmapped(ln.Local.AddrPort()))
 			}
 			break
 		}
@@ -462,7 +462,7 @@ func measuredCapFinding(in *diag.Input, ln *snapshot.Socket, p *snapshot.Was, ac
 	if secs <= 0 {
 		return diag.Finding{}, false
 	}
-	addr := tcpmodel.Unmapped(ln.Local).String()
+	addr := tcpmodel.Unmapped(ln.Local.AddrPort()).String()
 	sub := subject(cur, nil, ln)
 	sub.Service = addr
 	pids := make([]int, 0, len(acc.byPid))
@@ -478,7 +478,7 @@ func measuredCapFinding(in *diag.Input, ln *snapshot.Socket, p *snapshot.Was, ac
 	var why string
 
 	// A full accept queue at both ends, handshakes dropped in the window.
-	dropped, hasDropped := tcpmodel.DropsAt(cur, ln.Local)
+	dropped, hasDropped := tcpmodel.DropsAt(cur, ln.Local.AddrPort())
 	over, hasOver := in.CounterDelta("TcpExt.ListenOverflows")
 	if acceptNearFull(ln.RecvQ, ln.SendQ) && acceptNearFull(p.RecvQ, ln.SendQ) && (dropped > 0 || hasOver && over > 0) {
 		ev = append(ev, diag.Evidence{Name: "accept queue of " + addr, Value: fmt.Sprintf("%d of %d now, %d at the window's start", ln.RecvQ, ln.SendQ, p.RecvQ),
@@ -579,13 +579,13 @@ func distinctWanted(s *snapshot.Snapshot, ln *snapshot.Socket) wanted {
 			if len(sk.Pids) > 0 {
 				slot = &w.held
 			}
-		case (sk.State == snapshot.SynRecv || sk.State == snapshot.NewSynRecv) && tcpmodel.SameListener(ln.Local, sk.Local):
+		case (sk.State == snapshot.SynRecv || sk.State == snapshot.NewSynRecv) && tcpmodel.SameListener(ln.Local.AddrPort(), sk.Local.AddrPort()):
 			slot = &w.synRecv
 		case sk.State == snapshot.SynSent && sk.Remote.Port() == ln.Local.Port() &&
-			(ln.Local.Addr().IsUnspecified() || tcpmodel.Unmapped(sk.Remote).Addr() == tcpmodel.Unmapped(ln.Local).Addr()):
+			(ln.Local.Addr().IsUnspecified() || tcpmodel.Unmapped(sk.Remote.AddrPort()).Addr() == tcpmodel.Unmapped(ln.Local.AddrPort()).Addr()):
 			// The client's own side: its peer is the listener, its local
 			// address:port is what the server would see.
-			if k := tcpmodel.Unmapped(sk.Local); !seen[k] {
+			if k := tcpmodel.Unmapped(sk.Local.AddrPort()); !seen[k] {
 				seen[k] = true
 				w.synSent++
 			}
@@ -593,7 +593,7 @@ func distinctWanted(s *snapshot.Snapshot, ln *snapshot.Socket) wanted {
 		default:
 			continue
 		}
-		if k := tcpmodel.Unmapped(sk.Remote); !seen[k] {
+		if k := tcpmodel.Unmapped(sk.Remote.AddrPort()); !seen[k] {
 			seen[k] = true
 			*slot++
 		}

@@ -26,9 +26,9 @@ type capWindow struct {
 
 func (w capWindow) build() (prev, cur *snapshot.Snapshot) {
 	lo := netip.MustParseAddr("127.0.0.1")
-	ln := snapshot.Socket{Family: 2, State: snapshot.Listen, Local: netip.AddrPortFrom(lo, 8082), SendQ: 64, Cookie: 1, Pids: []int{100, 101, 102}}
+	ln := snapshot.Socket{Family: 2, State: snapshot.Listen, Local: snapshot.EndpointOf(netip.AddrPortFrom(lo, 8082)), SendQ: 64, Cookie: 1, Pids: []int{100, 101, 102}}
 	conn := func(state snapshot.State, cookie uint64, port uint16, pids ...int) snapshot.Socket {
-		return snapshot.Socket{Family: 2, State: state, Local: ln.Local, Remote: netip.AddrPortFrom(lo, port), Cookie: cookie, Pids: pids}
+		return snapshot.Socket{Family: 2, State: state, Local: ln.Local, Remote: snapshot.EndpointOf(netip.AddrPortFrom(lo, port)), Cookie: cookie, Pids: pids}
 	}
 	at := time.Date(2026, 11, 27, 4, 0, 0, 0, time.UTC)
 	procs := map[int]*snapshot.Proc{100: {Pid: 100, Command: "apache2", FDs: 20}, 101: {Pid: 101, Command: "apache2", FDs: 30},
@@ -61,7 +61,7 @@ func (w capWindow) build() (prev, cur *snapshot.Snapshot) {
 			s.Sockets = append(s.Sockets, conn(snapshot.SynRecv, 3000+uint64(i), uint16(50000+i)))
 		}
 		for i := range 60 {
-			s.Sockets = append(s.Sockets, snapshot.Socket{Family: 2, State: snapshot.SynSent, Local: netip.AddrPortFrom(lo, uint16(55000+i)),
+			s.Sockets = append(s.Sockets, snapshot.Socket{Family: 2, State: snapshot.SynSent, Local: snapshot.EndpointFrom(lo, uint16(55000+i)),
 				Remote: ln.Local, Cookie: 4000 + uint64(i), Pids: []int{500}})
 		}
 		return s
@@ -168,7 +168,7 @@ func TestAppCapMeasuredDistinct(t *testing.T) {
 	n := 0
 	for i := range cur.Sockets {
 		if sk := &cur.Sockets[i]; sk.State == snapshot.SynSent && n < 10 {
-			sk.Local = netip.AddrPortFrom(sk.Local.Addr(), uint16(50000+n)) // the SYN-RECV ones' peers
+			sk.Local = snapshot.EndpointFrom(sk.Local.Addr(), uint16(50000+n)) // the SYN-RECV ones' peers
 			n++
 		}
 	}
@@ -188,8 +188,8 @@ func TestChurnAtAppCap(t *testing.T) {
 	prev, cur := snaps[0], snaps[len(snaps)-1]
 	lst := netip.MustParseAddrPort("127.0.0.1:8080")
 	for i := range 400 {
-		cur.Sockets = append(cur.Sockets, snapshot.Socket{Family: 2, State: snapshot.TimeWait, Local: lst,
-			Remote: netip.AddrPortFrom(lst.Addr(), uint16(20000+i)), Cookie: uint64(700000 + i), Timer: 3, Expires: 58500})
+		cur.Sockets = append(cur.Sockets, snapshot.Socket{Family: 2, State: snapshot.TimeWait, Local: snapshot.EndpointOf(lst),
+			Remote: snapshot.EndpointFrom(lst.Addr(), uint16(20000+i)), Cookie: uint64(700000 + i), Timer: 3, Expires: 58500})
 	}
 	churnTo := func() *diag.Finding {
 		fs, err := checkConnectionChurn(diag.NewInput(prev, cur, diag.Options{}))

@@ -19,8 +19,8 @@ func TestBufferLimitsIgnoresLocalPaths(t *testing.T) {
 		return &snapshot.Snapshot{Taken: time.Unix(5, 0), Netns: snapshot.Netns{Name: "t"},
 			Sysctls: map[string]string{"net.ipv4.tcp_wmem": "4096 16384 4194304", "net.ipv4.tcp_rmem": "4096 131072 6291456",
 				"net.core.wmem_max": "212992", "net.core.rmem_max": "212992"},
-			Sockets: []snapshot.Socket{{Family: 2, State: snapshot.Established, Local: netip.MustParseAddrPort("10.0.0.1:8080"),
-				Remote: netip.MustParseAddrPort(remote), Cookie: 1,
+			Sockets: []snapshot.Socket{{Family: 2, State: snapshot.Established, Local: snapshot.EndpointOf(netip.MustParseAddrPort("10.0.0.1:8080")),
+				Remote: snapshot.EndpointOf(netip.MustParseAddrPort(remote)), Cookie: 1,
 				Info: snapshot.TCPOf(&snapshot.TCPInfo{Len: 232, RTT: 5100, DeliveryRate: 1_562_500_000})}}}
 	}
 	if res := runRule(bufferLimits(), nil, snap("127.0.0.1:38816")); len(res.Findings) != 0 {
@@ -31,8 +31,8 @@ func TestBufferLimitsIgnoresLocalPaths(t *testing.T) {
 	}
 	// Both ends in this namespace on another address: no path either.
 	s := snap("10.0.0.1:38816")
-	s.Sockets = append(s.Sockets, snapshot.Socket{Family: 2, State: snapshot.Established, Local: netip.MustParseAddrPort("10.0.0.1:38816"),
-		Remote: netip.MustParseAddrPort("10.0.0.1:8080"), Cookie: 2})
+	s.Sockets = append(s.Sockets, snapshot.Socket{Family: 2, State: snapshot.Established, Local: snapshot.EndpointOf(netip.MustParseAddrPort("10.0.0.1:38816")),
+		Remote: snapshot.EndpointOf(netip.MustParseAddrPort("10.0.0.1:8080")), Cookie: 2})
 	if res := runRule(bufferLimits(), nil, s); len(res.Findings) != 0 {
 		t.Errorf("local peer: %+v", res.Findings)
 	}
@@ -47,8 +47,8 @@ func TestBufferLimitsIdleSharedInfo(t *testing.T) {
 	snap := func(at int64, info *snapshot.TCPInfo) *snapshot.Snapshot {
 		return &snapshot.Snapshot{Taken: time.Unix(at, 0), Netns: snapshot.Netns{Name: "t"},
 			Sysctls: map[string]string{"net.ipv4.tcp_slow_start_after_idle": "1"},
-			Sockets: []snapshot.Socket{{Family: 2, State: snapshot.Established, Local: netip.MustParseAddrPort("10.0.0.1:40000"),
-				Remote: netip.MustParseAddrPort("198.18.0.9:443"), Cookie: 1, Info: snapshot.TCPOf(info)}}}
+			Sockets: []snapshot.Socket{{Family: 2, State: snapshot.Established, Local: snapshot.EndpointOf(netip.MustParseAddrPort("10.0.0.1:40000")),
+				Remote: snapshot.EndpointOf(netip.MustParseAddrPort("198.18.0.9:443")), Cookie: 1, Info: snapshot.TCPOf(info)}}}
 	}
 	info := snapshot.TCPInfo{Len: 232, RTT: 20_000, RTO: 220_000, BytesAcked: 64 << 20, LastDataSent: 400}
 	bursty := func(res diag.Result) bool {

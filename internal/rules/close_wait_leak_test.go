@@ -15,15 +15,15 @@ func TestCloseWaitLeakWithoutOwners(t *testing.T) {
 	s := &snapshot.Snapshot{Taken: time.Unix(10, 0), Netns: snapshot.Netns{Name: "host"},
 		Errors: []snapshot.SourceError{{Source: snapshot.SourceOwners, Err: "procs: open /proc: permission denied"}}}
 	s.Sockets = append(s.Sockets,
-		snapshot.Socket{State: snapshot.Listen, Local: netip.MustParseAddrPort("0.0.0.0:8080")},
-		snapshot.Socket{State: snapshot.Listen, Local: netip.MustParseAddrPort("0.0.0.0:9090")})
+		snapshot.Socket{State: snapshot.Listen, Local: snapshot.EndpointOf(netip.MustParseAddrPort("0.0.0.0:8080"))},
+		snapshot.Socket{State: snapshot.Listen, Local: snapshot.EndpointOf(netip.MustParseAddrPort("0.0.0.0:9090"))})
 	for i := 0; i < 120; i++ {
 		s.Sockets = append(s.Sockets, snapshot.Socket{State: snapshot.CloseWait, Cookie: uint64(i + 1),
-			Local: netip.MustParseAddrPort("10.0.0.1:8080"), Remote: netip.AddrPortFrom(netip.MustParseAddr("10.0.0.9"), uint16(40000+i))})
+			Local: snapshot.EndpointOf(netip.MustParseAddrPort("10.0.0.1:8080")), Remote: snapshot.EndpointFrom(netip.MustParseAddr("10.0.0.9"), uint16(40000+i))})
 	}
 	for i := 0; i < 110; i++ {
 		s.Sockets = append(s.Sockets, snapshot.Socket{State: snapshot.CloseWait, Cookie: uint64(1000 + i),
-			Local: netip.MustParseAddrPort("10.0.0.1:9090"), Remote: netip.AddrPortFrom(netip.MustParseAddr("10.0.0.8"), uint16(40000+i))})
+			Local: snapshot.EndpointOf(netip.MustParseAddrPort("10.0.0.1:9090")), Remote: snapshot.EndpointFrom(netip.MustParseAddr("10.0.0.8"), uint16(40000+i))})
 	}
 	fs, err := checkCloseWaitLeak(diag.NewInput(nil, s, diag.Options{}))
 	if err == nil {
@@ -50,7 +50,7 @@ func TestCloseWaitLeakClosedSinceDump(t *testing.T) {
 			Sources: []snapshot.SourceStat{{Source: snapshot.SourceOwners, OK: true}}}
 		for i := 0; i < 120; i++ {
 			s.Sockets = append(s.Sockets, snapshot.Socket{State: snapshot.CloseWait, Cookie: uint64(i + 1),
-				Local: netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(40000+i)), Remote: netip.MustParseAddrPort("127.0.0.1:8080")})
+				Local: snapshot.EndpointFrom(netip.MustParseAddr("127.0.0.1"), uint16(40000+i)), Remote: snapshot.EndpointOf(netip.MustParseAddrPort("127.0.0.1:8080"))})
 		}
 		return s
 	}

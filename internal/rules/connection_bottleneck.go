@@ -92,9 +92,9 @@ func checkConnectionBottleneck(in *diag.Input) ([]diag.Finding, error) {
 		if len(sk.Pids) > 0 {
 			pid = sk.Pids[0]
 		}
-		k := flowKey{pid: pid, remote: sk.Remote}
+		k := flowKey{pid: pid, remote: sk.Remote.AddrPort()}
 		if listening[sk.Local.Port()] {
-			k = flowKey{pid: pid, local: sk.Local, remote: netip.AddrPortFrom(sk.Remote.Addr(), 0)}
+			k = flowKey{pid: pid, local: sk.Local.AddrPort(), remote: netip.AddrPortFrom(sk.Remote.Addr(), 0)}
 		}
 		f := flows[k]
 		if f == nil {

@@ -16,24 +16,24 @@ import (
 // as snapshot.Was records.
 func TestKeptOfFirstSample(t *testing.T) {
 	ap := netip.MustParseAddrPort
-	ln := snapshot.Socket{Family: 2, State: snapshot.Listen, Cookie: 1, Local: ap("198.18.0.1:80"), Pids: []int{10}}
-	acc := snapshot.Socket{Family: 2, State: snapshot.Established, Cookie: 2, Local: ap("198.18.0.1:80"), Remote: ap("198.18.0.2:40000"), Pids: []int{10}}
-	cli := snapshot.Socket{Family: 2, State: snapshot.Established, Cookie: 3, Local: ap("198.18.0.1:40001"), Remote: ap("198.18.0.3:443"), Pids: []int{20}, RecvQ: 7}
-	tw := snapshot.Socket{Family: 2, State: snapshot.TimeWait, Cookie: 4, Local: ap("198.18.0.1:40002"), Remote: ap("198.18.0.3:443")}
+	ln := snapshot.Socket{Family: 2, State: snapshot.Listen, Cookie: 1, Local: snapshot.EndpointOf(ap("198.18.0.1:80")), Pids: []int{10}}
+	acc := snapshot.Socket{Family: 2, State: snapshot.Established, Cookie: 2, Local: snapshot.EndpointOf(ap("198.18.0.1:80")), Remote: snapshot.EndpointOf(ap("198.18.0.2:40000")), Pids: []int{10}}
+	cli := snapshot.Socket{Family: 2, State: snapshot.Established, Cookie: 3, Local: snapshot.EndpointOf(ap("198.18.0.1:40001")), Remote: snapshot.EndpointOf(ap("198.18.0.3:443")), Pids: []int{20}, RecvQ: 7}
+	tw := snapshot.Socket{Family: 2, State: snapshot.TimeWait, Cookie: 4, Local: snapshot.EndpointOf(ap("198.18.0.1:40002")), Remote: snapshot.EndpointOf(ap("198.18.0.3:443"))}
 	s := &snapshot.Snapshot{Sockets: []snapshot.Socket{ln, acc, cli, tw},
 		Sysctls: map[string]string{"net.ipv4.ip_local_port_range": "32768 60999"}}
 	in := diag.NewInputFrom(diag.NewBase(s, diag.KeepsOf(All())), &snapshot.Snapshot{Sockets: []snapshot.Socket{cli}}, diag.Options{})
 	if got, ok := diag.KeptOf(in, acceptedOwned{}); !ok || got[1] != 1 {
 		t.Errorf("accepted on the listener: %v %v, want 1", got, ok)
 	}
-	if got := prevOpener(in, tcpmodel.FlowOf(cli.Local.Addr(), cli.Remote)); got != 20 {
+	if got := prevOpener(in, tcpmodel.FlowOf(cli.Local.Addr(), cli.Remote.AddrPort())); got != 20 {
 		t.Errorf("opener of the client flow: %d, want 20", got)
 	}
-	if got := prevOpener(in, tcpmodel.FlowOf(acc.Local.Addr(), acc.Remote)); got != 0 {
+	if got := prevOpener(in, tcpmodel.FlowOf(acc.Local.Addr(), acc.Remote.AddrPort())); got != 0 {
 		t.Errorf("an accepted connection counted as opened by its server: %d", got)
 	}
 	held, ok := diag.KeptOf(in, portsHeld{})
-	if k := tcpmodel.DestOf(cli.Local.Addr(), cli.Remote); !ok || held[k] != 2 {
+	if k := tcpmodel.DestOf(cli.Local.Addr(), cli.Remote.AddrPort()); !ok || held[k] != 2 {
 		t.Errorf("held: %v %v, want 2 to %v (one open, one in TIME_WAIT)", held, ok, k)
 	}
 	delete(s.Sysctls, "net.ipv4.ip_local_port_range")

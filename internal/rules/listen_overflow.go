@@ -111,7 +111,7 @@ func checkListenOverflow(in *diag.Input) ([]diag.Finding, error) {
 		// counted as drops, yet count in ListenOverflows.
 		var explain []listener
 		for _, l := range ls {
-			dropped, _ := tcpmodel.DropsAt(cur, l.sk.Local)
+			dropped, _ := tcpmodel.DropsAt(cur, l.sk.Local.AddrPort())
 			switch {
 			case l.nearFull:
 			case dropped > 0:
@@ -226,10 +226,10 @@ func listenerFinding(in *diag.Input, l listener, over, drops int64, hasDrops boo
 		summary = fmt.Sprintf("listener :%d (%s) has a full accept queue (%d/%d): the next connections overflow; backlog %d is %s",
 			port, who, sk.RecvQ, sk.SendQ, sk.SendQ, binding)
 	}
-	dropped, dropEv := overflowDropEvidence(in, sk.Local)
-	ev = append(ev, dropEv, synRetransmitEvidence(in, sk.Local))
+	dropped, dropEv := overflowDropEvidence(in, sk.Local.AddrPort())
+	ev = append(ev, dropEv, synRetransmitEvidence(in, sk.Local.AddrPort()))
 	if dropped > 0 {
-		summary += fmt.Sprintf("; listener %s dropped %d handshakes (kfree_skb %s)", listenerName(sk.Local), dropped, tcpmodel.ReasonListenOverflow)
+		summary += fmt.Sprintf("; listener %s dropped %d handshakes (kfree_skb %s)", listenerName(sk.Local.AddrPort()), dropped, tcpmodel.ReasonListenOverflow)
 	}
 	ev = append(ev, abortOnOverflowEvidence(cur))
 	acc := acceptedOn(cur, sk, func(c *snapshot.Socket) bool { return in.PrevOf(c) == nil })

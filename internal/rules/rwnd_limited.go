@@ -259,7 +259,7 @@ func rwndFinding(in *diag.Input, sk *snapshot.Socket, sh snapshot.Shares, share 
 	}
 	thr := fmt.Sprintf(">= %s, or >= %s with the window shown to be the limit below", units.Pct(rwndShareWarn), units.Pct(rwndShareSupported))
 	v := fmt.Sprintf("%s of busy time (%s of %s busy)", units.Pct(share), units.Dur(sh.Rwnd), units.Dur(sh.Busy))
-	if sk.CC == "bbr" {
+	if sk.CC.String() == "bbr" {
 		v += "; bbr paces, so this reads low on window-limited flows"
 	}
 	ev := []diag.Evidence{{Name: "rwnd_limited", Value: v, Source: "sock_diag tcp_info.rwnd_limited / busy_time " + src, Threshold: thr}}

@@ -170,7 +170,7 @@ func sndbufFinding(in *diag.Input, sk *snapshot.Socket, prev *snapshot.Was, look
 				Source: "sock_diag tcp_info.busy_time (delta)", Threshold: ">= " + units.Pct(sndbufBusyShare)})
 			if sh.Busy > 0 {
 				v := units.Pct(snapshot.Frac(sh.Sndbuf, sh.Busy)) + " of busy time"
-				v += chronoNote(snapshot.Frac(sh.Sndbuf, sh.Busy), sk.CC)
+				v += chronoNote(snapshot.Frac(sh.Sndbuf, sh.Busy), sk.CC.String())
 				ev = append(ev, diag.Evidence{Name: "kernel sndbuf_limited", Value: v, Source: "sock_diag tcp_info.sndbuf_limited (delta)"})
 			}
 		}

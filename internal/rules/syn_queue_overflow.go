@@ -417,7 +417,7 @@ func synListenerFinding(in *diag.Input, l *synListener, c synCounters, cookiesMe
 	if in.Prev != nil {
 		ev = append(ev, synCounterEvidence(in, c, cookiesMean)...)
 	}
-	ev = append(ev, synRetransmitEvidence(in, sk.Local))
+	ev = append(ev, synRetransmitEvidence(in, sk.Local.AddrPort()))
 	ev = append(ev, synSysctlEvidence(cur)...)
 	return diag.Finding{Severity: sev, Subject: sub, Summary: summary, Evidence: ev, Fixes: synFixes(cur, sk, max(l.reqs, l.prev), flood, top)}
 }

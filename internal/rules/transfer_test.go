@@ -19,18 +19,18 @@ func TestJudgeBuf(t *testing.T) {
 	for _, c := range []struct {
 		name           string
 		size, prev     uint32
-		lock           *uint8
+		lock           snapshot.Flags
 		pinned, capped bool
 		proof          bool
 	}{
-		{"doubled 16K", 32768, 32768, nil, true, false, false},
-		{"capped", 425984, 0, nil, true, true, false},
-		{"autotuned 87040", 87040, 87040, nil, false, false, false},
-		{"initial tcp_wmem[1]", 16384, 16384, nil, false, false, false},
-		{"autotuning max", 4194304, 4194304, nil, false, false, false},
-		{"lock proves", 87040, 0, &one, true, false, true},
-		{"lock clears", 32768, 0, &zero, false, false, true},
-		{"tiny", 2048, 0, nil, false, false, false},
+		{"doubled 16K", 32768, 32768, snapshot.Flags{}, true, false, false},
+		{"capped", 425984, 0, snapshot.Flags{}, true, true, false},
+		{"autotuned 87040", 87040, 87040, snapshot.Flags{}, false, false, false},
+		{"initial tcp_wmem[1]", 16384, 16384, snapshot.Flags{}, false, false, false},
+		{"autotuning max", 4194304, 4194304, snapshot.Flags{}, false, false, false},
+		{"lock proves", 87040, 0, snapshot.FlagsOf(one), true, false, true},
+		{"lock clears", 32768, 0, snapshot.FlagsOf(zero), false, false, true},
+		{"tiny", 2048, 0, snapshot.Flags{}, false, false, false},
 	} {
 		p := tcpmodel.JudgeBuf(c.size, c.prev, c.lock, 1, lim)
 		if p.Pinned != c.pinned || p.Capped != c.capped || p.Proof != c.proof {
@@ -68,7 +68,7 @@ func TestSndbufLook(t *testing.T) {
 
 func est(cookie uint64, ti *snapshot.TCPInfo, m *snapshot.MemInfo) snapshot.Socket {
 	return snapshot.Socket{State: snapshot.Established, Cookie: cookie, Info: snapshot.TCPOf(ti), Mem: m,
-		Local: netip.MustParseAddrPort("10.0.0.1:40000"), Remote: netip.MustParseAddrPort("10.0.0.2:80")}
+		Local: snapshot.EndpointOf(netip.MustParseAddrPort("10.0.0.1:40000")), Remote: snapshot.EndpointOf(netip.MustParseAddrPort("10.0.0.2:80"))}
 }
 
 func TestZeroRTTAndMissingInfo(t *testing.T) {

@@ -19,13 +19,13 @@ func sample() *Snapshot {
 		Netns: Netns{Name: "host", Inode: 4026531840},
 		Sockets: []Socket{{
 			Family: 2, State: Established,
-			Local:  netip.MustParseAddrPort("198.18.1.2:40000"),
-			Remote: netip.MustParseAddrPort("198.18.2.2:80"),
-			Inode:  7, Cookie: 9, Shutdown: &sh,
+			Local:  EndpointOf(netip.MustParseAddrPort("198.18.1.2:40000")),
+			Remote: EndpointOf(netip.MustParseAddrPort("198.18.2.2:80")),
+			Inode:  7, Cookie: 9, Shutdown: FlagsOf(sh),
 			Info: TCPOf(&TCPInfo{Len: SizeKnown, RTT: 20000, SndCwnd: 10, BusyTime: 5}),
 			Mem:  &MemInfo{Sndbuf: 32768},
 			Pids: []int{42},
-		}, {Family: 10, State: TimeWait, Local: netip.MustParseAddrPort("[::1]:5"), Remote: netip.MustParseAddrPort("[::1]:6")}},
+		}, {Family: 10, State: TimeWait, Local: EndpointOf(netip.MustParseAddrPort("[::1]:5")), Remote: EndpointOf(netip.MustParseAddrPort("[::1]:6"))}},
 		Counters: map[string]int64{"TcpExt.ListenOverflows": 3, "Tcp.MaxConn": -1},
 		Sysctls:  map[string]string{"net.core.somaxconn": "4096"},
 		Procs:    map[int]*Proc{42: {Pid: 42, Command: "java", FDs: 10}},
@@ -74,7 +74,7 @@ func TestRoundTrip(t *testing.T) {
 		var tb TCPInfo
 		ti := s.Sockets[0].TCP(&tb)
 		if !s.Taken.Equal(in.Taken) || s.Sockets[0].Local != in.Sockets[0].Local || s.Sockets[0].State != Established ||
-			ti == nil || ti.RTT != 20000 || ti.Len != SizeKnown || *s.Sockets[0].Shutdown != 1 ||
+			ti == nil || ti.RTT != 20000 || ti.Len != SizeKnown || s.Sockets[0].Shutdown.Bits() != 1 ||
 			s.Sockets[1].State != TimeWait || s.Sockets[1].HasTCP() || s.Procs[42].Command != "java" {
 			t.Errorf("round trip changed the snapshot: %+v", s)
 		}
@@ -265,10 +265,10 @@ func TestWriterMatchesEncodingJSON(t *testing.T) {
 	in := sample()
 	lock, zero := uint8(3), uint8(0)
 	in.Sockets = append(in.Sockets, Socket{
-		Family: 10, State: SynSent, CC: "bbr<\"\\\u2028\xff>", Timer: 1, Expires: 200, Retrans: 2, IfIndex: 3,
-		Local: netip.AddrPortFrom(netip.MustParseAddr("fe80::1").WithZone("eth\"0"), 1),
+		Family: 10, State: SynSent, CC: CCOf("bbr<\"\\\u2028\xff>"), Timer: 1, Expires: 200, Retrans: 2, IfIndex: 3,
+		Local: EndpointOf(netip.AddrPortFrom(netip.MustParseAddr("fe80::1").WithZone("eth\"0"), 1)),
 		Info:  TCPOf(&TCPInfo{Len: 104, DeliveryRateAppLimited: true, BytesAcked: 1 << 60}),
-		Pids:  []int{7, 9}, BufLock: &lock, Shutdown: &zero,
+		Pids:  []int{7, 9}, BufLock: FlagsOf(lock), Shutdown: FlagsOf(zero),
 	}, Socket{})
 	buf := written(t, in)
 	want, err := json.Marshal(in)

@@ -2,7 +2,6 @@ package snapshot
 
 import (
 	"encoding/json"
-	"net/netip"
 	"strconv"
 	"unicode/utf8"
 )
@@ -25,9 +24,21 @@ func (sk *Socket) AppendJSONFields(b []byte) []byte {
 	b = append(b, `,"state":`...)
 	b = AppendJSONString(b, sk.State.String())
 	b = append(b, `,"local":`...)
-	b = appendJSONAddrPort(b, sk.Local)
+	b = appendJSONEndpoint(b, sk.Local)
 	b = append(b, `,"remote":`...)
-	b = appendJSONAddrPort(b, sk.Remote)
+	b = appendJSONEndpoint(b, sk.Remote)
+	if sk.Timer != 0 {
+		b = appendUintField(b, `,"timer":`, uint64(sk.Timer))
+	}
+	if sk.Retrans != 0 {
+		b = appendUintField(b, `,"retrans":`, uint64(sk.Retrans))
+	}
+	if v, ok := sk.Shutdown.Get(); ok {
+		b = appendUintField(b, `,"shutdown":`, uint64(v))
+	}
+	if v, ok := sk.BufLock.Get(); ok {
+		b = appendUintField(b, `,"buf_lock":`, uint64(v))
+	}
 	b = appendUintField(b, `,"recv_q":`, uint64(sk.RecvQ))
 	b = appendUintField(b, `,"send_q":`, uint64(sk.SendQ))
 	b = appendUintField(b, `,"uid":`, uint64(sk.UID))
@@ -36,21 +47,12 @@ func (sk *Socket) AppendJSONFields(b []byte) []byte {
 	if sk.IfIndex != 0 {
 		b = appendUintField(b, `,"ifindex":`, uint64(sk.IfIndex))
 	}
-	if sk.Timer != 0 {
-		b = appendUintField(b, `,"timer":`, uint64(sk.Timer))
-	}
 	if sk.Expires != 0 {
 		b = appendUintField(b, `,"expires_ms":`, uint64(sk.Expires))
 	}
-	if sk.Retrans != 0 {
-		b = appendUintField(b, `,"retrans":`, uint64(sk.Retrans))
-	}
-	if sk.CC != "" {
+	if !sk.CC.IsZero() {
 		b = append(b, `,"cc":`...)
-		b = AppendJSONString(b, sk.CC)
-	}
-	if sk.Shutdown != nil {
-		b = appendUintField(b, `,"shutdown":`, uint64(*sk.Shutdown))
+		b = AppendJSONString(b, sk.CC.String())
 	}
 	b = append(b, `,"tcp_info":`...)
 	var tb TCPInfo
@@ -83,9 +85,6 @@ func (sk *Socket) AppendJSONFields(b []byte) []byte {
 			b = strconv.AppendInt(b, int64(p), 10)
 		}
 		b = append(b, ']')
-	}
-	if sk.BufLock != nil {
-		b = appendUintField(b, `,"buf_lock":`, uint64(*sk.BufLock))
 	}
 	return b
 }
@@ -190,18 +189,14 @@ func appendUintField(b []byte, name string, v uint64) []byte {
 	return strconv.AppendUint(append(b, name...), v, 10)
 }
 
-// appendJSONAddrPort writes what netip.AddrPort's MarshalText gives ("" for
-// the zero value), as a JSON string.
-func appendJSONAddrPort(b []byte, ap netip.AddrPort) []byte {
-	var scratch [64]byte
-	t, _ := ap.AppendText(scratch[:0]) // never fails
-	for _, c := range t {
-		if c < 0x20 || c >= utf8.RuneSelf || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			return AppendJSONString(b, string(t)) // a zone needing escapes
-		}
-	}
+// appendJSONEndpoint writes what Endpoint's MarshalText gives ("" for
+// the zero one) as a JSON string. An endpoint has no zone, so nothing in
+// it needs escaping.
+func appendJSONEndpoint(b []byte, e Endpoint) []byte {
 	b = append(b, '"')
-	b = append(b, t...)
+	if e.IsValid() {
+		b = e.AppendTo(b)
+	}
 	return append(b, '"')
 }
 

@@ -232,13 +232,13 @@ func TestReaderTimeOrder(t *testing.T) {
 // repetitive recording compresses well under DefaultGzipRatio.
 func TestDefaultLimitsFitRecordings(t *testing.T) {
 	sk := sample().Sockets[0]
-	sk.Family, sk.CC = 10, "cubic0123456789"
-	sk.Local = netip.MustParseAddrPort("[ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff]:65535")
+	sk.Family, sk.CC = 10, CCOf("cubic0123456789")
+	sk.Local = EndpointOf(netip.MustParseAddrPort("[ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff]:65535"))
 	sk.Remote = sk.Local
 	sk.RecvQ, sk.SendQ, sk.UID, sk.Inode, sk.IfIndex, sk.Expires = math.MaxUint32, math.MaxUint32, math.MaxUint32, math.MaxUint32, math.MaxUint32, math.MaxUint32
 	sk.Cookie, sk.Timer, sk.Retrans = math.MaxUint64, math.MaxUint8, math.MaxUint8
 	lock := uint8(3)
-	sk.BufLock, sk.Pids = &lock, []int{4194304, 4194303, 4194302, 4194301}
+	sk.BufLock, sk.Pids = FlagsOf(lock), []int{4194304, 4194303, 4194302, 4194301}
 	ti := new(TCPInfo)
 	v := reflect.ValueOf(ti).Elem()
 	for i := range v.NumField() {
@@ -266,7 +266,7 @@ func TestDefaultLimitsFitRecordings(t *testing.T) {
 		s := sample()
 		s.Taken = s.Taken.Add(time.Duration(i) * time.Second)
 		s.Sockets = s.Sockets[:1]
-		s.Sockets[0].Local = netip.AddrPortFrom(s.Sockets[0].Local.Addr(), uint16(40000+i%20))
+		s.Sockets[0].Local = EndpointFrom(s.Sockets[0].Local.Addr(), uint16(40000+i%20))
 		s.Sockets[0].Inode, s.Sockets[0].Cookie = uint32(7+i%20), uint64(9+i%20)
 		s.Counters["TcpExt.ListenOverflows"] = int64(i)
 		snaps = append(snaps, s)

@@ -19,17 +19,13 @@ const memShared = 4096
 type Store struct {
 	chunk *packChunk
 	mems  []MemInfo
-	// bytes holds every value of a one-byte extra (Shutdown, BufLock):
-	// sockets point into it instead of at an allocation each.
-	bytes *[256]uint8
 	// memOf finds a stored meminfo by value (at most memShared).
 	memOf map[MemInfo]*MemInfo
 }
 
 // Keep returns a copy of sk whose extras are the store's: tcp_info
 // packed (read it with Socket.TCP), Mem in its blocks and
-// shared with every kept socket of the same meminfo, Shutdown and
-// BufLock pointing into its table of byte values. They must not be
+// shared with every kept socket of the same meminfo. They must not be
 // written through; sk may be reused or dropped once Keep returns.
 func (st *Store) Keep(sk *Socket) Socket {
 	return st.KeepSame(sk, nil)
@@ -61,12 +57,6 @@ func (st *Store) KeepSame(sk *Socket, base *Was) Socket {
 	if out.Mem == sk.Mem && sk.Mem != nil {
 		out.Mem = st.memInfo(sk.Mem)
 	}
-	if sk.Shutdown != nil {
-		out.Shutdown = st.byteOf(*sk.Shutdown)
-	}
-	if sk.BufLock != nil {
-		out.BufLock = st.byteOf(*sk.BufLock)
-	}
 	return out
 }
 
@@ -88,18 +78,6 @@ func (st *Store) memInfo(m *MemInfo) *MemInfo {
 		st.memOf[*m] = p
 	}
 	return p
-}
-
-// byteOf points at v in st.bytes, which no one writes through: a
-// socket's one-byte extras are read-only once kept.
-func (st *Store) byteOf(v uint8) *uint8 {
-	if st.bytes == nil {
-		st.bytes = new([256]uint8)
-		for i := range st.bytes {
-			st.bytes[i] = uint8(i)
-		}
-	}
-	return &st.bytes[v]
 }
 
 // SameInfo says whether a and b are equal but for the ages of the last

@@ -67,8 +67,8 @@ func (c *Conn) Dump(opts Options, fn func(*snapshot.Socket) error) error {
 // Key names one connection for an exact lookup: as the dump reported it.
 type Key struct {
 	Family  uint8
-	Local   netip.AddrPort
-	Remote  netip.AddrPort
+	Local   snapshot.Endpoint
+	Remote  snapshot.Endpoint
 	IfIndex uint32
 	Cookie  uint64
 }

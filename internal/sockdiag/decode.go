@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"net/netip"
 	"syscall"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
@@ -52,10 +51,8 @@ type decoded struct {
 	sk      snapshot.Socket
 	info    snapshot.TCPInfo
 	mem     snapshot.MemInfo
-	shut    uint8
 	hasInfo bool
 	hasMem  bool
-	hasShut bool
 }
 
 // full holds a socket with all its extras in one allocation.
@@ -63,7 +60,6 @@ type full struct {
 	sk   snapshot.Socket
 	info snapshot.TCPInfo
 	mem  snapshot.MemInfo
-	shut uint8
 }
 
 // socket returns a fresh Socket holding d, in one allocation when it can.
@@ -82,15 +78,12 @@ func (f *full) set(d *decoded) *snapshot.Socket {
 	if f == nil {
 		return nil
 	}
-	f.sk, f.info, f.mem, f.shut = d.sk, d.info, d.mem, d.shut
+	f.sk, f.info, f.mem = d.sk, d.info, d.mem
 	if d.hasInfo {
 		f.sk.Info = snapshot.TCPOf(&f.info)
 	}
 	if d.hasMem {
 		f.sk.Mem = &f.mem
-	}
-	if d.hasShut {
-		f.sk.Shutdown = &f.shut
 	}
 	return &f.sk
 }
@@ -105,10 +98,6 @@ func (d *decoded) fill(sk *snapshot.Socket) {
 	if d.hasMem {
 		mem := d.mem
 		sk.Mem = &mem
-	}
-	if d.hasShut {
-		shut := d.shut
-		sk.Shutdown = &shut
 	}
 }
 
@@ -136,11 +125,11 @@ func decodeInto(b []byte, d *decoded) error {
 	dport := binary.BigEndian.Uint16(b[6:])
 	switch sk.Family {
 	case syscall.AF_INET:
-		sk.Local = netip.AddrPortFrom(netip.AddrFrom4([4]byte(b[8:12])), sport)
-		sk.Remote = netip.AddrPortFrom(netip.AddrFrom4([4]byte(b[24:28])), dport)
+		sk.Local = snapshot.Endpoint4([4]byte(b[8:12]), sport)
+		sk.Remote = snapshot.Endpoint4([4]byte(b[24:28]), dport)
 	case syscall.AF_INET6:
-		sk.Local = netip.AddrPortFrom(netip.AddrFrom16([16]byte(b[8:24])), sport)
-		sk.Remote = netip.AddrPortFrom(netip.AddrFrom16([16]byte(b[24:40])), dport)
+		sk.Local = snapshot.Endpoint6([16]byte(b[8:24]), sport)
+		sk.Remote = snapshot.Endpoint6([16]byte(b[24:40]), dport)
 	default:
 		return fmt.Errorf("unknown address family %d", sk.Family)
 	}
@@ -175,8 +164,7 @@ func decodeInto(b []byte, d *decoded) error {
 			d.hasMem = true
 		case attrShutdown:
 			if len(v) >= 1 {
-				d.shut = v[0]
-				d.hasShut = true
+				sk.Shutdown = snapshot.FlagsOf(v[0])
 			}
 		}
 		off += (alen + 3) &^ 3
@@ -184,9 +172,18 @@ func decodeInto(b []byte, d *decoded) error {
 	return nil
 }
 
+// ccCubic and the others are the names most sockets use, interned once
+// (never written): ccName returns them without a lookup.
+var (
+	ccBBR   = snapshot.CCOf("bbr")
+	ccCubic = snapshot.CCOf("cubic")
+	ccReno  = snapshot.CCOf("reno")
+	ccDCTCP = snapshot.CCOf("dctcp")
+)
+
 // ccName returns the NUL-terminated congestion control name, without
-// allocating for the common ones.
-func ccName(v []byte) string {
+// allocating or looking up the common ones.
+func ccName(v []byte) snapshot.CC {
 	for i, c := range v {
 		if c == 0 {
 			v = v[:i]
@@ -195,17 +192,15 @@ func ccName(v []byte) string {
 	}
 	switch string(v) { // no allocation: the compiler compares in place
 	case "bbr":
-		return "bbr"
+		return ccBBR
 	case "cubic":
-		return "cubic"
+		return ccCubic
 	case "reno":
-		return "reno"
+		return ccReno
 	case "dctcp":
-		return "dctcp"
-	case "":
-		return ""
+		return ccDCTCP
 	}
-	return string(v)
+	return snapshot.CCOf(string(v))
 }
 
 // decodeMemInfo decodes the SK_MEMINFO_* u32 array; fields past a short

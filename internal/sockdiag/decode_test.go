@@ -86,10 +86,10 @@ func ssAddr(ap netip.AddrPort) string {
 
 // ssPeer renders the peer; a dual-stack listener's is "*:*".
 func ssPeer(s *snapshot.Socket) string {
-	if strings.HasPrefix(ssAddr(s.Local), "*:") && s.Remote.Addr().IsUnspecified() && s.Remote.Port() == 0 {
+	if strings.HasPrefix(ssAddr(s.Local.AddrPort()), "*:") && s.Remote.Addr().IsUnspecified() && s.Remote.Port() == 0 {
 		return "*:*"
 	}
-	return ssAddr(s.Remote)
+	return ssAddr(s.Remote.AddrPort())
 }
 
 // ssValues renders decoded fields as ss prints them, keyed by ss's names.
@@ -147,7 +147,7 @@ func TestDecodeCaptured(t *testing.T) {
 			for _, want := range ss {
 				var s *snapshot.Socket
 				for _, x := range socks {
-					if !used[x] && x.State.String() == want.state && ssAddr(x.Local) == want.local && ssPeer(x) == want.peer {
+					if !used[x] && x.State.String() == want.state && ssAddr(x.Local.AddrPort()) == want.local && ssPeer(x) == want.peer {
 						s = x
 						break
 					}
@@ -176,7 +176,7 @@ func TestDecodeCaptured(t *testing.T) {
 						sack = true
 					case "bbr", "cubic", "reno":
 						cc = true
-						if s.CC != tok {
+						if s.CC.String() != tok {
 							t.Errorf("%s %s: cc %q, ss %q", want.local, want.peer, s.CC, tok)
 						}
 					}
@@ -223,19 +223,19 @@ func TestDecodeCapturedShapes(t *testing.T) {
 				}
 			case s.State == snapshot.TimeWait:
 				kinds["timewait"]++
-				if s.TCP(nil) != nil || s.Mem != nil || s.Shutdown != nil || s.CC != "" || s.Inode != 0 || s.Timer != 3 {
+				if s.TCP(nil) != nil || s.Mem != nil || s.Shutdown.Known() || !s.CC.IsZero() || s.Inode != 0 || s.Timer != 3 {
 					t.Errorf("TIME-WAIT %v: %+v", s.Local, s)
 				}
 			case s.Local.Addr().Is4In6():
 				kinds["mapped"]++
 			case s.State == snapshot.FinWait2:
 				kinds["finwait2"]++
-				if s.Shutdown == nil || *s.Shutdown != 2 {
+				if !s.Shutdown.Known() || s.Shutdown.Bits() != 2 {
 					t.Errorf("FIN-WAIT-2 shutdown %v, want 2", s.Shutdown)
 				}
 			case s.State == snapshot.CloseWait:
 				kinds["closewait"]++
-				if s.Shutdown == nil || *s.Shutdown != 1 || s.RecvQ != 1 {
+				if !s.Shutdown.Known() || s.Shutdown.Bits() != 1 || s.RecvQ != 1 {
 					t.Errorf("CLOSE-WAIT shutdown %v Recv-Q %d, want 1 1", s.Shutdown, s.RecvQ)
 				}
 			}

@@ -80,7 +80,7 @@ func dumpAll(t testing.TB, ns *netns, opts Options) []*snapshot.Socket {
 
 func find(socks []*snapshot.Socket, st snapshot.State, local, remote netip.AddrPort) *snapshot.Socket {
 	for _, s := range socks {
-		if s.State == st && s.Local == local && (!remote.IsValid() || s.Remote == remote) {
+		if s.State == st && s.Local.AddrPort() == local && (!remote.IsValid() || s.Remote.AddrPort() == remote) {
 			return s
 		}
 	}
@@ -182,10 +182,10 @@ func TestDumpNetns(t *testing.T) {
 		if s.State != c.st || uint64(s.Inode) != st.Ino || s.UID != 0 {
 			t.Errorf("%s: state %v inode %d uid %d, want %v %d 0", c.name, s.State, s.Inode, s.UID, c.st, st.Ino)
 		}
-		if c.local.IsValid() && s.Local != c.local || c.remote.IsValid() && s.Remote != c.remote {
+		if c.local.IsValid() && s.Local.AddrPort() != c.local || c.remote.IsValid() && s.Remote.AddrPort() != c.remote {
 			t.Errorf("%s: %v -> %v, want %v -> %v", c.name, s.Local, s.Remote, c.local, c.remote)
 		}
-		if s.Shutdown == nil || *s.Shutdown != c.shut {
+		if !s.Shutdown.Known() || s.Shutdown.Bits() != c.shut {
 			t.Errorf("%s: shutdown %v, want %d", c.name, s.Shutdown, c.shut)
 		}
 		in := s.TCP(nil)
@@ -196,7 +196,7 @@ func TestDumpNetns(t *testing.T) {
 		if in.State != uint8(c.st) {
 			t.Errorf("%s: tcp_info state %d, want %d", c.name, in.State, c.st)
 		}
-		if s.Mem == nil || s.Mem.Sndbuf == 0 || s.Mem.Rcvbuf == 0 || s.CC == "" {
+		if s.Mem == nil || s.Mem.Sndbuf == 0 || s.Mem.Rcvbuf == 0 || s.CC.IsZero() {
 			t.Errorf("%s: mem %+v cc %q", c.name, s.Mem, s.CC)
 		}
 	}
@@ -256,7 +256,7 @@ func TestDumpNetns(t *testing.T) {
 		t.Errorf("AF_INET6 LISTEN dump: %d sockets, want 2", len(only))
 	}
 	for _, s := range only {
-		if s.Family != unix.AF_INET6 || s.State != snapshot.Listen || s.TCP(nil) != nil || s.Mem != nil || s.CC != "" {
+		if s.Family != unix.AF_INET6 || s.State != snapshot.Listen || s.TCP(nil) != nil || s.Mem != nil || !s.CC.IsZero() {
 			t.Errorf("filtered dump: %+v", s)
 		}
 	}
@@ -288,7 +288,7 @@ func TestDumpLoopback(t *testing.T) {
 		if sk.Cookie == cookie {
 			got = sk
 		}
-		if sk.State == snapshot.Listen && sk.Local == mustAddrPort("127.0.0.1", port) {
+		if sk.State == snapshot.Listen && sk.Local.AddrPort() == mustAddrPort("127.0.0.1", port) {
 			listener = sk
 		}
 		return nil

@@ -320,7 +320,7 @@ func TestFilterLive(t *testing.T) {
 					t.Fatal(err)
 				}
 				for _, sk := range got {
-					if !matchGo(&c.f, sk.Local, sk.Remote) {
+					if !matchGo(&c.f, sk.Local.AddrPort(), sk.Remote.AddrPort()) {
 						t.Errorf("kernel sent %v -> %v, not matching", sk.Local, sk.Remote)
 					}
 				}
@@ -328,7 +328,7 @@ func TestFilterLive(t *testing.T) {
 				for i, sk := range got {
 					keys[i] = KeyOf(sk)
 				}
-				keys = append(keys, Key{Family: unix.AF_INET, Local: mustAddrPort("127.0.0.1", 1), Remote: mustAddrPort("127.0.0.1", 2)})
+				keys = append(keys, Key{Family: unix.AF_INET, Local: snapshot.EndpointOf(mustAddrPort("127.0.0.1", 1)), Remote: snapshot.EndpointOf(mustAddrPort("127.0.0.1", 2))})
 				seen := 0
 				err = conn.Lookup(Options{Info: true, Mem: true}, keys, func(i int, sk *snapshot.Socket) error {
 					seen++

@@ -114,8 +114,8 @@ func lookupSeeds(f *testing.F) []lookupSeed {
 			bodies = append(bodies, m[nlmsgHdrLen:])
 		}
 	}
-	req := appendExact(nil, Key{Family: unix.AF_INET, Local: netip.MustParseAddrPort("127.0.0.1:80"),
-		Remote: netip.MustParseAddrPort("127.0.0.1:40000"), Cookie: 7}, 7, 0)
+	req := appendExact(nil, Key{Family: unix.AF_INET, Local: snapshot.EndpointOf(netip.MustParseAddrPort("127.0.0.1:80")),
+		Remote: snapshot.EndpointOf(netip.MustParseAddrPort("127.0.0.1:40000")), Cookie: 7}, 7, 0)
 	const wrap = 0xfffffff0
 	seeds := []lookupSeed{
 		{lookupReply(sockDiagByFam, 1000, bodies[0]), 1000, 1},

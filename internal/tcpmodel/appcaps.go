@@ -175,7 +175,7 @@ func TurnedAwayOf(s *snapshot.Snapshot, u *CapUse, prev PrevState, window time.D
 			continue
 		}
 		for _, ln := range u.Listeners {
-			if sk.Family == ln.Family && SameListener(ln.Local, sk.Local) {
+			if sk.Family == ln.Family && SameListener(ln.Local.AddrPort(), sk.Local.AddrPort()) {
 				t.Closed++
 				break
 			}
@@ -208,7 +208,7 @@ func TurnedAwayOf(s *snapshot.Snapshot, u *CapUse, prev PrevState, window time.D
 				continue
 			}
 			for _, ln := range u.Listeners {
-				if r.Remote.Port() == ln.Local.Port() && (ln.Local.Addr().IsUnspecified() || Unmapped(r.Remote).Addr() == Unmapped(ln.Local).Addr()) {
+				if r.Remote.Port() == ln.Local.Port() && (ln.Local.Addr().IsUnspecified() || Unmapped(r.Remote).Addr() == Unmapped(ln.Local.AddrPort()).Addr()) {
 					t.ResetsToClients += r.Count
 					break
 				}

@@ -65,7 +65,7 @@ func limitsOf(s *snapshot.Snapshot, core, tcp string) Limits {
 // Without the lock bit the verdict is a hint: a size of exactly 2 x the
 // cap, or 2 x a power of two (the kernel doubles requests; autotuned sizes
 // are not round), unchanged across samples.
-func JudgeBuf(size, prev uint32, lock *uint8, bit uint8, lim Limits) Pin {
+func JudgeBuf(size, prev uint32, lock snapshot.Flags, bit uint8, lim Limits) Pin {
 	return JudgeBufFrom(size, prev, lock, bit, lim, nil)
 }
 
@@ -73,11 +73,11 @@ func JudgeBuf(size, prev uint32, lock *uint8, bit uint8, lim Limits) Pin {
 // origin (Snapshot.BufLocks; nil in files from before it was recorded,
 // where bits were read via pidfd_getfd): the verdict names the source, or
 // why the bits are unknown.
-func JudgeBufFrom(size, prev uint32, lock *uint8, bit uint8, lim Limits, origin *snapshot.BufLockOrigin) Pin {
+func JudgeBufFrom(size, prev uint32, lock snapshot.Flags, bit uint8, lim Limits, origin *snapshot.BufLockOrigin) Pin {
 	sz := int64(size)
 	capped := lim.Core > 0 && sz == 2*lim.Core
-	if lock != nil {
-		p := Pin{Proof: true, Pinned: *lock&bit != 0, From: snapshot.LocksPidfd}
+	if bits, ok := lock.Get(); ok {
+		p := Pin{Proof: true, Pinned: bits&bit != 0, From: snapshot.LocksPidfd}
 		p.Capped = p.Pinned && capped
 		how := "SO_BUF_LOCK read from the owner via pidfd_getfd"
 		if origin != nil && origin.From == snapshot.LocksIter {

@@ -173,10 +173,10 @@ func ChurnOf(s *snapshot.Snapshot, prev PrevState, window time.Duration) []*Chur
 		}
 		var c *Churn
 		if ls.Of(sk) != nil {
-			c = get(FlowOf(sk.Remote.Addr(), sk.Local))
+			c = get(FlowOf(sk.Remote.Addr(), sk.Local.AddrPort()))
 			c.ClosedByService++
 		} else {
-			c = get(FlowOf(sk.Local.Addr(), sk.Remote))
+			c = get(FlowOf(sk.Local.Addr(), sk.Remote.AddrPort()))
 			c.ClosedByOpener++
 		}
 		if TimeWaitAge(sk) < recent {
@@ -216,7 +216,7 @@ func ChurnOf(s *snapshot.Snapshot, prev PrevState, window time.Duration) []*Chur
 			continue
 		}
 		if ls.Of(sk) != nil {
-			if f := FlowOf(sk.Remote.Addr(), sk.Local); m[f] != nil {
+			if f := FlowOf(sk.Remote.Addr(), sk.Local.AddrPort()); m[f] != nil {
 				serverOpen[f]++
 				if isNew(sk) {
 					serverNew[f]++
@@ -227,7 +227,7 @@ func ChurnOf(s *snapshot.Snapshot, prev PrevState, window time.Duration) []*Chur
 			}
 			continue
 		}
-		f := FlowOf(sk.Local.Addr(), sk.Remote)
+		f := FlowOf(sk.Local.Addr(), sk.Remote.AddrPort())
 		if c := m[f]; c != nil {
 			if n, ok := turns(sk); ok {
 				openerTurns[f] = append(openerTurns[f], n)
@@ -287,7 +287,7 @@ func ChurnOf(s *snapshot.Snapshot, prev PrevState, window time.Duration) []*Chur
 		if c.ClosedByOpener > 0 {
 			c.LocalOpener = true
 		}
-		if ln := ls.Of(&snapshot.Socket{State: snapshot.Established, Local: f.Service}); ln != nil {
+		if ln := ls.Of(&snapshot.Socket{State: snapshot.Established, Local: snapshot.EndpointOf(f.Service)}); ln != nil {
 			c.LocalService = true
 			for _, pid := range ln.Pids {
 				c.Server.Add(pid)

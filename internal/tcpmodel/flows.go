@@ -51,8 +51,8 @@ type tupleKey struct {
 	lport, rport  uint16
 }
 
-func keyOf(local, remote netip.AddrPort) tupleKey {
-	return tupleKey{local.Addr().As16(), remote.Addr().As16(), local.Port(), remote.Port()}
+func keyOf(local, remote snapshot.Endpoint) tupleKey {
+	return tupleKey{local.As16(), remote.As16(), local.Port(), remote.Port()}
 }
 
 // TuplesOf indexes s (on first use).

@@ -11,11 +11,11 @@ import (
 // client are peers; other tuples are not.
 func TestTuplesPeerAcrossFamilies(t *testing.T) {
 	cli := snapshot.Socket{Family: 2, State: snapshot.Established,
-		Local: netip.MustParseAddrPort("127.0.0.1:40000"), Remote: netip.MustParseAddrPort("127.0.0.1:5201")}
+		Local: snapshot.EndpointOf(netip.MustParseAddrPort("127.0.0.1:40000")), Remote: snapshot.EndpointOf(netip.MustParseAddrPort("127.0.0.1:5201"))}
 	srv := snapshot.Socket{Family: 10, State: snapshot.Established,
-		Local: netip.MustParseAddrPort("[::ffff:127.0.0.1]:5201"), Remote: netip.MustParseAddrPort("[::ffff:127.0.0.1]:40000")}
+		Local: snapshot.EndpointOf(netip.MustParseAddrPort("[::ffff:127.0.0.1]:5201")), Remote: snapshot.EndpointOf(netip.MustParseAddrPort("[::ffff:127.0.0.1]:40000"))}
 	other := snapshot.Socket{Family: 2, State: snapshot.Established,
-		Local: netip.MustParseAddrPort("127.0.0.1:40001"), Remote: netip.MustParseAddrPort("127.0.0.1:5201")}
+		Local: snapshot.EndpointOf(netip.MustParseAddrPort("127.0.0.1:40001")), Remote: snapshot.EndpointOf(netip.MustParseAddrPort("127.0.0.1:5201"))}
 	idx := TuplesOf(&snapshot.Snapshot{Sockets: []snapshot.Socket{cli, srv, other}})
 	if p := idx.Peer(&cli); p == nil || p.Local != srv.Local {
 		t.Errorf("peer of the client = %+v, want the accepted socket", p)

@@ -56,7 +56,7 @@ func TestReuseOf(t *testing.T) {
 }
 
 func tw(src netip.Addr, sport uint16, dst netip.AddrPort, age time.Duration) snapshot.Socket {
-	return snapshot.Socket{State: snapshot.TimeWait, Local: netip.AddrPortFrom(src, sport), Remote: dst,
+	return snapshot.Socket{State: snapshot.TimeWait, Local: snapshot.EndpointOf(netip.AddrPortFrom(src, sport)), Remote: snapshot.EndpointOf(dst),
 		Expires: uint32((TimeWaitLen - age) / time.Millisecond), Cookie: uint64(sport)}
 }
 
@@ -71,7 +71,7 @@ func portsSnapshot(dst netip.AddrPort, src netip.Addr) *snapshot.Snapshot {
 	for i := 0; i < 900; i++ {
 		s.Sockets = append(s.Sockets, tw(src, uint16(40000+i), dst, time.Duration(i)*time.Second/120))
 	}
-	s.Sockets = append(s.Sockets, snapshot.Socket{State: snapshot.Listen, Local: netip.AddrPortFrom(netip.IPv4Unspecified(), 40500)})
+	s.Sockets = append(s.Sockets, snapshot.Socket{State: snapshot.Listen, Local: snapshot.EndpointOf(netip.AddrPortFrom(netip.IPv4Unspecified(), 40500))})
 	return s
 }
 
@@ -150,7 +150,7 @@ func TestForecastReuseTakenOver(t *testing.T) {
 func TestPortSpaceNoTimestamps(t *testing.T) {
 	dst := netip.AddrPortFrom(lo, 8080)
 	s := portsSnapshot(dst, lo)
-	s.Sockets = append(s.Sockets, snapshot.Socket{State: snapshot.Established, Local: netip.AddrPortFrom(lo, 40950), Remote: dst, Info: snapshot.TCPOf(&snapshot.TCPInfo{})})
+	s.Sockets = append(s.Sockets, snapshot.Socket{State: snapshot.Established, Local: snapshot.EndpointOf(netip.AddrPortFrom(lo, 40950)), Remote: snapshot.EndpointOf(dst), Info: snapshot.TCPOf(&snapshot.TCPInfo{})})
 	p, _ := NewPortSpace(s)
 	u := p.DestUsage(s, nil, 0)[Dest{lo, dst}]
 	if u.Reuse || !u.NoTimestamps || u.Held() != 900 {
@@ -178,16 +178,16 @@ func TestClosedInWindow(t *testing.T) {
 func TestChurnSides(t *testing.T) {
 	svc := netip.AddrPortFrom(lo, 8081)
 	s := &snapshot.Snapshot{Procs: map[int]*snapshot.Proc{10: {Pid: 10, Command: "nginx"}, 11: {Pid: 11, Command: "upstream"}}}
-	s.Sockets = append(s.Sockets, snapshot.Socket{State: snapshot.Listen, Local: svc, Pids: []int{11}})
+	s.Sockets = append(s.Sockets, snapshot.Socket{State: snapshot.Listen, Local: snapshot.EndpointOf(svc), Pids: []int{11}})
 	// The service closes first: TIME_WAIT on its side, 50 in 5 s.
 	for i := 0; i < 50; i++ {
-		s.Sockets = append(s.Sockets, snapshot.Socket{State: snapshot.TimeWait, Local: svc, Remote: netip.AddrPortFrom(lo, uint16(50000+i)),
+		s.Sockets = append(s.Sockets, snapshot.Socket{State: snapshot.TimeWait, Local: snapshot.EndpointOf(svc), Remote: snapshot.EndpointFrom(lo, uint16(50000+i)),
 			Expires: uint32(57000)})
 	}
 	// One request in flight, seen from both ends.
 	s.Sockets = append(s.Sockets,
-		snapshot.Socket{State: snapshot.Established, Local: netip.AddrPortFrom(lo, 51000), Remote: svc, Pids: []int{10}},
-		snapshot.Socket{State: snapshot.Established, Local: svc, Remote: netip.AddrPortFrom(lo, 51000), Pids: []int{11}})
+		snapshot.Socket{State: snapshot.Established, Local: snapshot.EndpointOf(netip.AddrPortFrom(lo, 51000)), Remote: snapshot.EndpointOf(svc), Pids: []int{10}},
+		snapshot.Socket{State: snapshot.Established, Local: snapshot.EndpointOf(svc), Remote: snapshot.EndpointOf(netip.AddrPortFrom(lo, 51000)), Pids: []int{11}})
 	cs := ChurnOf(s, nil, 5*time.Second)
 	if len(cs) != 1 {
 		t.Fatalf("%d flows", len(cs))
@@ -207,14 +207,14 @@ func TestChurnDualStack(t *testing.T) {
 	mapped := netip.MustParseAddr("::ffff:127.0.0.1")
 	svc6 := netip.AddrPortFrom(mapped, 80)
 	s := &snapshot.Snapshot{Procs: map[int]*snapshot.Proc{10: {Pid: 10, Command: "wrk"}, 11: {Pid: 11, Command: "apache2"}}}
-	s.Sockets = append(s.Sockets, snapshot.Socket{Family: 10, State: snapshot.Listen, Local: netip.MustParseAddrPort("[::]:80"), Pids: []int{11}})
+	s.Sockets = append(s.Sockets, snapshot.Socket{Family: 10, State: snapshot.Listen, Local: snapshot.EndpointOf(netip.MustParseAddrPort("[::]:80")), Pids: []int{11}})
 	for i := 0; i < 50; i++ {
-		s.Sockets = append(s.Sockets, snapshot.Socket{Family: 10, State: snapshot.TimeWait, Local: svc6,
-			Remote: netip.AddrPortFrom(mapped, uint16(50000+i)), Expires: uint32(57000)})
+		s.Sockets = append(s.Sockets, snapshot.Socket{Family: 10, State: snapshot.TimeWait, Local: snapshot.EndpointOf(svc6),
+			Remote: snapshot.EndpointFrom(mapped, uint16(50000+i)), Expires: uint32(57000)})
 	}
 	s.Sockets = append(s.Sockets,
-		snapshot.Socket{Family: 2, State: snapshot.Established, Local: netip.AddrPortFrom(lo, 51000), Remote: netip.AddrPortFrom(lo, 80), Pids: []int{10}},
-		snapshot.Socket{Family: 10, State: snapshot.Established, Local: svc6, Remote: netip.AddrPortFrom(mapped, 51000), Pids: []int{11}})
+		snapshot.Socket{Family: 2, State: snapshot.Established, Local: snapshot.EndpointOf(netip.AddrPortFrom(lo, 51000)), Remote: snapshot.EndpointOf(netip.AddrPortFrom(lo, 80)), Pids: []int{10}},
+		snapshot.Socket{Family: 10, State: snapshot.Established, Local: snapshot.EndpointOf(svc6), Remote: snapshot.EndpointOf(netip.AddrPortFrom(mapped, 51000)), Pids: []int{11}})
 	cs := ChurnOf(s, nil, 5*time.Second)
 	if len(cs) != 1 {
 		t.Fatalf("%d flows: %+v", len(cs), cs)
@@ -230,13 +230,13 @@ func TestChurnDualStack(t *testing.T) {
 	// nginx's IPv4, and nginx closes first (HTTP/1.0).
 	svc := netip.AddrPortFrom(lo, 8081)
 	s = &snapshot.Snapshot{Procs: map[int]*snapshot.Proc{20: {Pid: 20, Command: "java"}, 21: {Pid: 21, Command: "nginx"}}}
-	s.Sockets = append(s.Sockets, snapshot.Socket{Family: 2, State: snapshot.Listen, Local: svc, Pids: []int{21}})
+	s.Sockets = append(s.Sockets, snapshot.Socket{Family: 2, State: snapshot.Listen, Local: snapshot.EndpointOf(svc), Pids: []int{21}})
 	for i := 0; i < 50; i++ {
-		s.Sockets = append(s.Sockets, snapshot.Socket{Family: 2, State: snapshot.TimeWait, Local: svc,
-			Remote: netip.AddrPortFrom(lo, uint16(50000+i)), Expires: uint32(57000)})
+		s.Sockets = append(s.Sockets, snapshot.Socket{Family: 2, State: snapshot.TimeWait, Local: snapshot.EndpointOf(svc),
+			Remote: snapshot.EndpointFrom(lo, uint16(50000+i)), Expires: uint32(57000)})
 	}
-	s.Sockets = append(s.Sockets, snapshot.Socket{Family: 10, State: snapshot.Established, Local: netip.AddrPortFrom(mapped, 51000),
-		Remote: netip.AddrPortFrom(mapped, 8081), Pids: []int{20}})
+	s.Sockets = append(s.Sockets, snapshot.Socket{Family: 10, State: snapshot.Established, Local: snapshot.EndpointOf(netip.AddrPortFrom(mapped, 51000)),
+		Remote: snapshot.EndpointOf(netip.AddrPortFrom(mapped, 8081)), Pids: []int{20}})
 	cs = ChurnOf(s, nil, 5*time.Second)
 	if len(cs) != 1 || cs[0].Service != svc || cs[0].ClosedByService != 50 || cs[0].Open != 1 || cs[0].Openers.Top() != 20 {
 		t.Errorf("java client: %+v", cs)
@@ -245,19 +245,19 @@ func TestChurnDualStack(t *testing.T) {
 
 func TestListenerOf(t *testing.T) {
 	s := &snapshot.Snapshot{Sockets: []snapshot.Socket{
-		{State: snapshot.Listen, Local: netip.MustParseAddrPort("0.0.0.0:80")},
-		{State: snapshot.Listen, Local: netip.MustParseAddrPort("127.0.0.1:6379")},
+		{State: snapshot.Listen, Local: snapshot.EndpointOf(netip.MustParseAddrPort("0.0.0.0:80"))},
+		{State: snapshot.Listen, Local: snapshot.EndpointOf(netip.MustParseAddrPort("127.0.0.1:6379"))},
 	}}
 	ls := ListenersOf(s)
-	acc := snapshot.Socket{State: snapshot.CloseWait, Local: netip.MustParseAddrPort("198.18.1.2:80"), Remote: netip.MustParseAddrPort("198.18.1.9:5000")}
-	if got := ls.Service(&acc); got != acc.Local {
+	acc := snapshot.Socket{State: snapshot.CloseWait, Local: snapshot.EndpointOf(netip.MustParseAddrPort("198.18.1.2:80")), Remote: snapshot.EndpointOf(netip.MustParseAddrPort("198.18.1.9:5000"))}
+	if got := ls.Service(&acc); got != acc.Local.AddrPort() {
 		t.Errorf("wildcard listener: %v", got)
 	}
-	cli := snapshot.Socket{State: snapshot.CloseWait, Local: netip.MustParseAddrPort("198.18.1.2:40000"), Remote: netip.MustParseAddrPort("198.18.1.9:80")}
+	cli := snapshot.Socket{State: snapshot.CloseWait, Local: snapshot.EndpointOf(netip.MustParseAddrPort("198.18.1.2:40000")), Remote: snapshot.EndpointOf(netip.MustParseAddrPort("198.18.1.9:80"))}
 	if got := ls.Service(&cli); got.IsValid() {
 		t.Errorf("client socket got service %v", got)
 	}
-	other := snapshot.Socket{State: snapshot.Established, Local: netip.MustParseAddrPort("198.18.1.2:6379")}
+	other := snapshot.Socket{State: snapshot.Established, Local: snapshot.EndpointOf(netip.MustParseAddrPort("198.18.1.2:6379"))}
 	if ls.Of(&other) != nil {
 		t.Error("a listener on 127.0.0.1 does not accept on another address")
 	}
@@ -271,14 +271,14 @@ func TestFill(t *testing.T) {
 }
 
 func TestPathJudge(t *testing.T) {
-	sk := &snapshot.Socket{Remote: netip.AddrPortFrom(far, 5201)}
+	sk := &snapshot.Socket{Remote: snapshot.EndpointOf(netip.AddrPortFrom(far, 5201))}
 	if v := PathOf(100e6, nil, nil, sk, 0).Judge(30e6 / 8); !v.Lost || v.Against != 100e6/8 {
 		t.Errorf("30 of 100 Mbit/s: %+v", v)
 	}
 	if v := PathOf(100e6, nil, nil, sk, 0).Judge(90e6 / 8); v.Lost {
 		t.Errorf("90 of 100 Mbit/s: %+v", v)
 	}
-	loop := &snapshot.Socket{Remote: netip.AddrPortFrom(lo, 5201)}
+	loop := &snapshot.Socket{Remote: snapshot.EndpointOf(netip.AddrPortFrom(lo, 5201))}
 	p := PathOf(0, nil, nil, loop, 0)
 	if !p.Local || p.Judge(30e9/8).Lost {
 		t.Errorf("a 30 Gbit/s loopback stream is healthy: %+v", p)
@@ -300,16 +300,16 @@ func TestPathJudge(t *testing.T) {
 func TestJudgeBuf(t *testing.T) {
 	lim := Limits{Core: 212992, Initial: 131072, Auto: 6291456}
 	lock := LockSnd
-	if p := JudgeBuf(32768, 0, &lock, LockSnd, lim); !p.Pinned || !p.Proof {
+	if p := JudgeBuf(32768, 0, snapshot.FlagsOf(lock), LockSnd, lim); !p.Pinned || !p.Proof {
 		t.Errorf("lock bit: %+v", p)
 	}
-	if p := JudgeBuf(32768, 32768, nil, LockSnd, lim); !p.Pinned || p.Proof {
+	if p := JudgeBuf(32768, 32768, snapshot.Flags{}, LockSnd, lim); !p.Pinned || p.Proof {
 		t.Errorf("2 x 16K hint: %+v", p)
 	}
-	if p := JudgeBuf(2*212992, 0, nil, LockSnd, lim); !p.Capped {
+	if p := JudgeBuf(2*212992, 0, snapshot.Flags{}, LockSnd, lim); !p.Capped {
 		t.Errorf("capped: %+v", p)
 	}
-	if p := JudgeBuf(1234567, 0, nil, LockSnd, lim); p.Pinned {
+	if p := JudgeBuf(1234567, 0, snapshot.Flags{}, LockSnd, lim); p.Pinned {
 		t.Errorf("autotuned: %+v", p)
 	}
 }
@@ -350,7 +350,7 @@ func TestChurnOldCloses(t *testing.T) {
 		port := uint16(40000)
 		add := func(st snapshot.State, wasOpen bool) {
 			port++
-			sk := snapshot.Socket{State: st, Local: netip.AddrPortFrom(lo, port), Remote: svc, Cookie: uint64(port), Pids: []int{10}}
+			sk := snapshot.Socket{State: st, Local: snapshot.EndpointOf(netip.AddrPortFrom(lo, port)), Remote: snapshot.EndpointOf(svc), Cookie: uint64(port), Pids: []int{10}}
 			if st == snapshot.TimeWait {
 				sk.Expires, sk.Pids = 59_000, nil
 			}
@@ -390,10 +390,10 @@ func TestChurnExchanges(t *testing.T) {
 	svc := netip.AddrPortFrom(lo, 8080)
 	s := &snapshot.Snapshot{}
 	for i := range 30 {
-		s.Sockets = append(s.Sockets, snapshot.Socket{State: snapshot.TimeWait, Local: netip.AddrPortFrom(lo, uint16(41000+i)), Remote: svc, Expires: 59_000})
+		s.Sockets = append(s.Sockets, snapshot.Socket{State: snapshot.TimeWait, Local: snapshot.EndpointFrom(lo, uint16(41000+i)), Remote: snapshot.EndpointOf(svc), Expires: 59_000})
 	}
 	for i, segs := range [][2]uint32{{900, 1000}, {3, 400}, {500, 480}} {
-		s.Sockets = append(s.Sockets, snapshot.Socket{State: snapshot.Established, Local: netip.AddrPortFrom(lo, uint16(42000+i)), Remote: svc,
+		s.Sockets = append(s.Sockets, snapshot.Socket{State: snapshot.Established, Local: snapshot.EndpointFrom(lo, uint16(42000+i)), Remote: snapshot.EndpointOf(svc),
 			Info: snapshot.TCPOf(&snapshot.TCPInfo{Len: snapshot.EndDataSegsOut, DataSegsIn: segs[0], DataSegsOut: segs[1]})})
 	}
 	cs := ChurnOf(s, nil, 5*time.Second)

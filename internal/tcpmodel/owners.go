@@ -143,7 +143,7 @@ func (l Listeners) Service(sk *snapshot.Socket) netip.AddrPort {
 	if l.Of(sk) == nil {
 		return netip.AddrPort{}
 	}
-	return sk.Local
+	return sk.Local.AddrPort()
 }
 
 // AcceptedOn says whether sk is a connection listener ln accepted: an
@@ -154,7 +154,7 @@ func AcceptedOn(ln, sk *snapshot.Socket) bool {
 	case snapshot.Listen, snapshot.TimeWait, snapshot.SynRecv, snapshot.NewSynRecv, snapshot.Close, snapshot.BoundInactive:
 		return false
 	}
-	return sk.Family == ln.Family && SameListener(ln.Local, sk.Local)
+	return sk.Family == ln.Family && SameListener(ln.Local.AddrPort(), sk.Local.AddrPort())
 }
 
 // AcceptedOwned counts, for each listener of s (ls, ListenersOf(s)) by
@@ -196,7 +196,7 @@ func Openers(s *snapshot.Snapshot, ls Listeners) map[Flow]int {
 		if sk.State == snapshot.TimeWait || len(sk.Pids) == 0 || ls.Of(sk) != nil {
 			continue
 		}
-		add(FlowOf(sk.Local.Addr(), sk.Remote), sk.Pids[0])
+		add(FlowOf(sk.Local.Addr(), sk.Remote.AddrPort()), sk.Pids[0])
 	}
 	for _, fo := range s.FlowOwners {
 		add(FlowOf(fo.Local, fo.Remote), fo.Pid)

@@ -256,7 +256,7 @@ func (p *PortSpace) DestUsage(cur *snapshot.Snapshot, prev PrevState, window tim
 		if !p.Outgoing(sk) {
 			continue
 		}
-		k := DestOf(sk.Local.Addr(), sk.Remote)
+		k := DestOf(sk.Local.Addr(), sk.Remote.AddrPort())
 		u := m[k]
 		if u == nil {
 			u = &DestUse{Reuse: p.Reuse.Applies(sk.Local.Addr(), sk.Remote.Addr(), sk.IfIndex)}

@@ -60,7 +60,7 @@ func (f *fakeEvents) Drain(fn func(bpfsource.TraceEvent)) error {
 func TestRecordEvents(t *testing.T) {
 	mk := func(cookie uint64) *snapshot.Socket {
 		return &snapshot.Socket{Family: 2, State: snapshot.Established, Cookie: cookie,
-			Local: netip.MustParseAddrPort("127.0.0.1:80"), Remote: netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(1000+cookie)),
+			Local: snapshot.EndpointOf(netip.MustParseAddrPort("127.0.0.1:80")), Remote: snapshot.EndpointFrom(netip.MustParseAddr("127.0.0.1"), uint16(1000+cookie)),
 			Info: snapshot.TCPOf(&snapshot.TCPInfo{Len: snapshot.SizeKnown})}
 	}
 	src := &fakeSource{socks: map[uint64]*snapshot.Socket{1: mk(1)}}
@@ -178,7 +178,7 @@ func TestRecordReadsQuietOnlyWhenMoved(t *testing.T) {
 	for _, noActivity := range []bool{false, true} {
 		mk := func(cookie uint64) *snapshot.Socket {
 			return &snapshot.Socket{Family: 2, State: snapshot.Established, Cookie: cookie,
-				Local: netip.MustParseAddrPort("127.0.0.1:80"), Remote: netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(1000+cookie)),
+				Local: snapshot.EndpointOf(netip.MustParseAddrPort("127.0.0.1:80")), Remote: snapshot.EndpointFrom(netip.MustParseAddr("127.0.0.1"), uint16(1000+cookie)),
 				Info: snapshot.TCPOf(&snapshot.TCPInfo{Len: snapshot.SizeKnown})}
 		}
 		src := &fakeSource{socks: map[uint64]*snapshot.Socket{1: mk(1), 2: mk(2)}}

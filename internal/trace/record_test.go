@@ -175,7 +175,7 @@ func TestRecordDiscoversAndLooksUp(t *testing.T) {
 	src := &fakeSource{socks: map[uint64]*snapshot.Socket{}}
 	mk := func(cookie uint64, acked uint64) *snapshot.Socket {
 		return &snapshot.Socket{Family: 2, State: snapshot.Established, Cookie: cookie, Inode: uint32(cookie),
-			Local: netip.MustParseAddrPort("127.0.0.1:80"), Remote: netip.AddrPortFrom(netip.MustParseAddrPort("127.0.0.1:1").Addr(), uint16(cookie)),
+			Local: snapshot.EndpointOf(netip.MustParseAddrPort("127.0.0.1:80")), Remote: snapshot.EndpointOf(netip.AddrPortFrom(netip.MustParseAddrPort("127.0.0.1:1").Addr(), uint16(cookie))),
 			Info: snapshot.TCPOf(&snapshot.TCPInfo{Len: snapshot.SizeKnown, BytesAcked: acked})}
 	}
 	src.socks[1] = mk(1, 0)

@@ -331,7 +331,7 @@ func (r *recorder) discover(opts sockdiag.Options, t time.Duration) error {
 			if r.inodes != nil && !r.inodes[sk.Inode] {
 				return nil
 			}
-			c := &Conn{ID: len(r.tr.Conns) + 1, Local: sk.Local, Remote: sk.Remote, Cookie: sk.Cookie, Inode: sk.Inode, CC: sk.CC}
+			c := &Conn{ID: len(r.tr.Conns) + 1, Local: sk.Local.AddrPort(), Remote: sk.Remote.AddrPort(), Cookie: sk.Cookie, Inode: sk.Inode, CC: sk.CC.String()}
 			idx = len(r.tr.Conns)
 			r.tr.Conns = append(r.tr.Conns, c)
 			r.byCookie[sk.Cookie] = idx

@@ -103,7 +103,7 @@ func verdictLine(t *Transfer, v *Verdict, peer *Conn) string {
 		pin := ""
 		if peer != nil && len(peer.Points) > 0 {
 			rb := peer.Points[len(peer.Points)-1].SkRcv
-			if p := tcpmodel.JudgeBuf(rb, rb, nil, tcpmodel.LockRcv, tcpmodel.Limits{}); p.Pinned {
+			if p := tcpmodel.JudgeBuf(rb, rb, snapshot.Flags{}, tcpmodel.LockRcv, tcpmodel.Limits{}); p.Pinned {
 				pin = fmt.Sprintf("; its rcvbuf %s looks pinned: %s", units.Bytes(float64(rb)), p.Why)
 			}
 		}
@@ -118,7 +118,7 @@ func verdictLine(t *Transfer, v *Verdict, peer *Conn) string {
 			how = "buffer full with everything in flight"
 		}
 		pin := ""
-		if p := tcpmodel.JudgeBuf(t.SkBuf, t.SkBuf, nil, tcpmodel.LockSnd, tcpmodel.Limits{}); p.Pinned {
+		if p := tcpmodel.JudgeBuf(t.SkBuf, t.SkBuf, snapshot.Flags{}, tcpmodel.LockSnd, tcpmodel.Limits{}); p.Pinned {
 			pin = "; it looks pinned: " + p.Why
 		}
 		return fmt.Sprintf("%s (%s), sndbuf %s%s: the sender %s to change: %s; %s", head, how, units.Bytes(float64(t.SkBuf)), pin, t.Local,

@@ -42,9 +42,9 @@ func keeping() []diag.Rule {
 func sampleAt(name string, inode uint64, at int64, cookies ...uint64) *snapshot.Snapshot {
 	s := &snapshot.Snapshot{Netns: snapshot.Netns{Name: name, Inode: inode}, Taken: time.Unix(at, 0)}
 	ap := netip.MustParseAddrPort
-	s.Sockets = append(s.Sockets, snapshot.Socket{State: snapshot.Listen, Cookie: 1, Local: ap("198.18.0.1:80")})
+	s.Sockets = append(s.Sockets, snapshot.Socket{State: snapshot.Listen, Cookie: 1, Local: snapshot.EndpointOf(ap("198.18.0.1:80"))})
 	for _, c := range cookies {
-		s.Sockets = append(s.Sockets, snapshot.Socket{State: snapshot.Established, Cookie: c, Local: ap("198.18.0.1:80"), Remote: ap("198.18.0.2:40000"), RecvQ: uint32(c)})
+		s.Sockets = append(s.Sockets, snapshot.Socket{State: snapshot.Established, Cookie: c, Local: snapshot.EndpointOf(ap("198.18.0.1:80")), Remote: snapshot.EndpointOf(ap("198.18.0.2:40000")), RecvQ: uint32(c)})
 	}
 	return s
 }

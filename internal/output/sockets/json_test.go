@@ -230,9 +230,9 @@ func FuzzSocketJSON(f *testing.F) {
 		rng := rand.New(rand.NewPCG(cookie, uint64(q)))
 		var sk snapshot.Socket
 		fill(t, rng, reflect.ValueOf(&sk).Elem())
-		sk.CC, sk.Cookie, sk.RecvQ = cc, cookie, q
+		sk.CC, sk.Cookie, sk.RecvQ = snapshot.CCOf(cc), cookie, q
 		if len(extra) > 0 {
-			sk.Local = netip.AddrPortFrom(netip.MustParseAddr("fe80::1").WithZone(string(extra)), uint16(q))
+			sk.Local = snapshot.EndpointOf(netip.AddrPortFrom(netip.MustParseAddr("fe80::1").WithZone(string(extra)), uint16(q)))
 		}
 		r := rowOf(netns, &sk, command, len(extra)%2 == 0)
 		r.Limited = &tcpmodel.Limited{Window: time.Duration(share * 1e6), Busy: share, Sndbuf: -share, Rwnd: share / 3, Congestion: share * 7}
@@ -247,8 +247,8 @@ func FuzzSocketJSON(f *testing.F) {
 // TestSocketPrinterAllocs: a row costs no allocation, in JSON and, once
 // the table's columns are sized, in the table (docs/performance.md).
 func TestSocketPrinterAllocs(t *testing.T) {
-	sk := snapshot.Socket{State: snapshot.Established, Local: netip.MustParseAddrPort("10.0.0.1:80"),
-		Remote: netip.MustParseAddrPort("10.0.0.2:40000"), Pids: []int{42}, Mem: &snapshot.MemInfo{Sndbuf: 87040, Rcvbuf: 131072}}
+	sk := snapshot.Socket{State: snapshot.Established, Local: snapshot.EndpointOf(netip.MustParseAddrPort("10.0.0.1:80")),
+		Remote: snapshot.EndpointOf(netip.MustParseAddrPort("10.0.0.2:40000")), Pids: []int{42}, Mem: &snapshot.MemInfo{Sndbuf: 87040, Rcvbuf: 131072}}
 	lim := tcpmodel.Limited{Window: time.Second, Busy: 0.5, Sndbuf: 0.25, Rwnd: 0.25, Congestion: 0.5}
 	r := rowOf("host", &sk, "nginx", true)
 	r.Limited = &lim

@@ -124,12 +124,12 @@ func (p *Printer) Row(r *Row) error {
 	t.cell()
 	t.row = strconv.AppendUint(t.row, uint64(sk.SendQ), 10)
 	t.cell()
-	t.row = output.AppendAddrPort(t.row, sk.Local)
+	t.row = output.AppendAddrPort(t.row, sk.Local.AddrPort())
 	t.cell()
 	if sk.State == snapshot.Listen {
 		t.row = append(t.row, '*')
 	} else {
-		t.row = output.AppendAddrPort(t.row, sk.Remote)
+		t.row = output.AppendAddrPort(t.row, sk.Remote.AddrPort())
 	}
 	t.cell()
 	var tb snapshot.TCPInfo
