@@ -89,7 +89,7 @@ func listenerOwners(s *snapshot.Snapshot) []int {
 	var pids []int
 	for i := range s.Sockets {
 		if s.Sockets[i].State == snapshot.Listen {
-			pids = append(pids, s.Sockets[i].Pids...)
+			pids = append(pids, s.Sockets[i].Pids.List()...)
 		}
 	}
 	slices.Sort(pids)

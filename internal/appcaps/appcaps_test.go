@@ -47,8 +47,8 @@ func TestFillNginx(t *testing.T) {
 		300: {"/usr/bin/python3 x.py", "1"},
 	})
 	s := &snapshot.Snapshot{Sockets: []snapshot.Socket{
-		{State: snapshot.Listen, Pids: []int{100, 101, 102}},
-		{State: snapshot.Listen, Pids: []int{300}},
+		{State: snapshot.Listen, Pids: snapshot.PidsOf(100, 101, 102)},
+		{State: snapshot.Listen, Pids: snapshot.PidsOf(300)},
 	}, Procs: map[int]*snapshot.Proc{
 		100: {Pid: 100, Command: "nginx"}, 101: {Pid: 101, Command: "nginx"}, 102: {Pid: 102, Command: "nginx"}, 300: {Pid: 300, Command: "python3"},
 	}}
@@ -76,7 +76,7 @@ func TestFillNginxBroken(t *testing.T) {
 	must(t, os.MkdirAll(filepath.Join(root, "srv"), 0o755))
 	must(t, os.WriteFile(filepath.Join(root, "srv/n.conf"), []byte("events { worker_connections 10;\n"), 0o644))
 	proc := fakeProc(t, root, map[int][2]string{100: {"nginx: master process nginx -c /srv/n.conf", "1"}})
-	s := &snapshot.Snapshot{Sockets: []snapshot.Socket{{State: snapshot.Listen, Pids: []int{100}}},
+	s := &snapshot.Snapshot{Sockets: []snapshot.Socket{{State: snapshot.Listen, Pids: snapshot.PidsOf(100)}},
 		Procs: map[int]*snapshot.Proc{100: {Pid: 100, Command: "nginx"}}}
 	Reader{ProcRoot: proc}.Fill(s)
 	if len(s.AppCaps) != 0 || len(s.Errors) != 1 || !strings.Contains(s.Errors[0].Err, "/srv/n.conf") {

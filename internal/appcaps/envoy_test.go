@@ -21,7 +21,7 @@ func envoyCaps(t *testing.T, argv string) *snapshot.Snapshot {
 	must(t, os.WriteFile(filepath.Join(d, "cmdline"), []byte(argv), 0o644))
 	must(t, os.WriteFile(filepath.Join(d, "stat"), []byte("400 (envoy) S 1 1 1 0 -1\n"), 0o644))
 	must(t, os.Symlink(root, filepath.Join(d, "root")))
-	s := &snapshot.Snapshot{Sockets: []snapshot.Socket{{State: snapshot.Listen, Pids: []int{400}}},
+	s := &snapshot.Snapshot{Sockets: []snapshot.Socket{{State: snapshot.Listen, Pids: snapshot.PidsOf(400)}},
 		Procs: map[int]*snapshot.Proc{400: {Pid: 400, Command: "envoy"}}}
 	Reader{ProcRoot: proc}.Fill(s)
 	return s

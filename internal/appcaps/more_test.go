@@ -22,7 +22,7 @@ func haproxyCaps(t *testing.T, argv string) *snapshot.Snapshot {
 	must(t, os.WriteFile(filepath.Join(d, "cmdline"), []byte(argv), 0o644))
 	must(t, os.WriteFile(filepath.Join(d, "stat"), []byte("300 (haproxy) S 1 1 1 0 -1\n"), 0o644))
 	must(t, os.Symlink(root, filepath.Join(d, "root")))
-	s := &snapshot.Snapshot{Sockets: []snapshot.Socket{{State: snapshot.Listen, Pids: []int{300}}},
+	s := &snapshot.Snapshot{Sockets: []snapshot.Socket{{State: snapshot.Listen, Pids: snapshot.PidsOf(300)}},
 		Procs: map[int]*snapshot.Proc{300: {Pid: 300, Command: "haproxy"}}}
 	Reader{ProcRoot: proc}.Fill(s)
 	return s

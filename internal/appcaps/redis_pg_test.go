@@ -26,7 +26,7 @@ func redisProc(t *testing.T, cmdline, cgroup string) string {
 }
 
 func redisSnap(soft int64) *snapshot.Snapshot {
-	return &snapshot.Snapshot{Sockets: []snapshot.Socket{{State: snapshot.Listen, Pids: []int{200}}},
+	return &snapshot.Snapshot{Sockets: []snapshot.Socket{{State: snapshot.Listen, Pids: snapshot.PidsOf(200)}},
 		Procs: map[int]*snapshot.Proc{200: {Pid: 200, Command: "redis-server", NofileSoft: &soft}}}
 }
 

@@ -31,7 +31,7 @@ func tomcatCaps(t *testing.T, edit func(string) string) *snapshot.Snapshot {
 	argv := "/usr/lib/jvm/java-17-openjdk-amd64/bin/java\x00-Djava.util.logging.config.file=/var/lib/tomcat10/conf/logging.properties\x00-classpath\x00/usr/share/tomcat10/bin/bootstrap.jar\x00-Dcatalina.base=/var/lib/tomcat10\x00-Dcatalina.home=/usr/share/tomcat10\x00org.apache.catalina.startup.Bootstrap\x00start\x00"
 	must(t, os.WriteFile(filepath.Join(d, "cmdline"), []byte(argv), 0o644))
 	must(t, os.Symlink(root, filepath.Join(d, "root")))
-	s := &snapshot.Snapshot{Sockets: []snapshot.Socket{{State: snapshot.Listen, Pids: []int{400}}},
+	s := &snapshot.Snapshot{Sockets: []snapshot.Socket{{State: snapshot.Listen, Pids: snapshot.PidsOf(400)}},
 		Procs: map[int]*snapshot.Proc{400: {Pid: 400, Command: "java"}}}
 	Reader{ProcRoot: proc}.Fill(s)
 	return s

@@ -79,7 +79,7 @@ func (f *socketFilter) match(sk *snapshot.Socket) bool {
 	}
 	if f.pid != 0 {
 		found := false
-		for _, p := range sk.Pids {
+		for _, p := range sk.Pids.List() {
 			found = found || p == f.pid
 		}
 		return found

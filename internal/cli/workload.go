@@ -102,7 +102,7 @@ func (o *workloadOpts) holds(sr series) bool {
 		return true
 	}
 	for i := range s.Sockets {
-		for _, pid := range s.Sockets[i].Pids {
+		for _, pid := range s.Sockets[i].Pids.List() {
 			if p := s.Procs[pid]; p != nil && o.match(p.Workload) {
 				return true
 			}

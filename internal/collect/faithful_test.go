@@ -173,7 +173,7 @@ func TestFaithfulAgainstSS(t *testing.T) {
 			if sk.Mem == nil || sk.Mem.Sndbuf != 32768 {
 				t.Errorf("pinned sender: mem %+v, want sndbuf 32768 (2 x 16K)", sk.Mem)
 			}
-			if len(sk.Pids) == 0 {
+			if sk.Pids.Len() == 0 {
 				t.Errorf("pinned sender: no owner found")
 			}
 		}

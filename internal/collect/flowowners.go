@@ -86,7 +86,7 @@ func unownedFlows(s *snapshot.Snapshot) map[flowKey]bool {
 	closed := map[flowKey]int{}
 	for _, i := range tw {
 		sk := &s.Sockets[i]
-		if k, server := key(sk); server || len(sk.Pids) == 0 {
+		if k, server := key(sk); server || sk.Pids.Len() == 0 {
 			if tcpmodel.TimeWaitAge(sk) < flowChurnAge {
 				closed[k]++
 			}
@@ -107,7 +107,7 @@ func unownedFlows(s *snapshot.Snapshot) map[flowKey]bool {
 		case snapshot.Listen, snapshot.Close, snapshot.BoundInactive:
 			continue
 		}
-		if len(sk.Pids) == 0 {
+		if sk.Pids.Len() == 0 {
 			continue
 		}
 		if k, server := key(sk); !server {

@@ -21,7 +21,7 @@ func TestUnownedFlows(t *testing.T) {
 		{State: snapshot.Listen, Local: snapshot.EndpointOf(svc)},
 		{State: snapshot.Listen, Local: snapshot.EndpointOf(netip.MustParseAddrPort("127.0.0.1:8081"))},
 		// An owned flow needs nothing.
-		{State: snapshot.Established, Local: snapshot.EndpointOf(netip.MustParseAddrPort("127.0.0.1:40002")), Remote: snapshot.EndpointOf(netip.MustParseAddrPort("198.18.0.9:443")), Pids: []int{7}},
+		{State: snapshot.Established, Local: snapshot.EndpointOf(netip.MustParseAddrPort("127.0.0.1:40002")), Remote: snapshot.EndpointOf(netip.MustParseAddrPort("198.18.0.9:443")), Pids: snapshot.PidsOf(7)},
 	}}
 	young := uint32(59_000) // TIME_WAIT for 1 s
 	for i := 0; i < flowChurnTW; i++ {
@@ -126,7 +126,7 @@ func namesOpener(s *snapshot.Snapshot, port uint16, comm string) bool {
 	is := func(pid int) bool { return s.Procs[pid] != nil && s.Procs[pid].Command == comm }
 	for i := range s.Sockets {
 		sk := &s.Sockets[i]
-		if sk.Remote.Port() == port && sk.State != snapshot.TimeWait && len(sk.Pids) > 0 && is(sk.Pids[0]) {
+		if sk.Remote.Port() == port && sk.State != snapshot.TimeWait && sk.Pids.Len() > 0 && is(sk.Pids.List()[0]) {
 			return true
 		}
 	}

@@ -198,10 +198,10 @@ func (st *Streamer) Stream(nss []netns.NS, fn func(s *snapshot.Snapshot, sk *sna
 			return nil
 		})
 		emit := func(sk *snapshot.Socket) error {
-			sk.Pids = nil
+			sk.Pids = snapshot.PidList{}
 			if own != nil {
 				pids = ownerPids(own, sk.Inode, pids[:0])
-				sk.Pids = pids
+				sk.Pids = snapshot.PidsAt(&pids) // rewritten for the next socket
 			}
 			if probe && find == nil {
 				probes.probe(own, sk)

@@ -42,7 +42,7 @@ func streamOwners(t *testing.T, ns netns.NS, load func() (procs.FileLister, erro
 			t.Errorf("a row came before its header's processes")
 		}
 		k := sk.Local.String() + ">" + sk.Remote.String()
-		out.owners[k] = slices.Clone(sk.Pids)
+		out.owners[k] = slices.Clone(sk.Pids.List())
 		out.order = append(out.order, k)
 		return nil
 	})

@@ -27,16 +27,16 @@ type pidsIn struct{}
 func (pidsIn) Keep(s *snapshot.Snapshot) []int {
 	var out []int
 	for i := range s.Sockets {
-		out = append(out, s.Sockets[i].Pids...)
+		out = append(out, s.Sockets[i].Pids.List()...)
 	}
 	return out
 }
 
 func baseSample() *snapshot.Snapshot {
 	ap := netip.MustParseAddrPort
-	ln := snapshot.Socket{Family: 2, State: snapshot.Listen, Cookie: 1, Local: snapshot.EndpointOf(ap("198.18.0.1:80")), Pids: []int{10}}
-	acc := snapshot.Socket{Family: 2, State: snapshot.Established, Cookie: 2, Local: snapshot.EndpointOf(ap("198.18.0.1:80")), Remote: snapshot.EndpointOf(ap("198.18.0.2:40000")), Pids: []int{10}}
-	cli := snapshot.Socket{Family: 2, State: snapshot.Established, Cookie: 3, Local: snapshot.EndpointOf(ap("198.18.0.1:40001")), Remote: snapshot.EndpointOf(ap("198.18.0.3:443")), Pids: []int{20}, RecvQ: 7}
+	ln := snapshot.Socket{Family: 2, State: snapshot.Listen, Cookie: 1, Local: snapshot.EndpointOf(ap("198.18.0.1:80")), Pids: snapshot.PidsOf(10)}
+	acc := snapshot.Socket{Family: 2, State: snapshot.Established, Cookie: 2, Local: snapshot.EndpointOf(ap("198.18.0.1:80")), Remote: snapshot.EndpointOf(ap("198.18.0.2:40000")), Pids: snapshot.PidsOf(10)}
+	cli := snapshot.Socket{Family: 2, State: snapshot.Established, Cookie: 3, Local: snapshot.EndpointOf(ap("198.18.0.1:40001")), Remote: snapshot.EndpointOf(ap("198.18.0.3:443")), Pids: snapshot.PidsOf(20), RecvQ: 7}
 	tw := snapshot.Socket{Family: 2, State: snapshot.TimeWait, Cookie: 4, Local: snapshot.EndpointOf(ap("198.18.0.1:40002")), Remote: snapshot.EndpointOf(ap("198.18.0.3:443"))}
 	return &snapshot.Snapshot{Sockets: []snapshot.Socket{ln, acc, cli, tw}}
 }

@@ -266,10 +266,10 @@ func (x *Exporter) addSources(b *viewBuilder, s *snapshot.Snapshot, ns nsLabels)
 
 // command names a socket's first owner, "" when unknown.
 func command(s *snapshot.Snapshot, sk *snapshot.Socket) string {
-	if len(sk.Pids) == 0 {
+	if sk.Pids.Len() == 0 {
 		return ""
 	}
-	if p := s.Procs[sk.Pids[0]]; p != nil {
+	if p := s.Procs[sk.Pids.List()[0]]; p != nil {
 		return p.Command
 	}
 	return ""

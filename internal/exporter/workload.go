@@ -34,8 +34,8 @@ func (n nsLabels) with(extra ...string) []string {
 // ownerWorkload is the workload of a socket's first owner, else its
 // namespace's.
 func ownerWorkload(s *snapshot.Snapshot, sk *snapshot.Socket) *snapshot.Workload {
-	if len(sk.Pids) > 0 {
-		if p := s.Procs[sk.Pids[0]]; p != nil && p.Workload != nil {
+	if sk.Pids.Len() > 0 {
+		if p := s.Procs[sk.Pids.List()[0]]; p != nil && p.Workload != nil {
 			return p.Workload
 		}
 	}

@@ -196,10 +196,10 @@ func c5Receiver(tb *Testbed, fs []diag.Finding) string {
 				continue
 			}
 			who := "unknown owner"
-			if len(sk.Pids) > 0 {
-				who = fmt.Sprintf("pid %d", sk.Pids[0])
-				if p := s.Procs[sk.Pids[0]]; p != nil {
-					who = fmt.Sprintf("%s (pid %d)", p.Command, sk.Pids[0])
+			if sk.Pids.Len() > 0 {
+				who = fmt.Sprintf("pid %d", sk.Pids.List()[0])
+				if p := s.Procs[sk.Pids.List()[0]]; p != nil {
+					who = fmt.Sprintf("%s (pid %d)", p.Command, sk.Pids.List()[0])
 				}
 			}
 			if !sk.BufLock.Known() {

@@ -33,10 +33,10 @@ type Subject struct {
 // whose command and workload come from procs when the snapshot has it.
 func SocketSubject(ns *snapshot.Netns, sk *snapshot.Socket, procs map[int]*snapshot.Proc) Subject {
 	s := Subject{Netns: ns.Name, Workload: ns.Workload}
-	if len(sk.Pids) == 0 {
+	if sk.Pids.Len() == 0 {
 		return s
 	}
-	s.Pid, s.HasPid = sk.Pids[0], true
+	s.Pid, s.HasPid = sk.Pids.List()[0], true
 	if p := procs[s.Pid]; p != nil {
 		s.Command, s.HasCommand = p.Command, true
 		if p.Workload != nil {

@@ -13,8 +13,8 @@ import (
 func TestSubjectForms(t *testing.T) {
 	procs := map[int]*snapshot.Proc{4242: {Pid: 4242, Command: "java"}}
 	host, lab := &snapshot.Netns{Name: "host"}, &snapshot.Netns{Name: "tdlab-a"}
-	owned := SocketSubject(host, &snapshot.Socket{Pids: []int{4242, 7}}, procs)
-	unknown := SocketSubject(host, &snapshot.Socket{Pids: []int{99}}, procs)
+	owned := SocketSubject(host, &snapshot.Socket{Pids: snapshot.PidsOf(4242, 7)}, procs)
+	unknown := SocketSubject(host, &snapshot.Socket{Pids: snapshot.PidsOf(99)}, procs)
 	none := SocketSubject(lab, &snapshot.Socket{}, procs)
 	for _, c := range []struct {
 		what                  string
@@ -62,15 +62,15 @@ func TestSubjectWorkload(t *testing.T) {
 		column, phrase, ns string
 		json               string
 	}{
-		{"pod's container in the pod's namespace", SocketSubject(pod, &snapshot.Socket{Pids: []int{10}}, procs),
+		{"pod's container in the pod's namespace", SocketSubject(pod, &snapshot.Socket{Pids: snapshot.PidsOf(10)}, procs),
 			"shop/web-1 api", "pod shop/web-1 container api", "", `,"pod":"web-1","pod_namespace":"shop","container":"api"`},
 		{"unowned socket in a pod's namespace", SocketSubject(pod, &snapshot.Socket{}, procs),
 			"shop/web-1", "pod shop/web-1", "", `,"pod":"web-1","pod_namespace":"shop"`},
-		{"process of a pod on the host network", SocketSubject(host, &snapshot.Socket{Pids: []int{10}}, procs),
+		{"process of a pod on the host network", SocketSubject(host, &snapshot.Socket{Pids: snapshot.PidsOf(10)}, procs),
 			"shop/web-1 api", "pod shop/web-1 container api", "netns host", `,"pod":"web-1","pod_namespace":"shop","container":"api"`},
-		{"process of a unit", SocketSubject(host, &snapshot.Socket{Pids: []int{11}}, procs),
+		{"process of a unit", SocketSubject(host, &snapshot.Socket{Pids: snapshot.PidsOf(11)}, procs),
 			"nginx.service", "unit nginx.service", "netns host", `,"unit":"nginx.service"`},
-		{"process in nothing known", SocketSubject(host, &snapshot.Socket{Pids: []int{12}}, procs),
+		{"process in nothing known", SocketSubject(host, &snapshot.Socket{Pids: snapshot.PidsOf(12)}, procs),
 			"-", "", "netns host", ``},
 		{"container in a namespace of another name", Subject{Netns: "pid:77", Workload: docker},
 			"web", "container web", "netns pid:77", `,"container":"web"`},

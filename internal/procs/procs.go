@@ -538,7 +538,9 @@ func (o *Owners) Attach(snap *snapshot.Snapshot) {
 	// garbage collector to track). A socket held by the same processes as
 	// the one before it in inode order, as most of a process's sockets
 	// are, shares that one's list.
-	var slab, prev []int
+	var slab []int
+	var prev snapshot.PidList
+	var heads snapshot.PidSlab
 	j, last := 0, -1
 	for _, k := range keys {
 		ino, sk := uint32(k>>32), &snap.Sockets[uint32(k)]
@@ -558,14 +560,14 @@ func (o *Owners) Attach(snap *snapshot.Snapshot) {
 		}
 		at := len(slab)
 		slab = appendPids(slab, o.refs[j:hi])
-		if slices.Equal(slab[at:], prev) {
+		if slices.Equal(slab[at:], prev.List()) {
 			slab = slab[:at]
 			sk.Pids = prev
 			continue // its owners are added already
 		}
-		sk.Pids = slab[at:len(slab):len(slab)]
+		sk.Pids = heads.Of(slab[at:len(slab):len(slab)])
 		prev = sk.Pids
-		for _, pid := range sk.Pids {
+		for _, pid := range sk.Pids.List() {
 			if pid == last {
 				continue // the previous socket's owner, already added
 			}

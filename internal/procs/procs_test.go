@@ -382,13 +382,13 @@ func TestAttach(t *testing.T) {
 	if len(o.Newest) != 1 || o.Newest[300] != 333 {
 		t.Errorf("Newest = %v, want 300: 333", o.Newest)
 	}
-	if got := snap.Sockets[0].Pids; !slices.Equal(got, []int{100, 200}) {
+	if got := snap.Sockets[0].Pids.List(); !slices.Equal(got, []int{100, 200}) {
 		t.Errorf("Pids = %v, want [100 200]", got)
 	}
-	if snap.Sockets[1].Pids != nil || snap.Sockets[2].Pids != nil {
+	if !snap.Sockets[1].Pids.IsZero() || !snap.Sockets[2].Pids.IsZero() {
 		t.Error("unknown sockets got pids")
 	}
-	if got := snap.Sockets[3].Pids; !slices.Equal(got, []int{100}) {
+	if got := snap.Sockets[3].Pids.List(); !slices.Equal(got, []int{100}) {
 		t.Errorf("Pids = %v", got)
 	}
 	if len(snap.Procs) != 2 || snap.Procs[100].Command != "a" || snap.Procs[200] == nil {
@@ -408,11 +408,11 @@ func TestAttachShares(t *testing.T) {
 	o.Attach(snap)
 	want := [][]int{{1}, {1}, {1, 2}, {1}, {1}}
 	for i, w := range want {
-		if got := snap.Sockets[i].Pids; !slices.Equal(got, w) || cap(got) != len(got) {
+		if got := snap.Sockets[i].Pids.List(); !slices.Equal(got, w) || cap(got) != len(got) {
 			t.Errorf("socket %d: pids %v (cap %d), want %v, full", i, got, cap(got), w)
 		}
 	}
-	same := func(a, b int) bool { return &snap.Sockets[a].Pids[0] == &snap.Sockets[b].Pids[0] }
+	same := func(a, b int) bool { return snap.Sockets[a].Pids.Same(snap.Sockets[b].Pids) }
 	if !same(1, 3) || same(2, 1) || same(3, 4) || !same(4, 0) {
 		t.Error("inodes 10 and 11 must share a list, 12 its own, and 13 and 14 one after it")
 	}

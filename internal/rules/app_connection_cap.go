@@ -358,7 +358,7 @@ func measuredCaps(in *diag.Input) []measuredHit {
 	var ps []*snapshot.Was
 	for i := range cur.Sockets {
 		ln := &cur.Sockets[i]
-		if ln.State != snapshot.Listen || len(ln.Pids) == 0 || capRead(cur, ln) {
+		if ln.State != snapshot.Listen || ln.Pids.Len() == 0 || capRead(cur, ln) {
 			continue
 		}
 		if p := in.PrevOf(ln); p != nil {
@@ -405,7 +405,7 @@ func (queuedAt) Keep(s *snapshot.Snapshot) map[uint64][]uint64 {
 	ls := tcpmodel.ListenersOf(s)
 	for i := range s.Sockets {
 		sk := &s.Sockets[i]
-		if len(sk.Pids) > 0 {
+		if sk.Pids.Len() > 0 {
 			continue
 		}
 		for _, ln := range ls[sk.Local.Port()] {
@@ -432,7 +432,7 @@ func flat(was, now int) bool {
 func capRead(s *snapshot.Snapshot, ln *snapshot.Socket) bool {
 	for i := range s.AppCaps {
 		c := &s.AppCaps[i]
-		if (slices.Contains(ln.Pids, c.Pid) || slices.ContainsFunc(c.Pids, func(p int) bool { return slices.Contains(ln.Pids, p) })) &&
+		if (slices.Contains(ln.Pids.List(), c.Pid) || slices.ContainsFunc(c.Pids, func(p int) bool { return slices.Contains(ln.Pids.List(), p) })) &&
 			(len(c.Ports) == 0 || slices.Contains(c.Ports, ln.Local.Port())) {
 			return true
 		}
@@ -576,7 +576,7 @@ func distinctWanted(s *snapshot.Snapshot, ln *snapshot.Socket) wanted {
 		switch {
 		case tcpmodel.AcceptedOn(ln, sk):
 			slot = &w.queued
-			if len(sk.Pids) > 0 {
+			if sk.Pids.Len() > 0 {
 				slot = &w.held
 			}
 		case (sk.State == snapshot.SynRecv || sk.State == snapshot.NewSynRecv) && tcpmodel.SameListener(ln.Local.AddrPort(), sk.Local.AddrPort()):

@@ -26,9 +26,9 @@ type capWindow struct {
 
 func (w capWindow) build() (prev, cur *snapshot.Snapshot) {
 	lo := netip.MustParseAddr("127.0.0.1")
-	ln := snapshot.Socket{Family: 2, State: snapshot.Listen, Local: snapshot.EndpointOf(netip.AddrPortFrom(lo, 8082)), SendQ: 64, Cookie: 1, Pids: []int{100, 101, 102}}
+	ln := snapshot.Socket{Family: 2, State: snapshot.Listen, Local: snapshot.EndpointOf(netip.AddrPortFrom(lo, 8082)), SendQ: 64, Cookie: 1, Pids: snapshot.PidsOf(100, 101, 102)}
 	conn := func(state snapshot.State, cookie uint64, port uint16, pids ...int) snapshot.Socket {
-		return snapshot.Socket{Family: 2, State: state, Local: ln.Local, Remote: snapshot.EndpointOf(netip.AddrPortFrom(lo, port)), Cookie: cookie, Pids: pids}
+		return snapshot.Socket{Family: 2, State: state, Local: ln.Local, Remote: snapshot.EndpointOf(netip.AddrPortFrom(lo, port)), Cookie: cookie, Pids: snapshot.PidsOf(pids...)}
 	}
 	at := time.Date(2026, 11, 27, 4, 0, 0, 0, time.UTC)
 	procs := map[int]*snapshot.Proc{100: {Pid: 100, Command: "apache2", FDs: 20}, 101: {Pid: 101, Command: "apache2", FDs: 30},
@@ -62,7 +62,7 @@ func (w capWindow) build() (prev, cur *snapshot.Snapshot) {
 		}
 		for i := range 60 {
 			s.Sockets = append(s.Sockets, snapshot.Socket{Family: 2, State: snapshot.SynSent, Local: snapshot.EndpointFrom(lo, uint16(55000+i)),
-				Remote: ln.Local, Cookie: 4000 + uint64(i), Pids: []int{500}})
+				Remote: ln.Local, Cookie: 4000 + uint64(i), Pids: snapshot.PidsOf(500)})
 		}
 		return s
 	}

@@ -104,8 +104,8 @@ func TestAppCapStopsAccepting(t *testing.T) {
 	// The connections waiting in the accept queue have no owner yet: the
 	// server does not hold them.
 	for i := range cur.Sockets {
-		if sk := &cur.Sockets[i]; sk.State != snapshot.Listen && len(sk.Pids) > 0 && sk.Local.Port() == 8080 {
-			sk.Pids = nil
+		if sk := &cur.Sockets[i]; sk.State != snapshot.Listen && sk.Pids.Len() > 0 && sk.Local.Port() == 8080 {
+			sk.Pids = snapshot.PidList{}
 			break
 		}
 	}

@@ -49,8 +49,8 @@ type cwGroup struct {
 // cwKeyOf is the group a CLOSE_WAIT socket belongs to.
 func cwKeyOf(ls tcpmodel.Listeners, sk *snapshot.Socket) cwKey {
 	pid := 0
-	if len(sk.Pids) > 0 {
-		pid = sk.Pids[0]
+	if sk.Pids.Len() > 0 {
+		pid = sk.Pids.List()[0]
 	}
 	return cwKey{pid: pid, service: ls.Service(sk)}
 }

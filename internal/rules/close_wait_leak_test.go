@@ -63,7 +63,7 @@ func TestCloseWaitLeakClosedSinceDump(t *testing.T) {
 		t.Errorf("unowned but in CLOSE_WAIT a window ago: %+v, want one finding", fs)
 	}
 	for i := range cur.Sockets {
-		cur.Sockets[i].Pids = []int{7}
+		cur.Sockets[i].Pids = snapshot.PidsOf(7)
 	}
 	if fs, _ := checkCloseWaitLeak(diag.NewInput(fresh, cur, diag.Options{})); len(fs) != 1 || fs[0].Subject.Pid != 7 {
 		t.Errorf("owned by pid 7: %+v, want one finding", fs)

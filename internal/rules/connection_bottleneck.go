@@ -89,8 +89,8 @@ func checkConnectionBottleneck(in *diag.Input) ([]diag.Finding, error) {
 		// Sockets whose owner is unknown group under pid 0: judged the
 		// same way, named "owner unknown" with the reason.
 		pid := 0 // tcpmodel.FirstOwner's pid, without its command's lookup
-		if len(sk.Pids) > 0 {
-			pid = sk.Pids[0]
+		if sk.Pids.Len() > 0 {
+			pid = sk.Pids.List()[0]
 		}
 		k := flowKey{pid: pid, remote: sk.Remote.AddrPort()}
 		if listening[sk.Local.Port()] {
@@ -193,7 +193,7 @@ func checkConnectionBottleneck(in *diag.Input) ([]diag.Finding, error) {
 			sev = diag.Warning
 		}
 		sum := fmt.Sprintf("%s carries its traffic to %s on %d connection(s), each saturated and limited by buffer or window; use about %d",
-			tcpmodel.Who(cur, sk.Pids), peer, n, want)
+			tcpmodel.Who(cur, sk.Pids.List()), peer, n, want)
 		sub := subject(cur, ls, sk)
 		if k.local.IsValid() {
 			// Server side: the peer is the client's address, its ports

@@ -19,7 +19,7 @@ func fixtureWithoutOwners(t *testing.T, path string, flows []snapshot.EventFlow)
 	snaps := readSnaps(t, path)
 	for _, s := range snaps {
 		for i := range s.Sockets {
-			s.Sockets[i].Pids = nil
+			s.Sockets[i].Pids = snapshot.PidList{}
 		}
 		s.Procs, s.FlowOwners = nil, nil
 	}

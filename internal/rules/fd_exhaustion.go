@@ -71,10 +71,10 @@ func checkFDExhaustion(in *diag.Input) ([]diag.Finding, error) {
 	if len(counts) > 0 {
 		for i := range cur.Sockets {
 			sk := &cur.Sockets[i]
-			if len(sk.Pids) == 0 {
+			if sk.Pids.Len() == 0 {
 				continue
 			}
-			if c := counts[sk.Pids[0]]; c != nil {
+			if c := counts[sk.Pids.List()[0]]; c != nil {
 				c[0]++
 				if sk.State == snapshot.CloseWait {
 					c[1]++

@@ -193,7 +193,7 @@ func listenerFinding(in *diag.Input, l listener, over, drops int64, hasDrops boo
 		{Name: "effective backlog (Send-Q)", Value: fmt.Sprint(sk.SendQ), Source: "sock_diag LISTEN idiag_wqueue = min(listen() backlog, somaxconn)"},
 		somaxEvidence(somax, hasSomax),
 		{Name: "binding limit", Value: why, Source: "derived: Send-Q against net.core.somaxconn"},
-		{Name: "owner", Value: tcpmodel.Who(cur, sk.Pids), Source: "/proc/PID/fd socket inodes"},
+		{Name: "owner", Value: tcpmodel.Who(cur, sk.Pids.List()), Source: "/proc/PID/fd socket inodes"},
 	}
 	var summary string
 	sev := diag.Warning
@@ -325,10 +325,10 @@ func acceptedOnAll(s *snapshot.Snapshot, lns []*snapshot.Socket, isNew func(k in
 			}
 			a := &out[k]
 			a.total++
-			if len(sk.Pids) > 0 {
+			if sk.Pids.Len() > 0 {
 				a.owned++
-				a.by.Add(sk.Pids[0])
-				a.byPid[sk.Pids[0]]++
+				a.by.Add(sk.Pids.List()[0])
+				a.byPid[sk.Pids.List()[0]]++
 				if isNew != nil && isNew(k, sk) {
 					a.fresh++
 				}
@@ -377,7 +377,7 @@ func transientOverflow(in *diag.Input, ls []listener, over, drops int64, hasDrop
 			names = append(names, fmt.Sprintf("and %d more", len(ls)-5))
 			break
 		}
-		names = append(names, fmt.Sprintf(":%d %s backlog %d queue %d", l.sk.Local.Port(), tcpmodel.Who(cur, l.sk.Pids), l.sk.SendQ, l.peak))
+		names = append(names, fmt.Sprintf(":%d %s backlog %d queue %d", l.sk.Local.Port(), tcpmodel.Who(cur, l.sk.Pids.List()), l.sk.SendQ, l.peak))
 		largest = max(largest, int64(l.sk.SendQ))
 	}
 	listed := "none"

@@ -46,7 +46,7 @@ func listenSnap(at time.Time, q, backlog uint32, overflows int64, withCounter bo
 	s := &snapshot.Snapshot{
 		Taken: at, Netns: snapshot.Netns{Name: "t"},
 		Sockets: []snapshot.Socket{{State: snapshot.Listen, Local: snapshot.EndpointOf(netip.MustParseAddrPort("0.0.0.0:9000")),
-			RecvQ: q, SendQ: backlog, Cookie: 7, Pids: []int{10}}},
+			RecvQ: q, SendQ: backlog, Cookie: 7, Pids: snapshot.PidsOf(10)}},
 		Sysctls: map[string]string{"net.core.somaxconn": "4096"},
 		Procs:   map[int]*snapshot.Proc{10: {Pid: 10, Command: "nginx", FDs: 10}},
 	}
@@ -60,7 +60,7 @@ func listenSnap(at time.Time, q, backlog uint32, overflows int64, withCounter bo
 // s's listener, and the eBPF source's drops when drops is not nil.
 func twoListeners(s *snapshot.Snapshot, drops []snapshot.EventDrop) *snapshot.Snapshot {
 	s.Sockets = append(s.Sockets, snapshot.Socket{State: snapshot.Listen, Local: snapshot.EndpointOf(netip.MustParseAddrPort("127.0.0.1:8000")),
-		RecvQ: 4, SendQ: 5, Cookie: 8, Pids: []int{11}})
+		RecvQ: 4, SendQ: 5, Cookie: 8, Pids: snapshot.PidsOf(11)})
 	s.Procs[11] = &snapshot.Proc{Pid: 11, Command: "python3", FDs: 5}
 	if drops != nil {
 		s.Events = &snapshot.Events{Since: s.Taken.Add(-5 * time.Second), Until: s.Taken, Drops: drops}
@@ -138,7 +138,7 @@ func nginxAtCap(at time.Time, q uint32, perWorker int, overflows int64, gen int)
 		for range n {
 			port := uint16(10000 + len(s.Sockets))
 			s.Sockets = append(s.Sockets, snapshot.Socket{Family: 2, State: snapshot.Established, Local: snapshot.EndpointOf(netip.MustParseAddrPort("127.0.0.1:9000")),
-				Remote: snapshot.EndpointOf(netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port)), Cookie: uint64(gen)<<32 | uint64(port), Pids: pids})
+				Remote: snapshot.EndpointOf(netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port)), Cookie: uint64(gen)<<32 | uint64(port), Pids: snapshot.PidsOf(pids...)})
 		}
 	}
 	add(perWorker, []int{11})
@@ -191,17 +191,17 @@ func TestListenOverflowConnectionCap(t *testing.T) {
 func TestAcceptedOnAll(t *testing.T) {
 	ap := netip.MustParseAddrPort
 	s := &snapshot.Snapshot{Sockets: []snapshot.Socket{
-		{Family: 2, State: snapshot.Listen, Local: snapshot.EndpointOf(ap("0.0.0.0:80")), Cookie: 1, Pids: []int{10}},
-		{Family: 2, State: snapshot.Listen, Local: snapshot.EndpointOf(ap("198.18.0.1:80")), Cookie: 2, Pids: []int{11}},
-		{Family: 10, State: snapshot.Listen, Local: snapshot.EndpointOf(ap("[::]:80")), Cookie: 3, Pids: []int{12}},
-		{Family: 2, State: snapshot.Listen, Local: snapshot.EndpointOf(ap("0.0.0.0:8080")), Cookie: 4, Pids: []int{13}},
-		{Family: 2, State: snapshot.Established, Local: snapshot.EndpointOf(ap("198.18.0.1:80")), Remote: snapshot.EndpointOf(ap("198.18.0.2:40000")), Cookie: 5, Pids: []int{11}},
-		{Family: 2, State: snapshot.Established, Local: snapshot.EndpointOf(ap("198.18.0.9:80")), Remote: snapshot.EndpointOf(ap("198.18.0.2:40001")), Cookie: 6, Pids: []int{10}},
+		{Family: 2, State: snapshot.Listen, Local: snapshot.EndpointOf(ap("0.0.0.0:80")), Cookie: 1, Pids: snapshot.PidsOf(10)},
+		{Family: 2, State: snapshot.Listen, Local: snapshot.EndpointOf(ap("198.18.0.1:80")), Cookie: 2, Pids: snapshot.PidsOf(11)},
+		{Family: 10, State: snapshot.Listen, Local: snapshot.EndpointOf(ap("[::]:80")), Cookie: 3, Pids: snapshot.PidsOf(12)},
+		{Family: 2, State: snapshot.Listen, Local: snapshot.EndpointOf(ap("0.0.0.0:8080")), Cookie: 4, Pids: snapshot.PidsOf(13)},
+		{Family: 2, State: snapshot.Established, Local: snapshot.EndpointOf(ap("198.18.0.1:80")), Remote: snapshot.EndpointOf(ap("198.18.0.2:40000")), Cookie: 5, Pids: snapshot.PidsOf(11)},
+		{Family: 2, State: snapshot.Established, Local: snapshot.EndpointOf(ap("198.18.0.9:80")), Remote: snapshot.EndpointOf(ap("198.18.0.2:40001")), Cookie: 6, Pids: snapshot.PidsOf(10)},
 		{Family: 2, State: snapshot.Established, Local: snapshot.EndpointOf(ap("198.18.0.9:80")), Remote: snapshot.EndpointOf(ap("198.18.0.2:40002")), Cookie: 7},
-		{Family: 10, State: snapshot.CloseWait, Local: snapshot.EndpointOf(ap("[2001:db8::1]:80")), Remote: snapshot.EndpointOf(ap("[2001:db8::2]:40003")), Cookie: 8, Pids: []int{12}},
+		{Family: 10, State: snapshot.CloseWait, Local: snapshot.EndpointOf(ap("[2001:db8::1]:80")), Remote: snapshot.EndpointOf(ap("[2001:db8::2]:40003")), Cookie: 8, Pids: snapshot.PidsOf(12)},
 		{Family: 2, State: snapshot.TimeWait, Local: snapshot.EndpointOf(ap("198.18.0.1:80")), Remote: snapshot.EndpointOf(ap("198.18.0.2:40004")), Cookie: 9},
-		{Family: 2, State: snapshot.Established, Local: snapshot.EndpointOf(ap("198.18.0.1:8080")), Remote: snapshot.EndpointOf(ap("198.18.0.2:40005")), Cookie: 10, Pids: []int{13}},
-		{Family: 2, State: snapshot.Established, Local: snapshot.EndpointOf(ap("198.18.0.2:40000")), Remote: snapshot.EndpointOf(ap("198.18.0.1:80")), Cookie: 11, Pids: []int{14}},
+		{Family: 2, State: snapshot.Established, Local: snapshot.EndpointOf(ap("198.18.0.1:8080")), Remote: snapshot.EndpointOf(ap("198.18.0.2:40005")), Cookie: 10, Pids: snapshot.PidsOf(13)},
+		{Family: 2, State: snapshot.Established, Local: snapshot.EndpointOf(ap("198.18.0.2:40000")), Remote: snapshot.EndpointOf(ap("198.18.0.1:80")), Cookie: 11, Pids: snapshot.PidsOf(14)},
 	}}
 	lns := []*snapshot.Socket{&s.Sockets[0], &s.Sockets[1], &s.Sockets[2], &s.Sockets[3]}
 	// New: the odd cookies, for listener 0 only.

@@ -171,8 +171,8 @@ func checkRetransmissions(in *diag.Input) ([]diag.Finding, error) {
 		}
 		pr.maxRTO = max(pr.maxRTO, ti.RTO)
 		pr.lost += ti.Lost
-		if len(sk.Pids) > 0 && len(pr.pids) < 3 && !containsInt(pr.pids, sk.Pids[0]) {
-			pr.pids = append(pr.pids, sk.Pids[0])
+		if sk.Pids.Len() > 0 && len(pr.pids) < 3 && !containsInt(pr.pids, sk.Pids.List()[0]) {
+			pr.pids = append(pr.pids, sk.Pids.List()[0])
 		}
 	}
 	if !hostKnown && !sawInfo {

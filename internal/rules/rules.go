@@ -203,7 +203,7 @@ func ownersGone(s *snapshot.Snapshot, states ...snapshot.State) error {
 	}
 	for i := range s.Sockets {
 		sk := &s.Sockets[i]
-		if len(sk.Pids) == 0 && slices.Contains(states, sk.State) {
+		if sk.Pids.Len() == 0 && slices.Contains(states, sk.State) {
 			return diag.Unknownf("processes not named: %s", why)
 		}
 	}

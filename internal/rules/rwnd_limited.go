@@ -306,7 +306,7 @@ func rwndFinding(in *diag.Input, sk *snapshot.Socket, sh snapshot.Shares, share 
 	receiver := "the remote receiver " + sk.Remote.String()
 	var rcvPin tcpmodel.Pin
 	if peer != nil {
-		receiver = fmt.Sprintf("the local receiver %s (%s)", sk.Remote, tcpmodel.Who(cur, peer.Pids))
+		receiver = fmt.Sprintf("the local receiver %s (%s)", sk.Remote, tcpmodel.Who(cur, peer.Pids.List()))
 		if peer.Mem != nil {
 			var prevSize uint32
 			if pp := in.PrevOf(peer); pp != nil && pp.Mem != nil {
@@ -317,7 +317,7 @@ func rwndFinding(in *diag.Input, sk *snapshot.Socket, sh snapshot.Shares, share 
 			if rcvPin.Pinned {
 				v += "; pinned: " + rcvPin.Why
 			}
-			ev = append(ev, diag.Evidence{Name: "receiver", Value: tcpmodel.Who(cur, peer.Pids) + ": " + v, Source: "sock_diag SK_MEMINFO rcvbuf of the reverse tuple " + bufLockSourceIf(rcvPin)})
+			ev = append(ev, diag.Evidence{Name: "receiver", Value: tcpmodel.Who(cur, peer.Pids.List()) + ": " + v, Source: "sock_diag SK_MEMINFO rcvbuf of the reverse tuple " + bufLockSourceIf(rcvPin)})
 		}
 	}
 	// Severity is the consequence: a warning when the flow moves well
@@ -393,7 +393,7 @@ func bufLockSourceIf(p tcpmodel.Pin) string {
 func rwndFixes(s *snapshot.Snapshot, peer *snapshot.Socket, plan bdp.Plan, rtt time.Duration) []diag.Fix {
 	who := "on the receiving host"
 	if peer != nil {
-		who = "in " + tcpmodel.Who(s, peer.Pids)
+		who = "in " + tcpmodel.Who(s, peer.Pids.List())
 		if peer.RecvQ > 0 && peer.Mem != nil && float64(peer.RecvQ) >= 0.25*float64(peer.Mem.Rcvbuf) {
 			who += " (its Recv-Q is full: it also reads too slowly; see slow-reader)"
 		}

@@ -139,8 +139,8 @@ func checkSlowReader(in *diag.Input) ([]diag.Finding, error) {
 			continue
 		}
 		pid := -1 // unknown owner: one group per socket below
-		if len(sk.Pids) > 0 {
-			pid = sk.Pids[0]
+		if sk.Pids.Len() > 0 {
+			pid = sk.Pids.List()[0]
 		}
 		key := pid
 		if pid < 0 {
@@ -214,7 +214,7 @@ func slowReaderFinding(in *diag.Input, g *readerGroup, idx tcpmodel.Tuples, ls t
 	sk, p := g.socks[w], g.prevs[w]
 	var tb, pb snapshot.TCPInfo
 	ti, pi := sk.TCP(&tb), p.TCP(&pb)
-	who := tcpmodel.Who(cur, sk.Pids)
+	who := tcpmodel.Who(cur, sk.Pids.List())
 	ev := []diag.Evidence{
 		{Name: "Recv-Q", Value: fmt.Sprintf("%s then %s, %s apart", units.Bytes(float64(p.RecvQ)), units.Bytes(float64(sk.RecvQ)), units.Dur(in.Window())),
 			Source: "sock_diag idiag_rqueue, both samples", Threshold: fmt.Sprintf(">= %s and >= %s of rcvbuf in both, or >= %s", units.Bytes(slowReaderMinQ), units.Pct(slowReaderFill), units.Bytes(slowReaderBigQ))},
@@ -238,9 +238,9 @@ func slowReaderFinding(in *diag.Input, g *readerGroup, idx tcpmodel.Tuples, ls t
 	}
 	peerNote := "its peer " + sk.Remote.String() + " is held back by the shrinking window (rwnd-limited)"
 	if peer := idx.Peer(sk); peer != nil && g.done {
-		peerNote = fmt.Sprintf("its local peer %s (%s) has sent all it had: the data waits in this buffer and holds nothing back", sk.Remote, tcpmodel.Who(cur, peer.Pids))
+		peerNote = fmt.Sprintf("its local peer %s (%s) has sent all it had: the data waits in this buffer and holds nothing back", sk.Remote, tcpmodel.Who(cur, peer.Pids.List()))
 	} else if peer != nil {
-		peerNote = fmt.Sprintf("its local peer %s (%s) is held back by the shrinking window", sk.Remote, tcpmodel.Who(cur, peer.Pids))
+		peerNote = fmt.Sprintf("its local peer %s (%s) is held back by the shrinking window", sk.Remote, tcpmodel.Who(cur, peer.Pids.List()))
 		var rb, rpb snapshot.TCPInfo
 		if pp := in.PrevOf(peer); pp != nil && peer.HasTCP() {
 			if sh, ok := snapshot.ChronoShares(pp.TCP(&rpb), peer.TCP(&rb), in.Window()); ok && sh.Busy > 0 {

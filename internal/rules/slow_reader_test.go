@@ -17,10 +17,10 @@ func readerPair(at time.Time, received uint64, recvQ, sendQ uint32) *snapshot.Sn
 	cli, srv := netip.MustParseAddrPort("127.0.0.1:60610"), netip.MustParseAddrPort("127.0.0.1:8080")
 	return &snapshot.Snapshot{Taken: at, Netns: snapshot.Netns{Name: "t"},
 		Sockets: []snapshot.Socket{
-			{Family: 2, State: snapshot.Listen, Local: snapshot.EndpointOf(srv), Cookie: 1, Pids: []int{20}},
-			{Family: 2, State: snapshot.Established, Local: snapshot.EndpointOf(cli), Remote: snapshot.EndpointOf(srv), RecvQ: recvQ, Cookie: 2, Pids: []int{10},
+			{Family: 2, State: snapshot.Listen, Local: snapshot.EndpointOf(srv), Cookie: 1, Pids: snapshot.PidsOf(20)},
+			{Family: 2, State: snapshot.Established, Local: snapshot.EndpointOf(cli), Remote: snapshot.EndpointOf(srv), RecvQ: recvQ, Cookie: 2, Pids: snapshot.PidsOf(10),
 				Info: snapshot.TCPOf(&snapshot.TCPInfo{Len: 232, BytesReceived: received, RcvMSS: 65483}), Mem: &snapshot.MemInfo{RmemAlloc: recvQ + recvQ/8, Rcvbuf: 1 << 21}},
-			{Family: 2, State: snapshot.Established, Local: snapshot.EndpointOf(srv), Remote: snapshot.EndpointOf(cli), SendQ: sendQ, Cookie: 3, Pids: []int{20},
+			{Family: 2, State: snapshot.Established, Local: snapshot.EndpointOf(srv), Remote: snapshot.EndpointOf(cli), SendQ: sendQ, Cookie: 3, Pids: snapshot.PidsOf(20),
 				Info: snapshot.TCPOf(&snapshot.TCPInfo{Len: 232}), Mem: &snapshot.MemInfo{Sndbuf: 1 << 21}},
 		},
 		Procs: map[int]*snapshot.Proc{10: {Pid: 10, Command: "curl", FDs: 5}, 20: {Pid: 20, Command: "nginx", FDs: 9}},

@@ -365,7 +365,7 @@ func synListenerFinding(in *diag.Input, l *synListener, c synCounters, cookiesMe
 		{Name: "request sources", Value: srcs, Source: "sock_diag SYN-RECV remote addresses", Threshold: fmt.Sprintf("top %d >= %s: flood or clients that never finish the handshake", synFloodTop, units.Pct(synFloodShare))},
 		{Name: "SYN-ACKs retransmitted", Value: fmt.Sprintf("%d of %d requests (a retransmitted SYN-ACK was not acknowledged: typical of spoofed floods)", l.synacks, l.reqs), Source: "sock_diag SYN-RECV idiag_retrans"},
 		{Name: "accept queue (Recv-Q)", Value: fmt.Sprint(sk.RecvQ), Source: "sock_diag LISTEN idiag_rqueue"},
-		{Name: "owner", Value: tcpmodel.Who(cur, sk.Pids), Source: "/proc/PID/fd socket inodes"},
+		{Name: "owner", Value: tcpmodel.Who(cur, sk.Pids.List()), Source: "/proc/PID/fd socket inodes"},
 	}
 	sev := diag.Warning
 	var summary string
@@ -482,7 +482,7 @@ func synTransient(in *diag.Input, ls []*synListener, c synCounters, cookiesMean 
 			names = append(names, fmt.Sprintf("and %d more", len(ls)-5))
 			break
 		}
-		names = append(names, fmt.Sprintf(":%d %s backlog %d SYN-RECV %d", l.sk.Local.Port(), tcpmodel.Who(cur, l.sk.Pids), l.sk.SendQ, max(l.reqs, l.prev)))
+		names = append(names, fmt.Sprintf(":%d %s backlog %d SYN-RECV %d", l.sk.Local.Port(), tcpmodel.Who(cur, l.sk.Pids.List()), l.sk.SendQ, max(l.reqs, l.prev)))
 	}
 	listed := "none"
 	if len(names) > 0 {

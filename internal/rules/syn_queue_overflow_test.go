@@ -14,7 +14,7 @@ import (
 // from src, and the SYN-queue counters (nil: none collected).
 func synSnap(at time.Time, reqs int, src string, counters map[string]int64, cookies string) *snapshot.Snapshot {
 	s := &snapshot.Snapshot{Taken: at, Netns: snapshot.Netns{Name: "t"},
-		Sockets:  []snapshot.Socket{{Family: 2, State: snapshot.Listen, Local: snapshot.EndpointOf(netip.MustParseAddrPort("0.0.0.0:9000")), SendQ: 8, Cookie: 1, Pids: []int{10}}},
+		Sockets:  []snapshot.Socket{{Family: 2, State: snapshot.Listen, Local: snapshot.EndpointOf(netip.MustParseAddrPort("0.0.0.0:9000")), SendQ: 8, Cookie: 1, Pids: snapshot.PidsOf(10)}},
 		Sysctls:  map[string]string{"net.core.somaxconn": "4096", "net.ipv4.tcp_max_syn_backlog": "2048", "net.ipv4.tcp_syncookies": cookies},
 		Procs:    map[int]*snapshot.Proc{10: {Pid: 10, Command: "nginx", FDs: 10}},
 		Counters: counters,

@@ -24,7 +24,7 @@ func sample() *Snapshot {
 			Inode:  7, Cookie: 9, Shutdown: FlagsOf(sh),
 			Info: TCPOf(&TCPInfo{Len: SizeKnown, RTT: 20000, SndCwnd: 10, BusyTime: 5}),
 			Mem:  &MemInfo{Sndbuf: 32768},
-			Pids: []int{42},
+			Pids: PidsOf(42),
 		}, {Family: 10, State: TimeWait, Local: EndpointOf(netip.MustParseAddrPort("[::1]:5")), Remote: EndpointOf(netip.MustParseAddrPort("[::1]:6"))}},
 		Counters: map[string]int64{"TcpExt.ListenOverflows": 3, "Tcp.MaxConn": -1},
 		Sysctls:  map[string]string{"net.core.somaxconn": "4096"},
@@ -268,7 +268,7 @@ func TestWriterMatchesEncodingJSON(t *testing.T) {
 		Family: 10, State: SynSent, CC: CCOf("bbr<\"\\\u2028\xff>"), Timer: 1, Expires: 200, Retrans: 2, IfIndex: 3,
 		Local: EndpointOf(netip.AddrPortFrom(netip.MustParseAddr("fe80::1").WithZone("eth\"0"), 1)),
 		Info:  TCPOf(&TCPInfo{Len: 104, DeliveryRateAppLimited: true, BytesAcked: 1 << 60}),
-		Pids:  []int{7, 9}, BufLock: FlagsOf(lock), Shutdown: FlagsOf(zero),
+		Pids:  PidsOf(7, 9), BufLock: FlagsOf(lock), Shutdown: FlagsOf(zero),
 	}, Socket{})
 	buf := written(t, in)
 	want, err := json.Marshal(in)

@@ -76,9 +76,9 @@ func (sk *Socket) AppendJSONFields(b []byte) []byte {
 	} else {
 		b = append(b, "null"...)
 	}
-	if len(sk.Pids) > 0 {
+	if sk.Pids.Len() > 0 {
 		b = append(b, `,"pids":[`...)
-		for i, p := range sk.Pids {
+		for i, p := range sk.Pids.List() {
 			if i > 0 {
 				b = append(b, ',')
 			}

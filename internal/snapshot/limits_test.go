@@ -238,7 +238,7 @@ func TestDefaultLimitsFitRecordings(t *testing.T) {
 	sk.RecvQ, sk.SendQ, sk.UID, sk.Inode, sk.IfIndex, sk.Expires = math.MaxUint32, math.MaxUint32, math.MaxUint32, math.MaxUint32, math.MaxUint32, math.MaxUint32
 	sk.Cookie, sk.Timer, sk.Retrans = math.MaxUint64, math.MaxUint8, math.MaxUint8
 	lock := uint8(3)
-	sk.BufLock, sk.Pids = FlagsOf(lock), []int{4194304, 4194303, 4194302, 4194301}
+	sk.BufLock, sk.Pids = FlagsOf(lock), PidsOf(4194304, 4194303, 4194302, 4194301)
 	ti := new(TCPInfo)
 	v := reflect.ValueOf(ti).Elem()
 	for i := range v.NumField() {

@@ -80,7 +80,7 @@ func (c *packChunk) unpack(off uint16, t *TCPInfo) {
 type TCPRef struct {
 	// t is the tcp_info itself when at is 0; else the proto of the
 	// packChunk whose record at word at-1 holds it (one pointer, so that
-	// a Socket stays 136 bytes).
+	// a Socket stays 120 bytes).
 	t  *TCPInfo
 	at uint16
 }

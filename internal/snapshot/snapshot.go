@@ -165,7 +165,7 @@ type SourceStat struct {
 }
 
 // Socket is one TCP socket as sock_diag reports it, plus its owners.
-// Its fields are ordered so that it packs into 136 bytes, a million of
+// Its fields are ordered so that it packs into 120 bytes, a million of
 // them held at once by check (TestSampleSizes); JSON keeps this order.
 type Socket struct {
 	Family uint8    `json:"family"` // 2 (AF_INET) or 10 (AF_INET6)
@@ -194,8 +194,8 @@ type Socket struct {
 	// it with TCP, set it with TCPOf.
 	Info TCPRef   `json:"tcp_info"`
 	Mem  *MemInfo `json:"mem"`
-	// Pids owning this socket (sharing its file); empty when unknown.
-	Pids []int `json:"pids,omitempty"`
+	// Pids owning this socket (sharing its file); none when unknown.
+	Pids PidList `json:"pids,omitzero"`
 }
 
 // MemInfo is INET_DIAG_SKMEMINFO (SK_MEMINFO_*), in bytes.

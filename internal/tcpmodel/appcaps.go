@@ -44,7 +44,7 @@ func CapUseOf(s *snapshot.Snapshot, c *snapshot.AppCap) CapUse {
 	u := CapUse{Cap: c, Held: map[int]int{}, Clients: map[int]int{}, Outgoing: map[int]int{}}
 	for i := range s.Sockets {
 		sk := &s.Sockets[i]
-		if sk.State == snapshot.Listen && slices.Contains(sk.Pids, c.Pid) && (len(c.Ports) == 0 || slices.Contains(c.Ports, sk.Local.Port())) {
+		if sk.State == snapshot.Listen && slices.Contains(sk.Pids.List(), c.Pid) && (len(c.Ports) == 0 || slices.Contains(c.Ports, sk.Local.Port())) {
 			u.Listeners = append(u.Listeners, sk)
 		}
 	}
@@ -64,7 +64,7 @@ func CapUseOf(s *snapshot.Snapshot, c *snapshot.AppCap) CapUse {
 		sk := &s.Sockets[i]
 		switch c.Per {
 		case snapshot.CapPerProcess:
-			for _, pid := range sk.Pids {
+			for _, pid := range sk.Pids.List() {
 				if !slices.Contains(u.Pids, pid) {
 					continue
 				}
@@ -80,7 +80,7 @@ func CapUseOf(s *snapshot.Snapshot, c *snapshot.AppCap) CapUse {
 		default:
 			// A connection with no owner is still in the accept queue
 			// (or orphaned): the server does not hold it yet.
-			if sk.State != snapshot.Listen && sk.State != snapshot.TimeWait && len(sk.Pids) > 0 && accepted(sk) {
+			if sk.State != snapshot.Listen && sk.State != snapshot.TimeWait && sk.Pids.Len() > 0 && accepted(sk) {
 				u.Held[c.Pid]++
 				u.Clients[c.Pid]++
 			}

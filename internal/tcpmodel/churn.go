@@ -237,8 +237,8 @@ func ChurnOf(s *snapshot.Snapshot, prev PrevState, window time.Duration) []*Chur
 				c.OpenNew++
 			}
 			c.LocalOpener = true
-			if len(sk.Pids) > 0 {
-				c.Openers.Add(sk.Pids[0])
+			if sk.Pids.Len() > 0 {
+				c.Openers.Add(sk.Pids.List()[0])
 			}
 		}
 	}
@@ -289,7 +289,7 @@ func ChurnOf(s *snapshot.Snapshot, prev PrevState, window time.Duration) []*Chur
 		}
 		if ln := ls.Of(&snapshot.Socket{State: snapshot.Established, Local: snapshot.EndpointOf(f.Service)}); ln != nil {
 			c.LocalService = true
-			for _, pid := range ln.Pids {
+			for _, pid := range ln.Pids.List() {
 				c.Server.Add(pid)
 			}
 		}

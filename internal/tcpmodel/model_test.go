@@ -178,7 +178,7 @@ func TestClosedInWindow(t *testing.T) {
 func TestChurnSides(t *testing.T) {
 	svc := netip.AddrPortFrom(lo, 8081)
 	s := &snapshot.Snapshot{Procs: map[int]*snapshot.Proc{10: {Pid: 10, Command: "nginx"}, 11: {Pid: 11, Command: "upstream"}}}
-	s.Sockets = append(s.Sockets, snapshot.Socket{State: snapshot.Listen, Local: snapshot.EndpointOf(svc), Pids: []int{11}})
+	s.Sockets = append(s.Sockets, snapshot.Socket{State: snapshot.Listen, Local: snapshot.EndpointOf(svc), Pids: snapshot.PidsOf(11)})
 	// The service closes first: TIME_WAIT on its side, 50 in 5 s.
 	for i := 0; i < 50; i++ {
 		s.Sockets = append(s.Sockets, snapshot.Socket{State: snapshot.TimeWait, Local: snapshot.EndpointOf(svc), Remote: snapshot.EndpointFrom(lo, uint16(50000+i)),
@@ -186,8 +186,8 @@ func TestChurnSides(t *testing.T) {
 	}
 	// One request in flight, seen from both ends.
 	s.Sockets = append(s.Sockets,
-		snapshot.Socket{State: snapshot.Established, Local: snapshot.EndpointOf(netip.AddrPortFrom(lo, 51000)), Remote: snapshot.EndpointOf(svc), Pids: []int{10}},
-		snapshot.Socket{State: snapshot.Established, Local: snapshot.EndpointOf(svc), Remote: snapshot.EndpointOf(netip.AddrPortFrom(lo, 51000)), Pids: []int{11}})
+		snapshot.Socket{State: snapshot.Established, Local: snapshot.EndpointOf(netip.AddrPortFrom(lo, 51000)), Remote: snapshot.EndpointOf(svc), Pids: snapshot.PidsOf(10)},
+		snapshot.Socket{State: snapshot.Established, Local: snapshot.EndpointOf(svc), Remote: snapshot.EndpointOf(netip.AddrPortFrom(lo, 51000)), Pids: snapshot.PidsOf(11)})
 	cs := ChurnOf(s, nil, 5*time.Second)
 	if len(cs) != 1 {
 		t.Fatalf("%d flows", len(cs))
@@ -207,14 +207,14 @@ func TestChurnDualStack(t *testing.T) {
 	mapped := netip.MustParseAddr("::ffff:127.0.0.1")
 	svc6 := netip.AddrPortFrom(mapped, 80)
 	s := &snapshot.Snapshot{Procs: map[int]*snapshot.Proc{10: {Pid: 10, Command: "wrk"}, 11: {Pid: 11, Command: "apache2"}}}
-	s.Sockets = append(s.Sockets, snapshot.Socket{Family: 10, State: snapshot.Listen, Local: snapshot.EndpointOf(netip.MustParseAddrPort("[::]:80")), Pids: []int{11}})
+	s.Sockets = append(s.Sockets, snapshot.Socket{Family: 10, State: snapshot.Listen, Local: snapshot.EndpointOf(netip.MustParseAddrPort("[::]:80")), Pids: snapshot.PidsOf(11)})
 	for i := 0; i < 50; i++ {
 		s.Sockets = append(s.Sockets, snapshot.Socket{Family: 10, State: snapshot.TimeWait, Local: snapshot.EndpointOf(svc6),
 			Remote: snapshot.EndpointFrom(mapped, uint16(50000+i)), Expires: uint32(57000)})
 	}
 	s.Sockets = append(s.Sockets,
-		snapshot.Socket{Family: 2, State: snapshot.Established, Local: snapshot.EndpointOf(netip.AddrPortFrom(lo, 51000)), Remote: snapshot.EndpointOf(netip.AddrPortFrom(lo, 80)), Pids: []int{10}},
-		snapshot.Socket{Family: 10, State: snapshot.Established, Local: snapshot.EndpointOf(svc6), Remote: snapshot.EndpointOf(netip.AddrPortFrom(mapped, 51000)), Pids: []int{11}})
+		snapshot.Socket{Family: 2, State: snapshot.Established, Local: snapshot.EndpointOf(netip.AddrPortFrom(lo, 51000)), Remote: snapshot.EndpointOf(netip.AddrPortFrom(lo, 80)), Pids: snapshot.PidsOf(10)},
+		snapshot.Socket{Family: 10, State: snapshot.Established, Local: snapshot.EndpointOf(svc6), Remote: snapshot.EndpointOf(netip.AddrPortFrom(mapped, 51000)), Pids: snapshot.PidsOf(11)})
 	cs := ChurnOf(s, nil, 5*time.Second)
 	if len(cs) != 1 {
 		t.Fatalf("%d flows: %+v", len(cs), cs)
@@ -230,13 +230,13 @@ func TestChurnDualStack(t *testing.T) {
 	// nginx's IPv4, and nginx closes first (HTTP/1.0).
 	svc := netip.AddrPortFrom(lo, 8081)
 	s = &snapshot.Snapshot{Procs: map[int]*snapshot.Proc{20: {Pid: 20, Command: "java"}, 21: {Pid: 21, Command: "nginx"}}}
-	s.Sockets = append(s.Sockets, snapshot.Socket{Family: 2, State: snapshot.Listen, Local: snapshot.EndpointOf(svc), Pids: []int{21}})
+	s.Sockets = append(s.Sockets, snapshot.Socket{Family: 2, State: snapshot.Listen, Local: snapshot.EndpointOf(svc), Pids: snapshot.PidsOf(21)})
 	for i := 0; i < 50; i++ {
 		s.Sockets = append(s.Sockets, snapshot.Socket{Family: 2, State: snapshot.TimeWait, Local: snapshot.EndpointOf(svc),
 			Remote: snapshot.EndpointFrom(lo, uint16(50000+i)), Expires: uint32(57000)})
 	}
 	s.Sockets = append(s.Sockets, snapshot.Socket{Family: 10, State: snapshot.Established, Local: snapshot.EndpointOf(netip.AddrPortFrom(mapped, 51000)),
-		Remote: snapshot.EndpointOf(netip.AddrPortFrom(mapped, 8081)), Pids: []int{20}})
+		Remote: snapshot.EndpointOf(netip.AddrPortFrom(mapped, 8081)), Pids: snapshot.PidsOf(20)})
 	cs = ChurnOf(s, nil, 5*time.Second)
 	if len(cs) != 1 || cs[0].Service != svc || cs[0].ClosedByService != 50 || cs[0].Open != 1 || cs[0].Openers.Top() != 20 {
 		t.Errorf("java client: %+v", cs)
@@ -350,9 +350,9 @@ func TestChurnOldCloses(t *testing.T) {
 		port := uint16(40000)
 		add := func(st snapshot.State, wasOpen bool) {
 			port++
-			sk := snapshot.Socket{State: st, Local: snapshot.EndpointOf(netip.AddrPortFrom(lo, port)), Remote: snapshot.EndpointOf(svc), Cookie: uint64(port), Pids: []int{10}}
+			sk := snapshot.Socket{State: st, Local: snapshot.EndpointOf(netip.AddrPortFrom(lo, port)), Remote: snapshot.EndpointOf(svc), Cookie: uint64(port), Pids: snapshot.PidsOf(10)}
 			if st == snapshot.TimeWait {
-				sk.Expires, sk.Pids = 59_000, nil
+				sk.Expires, sk.Pids = 59_000, snapshot.PidList{}
 			}
 			old[sk.Cookie] = wasOpen
 			s.Sockets = append(s.Sockets, sk)

@@ -19,10 +19,10 @@ func Command(s *snapshot.Snapshot, pid int) string {
 // FirstOwner returns a socket's first owning pid and its command; 0 and
 // "" when the owner scan did not find it.
 func FirstOwner(s *snapshot.Snapshot, sk *snapshot.Socket) (int, string) {
-	if len(sk.Pids) == 0 {
+	if sk.Pids.Len() == 0 {
 		return 0, ""
 	}
-	return sk.Pids[0], Command(s, sk.Pids[0])
+	return sk.Pids.List()[0], Command(s, sk.Pids.List()[0])
 }
 
 // Who describes owners as "nginx(pid 12), nginx(pid 13)", or "unknown
@@ -163,7 +163,7 @@ func AcceptedOwned(s *snapshot.Snapshot, ls Listeners) map[uint64]int {
 	out := make(map[uint64]int, len(ls))
 	for i := range s.Sockets {
 		sk := &s.Sockets[i]
-		if len(sk.Pids) == 0 {
+		if sk.Pids.Len() == 0 {
 			continue
 		}
 		for _, ln := range ls[sk.Local.Port()] {
@@ -193,10 +193,10 @@ func Openers(s *snapshot.Snapshot, ls Listeners) map[Flow]int {
 	}
 	for i := range s.Sockets {
 		sk := &s.Sockets[i]
-		if sk.State == snapshot.TimeWait || len(sk.Pids) == 0 || ls.Of(sk) != nil {
+		if sk.State == snapshot.TimeWait || sk.Pids.Len() == 0 || ls.Of(sk) != nil {
 			continue
 		}
-		add(FlowOf(sk.Local.Addr(), sk.Remote.AddrPort()), sk.Pids[0])
+		add(FlowOf(sk.Local.Addr(), sk.Remote.AddrPort()), sk.Pids.List()[0])
 	}
 	for _, fo := range s.FlowOwners {
 		add(FlowOf(fo.Local, fo.Remote), fo.Pid)

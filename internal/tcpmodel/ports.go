@@ -269,8 +269,8 @@ func (p *PortSpace) DestUsage(cur *snapshot.Snapshot, prev PrevState, window tim
 		}
 		if sk.State != snapshot.TimeWait {
 			u.Open++
-			if len(sk.Pids) > 0 {
-				u.Owners.Add(sk.Pids[0])
+			if sk.Pids.Len() > 0 {
+				u.Owners.Add(sk.Pids.List()[0])
 			}
 			if sk.State == snapshot.Established {
 				if ti := sk.TCP(&tb); ti != nil && ti.Options&OptTimestamps == 0 {

@@ -26,7 +26,7 @@ func millionSockets(t time.Time) *snapshot.Snapshot {
 	for h := range 56 {
 		pid := 1000 + h
 		srv := netip.AddrPortFrom(lo, uint16(10000+h))
-		ln := snapshot.Socket{Family: 2, State: snapshot.Listen, Cookie: uint64(len(s.Sockets) + 1), Local: snapshot.EndpointOf(srv), Pids: []int{pid}, SendQ: 4096}
+		ln := snapshot.Socket{Family: 2, State: snapshot.Listen, Cookie: uint64(len(s.Sockets) + 1), Local: snapshot.EndpointOf(srv), Pids: snapshot.PidsOf(pid), SendQ: 4096}
 		s.Sockets = append(s.Sockets, st.Keep(&ln))
 		for j := range 8929 {
 			if len(s.Sockets) >= 1_000_056 {
@@ -35,9 +35,9 @@ func millionSockets(t time.Time) *snapshot.Snapshot {
 			cli := netip.AddrPortFrom(lo, uint16(32768+j))
 			ti := info
 			ti.RTT += uint32(j % 7)
-			c := snapshot.Socket{Family: 2, State: snapshot.Established, Cookie: uint64(len(s.Sockets) + 1), Local: snapshot.EndpointOf(cli), Remote: snapshot.EndpointOf(srv), Pids: []int{pid}, Info: snapshot.TCPOf(&ti), Mem: &mem}
+			c := snapshot.Socket{Family: 2, State: snapshot.Established, Cookie: uint64(len(s.Sockets) + 1), Local: snapshot.EndpointOf(cli), Remote: snapshot.EndpointOf(srv), Pids: snapshot.PidsOf(pid), Info: snapshot.TCPOf(&ti), Mem: &mem}
 			s.Sockets = append(s.Sockets, st.Keep(&c))
-			a := snapshot.Socket{Family: 2, State: snapshot.Established, Cookie: uint64(len(s.Sockets) + 1), Local: snapshot.EndpointOf(srv), Remote: snapshot.EndpointOf(cli), Pids: []int{pid}, Info: snapshot.TCPOf(&ti), Mem: &mem}
+			a := snapshot.Socket{Family: 2, State: snapshot.Established, Cookie: uint64(len(s.Sockets) + 1), Local: snapshot.EndpointOf(srv), Remote: snapshot.EndpointOf(cli), Pids: snapshot.PidsOf(pid), Info: snapshot.TCPOf(&ti), Mem: &mem}
 			s.Sockets = append(s.Sockets, st.Keep(&a))
 		}
 	}

@@ -15,7 +15,7 @@ import (
 // `sockets --json` (what docs/performance.md times, less the dump).
 func BenchmarkRow(b *testing.B) {
 	sk := snapshot.Socket{State: snapshot.Established, Local: snapshot.EndpointOf(netip.MustParseAddrPort("10.0.0.1:80")),
-		Remote: snapshot.EndpointOf(netip.MustParseAddrPort("10.0.0.2:40000")), Pids: []int{42}, Mem: &snapshot.MemInfo{Sndbuf: 87040, Rcvbuf: 131072}}
+		Remote: snapshot.EndpointOf(netip.MustParseAddrPort("10.0.0.2:40000")), Pids: snapshot.PidsOf(42), Mem: &snapshot.MemInfo{Sndbuf: 87040, Rcvbuf: 131072}}
 	lim := tcpmodel.Limited{Window: time.Second, Busy: 0.5, Sndbuf: 0.25, Rwnd: 0.25, Congestion: 0.5}
 	r := rowOf("host", &sk, "nginx", true)
 	r.Limited = &lim

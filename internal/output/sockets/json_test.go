@@ -44,8 +44,8 @@ func viewOf(r *Row) view {
 // member as it comes).
 func rowOf(netns string, sk *snapshot.Socket, command string, hasCommand bool) Row {
 	s := output.Subject{Netns: netns, Command: command, HasCommand: hasCommand}
-	if len(sk.Pids) > 0 {
-		s.Pid, s.HasPid = sk.Pids[0], true
+	if sk.Pids.Len() > 0 {
+		s.Pid, s.HasPid = sk.Pids.List()[0], true
 	}
 	return Row{Subject: s, Socket: sk}
 }
@@ -248,7 +248,7 @@ func FuzzSocketJSON(f *testing.F) {
 // the table's columns are sized, in the table (docs/performance.md).
 func TestSocketPrinterAllocs(t *testing.T) {
 	sk := snapshot.Socket{State: snapshot.Established, Local: snapshot.EndpointOf(netip.MustParseAddrPort("10.0.0.1:80")),
-		Remote: snapshot.EndpointOf(netip.MustParseAddrPort("10.0.0.2:40000")), Pids: []int{42}, Mem: &snapshot.MemInfo{Sndbuf: 87040, Rcvbuf: 131072}}
+		Remote: snapshot.EndpointOf(netip.MustParseAddrPort("10.0.0.2:40000")), Pids: snapshot.PidsOf(42), Mem: &snapshot.MemInfo{Sndbuf: 87040, Rcvbuf: 131072}}
 	lim := tcpmodel.Limited{Window: time.Second, Busy: 0.5, Sndbuf: 0.25, Rwnd: 0.25, Congestion: 0.5}
 	r := rowOf("host", &sk, "nginx", true)
 	r.Limited = &lim
