@@ -139,7 +139,7 @@ func (c *Collector) Collect(nss []netns.NS) []*snapshot.Snapshot {
 			end := c.Opts.Phases.Begin("counters and sysctls")
 			procnet.Default().Fill(s)
 			end()
-			expect := expectedSockets(s)
+			_, expect := expectedSockets(s)
 			if expect >= besideMin {
 				locks = c.startLocks(ns, expect)
 			} else {
@@ -239,15 +239,21 @@ func (c *Collector) dump(s *snapshot.Snapshot, conn *sockdiag.Conn, openErr erro
 	}
 	defer conn.Close()
 	b, hasBase := c.Base[s.Netns.Name]
-	if n := expectedSockets(s); cap(b.Spare) >= n {
-		// Each append overwrites a whole socket; what is left past the
-		// new length is cleared after the dump, so that the old sockets'
+	if used, n := expectedSockets(s); cap(b.Spare) >= n {
+		// Each append overwrites a whole socket; the old sockets left
+		// past the new length are cleared after the dump, so that their
 		// extras are not kept alive (clearing it all first was a pass
-		// over every socket between the samples).
+		// over every socket between the samples). The room past them
+		// was never written: clearing it would fault it in.
 		s.Sockets = b.Spare[:0]
-		defer func() { clear(s.Sockets[len(s.Sockets):cap(s.Sockets)]) }()
+		old := len(b.Spare)
+		defer func() {
+			if n := len(s.Sockets); n < old && cap(s.Sockets) >= old {
+				clear(s.Sockets[n:old])
+			}
+		}()
 	} else {
-		s.Sockets = newSockets(n, c.Opts.FaultIn)
+		s.Sockets = newSockets(n, used, c.Opts.FaultIn)
 	}
 	// The decoder's socket is reused (nothing allocated per socket) and
 	// copied into the snapshot; one walk of the kernel's tables serves
@@ -273,16 +279,16 @@ func (c *Collector) dump(s *snapshot.Snapshot, conn *sockdiag.Conn, openErr erro
 	}
 }
 
-// expectedSockets sizes the dump from this namespace's sockstat (TCP and
-// TCP6 sockets in use plus TIME_WAIT, with a little room), so 100,000
-// sockets are not copied over and over while the slice grows. TCP.alloc
-// is not used: it counts every namespace's sockets.
-func expectedSockets(s *snapshot.Snapshot) int {
+// expectedSockets sizes the dump from this namespace's sockstat: used is
+// TCP and TCP6 sockets in use plus TIME_WAIT, room that with a little
+// more, so 100,000 sockets are not copied over and over while the slice
+// grows. TCP.alloc is not used: it counts every namespace's sockets.
+func expectedSockets(s *snapshot.Snapshot) (used, room int) {
 	n := s.Sockstat["TCP.inuse"] + s.Sockstat["TCP6.inuse"] + s.Sockstat["TCP.tw"]
 	if n < 0 || n > 10_000_000 {
 		n = 0
 	}
-	return int(n + n/16 + 64)
+	return int(n), int(n + n/16 + 64)
 }
 
 // attachOwners scans /proc once for all namespaces: socket inodes are

@@ -14,13 +14,15 @@ const prefaultMin = 64 << 20
 
 // newSockets makes an empty slice with room for n sockets. With faultIn
 // a large one is faulted in writable at once (MADV_POPULATE_WRITE, Linux
-// >= 5.14; ignored where refused): else the collector's scan of the
-// fresh slice maps the kernel's zero page under it, and each first write
-// to a page then replaces it and interrupts the other CPUs to flush their
-// TLBs, in the middle of the dump.
-func newSockets(n int, faultIn bool) []snapshot.Socket {
+// >= 5.14; ignored where refused) as far as the sockets the namespace
+// counts (used; the room past them is left to fault if it is ever
+// written): else the collector's scan of the fresh slice maps the
+// kernel's zero page under it, and each first write to a page then
+// replaces it and interrupts the other CPUs to flush their TLBs, in the
+// middle of the dump.
+func newSockets(n, used int, faultIn bool) []snapshot.Socket {
 	s := make([]snapshot.Socket, 0, n)
-	size := uintptr(n) * unsafe.Sizeof(snapshot.Socket{})
+	size := uintptr(min(used, n)) * unsafe.Sizeof(snapshot.Socket{})
 	if !faultIn || size < prefaultMin {
 		return s
 	}
