@@ -370,12 +370,12 @@ func OpenFiles(procRoot string) int64 {
 // open files (OpenFiles), to size the records.
 func walkFiles(l procs.FileLister, open int64) fileWalk {
 	start := time.Now()
-	recs, err := procs.ReadFiles(l, int(min(open, 10_000_000)))
+	files, err := procs.ReadFiles(l, int(min(open, 10_000_000)))
 	took := time.Since(start)
 	if err != nil {
 		return fileWalk{err: err, took: took}
 	}
-	return fileWalk{own: procs.Scanner{Root: "/proc"}.OwnersOf(recs, nil), took: took}
+	return fileWalk{own: procs.Scanner{Root: "/proc"}.OwnersOf(files, nil), took: took}
 }
 
 // note records the walk as a source of s; nothing when there was none.

@@ -28,11 +28,11 @@ func (f fakeFiles) Files(fn func(tgid, pid, fd, ino uint32)) error {
 // scanFiles walks l and builds its Owners, as collect does in two steps;
 // nil on an error.
 func scanFiles(s Scanner, l FileLister, want func(uint32) bool) (*Owners, error) {
-	recs, err := ReadFiles(l, 0)
+	files, err := ReadFiles(l, 0)
 	if err != nil {
 		return nil, err
 	}
-	return s.OwnersOf(recs, want), nil
+	return s.OwnersOf(files, want), nil
 }
 
 // ScanFiles finds what Scan finds in the same processes: the fake tree of
@@ -127,7 +127,7 @@ func BenchmarkScanFiles(b *testing.B) {
 	for _, ino := range inos {
 		wanted[ino] = struct{}{}
 	}
-	recs, err := ReadFiles(l, 0)
+	files, err := ReadFiles(l, 0)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -138,5 +138,5 @@ func BenchmarkScanFiles(b *testing.B) {
 			b.Fatalf("scan: %v, %d inodes", err, len(o.Inodes()))
 		}
 	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(recs)), "ns/file")
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(files.Files()), "ns/file")
 }
