@@ -58,7 +58,7 @@ func (x *Exporter) addListenerConns(b *viewBuilder, s *snapshot.Snapshot, ns nsL
 		n  int
 	}
 	var all []lis
-	for _, group := range ls {
+	for _, group := range ls.Groups() {
 		for _, ln := range group {
 			all = append(all, lis{ln, held[ln.Cookie]})
 		}

@@ -408,7 +408,7 @@ func (queuedAt) Keep(s *snapshot.Snapshot) map[uint64][]uint64 {
 		if sk.Pids.Len() > 0 {
 			continue
 		}
-		for _, ln := range ls[sk.Local.Port()] {
+		for _, ln := range ls.At(sk.Local.Port()) {
 			if tcpmodel.AcceptedOn(ln, sk) {
 				out[ln.Cookie] = append(out[ln.Cookie], sk.Cookie)
 			}
@@ -579,7 +579,7 @@ func distinctWanted(s *snapshot.Snapshot, ln *snapshot.Socket) wanted {
 			if sk.Pids.Len() > 0 {
 				slot = &w.held
 			}
-		case (sk.State == snapshot.SynRecv || sk.State == snapshot.NewSynRecv) && tcpmodel.SameListener(ln.Local.AddrPort(), sk.Local.AddrPort()):
+		case (sk.State == snapshot.SynRecv || sk.State == snapshot.NewSynRecv) && tcpmodel.SameListenerAt(ln.Local, sk.Local):
 			slot = &w.synRecv
 		case sk.State == snapshot.SynSent && sk.Remote.Port() == ln.Local.Port() &&
 			(ln.Local.Addr().IsUnspecified() || tcpmodel.Unmapped(sk.Remote.AddrPort()).Addr() == tcpmodel.Unmapped(ln.Local.AddrPort()).Addr()):

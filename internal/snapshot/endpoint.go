@@ -62,6 +62,22 @@ func (e Endpoint) Addr() netip.Addr {
 // netip.Addr.As16 does).
 func (e Endpoint) As16() [16]byte { return e.ip }
 
+// IsUnspecified reports whether the address is 0.0.0.0 or ::, as
+// netip.Addr.IsUnspecified does.
+func (e Endpoint) IsUnspecified() bool {
+	switch e.v {
+	case 4:
+		return [4]byte(e.ip[12:]) == [4]byte{}
+	case 6:
+		return e.ip == [16]byte{}
+	}
+	return false
+}
+
+// SameAddr reports whether e and o have one address (an IPv4 one and its
+// IPv4-mapped form are two, as in netip), whatever their ports.
+func (e Endpoint) SameAddr(o Endpoint) bool { return e.v == o.v && e.ip == o.ip }
+
 // Port returns the port.
 func (e Endpoint) Port() uint16 { return e.port }
 

@@ -99,3 +99,24 @@ func TestFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestEndpointAddr: IsUnspecified and SameAddr answer as netip.Addr's
+// IsUnspecified and == do.
+func TestEndpointAddr(t *testing.T) {
+	addrs := []string{"0.0.0.0:1", "[::]:1", "[::ffff:0.0.0.0]:1", "127.0.0.1:1", "[::ffff:127.0.0.1]:2", "[::1]:1", "10.0.0.1:3", "[2001:db8::1]:1"}
+	for _, a := range addrs {
+		ea := EndpointOf(netip.MustParseAddrPort(a))
+		if ea.IsUnspecified() != ea.Addr().IsUnspecified() {
+			t.Errorf("%s: IsUnspecified %v", a, ea.IsUnspecified())
+		}
+		for _, b := range addrs {
+			eb := EndpointOf(netip.MustParseAddrPort(b))
+			if ea.SameAddr(eb) != (ea.Addr() == eb.Addr()) {
+				t.Errorf("%s and %s: SameAddr %v", a, b, ea.SameAddr(eb))
+			}
+		}
+	}
+	if (Endpoint{}).IsUnspecified() || !(Endpoint{}).SameAddr(Endpoint{}) {
+		t.Error("the zero endpoint: unspecified, or not its own address")
+	}
+}

@@ -175,7 +175,7 @@ func TurnedAwayOf(s *snapshot.Snapshot, u *CapUse, prev PrevState, window time.D
 			continue
 		}
 		for _, ln := range u.Listeners {
-			if sk.Family == ln.Family && SameListener(ln.Local.AddrPort(), sk.Local.AddrPort()) {
+			if sk.Family == ln.Family && SameListenerAt(ln.Local, sk.Local) {
 				t.Closed++
 				break
 			}

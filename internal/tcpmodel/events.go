@@ -182,6 +182,15 @@ func SameListener(local, dst netip.AddrPort) bool {
 	return local.Addr().IsUnspecified() || local.Addr() == dst.Addr()
 }
 
+// SameListenerAt is SameListener for two socket endpoints, without
+// converting them.
+func SameListenerAt(local, dst snapshot.Endpoint) bool {
+	if local.Port() != dst.Port() {
+		return false
+	}
+	return local.IsUnspecified() || local.SameAddr(dst)
+}
+
 // RetransmitsTo sums the data retransmits to peer address a, on every
 // port.
 func RetransmitsTo(s *snapshot.Snapshot, a netip.Addr) (uint64, bool) {

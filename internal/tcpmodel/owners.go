@@ -103,29 +103,70 @@ func (t *Tally) List(s *snapshot.Snapshot) string {
 }
 
 // Listeners indexes a snapshot's listeners by port, to find the service
-// a server-side socket came from.
-type Listeners map[uint16][]*snapshot.Socket
+// a server-side socket came from: a table by port rather than a map, as
+// rules ask it for each of a million sockets.
+type Listeners = *ListenerIndex
+
+// ListenerIndex is what Listeners points to. The zero index (and a nil
+// one) has no listener.
+type ListenerIndex struct {
+	// at is, by port, 1 + the index in lists of the port's listeners;
+	// 0 for a port without one.
+	at    [1 << 16]uint32
+	lists [][]*snapshot.Socket
+}
 
 // ListenersOf indexes the listeners of s.
 func ListenersOf(s *snapshot.Snapshot) Listeners {
-	l := Listeners{}
+	l := &ListenerIndex{}
 	for i := range s.Sockets {
 		sk := &s.Sockets[i]
-		if sk.State == snapshot.Listen {
-			l[sk.Local.Port()] = append(l[sk.Local.Port()], sk)
+		if sk.State != snapshot.Listen {
+			continue
 		}
+		p := sk.Local.Port()
+		if l.at[p] == 0 {
+			l.lists = append(l.lists, nil)
+			l.at[p] = uint32(len(l.lists))
+		}
+		l.lists[l.at[p]-1] = append(l.lists[l.at[p]-1], sk)
 	}
 	return l
 }
 
+// At returns the listeners on port.
+func (l *ListenerIndex) At(port uint16) []*snapshot.Socket {
+	if l == nil || l.at[port] == 0 {
+		return nil
+	}
+	return l.lists[l.at[port]-1]
+}
+
+// Groups returns the listeners of each port, ports in the order of their
+// first listener in the snapshot. The caller must not change them.
+func (l *ListenerIndex) Groups() [][]*snapshot.Socket {
+	if l == nil {
+		return nil
+	}
+	return l.lists
+}
+
+// Ports is how many ports have a listener.
+func (l *ListenerIndex) Ports() int {
+	if l == nil {
+		return 0
+	}
+	return len(l.lists)
+}
+
 // Of returns the listener that accepted sk: same local port, same address
 // or a wildcard one; nil for a client-side socket.
-func (l Listeners) Of(sk *snapshot.Socket) *snapshot.Socket {
+func (l *ListenerIndex) Of(sk *snapshot.Socket) *snapshot.Socket {
 	if sk.State == snapshot.Listen {
 		return nil
 	}
 	var wild *snapshot.Socket
-	for _, ln := range l[sk.Local.Port()] {
+	for _, ln := range l.At(sk.Local.Port()) {
 		a := ln.Local.Addr()
 		switch {
 		case a == sk.Local.Addr() || a.Unmap() == sk.Local.Addr().Unmap():
@@ -139,7 +180,7 @@ func (l Listeners) Of(sk *snapshot.Socket) *snapshot.Socket {
 
 // Service names the service a server-side socket belongs to: its local
 // address and port ("127.0.0.1:8080"); invalid for client-side sockets.
-func (l Listeners) Service(sk *snapshot.Socket) netip.AddrPort {
+func (l *ListenerIndex) Service(sk *snapshot.Socket) netip.AddrPort {
 	if l.Of(sk) == nil {
 		return netip.AddrPort{}
 	}
@@ -154,23 +195,41 @@ func AcceptedOn(ln, sk *snapshot.Socket) bool {
 	case snapshot.Listen, snapshot.TimeWait, snapshot.SynRecv, snapshot.NewSynRecv, snapshot.Close, snapshot.BoundInactive:
 		return false
 	}
-	return sk.Family == ln.Family && SameListener(ln.Local.AddrPort(), sk.Local.AddrPort())
+	return sk.Family == ln.Family && SameListenerAt(ln.Local, sk.Local)
 }
 
 // AcceptedOwned counts, for each listener of s (ls, ListenersOf(s)) by
 // cookie, the accepted connections (AcceptedOn) that have an owner.
 func AcceptedOwned(s *snapshot.Snapshot, ls Listeners) map[uint64]int {
-	out := make(map[uint64]int, len(ls))
+	out := make(map[uint64]int, ls.Ports())
+	// A listener's connections mostly come together in a dump: the last
+	// port's listeners are kept, and the last listener's count is added
+	// to the map when another one's starts.
+	var lns []*snapshot.Socket
+	port, lastCookie, n := -1, uint64(0), 0
 	for i := range s.Sockets {
 		sk := &s.Sockets[i]
 		if sk.Pids.Len() == 0 {
 			continue
 		}
-		for _, ln := range ls[sk.Local.Port()] {
-			if AcceptedOn(ln, sk) {
-				out[ln.Cookie]++
-			}
+		if p := int(sk.Local.Port()); p != port {
+			lns, port = ls.At(sk.Local.Port()), p
 		}
+		for _, ln := range lns {
+			if !AcceptedOn(ln, sk) {
+				continue
+			}
+			if ln.Cookie != lastCookie {
+				if n > 0 {
+					out[lastCookie] += n
+				}
+				lastCookie, n = ln.Cookie, 0
+			}
+			n++
+		}
+	}
+	if n > 0 {
+		out[lastCookie] += n
 	}
 	return out
 }
@@ -183,11 +242,18 @@ func AcceptedOwned(s *snapshot.Snapshot, ls Listeners) map[uint64]int {
 // for them.
 func Openers(s *snapshot.Snapshot, ls Listeners) map[Flow]int {
 	tallies := map[Flow]*Tally{}
+	// A flow's sockets mostly come together in a dump: the last one's
+	// tally is tried before the map.
+	var last *Tally
+	var lastF Flow
 	add := func(f Flow, pid int) {
-		t := tallies[f]
-		if t == nil {
-			t = &Tally{}
-			tallies[f] = t
+		t := last
+		if t == nil || f != lastF {
+			if t = tallies[f]; t == nil {
+				t = &Tally{}
+				tallies[f] = t
+			}
+			last, lastF = t, f
 		}
 		t.Add(pid)
 	}

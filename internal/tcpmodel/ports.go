@@ -114,6 +114,9 @@ type PortSpace struct {
 	Listen map[uint16]bool
 	Bound  map[uint16]bool
 	Reuse  Reuse
+	// listening is Listen as bits, which Outgoing reads for each of a
+	// million sockets: made with it by NewPortSpace.
+	listening [1 << 16 / 64]uint64
 }
 
 // NewPortSpace reads ip_local_port_range, ip_local_reserved_ports, the
@@ -139,6 +142,7 @@ func NewPortSpace(s *snapshot.Snapshot) (*PortSpace, error) {
 		switch sk.State {
 		case snapshot.Listen:
 			p.Listen[port] = true
+			p.listening[port/64] |= 1 << (port % 64)
 		case snapshot.Close, snapshot.BoundInactive:
 		default:
 			continue
@@ -174,7 +178,7 @@ func (p *PortSpace) IsReserved(port int) bool {
 // listener's port, with a remote end.
 func (p *PortSpace) Outgoing(sk *snapshot.Socket) bool {
 	port := int(sk.Local.Port())
-	if sk.State == snapshot.Listen || sk.Remote.Port() == 0 || !p.in(port) || p.Listen[uint16(port)] {
+	if sk.State == snapshot.Listen || sk.Remote.Port() == 0 || !p.in(port) || p.listening[port/64]&(1<<(port%64)) != 0 {
 		return false
 	}
 	return !p.IsReserved(port)
@@ -249,6 +253,8 @@ func ClosedInWindow(sk *snapshot.Socket, prev PrevState, window time.Duration) b
 // without one) bounds what counts as closed during it.
 func (p *PortSpace) DestUsage(cur *snapshot.Snapshot, prev PrevState, window time.Duration) map[Dest]*DestUse {
 	m := map[Dest]*DestUse{}
+	var last *DestUse
+	var lastK Dest
 	recent := RecentHorizon(window, p.Reuse.Delay)
 	var tb snapshot.TCPInfo
 	for i := range cur.Sockets {
@@ -256,11 +262,16 @@ func (p *PortSpace) DestUsage(cur *snapshot.Snapshot, prev PrevState, window tim
 		if !p.Outgoing(sk) {
 			continue
 		}
+		// Sockets to one destination mostly come together in a dump:
+		// the last one's entry is tried before the map.
 		k := DestOf(sk.Local.Addr(), sk.Remote.AddrPort())
-		u := m[k]
-		if u == nil {
-			u = &DestUse{Reuse: p.Reuse.Applies(sk.Local.Addr(), sk.Remote.Addr(), sk.IfIndex)}
-			m[k] = u
+		u := last
+		if u == nil || k != lastK {
+			if u = m[k]; u == nil {
+				u = &DestUse{Reuse: p.Reuse.Applies(sk.Local.Addr(), sk.Remote.Addr(), sk.IfIndex)}
+				m[k] = u
+			}
+			last, lastK = u, k
 		}
 		if prev != nil {
 			if _, ok := prev(sk); !ok {

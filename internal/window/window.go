@@ -104,7 +104,9 @@ func Sample(ctx context.Context, c *collect.Collector, nss []netns.NS, count int
 				order = append(order, s.Netns.Name)
 			}
 			if i == 0 && count > 1 {
+				end := c.Opts.Phases.Begin("window base (the first sample kept)")
 				sr.Base, sr.spare = diag.NewBase(s, keep), s.Sockets
+				end()
 				s = sr.Base.Snap
 			}
 			sr.Snaps = append(sr.Snaps, s)
