@@ -62,6 +62,10 @@ type Options struct {
 	// slice of the next window is made while the last is still held,
 	// and faulting it in whole raised its peak at a million sockets.
 	FaultIn bool
+	// Was makes what a window keeps of each socket (Snapshot.Was) during
+	// the dump, where the kernel's filling of the next datagram leaves
+	// the decoding goroutine time to spare: for a window's first sample.
+	Was bool
 }
 
 // FileSource gives the kernel's file walk (eBPF iter/task_file), loading
@@ -239,7 +243,8 @@ func (c *Collector) dump(s *snapshot.Snapshot, conn *sockdiag.Conn, openErr erro
 	}
 	defer conn.Close()
 	b, hasBase := c.Base[s.Netns.Name]
-	if used, n := expectedSockets(s); cap(b.Spare) >= n {
+	used, n := expectedSockets(s)
+	if cap(b.Spare) >= n {
 		// Each append overwrites a whole socket; the old sockets left
 		// past the new length are cleared after the dump, so that their
 		// extras are not kept alive (clearing it all first was a pass
@@ -253,7 +258,7 @@ func (c *Collector) dump(s *snapshot.Snapshot, conn *sockdiag.Conn, openErr erro
 			}
 		}()
 	} else {
-		s.Sockets = newSockets(n, used, c.Opts.FaultIn)
+		s.Sockets = newSlice[snapshot.Socket](n, used, c.Opts.FaultIn)
 	}
 	// The decoder's socket is reused (nothing allocated per socket) and
 	// copied into the snapshot; one walk of the kernel's tables serves
@@ -264,6 +269,10 @@ func (c *Collector) dump(s *snapshot.Snapshot, conn *sockdiag.Conn, openErr erro
 		base = b.Was
 	}
 	f := snapshot.Follow(base)
+	keepWas := c.Opts.Was
+	if keepWas {
+		s.Was = newSlice[snapshot.Was](n, used, false)
+	}
 	opts := sockdiag.Options{States: c.Opts.States, Filter: c.Opts.Filter, Info: true, Mem: true, Reuse: true, OneWalk: true}
 	err := conn.Dump(opts, func(sk *snapshot.Socket) error {
 		var was *snapshot.Was
@@ -271,6 +280,9 @@ func (c *Collector) dump(s *snapshot.Snapshot, conn *sockdiag.Conn, openErr erro
 			was = &base[k]
 		}
 		s.Sockets = append(s.Sockets, st.KeepSame(sk, was))
+		if keepWas {
+			s.Was = append(s.Was, s.Sockets[len(s.Sockets)-1].Was())
+		}
 		return nil
 	})
 	s.Sources = append(s.Sources, snapshot.SourceStat{Source: snapshot.SourceSockdiag, OK: err == nil, Duration: time.Since(start)})

@@ -38,9 +38,11 @@ func NewBase(s *snapshot.Snapshot, keep []Keeper) *Base {
 	for i, k := range keep {
 		wg.Go(func() { vals[i] = k.keep(s) })
 	}
-	b.Was = snapshot.WasOf(s.Sockets)
+	if b.Was = s.Was; len(b.Was) != len(s.Sockets) {
+		b.Was = snapshot.WasOf(s.Sockets)
+	}
 	snap := *s
-	snap.Sockets = nil
+	snap.Sockets, snap.Was = nil, nil
 	for i := range s.Sockets {
 		if s.Sockets[i].State != snapshot.Established {
 			snap.Sockets = append(snap.Sockets, s.Sockets[i])

@@ -16,6 +16,11 @@ type Snapshot struct {
 	Netns  Netns     `json:"netns"`
 
 	Sockets []Socket `json:"sockets"`
+	// Was is what a window keeps of each of Sockets, in their order, when
+	// the collector made it during the dump (collect.Options.Was): a
+	// window's base then need not walk a million sockets again between
+	// its samples. Nil otherwise; never written to a file.
+	Was []Was `json:"-"`
 	// Counters holds every /proc/net/netstat and /proc/net/snmp value,
 	// keyed "Group.Name", e.g. "TcpExt.ListenOverflows", "Tcp.ActiveOpens".
 	Counters map[string]int64 `json:"counters,omitempty"`

@@ -12,6 +12,7 @@ package window
 import (
 	"context"
 	"iter"
+	"runtime"
 	"time"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
@@ -105,6 +106,13 @@ func Sample(ctx context.Context, c *collect.Collector, nss []netns.NS, count int
 			}
 			if i == 0 && count > 1 {
 				end := c.Opts.Phases.Begin("window base (the first sample kept)")
+				// What the first sample made and dropped (the owner
+				// join's index above all) is collected now, before the
+				// last dump's own transients pile up on top of it: at a
+				// million sockets the collector's last cycle ran mid-dump
+				// and the next would not before the end
+				// (docs/performance.md, "300 MB").
+				runtime.GC()
 				sr.Base, sr.spare = diag.NewBase(s, keep), s.Sockets
 				end()
 				s = sr.Base.Snap
@@ -130,6 +138,7 @@ func collectorFor(c *collect.Collector, i, count int, byNS map[string]*Series) *
 	if i < count-1 {
 		lc.Opts.Locks, lc.Opts.BufLock = nil, false
 		lc.Opts.LocksOff = startsNote
+		lc.Opts.Was = i == 0 // made into the window's base
 		return &lc
 	}
 	lc.Base = make(map[string]snapshot.Prior, len(byNS))
