@@ -82,6 +82,20 @@ func TestNewBase(t *testing.T) {
 	}
 }
 
+// NewBase takes the records the dump made (Snapshot.Was) when there is
+// one for each socket, and makes them itself when not.
+func TestNewBaseTakesDumpWas(t *testing.T) {
+	s := baseSample()
+	s.Was = snapshot.WasOf(s.Sockets)
+	if b := NewBase(s, nil); &b.Was[0] != &s.Was[0] || b.Snap.Was != nil {
+		t.Error("the dump's records were not taken, or stayed in the base's sample")
+	}
+	s.Was = s.Was[:2]
+	if b := NewBase(s, nil); len(b.Was) != 4 || &b.Was[0] == &s.Was[0] {
+		t.Errorf("records for 2 of 4 sockets taken: %d", len(b.Was))
+	}
+}
+
 // A rule that reads what it did not list in its Keeps is reported
 // unknown with the key it missed, not judged on an empty tally.
 func TestKeptOfUndeclared(t *testing.T) {

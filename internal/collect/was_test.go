@@ -1,0 +1,45 @@
+package collect
+
+import (
+	"net"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/netns"
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/testns"
+)
+
+// TestDumpMakesWas: asked for them, the dump makes the window's records
+// of its sockets, the ones WasOf makes afterwards; not asked, none.
+func TestDumpMakesWas(t *testing.T) {
+	ns := testns.New(t, "was")
+	err := netns.Do(ns, func() error {
+		ln, err := net.Listen("tcp4", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		t.Cleanup(func() { ln.Close() })
+		for range 5 {
+			a, b, err := testns.DialAccept(ln)
+			if err != nil {
+				return err
+			}
+			t.Cleanup(func() { a.Close(); b.Close() })
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &Collector{Opts: Options{Was: true}, Now: time.Now}
+	s := c.Collect([]netns.NS{ns})[0]
+	if len(s.Sockets) != 11 || !reflect.DeepEqual(s.Was, snapshot.WasOf(s.Sockets)) {
+		t.Errorf("%d sockets; records made in the dump %+v, after it %+v", len(s.Sockets), s.Was, snapshot.WasOf(s.Sockets))
+	}
+	c.Opts.Was = false
+	if s := c.Collect([]netns.NS{ns})[0]; s.Was != nil {
+		t.Errorf("records made unasked: %d", len(s.Was))
+	}
+}
