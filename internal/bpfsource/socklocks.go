@@ -29,12 +29,15 @@ type SockLocks struct {
 }
 
 // SockLock is one full TCP socket as the iterator saw it.
+// Of the record's sk_sndbuf and sk_rcvbuf only their sign is checked:
+// the join needs none of them, and 16 bytes a socket rather than 24 is
+// 8 MB less at a million sockets, beside the last dump at a window's
+// peak.
 type SockLock struct {
 	Cookie uint64
 	State  uint8
 	// Locks is sk_userlocks & 3: LockSnd, LockRcv.
-	Locks          uint8
-	Sndbuf, Rcvbuf uint32
+	Locks uint8
 }
 
 // Locks is one walk of one namespace.
@@ -180,7 +183,7 @@ func (l *SockLocks) Read(hint int) (*Locks, error) {
 // sockLockSize is sizeof(struct sock_lock) (bpf/socklocks.c).
 const sockLockSize = 24
 
-// maxLockHint bounds the room decodeSockLocks makes ahead (240 MB).
+// maxLockHint bounds the room decodeSockLocks makes ahead (160 MB).
 const maxLockHint = 10_000_000
 
 // decodeSockLocks reads records of struct sock_lock until EOF, with room
@@ -221,7 +224,6 @@ func decodeSockLocks(r io.Reader, hint int) (*Locks, error) {
 			return nil, fmt.Errorf("bpfsource: socklocks: record %d from namespace %d, the others from %d", n, ns, out.Netns)
 		}
 		out.Netns = ns
-		sl.Sndbuf, sl.Rcvbuf = uint32(snd), uint32(rcv)
 		out.Recs = append(out.Recs, sl)
 	}
 }

@@ -107,12 +107,13 @@ func Sample(ctx context.Context, c *collect.Collector, nss []netns.NS, count int
 			if i == 0 && count > 1 {
 				end := c.Opts.Phases.Begin("window base (the first sample kept)")
 				// What the first sample made and dropped (the owner
-				// join's index above all) is collected now, before the
-				// last dump's own transients pile up on top of it: at a
-				// million sockets the collector's last cycle ran mid-dump
-				// and the next would not before the end
-				// (docs/performance.md, "300 MB").
-				runtime.GC()
+				// join's index above all) is collected now, beside the
+				// base and the next dump, before the last dump's own
+				// transients pile up on top of it: at a million sockets
+				// the collector's last cycle ran mid-dump and the next
+				// would not before the end (docs/performance.md, "300
+				// MB").
+				go runtime.GC()
 				sr.Base, sr.spare = diag.NewBase(s, keep), s.Sockets
 				end()
 				s = sr.Base.Snap
