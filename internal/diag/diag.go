@@ -4,6 +4,7 @@ package diag
 
 import (
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
@@ -175,9 +176,12 @@ type Input struct {
 	Options Options
 	base    *Base
 	// prev finds Cur's sockets in the base, built by NewInput's
-	// goroutine; prevReady is closed when it is.
+	// goroutine; prevReady is closed when it is, and prevDone set once a
+	// caller has seen it closed: receiving from a closed channel takes
+	// its lock, which a million calls from every CPU contended for.
 	prev      *prevIndex
 	prevReady chan struct{}
+	prevDone  atomic.Bool
 	tuples    tcpmodel.Tuples // CurTuples: indexed at its first lookup
 	// memos holds MemoOf's values by key.
 	memos onceMap
@@ -223,8 +227,9 @@ func (in *Input) Window() time.Duration {
 // cookie), nil when it was not there. sk is one of Cur's sockets, found
 // by its position at no cost; any other socket is looked up by cookie.
 func (in *Input) PrevOf(sk *snapshot.Socket) *snapshot.Was {
-	if in.prevReady != nil { // nil in an Input not made by NewInput
+	if in.prevReady != nil && !in.prevDone.Load() { // nil in an Input not made by NewInput
 		<-in.prevReady
+		in.prevDone.Store(true)
 	}
 	if in.prev == nil {
 		return nil

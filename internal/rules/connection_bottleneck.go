@@ -80,6 +80,8 @@ func checkConnectionBottleneck(in *diag.Input) ([]diag.Finding, error) {
 		}
 	}
 	flows := map[flowKey]*flow{}
+	var last *flow
+	var lastK flowKey
 	var tb, wb snapshot.TCPInfo
 	for i := range cur.Sockets {
 		sk := &cur.Sockets[i]
@@ -96,10 +98,15 @@ func checkConnectionBottleneck(in *diag.Input) ([]diag.Finding, error) {
 		if listening[sk.Local.Port()] {
 			k = flowKey{pid: pid, local: sk.Local.AddrPort(), remote: netip.AddrPortFrom(sk.Remote.Addr(), 0)}
 		}
-		f := flows[k]
-		if f == nil {
-			f = &flow{}
-			flows[k] = f
+		// A flow's sockets mostly come together in a dump: the last
+		// one's entry is tried before the map.
+		f := last
+		if f == nil || k != lastK {
+			if f = flows[k]; f == nil {
+				f = &flow{}
+				flows[k] = f
+			}
+			last, lastK = f, k
 		}
 		f.n++
 		if f.n > bottleneckMaxConns {

@@ -190,6 +190,9 @@ func ChurnOf(s *snapshot.Snapshot, prev PrevState, window time.Duration) []*Chur
 			}
 		}
 	}
+	if len(m) == 0 {
+		return []*Churn{} // no close in the window: no flow to look behind
+	}
 	// Then who is behind them: open connections and listeners.
 	serverOpen, serverNew := map[Flow]int{}, map[Flow]int{}
 	// Turns of the open connections, opener side and service side.
