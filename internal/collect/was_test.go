@@ -1,7 +1,6 @@
 package collect
 
 import (
-	"net"
 	"reflect"
 	"testing"
 	"time"
@@ -15,24 +14,7 @@ import (
 // of its sockets, the ones WasOf makes afterwards; not asked, none.
 func TestDumpMakesWas(t *testing.T) {
 	ns := testns.New(t, "was")
-	err := netns.Do(ns, func() error {
-		ln, err := net.Listen("tcp4", "127.0.0.1:0")
-		if err != nil {
-			return err
-		}
-		t.Cleanup(func() { ln.Close() })
-		for range 5 {
-			a, b, err := testns.DialAccept(ln)
-			if err != nil {
-				return err
-			}
-			t.Cleanup(func() { a.Close(); b.Close() })
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	testns.Connections(t, ns, 5)
 	c := &Collector{Opts: Options{Was: true}, Now: time.Now}
 	s := c.Collect([]netns.NS{ns})[0]
 	if len(s.Sockets) != 11 || !reflect.DeepEqual(s.Was, snapshot.WasOf(s.Sockets)) {

@@ -86,6 +86,33 @@ func DialAccept(ln net.Listener) (client, server net.Conn, err error) {
 	return c, s, nil
 }
 
+// Connections opens a listener on 127.0.0.1 in ns and n connections to
+// it, each as its client and server ends; all are closed when t ends.
+func Connections(t testing.TB, ns netns.NS, n int) [][2]net.Conn {
+	t.Helper()
+	var conns [][2]net.Conn
+	err := netns.Do(ns, func() error {
+		ln, err := net.Listen("tcp4", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		t.Cleanup(func() { _ = ln.Close() })
+		for range n {
+			a, b, err := DialAccept(ln)
+			if err != nil {
+				return err
+			}
+			conns = append(conns, [2]net.Conn{a, b})
+			t.Cleanup(func() { _ = a.Close(); _ = b.Close() })
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return conns
+}
+
 // RefusedDst is where Refusals connects: nothing listens there.
 const RefusedDst = "127.0.0.1:1"
 

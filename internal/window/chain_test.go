@@ -2,7 +2,6 @@ package window
 
 import (
 	"context"
-	"net"
 	"net/netip"
 	"strings"
 	"testing"
@@ -132,22 +131,7 @@ func TestInputs(t *testing.T) {
 // its whole sample though the base holds its connections as records.
 func TestSampleKeepsWhatTheRulesList(t *testing.T) {
 	ns := testns.New(t, "keep")
-	err := netns.Do(ns, func() error {
-		ln, err := net.Listen("tcp4", "127.0.0.1:0")
-		if err != nil {
-			return err
-		}
-		t.Cleanup(func() { ln.Close() })
-		a, b, err := testns.DialAccept(ln)
-		if err != nil {
-			return err
-		}
-		t.Cleanup(func() { a.Close(); b.Close() })
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	testns.Connections(t, ns, 1)
 	c := &collect.Collector{Opts: collect.Options{ProcRoot: "/proc"}, Now: time.Now}
 	noSleep := func(context.Context, time.Duration) error { return nil }
 	ss, err := Sample(context.Background(), c, []netns.NS{ns}, 2, time.Second, noSleep, keeping())

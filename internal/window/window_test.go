@@ -153,26 +153,7 @@ func TestSampleSharesUnchangedExtras(t *testing.T) {
 // its own: there fewer connections were open.
 func TestSampleReusesTheFirstSlice(t *testing.T) {
 	ns := testns.New(t, "spare")
-	var conns [][2]net.Conn
-	err := netns.Do(ns, func() error {
-		ln, err := net.Listen("tcp4", "127.0.0.1:0")
-		if err != nil {
-			return err
-		}
-		t.Cleanup(func() { ln.Close() })
-		for range 20 {
-			a, b, err := testns.DialAccept(ln)
-			if err != nil {
-				return err
-			}
-			conns = append(conns, [2]net.Conn{a, b})
-			t.Cleanup(func() { a.Close(); b.Close() })
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	conns := testns.Connections(t, ns, 20)
 	closeMost := func(context.Context, time.Duration) error {
 		for _, c := range conns[5:] {
 			// A reset: no TIME_WAIT left behind to dump.
