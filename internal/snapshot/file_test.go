@@ -101,6 +101,10 @@ func TestReaderErrors(t *testing.T) {
 		"no-time":   {`{"format":"tcpdoctor-snapshot","version":1}` + "\n{}\n", "no \"taken\""},
 		"bad-state": {`{"format":"tcpdoctor-snapshot","version":1}` + "\n" + `{"taken":"2026-11-22T05:00:00Z","sockets":[{"state":"NAPPING"}]}`, "unknown tcp state"},
 		"bad-gzip":  {"\x1f\x8b\x08garbage", "gzip"},
+		"zone":      {`{"format":"tcpdoctor-snapshot","version":1}` + "\n" + `{"taken":"2026-11-22T05:00:00Z","sockets":[{"state":"ESTAB","local":"[fe80::1%eth0]:80"}]}`, "line 2: socket 0: snapshot: a socket address with a zone"},
+		"bad-addr":  {`{"format":"tcpdoctor-snapshot","version":1}` + "\n" + `{"taken":"2026-11-22T05:00:00Z","sockets":[{"state":"ESTAB","remote":"1.2.3.4"}]}`, "line 2"},
+		"bad-pids":  {`{"format":"tcpdoctor-snapshot","version":1}` + "\n" + `{"taken":"2026-11-22T05:00:00Z","sockets":[{"state":"ESTAB","pids":[1,"x"]}]}`, "line 2"},
+		"bad-flags": {`{"format":"tcpdoctor-snapshot","version":1}` + "\n" + `{"taken":"2026-11-22T05:00:00Z","sockets":[{"state":"ESTAB","buf_lock":300}]}`, "line 2"},
 	} {
 		_, err := ReadAll(strings.NewReader(tc.in))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
