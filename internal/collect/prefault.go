@@ -7,7 +7,7 @@ import (
 )
 
 // prefaultMin is the size of a slice worth faulting in at once (about
-// 280,000 sockets, 840,000 Was records).
+// 280,000 sockets).
 const prefaultMin = 32 << 20
 
 // newSlice makes an empty slice with room for n sockets' records (a

@@ -1,6 +1,7 @@
 package procs
 
 import (
+	"slices"
 	"strconv"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
@@ -27,8 +28,9 @@ type FileTable struct {
 
 // ReadFiles lists every open file with l.
 //
-// hint is how many files to expect (fs/file-nr), so that a million
-// sockets are not copied over and over while the list grows; 0 when
+// hint is how many files to expect (fs/file-nr), an upper bound of the
+// sockets among them, so that a million are not copied over and over
+// while the list grows (OwnersOf trims what is left over); 0 when
 // unknown.
 func ReadFiles(l FileLister, hint int) (*FileTable, error) {
 	t := &FileTable{refs: make([]inodeRef, 0, max(hint+hint/16, 0)), fds: map[int]int{}}
@@ -90,6 +92,9 @@ func (s Scanner) OwnersOf(t *FileTable, want func(inode uint32) bool) *Owners {
 		refs = append(refs, r)
 	}
 	t.refs = nil
+	if cap(refs) > 2*len(refs) {
+		refs = slices.Clone(refs) // room made for files that were not sockets
+	}
 	for pid := range kept {
 		out.Procs[pid] = readProc(root+"/"+strconv.Itoa(pid), pid, t.fds[pid])
 	}

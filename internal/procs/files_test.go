@@ -140,3 +140,20 @@ func BenchmarkScanFiles(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(files.Files()), "ns/file")
 }
+
+// The room ReadFiles makes for every open file is not kept for the few
+// that were sockets.
+func TestOwnersOfTrims(t *testing.T) {
+	recs := []fileRec{{100, 100, 0, 0}, {100, 100, 1, 0}, {100, 100, 3, 111}, {200, 200, 4, 222}}
+	files, err := ReadFiles(fakeFiles{recs: recs}, 100000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := files.Files(); n != 4 {
+		t.Errorf("Files() = %d, want 4", n)
+	}
+	o := Scanner{Root: t.TempDir()}.OwnersOf(files, nil)
+	if len(o.refs) != 2 || cap(o.refs) > 4 {
+		t.Errorf("owner records: %d, room for %d", len(o.refs), cap(o.refs))
+	}
+}

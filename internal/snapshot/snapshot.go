@@ -19,7 +19,8 @@ type Snapshot struct {
 	// Was is what a window keeps of each of Sockets, in their order, when
 	// the collector made it during the dump (collect.Options.Was): a
 	// window's base then need not walk a million sockets again between
-	// its samples. Nil otherwise; never written to a file.
+	// its samples. Nil otherwise; never written to a file. Code that
+	// changes Sockets after the dump must set it to nil.
 	Was []Was `json:"-"`
 	// Counters holds every /proc/net/netstat and /proc/net/snmp value,
 	// keyed "Group.Name", e.g. "TcpExt.ListenOverflows", "Tcp.ActiveOpens".

@@ -97,7 +97,17 @@ func Sample(ctx context.Context, c *collect.Collector, nss []netns.NS, count int
 			}
 		}
 		last = c.Now()
-		for _, s := range collectorFor(c, i, count, byNS).Collect(nss) {
+		snaps := collectorFor(c, i, count, byNS).Collect(nss)
+		if i == 0 && count > 1 {
+			// What the first sample made and dropped (the owner join's
+			// index above all) is collected now, beside the bases and
+			// the next dump, before the last dump's own transients pile
+			// up on top of it: at a million sockets the collector's last
+			// cycle ran mid-dump and the next would not before the end
+			// (docs/performance.md, "300 MB").
+			go runtime.GC()
+		}
+		for _, s := range snaps {
 			sr := byNS[s.Netns.Name]
 			if sr == nil {
 				sr = &Series{Netns: s.Netns.Name}
@@ -106,14 +116,6 @@ func Sample(ctx context.Context, c *collect.Collector, nss []netns.NS, count int
 			}
 			if i == 0 && count > 1 {
 				end := c.Opts.Phases.Begin("window base (the first sample kept)")
-				// What the first sample made and dropped (the owner
-				// join's index above all) is collected now, beside the
-				// base and the next dump, before the last dump's own
-				// transients pile up on top of it: at a million sockets
-				// the collector's last cycle ran mid-dump and the next
-				// would not before the end (docs/performance.md, "300
-				// MB").
-				go runtime.GC()
 				sr.Base, sr.spare = diag.NewBase(s, keep), s.Sockets
 				end()
 				s = sr.Base.Snap
