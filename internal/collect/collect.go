@@ -258,7 +258,7 @@ func (c *Collector) dump(s *snapshot.Snapshot, conn *sockdiag.Conn, openErr erro
 			}
 		}()
 	} else {
-		s.Sockets = newSlice[snapshot.Socket](n, used, c.Opts.FaultIn)
+		s.Sockets = newSockets(n, used, c.Opts.FaultIn)
 	}
 	// The decoder's socket is reused (nothing allocated per socket) and
 	// copied into the snapshot; one walk of the kernel's tables serves
@@ -271,7 +271,7 @@ func (c *Collector) dump(s *snapshot.Snapshot, conn *sockdiag.Conn, openErr erro
 	f := snapshot.Follow(base)
 	keepWas := c.Opts.Was
 	if keepWas {
-		s.Was = newSlice[snapshot.Was](n, used, false)
+		s.Was = make([]snapshot.Was, 0, n)
 	}
 	opts := sockdiag.Options{States: c.Opts.States, Filter: c.Opts.Filter, Info: true, Mem: true, Reuse: true, OneWalk: true}
 	err := conn.Dump(opts, func(sk *snapshot.Socket) error {

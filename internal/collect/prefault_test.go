@@ -47,16 +47,16 @@ func TestNewSocketsFaultsIn(t *testing.T) {
 	// Twice the threshold: slices larger than any an earlier test freed
 	// come from memory the heap never used, which it need not clear.
 	n := int(2 * prefaultMin / unsafe.Sizeof(snapshot.Socket{}))
-	if got := resident(t, newSlice[snapshot.Socket](2*n, n, true)); got < 0.45 || got > 0.55 {
+	if got := resident(t, newSockets(2*n, n, true)); got < 0.45 || got > 0.55 {
 		t.Errorf("room for twice the sockets used: %.0f%% resident, want the half they fill", got*100)
 	}
-	if got := resident(t, newSlice[snapshot.Socket](n, n, true)); got < 0.99 {
+	if got := resident(t, newSockets(n, n, true)); got < 0.99 {
 		t.Errorf("faulted in: %.0f%% resident, want all of it", got*100)
 	}
-	if got := resident(t, newSlice[snapshot.Socket](n, n, false)); got > 0.5 {
+	if got := resident(t, newSockets(n, n, false)); got > 0.5 {
 		t.Errorf("left to fault: %.0f%% resident before any write", got*100)
 	}
-	if s := newSlice[snapshot.Socket](10, 10, true); cap(s) != 10 || len(s) != 0 {
-		t.Errorf("newSlice[snapshot.Socket](10) = len %d cap %d", len(s), cap(s))
+	if s := newSockets(10, 10, true); cap(s) != 10 || len(s) != 0 {
+		t.Errorf("newSockets(10) = len %d cap %d", len(s), cap(s))
 	}
 }

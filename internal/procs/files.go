@@ -61,8 +61,8 @@ func ReadFiles(l FileLister, hint int) (*FileTable, error) {
 	return t, nil
 }
 
-// Files is how many files the processes' own tables held.
-func (t *FileTable) Files() int {
+// files is how many files the processes' own tables held.
+func (t *FileTable) files() int {
 	n := 0
 	for _, k := range t.fds {
 		n += k

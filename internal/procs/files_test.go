@@ -138,7 +138,7 @@ func BenchmarkScanFiles(b *testing.B) {
 			b.Fatalf("scan: %v, %d inodes", err, len(o.Inodes()))
 		}
 	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(files.Files()), "ns/file")
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(files.files()), "ns/file")
 }
 
 // The room ReadFiles makes for every open file is not kept for the few
@@ -149,7 +149,7 @@ func TestOwnersOfTrims(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := files.Files(); n != 4 {
+	if n := files.files(); n != 4 {
 		t.Errorf("Files() = %d, want 4", n)
 	}
 	o := Scanner{Root: t.TempDir()}.OwnersOf(files, nil)
