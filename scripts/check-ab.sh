@@ -9,8 +9,11 @@
 # what tells a change apart on a busy host, where a fresh bench fill per
 # binary moves the figures by seconds (docs/performance.md, "`check` at a million sockets").
 #
-#   sudo scripts/check-ab.sh [-n CONNS] [-r ROUNDS] BINARY...
+#   sudo scripts/check-ab.sh [-n CONNS] [-r ROUNDS] [-c ARGS] BINARY...
 #
+# -c gives the arguments the binaries run with instead of `check
+# --interval 1s --json` (split as the shell splits words), e.g. -c
+# "sockets --no-owners" to compare listings.
 # It needs root and GNU time (/usr/bin/time). The namespace (tdab-PID)
 # holds CONNS loopback connections (default 500000, a million sockets:
 # about 4 GB of kernel memory), opened by holders started from the first
@@ -20,16 +23,18 @@ set -euo pipefail
 
 conns=500000
 rounds=3
-while getopts "n:r:" o; do
+args="check --interval 1s --json"
+while getopts "n:r:c:" o; do
   case $o in
   n) conns=$OPTARG ;;
   r) rounds=$OPTARG ;;
+  c) args=$OPTARG ;;
   *) exit 2 ;;
   esac
 done
 shift $((OPTIND - 1))
 if [ $# -lt 1 ]; then
-  echo "usage: sudo $0 [-n CONNS] [-r ROUNDS] BINARY..." >&2
+  echo "usage: sudo $0 [-n CONNS] [-r ROUNDS] [-c ARGS] BINARY..." >&2
   exit 2
 fi
 if [ "$(id -u)" != 0 ]; then
@@ -85,9 +90,10 @@ for r in $(seq "$rounds"); do
     nsenter --net="/run/netns/$ns" ss -tin >/dev/null 2>&1 || true
   echo "== round $r: $(cat "$work/time")"
   for b in "$@"; do
-    echo "== round $r: $b; loadavg $(cut -d' ' -f1-3 /proc/loadavg)"
+    echo "== round $r: $b $args; loadavg $(cut -d' ' -f1-3 /proc/loadavg)"
+    # shellcheck disable=SC2086 # args are words
     /usr/bin/time -f "wall %e s, user %U s, sys %S s, peak RSS %M KiB" -o "$work/time" \
-      nsenter --net="/run/netns/$ns" "$b" check --interval 1s --json --phases-to "$work/phases.json" >/dev/null 2>"$work/err" || true
+      nsenter --net="/run/netns/$ns" "$b" $args --phases-to "$work/phases.json" >/dev/null 2>"$work/err" || true
     cat "$work/time"
     python3 - "$work/phases.json" <<'EOF'
 import json, sys

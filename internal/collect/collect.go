@@ -66,6 +66,10 @@ type Options struct {
 	// the dump, where the kernel's filling of the next datagram leaves
 	// the decoding goroutine time to spare: for a window's first sample.
 	Was bool
+	// SplitMin is the count of sockets a namespace's sockstat must show
+	// for a listing (Streamer) to dump it in two halves at once
+	// (sockdiag's Split) on two CPUs: 0 means splitMin, negative never.
+	SplitMin int
 }
 
 // FileSource gives the kernel's file walk (eBPF iter/task_file), loading
@@ -296,7 +300,12 @@ func (c *Collector) dump(s *snapshot.Snapshot, conn *sockdiag.Conn, openErr erro
 // more, so 100,000 sockets are not copied over and over while the slice
 // grows. TCP.alloc is not used: it counts every namespace's sockets.
 func expectedSockets(s *snapshot.Snapshot) (used, room int) {
-	n := s.Sockstat["TCP.inuse"] + s.Sockstat["TCP6.inuse"] + s.Sockstat["TCP.tw"]
+	return expectedOf(s.Sockstat)
+}
+
+// expectedOf is expectedSockets of a sockstat map.
+func expectedOf(sockstat map[string]int64) (used, room int) {
+	n := sockstat["TCP.inuse"] + sockstat["TCP6.inuse"] + sockstat["TCP.tw"]
 	if n < 0 || n > 10_000_000 {
 		n = 0
 	}
@@ -347,6 +356,23 @@ func (c *Collector) attachOwners(snaps []*snapshot.Snapshot, fw *fileWalk) *proc
 		}
 	}
 	return own
+}
+
+// splitMin is Options.SplitMin's default. A split dump walks the
+// kernel's whole table twice and these two CPUs run two dumps only
+// 1.3-1.4 times as fast as one, so it pays back only for a big
+// namespace: `sockets --no-owners` of 600,000 sockets took 0.90 of the
+// whole dump's time and of 300,000 as long (docs/performance.md).
+const splitMin = 500_000
+
+// splits reports whether a namespace expected to hold used sockets is
+// dumped in two halves.
+func (o Options) splits(used int) bool {
+	m := o.SplitMin
+	if m == 0 {
+		m = splitMin
+	}
+	return m > 0 && used >= m
 }
 
 // besideMin is the size (sockets in a namespace, open files on the host)

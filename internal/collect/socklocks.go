@@ -123,12 +123,9 @@ func lockOf(find func(int, uint64) (bpfsource.SockLock, bool), sk *snapshot.Sock
 	return snapshot.Flags{}
 }
 
-// laneOf is the half of the ports (sockdiag.SplitPort) sk is in: each
+// laneOf is the half of a split dump sk is in (sockdiag.HalfOf): each
 // half comes in the lock walk's order, whether the dump was split or not
 // (bpfsource.Locks.Joiner).
 func laneOf(sk *snapshot.Socket) int {
-	if sk.Local.Port() >= sockdiag.SplitPort || sk.Remote.Port() >= sockdiag.SplitPort {
-		return 1
-	}
-	return 0
+	return sockdiag.HalfOf(sk.Local.Port(), sk.Remote.Port())
 }

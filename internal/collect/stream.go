@@ -7,6 +7,7 @@ import (
 
 	"github.com/tcpdoctor/tcpdoctor/internal/bpfsource"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
+	"github.com/tcpdoctor/tcpdoctor/internal/procnet"
 	"github.com/tcpdoctor/tcpdoctor/internal/procs"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/sockdiag"
@@ -175,7 +176,7 @@ func (st *Streamer) Stream(nss []netns.NS, fn func(s *snapshot.Snapshot, sk *sna
 			}
 		}
 	}
-	opts := sockdiag.Options{States: st.Opts.States, Info: true, Mem: true, Filter: st.Opts.Filter, Reuse: true, OneWalk: true}
+	opts := sockdiag.Options{States: st.Opts.States, Info: true, Mem: true, Filter: st.Opts.Filter, Reuse: true, OneWalk: true, Split: true}
 	for i, ns := range nss {
 		s := heads[i]
 		var fnErr error
@@ -195,6 +196,17 @@ func (st *Streamer) Stream(nss []netns.NS, fn func(s *snapshot.Snapshot, sk *sna
 			}
 			start = time.Now()
 			conn, openErr = sockdiag.Open()
+			if openErr == nil {
+				// A big namespace is dumped in two halves at once:
+				// sockstat says how big (the dump is whole where it
+				// or the second socket fails).
+				counts := make(map[string]int64, 16)
+				if procnet.Default().Sockstats(counts) == nil {
+					if used, _ := expectedOf(counts); st.Opts.splits(used) {
+						_ = conn.OpenHalf()
+					}
+				}
+			}
 			return nil
 		})
 		emit := func(sk *snapshot.Socket) error {
@@ -225,8 +237,9 @@ func (st *Streamer) Stream(nss []netns.NS, fn func(s *snapshot.Snapshot, sk *sna
 		if err == nil {
 			dumpErr := openErr
 			if conn != nil {
-				endDump := st.Opts.Phases.Begin("dump")
-				dumpErr = conn.Dump(opts, func(sk *snapshot.Socket) error {
+				began := st.Opts.Phases.Stamp()
+				var split bool
+				split, dumpErr = conn.DumpHalves(opts, func(_ int, sk *snapshot.Socket) error {
 					if find != nil {
 						if v := lockOf(find, sk); v.Known() {
 							sk.BufLock = v
@@ -243,7 +256,11 @@ func (st *Streamer) Stream(nss []netns.NS, fn func(s *snapshot.Snapshot, sk *sna
 					}
 					return emit(sk)
 				})
-				endDump()
+				if split {
+					st.Opts.Phases.Span("dump, two halves at once", began)
+				} else {
+					st.Opts.Phases.Span("dump", began)
+				}
 				_ = conn.Close()
 			}
 			if fnErr == nil && len(held.socks) > 0 {

@@ -2,17 +2,23 @@ package collect
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"os"
+	"path/filepath"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/bpfsource"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
+	"github.com/tcpdoctor/tcpdoctor/internal/phases"
 	"github.com/tcpdoctor/tcpdoctor/internal/procs"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/sockdiag"
 	"github.com/tcpdoctor/tcpdoctor/internal/testns"
 )
 
@@ -162,4 +168,82 @@ func hasSource(s *snapshot.Snapshot, name string, ok bool) bool {
 		}
 	}
 	return false
+}
+
+// TestStreamSplit: a namespace at SplitMin or more is dumped in two
+// halves at once (the phase says so), and lists the same sockets with
+// the same owners as a whole dump; below it the dump is whole.
+func TestStreamSplit(t *testing.T) {
+	if runtime.GOMAXPROCS(0) < 2 {
+		t.Skip("a split dump needs two CPUs")
+	}
+	ns := testns.New(t, "strsplit")
+	var closers []func()
+	t.Cleanup(func() {
+		for _, c := range closers {
+			c()
+		}
+	})
+	err := netns.Do(ns, func() error {
+		for _, addr := range []string{"127.0.0.1:20001", "127.0.0.1:" + strconv.Itoa(sockdiag.SplitPort+1)} {
+			ln, err := net.Listen("tcp4", addr)
+			if err != nil {
+				return err
+			}
+			closers = append(closers, func() { ln.Close() })
+			for range 8 {
+				c, s, err := testns.DialAccept(ln)
+				if err != nil {
+					return err
+				}
+				closers = append(closers, func() { c.Close(); s.Close() })
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list := func(splitMin int) (rows []string, phase string) {
+		t.Helper()
+		path := filepath.Join(t.TempDir(), "phases")
+		rec := phases.New(phases.Now(), path)
+		st := &Streamer{Opts: Options{Owners: true, ProcRoot: "/proc", SplitMin: splitMin, Phases: rec}, Now: time.Now}
+		var halves [2]int
+		if _, err := st.Stream([]netns.NS{ns}, func(_ *snapshot.Snapshot, sk *snapshot.Socket) error {
+			rows = append(rows, fmt.Sprint(sk.State, sk.Local, sk.Remote, sk.Cookie, sk.Pids.List()))
+			halves[sockdiag.HalfOf(sk.Local.Port(), sk.Remote.Port())]++
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if halves[0] == 0 || halves[1] == 0 {
+			t.Fatalf("halves of %v sockets: both must hold some", halves)
+		}
+		if err := rec.Write(); err != nil {
+			t.Fatal(err)
+		}
+		f, err := phases.Read(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range f.Spans {
+			if strings.HasPrefix(s.Name, "dump") {
+				phase = s.Name
+			}
+		}
+		slices.Sort(rows)
+		return rows, phase
+	}
+	whole, wp := list(-1)
+	split, sp := list(1)
+	if wp != "dump" || sp != "dump, two halves at once" {
+		t.Errorf("phases %q and %q, want a whole dump, then two halves", wp, sp)
+	}
+	if !slices.Equal(whole, split) {
+		t.Errorf("split dump listed\n%v\nwhole dump\n%v", split, whole)
+	}
+	if _, p := list(1 << 20); p != "dump" {
+		t.Errorf("under SplitMin: phase %q, want a whole dump", p)
+	}
 }

@@ -88,6 +88,18 @@ func (r *Recorder) Begin(name string) func() {
 	}
 }
 
+// Span records span name from start (Stamp) to now: for a part named
+// by how it went.
+func (r *Recorder) Span(name string, start int64) {
+	if r == nil {
+		return
+	}
+	end := r.now()
+	r.mu.Lock()
+	r.file.Spans = append(r.file.Spans, Span{Name: name, Start: start, End: end})
+	r.mu.Unlock()
+}
+
 // Mark ends the span name that began where the last Mark ended (or at
 // main): the parts a command does one after the other.
 func (r *Recorder) Mark(name string) {

@@ -14,6 +14,7 @@ func TestRecorder(t *testing.T) {
 	none.Begin("x")()
 	none.Mark("x")
 	none.Add("x", none.Stamp())
+	none.Span("x", none.Stamp())
 	if err := none.Write(); err != nil {
 		t.Fatal(err)
 	}
@@ -26,6 +27,8 @@ func TestRecorder(t *testing.T) {
 		r.Add("rows", r.Stamp())
 	}
 	end()
+	began := r.Stamp()
+	r.Span("named after", began)
 	r.Mark("write")
 	if err := r.Write(); err != nil {
 		t.Fatal(err)
@@ -34,7 +37,7 @@ func TestRecorder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.Main != main || len(f.Spans) != 4 {
+	if f.Main != main || len(f.Spans) != 5 {
 		t.Fatalf("got %+v", f)
 	}
 	byName := map[string]Span{}
@@ -49,6 +52,9 @@ func TestRecorder(t *testing.T) {
 	}
 	if s := byName["rows"]; s.Count != 3 || s.Total <= 0 || s.Total > s.End-s.Start {
 		t.Errorf("rows %+v: want 3 pieces totalling at most their extent", s)
+	}
+	if s := byName["named after"]; s.Start != began || s.End < s.Start || s.End > byName["write"].End {
+		t.Errorf("span %+v: want from %d, before write ends", s, began)
 	}
 	if s := byName["dump"]; s.Start > byName["rows"].Start || s.End < byName["rows"].End {
 		t.Errorf("dump %+v does not hold the rows %+v", s, byName["rows"])

@@ -107,15 +107,19 @@ func (p FS) Fill(s *snapshot.Snapshot) {
 	}
 	run(snapshot.SourceNetstat, func() error { return p.counterFile("netstat", s.Counters) })
 	run(snapshot.SourceSNMP, func() error { return p.counterFile("snmp", s.Counters) })
-	run(snapshot.SourceSockstat, func() error {
-		err := p.sockstatFile("sockstat", s.Sockstat)
-		err6 := p.sockstatFile("sockstat6", s.Sockstat)
-		if errors.Is(err6, fs.ErrNotExist) {
-			err6 = nil
-		}
-		return errors.Join(err, err6)
-	})
+	run(snapshot.SourceSockstat, func() error { return p.Sockstats(s.Sockstat) })
 	run(snapshot.SourceSysctl, func() error { return p.sysctls(s.Sysctls) })
+}
+
+// Sockstats reads sockstat and sockstat6 into into; a missing sockstat6
+// (IPv6 disabled) is absence, not failure.
+func (p FS) Sockstats(into map[string]int64) error {
+	err := p.sockstatFile("sockstat", into)
+	err6 := p.sockstatFile("sockstat6", into)
+	if errors.Is(err6, fs.ErrNotExist) {
+		err6 = nil
+	}
+	return errors.Join(err, err6)
 }
 
 // counterFile opens and parses a netstat-format file under NetDir.

@@ -28,6 +28,9 @@ type Conn struct {
 	// d and f are reused for every lookup reply.
 	d decoded
 	f full
+	// fd2, when not 0, is the socket a split dump's second half comes
+	// over (OpenHalf).
+	fd2 int
 }
 
 // slotLen holds one lookup reply: inet_diag_msg, tcp_info, meminfo and
@@ -56,12 +59,56 @@ func Open() (*Conn, error) {
 	return &Conn{fd: fd, buf: make([]byte, recvBufLen)}, nil
 }
 
-// Close closes the socket.
-func (c *Conn) Close() error { return unix.Close(c.fd) }
+// OpenHalf opens a second socket, for DumpHalves to dump in two halves
+// at once; call it, like Open, in the namespace to dump.
+func (c *Conn) OpenHalf() error {
+	if c.fd2 != 0 {
+		return nil
+	}
+	fd, err := openSocket()
+	if err != nil {
+		return err
+	}
+	c.fd2 = fd
+	return nil
+}
 
-// Dump is the package's Dump over this Conn's socket.
+// Close closes the socket (both, after OpenHalf).
+func (c *Conn) Close() error {
+	c.closeHalf()
+	return unix.Close(c.fd)
+}
+
+func (c *Conn) closeHalf() {
+	if c.fd2 != 0 {
+		unix.Close(c.fd2)
+		c.fd2 = 0
+	}
+}
+
+// Dump is the package's Dump over this Conn's socket, whole.
 func (c *Conn) Dump(opts Options, fn func(*snapshot.Socket) error) error {
 	return dumpFamilies(c.fd, c.buf, &c.seq, opts, fn)
+}
+
+// DumpHalves is Dump, in two halves at once when OpenHalf succeeded and
+// opts.Split allows it (Options.Split): fn is told each socket's half (0
+// or 1, as HalfOf), and each half comes in the kernel's table order, the
+// two interleaved. split reports whether it was; a whole dump gives
+// every socket half 0. Where the kernel refuses the split request the
+// dump is whole, and later ones too.
+func (c *Conn) DumpHalves(opts Options, fn func(half int, sk *snapshot.Socket) error) (split bool, err error) {
+	if c.fd2 != 0 && splits(opts) {
+		ok, err := dumpSplit([2]int{c.fd, c.fd2}, c.seq, opts, fn)
+		c.seq += 2
+		if ok {
+			return true, err
+		}
+		// Refused before anything was delivered; the first socket read
+		// its refusal, the second may still hold one: closed.
+		c.closeHalf()
+	}
+	return false, c.Dump(opts, func(sk *snapshot.Socket) error { return fn(0, sk) })
 }
 
 // Key names one connection for an exact lookup: as the dump reported it.

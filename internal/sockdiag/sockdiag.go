@@ -35,12 +35,11 @@ type Options struct {
 	// families mixed. Where the kernel refuses it, Dump walks per family.
 	OneWalk bool
 	// Split, with OneWalk, no Filter and more than one CPU, dumps in two
-	// halves at once, split by port (SplitPort), each on a netlink socket
-	// of its own: the kernel's per-socket work then runs on two CPUs,
-	// and each dump walks the whole table. fn still runs on the calling
-	// goroutine, one socket at a time. On two CPUs the commands came out slower with it (the CPUs
-	// are already busy decoding and walking; docs/performance.md), so
-	// none sets it.
+	// halves at once, split by port (SplitPort, HalfOf), each on a
+	// netlink socket of its own: the kernel's per-socket work then runs
+	// on two CPUs, and each half walks the whole table. fn still runs on
+	// the calling goroutine, one socket at a time. The extra walk of the
+	// table pays back only in a big namespace (collect.Options.SplitMin).
 	Split bool
 }
 
@@ -79,7 +78,7 @@ func Dump(opts Options, fn func(*snapshot.Socket) error) error {
 			return err
 		}
 		defer unix.Close(fd2)
-		if ok, err := dumpSplit([2]int{fd, fd2}, opts, fn); ok {
+		if ok, err := dumpSplit([2]int{fd, fd2}, 0, opts, func(_ int, sk *snapshot.Socket) error { return fn(sk) }); ok {
 			return err
 		}
 		// Refused before anything was delivered: dump whole, on a fresh

@@ -18,44 +18,58 @@ const (
 	bcDLE = 5 // INET_DIAG_BC_D_LE
 )
 
-// SplitPort divides a split dump: a socket with either port at or above
-// it goes to the first half, the rest to the second. It is the middle of
-// Linux's default ephemeral range (32768-60999), so the connections of a
-// host fall into the halves by their ephemeral end, which the kernel
-// spreads over the range, whichever side opened them; listeners and
-// connections between two low ports all go to the second half.
+// SplitPort divides a split dump: a socket goes to the first half when
+// exactly one of its ports is at or above it, to the second otherwise
+// (HalfOf). It is the middle of Linux's default ephemeral range
+// (32768-60999). A connection with one fixed port (a server's or the
+// service a client calls) falls into the halves by its ephemeral end,
+// which the kernel spreads over the range, and one with two ephemeral
+// ends (a proxy's or a test's loopback pairs) by whether they sit on the
+// same side of the middle, which is as even.
 const SplitPort = 46884
 
-// splitPrograms are the two halves' bytecode: "sport >= p or dport >= p"
-// and its complement "sport < p and dport < p". The kernel's audit follows
-// each op's "yes" to the next one, and every jump lands on that chain or
-// past the end (accept at the end, reject 4 bytes past it).
-func splitPrograms(p uint16) (high, low []byte) {
-	// high: 0 S_GE p (yes: 8, no: 12 -> D_GE); 8 JMP to the end (accept);
-	// 12 D_GE p (yes: the end, accept; no: past it, reject). 20 bytes.
-	high = appendOp(nil, bcSGE, 8, 12)
-	high = append(high, portCond(0, p).operand...)
-	high = appendOp(high, bcJmp, opLen, 12)
-	high = appendOp(high, bcDGE, 8, 12)
-	high = append(high, portCond(0, p).operand...)
-	// low: 0 S_LE p-1 (yes: 8; no: reject); 8 D_LE p-1 (yes: the end,
-	// accept; no: reject). 16 bytes.
-	low = appendOp(nil, bcSLE, 8, 20)
-	low = append(low, portCond(0, p-1).operand...)
-	low = appendOp(low, bcDLE, 8, 12)
-	low = append(low, portCond(0, p-1).operand...)
-	return high, low
+// HalfOf is the half of a split dump a socket with these ports comes in.
+func HalfOf(local, remote uint16) int {
+	if (local >= SplitPort) != (remote >= SplitPort) {
+		return 0
+	}
+	return 1
+}
+
+// splitPrograms are the two halves' bytecode: "(sport >= p) != (dport >=
+// p)" and its complement. The kernel's audit follows each op's "yes" to
+// the next one, and every jump lands on that chain or past the end
+// (accept at the end, reject 4 bytes past it).
+func splitPrograms(p uint16) (first, second []byte) {
+	// 0 S_GE p (yes: 8; no: 20); 8 D cond (yes: 16; no: reject);
+	// 16 JMP to the end (accept); 20 D cond (yes: the end, accept; no:
+	// reject). 28 bytes.
+	half := func(dHigh, dLow cond) []byte {
+		const total = 28
+		b := appendOp(nil, bcSGE, 8, 20)
+		b = append(b, portCond(0, p).operand...)
+		b = appendOp(b, dHigh.code, 8, total+opLen-8)
+		b = append(b, dHigh.operand...)
+		b = appendOp(b, bcJmp, opLen, total-16)
+		b = appendOp(b, dLow.code, 8, total+opLen-20)
+		return append(b, dLow.operand...)
+	}
+	below, atOrAbove := portCond(bcDLE, p-1), portCond(bcDGE, p)
+	// sport >= p: the first half wants dport < p, the second dport >= p;
+	// sport < p: the other way round.
+	return half(below, atOrAbove), half(atOrAbove, below)
 }
 
 // dumpSplit dumps in two halves at once (splitPrograms), each over a
 // netlink socket of its own received ahead on its own goroutine, so the
 // kernel fills both on the two CPUs while the caller decodes. The
-// halves' datagrams are decoded alternately, one of each, so the order of
-// the sockets depends only on the sockets, as a whole dump's does. It
+// halves' datagrams are decoded alternately, one of each; fn is told
+// each socket's half (0 or 1, as HalfOf), and each half comes in the
+// kernel's table order. Requests are numbered seq+1 and seq+2. It
 // reports false, with nothing delivered, where the kernel refuses the
 // compat request or the bytecode: the caller dumps whole instead.
-func dumpSplit(fds [2]int, opts Options, fn func(*snapshot.Socket) error) (bool, error) {
-	high, low := splitPrograms(SplitPort)
+func dumpSplit(fds [2]int, seq uint32, opts Options, fn func(int, *snapshot.Socket) error) (bool, error) {
+	first, second := splitPrograms(SplitPort)
 	var reuse *full
 	if opts.Reuse {
 		reuse = new(full)
@@ -65,6 +79,7 @@ func dumpSplit(fds [2]int, opts Options, fn func(*snapshot.Socket) error) (bool,
 		give  func([]byte)
 		stop  func()
 		seq   uint32
+		half  int
 		base  int
 		done  bool
 		name  string
@@ -78,12 +93,12 @@ func dumpSplit(fds [2]int, opts Options, fn func(*snapshot.Socket) error) (bool,
 			}
 		}
 	}()
-	for i, bc := range [][]byte{high, low} {
-		seq := uint32(i + 1)
+	for i, bc := range [][]byte{first, second} {
+		seq := seq + uint32(i) + 1
 		if err := unix.Sendto(fds[i], compatRequest(seq, opts, bc), 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 			return true, fmt.Errorf("sockdiag: split dump: send request: %w", err)
 		}
-		h := &half{seq: seq, name: [2]string{"ports >= 46884", "ports < 46884"}[i], first: true}
+		h := &half{seq: seq, half: i, name: [2]string{"first half", "second half"}[i], first: true}
 		h.next, h.give, h.stop = readAhead(fds[i], make([]byte, recvBufLen), seq)
 		halves[i] = h
 	}
@@ -104,7 +119,7 @@ func dumpSplit(fds [2]int, opts Options, fn func(*snapshot.Socket) error) (bool,
 			if err == nil {
 				done, err = parseDumpInto(b[:n], h.seq, h.base, reuse, func(sk *snapshot.Socket) error {
 					delivered = true
-					if err := fn(sk); err != nil {
+					if err := fn(h.half, sk); err != nil {
 						return &fnError{err}
 					}
 					return nil

@@ -14,12 +14,12 @@ import (
 )
 
 // TestSplitProgramsPartition: the kernel's audit takes both halves, and
-// every pair of ports goes to exactly one: the first when either port is
-// at or above the split.
+// every pair of ports goes to exactly one: the first when exactly one
+// port is at or above the split (HalfOf at SplitPort).
 func TestSplitProgramsPartition(t *testing.T) {
 	for _, p := range []uint16{1, 2, 1024, SplitPort, 65535} {
-		high, low := splitPrograms(p)
-		for _, bc := range [][]byte{high, low} {
+		first, second := splitPrograms(p)
+		for _, bc := range [][]byte{first, second} {
 			if err := auditBytecode(bc); err != nil {
 				t.Fatalf("split %d: audit: %v", p, err)
 			}
@@ -29,11 +29,14 @@ func TestSplitProgramsPartition(t *testing.T) {
 			for _, dp := range ports {
 				l := netip.AddrPortFrom(netip.MustParseAddr("198.18.0.1"), sp)
 				r := netip.AddrPortFrom(netip.MustParseAddr("198.18.0.2"), dp)
-				h := runBytecode(high, 2, l, r)
-				lo := runBytecode(low, 2, l, r)
-				want := sp >= p || dp >= p
-				if h != want || lo == want {
-					t.Errorf("split %d, ports %d -> %d: high %v low %v, want high %v", p, sp, dp, h, lo, want)
+				a := runBytecode(first, 2, l, r)
+				b := runBytecode(second, 2, l, r)
+				want := (sp >= p) != (dp >= p)
+				if a != want || b == want {
+					t.Errorf("split %d, ports %d -> %d: first %v second %v, want first %v", p, sp, dp, a, b, want)
+				}
+				if p == SplitPort && (HalfOf(sp, dp) == 0) != want {
+					t.Errorf("HalfOf(%d, %d) = %d, the bytecode says first %v", sp, dp, HalfOf(sp, dp), want)
 				}
 			}
 		}
@@ -67,7 +70,7 @@ func TestSplitSameSockets(t *testing.T) {
 	keys := func(opts Options) (k []string, high int) {
 		for _, s := range dumpAll(t, ns, opts) {
 			k = append(k, key(s))
-			if s.Local.Port() >= SplitPort || s.Remote.Port() >= SplitPort {
+			if HalfOf(s.Local.Port(), s.Remote.Port()) == 0 {
 				high++
 			}
 		}
@@ -84,11 +87,88 @@ func TestSplitSameSockets(t *testing.T) {
 			split.Split = true
 			got, _ := keys(split)
 			if high == 0 || high == len(whole) {
-				t.Fatalf("%+v: %d of %d sockets in the high half: both halves must hold some", opts, high, len(whole))
+				t.Fatalf("%+v: %d of %d sockets in the first half: both halves must hold some", opts, high, len(whole))
 			}
 			return slices.Equal(got, whole)
 		})
 	}
+}
+
+// TestDumpHalvesOrder: Conn.DumpHalves tells each socket's half as
+// HalfOf does, and each half comes in the order a whole dump lists its
+// sockets (the collector places the halves one after the other, so two
+// samples of the same sockets line up). Without OpenHalf it is whole,
+// every socket in half 0.
+func TestDumpHalvesOrder(t *testing.T) {
+	if runtime.GOMAXPROCS(0) < 2 {
+		t.Skip("a split dump needs two CPUs")
+	}
+	ns := newNetns(t)
+	f := newFDs(t)
+	ns.do(func() {
+		build(t, f)
+		for i := range 40 {
+			// Ports on both sides of the split, at both ends.
+			lp := uint16(20000 + i)
+			if i%2 == 1 {
+				lp = SplitPort + uint16(i)
+			}
+			lfd, port := f.listen(mustAddrPort("127.0.0.1", lp), 8)
+			from := 21000 + i
+			if i%4 >= 2 {
+				from = SplitPort + 1000 + i
+			}
+			f.connectFrom(from, mustAddrPort("127.0.0.1", port))
+			f.accept(lfd)
+		}
+	})
+	opts := Options{Info: true, Mem: true, OneWalk: true, Split: true}
+	dump := func(half bool) (got [2][]uint64, split bool) {
+		var err error
+		ns.do(func() {
+			c, oerr := Open()
+			if oerr != nil {
+				err = oerr
+				return
+			}
+			defer c.Close()
+			if half {
+				if err = c.OpenHalf(); err != nil {
+					return
+				}
+			}
+			split, err = c.DumpHalves(opts, func(h int, sk *snapshot.Socket) error {
+				if want := HalfOf(sk.Local.Port(), sk.Remote.Port()); split && h != want {
+					t.Errorf("%v -> %v came in half %d, HalfOf says %d", sk.Local, sk.Remote, h, want)
+				}
+				got[h] = append(got[h], sk.Cookie)
+				return nil
+			})
+		})
+		if err != nil {
+			t.Fatalf("DumpHalves: %v", err)
+		}
+		return got, split
+	}
+	eventually(t, "each half in the whole dump's order", func() bool {
+		whole, split := dump(false)
+		if split || len(whole[1]) != 0 {
+			t.Fatalf("without OpenHalf: split %v, %d sockets in half 1", split, len(whole[1]))
+		}
+		halves, split := dump(true)
+		if !split {
+			t.Fatal("with OpenHalf: not split")
+		}
+		if len(halves[0]) == 0 || len(halves[1]) == 0 {
+			t.Fatalf("halves of %d and %d sockets: both must hold some", len(halves[0]), len(halves[1]))
+		}
+		var want [2][]uint64
+		for _, sk := range dumpAll(t, ns, Options{OneWalk: true}) {
+			h := HalfOf(sk.Local.Port(), sk.Remote.Port())
+			want[h] = append(want[h], sk.Cookie)
+		}
+		return slices.Equal(halves[0], want[0]) && slices.Equal(halves[1], want[1])
+	})
 }
 
 // TestSplitStopsOnFnError: an error from fn ends a split dump and comes
