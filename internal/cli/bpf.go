@@ -39,7 +39,7 @@ func (o *bpfOpts) validate(src *sourceOpts) error {
 // way every command that collects live gets its eBPF sources.
 func (o *bpfOpts) extras(e *Env, src *sourceOpts, need collect.Need) (*collect.Extras, error) {
 	x, err := collect.OpenExtras(collect.ExtrasConfig{Mode: collect.Mode(o.mode), Need: need, Replay: src.from != "",
-		PidFD: o.pidfd, ProcRoot: e.ProcRoot, Loaders: e.BPF, Note: e.progress})
+		PidFD: o.pidfd, ProcRoot: e.ProcRoot, Loaders: e.BPF, Note: e.progress, Phases: e.Phases})
 	if err != nil {
 		return nil, collectErr(err)
 	}
@@ -48,5 +48,5 @@ func (o *bpfOpts) extras(e *Env, src *sourceOpts, need collect.Need) (*collect.E
 
 // allExtras is extras for check, record and serve, which use every one.
 func (o *bpfOpts) allExtras(e *Env, src *sourceOpts) (*collect.Extras, error) {
-	return o.extras(e, src, collect.Need{Events: true, Locks: true, Files: true})
+	return o.extras(e, src, collect.Need{Events: true, EventsBeside: true, Locks: true, Files: true})
 }

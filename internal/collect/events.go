@@ -2,6 +2,7 @@ package collect
 
 import (
 	"cmp"
+	"errors"
 	"net/netip"
 	"slices"
 	"time"
@@ -22,6 +23,9 @@ type EventReader interface {
 func (c *Collector) addEvents(snaps []*snapshot.Snapshot) {
 	start := time.Now()
 	r, err := c.Events.Read()
+	if errors.Is(err, errEventsOff) {
+		return // no source, as when its load failed before (noted)
+	}
 	d := time.Since(start)
 	for _, s := range snaps {
 		s.Sources = append(s.Sources, snapshot.SourceStat{Source: snapshot.SourceBPF, OK: err == nil, Duration: d})

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/bpfsource"
+	"github.com/tcpdoctor/tcpdoctor/internal/phases"
 	"github.com/tcpdoctor/tcpdoctor/internal/procs"
 )
 
@@ -59,6 +60,13 @@ func BPFLoaders() Loaders {
 type Need struct {
 	// Events: connection events (lifecycle, drops, resets, retransmits).
 	Events bool
+	// EventsBeside, with Mode auto and Locks loaded (eBPF works here),
+	// loads the events (about 50 ms: several programs verified) on a
+	// goroutine of their own, so the first collection runs beside it;
+	// their first reading waits for it. The events then count from a
+	// little later, but a window counts them from its first sample's
+	// reading, which comes after the load either way.
+	EventsBeside bool
 	// Locks: the buffer lock bits of every socket (iter/tcp).
 	Locks bool
 	// Files: the kernel's walk of every process's files for the owners
@@ -88,6 +96,8 @@ type ExtrasConfig struct {
 	Loaders  Loaders
 	// Note says on stderr what could not load, or did not close.
 	Note func(format string, args ...any)
+	// Phases times each load (the bench's --phases).
+	Phases *phases.Recorder
 }
 
 // Extras is what the --bpf choice loaded, used by every way in (Collector,
@@ -101,12 +111,18 @@ type Extras struct {
 	// locksOff says why locks is nil, for the snapshot.
 	locksOff string
 	files    FileSource
-	closers  []func() error
+	// events, when set, is the connection events loading beside the
+	// first collection (ExtrasConfig.EventsBeside); Source is then nil.
+	events  *pendingEvents
+	closers []func() error
 }
 
 // Events is the event counters for Collector and Streamer; nil when not
 // loaded.
 func (x *Extras) Events() EventReader {
+	if x.events != nil {
+		return x.events
+	}
 	if x.Source == nil {
 		return nil
 	}
@@ -160,26 +176,11 @@ func OpenExtras(cfg ExtrasConfig) (*Extras, error) {
 	// One parse of the kernel's BTF for every load below; freed after.
 	kernel := bpfsource.NewKernel()
 	switch {
-	case !cfg.Need.Events:
-	case ld.Events == nil:
-		evErr = errors.New("this build has no eBPF loader")
-	default:
-		if s, err := ld.Events(kernel); err != nil {
-			evErr = err
-		} else {
-			x.Source = s
-			if cfg.Command == "" {
-				for _, m := range s.Missing() {
-					// The others run; what this one counts is unknown in findings.
-					note("note: eBPF program on %s off: %s", m.Program, m.Reason)
-				}
-			}
-			x.closers = append(x.closers, s.Close)
-		}
-	}
-	switch {
 	case cfg.Need.Files && ld.Files != nil:
-		if f, err := ld.Files(kernel); err != nil {
+		end := cfg.Phases.Begin("eBPF load: owners (iter/task_file)")
+		f, err := ld.Files(kernel)
+		end()
+		if err != nil {
 			flErr = err
 		} else {
 			x.files = Loaded(f)
@@ -194,7 +195,10 @@ func OpenExtras(cfg ExtrasConfig) (*Extras, error) {
 	case ld.Locks == nil:
 		lkErr = errors.New("this build has no eBPF loader")
 	default:
-		if l, err := ld.Locks(kernel); err != nil {
+		end := cfg.Phases.Begin("eBPF load: lock bits (iter/tcp)")
+		l, err := ld.Locks(kernel)
+		end()
+		if err != nil {
 			lkErr = err
 		} else {
 			x.locks = l
@@ -203,6 +207,34 @@ func OpenExtras(cfg ExtrasConfig) (*Extras, error) {
 	}
 	if lkErr != nil {
 		x.locksOff = "eBPF iter/tcp not loaded: " + lkErr.Error()
+	}
+	if cfg.Need.EventsBeside && cfg.Mode == ModeAuto && cfg.Need.Events && ld.Events != nil && cfg.Need.Locks && lkErr == nil {
+		// eBPF loads here (iter/tcp did): the events load beside the
+		// first sample's collection, and their first reading waits for
+		// it.
+		x.events = x.eventsBeside(ld.Events, kernel)
+	} else {
+		switch {
+		case !cfg.Need.Events:
+		case ld.Events == nil:
+			evErr = errors.New("this build has no eBPF loader")
+		default:
+			end := cfg.Phases.Begin("eBPF load: connection events")
+			s, err := ld.Events(kernel)
+			end()
+			if err != nil {
+				evErr = err
+			} else {
+				x.Source = s
+				if cfg.Command == "" {
+					for _, m := range s.Missing() {
+						// The others run; what this one counts is unknown in findings.
+						note("note: eBPF program on %s off: %s", m.Program, m.Reason)
+					}
+				}
+				x.closers = append(x.closers, s.Close)
+			}
+		}
 	}
 	if cfg.Mode == ModeOn {
 		if evErr != nil && lkErr != nil && evErr.Error() == lkErr.Error() {
@@ -234,6 +266,64 @@ func OpenExtras(cfg ExtrasConfig) (*Extras, error) {
 	}
 	x.noteFiles(flErr, evErr, lkErr)
 	return x, nil
+}
+
+// pendingEvents is the connection events loading on their own
+// goroutine (Need.EventsBeside): Read waits for the load. A load that failed reads as
+// errEventsOff, which the collector takes as no source, as when the
+// load failed in OpenExtras; the failure, or what did not attach, is
+// noted at the first Read or at Close.
+type pendingEvents struct {
+	done  chan struct{}
+	src   *bpfsource.Source
+	err   error
+	noted sync.Once
+	note  func()
+}
+
+// errEventsOff is a pendingEvents' Read when its load failed.
+var errEventsOff = errors.New("eBPF connection events not loaded")
+
+func (p *pendingEvents) Read() (*bpfsource.Reading, error) {
+	<-p.done
+	p.noted.Do(p.note)
+	if p.err != nil {
+		return nil, errEventsOff
+	}
+	return p.src.Read()
+}
+
+// eventsBeside starts loading the events with load, k the kernel's BTF
+// the other loads used (no longer used by them).
+func (x *Extras) eventsBeside(load func(*bpfsource.Kernel) (*bpfsource.Source, error), k *bpfsource.Kernel) *pendingEvents {
+	p := &pendingEvents{done: make(chan struct{})}
+	cfg := x.cfg
+	p.note = func() {
+		switch {
+		case p.err != nil:
+			cfg.Note("note: eBPF connection events off: %v (--bpf off silences this)", p.err)
+		case cfg.Command == "":
+			for _, m := range p.src.Missing() {
+				// The others run; what this one counts is unknown in findings.
+				cfg.Note("note: eBPF program on %s off: %s", m.Program, m.Reason)
+			}
+		}
+	}
+	go func() {
+		defer close(p.done)
+		end := cfg.Phases.Begin("eBPF load: connection events (beside)")
+		p.src, p.err = load(k)
+		end()
+	}()
+	x.closers = append(x.closers, func() error {
+		<-p.done
+		p.noted.Do(p.note)
+		if p.src != nil {
+			return p.src.Close()
+		}
+		return nil
+	})
+	return p
 }
 
 // noteFiles says why the owner walk reads /proc/PID/fd, unless a note

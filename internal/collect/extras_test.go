@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/bpfsource"
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 )
 
 // failing are loaders that all refuse with err, counting their calls.
@@ -171,5 +174,60 @@ func TestOpenTrace(t *testing.T) {
 	}
 	if _, err := ParseMode("sometimes"); err == nil || !strings.Contains(err.Error(), `not "sometimes"`) {
 		t.Errorf("ParseMode(sometimes) = %v", err)
+	}
+}
+
+// TestEventsBeside: with Need.EventsBeside the events load on their own
+// goroutine once iter/tcp has loaded, and the collector's reading waits
+// for them; one that fails reads as no source and is noted once, as a
+// failure in OpenExtras is. Where iter/tcp cannot load, the events load
+// in OpenExtras as before (the "auto" cases of TestOpenExtras).
+func TestEventsBeside(t *testing.T) {
+	real := BPFLoaders()
+	if l, err := real.Locks(nil); err != nil {
+		t.Skipf("iter/tcp cannot load here: %v", err)
+	} else {
+		l.Close()
+	}
+	need := Need{Events: true, EventsBeside: true, Locks: true}
+	slow := func(k *bpfsource.Kernel) (*bpfsource.Source, error) {
+		time.Sleep(100 * time.Millisecond)
+		return real.Events(k)
+	}
+	x, err := OpenExtras(ExtrasConfig{Mode: ModeAuto, Need: need, Loaders: Loaders{Events: slow, Locks: real.Locks}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if x.Source != nil || x.events == nil {
+		t.Fatalf("events loaded in OpenExtras (Source %v), want beside", x.Source)
+	}
+	snaps := []*snapshot.Snapshot{{Netns: snapshot.Netns{Inode: 1}}}
+	(&Collector{Events: x.Events()}).addEvents(snaps)
+	if !hasSource(snaps[0], snapshot.SourceBPF, true) || snaps[0].Events == nil {
+		if errors.Is(x.events.err, bpfsource.ErrNotSupported) {
+			x.Close()
+			t.Skipf("the events cannot load here: %v", x.events.err)
+		}
+		t.Errorf("after the beside load: sources %+v, events %v (load error %v)", snaps[0].Sources, snaps[0].Events, x.events.err)
+	}
+	x.Close()
+
+	boom := errors.New("boom")
+	var notes []string
+	x, err = OpenExtras(ExtrasConfig{Mode: ModeAuto, Need: need, Note: func(f string, a ...any) { notes = append(notes, fmt.Sprintf(f, a...)) },
+		Loaders: Loaders{Events: func(*bpfsource.Kernel) (*bpfsource.Source, error) { return nil, boom }, Locks: real.Locks}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snaps = []*snapshot.Snapshot{{Netns: snapshot.Netns{Inode: 1}}}
+	for range 2 {
+		(&Collector{Events: x.Events()}).addEvents(snaps)
+	}
+	x.Close()
+	if len(snaps[0].Sources) != 0 || snaps[0].Events != nil || len(snaps[0].Errors) != 0 {
+		t.Errorf("a failed beside load: sources %+v, events %v, errors %v; want no source", snaps[0].Sources, snaps[0].Events, snaps[0].Errors)
+	}
+	if want := []string{"note: eBPF connection events off: boom (--bpf off silences this)"}; !slices.Equal(notes, want) {
+		t.Errorf("notes %q, want %q", notes, want)
 	}
 }
