@@ -3,7 +3,6 @@ package rules
 import (
 	"fmt"
 	"math"
-	"net/netip"
 	"sort"
 	"strings"
 	"time"
@@ -53,8 +52,8 @@ func connectionBottleneck() diag.Rule {
 // ip:port) or as a server (local listening port and the client's address).
 type flowKey struct {
 	pid    int
-	local  netip.AddrPort // server side only
-	remote netip.AddrPort // port zero on the server side
+	local  snapshot.Endpoint // server side only
+	remote snapshot.Endpoint // port zero on the server side
 }
 
 type flow struct {
@@ -94,9 +93,9 @@ func checkConnectionBottleneck(in *diag.Input) ([]diag.Finding, error) {
 		if sk.Pids.Len() > 0 {
 			pid = sk.Pids.List()[0]
 		}
-		k := flowKey{pid: pid, remote: sk.Remote.AddrPort()}
+		k := flowKey{pid: pid, remote: sk.Remote}
 		if listening[sk.Local.Port()] {
-			k = flowKey{pid: pid, local: sk.Local.AddrPort(), remote: netip.AddrPortFrom(sk.Remote.Addr(), 0)}
+			k = flowKey{pid: pid, local: sk.Local, remote: sk.Remote.WithPort(0)}
 		}
 		// A flow's sockets mostly come together in a dump: the last
 		// one's entry is tried before the map.

@@ -311,14 +311,36 @@ func acceptedOn(s *snapshot.Snapshot, ln *snapshot.Socket, isNew func(*snapshot.
 // isNew is asked with the listener's index in lns.
 func acceptedOnAll(s *snapshot.Snapshot, lns []*snapshot.Socket, isNew func(k int, c *snapshot.Socket) bool) []accepted {
 	out := make([]accepted, len(lns))
-	byPort := map[uint16][]int{}
+	// The listeners of each port, by a table (a map lookup per socket
+	// cost more): at[port] is 1 + the index in groups.
+	at := make([]int32, 1<<16)
+	var groups [][]int
 	for i, ln := range lns {
 		out[i].byPid = map[int]int{}
-		byPort[ln.Local.Port()] = append(byPort[ln.Local.Port()], i)
+		p := ln.Local.Port()
+		if at[p] == 0 {
+			groups = append(groups, nil)
+			at[p] = int32(len(groups))
+		}
+		groups[at[p]-1] = append(groups[at[p]-1], i)
+	}
+	// A listener's connections from one owner mostly come together in a
+	// dump: they are counted in a run, added when the run ends.
+	runK, runPid, run := -1, 0, 0
+	flush := func() {
+		if run > 0 {
+			out[runK].by.AddN(runPid, run)
+			out[runK].byPid[runPid] += run
+		}
+		run = 0
 	}
 	for i := range s.Sockets {
 		sk := &s.Sockets[i]
-		for _, k := range byPort[sk.Local.Port()] {
+		g := at[sk.Local.Port()]
+		if g == 0 {
+			continue
+		}
+		for _, k := range groups[g-1] {
 			ln := lns[k]
 			if !tcpmodel.AcceptedOn(ln, sk) {
 				continue
@@ -327,14 +349,19 @@ func acceptedOnAll(s *snapshot.Snapshot, lns []*snapshot.Socket, isNew func(k in
 			a.total++
 			if sk.Pids.Len() > 0 {
 				a.owned++
-				a.by.Add(sk.Pids.List()[0])
-				a.byPid[sk.Pids.List()[0]]++
+				pid := sk.Pids.List()[0]
+				if k != runK || pid != runPid {
+					flush()
+					runK, runPid = k, pid
+				}
+				run++
 				if isNew != nil && isNew(k, sk) {
 					a.fresh++
 				}
 			}
 		}
 	}
+	flush()
 	return out
 }
 

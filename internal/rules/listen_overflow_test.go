@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"maps"
 	"net/netip"
 	"strings"
 	"testing"
@@ -224,5 +225,37 @@ func TestAcceptedOnAll(t *testing.T) {
 	}
 	if a := all[2]; a.owned != 1 || a.byPid[12] != 1 {
 		t.Errorf("listener [::]:80: %d owned %v, want pid 12's CLOSE_WAIT", a.owned, a.byPid)
+	}
+}
+
+// TestAcceptedOnAllRuns: owners counted a run at a time add up when
+// listeners' and owners' connections interleave, and the tally keeps
+// the owners in the order they first came.
+func TestAcceptedOnAllRuns(t *testing.T) {
+	ap := netip.MustParseAddrPort
+	s := &snapshot.Snapshot{Sockets: []snapshot.Socket{
+		{Family: 2, State: snapshot.Listen, Local: snapshot.EndpointOf(ap("0.0.0.0:80")), Cookie: 1},
+		{Family: 2, State: snapshot.Listen, Local: snapshot.EndpointOf(ap("0.0.0.0:81")), Cookie: 2},
+	}}
+	for i, c := range []struct {
+		port uint16
+		pid  int
+	}{{80, 10}, {80, 10}, {81, 20}, {80, 10}, {80, 11}, {81, 20}, {80, 10}, {80, 0}, {81, 21}} {
+		sk := snapshot.Socket{Family: 2, State: snapshot.Established, Cookie: uint64(10 + i),
+			Local: snapshot.EndpointOf(netip.AddrPortFrom(netip.MustParseAddr("198.18.0.1"), c.port)), Remote: snapshot.EndpointOf(ap("198.18.0.2:40000"))}
+		if c.pid != 0 {
+			sk.Pids = snapshot.PidsOf(c.pid)
+		}
+		s.Sockets = append(s.Sockets, sk)
+	}
+	all := acceptedOnAll(s, []*snapshot.Socket{&s.Sockets[0], &s.Sockets[1]}, nil)
+	if a := all[0]; a.total != 6 || a.owned != 5 || !maps.Equal(a.byPid, map[int]int{10: 4, 11: 1}) || a.by.Top() != 10 || a.by.Len() != 2 {
+		t.Errorf("port 80: %d in all, %d owned, %v by pid, top %d of %d; want 6, 5, {10: 4, 11: 1}, 10 of 2", a.total, a.owned, a.byPid, a.by.Top(), a.by.Len())
+	}
+	if a := all[1]; a.total != 3 || a.owned != 3 || !maps.Equal(a.byPid, map[int]int{20: 2, 21: 1}) || a.by.Top() != 20 {
+		t.Errorf("port 81: %d in all, %d owned, %v by pid, top %d; want 3, 3, {20: 2, 21: 1}, 20", a.total, a.owned, a.byPid, a.by.Top())
+	}
+	if got := all[0].by.List(s); got != "?(pid 10) 4 open, ?(pid 11) 1 open" {
+		t.Errorf("port 80's owners listed as %q, want pid 10's 4 first", got)
 	}
 }

@@ -81,6 +81,12 @@ func (e Endpoint) SameAddr(o Endpoint) bool { return e.v == o.v && e.ip == o.ip 
 // Port returns the port.
 func (e Endpoint) Port() uint16 { return e.port }
 
+// WithPort is e with port p.
+func (e Endpoint) WithPort(p uint16) Endpoint {
+	e.port = p
+	return e
+}
+
 // IsValid reports whether e has an address.
 func (e Endpoint) IsValid() bool { return e.v != 0 }
 

@@ -19,6 +19,9 @@ func TestEndpoint(t *testing.T) {
 		if e.As16() != ap.Addr().As16() {
 			t.Errorf("%s: As16 %v, want %v", s, e.As16(), ap.Addr().As16())
 		}
+		if w := e.WithPort(7); w.AddrPort() != netip.AddrPortFrom(ap.Addr(), 7) || e.Port() != ap.Port() {
+			t.Errorf("%s: WithPort(7) %v", s, w)
+		}
 		b, err := json.Marshal(e)
 		var back Endpoint
 		if err != nil || json.Unmarshal(b, &back) != nil || back != e {

@@ -66,16 +66,19 @@ type Tally struct {
 }
 
 // Add counts one socket of pid.
-func (t *Tally) Add(pid int) {
+func (t *Tally) Add(pid int) { t.AddN(pid, 1) }
+
+// AddN counts n sockets of pid.
+func (t *Tally) AddN(pid, n int) {
 	for i, p := range t.pids {
 		if p == pid {
-			t.n[i]++
+			t.n[i] += n
 			return
 		}
 	}
 	if len(t.pids) < tallyMax {
 		t.pids = append(t.pids, pid)
-		t.n = append(t.n, 1)
+		t.n = append(t.n, n)
 	}
 }
 
