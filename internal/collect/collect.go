@@ -359,10 +359,11 @@ func (c *Collector) attachOwners(snaps []*snapshot.Snapshot, fw *fileWalk) *proc
 }
 
 // splitMin is Options.SplitMin's default. A split dump walks the
-// kernel's whole table twice and these two CPUs run two dumps only
-// 1.3-1.4 times as fast as one, so it pays back only for a big
-// namespace: `sockets --no-owners` of 600,000 sockets took 0.90 of the
-// whole dump's time and of 300,000 as long (docs/performance.md).
+// kernel's whole table twice, and two dumps at once on two CPUs take
+// much longer than one, so it pays back only for a big namespace:
+// `sockets --no-owners` of 600,000 sockets took a median 0.80 s split
+// against 0.88 s whole, and at 300,000 no less (docs/performance.md,
+// "The night's rerun").
 const splitMin = 500_000
 
 // splits reports whether a namespace expected to hold used sockets is
