@@ -178,31 +178,8 @@ func TestStreamSplit(t *testing.T) {
 		t.Skip("a split dump needs two CPUs")
 	}
 	ns := testns.New(t, "strsplit")
-	var closers []func()
-	t.Cleanup(func() {
-		for _, c := range closers {
-			c()
-		}
-	})
-	err := netns.Do(ns, func() error {
-		for _, addr := range []string{"127.0.0.1:20001", "127.0.0.1:" + strconv.Itoa(sockdiag.SplitPort+1)} {
-			ln, err := net.Listen("tcp4", addr)
-			if err != nil {
-				return err
-			}
-			closers = append(closers, func() { ln.Close() })
-			for range 8 {
-				c, s, err := testns.DialAccept(ln)
-				if err != nil {
-					return err
-				}
-				closers = append(closers, func() { c.Close(); s.Close() })
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
+	for _, addr := range []string{"127.0.0.1:20001", "127.0.0.1:" + strconv.Itoa(sockdiag.SplitPort+1)} {
+		testns.ConnectionsAt(t, ns, addr, 8)
 	}
 	list := func(splitMin int) (rows []string, phase string) {
 		t.Helper()

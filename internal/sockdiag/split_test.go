@@ -56,12 +56,8 @@ func TestSplitSameSockets(t *testing.T) {
 		build(t, f)
 		// Connections whose ports are all low, and one with a high port
 		// at each end, beside the scenario's (ephemeral ports, either).
-		lfd, port := f.listen(mustAddrPort("127.0.0.1", 20001), 8)
-		f.connectFrom(20002, mustAddrPort("127.0.0.1", port))
-		f.accept(lfd)
-		hfd, hport := f.listen(mustAddrPort("127.0.0.1", SplitPort+100), 8)
-		f.connectFrom(20003, mustAddrPort("127.0.0.1", hport))
-		f.accept(hfd)
+		f.pair(20001, 20002)
+		f.pair(SplitPort+100, 20003)
 	})
 	key := func(s *snapshot.Socket) string {
 		return fmt.Sprintf("%d %v %v %v %d %d info=%v mem=%v cc=%q", s.Family, s.State, s.Local, s.Remote, s.Cookie, s.Inode,
@@ -96,9 +92,8 @@ func TestSplitSameSockets(t *testing.T) {
 
 // TestDumpHalvesOrder: Conn.DumpHalves tells each socket's half as
 // HalfOf does, and each half comes in the order a whole dump lists its
-// sockets (the collector places the halves one after the other, so two
-// samples of the same sockets line up). Without OpenHalf it is whole,
-// every socket in half 0.
+// sockets (which the lock-bit join follows, a place per half). Without
+// OpenHalf it is whole, every socket in half 0.
 func TestDumpHalvesOrder(t *testing.T) {
 	if runtime.GOMAXPROCS(0) < 2 {
 		t.Skip("a split dump needs two CPUs")
@@ -113,13 +108,11 @@ func TestDumpHalvesOrder(t *testing.T) {
 			if i%2 == 1 {
 				lp = SplitPort + uint16(i)
 			}
-			lfd, port := f.listen(mustAddrPort("127.0.0.1", lp), 8)
 			from := 21000 + i
 			if i%4 >= 2 {
 				from = SplitPort + 1000 + i
 			}
-			f.connectFrom(from, mustAddrPort("127.0.0.1", port))
-			f.accept(lfd)
+			f.pair(lp, from)
 		}
 	})
 	opts := Options{Info: true, Mem: true, OneWalk: true, Split: true}
@@ -189,6 +182,15 @@ func TestSplitStopsOnFnError(t *testing.T) {
 	if !errors.Is(err, stop) || n != 1 {
 		t.Fatalf("got %v after %d sockets, want the fn's error after 1", err, n)
 	}
+}
+
+// pair opens a connection on 127.0.0.1 from port from to a listener on
+// port lport, and accepts it.
+func (f *fds) pair(lport uint16, from int) {
+	f.t.Helper()
+	lfd, port := f.listen(mustAddrPort("127.0.0.1", lport), 8)
+	f.connectFrom(from, mustAddrPort("127.0.0.1", port))
+	f.accept(lfd)
 }
 
 // connectFrom connects from 127.0.0.1:port to to.

@@ -90,9 +90,15 @@ func DialAccept(ln net.Listener) (client, server net.Conn, err error) {
 // it, each as its client and server ends; all are closed when t ends.
 func Connections(t testing.TB, ns netns.NS, n int) [][2]net.Conn {
 	t.Helper()
+	return ConnectionsAt(t, ns, "127.0.0.1:0", n)
+}
+
+// ConnectionsAt is Connections with the listener at addr.
+func ConnectionsAt(t testing.TB, ns netns.NS, addr string, n int) [][2]net.Conn {
+	t.Helper()
 	var conns [][2]net.Conn
 	err := netns.Do(ns, func() error {
-		ln, err := net.Listen("tcp4", "127.0.0.1:0")
+		ln, err := net.Listen("tcp4", addr)
 		if err != nil {
 			return err
 		}
