@@ -1,13 +1,16 @@
 package collect
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"time"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/bpfsource"
 	"github.com/tcpdoctor/tcpdoctor/internal/phases"
+	"github.com/tcpdoctor/tcpdoctor/internal/procnet"
 	"github.com/tcpdoctor/tcpdoctor/internal/procs"
 )
 
@@ -208,7 +211,8 @@ func OpenExtras(cfg ExtrasConfig) (*Extras, error) {
 	if lkErr != nil {
 		x.locksOff = "eBPF iter/tcp not loaded: " + lkErr.Error()
 	}
-	if cfg.Need.EventsBeside && cfg.Mode == ModeAuto && cfg.Need.Events && ld.Events != nil && cfg.Need.Locks && lkErr == nil {
+	if cfg.Need.EventsBeside && cfg.Mode == ModeAuto && cfg.Need.Events && ld.Events != nil && cfg.Need.Locks && lkErr == nil &&
+		HostSockets(cfg.ProcRoot) < eventsBesideMax {
 		// eBPF loads here (iter/tcp did): the events load beside the
 		// first sample's collection, and their first reading waits for
 		// it.
@@ -266,6 +270,29 @@ func OpenExtras(cfg ExtrasConfig) (*Extras, error) {
 	}
 	x.noteFiles(flErr, evErr, lkErr)
 	return x, nil
+}
+
+// eventsBesideMax is the count of TCP sockets on the host (HostSockets)
+// from which the events load before the first sample after all. At a
+// million the first dump already keeps both CPUs busy, so a load beside
+// it made `check` no shorter, and its garbage, made while the heap grew,
+// raised the peak by about 4.5 MB (docs/performance.md); at 20,000 and
+// 100,000 it took 50-100 ms off.
+const eventsBesideMax = 500_000
+
+// HostSockets is sockstat's TCP "alloc": the TCP sockets of every
+// namespace, which every sock_diag dump walks; 0 if unreadable.
+func HostSockets(procRoot string) int64 {
+	if procRoot == "" {
+		procRoot = "/proc"
+	}
+	b, err := os.ReadFile(procRoot + "/net/sockstat")
+	if err != nil {
+		return 0
+	}
+	m := map[string]int64{}
+	_ = procnet.ParseSockstat(bytes.NewReader(b), m) // what parsed is enough
+	return m["TCP.alloc"]
 }
 
 // pendingEvents is the connection events loading on their own

@@ -181,7 +181,8 @@ func TestOpenTrace(t *testing.T) {
 // goroutine once iter/tcp has loaded, and the collector's reading waits
 // for them; one that fails reads as no source and is noted once, as a
 // failure in OpenExtras is. Where iter/tcp cannot load, the events load
-// in OpenExtras as before (the "auto" cases of TestOpenExtras).
+// in OpenExtras as before (the "auto" cases of TestOpenExtras), and so
+// they do on a host of eventsBesideMax sockets or more.
 func TestEventsBeside(t *testing.T) {
 	real := BPFLoaders()
 	if l, err := real.Locks(nil); err != nil {
@@ -230,4 +231,24 @@ func TestEventsBeside(t *testing.T) {
 	if want := []string{"note: eBPF connection events off: boom (--bpf off silences this)"}; !slices.Equal(notes, want) {
 		t.Errorf("notes %q, want %q", notes, want)
 	}
+	big := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(big, "net"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	stat := fmt.Sprintf("sockets: used 9\nTCP: inuse 1 orphan 0 tw 0 alloc %d mem 1\n", eventsBesideMax)
+	if err := os.WriteFile(filepath.Join(big, "net/sockstat"), []byte(stat), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if n := HostSockets(big); n != eventsBesideMax {
+		t.Fatalf("HostSockets = %d, want %d", n, eventsBesideMax)
+	}
+	x, err = OpenExtras(ExtrasConfig{Mode: ModeAuto, Need: need, ProcRoot: big, Loaders: Loaders{Events: slow, Locks: real.Locks}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if x.events != nil || x.Source == nil {
+		t.Errorf("on a host of %d sockets: the events loaded beside (%v) or not at all", eventsBesideMax, x.events != nil)
+	}
+	x.Close()
+
 }
