@@ -64,11 +64,12 @@ type Need struct {
 	// Events: connection events (lifecycle, drops, resets, retransmits).
 	Events bool
 	// EventsBeside, with Mode auto and Locks loaded (eBPF works here),
-	// loads the events (about 50 ms: several programs verified) on a
+	// loads the events (35-50 ms: several programs verified) on a
 	// goroutine of their own, so the first collection runs beside it;
 	// their first reading waits for it. The events then count from a
 	// little later, but a window counts them from its first sample's
-	// reading, which comes after the load either way.
+	// reading, which comes after the load either way. Not on a host of
+	// eventsBesideMax TCP sockets or more.
 	EventsBeside bool
 	// Locks: the buffer lock bits of every socket (iter/tcp).
 	Locks bool
@@ -115,7 +116,7 @@ type Extras struct {
 	locksOff string
 	files    FileSource
 	// events, when set, is the connection events loading beside the
-	// first collection (ExtrasConfig.EventsBeside); Source is then nil.
+	// first collection (Need.EventsBeside); Source is then nil.
 	events  *pendingEvents
 	closers []func() error
 }
@@ -212,7 +213,7 @@ func OpenExtras(cfg ExtrasConfig) (*Extras, error) {
 		x.locksOff = "eBPF iter/tcp not loaded: " + lkErr.Error()
 	}
 	if cfg.Need.EventsBeside && cfg.Mode == ModeAuto && cfg.Need.Events && ld.Events != nil && cfg.Need.Locks && lkErr == nil &&
-		HostSockets(cfg.ProcRoot) < eventsBesideMax {
+		hostSockets(cfg.ProcRoot) < eventsBesideMax {
 		// eBPF loads here (iter/tcp did): the events load beside the
 		// first sample's collection, and their first reading waits for
 		// it.
@@ -272,7 +273,7 @@ func OpenExtras(cfg ExtrasConfig) (*Extras, error) {
 	return x, nil
 }
 
-// eventsBesideMax is the count of TCP sockets on the host (HostSockets)
+// eventsBesideMax is the count of TCP sockets on the host (hostSockets)
 // from which the events load before the first sample after all. At a
 // million the first dump already keeps both CPUs busy, so a load beside
 // it made `check` no shorter, and its garbage, made while the heap grew,
@@ -280,9 +281,9 @@ func OpenExtras(cfg ExtrasConfig) (*Extras, error) {
 // 100,000 it took 50-100 ms off.
 const eventsBesideMax = 500_000
 
-// HostSockets is sockstat's TCP "alloc": the TCP sockets of every
+// hostSockets is sockstat's TCP "alloc": the TCP sockets of every
 // namespace, which every sock_diag dump walks; 0 if unreadable.
-func HostSockets(procRoot string) int64 {
+func hostSockets(procRoot string) int64 {
 	if procRoot == "" {
 		procRoot = "/proc"
 	}
@@ -296,10 +297,10 @@ func HostSockets(procRoot string) int64 {
 }
 
 // pendingEvents is the connection events loading on their own
-// goroutine (Need.EventsBeside): Read waits for the load. A load that failed reads as
-// errEventsOff, which the collector takes as no source, as when the
-// load failed in OpenExtras; the failure, or what did not attach, is
-// noted at the first Read or at Close.
+// goroutine (Need.EventsBeside): Read waits for the load. A load that
+// failed reads as errEventsOff, which the collector takes as no source,
+// as when the load failed in OpenExtras; the failure, or what did not
+// attach, is noted at the first Read or at Close.
 type pendingEvents struct {
 	done  chan struct{}
 	src   *bpfsource.Source

@@ -239,8 +239,8 @@ func TestEventsBeside(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(big, "net/sockstat"), []byte(stat), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if n := HostSockets(big); n != eventsBesideMax {
-		t.Fatalf("HostSockets = %d, want %d", n, eventsBesideMax)
+	if n := hostSockets(big); n != eventsBesideMax {
+		t.Fatalf("hostSockets = %d, want %d", n, eventsBesideMax)
 	}
 	x, err = OpenExtras(ExtrasConfig{Mode: ModeAuto, Need: need, ProcRoot: big, Loaders: Loaders{Events: slow, Locks: real.Locks}})
 	if err != nil {
