@@ -198,8 +198,8 @@ func (st *Streamer) Stream(nss []netns.NS, fn func(s *snapshot.Snapshot, sk *sna
 			conn, openErr = sockdiag.Open()
 			if openErr == nil {
 				// A big namespace is dumped in two halves at once:
-				// sockstat says how big (the dump is whole where it
-				// or the second socket fails).
+				// sockstat says how big (the dump is whole where
+				// sockstat or the second socket fails).
 				counts := make(map[string]int64, 16)
 				if procnet.Default().Sockstats(counts) == nil {
 					if used, _ := expectedOf(counts); st.Opts.splits(used) {
