@@ -172,23 +172,39 @@ func hasSource(s *snapshot.Snapshot, name string, ok bool) bool {
 
 // TestStreamSplit: a namespace at SplitMin or more is dumped in two
 // halves at once (the phase says so), and lists the same sockets with
-// the same owners as a whole dump; below it the dump is whole.
+// the same owners and lock bits (where iter/tcp loads) as a whole dump;
+// below it the dump is whole.
 func TestStreamSplit(t *testing.T) {
 	if runtime.GOMAXPROCS(0) < 2 {
 		t.Skip("a split dump needs two CPUs")
 	}
 	ns := testns.New(t, "strsplit")
 	for _, addr := range []string{"127.0.0.1:20001", "127.0.0.1:" + strconv.Itoa(sockdiag.SplitPort+1)} {
-		testns.ConnectionsAt(t, ns, addr, 8)
+		conns := testns.ConnectionsAt(t, ns, addr, 8)
+		// A pinned send buffer at one client of each: its lock bit.
+		if err := conns[0][0].(*net.TCPConn).SetWriteBuffer(64 << 10); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var locks LockReader
+	if l, err := bpfsource.OpenSockLocks(nil); err == nil {
+		defer func() { _ = l.Close() }()
+		locks = l
+	} else {
+		t.Logf("iter/tcp cannot load here (%v): lock bits not compared", err)
 	}
 	list := func(splitMin int) (rows []string, phase string) {
 		t.Helper()
 		path := filepath.Join(t.TempDir(), "phases")
 		rec := phases.New(phases.Now(), path)
-		st := &Streamer{Opts: Options{Owners: true, ProcRoot: "/proc", SplitMin: splitMin, Phases: rec}, Now: time.Now}
+		st := &Streamer{Opts: Options{Owners: true, ProcRoot: "/proc", SplitMin: splitMin, Phases: rec, Locks: locks}, Now: time.Now}
 		var halves [2]int
+		pinned := 0
 		if _, err := st.Stream([]netns.NS{ns}, func(_ *snapshot.Snapshot, sk *snapshot.Socket) error {
-			rows = append(rows, fmt.Sprint(sk.State, sk.Local, sk.Remote, sk.Cookie, sk.Pids.List()))
+			rows = append(rows, fmt.Sprint(sk.State, sk.Local, sk.Remote, sk.Cookie, sk.Pids.List(), sk.BufLock))
+			if sk.BufLock.Known() && sk.BufLock.Bits() != 0 {
+				pinned++
+			}
 			halves[sockdiag.HalfOf(sk.Local.Port(), sk.Remote.Port())]++
 			return nil
 		}); err != nil {
@@ -196,6 +212,9 @@ func TestStreamSplit(t *testing.T) {
 		}
 		if halves[0] == 0 || halves[1] == 0 {
 			t.Fatalf("halves of %v sockets: both must hold some", halves)
+		}
+		if locks != nil && pinned != 2 {
+			t.Errorf("%d sockets with lock bits, want the 2 pinned", pinned)
 		}
 		if err := rec.Write(); err != nil {
 			t.Fatal(err)
