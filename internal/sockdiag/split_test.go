@@ -47,13 +47,8 @@ func TestSplitProgramsPartition(t *testing.T) {
 // the extras asked for, on sockets in both halves (the scenario's, a
 // listener at a high port and a connection to it).
 func TestSplitSameSockets(t *testing.T) {
-	if runtime.GOMAXPROCS(0) < 2 {
-		t.Skip("a split dump needs two CPUs")
-	}
-	ns := newNetns(t)
-	f := newFDs(t)
+	ns, f := splitScenario(t)
 	ns.do(func() {
-		build(t, f)
 		// Connections whose ports are all low, and one with a high port
 		// at each end, beside the scenario's (ephemeral ports, either).
 		f.pair(20001, 20002)
@@ -95,13 +90,8 @@ func TestSplitSameSockets(t *testing.T) {
 // sockets (which the lock-bit join follows, a place per half). Without
 // OpenHalf it is whole, every socket in half 0.
 func TestDumpHalvesOrder(t *testing.T) {
-	if runtime.GOMAXPROCS(0) < 2 {
-		t.Skip("a split dump needs two CPUs")
-	}
-	ns := newNetns(t)
-	f := newFDs(t)
+	ns, f := splitScenario(t)
 	ns.do(func() {
-		build(t, f)
 		for i := range 40 {
 			// Ports on both sides of the split, at both ends.
 			lp := uint16(20000 + i)
@@ -167,12 +157,7 @@ func TestDumpHalvesOrder(t *testing.T) {
 // TestSplitStopsOnFnError: an error from fn ends a split dump and comes
 // back as it is.
 func TestSplitStopsOnFnError(t *testing.T) {
-	if runtime.GOMAXPROCS(0) < 2 {
-		t.Skip("a split dump needs two CPUs")
-	}
-	ns := newNetns(t)
-	f := newFDs(t)
-	ns.do(func() { build(t, f) })
+	ns, _ := splitScenario(t)
 	stop := errors.New("enough")
 	n := 0
 	var err error
@@ -182,6 +167,19 @@ func TestSplitStopsOnFnError(t *testing.T) {
 	if !errors.Is(err, stop) || n != 1 {
 		t.Fatalf("got %v after %d sockets, want the fn's error after 1", err, n)
 	}
+}
+
+// splitScenario skips without two CPUs, else builds the scenario's
+// sockets in a namespace of their own.
+func splitScenario(t *testing.T) (*netns, *fds) {
+	t.Helper()
+	if runtime.GOMAXPROCS(0) < 2 {
+		t.Skip("a split dump needs two CPUs")
+	}
+	ns := newNetns(t)
+	f := newFDs(t)
+	ns.do(func() { build(t, f) })
+	return ns, f
 }
 
 // pair opens a connection on 127.0.0.1 from port from to a listener on
