@@ -13,7 +13,8 @@
 #
 # -c gives the arguments the binaries run with instead of `check
 # --interval 1s --json` (split as the shell splits words), e.g. -c
-# "sockets --no-owners" to compare listings.
+# "sockets --no-owners" to compare listings; given more than once, each
+# binary runs with each in turn, to compare two ways of one binary.
 # It needs root and GNU time (/usr/bin/time). The namespace (tdab-PID)
 # holds CONNS loopback connections (default 500000, a million sockets:
 # about 4 GB of kernel memory), opened by holders started from the first
@@ -23,16 +24,17 @@ set -euo pipefail
 
 conns=500000
 rounds=3
-args="check --interval 1s --json"
+argsets=()
 while getopts "n:r:c:" o; do
   case $o in
   n) conns=$OPTARG ;;
   r) rounds=$OPTARG ;;
-  c) args=$OPTARG ;;
+  c) argsets+=("$OPTARG") ;;
   *) exit 2 ;;
   esac
 done
 shift $((OPTIND - 1))
+[ ${#argsets[@]} -gt 0 ] || argsets=("check --interval 1s --json")
 if [ $# -lt 1 ]; then
   echo "usage: sudo $0 [-n CONNS] [-r ROUNDS] [-c ARGS] BINARY..." >&2
   exit 2
@@ -90,17 +92,19 @@ for r in $(seq "$rounds"); do
     nsenter --net="/run/netns/$ns" ss -tin >/dev/null 2>&1 || true
   echo "== round $r: $(cat "$work/time")"
   for b in "$@"; do
-    echo "== round $r: $b $args; loadavg $(cut -d' ' -f1-3 /proc/loadavg)"
-    # shellcheck disable=SC2086 # args are words
-    /usr/bin/time -f "wall %e s, user %U s, sys %S s, peak RSS %M KiB" -o "$work/time" \
-      nsenter --net="/run/netns/$ns" "$b" $args --phases-to "$work/phases.json" >/dev/null 2>"$work/err" || true
-    cat "$work/time"
-    python3 - "$work/phases.json" <<'EOF'
+    for args in "${argsets[@]}"; do
+      echo "== round $r: $b $args; loadavg $(cut -d' ' -f1-3 /proc/loadavg)"
+      # shellcheck disable=SC2086 # args are words
+      /usr/bin/time -f "wall %e s, user %U s, sys %S s, peak RSS %M KiB" -o "$work/time" \
+        nsenter --net="/run/netns/$ns" "$b" $args --phases-to "$work/phases.json" >/dev/null 2>"$work/err" || true
+      cat "$work/time"
+      python3 - "$work/phases.json" <<'EOF'
 import json, sys
 f = json.load(open(sys.argv[1]))
 for s in f["spans"]:
     if not s.get("count"):
         print("  %7.0f ms  %6.0f ms  %s" % ((s["start_ns"] - f["main_ns"]) / 1e6, (s["end_ns"] - s["start_ns"]) / 1e6, s["name"]))
 EOF
+    done
   done
 done

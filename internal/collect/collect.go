@@ -360,11 +360,11 @@ func (c *Collector) attachOwners(snaps []*snapshot.Snapshot, fw *fileWalk) *proc
 
 // splitMin is Options.SplitMin's default. A split dump walks the
 // kernel's whole table twice, and two dumps at once on two CPUs take
-// much longer than one, so it pays back only for a big namespace:
-// `sockets --no-owners` of 600,000 sockets took a median 0.80 s split
-// against 0.88 s whole, and at 300,000 no less (docs/performance.md,
-// "The night's rerun").
-const splitMin = 500_000
+// longer than one, so it pays back only for a big namespace: the dump
+// of `sockets --no-owners` took as long either way at 20,000 and 100,000
+// sockets, and 14% less split at 300,000 (`scripts/check-ab.sh -c` with
+// the hidden `--split-min`; docs/performance.md, "The night's rerun").
+const splitMin = 200_000
 
 // splits reports whether a namespace expected to hold used sockets is
 // dumped in two halves.

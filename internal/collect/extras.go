@@ -1,10 +1,9 @@
 package collect
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -212,33 +211,25 @@ func OpenExtras(cfg ExtrasConfig) (*Extras, error) {
 	if lkErr != nil {
 		x.locksOff = "eBPF iter/tcp not loaded: " + lkErr.Error()
 	}
-	if cfg.Need.EventsBeside && cfg.Mode == ModeAuto && cfg.Need.Events && ld.Events != nil && cfg.Need.Locks && lkErr == nil &&
-		hostSockets(cfg.ProcRoot) < eventsBesideMax {
+	switch {
+	case !cfg.Need.Events:
+	case ld.Events == nil:
+		evErr = errors.New("this build has no eBPF loader")
+	case cfg.Need.EventsBeside && cfg.Mode == ModeAuto && cfg.Need.Locks && lkErr == nil && hostSockets(cfg.ProcRoot) < eventsBesideMax:
 		// eBPF loads here (iter/tcp did): the events load beside the
 		// first sample's collection, and their first reading waits for
 		// it.
 		x.events = x.eventsBeside(ld.Events, kernel)
-	} else {
-		switch {
-		case !cfg.Need.Events:
-		case ld.Events == nil:
-			evErr = errors.New("this build has no eBPF loader")
-		default:
-			end := cfg.Phases.Begin("eBPF load: connection events")
-			s, err := ld.Events(kernel)
-			end()
-			if err != nil {
-				evErr = err
-			} else {
-				x.Source = s
-				if cfg.Command == "" {
-					for _, m := range s.Missing() {
-						// The others run; what this one counts is unknown in findings.
-						note("note: eBPF program on %s off: %s", m.Program, m.Reason)
-					}
-				}
-				x.closers = append(x.closers, s.Close)
-			}
+	default:
+		end := cfg.Phases.Begin("eBPF load: connection events")
+		s, err := ld.Events(kernel)
+		end()
+		if err != nil {
+			evErr = err
+		} else {
+			x.Source = s
+			x.noteMissing(s)
+			x.closers = append(x.closers, s.Close)
 		}
 	}
 	if cfg.Mode == ModeOn {
@@ -263,7 +254,7 @@ func OpenExtras(cfg ExtrasConfig) (*Extras, error) {
 		note("note: eBPF off: %v: no connection events, and pinned buffers judged from their sizes only (--bpf off silences this)", evErr)
 	default:
 		if evErr != nil {
-			note("note: eBPF connection events off: %v (--bpf off silences this)", evErr)
+			note(eventsOffNote, evErr)
 		}
 		if lkErr != nil {
 			note("note: eBPF buffer lock bits (iter/tcp) off: %v: pinned buffers judged from their sizes only (--bpf off silences this)", lkErr)
@@ -287,12 +278,8 @@ func hostSockets(procRoot string) int64 {
 	if procRoot == "" {
 		procRoot = "/proc"
 	}
-	b, err := os.ReadFile(procRoot + "/net/sockstat")
-	if err != nil {
-		return 0
-	}
 	m := map[string]int64{}
-	_ = procnet.ParseSockstat(bytes.NewReader(b), m) // what parsed is enough
+	_ = procnet.FS{NetDir: filepath.Join(procRoot, "net")}.Sockstats(m) // what parsed is enough
 	return m["TCP.alloc"]
 }
 
@@ -327,15 +314,11 @@ func (x *Extras) eventsBeside(load func(*bpfsource.Kernel) (*bpfsource.Source, e
 	p := &pendingEvents{done: make(chan struct{})}
 	cfg := x.cfg
 	p.note = func() {
-		switch {
-		case p.err != nil:
-			cfg.Note("note: eBPF connection events off: %v (--bpf off silences this)", p.err)
-		case cfg.Command == "":
-			for _, m := range p.src.Missing() {
-				// The others run; what this one counts is unknown in findings.
-				cfg.Note("note: eBPF program on %s off: %s", m.Program, m.Reason)
-			}
+		if p.err != nil {
+			cfg.Note(eventsOffNote, p.err)
+			return
 		}
+		x.noteMissing(p.src)
 	}
 	go func() {
 		defer close(p.done)
@@ -352,6 +335,21 @@ func (x *Extras) eventsBeside(load func(*bpfsource.Kernel) (*bpfsource.Source, e
 		return nil
 	})
 	return p
+}
+
+// eventsOffNote says the events did not load, with why.
+const eventsOffNote = "note: eBPF connection events off: %v (--bpf off silences this)"
+
+// noteMissing names the event programs of s that did not attach, unless
+// the command says so itself (ExtrasConfig.Command).
+func (x *Extras) noteMissing(s *bpfsource.Source) {
+	if x.cfg.Command != "" {
+		return
+	}
+	for _, m := range s.Missing() {
+		// The others run; what this one counts is unknown in findings.
+		x.cfg.Note("note: eBPF program on %s off: %s", m.Program, m.Reason)
+	}
 }
 
 // noteFiles says why the owner walk reads /proc/PID/fd, unless a note

@@ -72,12 +72,7 @@ func checkConnectionBottleneck(in *diag.Input) ([]diag.Finding, error) {
 		return nil, err
 	}
 	window := in.Window()
-	listening := new([1 << 16]bool) // by port: a map lookup per socket cost more
-	for i := range cur.Sockets {
-		if cur.Sockets[i].State == snapshot.Listen {
-			listening[cur.Sockets[i].Local.Port()] = true
-		}
-	}
+	ls := tcpmodel.ListenersOf(cur)
 	flows := map[flowKey]*flow{}
 	var last *flow
 	var lastK flowKey
@@ -94,7 +89,7 @@ func checkConnectionBottleneck(in *diag.Input) ([]diag.Finding, error) {
 			pid = sk.Pids.List()[0]
 		}
 		k := flowKey{pid: pid, remote: sk.Remote}
-		if listening[sk.Local.Port()] {
+		if ls.At(sk.Local.Port()) != nil {
 			k = flowKey{pid: pid, local: sk.Local, remote: sk.Remote.WithPort(0)}
 		}
 		// A flow's sockets mostly come together in a dump: the last
@@ -151,7 +146,6 @@ func checkConnectionBottleneck(in *diag.Input) ([]diag.Finding, error) {
 	})
 	rates := peerRates(in)
 	idx := in.CurTuples()
-	ls := tcpmodel.ListenersOf(cur)
 	var fs []diag.Finding
 	for _, k := range keys {
 		f := flows[k]

@@ -311,18 +311,12 @@ func acceptedOn(s *snapshot.Snapshot, ln *snapshot.Socket, isNew func(*snapshot.
 // isNew is asked with the listener's index in lns.
 func acceptedOnAll(s *snapshot.Snapshot, lns []*snapshot.Socket, isNew func(k int, c *snapshot.Socket) bool) []accepted {
 	out := make([]accepted, len(lns))
-	// The listeners of each port, by a table (a map lookup per socket
-	// cost more): at[port] is 1 + the index in groups.
-	at := make([]int32, 1<<16)
-	var groups [][]int
+	// The listeners of each port, by index in lns (a map lookup per
+	// socket cost more).
+	byPort := new(tcpmodel.PortTable[int])
 	for i, ln := range lns {
 		out[i].byPid = map[int]int{}
-		p := ln.Local.Port()
-		if at[p] == 0 {
-			groups = append(groups, nil)
-			at[p] = int32(len(groups))
-		}
-		groups[at[p]-1] = append(groups[at[p]-1], i)
+		byPort.Add(ln.Local.Port(), i)
 	}
 	// A listener's connections from one owner mostly come together in a
 	// dump: they are counted in a run, added when the run ends.
@@ -336,11 +330,7 @@ func acceptedOnAll(s *snapshot.Snapshot, lns []*snapshot.Socket, isNew func(k in
 	}
 	for i := range s.Sockets {
 		sk := &s.Sockets[i]
-		g := at[sk.Local.Port()]
-		if g == 0 {
-			continue
-		}
-		for _, k := range groups[g-1] {
+		for _, k := range byPort.At(sk.Local.Port()) {
 			ln := lns[k]
 			if !tcpmodel.AcceptedOn(ln, sk) {
 				continue

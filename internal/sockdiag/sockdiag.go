@@ -69,24 +69,18 @@ func Dump(opts Options, fn func(*snapshot.Socket) error) error {
 	if err != nil {
 		return err
 	}
-	defer unix.Close(fd)
+	// A Conn without Open's room for lookup replies.
+	c := &Conn{fd: fd, buf: make([]byte, recvBufLen)}
+	defer c.Close()
 	if splits(opts) {
 		// The second socket is opened here too: a netlink socket belongs
 		// to the namespace of the thread that opens it.
-		fd2, err := openSocket()
-		if err != nil {
+		if err := c.OpenHalf(); err != nil {
 			return err
 		}
-		defer unix.Close(fd2)
-		if ok, err := dumpSplit([2]int{fd, fd2}, 0, opts, func(_ int, sk *snapshot.Socket) error { return fn(sk) }); ok {
-			return err
-		}
-		// Refused before anything was delivered: dump whole, on a fresh
-		// socket (the refused one may still hold the other half's reply).
-		return Dump(Options{Families: opts.Families, States: opts.States, Info: opts.Info, Mem: opts.Mem, Reuse: opts.Reuse, OneWalk: opts.OneWalk}, fn)
 	}
-	var seq uint32
-	return dumpFamilies(fd, make([]byte, recvBufLen), &seq, opts, fn)
+	_, err = c.DumpHalves(opts, func(_ int, sk *snapshot.Socket) error { return fn(sk) })
+	return err
 }
 
 // openSocket opens and binds a NETLINK_SOCK_DIAG socket in the calling

@@ -2,6 +2,7 @@ package tcpmodel
 
 import (
 	"net/netip"
+	"slices"
 	"testing"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
@@ -71,5 +72,24 @@ func TestCountsInterleaved(t *testing.T) {
 	use := p.DestUsage(s, nil, 0)
 	if u, v := use[DestOf(lo, netip.MustParseAddrPort("9.9.9.9:443"))], use[DestOf(lo, netip.MustParseAddrPort("8.8.8.8:53"))]; u == nil || v == nil || u.Open != 3 || v.Open != 2 {
 		t.Errorf("DestUsage: 443 %+v, 53 %+v; want 3 and 2 open", u, v)
+	}
+}
+
+// TestPortTable: values by port, ports in the order of their first
+// value; a nil table holds nothing.
+func TestPortTable(t *testing.T) {
+	var none *PortTable[int]
+	if none.At(80) != nil || none.Groups() != nil || none.Ports() != 0 {
+		t.Error("a nil table holds something")
+	}
+	pt := new(PortTable[int])
+	for i, p := range []uint16{443, 80, 443, 0, 65535} {
+		pt.Add(p, i)
+	}
+	if !slices.Equal(pt.At(443), []int{0, 2}) || !slices.Equal(pt.At(80), []int{1}) || !slices.Equal(pt.At(65535), []int{4}) || pt.At(8080) != nil {
+		t.Errorf("At: 443 %v, 80 %v, 65535 %v, 8080 %v", pt.At(443), pt.At(80), pt.At(65535), pt.At(8080))
+	}
+	if pt.Ports() != 4 || !slices.Equal(pt.Groups()[0], []int{0, 2}) || !slices.Equal(pt.Groups()[2], []int{3}) {
+		t.Errorf("Ports %d, Groups %v", pt.Ports(), pt.Groups())
 	}
 }

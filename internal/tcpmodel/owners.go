@@ -105,44 +105,75 @@ func (t *Tally) List(s *snapshot.Snapshot) string {
 	return strings.Join(parts, ", ")
 }
 
+// PortTable holds values by port: a table rather than a map, as rules
+// look up each of a million sockets' ports. The zero table (and a nil
+// one) holds nothing.
+type PortTable[T any] struct {
+	// at is, by port, 1 + the index in lists of the port's values; 0
+	// for a port without one.
+	at    [1 << 16]uint32
+	lists [][]T
+}
+
+// Add adds v to port's values.
+func (t *PortTable[T]) Add(port uint16, v T) {
+	if t.at[port] == 0 {
+		t.lists = append(t.lists, nil)
+		t.at[port] = uint32(len(t.lists))
+	}
+	t.lists[t.at[port]-1] = append(t.lists[t.at[port]-1], v)
+}
+
+// At returns port's values.
+func (t *PortTable[T]) At(port uint16) []T {
+	if t == nil || t.at[port] == 0 {
+		return nil
+	}
+	return t.lists[t.at[port]-1]
+}
+
+// Groups returns the values of each port, ports in the order of their
+// first value. The caller must not change them.
+func (t *PortTable[T]) Groups() [][]T {
+	if t == nil {
+		return nil
+	}
+	return t.lists
+}
+
+// Ports is how many ports have a value.
+func (t *PortTable[T]) Ports() int {
+	if t == nil {
+		return 0
+	}
+	return len(t.lists)
+}
+
 // Listeners indexes a snapshot's listeners by port, to find the service
-// a server-side socket came from: a table by port rather than a map, as
-// rules ask it for each of a million sockets.
+// a server-side socket came from.
 type Listeners = *ListenerIndex
 
-// ListenerIndex is what Listeners points to. The zero index (and a nil
-// one) has no listener.
-type ListenerIndex struct {
-	// at is, by port, 1 + the index in lists of the port's listeners;
-	// 0 for a port without one.
-	at    [1 << 16]uint32
-	lists [][]*snapshot.Socket
-}
+// ListenerIndex is what Listeners points to: a PortTable of listeners.
+// The zero index (and a nil one) has no listener.
+type ListenerIndex struct{ t PortTable[*snapshot.Socket] }
 
 // ListenersOf indexes the listeners of s.
 func ListenersOf(s *snapshot.Snapshot) Listeners {
 	l := &ListenerIndex{}
 	for i := range s.Sockets {
-		sk := &s.Sockets[i]
-		if sk.State != snapshot.Listen {
-			continue
+		if sk := &s.Sockets[i]; sk.State == snapshot.Listen {
+			l.t.Add(sk.Local.Port(), sk)
 		}
-		p := sk.Local.Port()
-		if l.at[p] == 0 {
-			l.lists = append(l.lists, nil)
-			l.at[p] = uint32(len(l.lists))
-		}
-		l.lists[l.at[p]-1] = append(l.lists[l.at[p]-1], sk)
 	}
 	return l
 }
 
 // At returns the listeners on port.
 func (l *ListenerIndex) At(port uint16) []*snapshot.Socket {
-	if l == nil || l.at[port] == 0 {
+	if l == nil {
 		return nil
 	}
-	return l.lists[l.at[port]-1]
+	return l.t.At(port)
 }
 
 // Groups returns the listeners of each port, ports in the order of their
@@ -151,7 +182,7 @@ func (l *ListenerIndex) Groups() [][]*snapshot.Socket {
 	if l == nil {
 		return nil
 	}
-	return l.lists
+	return l.t.Groups()
 }
 
 // Ports is how many ports have a listener.
@@ -159,7 +190,7 @@ func (l *ListenerIndex) Ports() int {
 	if l == nil {
 		return 0
 	}
-	return len(l.lists)
+	return l.t.Ports()
 }
 
 // Of returns the listener that accepted sk: same local port, same address
