@@ -114,12 +114,9 @@ func (r *E2EResult) WritePhases(w io.Writer, i int) error {
 		}
 		// The exit comes last, whatever order the runs gave.
 		order = append(slices.DeleteFunc(order, func(n string) bool { return n == partExit }), partExit)
-		var user, sys []time.Duration
-		for _, run := range row.Ours {
-			user, sys = append(user, run.User), append(sys, run.System)
-		}
+		user, sys := cpuOf(row.Ours)
 		fmt.Fprintf(w, "\nwhere `%s` spent its %s, with %s ms of user and %s ms of system CPU (median of %d runs, ms after the fork; parts beside each other overlap):\n",
-			strings.Join(row.Args, " "), ms(Summarize(walls(row.Ours)).Median), msf(Summarize(user).Median), msf(Summarize(sys).Median), len(runs))
+			strings.Join(row.Args, " "), ms(Summarize(walls(row.Ours)).Median), msf(user), msf(sys), len(runs))
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "part\tfrom\ttook\t(min-max)\t")
 		for _, n := range order {
@@ -133,8 +130,24 @@ func (r *E2EResult) WritePhases(w io.Writer, i int) error {
 		if err := tw.Flush(); err != nil {
 			return err
 		}
+		if len(row.Theirs) > 0 {
+			// ss's system CPU is the kernel's work for it, its sock_diag
+			// dump above all: what any reader of these sockets pays.
+			user, sys := cpuOf(row.Theirs)
+			fmt.Fprintf(w, "against `%s`: %s, with %s ms of user and %s ms of system CPU (median of %d runs)\n",
+				strings.Join(row.SS, " "), ms(Summarize(walls(row.Theirs)).Median), msf(user), msf(sys), len(row.Theirs))
+		}
 	}
 	return nil
+}
+
+// cpuOf is the median user and system CPU time of runs.
+func cpuOf(runs []Run) (user, sys time.Duration) {
+	var us, ss []time.Duration
+	for _, run := range runs {
+		us, ss = append(us, run.User), append(ss, run.System)
+	}
+	return Summarize(us).Median, Summarize(ss).Median
 }
 
 // msf is a duration in ms with a tenth.

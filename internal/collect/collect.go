@@ -187,7 +187,9 @@ func (c *Collector) Collect(nss []netns.NS) []*snapshot.Snapshot {
 			fw = files()
 		}
 		end := c.Opts.Phases.Begin("owners: join and name")
+		endJoin := c.Opts.Phases.Begin("owners: join")
 		own := c.attachOwners(out, fw)
+		endJoin()
 		for i, s := range out {
 			c.nameFlowOwners(nss[i], s, own, c.procRoot())
 			nameProcs(s, c.Opts.Workloads)
