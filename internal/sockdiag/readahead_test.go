@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 )
 
@@ -101,5 +103,70 @@ func TestReadAheadDump(t *testing.T) {
 	}
 	if got := cookies(); !slices.Equal(got, ahead) {
 		t.Errorf("after the stopped dumps: %d sockets, want %d", len(got), len(ahead))
+	}
+}
+
+// readAhead gathers datagrams into a buffer while one of the largest size
+// still fits, hands it over whole, and the last at the end of the dump; a
+// truncated or empty datagram comes alone after the ones before it, in a
+// buffer of one datagram's size, so the caller's checks see it as before
+// (a datagram socket stands in for the netlink one).
+func TestReadAheadBatches(t *testing.T) {
+	const dgram, seq = 64, 9
+	if aheadBatch != 4 {
+		t.Fatalf("the batches below are for 4 datagrams of 64 bytes a buffer, not %d", aheadBatch)
+	}
+	msg := func(typ uint16, size int) []byte {
+		b := make([]byte, size)
+		ne.PutUint32(b, uint32(size))
+		ne.PutUint16(b[4:], typ)
+		ne.PutUint32(b[8:], seq)
+		return b
+	}
+	const data = 20 // SOCK_DIAG_BY_FAMILY: not the end
+	type got struct{ n, len int }
+	for _, tc := range []struct {
+		name string
+		send [][]byte
+		want []got // each handed-over buffer: bytes received, buffer length
+	}{
+		{"done after 10", append(slices.Repeat([][]byte{msg(data, 32)}, 10), msg(nlmsgDone, 20)),
+			[]got{{7 * 32, aheadBatch * dgram}, {3*32 + 20, aheadBatch * dgram}}},
+		{"truncated after 5", append(slices.Repeat([][]byte{msg(data, 32)}, 5), msg(data, 2*dgram)),
+			[]got{{5 * 32, aheadBatch * dgram}, {2 * dgram, dgram}}},
+		{"empty after 2", append(slices.Repeat([][]byte{msg(data, 32)}, 2), []byte{}),
+			[]got{{2 * 32, aheadBatch * dgram}, {0, dgram}}},
+		{"truncated first", [][]byte{msg(data, 2*dgram)}, []got{{2 * dgram, dgram}}},
+		{"empty at a buffer's start", append(slices.Repeat([][]byte{msg(data, 32)}, 7), []byte{}),
+			[]got{{7 * 32, aheadBatch * dgram}, {0, dgram}}},
+	} {
+		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range tc.send {
+			if _, err := unix.Write(fds[1], d); err != nil {
+				t.Fatal(err)
+			}
+		}
+		next, give, stop := readAhead(fds[0], make([]byte, dgram), seq)
+		var gotten []got
+		for range tc.want {
+			b, n, err := next()
+			if err != nil {
+				t.Fatalf("%s: after %v: %v", tc.name, gotten, err)
+			}
+			gotten = append(gotten, got{n, len(b)})
+			give(b)
+		}
+		if _, _, err := next(); err == nil {
+			t.Errorf("%s: more after the last datagram", tc.name)
+		}
+		stop()
+		_ = unix.Close(fds[0])
+		_ = unix.Close(fds[1])
+		if !slices.Equal(gotten, tc.want) {
+			t.Errorf("%s: handed over %v, want %v", tc.name, gotten, tc.want)
+		}
 	}
 }

@@ -254,29 +254,43 @@ func dumpFamily(fd int, buf, req []byte, seq uint32, reuse *full, fn func(*snaps
 	}
 }
 
-// aheadBufs is how many datagrams readAhead holds: received, being
+// aheadBufs is how many buffers readAhead holds: received, being
 // decoded, or free.
 const aheadBufs = 4
 
+// aheadBatch is how many datagrams of the largest size (the caller's
+// buffer) one of readAhead's buffers holds; it takes more of the usual,
+// smaller ones. Handed over one at a time, the decoding goroutine, faster
+// than the kernel fills a datagram, waited for each and its thread was
+// parked and woken once a datagram: a context switch per 50 sockets, and
+// at a million sockets about 0.25 s of `check`'s wall time
+// (docs/performance.md, "Where the last two targets stand").
+const aheadBatch = 4
+
 // readAhead receives fd's dump datagrams on its own goroutine into
-// aheadBufs buffers (buf and new ones). next returns the next datagram's
-// buffer and length, or the recv error; give
-// returns a buffer once decoded; stop ends the goroutine and waits for it,
-// whether or not the dump was read to its end. The goroutine stops after
-// a datagram that ends the dump for seq (endsDump), so it never waits on
-// a recv that no datagram will answer; stopped early, it only finishes
-// the recv in progress, which the dump still under way answers.
+// aheadBufs buffers of aheadBatch times len(buf), each handed over once
+// a datagram of len(buf) no longer fits, or at the end of the dump. next returns the next buffer and the
+// length received into it, or the recv error; give returns a buffer once
+// decoded; stop ends the goroutine and waits for it, whether or not the
+// dump was read to its end. A datagram that is empty, truncated (longer
+// than len(buf)) or a recv error comes alone, after the datagrams before
+// it, in a buffer of len(buf), so the caller's checks see it as one. The
+// goroutine stops after a datagram that ends the dump for seq (endsDump),
+// so it never waits on a recv that no datagram will answer; stopped
+// early, it only finishes the recv in progress, which the dump still
+// under way answers.
 func readAhead(fd int, buf []byte, seq uint32) (next func() ([]byte, int, error), give func([]byte), stop func()) {
 	type chunk struct {
 		b   []byte
 		n   int
 		err error
 	}
-	free := make(chan []byte, aheadBufs)
-	got := make(chan chunk, aheadBufs)
-	free <- buf
-	for range aheadBufs - 1 {
-		free <- make([]byte, len(buf))
+	dgram := len(buf)
+	// One more than the buffers: an odd datagram's own buffer.
+	free := make(chan []byte, aheadBufs+1)
+	got := make(chan chunk, aheadBufs+1)
+	for range aheadBufs {
+		free <- make([]byte, dgram*aheadBatch)
 	}
 	var quit atomic.Bool
 	exited := make(chan struct{})
@@ -288,11 +302,27 @@ func readAhead(fd int, buf []byte, seq uint32) (next func() ([]byte, int, error)
 			if quit.Load() {
 				return
 			}
-			n, err := recvTrunc(fd, b)
-			got <- chunk{b, n, err}
-			if err != nil || n == 0 || n > len(b) || endsDump(b[:n], seq) {
-				return
+			n := 0
+			for len(b)-n >= dgram {
+				m, err := recvTrunc(fd, b[n:n+dgram])
+				if err != nil || m == 0 || m > dgram {
+					if n > 0 {
+						got <- chunk{b, n, nil}
+						b = make([]byte, dgram)
+					} else {
+						b = b[:dgram]
+					}
+					got <- chunk{b, m, err}
+					return
+				}
+				end := endsDump(b[n:n+m], seq)
+				n += m
+				if end {
+					got <- chunk{b, n, nil}
+					return
+				}
 			}
+			got <- chunk{b, n, nil}
 		}
 	}()
 	next = func() ([]byte, int, error) {
@@ -302,12 +332,17 @@ func readAhead(fd int, buf []byte, seq uint32) (next func() ([]byte, int, error)
 		}
 		return c.b, c.n, c.err
 	}
-	give = func(b []byte) { free <- b }
+	give = func(b []byte) {
+		select {
+		case free <- b[:cap(b)]:
+		default: // the odd datagram's buffer, once the rest are back
+		}
+	}
 	stop = func() {
 		quit.Store(true)
 		for c := range got { // unblock a goroutine waiting for a free buffer
 			select {
-			case free <- c.b:
+			case free <- c.b[:cap(c.b)]:
 			default:
 			}
 		}
