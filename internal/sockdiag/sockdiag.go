@@ -264,7 +264,7 @@ const aheadBufs = 4
 // than the kernel fills a datagram, waited for each and its thread was
 // parked and woken once a datagram: a context switch per 50 sockets, and
 // at a million sockets about 0.25 s of `check`'s wall time
-// (docs/performance.md, "Where the last two targets stand").
+// (docs/performance.md, "Where the last targets stand").
 const aheadBatch = 4
 
 // readAhead receives fd's dump datagrams on its own goroutine into
