@@ -263,15 +263,15 @@ const aheadBufs = 4
 // smaller ones. Handed over one at a time, the decoding goroutine, faster
 // than the kernel fills a datagram, waited for each and its thread was
 // parked and woken once a datagram: a context switch per 50 sockets, and
-// at a million sockets about 0.25 s of `check`'s wall time
-// (docs/performance.md, "Where the last targets stand").
+// in a `check` at a million sockets about 0.2 s more system CPU and a
+// longer wall (docs/performance.md, "Where the last targets stand").
 const aheadBatch = 4
 
 // readAhead receives fd's dump datagrams on its own goroutine into
 // aheadBufs buffers of aheadBatch times len(buf), each handed over once
-// a datagram of len(buf) no longer fits, or at the end of the dump. next returns the next buffer and the
-// length received into it, or the recv error; give returns a buffer once
-// decoded; stop ends the goroutine and waits for it, whether or not the
+// a datagram of len(buf) no longer fits, or at the end of the dump. next
+// returns the next buffer and the length received into it, or the recv
+// error; give returns a buffer once decoded; stop ends the goroutine and waits for it, whether or not the
 // dump was read to its end. A datagram that is empty, truncated (longer
 // than len(buf)) or a recv error comes alone, after the datagrams before
 // it, in a buffer of len(buf), so the caller's checks see it as one. The
