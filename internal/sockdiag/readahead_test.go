@@ -149,7 +149,7 @@ func TestReadAheadBatches(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		next, give, stop := readAhead(fds[0], make([]byte, dgram), seq)
+		next, give, stop := readAhead(fds[0], dgram, seq)
 		var gotten []got
 		for range tc.want {
 			b, n, err := next()

@@ -227,7 +227,7 @@ func dumpFamily(fd int, buf, req []byte, seq uint32, reuse *full, fn func(*snaps
 	give := func([]byte) {}
 	if runtime.GOMAXPROCS(0) > 1 {
 		var stop func()
-		next, give, stop = readAhead(fd, buf, seq)
+		next, give, stop = readAhead(fd, len(buf), seq)
 		defer stop()
 	}
 	base := 0
@@ -267,25 +267,25 @@ const aheadBufs = 4
 // longer wall (docs/performance.md, "Where the last targets stand").
 const aheadBatch = 4
 
-// readAhead receives fd's dump datagrams on its own goroutine into
-// aheadBufs buffers of aheadBatch times len(buf), each handed over once
-// a datagram of len(buf) no longer fits, or at the end of the dump. next
+// readAhead receives fd's dump datagrams, of at most dgram bytes, on its
+// own goroutine into aheadBufs buffers of aheadBatch times dgram, each
+// handed over once a datagram of dgram no longer fits, or at the end of
+// the dump. next
 // returns the next buffer and the length received into it, or the recv
 // error; give returns a buffer once decoded; stop ends the goroutine and waits for it, whether or not the
 // dump was read to its end. A datagram that is empty, truncated (longer
-// than len(buf)) or a recv error comes alone, after the datagrams before
-// it, in a buffer of len(buf), so the caller's checks see it as one. The
+// than dgram) or a recv error comes alone, after the datagrams before it,
+// in a buffer of dgram bytes, so the caller's checks see it as one. The
 // goroutine stops after a datagram that ends the dump for seq (endsDump),
 // so it never waits on a recv that no datagram will answer; stopped
 // early, it only finishes the recv in progress, which the dump still
 // under way answers.
-func readAhead(fd int, buf []byte, seq uint32) (next func() ([]byte, int, error), give func([]byte), stop func()) {
+func readAhead(fd, dgram int, seq uint32) (next func() ([]byte, int, error), give func([]byte), stop func()) {
 	type chunk struct {
 		b   []byte
 		n   int
 		err error
 	}
-	dgram := len(buf)
 	// One more than the buffers: an odd datagram's own buffer.
 	free := make(chan []byte, aheadBufs+1)
 	got := make(chan chunk, aheadBufs+1)
@@ -328,7 +328,7 @@ func readAhead(fd int, buf []byte, seq uint32) (next func() ([]byte, int, error)
 	next = func() ([]byte, int, error) {
 		c, ok := <-got
 		if !ok {
-			return buf, 0, fmt.Errorf("%w: the dump ended without NLMSG_DONE", errShortMsg)
+			return nil, 0, fmt.Errorf("%w: the dump ended without NLMSG_DONE", errShortMsg)
 		}
 		return c.b, c.n, c.err
 	}

@@ -99,7 +99,7 @@ func dumpSplit(fds [2]int, seq uint32, opts Options, fn func(int, *snapshot.Sock
 			return true, fmt.Errorf("sockdiag: split dump: send request: %w", err)
 		}
 		h := &half{seq: seq, half: i, name: [2]string{"first half", "second half"}[i], first: true}
-		h.next, h.give, h.stop = readAhead(fds[i], make([]byte, recvBufLen), seq)
+		h.next, h.give, h.stop = readAhead(fds[i], recvBufLen, seq)
 		halves[i] = h
 	}
 	delivered := false
