@@ -31,15 +31,45 @@ var (
 // EADDRNOTAVAIL only for the port range, never for a refused or timed-out
 // connect. Without the lifetime join the network-ended failures have no
 // process (pid 0); with it, the opener's.
+//
+// The network-ended failures come in interrupt context. On a busy host
+// (CI runs the packages side by side) the kernel may skip the program
+// for one while it runs on that CPU for another process's socket
+// (Reading.Skipped, docs/bpf.md "Skipped runs"). An attempt whose counts
+// fall short while the source reports skipped runs is made again, at
+// most three times; a shortfall without skipped runs, or anything
+// counted wrong or too often, fails at once.
 func TestFailedConnectCauses(t *testing.T) {
 	testns.NeedRoot(t)
 	for _, o := range []Options{{}, {Lifetimes: true}} {
-		t.Run(fmt.Sprintf("lifetimes=%v", o.Lifetimes), func(t *testing.T) { testFailedConnectCauses(t, o) })
+		t.Run(fmt.Sprintf("lifetimes=%v", o.Lifetimes), func(t *testing.T) {
+			for attempt := 1; ; attempt++ {
+				problems, skipped := failedConnectCauses(t, o)
+				if len(problems) == 0 {
+					return
+				}
+				if skipped == 0 || attempt == 3 {
+					for _, p := range problems {
+						t.Error(p)
+					}
+					if skipped > 0 {
+						t.Errorf("the kernel skipped %d runs of the lifecycle program in each of %d attempts", skipped, attempt)
+					}
+					return
+				}
+				t.Logf("attempt %d: %d runs skipped by the kernel, counts short: %v", attempt, skipped, problems)
+			}
+		})
 	}
 }
 
-func testFailedConnectCauses(t *testing.T, opts Options) {
+// failedConnectCauses is one attempt of TestFailedConnectCauses. It fails
+// t for anything counted wrong or too often, and returns the counts that
+// fell short, with how many runs of the lifecycle program the kernel
+// skipped meanwhile (Reading.Skipped).
+func failedConnectCauses(t *testing.T, opts Options) (short []string, skipped uint64) {
 	src := openWith(t, opts)
+	defer func() { _ = src.Close() }()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ch, err := src.Events(ctx)
@@ -156,6 +186,7 @@ func testFailedConnectCauses(t *testing.T, opts Options) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	skipped = r.Skipped["inet_sock_set_state"]
 	pid := os.Getpid()
 	// What each destination's failures must be counted as, and under
 	// which pid.
@@ -191,8 +222,13 @@ func testFailedConnectCauses(t *testing.T, opts Options) {
 		got[f.Peer] = g
 	}
 	for dst, w := range want {
-		if got[dst] != w {
-			t.Errorf("to %v: counted %+v, want %+v", dst, got[dst], w)
+		g := got[dst]
+		switch {
+		case g == w:
+		case g.ports <= w.ports && g.refused <= w.refused && g.timedOut <= w.timedOut && g.unreach <= w.unreach && g.abandoned <= w.abandoned:
+			short = append(short, fmt.Sprintf("to %v: counted %+v, want %+v", dst, g, w))
+		default:
+			t.Errorf("to %v: counted %+v, want %+v", dst, g, w)
 		}
 	}
 
@@ -216,10 +252,22 @@ func testFailedConnectCauses(t *testing.T, opts Options) {
 			t.Errorf("failed-connect to %v (%s): no local port, though one was bound", e.Remote, e.Reason)
 		}
 	}
-	if byReason["EADDRNOTAVAIL"] != 4 || byReason["ECONNREFUSED"] != refused || byReason["ETIMEDOUT"] != 1 ||
-		byReason["EHOSTUNREACH"] != 1 || byReason[Abandoned] != 1 {
-		t.Errorf("failed-connect events by reason %v, want 4 EADDRNOTAVAIL, %d ECONNREFUSED, 1 each ETIMEDOUT, EHOSTUNREACH, abandoned", byReason, refused)
+	wantByReason := map[string]int{"EADDRNOTAVAIL": 4, "ECONNREFUSED": refused, "ETIMEDOUT": 1, "EHOSTUNREACH": 1, Abandoned: 1}
+	over, under := false, false
+	for reason, n := range byReason {
+		over = over || n > wantByReason[reason]
 	}
+	for reason, n := range wantByReason {
+		under = under || byReason[reason] < n
+	}
+	msg := fmt.Sprintf("failed-connect events by reason %v, want %v", byReason, wantByReason)
+	switch {
+	case over:
+		t.Error(msg)
+	case under:
+		short = append(short, msg)
+	}
+	return short, skipped
 }
 
 // connectFd makes a blocking IPv4 socket and connects it to dst; on

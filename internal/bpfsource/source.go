@@ -105,6 +105,7 @@ type Source struct {
 	last      time.Time
 	overflow  [2]uint64
 	lost      [lostSlots]uint64
+	skipped   map[string]uint64 // each program's skipped runs at the last Read
 
 	mu        sync.Mutex
 	reader    *ringbuf.Reader
@@ -130,6 +131,12 @@ type Reading struct {
 	// take (the Events stream missed them; the counts did not).
 	LostFlows, LostConns                               uint64
 	LostDrops, LostRetransmits, LostResets, LostEvents uint64
+	// Skipped counts, by attach point, the runs the kernel skipped
+	// because the program was already running on that CPU: an interrupt
+	// (a packet, a timer) came while it ran for a socket call, and what
+	// the interrupt did (a SYN answered by a reset, a connect timed out)
+	// went uncounted. Only programs that skipped runs are listed.
+	Skipped map[string]uint64
 	// Missing lists the programs not running, as Source.Missing.
 	Missing []Missing
 }
@@ -261,7 +268,43 @@ func (s *Source) Read() (*Reading, error) {
 	if err := s.readFlows(r); err != nil {
 		return nil, err
 	}
+	if err := s.readSkipped(r); err != nil {
+		return nil, err
+	}
 	return r, nil
+}
+
+// readSkipped puts into r the runs each program skipped since the
+// previous Read. The kernel counts them whether or not its BPF
+// statistics are on (Linux 5.12; 0 before).
+func (s *Source) readSkipped(r *Reading) error {
+	st, err := s.runStats()
+	if err != nil {
+		return fmt.Errorf("bpfsource: skipped runs: %w", err)
+	}
+	totals := make(map[string]uint64, len(st))
+	for name, p := range st {
+		totals[name] = p.RecursionMisses
+	}
+	r.Skipped = skippedSince(s.skipped, totals)
+	s.skipped = totals
+	return nil
+}
+
+// skippedSince is what each program skipped between two readings of the
+// kernel's totals: only the programs that skipped, nil when none did. A
+// program missing from prev (the first reading) counts from zero.
+func skippedSince(prev, totals map[string]uint64) map[string]uint64 {
+	var out map[string]uint64
+	for name, n := range totals {
+		if n > prev[name] {
+			if out == nil {
+				out = map[string]uint64{}
+			}
+			out[name] = n - prev[name]
+		}
+	}
+	return out
 }
 
 func cString(b []byte) string {
@@ -273,8 +316,9 @@ func cString(b []byte) string {
 	return string(b)
 }
 
-// runStats returns the kernel's run-time statistics of every attached
-// program by tracepoint (they count only while ebpf.EnableStats is on).
+// runStats returns the kernel's statistics of every attached program by
+// tracepoint (runs and run time count only while ebpf.EnableStats is on,
+// skipped runs always).
 func (s *Source) runStats() (map[string]*ebpf.ProgramStats, error) {
 	progs := map[string]*ebpf.Program{}
 	for i, p := range s.progs {
@@ -346,14 +390,15 @@ func drain[V any](m *ebpf.Map, n, limit int, fn func(key []byte, val V) error) e
 }
 
 // ProgramStat is what the kernel counted of one attached program: its
-// runs and the time they took. The kernel counts only while
-// kernel.bpf_stats_enabled is 1, an operator's setting this package never
-// turns on.
+// runs and the time they took, which the kernel counts only while
+// kernel.bpf_stats_enabled is 1 (an operator's setting this package never
+// turns on), and the runs it skipped, counted always (Reading.Skipped).
 type ProgramStat struct {
 	// Program is the attach point, as Missing names it.
 	Program string
 	Runs    uint64
 	Runtime time.Duration
+	Skipped uint64
 }
 
 // ProgramStats returns the kernel's statistics of every attached program,
@@ -365,7 +410,7 @@ func (s *Source) ProgramStats() ([]ProgramStat, error) {
 	}
 	out := make([]ProgramStat, 0, len(st))
 	for name, p := range st {
-		out = append(out, ProgramStat{Program: name, Runs: p.RunCount, Runtime: p.Runtime})
+		out = append(out, ProgramStat{Program: name, Runs: p.RunCount, Runtime: p.Runtime, Skipped: p.RecursionMisses})
 	}
 	slices.SortFunc(out, func(a, b ProgramStat) int { return strings.Compare(a.Program, b.Program) })
 	return out, nil

@@ -2,6 +2,7 @@ package bpfsource
 
 import (
 	"errors"
+	"maps"
 	"os"
 	"strings"
 	"testing"
@@ -17,5 +18,22 @@ func TestNotSupportedError(t *testing.T) {
 		if !errors.Is(err, ErrNotSupported) || !strings.Contains(err.Error(), needRoot) {
 			t.Errorf("Open as non-root = %v, want not supported: %s", err, needRoot)
 		}
+	}
+}
+
+// The skipped runs of a reading are the growth of the kernel's totals
+// since the previous one, from zero at the first; a program that skipped
+// nothing is left out.
+func TestSkippedSince(t *testing.T) {
+	first := map[string]uint64{"inet_sock_set_state": 4, "kfree_skb": 0}
+	if got := skippedSince(nil, first); !maps.Equal(got, map[string]uint64{"inet_sock_set_state": 4}) {
+		t.Errorf("first reading: %v", got)
+	}
+	second := map[string]uint64{"inet_sock_set_state": 4, "kfree_skb": 3}
+	if got := skippedSince(first, second); !maps.Equal(got, map[string]uint64{"kfree_skb": 3}) {
+		t.Errorf("second reading: %v", got)
+	}
+	if got := skippedSince(second, second); got != nil {
+		t.Errorf("nothing skipped: %v, want nil", got)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/remedy"
 	"github.com/tcpdoctor/tcpdoctor/internal/report"
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 )
 
 // Diagnose runs the rules over each window and assembles the report.
@@ -28,8 +29,9 @@ func Diagnose(ins iter.Seq[*diag.Input], rs []diag.Rule) *report.Report {
 
 // diagnosis is a report being assembled, one window at a time.
 type diagnosis struct {
-	res diag.Result
-	rep report.Report
+	res         diag.Result
+	rep         report.Report
+	eventsNoted bool // the host-wide eBPF losses were looked at
 }
 
 func (d *diagnosis) add(in *diag.Input, rs []diag.Rule) {
@@ -61,6 +63,14 @@ func (d *diagnosis) add(in *diag.Input, rs []diag.Rule) {
 	}
 	for _, er := range cur.Errors {
 		rep.Sources = append(rep.Sources, report.SourceError{Netns: ns, Source: er.Source, Error: er.Err})
+	}
+	// The eBPF counts are read once for every namespace: what they
+	// missed is said once, for the host.
+	if ev := cur.Events; ev != nil && !d.eventsNoted {
+		d.eventsNoted = true
+		if msg := ev.Incomplete(); msg != "" {
+			rep.Sources = append(rep.Sources, report.SourceError{Source: snapshot.SourceBPF, Error: msg})
+		}
 	}
 }
 

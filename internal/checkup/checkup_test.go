@@ -48,3 +48,35 @@ func TestDiagnose(t *testing.T) {
 		t.Errorf("%d runs, rules run %v", ran, rep.RulesRun)
 	}
 }
+
+// The eBPF counters are read once for the host: what they missed (a full
+// map, runs the kernel skipped) is one host-wide note however many
+// namespaces carry the section, and none when nothing was missed.
+func TestDiagnoseEventsIncomplete(t *testing.T) {
+	snap := func(ns string, ev *snapshot.Events) *snapshot.Snapshot {
+		return &snapshot.Snapshot{Taken: time.Unix(10, 0), Netns: snapshot.Netns{Name: ns}, Events: ev}
+	}
+	run := func(snaps ...*snapshot.Snapshot) []string {
+		ins := func(yield func(*diag.Input) bool) {
+			for _, s := range snaps {
+				if !yield(diag.NewInput(nil, s, diag.Options{})) {
+					return
+				}
+			}
+		}
+		var out []string
+		for _, e := range Diagnose(ins, nil).Sources {
+			out = append(out, e.Netns+"|"+e.Source+"|"+e.Error)
+		}
+		return out
+	}
+	ev := &snapshot.Events{Lost: 3, Skipped: []snapshot.EventProgramSkipped{{Program: "inet_sock_set_state", Runs: 2}}}
+	got := run(snap("a", ev), snap("b", ev), snap("c", nil))
+	want := "|bpf|3 events found a kernel map full; the kernel skipped 2 runs of the program on inet_sock_set_state (it was running on that CPU when an interrupt brought another event): the event counts (connects, failures, drops, resets, retransmits) are lower bounds"
+	if len(got) != 1 || got[0] != want {
+		t.Errorf("notes %q, want one: %q", got, want)
+	}
+	if got := run(snap("a", &snapshot.Events{}), snap("b", nil)); len(got) != 0 {
+		t.Errorf("nothing missed: notes %q", got)
+	}
+}

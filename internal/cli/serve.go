@@ -313,7 +313,7 @@ func programStats(ext *collect.Extras) func() ([]exporter.ProgramStat, error) {
 		ps, err := ext.Source.ProgramStats()
 		out := make([]exporter.ProgramStat, len(ps))
 		for i, p := range ps {
-			out[i] = exporter.ProgramStat{Program: p.Program, Runs: p.Runs, Runtime: p.Runtime}
+			out[i] = exporter.ProgramStat{Program: p.Program, Runs: p.Runs, Runtime: p.Runtime, Skipped: p.Skipped}
 		}
 		return out, err
 	}

@@ -42,6 +42,10 @@ func eventsOf(r *bpfsource.Reading, inode uint64) *snapshot.Events {
 	for _, m := range r.Missing {
 		ev.Missing = append(ev.Missing, snapshot.EventProgram{Program: m.Program, Reason: m.Reason})
 	}
+	for prog, n := range r.Skipped {
+		ev.Skipped = append(ev.Skipped, snapshot.EventProgramSkipped{Program: prog, Runs: n})
+	}
+	slices.SortFunc(ev.Skipped, func(a, b snapshot.EventProgramSkipped) int { return cmp.Compare(a.Program, b.Program) })
 	for _, d := range r.Drops[inode] {
 		ev.Drops = append(ev.Drops, snapshot.EventDrop{Reason: d.Reason, Listener: d.Listener, Count: d.Count})
 	}

@@ -3,6 +3,7 @@ package collect
 import (
 	"errors"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -59,6 +60,7 @@ func TestAddEventsCounters(t *testing.T) {
 			{Peer: netip.MustParseAddrPort("10.0.0.5:80"), SYN: true, Count: 3},
 		}},
 		Missing: []bpfsource.Missing{{Program: "tcp_send_reset", Reason: "no reason argument"}},
+		Skipped: map[string]uint64{"kfree_skb": 2, "inet_sock_set_state": 5},
 	}
 	snaps := []*snapshot.Snapshot{{Netns: snapshot.Netns{Inode: 7}}}
 	(&Collector{Events: fakeEvents{r: r}}).addEvents(snaps)
@@ -74,6 +76,9 @@ func TestAddEventsCounters(t *testing.T) {
 	}
 	if ev.Has(snapshot.ProgResetsSent) || !ev.Has(snapshot.ProgDrops) || len(ev.Missing) != 1 {
 		t.Errorf("missing: %+v", ev.Missing)
+	}
+	if want := []snapshot.EventProgramSkipped{{Program: "inet_sock_set_state", Runs: 5}, {Program: "kfree_skb", Runs: 2}}; !slices.Equal(ev.Skipped, want) || ev.SkippedRuns() != 7 {
+		t.Errorf("skipped (by program): %+v, want %+v", ev.Skipped, want)
 	}
 }
 

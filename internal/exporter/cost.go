@@ -18,6 +18,8 @@ type ProgramStat struct {
 	Program string
 	Runs    uint64
 	Runtime time.Duration
+	// Skipped is the runs the kernel skipped (counted always).
+	Skipped uint64
 }
 
 // Cost exports what tcpdoctor itself costs the host beyond what each
@@ -36,7 +38,7 @@ type Cost struct {
 	lost float64
 	seen bool // a collection carried the eBPF counters
 
-	descEnabled, descRuns, descRuntime, descLost *prometheus.Desc
+	descEnabled, descRuns, descRuntime, descSkipped, descLost *prometheus.Desc
 }
 
 // NewCost returns the cost collector.
@@ -49,6 +51,8 @@ func NewCost(programs func() ([]ProgramStat, error), procRoot string) *Cost {
 			"Runs of tcpdoctor's eBPF program at this attach point, counted by the kernel while its BPF statistics are on (kernel.bpf_stats_enabled, or a tool holding them on).", []string{"program"}, nil),
 		descRuntime: prometheus.NewDesc("tcpdoctor_bpf_program_run_seconds_total",
 			"Time tcpdoctor's eBPF program at this attach point ran (in the kernel, on the host's CPUs), counted while the kernel's BPF statistics are on (kernel.bpf_stats_enabled, or a tool holding them on).", []string{"program"}, nil),
+		descSkipped: prometheus.NewDesc("tcpdoctor_bpf_program_skipped_runs_total",
+			"Runs of tcpdoctor's eBPF program at this attach point that the kernel skipped because it was already running on that CPU (an interrupt brought an event while it ran): what those runs would have counted is missing, so that program's tcpdoctor_bpf_ counters are lower bounds while it rises. Counted by the kernel always (Linux 5.12 or later).", []string{"program"}, nil),
 		descLost: prometheus.NewDesc("tcpdoctor_bpf_events_lost_total",
 			"Events tcpdoctor's eBPF programs could not count because a kernel map was full (flows, connection lifetimes, drops, retransmits, resets): the tcpdoctor_bpf_ counters are lower bounds while it rises.", nil, nil),
 	}
@@ -84,6 +88,7 @@ func (c *Cost) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.descEnabled
 	ch <- c.descRuns
 	ch <- c.descRuntime
+	ch <- c.descSkipped
 	ch <- c.descLost
 }
 
@@ -112,6 +117,11 @@ func (c *Cost) Collect(ch chan<- prometheus.Metric) {
 			for _, p := range ps {
 				ch <- prometheus.MustNewConstMetric(c.descRuns, prometheus.CounterValue, float64(p.Runs), p.Program)
 				ch <- prometheus.MustNewConstMetric(c.descRuntime, prometheus.CounterValue, p.Runtime.Seconds(), p.Program)
+			}
+		}
+		if err == nil {
+			for _, p := range ps {
+				ch <- prometheus.MustNewConstMetric(c.descSkipped, prometheus.CounterValue, float64(p.Skipped), p.Program)
 			}
 		}
 	}

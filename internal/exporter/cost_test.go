@@ -35,7 +35,7 @@ func procWithStats(t *testing.T, v string) string {
 func TestCost(t *testing.T) {
 	progs := func() ([]ProgramStat, error) {
 		return []ProgramStat{
-			{Program: "inet_sock_set_state", Runs: 1200, Runtime: 600 * time.Microsecond},
+			{Program: "inet_sock_set_state", Runs: 1200, Runtime: 600 * time.Microsecond, Skipped: 4},
 			{Program: "kfree_skb", Runs: 30, Runtime: 15 * time.Microsecond},
 		}, nil
 	}
@@ -59,17 +59,26 @@ tcpdoctor_bpf_program_run_seconds_total{program="kfree_skb"} 1.5e-05
 # TYPE tcpdoctor_bpf_program_runs_total counter
 tcpdoctor_bpf_program_runs_total{program="inet_sock_set_state"} 1200
 tcpdoctor_bpf_program_runs_total{program="kfree_skb"} 30
+# HELP tcpdoctor_bpf_program_skipped_runs_total Runs of tcpdoctor's eBPF program at this attach point that the kernel skipped because it was already running on that CPU (an interrupt brought an event while it ran): what those runs would have counted is missing, so that program's tcpdoctor_bpf_ counters are lower bounds while it rises. Counted by the kernel always (Linux 5.12 or later).
+# TYPE tcpdoctor_bpf_program_skipped_runs_total counter
+tcpdoctor_bpf_program_skipped_runs_total{program="inet_sock_set_state"} 4
+tcpdoctor_bpf_program_skipped_runs_total{program="kfree_skb"} 0
 # HELP tcpdoctor_bpf_stats_enabled kernel.bpf_stats_enabled: 1 when the kernel counts eBPF programs' runs and run time (an operator's setting; tcpdoctor never changes it).
 # TYPE tcpdoctor_bpf_stats_enabled gauge
 tcpdoctor_bpf_stats_enabled 1
 `},
-		// Off and nothing ever counted: the runs are unknown, not zero.
+		// Off and nothing ever counted: the runs are unknown, not zero;
+		// the skipped runs are counted always.
 		{"stats off", "0", func() ([]ProgramStat, error) {
 			return []ProgramStat{{Program: "inet_sock_set_state"}, {Program: "kfree_skb"}}, nil
 		}, [][]*snapshot.Snapshot{events}, `
 # HELP tcpdoctor_bpf_events_lost_total Events tcpdoctor's eBPF programs could not count because a kernel map was full (flows, connection lifetimes, drops, retransmits, resets): the tcpdoctor_bpf_ counters are lower bounds while it rises.
 # TYPE tcpdoctor_bpf_events_lost_total counter
 tcpdoctor_bpf_events_lost_total 3
+# HELP tcpdoctor_bpf_program_skipped_runs_total Runs of tcpdoctor's eBPF program at this attach point that the kernel skipped because it was already running on that CPU (an interrupt brought an event while it ran): what those runs would have counted is missing, so that program's tcpdoctor_bpf_ counters are lower bounds while it rises. Counted by the kernel always (Linux 5.12 or later).
+# TYPE tcpdoctor_bpf_program_skipped_runs_total counter
+tcpdoctor_bpf_program_skipped_runs_total{program="inet_sock_set_state"} 0
+tcpdoctor_bpf_program_skipped_runs_total{program="kfree_skb"} 0
 # HELP tcpdoctor_bpf_stats_enabled kernel.bpf_stats_enabled: 1 when the kernel counts eBPF programs' runs and run time (an operator's setting; tcpdoctor never changes it).
 # TYPE tcpdoctor_bpf_stats_enabled gauge
 tcpdoctor_bpf_stats_enabled 0

@@ -44,7 +44,8 @@ type Window struct {
 	To      time.Time `json:"to"`
 }
 
-// SourceError is a source that failed in one namespace.
+// SourceError is a source that failed in one namespace, or (Netns "")
+// one read once for the whole host that missed some of what it counts.
 type SourceError struct {
 	Netns  string `json:"netns"`
 	Source string `json:"source"`
@@ -161,7 +162,11 @@ func WriteText(w io.Writer, r *Report, st Style) {
 		fmt.Fprintf(w, "%s %s%s: %s\n", paint(yellow, "UNKNOWN"), safe(u.Rule), ns, safe(u.Reason))
 	}
 	for _, se := range r.Sources {
-		fmt.Fprintf(w, "%s source %s in netns %s incomplete: %s\n", paint(yellow, "NOTE"), safe(se.Source), safe(se.Netns), safe(se.Error))
+		where := ""
+		if se.Netns != "" {
+			where = " in netns " + safe(se.Netns)
+		}
+		fmt.Fprintf(w, "%s source %s%s incomplete: %s\n", paint(yellow, "NOTE"), safe(se.Source), where, safe(se.Error))
 	}
 }
 

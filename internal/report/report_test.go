@@ -81,3 +81,19 @@ func TestWriteTextPodSpec(t *testing.T) {
 		t.Errorf("fix in a pod printed as\n%s\nwant\n%s", out, want)
 	}
 }
+
+// A host-wide note (no namespace) says so: no "in netns" with nothing
+// after it.
+func TestWriteTextHostNote(t *testing.T) {
+	r := &Report{Netns: []string{"host"}, Sources: []SourceError{
+		{Netns: "host", Source: "netstat", Error: "gone"},
+		{Source: "bpf", Error: "the kernel skipped 2 runs"},
+	}}
+	var b bytes.Buffer
+	WriteText(&b, r, Style{MinSeverity: diag.Warning})
+	for _, want := range []string{"NOTE source netstat in netns host incomplete: gone\n", "NOTE source bpf incomplete: the kernel skipped 2 runs\n"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("no %q in:\n%s", want, b.String())
+		}
+	}
+}

@@ -1,7 +1,9 @@
 package snapshot
 
 import (
+	"fmt"
 	"net/netip"
+	"strings"
 	"time"
 )
 
@@ -24,6 +26,11 @@ type Events struct {
 	// Lost counts events (any namespace) not counted because a kernel map
 	// was full: the counts are then lower bounds.
 	Lost uint64 `json:"lost,omitempty"`
+	// Skipped lists the programs whose runs the kernel skipped (any
+	// namespace) because the program was already running on that CPU
+	// when an interrupt brought another event: their counts are then
+	// lower bounds too.
+	Skipped []EventProgramSkipped `json:"skipped,omitempty"`
 	// Missing lists the programs that did not run, and why.
 	Missing []EventProgram `json:"missing,omitempty"`
 }
@@ -50,6 +57,38 @@ const (
 	ProgResetsSent     = "tcp_send_reset"
 	ProgResetsReceived = "tcp_receive_reset"
 )
+
+// EventProgramSkipped is the runs the kernel skipped of the program at
+// one tracepoint.
+type EventProgramSkipped struct {
+	Program string `json:"program"`
+	Runs    uint64 `json:"runs"`
+}
+
+// SkippedRuns is the runs skipped of every program.
+func (e *Events) SkippedRuns() uint64 {
+	var n uint64
+	for _, s := range e.Skipped {
+		n += s.Runs
+	}
+	return n
+}
+
+// Incomplete says what the counters missed in any namespace (the
+// sources are read once for the host), "" when nothing.
+func (e *Events) Incomplete() string {
+	var parts []string
+	if e.Lost > 0 {
+		parts = append(parts, fmt.Sprintf("%d events found a kernel map full", e.Lost))
+	}
+	for _, s := range e.Skipped {
+		parts = append(parts, fmt.Sprintf("the kernel skipped %d runs of the program on %s (it was running on that CPU when an interrupt brought another event)", s.Runs, s.Program))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return strings.Join(parts, "; ") + ": the event counts (connects, failures, drops, resets, retransmits) are lower bounds"
+}
 
 // EventProgram names an eBPF program that did not run and why.
 type EventProgram struct {

@@ -135,9 +135,23 @@ func writeKernelEvents(w io.Writer, ws []Window, f EventFilter) {
 			}
 			row(win.Netns, what, "", peer(r.Remote, r.LocalPort), r.Count, int(r.Remote.Port()), int(r.LocalPort))
 		}
-		for _, m := range ev.Missing {
-			fmt.Fprintf(w, "(eBPF program on %s did not run: %s)\n", textsafe.String(m.Program), textsafe.String(m.Reason))
-		}
 	}
 	_ = tw.Flush()
+	// The programs and their losses are the host's: said once, under
+	// the tables.
+	for _, win := range ws {
+		ev := win.Cur.Events
+		if ev == nil {
+			continue
+		}
+		if f.Pid == 0 {
+			for _, m := range ev.Missing {
+				fmt.Fprintf(w, "(eBPF program on %s did not run: %s)\n", textsafe.String(m.Program), textsafe.String(m.Reason))
+			}
+		}
+		if msg := ev.Incomplete(); msg != "" {
+			fmt.Fprintf(w, "(%s)\n", textsafe.String(msg))
+		}
+		break
+	}
 }

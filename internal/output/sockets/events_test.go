@@ -109,6 +109,8 @@ func TestEventTablesGolden(t *testing.T) {
 			Retransmits: []snapshot.EventRetransmit{{Remote: netip.MustParseAddrPort("10.0.0.5:443"), SYN: true, Count: 3},
 				{Remote: netip.MustParseAddrPort("10.0.0.6:443"), LocalPort: 40000, Count: 17}},
 			Missing: []snapshot.EventProgram{{Program: "kfree_skb", Reason: "not attached"}},
+			// Host-wide: said once, not per namespace.
+			Skipped: []snapshot.EventProgramSkipped{{Program: "inet_sock_set_state", Runs: 3}},
 		}
 	}
 	var ws []Window

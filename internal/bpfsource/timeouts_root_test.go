@@ -1,0 +1,185 @@
+package bpfsource
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/netns"
+	"github.com/tcpdoctor/tcpdoctor/internal/testns"
+)
+
+// TestTimedOutConnectsCounted counts connects the retransmit timer ends,
+// in an interrupt, a thousand at once, beside a churn of loopback
+// connections in another namespace on two threads. n non-blocking
+// connects go to a listener whose accept queue is full (SYN cookies off,
+// so their SYNs are dropped) and time out after one SYN retransmission.
+// Opens come inside connect(), where the program is never skipped:
+// exactly n+1 (one fills the queue). Timeouts: never more than n, and
+// never fewer than n less the runs the source says the kernel skipped
+// (Reading.Skipped; it skips the program when an interrupt comes while
+// it runs on that CPU). Here that is rare: in most runs nothing is
+// skipped and the count must be exact.
+func TestTimedOutConnectsCounted(t *testing.T) {
+	src := openWith(t, Options{})
+	ns := testns.New(t, "bpftimeo")
+	testns.Run(t, "ip", "netns", "exec", ns.Name, "sysctl", "-qw", "net.ipv4.tcp_syncookies=0")
+	stop := churnUntilStopped(t, testns.New(t, "bpfchurn"))
+	const n = 1000
+	var fds []int
+	defer func() {
+		for _, fd := range fds {
+			_ = unix.Close(fd)
+		}
+	}()
+	err := netns.Do(ns, func() error {
+		lfd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		fds = append(fds, lfd)
+		if err := unix.Bind(lfd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+			return err
+		}
+		if err := unix.Listen(lfd, 0); err != nil {
+			return err
+		}
+		sa, err := unix.Getsockname(lfd)
+		if err != nil {
+			return err
+		}
+		dst := netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), uint16(sa.(*unix.SockaddrInet4).Port))
+		// One connection fills the queue of one (never accepted).
+		fd, err := connectFd(dst)
+		if err != nil {
+			return err
+		}
+		fds = append(fds, fd)
+		for range n {
+			fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
+			if err != nil {
+				return err
+			}
+			fds = append(fds, fd)
+			if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_SYNCNT, 1); err != nil {
+				return err
+			}
+			if err := unix.Connect(fd, sockaddr(dst)); !errors.Is(err, unix.EINPROGRESS) {
+				return fmt.Errorf("connect %v: %w, want EINPROGRESS", dst, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One SYN retransmission after 1 s, ETIMEDOUT 2 s later. Reading
+	// SO_ERROR clears it: each socket is read until it says.
+	pending := map[int]bool{}
+	for _, fd := range fds[2:] {
+		pending[fd] = true
+	}
+	timedOut := 0
+	for deadline := time.Now().Add(10 * time.Second); len(pending) > 0 && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		for fd := range pending {
+			switch e, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR); {
+			case err != nil:
+				t.Fatal(err)
+			case e == int(unix.ETIMEDOUT):
+				timedOut++
+				delete(pending, fd)
+			case e != 0:
+				t.Fatalf("connect: %v, want ETIMEDOUT", unix.Errno(e))
+			}
+		}
+	}
+	churned := stop()
+	if timedOut != n {
+		t.Fatalf("%d of %d connects timed out", timedOut, n)
+	}
+	r, err := src.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var opens, counted uint64
+	for _, f := range r.ByNetns[ns.Inode] {
+		opens += f.Opens
+		counted += f.TimedOut
+	}
+	skipped := r.Skipped["inet_sock_set_state"]
+	t.Logf("%d connects timed out beside %d connections churned: %d opens, %d counted as timed out, %d runs of the lifecycle program skipped (host-wide)", n, churned, opens, counted, skipped)
+	if opens != n+1 {
+		t.Errorf("%d opens counted, want %d", opens, n+1)
+	}
+	if counted > n {
+		t.Errorf("%d connects counted as timed out, more than the %d made: some counted twice", counted, n)
+	}
+	if counted+skipped < n {
+		t.Errorf("%d timeouts counted and %d runs reported skipped, fewer than the %d made: runs lost without a word", counted, skipped, n)
+	}
+}
+
+// churnUntilStopped opens and closes loopback connections in ns on two
+// threads until the function it returns is called, which returns how
+// many were made.
+func churnUntilStopped(t *testing.T, ns netns.NS) (stop func() int64) {
+	t.Helper()
+	var ln net.Listener
+	if err := netns.Do(ns, func() (err error) {
+		ln, err = net.Listen("tcp4", "127.0.0.1:0")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.Close()
+		}
+	}()
+	done := make(chan struct{})
+	var made atomic.Int64
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = netns.Do(ns, func() error {
+				for {
+					select {
+					case <-done:
+						return nil
+					default:
+					}
+					c, err := net.Dial("tcp4", ln.Addr().String())
+					if err != nil {
+						return err
+					}
+					_ = c.Close()
+					made.Add(1)
+				}
+			})
+		}()
+	}
+	var once sync.Once
+	stop = func() int64 {
+		once.Do(func() {
+			close(done)
+			wg.Wait()
+			_ = ln.Close()
+		})
+		return made.Load()
+	}
+	t.Cleanup(func() { stop() })
+	return stop
+}
