@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -40,22 +41,12 @@ func TestTimedOutConnectsCounted(t *testing.T) {
 		}
 	}()
 	err := netns.Do(ns, func() error {
-		lfd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		lfd, sa, err := loopbackListener(0)
 		if err != nil {
 			return err
 		}
 		fds = append(fds, lfd)
-		if err := unix.Bind(lfd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-			return err
-		}
-		if err := unix.Listen(lfd, 0); err != nil {
-			return err
-		}
-		sa, err := unix.Getsockname(lfd)
-		if err != nil {
-			return err
-		}
-		dst := netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), uint16(sa.(*unix.SockaddrInet4).Port))
+		dst := netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), uint16(sa.(*syscall.SockaddrInet4).Port))
 		// One connection fills the queue of one (never accepted).
 		fd, err := connectFd(dst)
 		if err != nil {
@@ -127,8 +118,8 @@ func TestTimedOutConnectsCounted(t *testing.T) {
 }
 
 // churnUntilStopped opens and closes loopback connections in ns on two
-// threads until the function it returns is called, which returns how
-// many were made.
+// threads until the function it returns is called (or for 30 s), which
+// returns how many were made.
 func churnUntilStopped(t *testing.T, ns netns.NS) (stop func() int64) {
 	t.Helper()
 	var ln net.Listener
@@ -155,7 +146,8 @@ func churnUntilStopped(t *testing.T, ns netns.NS) (stop func() int64) {
 		go func() {
 			defer wg.Done()
 			_ = netns.Do(ns, func() error {
-				for {
+				// Bounded even if stop is never called: 30 s at most.
+				for end := time.Now().Add(30 * time.Second); time.Now().Before(end); {
 					select {
 					case <-done:
 						return nil
@@ -168,6 +160,7 @@ func churnUntilStopped(t *testing.T, ns netns.NS) (stop func() int64) {
 					_ = c.Close()
 					made.Add(1)
 				}
+				return nil
 			})
 		}()
 	}

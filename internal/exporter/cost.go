@@ -98,7 +98,8 @@ func (c *Cost) Describe(ch chan<- *prometheus.Desc) {
 // for as long as a tool holds them on (BPF_ENABLE_STATS, which the setting
 // does not show). So the programs' families are sent when the setting is 1
 // or a program has a run counted, and are absent (unknown, not zero) when
-// nothing was ever counted.
+// nothing was ever counted. The runs the kernel skipped it counts always:
+// they are sent whenever the programs' statistics could be read.
 func (c *Cost) Collect(ch chan<- prometheus.Metric) {
 	enabled, ok := c.statsEnabled()
 	if ok {

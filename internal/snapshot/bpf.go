@@ -65,15 +65,6 @@ type EventProgramSkipped struct {
 	Runs    uint64 `json:"runs"`
 }
 
-// SkippedRuns is the runs skipped of every program.
-func (e *Events) SkippedRuns() uint64 {
-	var n uint64
-	for _, s := range e.Skipped {
-		n += s.Runs
-	}
-	return n
-}
-
 // Incomplete says what the counters missed in any namespace (the
 // sources are read once for the host), "" when nothing.
 func (e *Events) Incomplete() string {
