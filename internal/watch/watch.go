@@ -11,7 +11,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/netip"
+	"slices"
 	"sort"
 	"strconv"
 	"time"
@@ -291,6 +293,12 @@ func (p *printer) tick(src Source) error {
 	if r != nil && r.LostEvents > 0 {
 		fmt.Fprintf(p.o.Notes, "note: %d events lost in the last %s (the kernel's ring was full; counters still hold them)\n",
 			r.LostEvents, p.o.Tick)
+	}
+	if r != nil {
+		for _, prog := range slices.Sorted(maps.Keys(r.Skipped)) {
+			fmt.Fprintf(p.o.Notes, "note: the kernel skipped %d runs of the program on %s in the last %s (it was running on that CPU when an interrupt brought another event): events it would have seen are missing, from the stream and the counters\n",
+				r.Skipped[prog], textsafe.String(prog), p.o.Tick)
+		}
 	}
 	if err := p.flush(); err != nil {
 		return err

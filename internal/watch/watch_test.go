@@ -175,7 +175,7 @@ func TestBurstsAndNotes(t *testing.T) {
 		missing: []bpfsource.Missing{{Program: "kfree_skb", Reason: "refused"}},
 		readings: []*bpfsource.Reading{
 			{Retransmits: map[uint64][]bpfsource.Retransmit{1: {{Peer: peer, Count: 999}}}}, // before the stream: dropped
-			{LostEvents: 7, Retransmits: map[uint64][]bpfsource.Retransmit{4026531840: {
+			{LostEvents: 7, Skipped: map[string]uint64{"inet_sock_set_state": 3}, Retransmits: map[uint64][]bpfsource.Retransmit{4026531840: {
 				{Peer: peer, LocalPort: 40000, Count: 42},
 				{Peer: netip.MustParseAddrPort("198.18.0.3:80"), Count: 3},
 				{Peer: netip.MustParseAddrPort("198.18.0.4:80"), SYN: true, Count: 50},
@@ -187,7 +187,7 @@ func TestBurstsAndNotes(t *testing.T) {
 	if out != want {
 		t.Fatalf("got %q\nwant %q", out, want)
 	}
-	for _, s := range []string{"not watching what kfree_skb sees: refused", "7 events lost"} {
+	for _, s := range []string{"not watching what kfree_skb sees: refused", "7 events lost", "the kernel skipped 3 runs of the program on inet_sock_set_state"} {
 		if !strings.Contains(notes, s) {
 			t.Errorf("notes lack %q:\n%s", s, notes)
 		}
