@@ -262,21 +262,24 @@ func (s *Source) Read() (*Reading, error) {
 		Drops: map[uint64][]Drop{}, Retransmits: map[uint64][]Retransmit{}, Resets: map[uint64][]Reset{},
 		Missing: s.Missing()}
 	s.last = now
+	// First: a failure here leaves the counts in the maps for the next
+	// Read rather than drained and dropped.
+	if err := s.readSkipped(r); err != nil {
+		return nil, err
+	}
 	if err := s.readCounters(r); err != nil {
 		return nil, err
 	}
 	if err := s.readFlows(r); err != nil {
 		return nil, err
 	}
-	if err := s.readSkipped(r); err != nil {
-		return nil, err
-	}
 	return r, nil
 }
 
 // readSkipped puts into r the runs each program skipped since the
-// previous Read. The kernel counts them whether or not its BPF
-// statistics are on (Linux 5.12; 0 before).
+// previous Read. The kernel counts them (recursion_misses) whether or not
+// its BPF statistics are on, from Linux 6.7; older kernels report 0,
+// though some skip all the same (docs/bpf.md, "Skipped runs").
 func (s *Source) readSkipped(r *Reading) error {
 	st, err := s.runStats()
 	if err != nil {
@@ -286,9 +289,15 @@ func (s *Source) readSkipped(r *Reading) error {
 	for name, p := range st {
 		totals[name] = p.RecursionMisses
 	}
+	s.noteSkipped(r, totals)
+	return nil
+}
+
+// noteSkipped puts into r the growth of the kernel's totals since the
+// previous reading and keeps them for the next.
+func (s *Source) noteSkipped(r *Reading, totals map[string]uint64) {
 	r.Skipped = skippedSince(s.skipped, totals)
 	s.skipped = totals
-	return nil
 }
 
 // skippedSince is what each program skipped between two readings of the

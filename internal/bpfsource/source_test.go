@@ -36,4 +36,16 @@ func TestSkippedSince(t *testing.T) {
 	if got := skippedSince(second, second); got != nil {
 		t.Errorf("nothing skipped: %v, want nil", got)
 	}
+	// Each reading keeps its totals for the next.
+	var s Source
+	for i, c := range []struct {
+		totals map[string]uint64
+		want   map[string]uint64
+	}{{first, map[string]uint64{"inet_sock_set_state": 4}}, {second, map[string]uint64{"kfree_skb": 3}}, {second, nil}} {
+		var r Reading
+		s.noteSkipped(&r, c.totals)
+		if !maps.Equal(r.Skipped, c.want) || (c.want == nil) != (r.Skipped == nil) {
+			t.Errorf("reading %d: skipped %v, want %v", i+1, r.Skipped, c.want)
+		}
+	}
 }

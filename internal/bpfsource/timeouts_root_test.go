@@ -20,8 +20,8 @@ import (
 // TestTimedOutConnectsCounted counts connects the retransmit timer ends,
 // in an interrupt, a thousand at once, beside a churn of loopback
 // connections in another namespace on two threads. n non-blocking
-// connects go to a listener whose accept queue is full (SYN cookies off,
-// so their SYNs are dropped) and time out after one SYN retransmission.
+// connects go to a listener whose accept queue is full (the kernel drops
+// their SYNs) and time out after one SYN retransmission.
 // Opens come inside connect(), where the program is never skipped:
 // exactly n+1 (one fills the queue). Timeouts: never more than n, and
 // never fewer than n less the runs the source says the kernel skipped
@@ -31,7 +31,6 @@ import (
 func TestTimedOutConnectsCounted(t *testing.T) {
 	src := openWith(t, Options{})
 	ns := testns.New(t, "bpftimeo")
-	testns.Run(t, "ip", "netns", "exec", ns.Name, "sysctl", "-qw", "net.ipv4.tcp_syncookies=0")
 	stop := churnUntilStopped(t, testns.New(t, "bpfchurn"))
 	const n = 1000
 	var fds []int

@@ -29,9 +29,13 @@ func Diagnose(ins iter.Seq[*diag.Input], rs []diag.Rule) *report.Report {
 
 // diagnosis is a report being assembled, one window at a time.
 type diagnosis struct {
-	res         diag.Result
-	rep         report.Report
-	eventsNoted bool // the host-wide eBPF losses were looked at
+	res diag.Result
+	rep report.Report
+	// The eBPF counters are read once for every namespace: what they
+	// missed is looked at in the first window that has them and said
+	// once, for the host, after the namespaces' own notes.
+	eventsSeen bool
+	eventsNote string
 }
 
 func (d *diagnosis) add(in *diag.Input, rs []diag.Rule) {
@@ -64,13 +68,8 @@ func (d *diagnosis) add(in *diag.Input, rs []diag.Rule) {
 	for _, er := range cur.Errors {
 		rep.Sources = append(rep.Sources, report.SourceError{Netns: ns, Source: er.Source, Error: er.Err})
 	}
-	// The eBPF counts are read once for every namespace: what they
-	// missed is said once, for the host.
-	if ev := cur.Events; ev != nil && !d.eventsNoted {
-		d.eventsNoted = true
-		if msg := ev.Incomplete(); msg != "" {
-			rep.Sources = append(rep.Sources, report.SourceError{Source: snapshot.SourceBPF, Error: msg})
-		}
+	if ev := cur.Events; ev != nil && !d.eventsSeen {
+		d.eventsSeen, d.eventsNote = true, ev.Incomplete()
 	}
 }
 
@@ -79,6 +78,9 @@ func (d *diagnosis) report() *report.Report {
 	rep.Version = report.JSONVersion
 	d.res.Sort()
 	rep.Findings, rep.Unknown, rep.RulesRun = d.res.Findings, d.res.Unknown, d.res.Ran
+	if d.eventsNote != "" {
+		rep.Sources = append(rep.Sources, report.SourceError{Source: snapshot.SourceBPF, Error: d.eventsNote})
+	}
 	if rep.Host == "" {
 		rep.Host, _ = os.Hostname()
 	}

@@ -119,3 +119,27 @@ func TestRecordCheckRefusedConnects(t *testing.T) {
 		t.Errorf("check over refused connects found %+v:\n%s", rep.Findings, out.String())
 	}
 }
+
+// TestSocketsIntervalEventsJSON: with --json, sockets --interval prints
+// one JSON array even when the eBPF source counted events (their tables
+// are text, and print only without --json).
+func TestSocketsIntervalEventsJSON(t *testing.T) {
+	var out, errb bytes.Buffer
+	e := bpfEnv(t, &out, &errb)
+	ns := testns.New(t, "sockjsonev")
+	args := []string{"sockets", "--bpf", "on", "--netns", ns.Name, "--interval", "1s"}
+	var code int
+	withRefusals(t, ns, func() { code = Main(append(args, "--json"), e) })
+	if code != ExitOK {
+		t.Fatalf("sockets --json: exit %d: %s", code, errb.String())
+	}
+	var rows []json.RawMessage
+	if err := json.Unmarshal(out.Bytes(), &rows); err != nil {
+		t.Errorf("sockets --json --interval over refused connects is not one JSON array: %v\n%s", err, out.String())
+	}
+	out.Reset()
+	withRefusals(t, ns, func() { code = Main(args, e) })
+	if code != ExitOK || !strings.Contains(out.String(), "connection events between the samples") || !strings.Contains(out.String(), "refused") {
+		t.Errorf("sockets --interval over refused connects: exit %d, no event table:\n%s", code, out.String())
+	}
+}

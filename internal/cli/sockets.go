@@ -277,7 +277,8 @@ func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
 	if err := p.Close(); err != nil {
 		return err
 	}
-	if o.interval > 0 {
+	if o.interval > 0 && !o.json {
+		// Text tables: never after a JSON array.
 		sockets.WriteEvents(w, windows(ss), flt.events())
 	}
 	err = w.Flush()

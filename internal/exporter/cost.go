@@ -52,7 +52,7 @@ func NewCost(programs func() ([]ProgramStat, error), procRoot string) *Cost {
 		descRuntime: prometheus.NewDesc("tcpdoctor_bpf_program_run_seconds_total",
 			"Time tcpdoctor's eBPF program at this attach point ran (in the kernel, on the host's CPUs), counted while the kernel's BPF statistics are on (kernel.bpf_stats_enabled, or a tool holding them on).", []string{"program"}, nil),
 		descSkipped: prometheus.NewDesc("tcpdoctor_bpf_program_skipped_runs_total",
-			"Runs of tcpdoctor's eBPF program at this attach point that the kernel skipped because it was already running on that CPU (an interrupt brought an event while it ran): what those runs would have counted is missing, so that program's tcpdoctor_bpf_ counters are lower bounds while it rises. Counted by the kernel always (Linux 5.12 or later).", []string{"program"}, nil),
+			"Runs of tcpdoctor's eBPF program at this attach point that the kernel skipped because it was already running on that CPU (an interrupt brought an event while it ran): what those runs would have counted is missing, so that program's tcpdoctor_bpf_ counters are lower bounds while it rises. Counted by the kernel always from Linux 6.7 (older kernels count none, though some skip).", []string{"program"}, nil),
 		descLost: prometheus.NewDesc("tcpdoctor_bpf_events_lost_total",
 			"Events tcpdoctor's eBPF programs could not count because a kernel map was full (flows, connection lifetimes, drops, retransmits, resets): the tcpdoctor_bpf_ counters are lower bounds while it rises.", nil, nil),
 	}

@@ -59,7 +59,7 @@ tcpdoctor_bpf_program_run_seconds_total{program="kfree_skb"} 1.5e-05
 # TYPE tcpdoctor_bpf_program_runs_total counter
 tcpdoctor_bpf_program_runs_total{program="inet_sock_set_state"} 1200
 tcpdoctor_bpf_program_runs_total{program="kfree_skb"} 30
-# HELP tcpdoctor_bpf_program_skipped_runs_total Runs of tcpdoctor's eBPF program at this attach point that the kernel skipped because it was already running on that CPU (an interrupt brought an event while it ran): what those runs would have counted is missing, so that program's tcpdoctor_bpf_ counters are lower bounds while it rises. Counted by the kernel always (Linux 5.12 or later).
+# HELP tcpdoctor_bpf_program_skipped_runs_total Runs of tcpdoctor's eBPF program at this attach point that the kernel skipped because it was already running on that CPU (an interrupt brought an event while it ran): what those runs would have counted is missing, so that program's tcpdoctor_bpf_ counters are lower bounds while it rises. Counted by the kernel always from Linux 6.7 (older kernels count none, though some skip).
 # TYPE tcpdoctor_bpf_program_skipped_runs_total counter
 tcpdoctor_bpf_program_skipped_runs_total{program="inet_sock_set_state"} 4
 tcpdoctor_bpf_program_skipped_runs_total{program="kfree_skb"} 0
@@ -75,7 +75,7 @@ tcpdoctor_bpf_stats_enabled 1
 # HELP tcpdoctor_bpf_events_lost_total Events tcpdoctor's eBPF programs could not count because a kernel map was full (flows, connection lifetimes, drops, retransmits, resets): the tcpdoctor_bpf_ counters are lower bounds while it rises.
 # TYPE tcpdoctor_bpf_events_lost_total counter
 tcpdoctor_bpf_events_lost_total 3
-# HELP tcpdoctor_bpf_program_skipped_runs_total Runs of tcpdoctor's eBPF program at this attach point that the kernel skipped because it was already running on that CPU (an interrupt brought an event while it ran): what those runs would have counted is missing, so that program's tcpdoctor_bpf_ counters are lower bounds while it rises. Counted by the kernel always (Linux 5.12 or later).
+# HELP tcpdoctor_bpf_program_skipped_runs_total Runs of tcpdoctor's eBPF program at this attach point that the kernel skipped because it was already running on that CPU (an interrupt brought an event while it ran): what those runs would have counted is missing, so that program's tcpdoctor_bpf_ counters are lower bounds while it rises. Counted by the kernel always from Linux 6.7 (older kernels count none, though some skip).
 # TYPE tcpdoctor_bpf_program_skipped_runs_total counter
 tcpdoctor_bpf_program_skipped_runs_total{program="inet_sock_set_state"} 0
 tcpdoctor_bpf_program_skipped_runs_total{program="kfree_skb"} 0

@@ -70,10 +70,10 @@ type EventProgramSkipped struct {
 func (e *Events) Incomplete() string {
 	var parts []string
 	if e.Lost > 0 {
-		parts = append(parts, fmt.Sprintf("%d events found a kernel map full", e.Lost))
+		parts = append(parts, fmt.Sprintf("%d %s found a kernel map full", e.Lost, plural(e.Lost, "event", "events")))
 	}
 	for _, s := range e.Skipped {
-		parts = append(parts, fmt.Sprintf("the kernel skipped %d runs of the program on %s (it was running on that CPU when an interrupt brought another event)", s.Runs, s.Program))
+		parts = append(parts, fmt.Sprintf("the kernel skipped %d %s of the program on %s (it was running on that CPU when an interrupt brought another event)", s.Runs, plural(s.Runs, "run", "runs"), s.Program))
 	}
 	if len(parts) == 0 {
 		return ""
@@ -204,4 +204,11 @@ type EventFlow struct {
 	// Lifetime their summed lives, connect() to close.
 	Ended    uint64        `json:"ended,omitempty"`
 	Lifetime time.Duration `json:"lifetime_ns,omitempty"`
+}
+
+func plural(n uint64, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }

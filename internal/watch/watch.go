@@ -283,7 +283,8 @@ func (p *printer) emit(l *Line) error {
 	return nil
 }
 
-// tick reads the counters (bursts, lost events) and sums up the repeats.
+// tick reads the counters (bursts, lost events, skipped runs) and sums up
+// the repeats.
 func (p *printer) tick(src Source) error {
 	now := p.o.Now()
 	r, err := src.Read()
@@ -296,8 +297,8 @@ func (p *printer) tick(src Source) error {
 	}
 	if r != nil {
 		for _, prog := range slices.Sorted(maps.Keys(r.Skipped)) {
-			fmt.Fprintf(p.o.Notes, "note: the kernel skipped %d runs of the program on %s in the last %s (it was running on that CPU when an interrupt brought another event): events it would have seen are missing, from the stream and the counters\n",
-				r.Skipped[prog], textsafe.String(prog), p.o.Tick)
+			fmt.Fprintf(p.o.Notes, "note: runs of the program on %s the kernel skipped in the last %s: %d (it was running on that CPU when an interrupt brought another event): events it would have seen are missing, from the stream and the counters\n",
+				textsafe.String(prog), p.o.Tick, r.Skipped[prog])
 		}
 	}
 	if err := p.flush(); err != nil {

@@ -187,7 +187,7 @@ func TestBurstsAndNotes(t *testing.T) {
 	if out != want {
 		t.Fatalf("got %q\nwant %q", out, want)
 	}
-	for _, s := range []string{"not watching what kfree_skb sees: refused", "7 events lost", "the kernel skipped 3 runs of the program on inet_sock_set_state"} {
+	for _, s := range []string{"not watching what kfree_skb sees: refused", "7 events lost", "runs of the program on inet_sock_set_state the kernel skipped in the last 20ms: 3"} {
 		if !strings.Contains(notes, s) {
 			t.Errorf("notes lack %q:\n%s", s, notes)
 		}
