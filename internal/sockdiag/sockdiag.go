@@ -270,16 +270,15 @@ const aheadBatch = 4
 // readAhead receives fd's dump datagrams, of at most dgram bytes, on its
 // own goroutine into aheadBufs buffers of aheadBatch times dgram, each
 // handed over once a datagram of dgram no longer fits, or at the end of
-// the dump. next
-// returns the next buffer and the length received into it, or the recv
-// error; give returns a buffer once decoded; stop ends the goroutine and waits for it, whether or not the
-// dump was read to its end. A datagram that is empty, truncated (longer
-// than dgram) or a recv error comes alone, after the datagrams before it,
-// in a buffer of dgram bytes, so the caller's checks see it as one. The
-// goroutine stops after a datagram that ends the dump for seq (endsDump),
-// so it never waits on a recv that no datagram will answer; stopped
-// early, it only finishes the recv in progress, which the dump still
-// under way answers.
+// the dump. next returns the next buffer and the length received into
+// it, or the recv error; give returns a buffer once decoded; stop ends
+// the goroutine and waits for it, whether or not the dump was read to its
+// end. A datagram that is empty, truncated (longer than dgram) or a recv
+// error comes alone, after the datagrams before it, in a buffer of dgram
+// bytes, so the caller's checks see it as one. The goroutine stops after
+// a datagram that ends the dump for seq (endsDump), so it never waits on
+// a recv that no datagram will answer; stopped early, it only finishes
+// the recv in progress, which the dump still under way answers.
 func readAhead(fd, dgram int, seq uint32) (next func() ([]byte, int, error), give func([]byte), stop func()) {
 	type chunk struct {
 		b   []byte
