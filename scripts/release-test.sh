@@ -27,7 +27,7 @@ step "release.sh $version (second run)" scripts/release.sh "$version" "$work/b"
 step "helm $helm_version built from the module proxy" env GOBIN="$work/gobin" go install "helm.sh/helm/v3/cmd/helm@$helm_version"
 export TCPDOCTOR_RELEASE_DIR=$work/a TCPDOCTOR_RELEASE_DIR2=$work/b TCPDOCTOR_RELEASE_VERSION=$version TCPDOCTOR_HELM=$work/gobin/helm
 # One step per check, so each one's time shows.
-for t in TestChecksums TestArchive TestRPM TestArm64UnderQemu TestDeb TestImage TestChart; do
+for t in TestChecksums TestArchive TestRPM TestArm64UnderQemu TestDeb TestImage TestImageLabels TestChart; do
   step "$t" go test -count=1 -v -run "^$t\$" ./internal/release
 done
 echo "release-test.sh: time per step:"

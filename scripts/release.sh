@@ -4,7 +4,7 @@
 # of one commit give the same bytes (docs/release.md).
 #
 #   OUTDIR (default dist/VERSION):
-#     tcpdoctor_X.Y.Z_linux_{amd64,arm64}.tar.gz  binary, README, licences, docs, man pages, completions
+#     tcpdoctor_X.Y.Z_linux_{amd64,arm64}.tar.gz  binary, README, LICENSE, NOTICE, licences, docs, man pages, completions
 #     tcpdoctor_X.Y.Z_{amd64,arm64}.deb, tcpdoctor-X.Y.Z-1.{x86_64,aarch64}.rpm
 #     tcpdoctor_X.Y.Z_oci.tar                    OCI image layout: multi-arch index, FROM scratch
 #     tcpdoctor-X.Y.Z.tgz                        the Helm chart (deploy/helm/tcpdoctor)
@@ -74,11 +74,34 @@ mkdir -p "$work/licenses"
       cp "$f" "$work/licenses/$mod/"
     done
   done
-own_license=
-for f in LICENSE LICENCE COPYING; do
-  [ -f "$src/$f" ] && own_license=$src/$f
+# The project's own licence (Apache-2.0; the eBPF programs Dual BSD/GPL)
+# travels in every archive, package and image.
+for f in LICENSE NOTICE; do
+  [ -f "$src/$f" ] || { echo "release.sh: $src/$f missing: every artifact carries the project's licence" >&2; exit 1; }
 done
-[ -n "$own_license" ] || echo "release.sh: note: the repository has no LICENSE file; the archives carry the dependencies' licences only" >&2
+# Debian's machine-readable copyright file, for the .deb and the .rpm's doc dir.
+cat >"$work/copyright" <<COPYRIGHT
+Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/
+Upstream-Name: tcpdoctor
+Source: https://github.com/tcpdoctor/tcpdoctor
+
+Files: *
+Copyright: the tcpdoctor developers
+License: Apache-2.0
+
+Files: internal/bpfsource/bpf/*
+Copyright: the tcpdoctor developers
+License: BSD-2-Clause or GPL-2.0-only
+Comment: the eBPF programs loaded into the kernel carry the licence string
+ "Dual BSD/GPL", which the kernel requires for the GPL-only helpers they call.
+
+Files: licenses/*
+Copyright: see each module's own files under /usr/share/doc/tcpdoctor/licenses
+License: see each file
+
+License: Apache-2.0
+$(sed -e 's/^$/./' -e 's/^/ /' "$src/LICENSE")
+COPYRIGHT
 
 # The packaged unit: deploy/systemd's hardened unit, with the binary where
 # packages put it and its arguments in the defaults file.
@@ -112,7 +135,7 @@ for arch in amd64 arm64; do
   mkdir -p "$stage/docs" "$stage/licenses"
   install -m 0755 "$work/bin/$arch/tcpdoctor" "$stage/tcpdoctor"
   install -m 0644 "$src/README.md" "$stage/README.md"
-  [ -z "$own_license" ] || install -m 0644 "$own_license" "$stage/LICENSE"
+  install -m 0644 "$src/LICENSE" "$src/NOTICE" "$stage/"
   (cd "$src/docs" && find . -name '*.md' -exec cp --parents {} "$stage/docs/" \;)
   cp -r "$work/gen/man" "$work/gen/completions" "$stage/"
   cp -r "$work/licenses/." "$stage/licenses/"
@@ -130,6 +153,7 @@ release: "1"
 section: net
 priority: optional
 maintainer: tcpdoctor developers <noreply@tcpdoctor.invalid>
+license: Apache-2.0
 description: |-
   Tells why TCP services are slow or fail to connect, with kernel evidence and the fix.
   check, sockets, trace, watch, record, and serve: a Prometheus exporter (systemd unit
@@ -163,6 +187,12 @@ contents:
     dst: /usr/share/doc/tcpdoctor
   - src: $stage/licenses
     dst: /usr/share/doc/tcpdoctor/licenses
+  - src: $work/copyright
+    dst: /usr/share/doc/tcpdoctor/copyright
+  - src: $stage/LICENSE
+    dst: /usr/share/doc/tcpdoctor/LICENSE
+  - src: $stage/NOTICE
+    dst: /usr/share/doc/tcpdoctor/NOTICE
 scripts:
   postinstall: $work/pkg/postinstall.sh
   postremove: $work/pkg/postremove.sh
@@ -180,6 +210,7 @@ echo "release.sh: OCI image" >&2
 echo "release.sh: Helm chart" >&2
 mkdir -p "$work/chart"
 cp -rL "$src/deploy/helm/tcpdoctor" "$work/chart/tcpdoctor"
+install -m 0644 "$src/LICENSE" "$work/chart/tcpdoctor/LICENSE"
 sed -i -e "s|^version: .*|version: $semver|" -e "s|^appVersion: .*|appVersion: \"$version\"|" "$work/chart/tcpdoctor/Chart.yaml"
 find "$work/chart" -type d -exec chmod 0755 {} + && find "$work/chart" -type f -exec chmod 0644 {} +
 tarball tcpdoctor "$work/chart" "$out/tcpdoctor-$semver.tgz"

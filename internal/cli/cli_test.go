@@ -129,6 +129,9 @@ func TestUsageErrors(t *testing.T) {
 	}{
 		{[]string{"check", "--bogus"}, "unknown flag"},
 		{[]string{"frobnicate"}, "unknown command"},
+		{[]string{"chek"}, `unknown command "chek" for "tcpdoctor"; did you mean "check"?`},
+		{[]string{"lab", "rn"}, `unknown command "rn" for "tcpdoctor lab"; did you mean "run"?`},
+		{[]string{"lab", "zzzz"}, "(tcpdoctor lab --help lists them)"},
 		{[]string{"check", "--netns", "a", "--all-netns"}, "exclude each other"},
 		{[]string{"check", "--fail-on", "sometimes"}, "unknown severity"},
 		{[]string{"check", "--from", filepath.Join(dir, "missing")}, "no such file"},
@@ -144,6 +147,9 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"explain", "nope"}, "unknown rule"},
 	} {
 		code, _, stderr := run(t, tc.args...)
+		if strings.Contains(stderr, `\n`) || strings.Count(stderr, "\n") != 1 {
+			t.Errorf("%v: stderr %q is not one line", tc.args, stderr)
+		}
 		if code != ExitUsage || !strings.Contains(stderr, tc.msg) {
 			t.Errorf("%v: exit %d, stderr %q; want exit 2 mentioning %q", tc.args, code, stderr, tc.msg)
 		}

@@ -9,6 +9,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -241,6 +243,7 @@ func NewRoot(e *Env) *cobra.Command {
 		newHistoryCmd(e),
 		newVersionCmd(e),
 	)
+	root.DisableSuggestions = true // unknownCommand suggests, on one line
 	usageArgs(root)
 	return root
 }
@@ -251,13 +254,13 @@ func NewRoot(e *Env) *cobra.Command {
 // called bare and reject an unknown subcommand (cobra prints help and
 // exits 0 for those).
 func usageArgs(c *cobra.Command) {
-	if c.HasParent() && !c.Runnable() && c.HasSubCommands() {
+	if !c.Runnable() && c.HasSubCommands() {
 		c.Args = cobra.ArbitraryArgs
 		c.RunE = func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return cmd.Help()
 			}
-			return usageErr("unknown command %q for %q", args[0], cmd.CommandPath())
+			return unknownCommand(cmd, args[0])
 		}
 	}
 	if v := c.Args; v != nil {
@@ -271,6 +274,32 @@ func usageArgs(c *cobra.Command) {
 	for _, sub := range c.Commands() {
 		usageArgs(sub)
 	}
+}
+
+// unknownCommand is the usage error for a subcommand of cmd that does not
+// exist, with the names it may have meant (cobra's own suggestion is
+// several lines, which printErr would escape onto one).
+func unknownCommand(cmd *cobra.Command, name string) error {
+	if cmd.SuggestionsMinimumDistance <= 0 {
+		cmd.SuggestionsMinimumDistance = 2
+	}
+	near := cmd.SuggestionsFor(name)
+	switch len(near) {
+	case 0:
+		return usageErr("unknown command %q for %q (%s --help lists them)", name, cmd.CommandPath(), cmd.CommandPath())
+	case 1:
+		return usageErr("unknown command %q for %q; did you mean %q?", name, cmd.CommandPath(), near[0])
+	}
+	return usageErr("unknown command %q for %q; did you mean one of %s?", name, cmd.CommandPath(), quoteList(near))
+}
+
+// quoteList is names quoted and joined with commas.
+func quoteList(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = strconv.Quote(n)
+	}
+	return strings.Join(q, ", ")
 }
 
 // Main runs tcpdoctor with args and returns the exit code. SIGINT or

@@ -21,6 +21,9 @@ var installed = []string{
 	"/usr/lib/systemd/system/tcpdoctor.service",
 	"/usr/share/doc/tcpdoctor/README.md",
 	"/usr/share/doc/tcpdoctor/exporter.md",
+	"/usr/share/doc/tcpdoctor/copyright",
+	"/usr/share/doc/tcpdoctor/LICENSE",
+	"/usr/share/doc/tcpdoctor/NOTICE",
 }
 
 func one(t *testing.T, pattern string) string {

@@ -151,12 +151,17 @@ func TestArchive(t *testing.T) {
 			seen[strings.TrimPrefix(h.Name, top)] = true
 		}
 		f.Close()
-		for _, p := range []string{"tcpdoctor", "README.md", "docs/exporter.md", "docs/rules/listen-overflow.md",
+		for _, p := range []string{"tcpdoctor", "README.md", "LICENSE", "NOTICE", "docs/exporter.md", "docs/rules/listen-overflow.md",
 			"man/man1/tcpdoctor.1.gz", "man/man1/tcpdoctor-check.1.gz", "man/man1/tcpdoctor-serve.1.gz",
 			"completions/tcpdoctor.bash", "completions/_tcpdoctor", "completions/tcpdoctor.fish",
 			"licenses/github.com/cilium/ebpf/LICENSE"} {
 			if !seen[p] {
 				t.Errorf("%s archive has no %s", arch, p)
+			}
+		}
+		for p := range seen {
+			if strings.Contains(p, "powershell") {
+				t.Errorf("%s archive has %s: Linux shells only", arch, p)
 			}
 		}
 		t.Logf("%s: %d entries, dated %s (%s)", arch, len(seen), mtime.UTC().Format(time.RFC3339), ver)

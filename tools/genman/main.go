@@ -51,12 +51,21 @@ func run(args []string) error {
 	date := time.Unix(epoch, 0).UTC()
 	root := cli.NewRoot(&cli.Env{Stdout: io.Discard, Stderr: io.Discard, Build: version.Info{Version: *ver}})
 	root.InitDefaultCompletionCmd()
+	// Linux shells only: no PowerShell page or completion in Linux packages.
+	if comp, _, err := root.Find([]string{"completion"}); err == nil && comp != root {
+		for _, c := range comp.Commands() {
+			if c.Name() == "powershell" {
+				comp.RemoveCommand(c)
+			}
+		}
+	}
 	root.DisableAutoGenTag = true
 	man := filepath.Join(*out, "man", "man1")
 	if err := os.MkdirAll(man, 0o755); err != nil {
 		return err
 	}
-	hdr := &doc.GenManHeader{Title: "TCPDOCTOR", Section: "1", Date: &date, Source: "tcpdoctor " + *ver, Manual: "tcpdoctor manual"}
+	// No Title: cobra titles each page by its command (TCPDOCTOR-CHECK).
+	hdr := &doc.GenManHeader{Section: "1", Date: &date, Source: "tcpdoctor " + *ver, Manual: "tcpdoctor manual"}
 	if err := doc.GenManTree(root, hdr, man); err != nil {
 		return fmt.Errorf("man pages: %w", err)
 	}

@@ -153,6 +153,7 @@ func image(bin, arch, ver, rev string, when time.Time) (v1.Image, error) {
 		"org.opencontainers.image.version":     ver,
 		"org.opencontainers.image.revision":    rev,
 		"org.opencontainers.image.created":     when.Format(time.RFC3339),
+		"org.opencontainers.image.licenses":    "Apache-2.0",
 	}
 	return mutate.ConfigFile(img, cf)
 }
