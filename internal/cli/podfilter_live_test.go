@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -148,6 +149,12 @@ func TestPodFiltersReal(t *testing.T) {
 	if code := Main([]string{"sockets", "--pod", "web-1", "--bpf", "off", "--state", "listen"}, podEnv(p, &out, &errb)); code != ExitOK ||
 		!strings.Contains(out.String(), "shop/web-1 api") || !strings.Contains(out.String(), "127.0.0.1:"+port) {
 		t.Errorf("sockets --pod web-1: exit %d, stderr %q, out:\n%s", code, errb.String(), out.String())
+	}
+	// Completion names the pod, its container and its namespace.
+	for flag, want := range map[string]string{"--pod": "shop/web-1", "--container": "api", "--netns": "shop/web-1"} {
+		if got := completed(t, podEnv(p, &out, &errb), "sockets", flag, ""); !slices.Contains(got, want) {
+			t.Errorf("__complete sockets %s: %q not in %q", flag, want, got)
+		}
 	}
 	// A pod not there: exit 2, naming the one that is.
 	out.Reset()

@@ -245,6 +245,7 @@ func NewRoot(e *Env) *cobra.Command {
 	)
 	root.DisableSuggestions = true // unknownCommand suggests, on one line
 	usageArgs(root)
+	complete(root, e)
 	return root
 }
 
