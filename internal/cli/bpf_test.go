@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -72,9 +73,30 @@ func TestPidfdOptIn(t *testing.T) {
 	}
 }
 
-// `sockets --locks` reads lock bits for JSON only.
-func TestSocketsLocksNeedsJSON(t *testing.T) {
-	if code, _, stderr := run(t, "sockets", "--locks"); code != ExitUsage || !strings.Contains(stderr, "--json") {
-		t.Errorf("sockets --locks: exit %d (%s), want %d", code, stderr, ExitUsage)
+// `sockets --locks` shows the lock bits in the table too: its Pinned
+// column, from a recording's bits.
+func TestSocketsLocksTable(t *testing.T) {
+	code, out, stderr := run(t, "sockets", "--locks", "--from", "../rules/testdata/connection-bottleneck/fires.jsonl", "--state", "established")
+	if code != ExitOK {
+		t.Fatalf("sockets --locks --from: exit %d (%s)", code, stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	col := slices.Index(strings.Fields(lines[0]), "Pinned")
+	if col < 0 {
+		t.Fatalf("no Pinned column:\n%s", out)
+	}
+	seen := map[string]bool{}
+	for _, l := range lines[1:] {
+		if f := strings.Fields(l); len(f) > col {
+			seen[f[col]] = true
+		}
+	}
+	for v := range seen {
+		if v != "-" && v != "?" && v != "snd" && v != "rcv" && v != "snd,rcv" {
+			t.Errorf("Pinned value %q", v)
+		}
+	}
+	if len(seen) == 0 {
+		t.Errorf("no rows:\n%s", out)
 	}
 }

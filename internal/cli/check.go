@@ -27,6 +27,7 @@ type checkOpts struct {
 	bandwidth string
 	noOwners  bool
 	only      []string
+	pid       int
 }
 
 func newCheckCmd(e *Env) *cobra.Command {
@@ -38,7 +39,8 @@ func newCheckCmd(e *Env) *cobra.Command {
 what to do, most severe first. --interval 0 takes one snapshot and runs only the rules that need
 no deltas (the others are reported unknown). --pod and --container keep the findings about that
 pod or container (its namespace, or its processes on the host's), looking in every namespace
-unless --netns says which.
+unless --netns says which. --pid keeps the findings about one process, in its own network
+namespace.
 
 Exit codes: 0 nothing at or above --fail-on, 1 findings, 2 usage error, 3 collection failed.`,
 		Args: cobra.NoArgs,
@@ -59,6 +61,7 @@ Exit codes: 0 nothing at or above --fail-on, 1 findings, 2 usage error, 3 collec
 	fs.StringVar(&o.bandwidth, "bandwidth", "", "path bandwidth for BDP arithmetic, e.g. 100mbit (default: estimated from delivery rate)")
 	fs.BoolVar(&o.noOwners, "no-owners", false, "do not map sockets to processes (faster, less to say)")
 	fs.StringSliceVar(&o.only, "rule", nil, "run only these rules")
+	fs.IntVar(&o.pid, "pid", 0, "only the findings about this process (checked in its network namespace unless --netns or --all-netns)")
 	return cmd
 }
 
@@ -75,6 +78,13 @@ func runCheck(cmd *cobra.Command, e *Env, o *checkOpts) error {
 	if o.wl.container != "" && o.noOwners {
 		return usageErr("check: --container needs the sockets' owners; drop --no-owners")
 	}
+	if o.pid < 0 {
+		return usageErr("check: --pid %d: not a process id", o.pid)
+	}
+	if o.pid != 0 && (o.noOwners || o.wl.set()) {
+		return usageErr("check: --pid needs the sockets' owners and chooses the process itself; drop --no-owners, --pod and --container")
+	}
+	o.src.pid = o.pid
 	failOn, err := diag.ParseSeverity(o.failOn)
 	if err != nil {
 		return usageErr("check: --fail-on: %v", err)
@@ -131,6 +141,12 @@ func runCheck(cmd *cobra.Command, e *Env, o *checkOpts) error {
 		rep.Findings = slices.DeleteFunc(rep.Findings, func(f diag.Finding) bool {
 			return !o.wl.matchFields(f.Subject.Pod, f.Subject.PodNamespace, f.Subject.Container)
 		})
+	}
+	if o.pid != 0 {
+		rep.Findings = slices.DeleteFunc(rep.Findings, func(f diag.Finding) bool { return f.Subject.Pid != o.pid })
+		if len(rep.Findings) == 0 && !o.json {
+			e.progress("note: no finding names pid %d (checked %s)", o.pid, o.src.where())
+		}
 	}
 	rep.Build = e.knownBuild()
 	if o.json {

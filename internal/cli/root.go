@@ -43,8 +43,10 @@ const (
 // Env is everything a command touches outside itself.
 type Env struct {
 	Stdout, Stderr io.Writer
-	Getenv         func(string) string
-	Now            func() time.Time
+	// Stdin is what --from - reads; nil reads nothing.
+	Stdin  io.Reader
+	Getenv func(string) string
+	Now    func() time.Time
 	// Sleep waits between samples; it returns early with ctx's error.
 	Sleep func(ctx context.Context, d time.Duration) error
 	// ProcRoot is "/proc" in production.
@@ -152,6 +154,7 @@ func DefaultEnv() *Env {
 	return &Env{
 		Stdout:    os.Stdout,
 		Stderr:    os.Stderr,
+		Stdin:     os.Stdin,
 		Getenv:    os.Getenv,
 		Now:       time.Now,
 		Sleep:     window.Sleep,
@@ -432,6 +435,18 @@ func (s *stickyWriter) Write(p []byte) (int, error) {
 	n, err := s.w.Write(p)
 	s.err = err
 	return n, err
+}
+
+// openInput opens a file to read, or standard input for "-" (closing it
+// then closes nothing).
+func (e *Env) openInput(path string) (io.ReadCloser, error) {
+	if path != "-" {
+		return os.Open(path)
+	}
+	if e.Stdin == nil {
+		return nil, errors.New("no standard input to read")
+	}
+	return io.NopCloser(e.Stdin), nil
 }
 
 // progress prints a note to stderr on one line, escaped: notes quote

@@ -3,6 +3,8 @@ package cli
 import (
 	"bufio"
 	"errors"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -63,7 +65,7 @@ container (else whose namespace it holds), looking in every namespace unless --n
 	fs.BoolVar(&o.noOwners, "no-owners", false, "do not map sockets to processes (faster)")
 	fs.IntVar(&o.splitMin, "split-min", 0, "dump a namespace of this many sockets or more in two halves at once (0: the default, 200000; -1: never); for measuring where that pays")
 	_ = fs.MarkHidden("split-min")
-	fs.BoolVar(&o.locks, "locks", false, "with --json: read every socket's buffer lock bits (SO_SNDBUF/SO_RCVBUF set by the application) with eBPF iter/tcp, as buf_lock; loading the program costs tens of ms")
+	fs.BoolVar(&o.locks, "locks", false, "read every socket's buffer lock bits (SO_SNDBUF/SO_RCVBUF set by the application) with eBPF iter/tcp: the table's Pinned column, buf_lock in --json; loading the program costs tens of ms")
 	return cmd
 }
 
@@ -146,12 +148,16 @@ func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
 	if o.interval < 0 {
 		return usageErr("sockets: --interval must not be negative")
 	}
-	if o.locks && !o.json {
-		return usageErr("sockets: --locks shows in --json output only")
-	}
 	if o.pid != 0 && o.noOwners {
 		return usageErr("sockets: --pid needs owners; drop --no-owners")
 	}
+	if o.pid < 0 {
+		return usageErr("sockets: --pid %d: not a process id", o.pid)
+	}
+	if o.pid != 0 && o.wl.set() {
+		return usageErr("sockets: --pod and --container choose the processes; leave out --pid")
+	}
+	o.src.pid = o.pid
 	if o.wl.container != "" && o.noOwners {
 		return usageErr("sockets: --container needs owners; drop --no-owners")
 	}
@@ -182,10 +188,15 @@ func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
 		}
 		warnErrors(e, ss)
 		keep := func(r *sockets.Row) bool { return flt.match(r.Socket) && o.wl.match(r.Subject.Workload) }
-		if err := sockets.WriteWindows(w, windows(ss), keep, o.json); err != nil {
+		rows, err := sockets.WriteWindows(w, windows(ss), keep, sockets.Options{JSON: o.json, Locks: o.locks})
+		if err != nil {
 			return err
 		}
-		return w.Flush()
+		if err := w.Flush(); err != nil {
+			return err
+		}
+		o.noneMatched(e, rows)
+		return nil
 	}
 	// Connection events show only under an --interval table; lock bits
 	// only in JSON, when asked (their program's load would double the
@@ -232,7 +243,7 @@ func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
 	// Made at the first row, when the owners are named: the table has a
 	// Workload column when the host names any.
 	var p *sockets.Printer
-	po := sockets.Options{JSON: o.json, Netns: len(nss) > 1, Limited: o.interval > 0}
+	po := sockets.Options{JSON: o.json, Netns: len(nss) > 1, Limited: o.interval > 0, Locks: o.locks}
 	for _, ns := range nss {
 		po.Workload = po.Workload || ns.Workload != nil
 	}
@@ -283,7 +294,37 @@ func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
 	}
 	err = w.Flush()
 	e.Phases.Mark("close and write")
+	if err == nil {
+		o.noneMatched(e, p.Rows())
+	}
 	return err
+}
+
+// noneMatched says on stderr that the filters given kept no socket (the
+// listing is then a header or [] alone, exit 0).
+func (o *socketsOpts) noneMatched(e *Env, rows int) {
+	if rows > 0 {
+		return
+	}
+	var given []string
+	for _, f := range []struct {
+		name string
+		set  bool
+		val  any
+	}{
+		{"--pid", o.pid != 0, o.pid}, {"--port", o.port != 0, o.port}, {"--lport", o.lport != 0, o.lport},
+		{"--rport", o.rport != 0, o.rport}, {"--state", len(o.states) > 0, strings.Join(o.states, ",")},
+		{"--pod", o.wl.pod != "", o.wl.pod}, {"--container", o.wl.container != "", o.wl.container},
+	} {
+		if f.set {
+			given = append(given, fmt.Sprintf("%s %v", f.name, f.val))
+		}
+	}
+	if len(given) == 0 {
+		e.progress("note: no TCP socket in %s", o.src.where())
+		return
+	}
+	e.progress("note: no socket matched %s in %s", strings.Join(given, " "), o.src.where())
 }
 
 // noDump is true when no namespace's dump succeeded.

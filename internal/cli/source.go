@@ -4,8 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
+	"io/fs"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -32,10 +33,28 @@ type sourceOpts struct {
 	// noBPF is --bpf off: the namespaces are found without the kernel's
 	// walk of every process too.
 	noBPF bool
+	// pid, set by a command's --pid, is read in its process's namespace
+	// unless --netns or --all-netns says where.
+	pid int
+}
+
+// where names what was read, for notes: the file, or the namespaces.
+func (o *sourceOpts) where() string {
+	switch {
+	case o.from != "":
+		return o.from
+	case o.allNetns:
+		return "any network namespace"
+	case o.netns != "":
+		return "netns " + o.netns
+	case o.pid > 0:
+		return "the network namespace of pid " + strconv.Itoa(o.pid)
+	}
+	return "this network namespace (--all-netns looks in every one)"
 }
 
 func (o *sourceOpts) register(fs *pflag.FlagSet) {
-	fs.StringVar(&o.from, "from", "", "read snapshots from a file written by `tcpdoctor record` instead of the live host")
+	fs.StringVar(&o.from, "from", "", "read snapshots from a file written by `tcpdoctor record` instead of the live host (- for standard input)")
 	fs.StringVar(&o.netns, "netns", "", "collect in the named network namespace (ip netns)")
 	fs.BoolVar(&o.allNetns, "all-netns", false, "collect in every network namespace on the host")
 }
@@ -110,6 +129,15 @@ func (o *sourceOpts) findNamespaces(e *Env) ([]netns.NS, error) {
 			return nil, err
 		}
 		return []netns.NS{ns}, nil
+	case o.pid > 0:
+		ns, err := f.OfPid(o.pid)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, usageErr("--pid %d: no such process", o.pid)
+		}
+		if err != nil {
+			return nil, usageErr("--pid %d: %v", o.pid, err)
+		}
+		return []netns.NS{ns}, nil
 	}
 	ns, err := f.Current()
 	if err != nil {
@@ -171,7 +199,7 @@ func (o *sourceOpts) sample(ctx context.Context, e *Env, c *collect.Collector, c
 // last line cut short is dropped with a note (torn true); any other fault
 // of the file is a usage error.
 func readSeries(e *Env, path string) (ss []series, torn bool, err error) {
-	f, err := os.Open(path)
+	f, err := e.openInput(path)
 	if err != nil {
 		return nil, false, usageErr("--from: %v", err)
 	}

@@ -74,7 +74,7 @@ and written whole or not at all. Exit codes: 0 no slow transfer, 1 slow transfer
 	fs.DurationVar(&o.duration, "duration", 0, "how long to record (default: until Ctrl-C)")
 	fs.IntVar(&o.rate, "rate", traceDefaultRate, fmt.Sprintf("samples per second (1..%d)", trace.MaxRate))
 	fs.StringVarP(&o.out, "output", "o", "", "also write the recording to this file (JSON lines; read back with --from)")
-	fs.StringVar(&o.from, "from", "", "analyse a recording instead of the live system")
+	fs.StringVar(&o.from, "from", "", "analyse a recording instead of the live system (- for standard input)")
 	fs.StringVar(&o.html, "html", "", "write the report page to this file")
 	fs.BoolVar(&o.json, "json", false, "print one JSON line per transfer instead of the table")
 	fs.StringVar(&o.bandwidth, "bandwidth", "", "the path's rate, e.g. 100mbit (default: best delivery rate measured to the peer)")
@@ -134,7 +134,7 @@ func runTrace(cmd *cobra.Command, e *Env, o *traceOpts) error {
 	var tr *trace.Trace
 	if o.from != "" {
 		var err error
-		tr, err = readTraceFile(o.from)
+		tr, err = readTraceInput(e, o.from)
 		var torn *snapshot.TornError
 		if errors.As(err, &torn) {
 			e.progress("note: %s: line %d is incomplete (a recorder stopped mid-write): used the lines before it", o.from, torn.Line)
@@ -280,6 +280,21 @@ func readTraceFile(path string) (*trace.Trace, error) {
 		return nil, err
 	}
 	defer f.Close()
+	return decodeTrace(f)
+}
+
+// readTraceInput is readTraceFile for --from: "-" reads standard input.
+func readTraceInput(e *Env, path string) (*trace.Trace, error) {
+	f, err := e.openInput(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return decodeTrace(f)
+}
+
+// decodeTrace reads a recording from f, gunzipping it when it is gzip.
+func decodeTrace(f io.Reader) (*trace.Trace, error) {
 	br := bufio.NewReader(f)
 	var r io.Reader = br
 	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {

@@ -60,6 +60,10 @@ type Options struct {
 	// Workload adds the table's column of the owner's (else the
 	// namespace's) pod, container or unit (HasWorkloads).
 	Workload bool
+	// Locks adds the table's column of the buffers the application
+	// pinned (SO_SNDBUF, SO_RCVBUF: "snd", "rcv", "snd,rcv", "-" none,
+	// "?" not read).
+	Locks bool
 }
 
 // HasWorkloads reports whether a snapshot names any pod, container or
@@ -157,6 +161,10 @@ func (p *Printer) Row(r *Row) error {
 		t.row = r.Subject.AppendWorkload(t.row)
 		t.cell()
 	}
+	if p.o.Locks {
+		t.row = appendLocks(t.row, sk.BufLock)
+		t.cell()
+	}
 	if p.o.Limited {
 		if l := r.Limited; l != nil {
 			for _, v := range []float64{l.Busy, l.Sndbuf, l.Rwnd, l.Congestion} {
@@ -171,6 +179,23 @@ func (p *Printer) Row(r *Row) error {
 	return t.endRow()
 }
 
+// appendLocks is a socket's SO_BUF_LOCK bits as the Pinned column shows
+// them.
+func appendLocks(b []byte, f snapshot.Flags) []byte {
+	bits, ok := f.Get()
+	switch {
+	case !ok:
+		return append(b, '?')
+	case bits&3 == 3:
+		return append(b, "snd,rcv"...)
+	case bits&1 != 0:
+		return append(b, "snd"...)
+	case bits&2 != 0:
+		return append(b, "rcv"...)
+	}
+	return append(b, '-')
+}
+
 func (p *Printer) header() error {
 	p.tab = newTable(p.w)
 	var cols []string
@@ -180,6 +205,9 @@ func (p *Printer) header() error {
 	cols = append(cols, "State", "Recv-Q", "Send-Q", "Local", "Remote", "RTT", "Cwnd", "Rate", "Sndbuf", "Rcvbuf", "Process")
 	if p.o.Workload {
 		cols = append(cols, "Workload")
+	}
+	if p.o.Locks {
+		cols = append(cols, "Pinned")
 	}
 	if p.o.Limited {
 		cols = append(cols, "Busy", "Sndbuf-lim", "Rwnd-lim", "Cwnd-lim")

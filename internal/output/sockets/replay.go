@@ -18,8 +18,9 @@ type Window struct {
 
 // WriteWindows prints the sockets keep keeps of samples already in memory
 // (read from a file): a first pass finds which columns the table needs.
-func WriteWindows(w *bufio.Writer, ws []Window, keep func(*Row) bool, asJSON bool) error {
-	p := NewPrinter(w, Options{JSON: asJSON})
+func WriteWindows(w *bufio.Writer, ws []Window, keep func(*Row) bool, o Options) (rows int, err error) {
+	asJSON := o.JSON
+	p := NewPrinter(w, o)
 	first := ""
 	each := func(fn func(*Row) error) error {
 		var lim tcpmodel.Limited
@@ -61,7 +62,7 @@ func WriteWindows(w *bufio.Writer, ws []Window, keep func(*Row) bool, asJSON boo
 		})
 	}
 	if err := each(p.Row); err != nil {
-		return err
+		return p.Rows(), err
 	}
-	return p.Close()
+	return p.Rows(), p.Close()
 }
