@@ -64,3 +64,30 @@ func keep(r rune, n int) bool {
 	}
 	return strconv.IsPrint(r)
 }
+
+// Fit is String(s) cut to at most width characters, ending in "…" when
+// cut. It cuts between the runes of s, never inside an escape, so what is
+// left is still safe and still reads back as a prefix of s.
+func Fit(s string, width int) string {
+	out := String(s)
+	if utf8.RuneCountInString(out) <= width {
+		return out
+	}
+	if width < 1 {
+		return ""
+	}
+	b := make([]byte, 0, width+3)
+	used := 0
+	for i := 0; i < len(s); {
+		_, n := utf8.DecodeRuneInString(s[i:])
+		piece := String(s[i : i+n])
+		w := utf8.RuneCountInString(piece)
+		if used+w > width-1 {
+			break
+		}
+		b = append(b, piece...)
+		used += w
+		i += n
+	}
+	return string(append(b, "…"...))
+}

@@ -84,3 +84,26 @@ func FuzzString(f *testing.F) {
 		}
 	})
 }
+
+func TestFit(t *testing.T) {
+	for _, c := range []struct {
+		in    string
+		width int
+		want  string
+	}{
+		{"nginx", 10, "nginx"},
+		{"a-very-long-process-name", 10, "a-very-lo…"},
+		{"ab\x1bcdef", 6, `ab…`}, // \x1b would need 4: never half an escape
+		{"ab\x1bcdef", 7, `ab\x1b…`},
+		{"中文进程名字很长", 5, "中文进程…"},
+		{"x", 0, ""},
+	} {
+		got := Fit(c.in, c.width)
+		if got != c.want {
+			t.Errorf("Fit(%q, %d) = %q, want %q", c.in, c.width, got, c.want)
+		}
+		if utf8.RuneCountInString(got) > max(c.width, 0) {
+			t.Errorf("Fit(%q, %d) = %q: wider than %d", c.in, c.width, got, c.width)
+		}
+	}
+}

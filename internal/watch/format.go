@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/netip"
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/output"
 	"github.com/tcpdoctor/tcpdoctor/internal/textsafe"
@@ -71,9 +72,8 @@ func appendText(b []byte, l *Line, nameOf func(uint64) (string, bool)) []byte {
 	sub := subjectOf(l, nameOf)
 	ns := sub.NetnsText()
 	b = pad(append(b, ns...), len(ns), 10)
-	n := len(b)
-	b = sub.AppendProcess(b)
-	b = pad(b, len(b)-n, 18)
+	proc := processCell(&sub, 17)
+	b = pad(append(b, proc...), utf8.RuneCountInString(proc), 18)
 	ends := endpoint(l.Local) + " > " + endpoint(l.Remote)
 	b = pad(append(b, ends...), len(ends), 46)
 	b = append(b, textsafe.String(l.Reason)...)
@@ -85,6 +85,21 @@ func appendText(b []byte, l *Line, nameOf func(uint64) (string, bool)) []byte {
 		b = append(append(b, "  "...), w...)
 	}
 	return append(b, '\n')
+}
+
+// processCell is the process as "command/pid", its command cut (never
+// inside an escape) so the cell is at most width characters: a long or
+// escaped name does not push the columns after it.
+func processCell(sub *output.Subject, width int) string {
+	if !sub.HasPid {
+		return "-"
+	}
+	pid := "/" + strconv.Itoa(sub.Pid)
+	cmd := "?"
+	if sub.HasCommand {
+		cmd = textsafe.Fit(sub.Command, max(width-len(pid), 4))
+	}
+	return cmd + pid
 }
 
 // pad adds spaces after a field of n bytes up to width, and at least one.

@@ -217,16 +217,30 @@ func bursts(r *bpfsource.Reading, burst uint64, now time.Time) []Line {
 }
 
 // foldKey is what makes two events repeats of one another in text: the
-// client's port is left out, so one storm of overflows or resets from one
-// client address folds into one line. A failed connect is the client:
-// its own port is left out and the destination's kept.
+// kind, the process, the addresses at both ends and the reason, with the
+// ports left out, so one storm (SYN retransmits or refused connects from
+// many client ports, overflows from one client address) folds into one
+// line and a count with the ports' range.
 type foldKey struct {
 	kind, reason, command string
 	netns                 uint64
 	pid                   int
-	local                 netip.AddrPort
-	remote                netip.Addr
-	remotePort            uint16
+	local, remote         netip.Addr
+}
+
+// folded is what a fold key saw after its first line this tick.
+type folded struct {
+	n        uint64
+	first    Line
+	lLo, lHi uint16 // local ports, the first line's included
+	rLo, rHi uint16 // remote ports
+}
+
+func (f *folded) add(l *Line) {
+	f.n++
+	lp, rp := l.Local.Port(), l.Remote.Port()
+	f.lLo, f.lHi = min(f.lLo, lp), max(f.lHi, lp)
+	f.rLo, f.rHi = min(f.rLo, rp), max(f.rHi, rp)
 }
 
 type printer struct {
@@ -234,13 +248,13 @@ type printer struct {
 	o     Options
 	buf   []byte
 	lines int
-	// seen counts, per fold key, the events this tick after the first.
-	seen  map[foldKey]uint64
+	// seen holds, per fold key, the events this tick after the first.
+	seen  map[foldKey]*folded
 	order []foldKey
 }
 
 func newPrinter(w io.Writer, o Options) *printer {
-	return &printer{w: w, o: o, seen: map[foldKey]uint64{}}
+	return &printer{w: w, o: o, seen: map[foldKey]*folded{}}
 }
 
 func (p *printer) line(l *Line) error {
@@ -252,16 +266,13 @@ func (p *printer) line(l *Line) error {
 	}
 	if !p.o.JSON && l.Kind != BurstKind {
 		k := foldKey{kind: l.Kind, reason: l.Reason, command: l.Command, netns: l.Netns, pid: l.Pid,
-			local: l.Local, remote: l.Remote.Addr()}
-		if l.Kind == bpfsource.FailedConnect.String() {
-			k.local = netip.AddrPortFrom(l.Local.Addr(), 0)
-			k.remotePort = l.Remote.Port()
-		}
-		if n, ok := p.seen[k]; ok {
-			p.seen[k] = n + 1
+			local: l.Local.Addr(), remote: l.Remote.Addr()}
+		if f, ok := p.seen[k]; ok {
+			f.add(l)
 			return nil
 		}
-		p.seen[k] = 0
+		lp, rp := l.Local.Port(), l.Remote.Port()
+		p.seen[k] = &folded{first: *l, lLo: lp, lHi: lp, rLo: rp, rHi: rp}
 		p.order = append(p.order, k)
 	}
 	return p.emit(l)
@@ -312,17 +323,45 @@ func (p *printer) tick(src Source) error {
 	return nil
 }
 
-// flush prints, in text, how often each folded event repeated this tick.
+// flush prints, in text, how often each folded event repeated this tick:
+//
+//	... and 30 more syn-retransmit of curl/1234 198.18.0.1:40001-40031 > 198.18.0.2:80 within 1s
 func (p *printer) flush() error {
 	for _, k := range p.order {
-		if n := p.seen[k]; n > 0 && !p.o.JSON {
-			msg := "  ... and " + strconv.FormatUint(n, 10) + " more " + textsafe.String(k.kind) + " like it within " + p.o.Tick.String() + "\n"
-			if _, err := io.WriteString(p.w, msg); err != nil {
-				return err
-			}
+		f := p.seen[k]
+		if f.n == 0 || p.o.JSON {
+			continue
+		}
+		sub := subjectOf(&f.first, p.o.NameOf)
+		msg := "  ... and " + strconv.FormatUint(f.n, 10) + " more " + textsafe.String(k.kind)
+		if sub.HasPid {
+			msg += " of " + processCell(&sub, 40)
+		}
+		msg += " " + portRange(k.local, f.lLo, f.lHi) + " > " + portRange(k.remote, f.rLo, f.rHi)
+		if k.reason != "" {
+			msg += " " + textsafe.String(k.reason)
+		}
+		msg += " within " + p.o.Tick.String() + "\n"
+		if _, err := io.WriteString(p.w, msg); err != nil {
+			return err
 		}
 	}
 	clear(p.seen)
 	p.order = p.order[:0]
 	return nil
+}
+
+// portRange is an address with the range of ports its events had, as
+// endpoint prints one ("*" for none given).
+func portRange(a netip.Addr, lo, hi uint16) string {
+	s := endpoint(netip.AddrPortFrom(a, lo))
+	if hi != lo {
+		if lo == 0 {
+			s = endpoint(netip.AddrPortFrom(a, hi))
+			s += "(and *)"
+		} else {
+			s += "-" + strconv.Itoa(int(hi))
+		}
+	}
+	return s
 }

@@ -5,10 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/bpfsource"
 )
@@ -94,11 +96,54 @@ func TestTextFoldsRepeats(t *testing.T) {
 	want := []string{
 		"09:31:02.123 failed-connect   host      nginx/812         *:* > 198.18.0.2:8080                         EADDRNOTAVAIL",
 		"09:31:02.123 listen-overflow  host      -                 198.18.0.2:8080 > 198.18.0.1:40001            TCP_LISTEN_OVERFLOW",
-		"  ... and 2 more failed-connect like it within 1h0m0s",
-		"  ... and 1 more listen-overflow like it within 1h0m0s",
+		"  ... and 2 more failed-connect of nginx/812 *:* > 198.18.0.2:8080 EADDRNOTAVAIL within 1h0m0s",
+		"  ... and 1 more listen-overflow 198.18.0.2:8080 > 198.18.0.1:40001-40002 TCP_LISTEN_OVERFLOW within 1h0m0s",
 	}
 	if got := strings.Split(strings.TrimRight(out, "\n"), "\n"); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("got\n%s\nwant\n%s", out, strings.Join(want, "\n"))
+	}
+}
+
+// TestTextFoldsStorms: a storm of one kind from one process to one peer
+// folds whatever its ports (SYN retransmits from 31 client ports, resets
+// of refused connects), into one line and a count with the ports' range.
+func TestTextFoldsStorms(t *testing.T) {
+	var evs []bpfsource.Event
+	for i := range 31 {
+		evs = append(evs, ev(bpfsource.SynRetransmit, fmt.Sprintf("198.18.0.1:%d", 40001+i), "198.18.0.2:80", 900, ""))
+	}
+	for i := range 5 {
+		evs = append(evs, ev(bpfsource.ResetReceived, fmt.Sprintf("198.18.0.1:%d", 41001+i), "198.18.0.3:81", 0, ""))
+	}
+	out, _ := run(t, &fakeSource{events: evs, end: true}, Options{Tick: time.Hour})
+	want := []string{
+		"09:31:02.123 syn-retransmit   host      nginx/900         198.18.0.1:40001 > 198.18.0.2:80              ",
+		"09:31:02.123 reset-received   host      -                 198.18.0.1:41001 > 198.18.0.3:81              ",
+		"  ... and 30 more syn-retransmit of nginx/900 198.18.0.1:40001-40031 > 198.18.0.2:80 within 1h0m0s",
+		"  ... and 4 more reset-received 198.18.0.1:41001-41005 > 198.18.0.3:81 within 1h0m0s",
+	}
+	if got := strings.Split(strings.TrimRight(out, "\n"), "\n"); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("got\n%s\nwant\n%s", out, strings.Join(want, "\n"))
+	}
+}
+
+// TestTextLongNamesAligned: a long or escaped process name is cut to its
+// column, so the endpoints start at the same place on every line.
+func TestTextLongNamesAligned(t *testing.T) {
+	short := ev(bpfsource.ResetSent, "198.18.0.1:5000", "198.18.0.2:80", 7, "")
+	long := ev(bpfsource.ResetSent, "198.18.0.1:5001", "198.18.0.9:80", 1234567, "")
+	long.Comm = "a-very-long-name\x1b"
+	out, _ := run(t, &fakeSource{events: []bpfsource.Event{short, long}, end: true}, Options{Tick: time.Hour})
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("want 2 lines, got %q", out)
+	}
+	at := func(l, s string) int { return utf8.RuneCountInString(l[:strings.Index(l, s)]) }
+	if a, b := at(lines[0], "198.18.0.1:"), at(lines[1], "198.18.0.1:"); a != b {
+		t.Errorf("endpoints at column %d and %d:\n%s", a, b, out)
+	}
+	if !strings.Contains(lines[1], "…/1234567") || strings.Contains(lines[1], "\x1b") {
+		t.Errorf("long name not cut whole: %q", lines[1])
 	}
 }
 
@@ -245,7 +290,7 @@ func TestTextEscapesNames(t *testing.T) {
 	for _, c := range []struct {
 		what, got string
 		want      int
-	}{{"lines", out, 3}, {"notes", notes, 2}} {
+	}{{"lines", out, 4}, {"notes", notes, 2}} {
 		if strings.ContainsAny(c.got, "\x1b\x07") {
 			t.Errorf("%s: raw ESC or BEL: %q", c.what, c.got)
 		}
