@@ -13,6 +13,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/output"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/textsafe"
+	"github.com/tcpdoctor/tcpdoctor/internal/units"
 )
 
 type bdpOpts struct {
@@ -65,7 +66,7 @@ func runBDP(e *Env, o *bdpOpts) error {
 		return enc.Encode(plan)
 	}
 	w := e.Stdout
-	fmt.Fprintf(w, "path: %s at %s\n", o.rtt, output.Bps(uint64(rate/8)))
+	fmt.Fprintf(w, "path: %s at %s\n", o.rtt, units.Rate(rate/8))
 	fmt.Fprintf(w, "BDP: %.0f bytes (%s): the data that must be in flight to fill the path\n", plan.BDP, output.Size(uint32(min(plan.BDP, 1<<31))))
 	fmt.Fprintf(w, "sender needs a send buffer of %s (setsockopt SO_SNDBUF %s, which the kernel doubles; or leave it autotuned)\n",
 		output.Size(uint32(plan.SndBuf)), output.Size(uint32(plan.AskSndBuf)))

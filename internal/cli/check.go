@@ -158,7 +158,7 @@ func runCheck(cmd *cobra.Command, e *Env, o *checkOpts) error {
 		if o.verbose {
 			min = diag.Info
 		}
-		report.WriteText(e.Stdout, rep, report.Style{Color: e.IsTTY && e.Getenv("NO_COLOR") == "", MinSeverity: min})
+		report.WriteText(e.Stdout, rep, report.Style{Color: e.IsTTY && e.Getenv("NO_COLOR") == "", MinSeverity: min, Width: e.columns()})
 	}
 	e.Phases.Mark("report")
 	for _, f := range rep.Findings {

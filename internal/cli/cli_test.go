@@ -9,10 +9,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/window"
@@ -64,6 +66,41 @@ func TestCheckFromFileText(t *testing.T) {
 		t.Error("colour codes without a terminal")
 	}
 	golden(t, "check-listen-overflow.txt", out)
+}
+
+// TestCheckWrapsToWidth: at a terminal's width (here $COLUMNS), every
+// line but a command fits, continuations indented under their text; the
+// words are the unwrapped report's.
+func TestCheckWrapsToWidth(t *testing.T) {
+	_, flat, _ := run(t, "check", "--from", overflowFixture)
+	for _, cols := range []int{80, 120} {
+		var out, errb bytes.Buffer
+		e := &Env{Stdout: &out, Stderr: &errb, Now: time.Now, ProcRoot: "/proc",
+			Getenv: func(k string) string {
+				if k == "COLUMNS" {
+					return strconv.Itoa(cols)
+				}
+				return ""
+			}}
+		if code := Main([]string{"check", "--from", overflowFixture}, e); code != ExitFindings {
+			t.Fatalf("%d columns: exit %d: %s", cols, code, errb.String())
+		}
+		golden(t, fmt.Sprintf("check-listen-overflow-%d.txt", cols), out.String())
+		commands := map[string]bool{}
+		for _, l := range strings.Split(flat, "\n") {
+			if strings.HasPrefix(l, "        ") {
+				commands[l] = true
+			}
+		}
+		for _, l := range strings.Split(out.String(), "\n") {
+			if utf8.RuneCountInString(l) > cols && !commands[l] {
+				t.Errorf("%d columns: line of %d: %q", cols, utf8.RuneCountInString(l), l)
+			}
+		}
+		if strings.Join(strings.Fields(out.String()), " ") != strings.Join(strings.Fields(flat), " ") {
+			t.Errorf("%d columns: the words differ from the unwrapped report", cols)
+		}
+	}
 }
 
 func TestCheckFromFileJSON(t *testing.T) {

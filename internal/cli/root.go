@@ -55,6 +55,9 @@ type Env struct {
 	Args0 string
 	// IsTTY reports whether stdout is a terminal (colour only then).
 	IsTTY bool
+	// Columns is the terminal's width, to wrap long lines to; 0 (a pipe,
+	// a file) wraps nothing. $COLUMNS, when set, overrides it.
+	Columns int
 	// BPF loads the eBPF programs behind --bpf (collect.OpenExtras); a
 	// nil loader is one this build lacks.
 	BPF collect.Loaders
@@ -161,6 +164,7 @@ func DefaultEnv() *Env {
 		ProcRoot:  "/proc",
 		Args0:     self,
 		IsTTY:     fi != nil && fi.Mode()&os.ModeCharDevice != 0,
+		Columns:   termColumns(),
 		BPF:       collect.BPFLoaders(),
 		Tasks:     processNetns,
 		FileLimit: softFileLimit,
@@ -169,6 +173,26 @@ func DefaultEnv() *Env {
 
 		CatchSIGPIPE: catchSIGPIPE,
 	}
+}
+
+// termColumns is stdout's terminal width, 0 when stdout is no terminal.
+func termColumns() int {
+	ws, err := unix.IoctlGetWinsize(int(os.Stdout.Fd()), unix.TIOCGWINSZ)
+	if err != nil {
+		return 0
+	}
+	return int(ws.Col)
+}
+
+// columns is the width to wrap text to: $COLUMNS when set, else the
+// terminal's (0: none).
+func (e *Env) columns() int {
+	if e.Getenv != nil {
+		if n, err := strconv.Atoi(e.Getenv("COLUMNS")); err == nil && n > 0 {
+			return n
+		}
+	}
+	return e.Columns
 }
 
 // softFileLimit is the soft RLIMIT_NOFILE (the Go runtime raises it to

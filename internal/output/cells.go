@@ -22,29 +22,32 @@ func AppendMS(b []byte, us uint32) []byte {
 	return append(appendRatio(b, uint64(us), 1000, 1), "ms"...)
 }
 
-// AppendBps appends bytes per second as bits per second: 160.0Mbps.
+// AppendBps appends bytes per second as bits per second in the style
+// units.Rate prints, without its space (a table cell): 160.0Mbit/s.
 func AppendBps(b []byte, bytesPerSec uint64) []byte {
 	if bytesPerSec >= 1<<50 { // bits past float64's exact integers
 		bits := float64(bytesPerSec) * 8
-		return append(strconv.AppendFloat(b, bits/1e9, 'f', 2, 64), "Gbps"...)
+		return append(strconv.AppendFloat(b, bits/1e9, 'f', 2, 64), "Gbit/s"...)
 	}
 	bits := bytesPerSec * 8
 	switch {
 	case bits >= 1e9:
-		return append(appendRatio(b, bits, 1e9, 2), "Gbps"...)
+		return append(appendRatio(b, bits, 1e9, 2), "Gbit/s"...)
 	case bits >= 1e6:
-		return append(appendRatio(b, bits, 1e6, 1), "Mbps"...)
+		return append(appendRatio(b, bits, 1e6, 1), "Mbit/s"...)
 	case bits >= 1e3:
-		return append(appendRatio(b, bits, 1e3, 0), "kbps"...)
+		return append(appendRatio(b, bits, 1e3, 0), "kbit/s"...)
 	}
-	return append(strconv.AppendUint(b, bits, 10), "bps"...)
+	return append(strconv.AppendUint(b, bits, 10), "bit/s"...)
 }
 
-// AppendSize appends a buffer size: 416K, 4M, 3847.5K, 512.
+// AppendSize appends a buffer size: 416K, 4M, 3.8M, 512.
 func AppendSize(b []byte, v uint32) []byte {
 	switch {
 	case v >= 1<<20 && v%(1<<20) == 0:
 		return append(strconv.AppendUint(b, uint64(v>>20), 10), 'M')
+	case v >= 1<<20:
+		return append(appendRatio(b, uint64(v), 1<<20, 1), 'M')
 	case v >= 1<<10 && v%(1<<10) == 0:
 		return append(strconv.AppendUint(b, uint64(v>>10), 10), 'K')
 	case v >= 1<<10:

@@ -13,13 +13,15 @@ func TestCells(t *testing.T) {
 	for _, c := range []struct{ got, want string }{
 		{string(AppendMS(nil, 20400)), "20.4ms"},
 		{string(AppendMS(nil, 40)), "0.0ms"},
-		{Bps(20e6), "160.0Mbps"},
-		{Bps(125e6), "1.00Gbps"},
-		{Bps(1000), "8kbps"},
-		{Bps(0), "0bps"},
+		{Bps(20e6), "160.0Mbit/s"},
+		{Bps(125e6), "1.00Gbit/s"},
+		{Bps(1000), "8kbit/s"},
+		{Bps(0), "0bit/s"},
 		{Size(4 << 20), "4M"},
 		{Size(416 << 10), "416K"},
-		{Size(3939840), "3847.5K"},
+		{Size(3939840), "3.8M"},
+		{Size(2500000), "2.4M"},
+		{Size(1000000), "976.6K"},
 		{Size(512), "512"},
 		{string(AppendAddrPort(nil, netip.MustParseAddrPort("[2001:db8::1]:80"))), "[2001:db8::1]:80"},
 		{string(AppendAddrPort(nil, netip.MustParseAddrPort("[fe80::1%a\nb]:80"))), `[fe80::1%a\nb]:80`},
@@ -61,19 +63,21 @@ func strconvBps(bytesPerSec uint64) string {
 	bits := float64(bytesPerSec) * 8
 	switch {
 	case bits >= 1e9:
-		return strconv.FormatFloat(bits/1e9, 'f', 2, 64) + "Gbps"
+		return strconv.FormatFloat(bits/1e9, 'f', 2, 64) + "Gbit/s"
 	case bits >= 1e6:
-		return strconv.FormatFloat(bits/1e6, 'f', 1, 64) + "Mbps"
+		return strconv.FormatFloat(bits/1e6, 'f', 1, 64) + "Mbit/s"
 	case bits >= 1e3:
-		return strconv.FormatFloat(bits/1e3, 'f', 0, 64) + "kbps"
+		return strconv.FormatFloat(bits/1e3, 'f', 0, 64) + "kbit/s"
 	}
-	return strconv.FormatFloat(bits, 'f', 0, 64) + "bps"
+	return strconv.FormatFloat(bits, 'f', 0, 64) + "bit/s"
 }
 
 func strconvSize(v uint32) string {
 	switch {
 	case v >= 1<<20 && v%(1<<20) == 0:
 		return strconv.FormatUint(uint64(v>>20), 10) + "M"
+	case v >= 1<<20:
+		return strconv.FormatFloat(float64(v)/(1<<20), 'f', 1, 64) + "M"
 	case v >= 1<<10 && v%(1<<10) == 0:
 		return strconv.FormatUint(uint64(v>>10), 10) + "K"
 	case v >= 1<<10:

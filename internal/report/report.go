@@ -8,11 +8,13 @@ import (
 	"io"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/output"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/textsafe"
+	"github.com/tcpdoctor/tcpdoctor/internal/units"
 	"github.com/tcpdoctor/tcpdoctor/internal/version"
 )
 
@@ -70,6 +72,11 @@ type Style struct {
 	Color bool
 	// MinSeverity hides findings below it (info is shown with --verbose).
 	MinSeverity diag.Severity
+	// Width wraps the summary, evidence, fix and risk lines longer than it
+	// at spaces, their continuations indented under their text; commands
+	// and pod specs are never wrapped (they are copied whole). 0 wraps
+	// nothing (a pipe: one line per item, for grep).
+	Width int
 }
 
 const (
@@ -106,15 +113,15 @@ func WriteText(w io.Writer, r *Report, st Style) {
 			col = yellow
 		}
 		fmt.Fprintf(w, "%s %s  %s\n", paint(col, f.Severity.Label()), safe(f.Rule), subjectText(f.Subject))
-		fmt.Fprintf(w, "  %s\n", safe(f.Summary))
+		wrap(w, st, "  ", 4, safe(f.Summary), "")
 		if len(f.Evidence) > 0 {
 			fmt.Fprintln(w, "  evidence:")
 			for _, ev := range f.Evidence {
-				line := fmt.Sprintf("    %s = %s", safe(ev.Name), safe(ev.Value))
+				line := fmt.Sprintf("%s = %s", safe(ev.Name), safe(ev.Value))
 				if ev.Threshold != "" {
 					line += "  (threshold " + safe(ev.Threshold) + ")"
 				}
-				fmt.Fprintf(w, "%s  %s\n", line, paint(dim, "["+safe(ev.Source)+"]"))
+				wrap(w, st, "    ", 6, line, "["+safe(ev.Source)+"]")
 			}
 		}
 		if len(f.Fixes) > 0 {
@@ -124,7 +131,7 @@ func WriteText(w io.Writer, r *Report, st Style) {
 				if fx.Target != "" {
 					tgt += "/" + fx.Target
 				}
-				fmt.Fprintf(w, "    - [%s] %s\n", safe(tgt), safe(fx.Text))
+				wrap(w, st, "    - ", 8, "["+safe(tgt)+"] "+safe(fx.Text), "")
 				if fx.Command != "" {
 					// One line: a name inside a command must not forge
 					// another (no rule writes a command of several lines).
@@ -138,7 +145,7 @@ func WriteText(w io.Writer, r *Report, st Style) {
 					}
 				}
 				if fx.Risk != "" {
-					fmt.Fprintf(w, "      risk: %s\n", safe(fx.Risk))
+					wrap(w, st, "      risk: ", 8, safe(fx.Risk), "")
 				}
 			}
 		}
@@ -148,10 +155,10 @@ func WriteText(w io.Writer, r *Report, st Style) {
 	if shown == 0 {
 		fmt.Fprintf(w, "%s no TCP problem found at %s or above\n", paint(cyan, "OK"), st.MinSeverity)
 	}
-	fmt.Fprintf(w, "checked %d sockets in %d network namespace(s) over %s with %d rules",
-		r.Sockets, len(r.Netns), windowText(r.Window), len(r.RulesRun))
+	fmt.Fprintf(w, "checked %s in %s over %s with %s",
+		units.N(r.Sockets, "socket"), units.N(len(r.Netns), "network namespace"), windowText(r.Window), units.N(len(r.RulesRun), "rule"))
 	if hidden > 0 {
-		fmt.Fprintf(w, "; %d info finding(s) hidden (--verbose shows them)", hidden)
+		fmt.Fprintf(w, "; %s hidden (--verbose shows them)", units.N(hidden, "info finding"))
 	}
 	fmt.Fprintln(w)
 	for _, u := range r.Unknown {
@@ -159,15 +166,106 @@ func WriteText(w io.Writer, r *Report, st Style) {
 		if u.Netns != "" && len(r.Netns) > 1 {
 			ns = " [" + safe(u.Netns) + "]"
 		}
-		fmt.Fprintf(w, "%s %s%s: %s\n", paint(yellow, "UNKNOWN"), safe(u.Rule), ns, safe(u.Reason))
+		wrap(w, st, paint(yellow, "UNKNOWN")+" ", 2, safe(u.Rule)+ns+": "+safe(u.Reason), "")
 	}
 	for _, se := range r.Sources {
 		where := ""
 		if se.Netns != "" {
 			where = " in netns " + safe(se.Netns)
 		}
-		fmt.Fprintf(w, "%s source %s%s incomplete: %s\n", paint(yellow, "NOTE"), safe(se.Source), where, safe(se.Error))
+		wrap(w, st, paint(yellow, "NOTE")+" ", 2, "source "+safe(se.Source)+where+" incomplete: "+safe(se.Error), "")
 	}
+}
+
+// wrap prints prefix, text and (dimmed) tail on one line when it fits
+// st.Width (or Width is 0), else broken at spaces into lines of at most
+// Width (a word longer than a line stays whole), each continuation
+// indented by indent spaces. The tail keeps its two spaces before it on
+// an unbroken line.
+func wrap(w io.Writer, st Style, prefix string, indent int, text, tail string) {
+	paint := func(s string) string {
+		if !st.Color || s == "" {
+			return s
+		}
+		return dim + s + reset
+	}
+	full := prefix + text
+	if tail != "" {
+		full += "  " + tail
+	}
+	if st.Width <= 0 || visible(full) <= st.Width {
+		if tail != "" {
+			fmt.Fprintf(w, "%s%s  %s\n", prefix, text, paint(tail))
+			return
+		}
+		fmt.Fprintf(w, "%s%s\n", prefix, text)
+		return
+	}
+	type word struct {
+		s   string
+		dim bool
+	}
+	var ws []word
+	for _, f := range strings.Fields(text) {
+		ws = append(ws, word{f, false})
+	}
+	for _, f := range strings.Fields(tail) {
+		ws = append(ws, word{f, true})
+	}
+	line, n, empty := prefix, visible(prefix), true
+	var dimRun []string
+	flushDim := func() {
+		if len(dimRun) > 0 {
+			line += paint(strings.Join(dimRun, " "))
+			dimRun = dimRun[:0]
+		}
+	}
+	for _, wd := range ws {
+		wl := utf8.RuneCountInString(wd.s)
+		if !empty && n+1+wl > st.Width {
+			flushDim()
+			fmt.Fprintln(w, line)
+			line, n, empty = strings.Repeat(" ", indent), indent, true
+		}
+		if !empty {
+			if len(dimRun) > 0 && wd.dim {
+				dimRun = append(dimRun, wd.s)
+				n += 1 + wl
+				continue
+			}
+			line += " "
+			n++
+		}
+		if wd.dim {
+			dimRun = append(dimRun, wd.s)
+		} else {
+			flushDim()
+			line += wd.s
+		}
+		n += wl
+		empty = false
+	}
+	flushDim()
+	fmt.Fprintln(w, line)
+}
+
+// visible is how many characters s shows: its runes less our colour
+// codes (the only escapes text holds: everything else went through
+// textsafe).
+func visible(s string) int {
+	n := 0
+	for i := 0; i < len(s); {
+		if s[i] == 0x1b {
+			if j := strings.IndexByte(s[i:], 'm'); j > 0 {
+				i += j + 1
+				continue
+			}
+		}
+		_, sz := utf8.DecodeRuneInString(s[i:])
+		n++
+		i += sz
+	}
+	return n
 }
 
 func windowText(win Window) string {

@@ -68,3 +68,12 @@ func RTT(d time.Duration) string {
 
 // Seconds converts seconds to a Duration.
 func Seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// N prints a count with its noun, the noun plural (with s) unless one:
+// "1 socket", "3 sockets", "0 sockets".
+func N(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}

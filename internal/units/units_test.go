@@ -20,6 +20,9 @@ func TestPrint(t *testing.T) {
 		{RTT(60 * time.Microsecond), "60µs"},
 		{RTT(2500 * time.Microsecond), "2.5ms"},
 		{RTT(20 * time.Millisecond), "20ms"},
+		{N(1, "socket"), "1 socket"},
+		{N(0, "socket"), "0 sockets"},
+		{N(3, "network namespace"), "3 network namespaces"},
 	} {
 		if c.got != c.want {
 			t.Errorf("got %q, want %q", c.got, c.want)
