@@ -114,7 +114,7 @@ func runCheck(cmd *cobra.Command, e *Env, o *checkOpts) error {
 		count = 1
 	}
 	if !o.json && o.src.from == "" && count == 2 {
-		e.progress("sampling for %s (--interval 0 for a single snapshot)...", o.interval)
+		o.src.begin = func() { e.progress("sampling for %s (--interval 0 for a single snapshot)...", o.interval) }
 	}
 	x, err := o.bpf.allExtras(e, &o.src)
 	if err != nil {
@@ -161,6 +161,9 @@ func runCheck(cmd *cobra.Command, e *Env, o *checkOpts) error {
 		report.WriteText(e.Stdout, rep, report.Style{Color: e.IsTTY && e.Getenv("NO_COLOR") == "", MinSeverity: min, Width: e.columns()})
 	}
 	e.Phases.Mark("report")
+	if !o.json {
+		o.src.othersNote(e)
+	}
 	for _, f := range rep.Findings {
 		if f.Severity >= failOn {
 			return errFindings

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/testns"
 )
 
@@ -71,5 +72,44 @@ func TestPidInOtherNetns(t *testing.T) {
 	}
 	if strings.Contains(stderr, "no socket matched") {
 		t.Errorf("sockets --pid %d said nothing matched: %s", pid, stderr)
+	}
+}
+
+// TestNoteOnce: one source failure in many namespaces is one note naming
+// them, not a note each.
+func TestNoteOnce(t *testing.T) {
+	var ss []series
+	for _, name := range []string{"a", "b", "c", "d", "e"} {
+		s := &snapshot.Snapshot{Netns: snapshot.Netns{Name: name},
+			Errors: []snapshot.SourceError{{Source: "procs.owners", Err: "1 processes unreadable"}}}
+		ss = append(ss, series{Netns: name, Snaps: []*snapshot.Snapshot{s, s}})
+	}
+	var errb bytes.Buffer
+	warnErrors(&Env{Stderr: &errb}, ss)
+	want := "tcpdoctor: note: 5 network namespaces (a, b, c, ...): source procs.owners incomplete: 1 processes unreadable\n"
+	if errb.String() != want {
+		t.Errorf("got %q, want %q", errb.String(), want)
+	}
+}
+
+// TestProgressAfterStart: an error found at once comes without "sampling
+// for ..." before it.
+func TestProgressAfterStart(t *testing.T) {
+	code, _, stderr := run(t, "check", "--netns", "no-such-netns-here")
+	if code != ExitUsage || strings.Contains(stderr, "sampling") {
+		t.Errorf("check --netns no-such: exit %d, stderr %q", code, stderr)
+	}
+}
+
+// TestOtherNetnsNoted: a plain check says that other namespaces exist and
+// were not looked in.
+func TestOtherNetnsNoted(t *testing.T) {
+	testns.New(t, "other")
+	code, _, stderr := run(t, "check", "--interval", "0", "--bpf", "off")
+	if code != ExitOK && code != ExitFindings || !strings.Contains(stderr, "other network namespace") || !strings.Contains(stderr, "--all-netns") {
+		t.Errorf("check: exit %d, stderr %q", code, stderr)
+	}
+	if _, _, stderr := run(t, "check", "--interval", "0", "--bpf", "off", "--all-netns"); strings.Contains(stderr, "not checked") {
+		t.Errorf("check --all-netns still notes others: %q", stderr)
 	}
 }

@@ -36,6 +36,35 @@ type sourceOpts struct {
 	// pid, set by a command's --pid, is read in its process's namespace
 	// unless --netns or --all-netns says where.
 	pid int
+	// begin, when set, is called once the namespaces are known and the
+	// sampling starts (progress is said then, not before an error found
+	// at once).
+	begin func()
+}
+
+// plain reports whether only our own namespace is read live, as a bare
+// command does.
+func (o *sourceOpts) plain() bool {
+	return o.from == "" && o.netns == "" && !o.allNetns && o.pid == 0 && (o.workload == nil || !o.workload.set())
+}
+
+// othersNote says, after a plain command, how many other network
+// namespaces the host has that it did not look in.
+func (o *sourceOpts) othersNote(e *Env) {
+	if !o.plain() {
+		return
+	}
+	all, _ := e.finder().All() // a partial list undercounts; the note is a hint
+	if n := len(all) - 1; n > 0 {
+		e.progress("note: %s on this host not checked (--all-netns checks every one, --netns NAME one)", otherNetns(n))
+	}
+}
+
+func otherNetns(n int) string {
+	if n == 1 {
+		return "1 other network namespace"
+	}
+	return strconv.Itoa(n) + " other network namespaces"
 }
 
 // where names what was read, for notes: the file, or the namespaces.
@@ -185,6 +214,9 @@ func (o *sourceOpts) sample(ctx context.Context, e *Env, c *collect.Collector, c
 	if err != nil {
 		return nil, usageErr("%v", err)
 	}
+	if o.begin != nil {
+		o.begin()
+	}
 	out, err := window.Sample(ctx, c, nss, count, interval, e.Sleep, rs)
 	if err != nil {
 		return nil, err
@@ -256,23 +288,47 @@ func firstErrors(ss []series) string {
 	return "no source answered"
 }
 
-// warnErrors prints each source failure once to stderr: what could not be
-// seen, escaped (a snapshot file's errors and names come from outside).
+// warnErrors prints each source failure once to stderr, however many
+// namespaces it struck (their names listed), escaped: a snapshot file's
+// errors and names come from outside.
 func warnErrors(e *Env, ss []series) {
-	seen := map[string]bool{}
+	type failure struct{ source, err string }
+	var order []failure
+	where := map[failure][]string{}
 	for _, sr := range ss {
 		for _, s := range sr.Snaps {
 			for _, er := range s.Errors {
-				k := s.Netns.Name + er.Source + er.Err
-				if seen[k] {
-					continue
+				k := failure{er.Source, er.Err}
+				if _, ok := where[k]; !ok {
+					order = append(order, k)
 				}
-				seen[k] = true
-				fmt.Fprintf(e.Stderr, "tcpdoctor: note: netns %s: source %s incomplete: %s\n",
-					textsafe.String(s.Netns.Name), textsafe.String(er.Source), textsafe.String(er.Err))
+				if !slices.Contains(where[k], s.Netns.Name) {
+					where[k] = append(where[k], s.Netns.Name)
+				}
 			}
 		}
 	}
+	for _, k := range order {
+		fmt.Fprintf(e.Stderr, "tcpdoctor: note: %s: source %s incomplete: %s\n",
+			netnsList(where[k]), textsafe.String(k.source), textsafe.String(k.err))
+	}
+}
+
+// netnsList names namespaces for a note: "netns a", "netns a, b", or
+// "4 network namespaces (a, b, c, ...)".
+func netnsList(names []string) string {
+	esc := make([]string, 0, 3)
+	for i, n := range names {
+		if i == 3 {
+			esc = append(esc, "...")
+			break
+		}
+		esc = append(esc, textsafe.String(n))
+	}
+	if len(names) <= 3 {
+		return "netns " + strings.Join(esc, ", ")
+	}
+	return fmt.Sprintf("%d network namespaces (%s)", len(names), strings.Join(esc, ", "))
 }
 
 // sourceErr names the source unless its error already starts with it
