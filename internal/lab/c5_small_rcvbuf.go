@@ -168,7 +168,7 @@ func c5Row(ctx context.Context, tb *Testbed, rcvbuf, requests int, check bool) (
 		return o, err
 	}
 	if n := len(o.server.Responses); n > 0 && o.server.Responses[n-1].ConnInfo != nil {
-		tb.Logf("c5: server connection at the end: %+v", *o.server.Responses[n-1].ConnInfo)
+		tb.Logf("c5: server connection at the end: %v", *o.server.Responses[n-1].ConnInfo)
 	}
 	tb.Logf("c5: SO_RCVBUF %d: mean %.0f ms (transfer %.0f ms) over %d responses", rcvbuf, o.client.MeanTotalMs, o.client.MeanTransfer, len(o.client.Requests))
 	return o, nil

@@ -15,6 +15,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/outfile"
 	"github.com/tcpdoctor/tcpdoctor/internal/sockdiag"
 	"github.com/tcpdoctor/tcpdoctor/internal/trace"
+	"github.com/tcpdoctor/tcpdoctor/internal/units"
 )
 
 // Scenarios record a trace (tcpdoctor trace) of their flows while they
@@ -130,6 +131,11 @@ func msList(ds []time.Duration) string {
 type measured struct {
 	ms    float64
 	bytes int64
+}
+
+// String is one measured transfer for the lab's log: "3.4M in 512 ms".
+func (m measured) String() string {
+	return fmt.Sprintf("%s in %.0f ms", units.Bytes(float64(m.bytes)), m.ms)
 }
 
 // traceAccuracy compares traced durations and bytes with what the workload

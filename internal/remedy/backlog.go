@@ -43,7 +43,7 @@ func Backlog(cmd string, port uint16, n, somax int64, hasSomax bool) []diag.Fix 
 		app("python", fmt.Sprintf("Python: socketserver and http.server listen with request_queue_size (5 by default); asyncio's create_server with backlog=100; gunicorn and uvicorn take --backlog (2048): ask for %d", n),
 			fmt.Sprintf("class Server(http.server.ThreadingHTTPServer): request_queue_size = %d  /  loop.create_server(..., backlog=%d)  /  gunicorn --backlog %d", n, n, n))
 	default:
-		app("listen(2)", fmt.Sprintf("pass %d as the listen() backlog: Netty option(ChannelOption.SO_BACKLOG, %d), nginx listen %d backlog=%d;, Java new ServerSocket(%d, %d), Tomcat acceptCount=%d, Node server.listen(%d, host, %d); Go's net.Listen already asks for somaxconn (read once per process)",
+		app("listen(2)", fmt.Sprintf("pass %d as the listen() backlog. Netty: option(ChannelOption.SO_BACKLOG, %d); nginx: \"listen %d backlog=%d;\"; Java: new ServerSocket(%d, %d); Tomcat: acceptCount=%d; Node: server.listen(%d, host, %d). Go's net.Listen already asks for somaxconn (read once per process)",
 			n, n, port, n, port, n, n, port, n), fmt.Sprintf("listen(fd, %d)", n))
 	}
 	fixes = append(fixes, diag.Fix{Scope: "application", Target: "acceptor",

@@ -17,6 +17,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/tcpdoctor/tcpdoctor/internal/units"
 	"golang.org/x/sys/unix"
 )
 
@@ -224,6 +225,21 @@ type ConnInfo struct {
 	SndbufLimitedUs uint64 `json:"sndbuf_limited_us"`
 	BytesSent       uint64 `json:"bytes_sent"`
 	BytesReceived   uint64 `json:"bytes_received"`
+}
+
+// String says c in words for the lab's log: "sndbuf 2.2M, rcvbuf 128K,
+// rtt 20.1ms, cwnd 10, ...".
+func (c ConnInfo) String() string {
+	pct := func(part uint64) string {
+		if c.BusyUs == 0 {
+			return "-"
+		}
+		return units.Pct(float64(part) / float64(c.BusyUs))
+	}
+	return fmt.Sprintf("sndbuf %s, rcvbuf %s, rtt %s, cwnd %d, peer window %s, our window %s, %d retransmitted, busy %s (rwnd-limited %s, sndbuf-limited %s), sent %s, received %s",
+		units.Bytes(float64(c.SndBuf)), units.Bytes(float64(c.RcvBuf)), units.RTT(time.Duration(c.RTTUs)*time.Microsecond), c.SndCwnd,
+		units.Bytes(float64(c.SndWnd)), units.Bytes(float64(c.RcvWnd)), c.TotalRetrans, units.Dur(time.Duration(c.BusyUs)*time.Microsecond),
+		pct(c.RwndLimitedUs), pct(c.SndbufLimitedUs), units.Bytes(float64(c.BytesSent)), units.Bytes(float64(c.BytesReceived)))
 }
 
 // connInfo reads ConnInfo from a TCP connection; nil if it cannot.

@@ -2,6 +2,7 @@ package workload
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 )
@@ -41,5 +42,20 @@ func startServer[R any](t *testing.T, run func(ctx context.Context, ready func(s
 		cancel()
 		t.Fatalf("server did not start: %v", o.err)
 		return "", nil
+	}
+}
+
+// TestConnInfoInWords: the lab's log says a connection's figures in words,
+// not as a Go struct.
+func TestConnInfoInWords(t *testing.T) {
+	c := ConnInfo{SndBuf: 2340864, RcvBuf: 131072, RTTUs: 20100, SndCwnd: 10, BusyUs: 2e6, RwndLimitedUs: 1.96e6, BytesSent: 3565158}
+	got := c.String()
+	for _, want := range []string{"sndbuf 2.2M", "rcvbuf 128K", "rtt 20ms", "cwnd 10", "rwnd-limited 98%", "sent 3.4M"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("%q lacks %q", got, want)
+		}
+	}
+	if strings.ContainsAny(got, "{}:") {
+		t.Errorf("%q reads as a struct", got)
 	}
 }
