@@ -7,6 +7,7 @@
 package appcaps
 
 import (
+	"errors"
 	"bytes"
 	"fmt"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 )
@@ -22,66 +24,137 @@ import (
 type Reader struct {
 	// ProcRoot is "/proc" in production.
 	ProcRoot string
+	// Budget is the collection's (NewBudget): every Fill of one
+	// collection shares it, its deadline included. Nil: each Fill has
+	// a CollectionLimits budget of its own.
+	Budget *Budget
 }
 
 // nginxDefaultConf is where Debian's nginx (and nginx.org's packages)
 // look without -c: --conf-path of the build.
 const nginxDefaultConf = "/etc/nginx/nginx.conf"
 
+// server is one listener owner to read, with what Fill knows of it.
+type server struct {
+	pid     int
+	command string
+	soft    *int64
+}
+
+// served is what reading one server gave.
+type served struct {
+	srv  server
+	caps []*snapshot.AppCap
+	err  error
+	skip bool
+}
+
 // Fill adds the caps of the servers owning s's listeners to s.AppCaps and
 // records the servers whose configuration could not be read as
 // appcaps errors (the rule then names the plateau without the setting).
+// It returns by the budget's deadline whatever the files do: a server
+// not read by then is recorded as unknown with that reason, and the
+// reading left behind stops at its next step.
 func (r Reader) Fill(s *snapshot.Snapshot) {
+	coll := r.Budget
+	if coll == nil {
+		coll = NewBudget(CollectionLimits(), time.Now())
+	}
 	owners := listenerOwners(s)
-	caps := []snapshot.AppCap{}
-	done := map[int]bool{}
+	cmds := map[int]string{}
+	var todo []server
 	for _, pid := range owners {
-		p := s.Procs[pid]
-		if done[pid] || p == nil {
-			continue
+		if p := s.Procs[pid]; p != nil {
+			cmds[pid] = p.Command
+			todo = append(todo, server{pid: pid, command: p.Command, soft: p.NofileSoft})
 		}
-		done[pid] = true
-		var got []*snapshot.AppCap
-		var err error
-		switch p.Command {
-		case "nginx":
-			argv, rerr := r.cmdline(pid)
-			if rerr != nil || !strings.HasPrefix(strings.Join(argv, " "), "nginx: master process") {
-				continue // gone since the owner scan, or a worker: read with its master
-			}
-			got, err = one(r.nginx(pid, argv, owners))
-		case "redis-server":
-			got, err = one(r.redis(pid, p))
-		case "postgres", "postmaster":
-			got, err = one(r.postgres(pid))
-		case "memcached":
-			got, err = one(r.memcached(pid))
-		case "java":
-			argv, rerr := r.cmdline(pid)
-			if rerr != nil || catalinaBase(argv) == "" {
-				continue // not Tomcat
-			}
-			got, err = r.tomcat(pid, catalinaBase(argv))
-		case "envoy":
-			got, err = r.envoy(pid)
-		case "haproxy":
-			if pp, perr := r.ppid(pid); perr == nil && slices.Contains(owners, pp) && s.Procs[pp] != nil && s.Procs[pp].Command == "haproxy" {
-				continue // a worker of a master that owns listeners too: read with it
-			}
-			got, err = r.haproxy(pid)
-		default:
-			continue
+	}
+	// The reading runs on its own, sharing nothing with s.
+	out := make(chan served, len(todo))
+	go func() {
+		for _, srv := range todo {
+			out <- r.read(srv, owners, cmds, coll)
 		}
-		if err != nil {
-			s.AddError(snapshot.SourceAppCaps, fmt.Errorf("%s pid %d: %w", p.Command, pid, err))
-			continue
-		}
-		for _, c := range got {
-			c.Command = p.Command
-			caps = append(caps, *c)
+	}()
+	timer := time.NewTimer(time.Until(coll.Deadline()))
+	defer timer.Stop()
+	caps := []snapshot.AppCap{}
+	for i := 0; i < len(todo); i++ {
+		select {
+		case got := <-out:
+			if got.skip {
+				continue
+			}
+			if got.err != nil {
+				s.AddError(snapshot.SourceAppCaps, fmt.Errorf("%s pid %d: %w", got.srv.command, got.srv.pid, got.err))
+				if !errors.As(got.err, new(*partial)) {
+					continue
+				}
+			}
+			for _, c := range got.caps {
+				c.Command = got.srv.command
+				caps = append(caps, *c)
+			}
+		case <-timer.C:
+			coll.stop()
+			for _, srv := range todo[i:] {
+				s.AddError(snapshot.SourceAppCaps, fmt.Errorf("%s pid %d: limit unknown: not read within the %v the application-limit step may take (%w)",
+					srv.command, srv.pid, coll.lim.Time, ErrBudget))
+			}
+			i = len(todo)
 		}
 	}
 	s.AppCaps = caps
+}
+
+// read reads the caps of one server; skip is set for a process that is
+// not a server to read (a worker, a java that is not Tomcat).
+func (r Reader) read(srv server, owners []int, cmds map[int]string, coll *Budget) served {
+	pid := srv.pid
+	skip := served{srv: srv, skip: true}
+	switch srv.command {
+	case "nginx", "redis-server", "postgres", "postmaster", "memcached", "java", "envoy", "haproxy":
+	default:
+		return skip
+	}
+	if err := coll.check(); err != nil {
+		return served{srv: srv, err: err}
+	}
+	b := coll.child(ServerLimits(), time.Now())
+	who, err := credOf(r.ProcRoot, pid)
+	if err != nil {
+		return served{srv: srv, err: err}
+	}
+	var got []*snapshot.AppCap
+	fsys := budgetFS{FS: rootFS{dir: fmt.Sprintf("%s/%d/root", r.ProcRoot, pid), who: who}, b: b}
+	switch srv.command {
+	case "nginx":
+		argv, rerr := r.cmdline(pid)
+		if rerr != nil || !strings.HasPrefix(strings.Join(argv, " "), "nginx: master process") {
+			return skip // gone since the owner scan, or a worker: read with its master
+		}
+		got, err = one(r.nginx(fsys, pid, argv, owners))
+	case "redis-server":
+		got, err = one(r.redis(fsys, pid, srv.soft))
+	case "postgres", "postmaster":
+		got, err = one(r.postgres(fsys, pid))
+	case "memcached":
+		got, err = one(r.memcached(pid))
+	case "java":
+		argv, rerr := r.cmdline(pid)
+		if rerr != nil || catalinaBase(argv) == "" {
+			return skip // not Tomcat
+		}
+		got, err = r.tomcat(fsys, pid, catalinaBase(argv))
+	case "envoy":
+		got, err = r.envoy(fsys, pid)
+	case "haproxy":
+		if pp, perr := r.ppid(pid); perr == nil && slices.Contains(owners, pp) && cmds[pp] == "haproxy" {
+			return skip // a worker of a master that owns listeners too: read with it
+		}
+		got, err = r.haproxy(fsys, pid)
+	}
+	return served{srv: srv, caps: got, err: err}
 }
 
 // listenerOwners is every pid owning a LISTEN socket of s, sorted.
@@ -195,7 +268,7 @@ func parseNginxArgs(argv []string) nginxArgs {
 }
 
 // nginx reads the cap of the nginx master pid.
-func (r Reader) nginx(pid int, argv []string, owners []int) (*snapshot.AppCap, error) {
+func (r Reader) nginx(fsys budgetFS, pid int, argv []string, owners []int) (*snapshot.AppCap, error) {
 	a := parseNginxArgs(argv)
 	conf, how := a.conf, "its -c"
 	switch {
@@ -210,16 +283,14 @@ func (r Reader) nginx(pid int, argv []string, owners []int) (*snapshot.AppCap, e
 		}
 		conf = path.Join(prefix, conf)
 	}
-	root := fmt.Sprintf("%s/%d/root", r.ProcRoot, pid)
-	nc, err := parseNginx(rootFS{dir: root}, conf)
+	nc, err := parseNginx(fsys, conf)
 	if err != nil {
 		return nil, fmt.Errorf("config %s (%s): %w", conf, how, err)
 	}
 	if a.globals != "" {
-		toks, err := nginxTokens([]byte(a.globals))
-		if err == nil {
-			g := &nginxReader{fsys: rootFS{dir: root}, prefix: path.Dir(conf), conf: nc}
-			if err := g.block("command line -g", toks, nil, 0); err == nil {
+		{
+			g := &nginxReader{fsys: fsys, prefix: path.Dir(conf), conf: nc}
+			if err := g.block("command line -g", newNginxLexer([]byte(a.globals)), nil, 0); err == nil {
 				for _, s := range []*setting{nc.workerProcesses, nc.workerRlimitNofile} {
 					if s != nil && strings.HasPrefix(s.source, "command line -g") {
 						s.source = "command line -g"
@@ -265,12 +336,11 @@ func (r Reader) nginx(pid int, argv []string, owners []int) (*snapshot.AppCap, e
 // command line into a title ("redis-server 127.0.0.1:6379"): the
 // configuration file is then read from the ExecStart of the systemd
 // service it runs in.
-func (r Reader) redis(pid int, p *snapshot.Proc) (*snapshot.AppCap, error) {
+func (r Reader) redis(root budgetFS, pid int, nofileSoft *int64) (*snapshot.AppCap, error) {
 	raw, err := os.ReadFile(fmt.Sprintf("%s/%d/cmdline", r.ProcRoot, pid))
 	if err != nil {
 		return nil, err
 	}
-	root := rootFS{dir: fmt.Sprintf("%s/%d/root", r.ProcRoot, pid)}
 	argv := splitCmdline(raw)
 	how := "its command line (/proc/PID/cmdline)"
 	if t := bytes.TrimRight(raw, "\x00"); !bytes.Contains(t, []byte{0}) && bytes.Contains(t, []byte{' '}) {
@@ -289,8 +359,8 @@ func (r Reader) redis(pid int, p *snapshot.Proc) (*snapshot.AppCap, error) {
 		argv, how = w, fmt.Sprintf("ExecStart of %s (%s)", unit, from)
 	}
 	var soft int64
-	if p.NofileSoft != nil {
-		soft = *p.NofileSoft
+	if nofileSoft != nil {
+		soft = *nofileSoft
 	}
 	v, src, files, err := redisMaxclients(root, argv, soft)
 	if err != nil {
@@ -306,7 +376,7 @@ func (r Reader) redis(pid int, p *snapshot.Proc) (*snapshot.AppCap, error) {
 }
 
 // postgres reads max_connections of the postmaster pid.
-func (r Reader) postgres(pid int) (*snapshot.AppCap, error) {
+func (r Reader) postgres(fsys budgetFS, pid int) (*snapshot.AppCap, error) {
 	argv, err := r.cmdline(pid)
 	if err != nil {
 		return nil, err
@@ -314,7 +384,7 @@ func (r Reader) postgres(pid int) (*snapshot.AppCap, error) {
 	if len(argv) > 0 && strings.HasSuffix(argv[0], ":") {
 		return nil, fmt.Errorf("not a postmaster (%q)", strings.Join(argv, " "))
 	}
-	pc, err := readPostgres(rootFS{dir: fmt.Sprintf("%s/%d/root", r.ProcRoot, pid)}, argv)
+	pc, err := readPostgres(fsys, argv)
 	if err != nil {
 		return nil, err
 	}
@@ -325,6 +395,13 @@ func (r Reader) postgres(pid int) (*snapshot.AppCap, error) {
 		snapshot.AppSetting{Name: "superuser_reserved_connections", Value: pc.reserved.value, Source: pc.reserved.source})
 	return c, nil
 }
+
+// partial is an error that leaves the caps read so far good: what was
+// left out is counted in it.
+type partial struct{ err error }
+
+func (p *partial) Error() string { return p.err.Error() }
+func (p *partial) Unwrap() error { return p.err }
 
 // one wraps a reader's single cap.
 func one(c *snapshot.AppCap, err error) ([]*snapshot.AppCap, error) {
@@ -350,7 +427,7 @@ func (r Reader) memcached(pid int) (*snapshot.AppCap, error) {
 // haproxy reads the global maxconn and each frontend's from the files
 // haproxy's -f options name; a frontend without one is left out (haproxy
 // derives it), and so is the global one when not set.
-func (r Reader) haproxy(pid int) ([]*snapshot.AppCap, error) {
+func (r Reader) haproxy(fsys budgetFS, pid int) ([]*snapshot.AppCap, error) {
 	argv, err := r.cmdline(pid)
 	if err != nil {
 		return nil, err
@@ -362,7 +439,7 @@ func (r Reader) haproxy(pid int) ([]*snapshot.AppCap, error) {
 	if len(files) == 0 {
 		return nil, fmt.Errorf("no -f on the command line: the configuration is unknown")
 	}
-	hc, err := parseHAProxy(rootFS{dir: fmt.Sprintf("%s/%d/root", r.ProcRoot, pid)}, files)
+	hc, err := parseHAProxy(fsys, files)
 	if err != nil {
 		return nil, err
 	}
@@ -382,12 +459,19 @@ func (r Reader) haproxy(pid int) ([]*snapshot.AppCap, error) {
 			return nil, err
 		}
 	}
+	named := 0
 	for _, fe := range hc.frontends {
 		if fe.maxconn != nil && len(fe.ports) > 0 {
+			if named++; named > maxNamed {
+				continue
+			}
 			if err := add(fmt.Sprintf("maxconn (frontend %s)", fe.name), fe.maxconn, fe.ports); err != nil {
 				return nil, err
 			}
 		}
+	}
+	if named > maxNamed {
+		return out, &partial{leftOut("frontends", named)}
 	}
 	return out, nil
 }
@@ -395,12 +479,12 @@ func (r Reader) haproxy(pid int) ([]*snapshot.AppCap, error) {
 // tomcat reads each Connector's maxConnections from CATALINA_BASE's
 // conf/server.xml (the java command line's -Dcatalina.base); a Connector
 // with maxConnections -1 has no limit and is left out.
-func (r Reader) tomcat(pid int, base string) ([]*snapshot.AppCap, error) {
+func (r Reader) tomcat(fsys budgetFS, pid int, base string) ([]*snapshot.AppCap, error) {
 	if !strings.HasPrefix(base, "/") {
 		return nil, fmt.Errorf("catalina.base %q is relative to a working directory that may have changed", base)
 	}
 	file := path.Join(base, "conf", "server.xml")
-	b, err := readFile(rootFS{dir: fmt.Sprintf("%s/%d/root", r.ProcRoot, pid)}, file)
+	b, err := readFile(fsys, file)
 	if err != nil {
 		return nil, err
 	}

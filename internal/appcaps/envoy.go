@@ -1,6 +1,7 @@
 package appcaps
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -83,9 +84,10 @@ func parseEnvoy(b []byte, file string) ([]*snapshot.AppCap, error) {
 			}
 		}
 	}
+	named := 0
 	for i, l := range envoyList(envoyMap(root["static_resources"])["listeners"]) {
 		ln := envoyMap(l)
-		name := envoyStr(ln["name"])
+		name := capName(envoyStr(ln["name"]))
 		if name == "" {
 			name = strconv.Itoa(i)
 		}
@@ -105,12 +107,18 @@ func parseEnvoy(b []byte, file string) ([]*snapshot.AppCap, error) {
 				if !ok {
 					continue
 				}
+				if named++; named > maxNamed {
+					continue
+				}
 				where := fmt.Sprintf("static_resources.listeners[%s].filter_chains[%d].filters[%d]", name, j, k)
 				if err := add(fmt.Sprintf("max_connections (connection_limit, listener %s)", name), where, v, []uint16{uint16(port)}); err != nil {
 					return nil, err
 				}
 			}
 		}
+	}
+	if named > maxNamed {
+		return out, &partial{leftOut("listener filters", named)}
 	}
 	return out, nil
 }
@@ -149,7 +157,7 @@ func envoyUint(v any) (int64, error) {
 }
 
 // envoy reads the connection limits of the bootstrap file Envoy's -c names.
-func (r Reader) envoy(pid int) ([]*snapshot.AppCap, error) {
+func (r Reader) envoy(fsys budgetFS, pid int) ([]*snapshot.AppCap, error) {
 	argv, err := r.cmdline(pid)
 	if err != nil {
 		return nil, err
@@ -158,17 +166,17 @@ func (r Reader) envoy(pid int) ([]*snapshot.AppCap, error) {
 	if err != nil {
 		return nil, err
 	}
-	b, err := readFile(rootFS{dir: fmt.Sprintf("%s/%d/root", r.ProcRoot, pid)}, file)
+	b, err := readFile(fsys, file)
 	if err != nil {
 		return nil, err
 	}
 	caps, err := parseEnvoy(b, file)
-	if err != nil {
+	if err != nil && !errors.As(err, new(*partial)) {
 		return nil, err
 	}
 	for _, c := range caps {
 		c.Pid = pid
 		c.Related = []snapshot.AppSetting{{Name: "config", Value: file, Source: "its -c (/proc/PID/cmdline)"}}
 	}
-	return caps, nil
+	return caps, err
 }

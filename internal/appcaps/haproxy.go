@@ -108,14 +108,15 @@ func bindPorts(addrs string) []uint16 {
 
 // parseHAProxy reads the files and directories -f names (a directory's
 // *.cfg files in name order, as haproxy does).
-func parseHAProxy(fsys fs.FS, paths []string) (*haproxyConf, error) {
+func parseHAProxy(fs0 fs.FS, paths []string) (*haproxyConf, error) {
+	fsys := withBudget(fs0)
 	hc := &haproxyConf{}
 	var defaults *setting
 	for _, p := range paths {
 		files := []string{p}
 		if name, err := rel(p); err == nil {
 			if st, err := fs.Stat(fsys, name); err == nil && st.IsDir() {
-				m, err := fs.Glob(fsys, name+"/*.cfg")
+				m, err := glob(fsys, name+"/*.cfg")
 				if err != nil {
 					return nil, err
 				}
@@ -136,15 +137,15 @@ func parseHAProxy(fsys fs.FS, paths []string) (*haproxyConf, error) {
 			hc.files = append(hc.files, f)
 			section := ""
 			var fe *haFrontend
-			for ln, line := range strings.Split(string(b), "\n") {
+			err = eachLine(fsys, b, func(ln int, line string) error {
 				w, err := haproxyWords(line)
 				if err != nil {
-					return nil, fmt.Errorf("%s:%d: %w", f, ln+1, err)
+					return fmt.Errorf("%s:%d: %w", f, ln, err)
 				}
 				if len(w) == 0 {
-					continue
+					return nil
 				}
-				at := fmt.Sprintf("%s:%d", f, ln+1)
+				at := fmt.Sprintf("%s:%d", f, ln)
 				switch w[0] {
 				case "global", "defaults", "frontend", "listen", "backend", "peers", "resolvers", "userlist", "program", "http-errors", "ring", "cache", "mailers":
 					section, fe = w[0], nil
@@ -154,15 +155,15 @@ func parseHAProxy(fsys fs.FS, paths []string) (*haproxyConf, error) {
 					if section == "frontend" || section == "listen" {
 						name := ""
 						if len(w) > 1 {
-							name = w[1]
+							name = capName(w[1])
 						}
 						hc.frontends = append(hc.frontends, haFrontend{name: name, maxconn: defaults})
 						fe = &hc.frontends[len(hc.frontends)-1]
 					}
-					continue
+					return nil
 				case "maxconn":
 					if len(w) < 2 {
-						return nil, fmt.Errorf("%s: maxconn without a value", at)
+						return fmt.Errorf("%s: maxconn without a value", at)
 					}
 					s := &setting{value: w[1], source: at}
 					switch {
@@ -174,10 +175,14 @@ func parseHAProxy(fsys fs.FS, paths []string) (*haproxyConf, error) {
 						fe.maxconn = s
 					}
 				case "bind":
-					if fe != nil && len(w) > 1 {
+					if fe != nil && len(w) > 1 && len(fe.ports) < maxPorts {
 						fe.ports = append(fe.ports, bindPorts(w[1])...)
 					}
 				}
+				return nil
+			})
+			if err != nil {
+				return nil, err
 			}
 		}
 	}

@@ -1,6 +1,7 @@
 package appcaps
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -54,32 +55,41 @@ type token struct {
 	special bool
 }
 
-// nginxTokens splits an nginx configuration into tokens as nginx's own
+// nginxLexer splits an nginx configuration into tokens as nginx's own
 // reader does (ngx_conf_read_token): words separated by blanks, "#" to
 // the end of the line a comment where a word would start, double or
 // single quotes around a word with backslash escapes inside, ; { }
-// ending a directive or a block.
-func nginxTokens(src []byte) ([]token, error) {
-	var out []token
-	line := 1
-	i := 0
-	for i < len(src) {
+// ending a directive or a block. It hands out one token at a time, so
+// a file's tokens are never all alive at once.
+type nginxLexer struct {
+	src  []byte
+	i    int
+	line int
+}
+
+func newNginxLexer(src []byte) *nginxLexer { return &nginxLexer{src: src, line: 1} }
+
+// next returns the next token; ok is false at the end.
+func (l *nginxLexer) next() (t token, ok bool, err error) {
+	src := l.src
+	for l.i < len(src) {
+		i := l.i
 		c := src[i]
 		switch c {
 		case '\n':
-			line++
-			i++
+			l.line++
+			l.i++
 		case ' ', '\t', '\r':
-			i++
+			l.i++
 		case '#':
-			for i < len(src) && src[i] != '\n' {
-				i++
+			for l.i < len(src) && src[l.i] != '\n' {
+				l.i++
 			}
 		case ';', '{', '}':
-			out = append(out, token{text: string(c), line: line, special: true})
-			i++
+			l.i++
+			return token{text: string(c), line: l.line, special: true}, true, nil
 		case '"', '\'':
-			start := line
+			start := l.line
 			var b strings.Builder
 			i++
 			closed := false
@@ -102,13 +112,13 @@ func nginxTokens(src []byte) ([]token, error) {
 						b.WriteByte(src[i+1])
 					}
 					if src[i+1] == '\n' {
-						line++
+						l.line++
 					}
 					i += 2
 					continue
 				}
 				if d == '\n' {
-					line++
+					l.line++
 				}
 				i++
 				if d == c {
@@ -117,10 +127,11 @@ func nginxTokens(src []byte) ([]token, error) {
 				}
 				b.WriteByte(d)
 			}
+			l.i = i
 			if !closed {
-				return nil, fmt.Errorf("line %d: unbalanced %c", start, c)
+				return token{}, false, fmt.Errorf("line %d: unbalanced %c", start, c)
 			}
-			out = append(out, token{text: b.String(), line: start})
+			return token{text: b.String(), line: start}, true, nil
 		default:
 			start := i
 			var b strings.Builder
@@ -136,9 +147,10 @@ func nginxTokens(src []byte) ([]token, error) {
 				}
 				// ${var} keeps its braces inside a word.
 				if d == '$' && i+1 < len(src) && src[i+1] == '{' {
-					end := strings.IndexByte(string(src[i:]), '}')
+					end := bytes.IndexByte(src[i:], '}')
 					if end < 0 {
-						return nil, fmt.Errorf("line %d: unbalanced ${", line)
+						l.i = len(src)
+						return token{}, false, fmt.Errorf("line %d: unbalanced ${", l.line)
 					}
 					b.Write(src[i : i+end+1])
 					i += end + 1
@@ -150,15 +162,33 @@ func nginxTokens(src []byte) ([]token, error) {
 			if i == start {
 				i++ // cannot happen: a lone byte the cases above did not take
 			}
-			out = append(out, token{text: b.String(), line: line})
+			l.i = i
+			return token{text: b.String(), line: l.line}, true, nil
 		}
 	}
-	return out, nil
+	return token{}, false, nil
+}
+
+// nginxTokens is every token of src (for tests and fuzzing; the reader
+// takes them one at a time).
+func nginxTokens(src []byte) ([]token, error) {
+	var out []token
+	l := newNginxLexer(src)
+	for {
+		t, ok, err := l.next()
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return out, nil
+		}
+		out = append(out, t)
+	}
 }
 
 // nginxReader walks a configuration and the files it includes.
 type nginxReader struct {
-	fsys   fs.FS
+	fsys   budgetFS
 	prefix string // the directory relative includes are resolved in
 	conf   *nginxConf
 	read   int
@@ -167,30 +197,46 @@ type nginxReader struct {
 // parseNginx reads the configuration file main (an absolute path as the
 // process sees it) from fsys, following includes.
 func parseNginx(fsys fs.FS, main string) (*nginxConf, error) {
-	r := &nginxReader{fsys: fsys, prefix: path.Dir(main), conf: &nginxConf{file: main}}
+	r := &nginxReader{fsys: withBudget(fsys), prefix: path.Dir(main), conf: &nginxConf{file: main}}
 	if err := r.file(main, nil, 0); err != nil {
 		return nil, err
 	}
 	return r.conf, nil
 }
 
-// readFile reads one file of the configuration, bounded in size.
+// readFile reads one file of the configuration, bounded in size and
+// charged to fsys's budget (a file larger than what the budget has left
+// is refused before it is read).
 func readFile(fsys fs.FS, abs string) ([]byte, error) {
+	bf := withBudget(fsys)
 	name, err := rel(abs)
 	if err != nil {
 		return nil, err
 	}
-	f, err := fsys.Open(name)
+	if err := bf.b.charge(0, 1, 0); err != nil {
+		return nil, fmt.Errorf("%s: %w", abs, err)
+	}
+	f, err := bf.Open(name)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
+	limit := min(int64(maxFileSize), bf.b.left())
+	if st, err := f.Stat(); err == nil && st.Size() > limit {
+		if st.Size() > maxFileSize {
+			return nil, fmt.Errorf("%s: larger than %d bytes", abs, maxFileSize)
+		}
+		return nil, fmt.Errorf("%s: %w", abs, bf.b.charge(st.Size(), 0, 0))
+	}
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", abs, err)
 	}
 	if len(b) > maxFileSize {
 		return nil, fmt.Errorf("%s: larger than %d bytes", abs, maxFileSize)
+	}
+	if err := bf.b.charge(int64(len(b)), 0, 0); err != nil {
+		return nil, fmt.Errorf("%s: %w", abs, err)
 	}
 	return b, nil
 }
@@ -208,18 +254,26 @@ func (r *nginxReader) file(abs string, ctx []string, depth int) error {
 		return err
 	}
 	r.conf.files = append(r.conf.files, abs)
-	toks, err := nginxTokens(b)
-	if err != nil {
-		return fmt.Errorf("%s: %w", abs, err)
-	}
-	return r.block(abs, toks, ctx, depth)
+	return r.block(abs, newNginxLexer(b), ctx, depth)
 }
 
-// block walks the directives of toks in context ctx.
-func (r *nginxReader) block(file string, toks []token, ctx []string, depth int) error {
+// block walks the directives of lx in context ctx.
+func (r *nginxReader) block(file string, lx *nginxLexer, ctx []string, depth int) error {
 	base := len(ctx)
 	var words []token
-	for _, t := range toks {
+	for n := 1; ; n++ {
+		if n%checkEvery == 0 {
+			if err := r.fsys.b.check(); err != nil {
+				return fmt.Errorf("%s:%d: %w", file, lx.line, err)
+			}
+		}
+		t, ok, err := lx.next()
+		if err != nil {
+			return fmt.Errorf("%s: %w", file, err)
+		}
+		if !ok {
+			break
+		}
 		if !t.special {
 			words = append(words, t)
 			continue
@@ -311,7 +365,7 @@ func (r *nginxReader) include(pattern string, ctx []string, depth int) error {
 	if err != nil {
 		return err
 	}
-	matches, err := fs.Glob(r.fsys, name)
+	matches, err := glob(r.fsys, name)
 	if err != nil {
 		return fmt.Errorf("include %s: %w", pattern, err)
 	}

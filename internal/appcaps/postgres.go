@@ -34,7 +34,7 @@ func pgLine(line string) (name, value string, ok bool, err error) {
 		i++
 	}
 	if i == 0 {
-		return "", "", false, fmt.Errorf("syntax error near %q", s)
+		return "", "", false, fmt.Errorf("syntax error near %q", frag(s))
 	}
 	name = strings.ToLower(s[:i])
 	s = strings.TrimLeft(s[i:], " \t")
@@ -81,13 +81,14 @@ func pgLine(line string) (name, value string, ok bool, err error) {
 	}
 	s = strings.TrimLeft(s, " \t\r")
 	if s != "" && s[0] != '#' {
-		return "", "", false, fmt.Errorf("syntax error near %q", s)
+		return "", "", false, fmt.Errorf("syntax error near %q", frag(s))
 	}
 	return name, value, true, nil
 }
 
 // parsePG reads a postgresql.conf and what it includes into pc.
-func parsePG(fsys fs.FS, file string, pc *pgConf, depth int) error {
+func parsePG(fs0 fs.FS, file string, pc *pgConf, depth int) error {
+	fsys := withBudget(fs0)
 	if depth > maxDepth {
 		return fmt.Errorf("%s: includes nested deeper than %d", file, maxDepth)
 	}
@@ -105,13 +106,13 @@ func parsePG(fsys fs.FS, file string, pc *pgConf, depth int) error {
 		}
 		return path.Join(path.Dir(file), p)
 	}
-	for ln, line := range strings.Split(string(b), "\n") {
+	return eachLine(fsys, b, func(ln int, line string) error {
 		name, value, ok, err := pgLine(line)
 		if err != nil {
-			return fmt.Errorf("%s:%d: %w", file, ln+1, err)
+			return fmt.Errorf("%s:%d: %w", file, ln, err)
 		}
 		if !ok {
-			continue
+			return nil
 		}
 		switch name {
 		case "include":
@@ -127,7 +128,7 @@ func parsePG(fsys fs.FS, file string, pc *pgConf, depth int) error {
 			if err != nil {
 				return err
 			}
-			m, err := fs.Glob(fsys, dir+"/*.conf")
+			m, err := glob(fsys, dir+"/*.conf")
 			if err != nil {
 				return err
 			}
@@ -140,10 +141,10 @@ func parsePG(fsys fs.FS, file string, pc *pgConf, depth int) error {
 				}
 			}
 		default:
-			pc.settings[name] = setting{value: value, source: fmt.Sprintf("%s:%d", file, ln+1)}
+			pc.settings[name] = setting{value: value, source: fmt.Sprintf("%s:%d", file, ln)}
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // pgArgs reads a postmaster's command line: the data directory (-D),
@@ -203,6 +204,7 @@ func readPostgres(fsys fs.FS, argv []string) (*pgCap, error) {
 	if !strings.HasPrefix(conf, "/") {
 		return nil, fmt.Errorf("configuration file %q is relative to a working directory that may have changed", conf)
 	}
+	fsys = withBudget(fsys)
 	pc := &pgConf{settings: map[string]setting{}}
 	if err := parsePG(fsys, conf, pc, 0); err != nil {
 		return nil, err
@@ -233,15 +235,15 @@ func readPostgres(fsys fs.FS, argv []string) (*pgCap, error) {
 	}
 	var err error
 	if c.maxN, err = strconv.ParseInt(c.max.value, 10, 64); err != nil || c.maxN <= 0 {
-		return nil, fmt.Errorf("%s: max_connections %q is not a positive number", c.max.source, c.max.value)
+		return nil, fmt.Errorf("%s: max_connections %q is not a positive number", c.max.source, frag(c.max.value))
 	}
 	if c.resN, err = strconv.ParseInt(c.reserved.value, 10, 64); err != nil || c.resN < 0 {
-		return nil, fmt.Errorf("%s: superuser_reserved_connections %q is not a number", c.reserved.source, c.reserved.value)
+		return nil, fmt.Errorf("%s: superuser_reserved_connections %q is not a number", c.reserved.source, frag(c.reserved.value))
 	}
 	if s, ok := pc.settings["reserved_connections"]; ok {
 		n, err := strconv.ParseInt(s.value, 10, 64)
 		if err != nil || n < 0 {
-			return nil, fmt.Errorf("%s: reserved_connections %q is not a number", s.source, s.value)
+			return nil, fmt.Errorf("%s: reserved_connections %q is not a number", s.source, frag(s.value))
 		}
 		c.resN += n
 		c.reserved.source += ", reserved_connections " + s.value + " " + s.source

@@ -97,7 +97,8 @@ func redisWords(line string) ([]string, error) {
 }
 
 // parseRedis reads a Redis configuration file and its includes.
-func parseRedis(fsys fs.FS, file string) (*redisConf, error) {
+func parseRedis(fs0 fs.FS, file string) (*redisConf, error) {
+	fsys := withBudget(fs0)
 	rc := &redisConf{}
 	n := 0
 	var read func(abs string, depth int) error
@@ -113,22 +114,22 @@ func parseRedis(fsys fs.FS, file string) (*redisConf, error) {
 			return err
 		}
 		rc.files = append(rc.files, abs)
-		for ln, line := range strings.Split(string(b), "\n") {
+		return eachLine(fsys, b, func(ln int, line string) error {
 			t := strings.TrimSpace(line)
 			if t == "" || t[0] == '#' {
-				continue
+				return nil
 			}
 			w, err := redisWords(t)
 			if err != nil {
-				return fmt.Errorf("%s:%d: %w", abs, ln+1, err)
+				return fmt.Errorf("%s:%d: %w", abs, ln, err)
 			}
 			if len(w) == 0 {
-				continue
+				return nil
 			}
 			switch strings.ToLower(w[0]) {
 			case "include":
 				if len(w) != 2 {
-					return fmt.Errorf("%s:%d: include wants one file", abs, ln+1)
+					return fmt.Errorf("%s:%d: include wants one file", abs, ln)
 				}
 				inc := w[1]
 				if !strings.HasPrefix(inc, "/") {
@@ -141,11 +142,11 @@ func parseRedis(fsys fs.FS, file string) (*redisConf, error) {
 				}
 			case "maxclients":
 				if len(w) == 2 {
-					rc.maxclients = &setting{value: w[1], source: fmt.Sprintf("%s:%d", abs, ln+1)}
+					rc.maxclients = &setting{value: w[1], source: fmt.Sprintf("%s:%d", abs, ln)}
 				}
 			}
-		}
-		return nil
+			return nil
+		})
 	}
 	if err := read(file, 0); err != nil {
 		return nil, err
@@ -172,7 +173,7 @@ func redisMaxclients(fsys fs.FS, argv []string, soft int64) (value int64, source
 		if s := rc.maxclients; s != nil {
 			n, err := strconv.ParseInt(s.value, 10, 64)
 			if err != nil || n <= 0 {
-				return 0, "", nil, fmt.Errorf("%s: maxclients %q is not a positive number", s.source, s.value)
+				return 0, "", nil, fmt.Errorf("%s: maxclients %q is not a positive number", s.source, frag(s.value))
 			}
 			value, source = n, s.source
 		}

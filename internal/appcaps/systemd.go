@@ -1,6 +1,7 @@
 package appcaps
 
 import (
+	"errors"
 	"bufio"
 	"bytes"
 	"fmt"
@@ -36,7 +37,8 @@ func unitDirs() []string {
 // execStart reads the ExecStart= of unit as the files in fsys (a
 // process's root) define it, drop-ins included, and returns its words
 // and the file that set it.
-func execStart(fsys fs.FS, unit string) ([]string, string, error) {
+func execStart(fs0 fs.FS, unit string) ([]string, string, error) {
+	fsys := withBudget(fs0)
 	file := unit
 	instance := ""
 	if at := strings.IndexByte(unit, '@'); at >= 0 {
@@ -49,13 +51,13 @@ func execStart(fsys fs.FS, unit string) ([]string, string, error) {
 		if err != nil {
 			return err
 		}
-		for _, l := range strings.Split(string(b), "\n") {
+		return eachLine(fsys, b, func(_ int, l string) error {
 			l = strings.TrimSpace(l)
 			if v, ok := strings.CutPrefix(l, "ExecStart="); ok {
 				line, from = v, abs // empty resets
 			}
-		}
-		return nil
+			return nil
+		})
 	}
 	found := false
 	for _, d := range unitDirs() {
@@ -73,7 +75,10 @@ func execStart(fsys fs.FS, unit string) ([]string, string, error) {
 			if err != nil {
 				continue
 			}
-			m, _ := fs.Glob(fsys, dir+"/*.conf")
+			m, err := glob(fsys, dir+"/*.conf")
+			if errors.Is(err, ErrBudget) {
+				return nil, "", err
+			}
 			for _, f := range m {
 				_ = scan("/" + f)
 			}

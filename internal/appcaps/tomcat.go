@@ -44,9 +44,19 @@ func catalinaBase(argv []string) string {
 func parseTomcat(b []byte, file string) ([]tomcatConnector, error) {
 	dec := xml.NewDecoder(bytes.NewReader(b))
 	dec.Strict = true
-	// The offset before a token is where it starts: its line.
+	// The offset before a token is where it starts: its line, counted
+	// on from the last line asked for (offsets only grow), so the
+	// newlines are counted once in all.
 	var off int64
-	line := func() int { return 1 + bytes.Count(b[:min(int(off), len(b))], []byte{'\n'}) }
+	seen, lines := 0, 1
+	line := func() int {
+		to := min(int(off), len(b))
+		if to > seen {
+			lines += bytes.Count(b[seen:to], []byte{'\n'})
+			seen = to
+		}
+		return lines
+	}
 	executors := map[string]setting{}
 	type pending struct {
 		c        tomcatConnector

@@ -196,12 +196,15 @@ func (c *Collector) Collect(nss []netns.NS) []*snapshot.Snapshot {
 		}
 		end()
 		// The servers' own limits, read once the listeners' owners are
-		// known.
+		// known, within one budget and deadline for every namespace
+		// (appcaps.CollectionLimits): a server not read by then is
+		// unknown, and the collection goes on.
 		defer c.Opts.Phases.Begin("application limits")()
+		budget := appcaps.NewBudget(appcaps.CollectionLimits(), time.Now())
 		for _, s := range out {
 			start := time.Now()
 			n := len(s.Errors)
-			appcaps.Reader{ProcRoot: c.procRoot()}.Fill(s)
+			appcaps.Reader{ProcRoot: c.procRoot(), Budget: budget}.Fill(s)
 			s.Sources = append(s.Sources, snapshot.SourceStat{Source: snapshot.SourceAppCaps, OK: len(s.Errors) == n, Duration: time.Since(start)})
 		}
 	}
