@@ -7,8 +7,8 @@
 package appcaps
 
 import (
-	"errors"
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"path"

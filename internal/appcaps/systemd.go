@@ -1,9 +1,9 @@
 package appcaps
 
 import (
-	"errors"
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"io/fs"
 	"path"
