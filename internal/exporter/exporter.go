@@ -90,7 +90,20 @@ type viewBuilder struct {
 	seen map[string]bool
 }
 
+// add adds one sample. It is the one place every label value of the view
+// is made safe (labelValue): names from workloads (process names, pods,
+// containers) and from their configuration (a haproxy frontend's) can
+// neither drop a series as invalid UTF-8 nor reach a scrape unbounded.
 func (b *viewBuilder) add(d *prometheus.Desc, t prometheus.ValueType, v float64, labels ...string) {
+	copied := false
+	for i, l := range labels {
+		if safe := labelValue(l); safe != l {
+			if !copied {
+				labels, copied = slices.Clone(labels), true
+			}
+			labels[i] = safe
+		}
+	}
 	key := d.String() + "\xff" + strings.Join(labels, "\xff")
 	if b.seen[key] {
 		return
