@@ -98,8 +98,8 @@ func (r Reader) Fill(s *snapshot.Snapshot) {
 		case <-timer.C:
 			coll.stop()
 			for _, srv := range todo[i:] {
-				s.AddError(snapshot.SourceAppCaps, fmt.Errorf("%s pid %d: limit unknown: not read within the %v the application-limit step may take (%w)",
-					srv.command, srv.pid, coll.lim.Time, ErrBudget))
+				s.AddError(snapshot.SourceAppCaps, fmt.Errorf("%s pid %d: limit unknown: its configuration was not read by the application-limit step's deadline (%v)",
+					srv.command, srv.pid, coll.lim.Time))
 			}
 			i = len(todo)
 		}

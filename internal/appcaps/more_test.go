@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"testing/fstest"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 )
@@ -108,8 +109,11 @@ func FuzzHAProxy(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		if w, err := haproxyWords(s); err == nil && len(w) > 1 {
-			_ = bindPorts(w[1])
-		}
+		fuzzBounded(t, func() {
+			if w, err := haproxyWords(s); err == nil && len(w) > 1 {
+				_ = bindPorts(w[1])
+			}
+			_, _ = parseHAProxy(fstest.MapFS{"h.cfg": {Data: []byte(s)}}, []string{"/h.cfg"})
+		})
 	})
 }

@@ -151,12 +151,14 @@ func FuzzConfigLines(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		_, _ = redisWords(string(b))
-		_, _, _, _ = pgLine(string(b))
-		_ = unitOf(b)
-		fsys := fstest.MapFS{"c.conf": {Data: b}, "lib/systemd/system/u.service": {Data: b}}
-		_, _ = parseRedis(fsys, "/c.conf")
-		_ = parsePG(fsys, "/c.conf", &pgConf{settings: map[string]setting{}}, 0)
-		_, _, _ = execStart(fsys, "u.service")
+		fuzzBounded(t, func() {
+			_, _ = redisWords(string(b))
+			_, _, _, _ = pgLine(string(b))
+			_ = unitOf(b)
+			fsys := fstest.MapFS{"c.conf": {Data: b}, "lib/systemd/system/u.service": {Data: b}}
+			_, _ = parseRedis(fsys, "/c.conf")
+			_ = parsePG(fsys, "/c.conf", &pgConf{settings: map[string]setting{}}, 0)
+			_, _, _ = execStart(fsys, "u.service")
+		})
 	})
 }

@@ -82,5 +82,7 @@ func FuzzTomcat(f *testing.F) {
 		f.Add(b)
 	}
 	f.Add([]byte(`<Server><Connector port="1" maxConnections="x"/></Server>`))
-	f.Fuzz(func(t *testing.T, b []byte) { _, _ = parseTomcat(b, "f") })
+	f.Fuzz(func(t *testing.T, b []byte) {
+		fuzzBounded(t, func() { _, _ = parseTomcat(b, "f") })
+	})
 }
