@@ -3,12 +3,12 @@ package appcaps
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
-	"io/fs"
 	"testing/fstest"
 	"time"
 
