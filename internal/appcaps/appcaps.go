@@ -66,8 +66,14 @@ func (r Reader) Fill(s *snapshot.Snapshot) {
 	for _, pid := range owners {
 		if p := s.Procs[pid]; p != nil {
 			cmds[pid] = p.Command
-			todo = append(todo, server{pid: pid, command: p.Command, soft: p.NofileSoft})
+			if isServer(p.Command) {
+				todo = append(todo, server{pid: pid, command: p.Command, soft: p.NofileSoft})
+			}
 		}
+	}
+	if len(todo) == 0 {
+		s.AppCaps = []snapshot.AppCap{}
+		return
 	}
 	// The reading runs on its own, sharing nothing with s.
 	out := make(chan served, len(todo))
@@ -79,7 +85,8 @@ func (r Reader) Fill(s *snapshot.Snapshot) {
 	timer := time.NewTimer(time.Until(coll.Deadline()))
 	defer timer.Stop()
 	caps := []snapshot.AppCap{}
-	for i := 0; i < len(todo); i++ {
+wait:
+	for i := range todo {
 		select {
 		case got := <-out:
 			if got.skip {
@@ -101,10 +108,19 @@ func (r Reader) Fill(s *snapshot.Snapshot) {
 				s.AddError(snapshot.SourceAppCaps, fmt.Errorf("%s pid %d: limit unknown: its configuration was not read by the application-limit step's deadline (%v)",
 					srv.command, srv.pid, coll.lim.Time))
 			}
-			i = len(todo)
+			break wait
 		}
 	}
 	s.AppCaps = caps
+}
+
+// isServer says whether command is one whose limits Fill reads.
+func isServer(command string) bool {
+	switch command {
+	case "nginx", "redis-server", "postgres", "postmaster", "memcached", "java", "envoy", "haproxy":
+		return true
+	}
+	return false
 }
 
 // read reads the caps of one server; skip is set for a process that is
@@ -112,11 +128,6 @@ func (r Reader) Fill(s *snapshot.Snapshot) {
 func (r Reader) read(srv server, owners []int, cmds map[int]string, coll *Budget) served {
 	pid := srv.pid
 	skip := served{srv: srv, skip: true}
-	switch srv.command {
-	case "nginx", "redis-server", "postgres", "postmaster", "memcached", "java", "envoy", "haproxy":
-	default:
-		return skip
-	}
 	if err := coll.check(); err != nil {
 		return served{srv: srv, err: err}
 	}

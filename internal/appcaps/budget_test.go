@@ -338,3 +338,26 @@ func TestFrontendNames(t *testing.T) {
 		t.Errorf("errors %+v: want the 37 frontends left out counted", s.Errors)
 	}
 }
+
+// TestCollectionBudget: the namespaces of one collection share its
+// budget: what one server read is not there for the next.
+func TestCollectionBudget(t *testing.T) {
+	root := t.TempDir()
+	must(t, os.WriteFile(filepath.Join(root, "n.conf"), []byte("events { worker_connections 10; }\n"+strings.Repeat("#\n", 5000)), 0o644))
+	proc := fakeProc(t, root, map[int][2]string{500: {"nginx: master process nginx -c /n.conf", "1"}})
+	lim := CollectionLimits()
+	lim.Bytes = 15000
+	b := NewBudget(lim, time.Now())
+	var got [2]*snapshot.Snapshot
+	for i := range got {
+		got[i] = &snapshot.Snapshot{Sockets: []snapshot.Socket{{State: snapshot.Listen, Pids: snapshot.PidsOf(500)}},
+			Procs: map[int]*snapshot.Proc{500: {Pid: 500, Command: "nginx"}}}
+		Reader{ProcRoot: proc, Budget: b}.Fill(got[i])
+	}
+	if len(got[0].AppCaps) != 1 || len(got[0].Errors) != 0 {
+		t.Errorf("first namespace: caps %+v, errors %+v", got[0].AppCaps, got[0].Errors)
+	}
+	if len(got[1].AppCaps) != 0 || len(got[1].Errors) != 1 || !strings.Contains(got[1].Errors[0].Err, "more than the collection's 15000 bytes") {
+		t.Errorf("second namespace: caps %+v, errors %+v: want the collection's budget spent", got[1].AppCaps, got[1].Errors)
+	}
+}
