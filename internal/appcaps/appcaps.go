@@ -315,7 +315,7 @@ func (r Reader) nginx(fsys budgetFS, pid int, argv []string, owners []int) (*sna
 	if s := nc.workerConnections; s != nil {
 		n, err := strconv.ParseInt(s.value, 10, 64)
 		if err != nil || n <= 0 {
-			return nil, fmt.Errorf("%s: worker_connections %q is not a positive number", s.source, s.value)
+			return nil, fmt.Errorf("%s: worker_connections %q is not a positive number", s.source, frag(s.value))
 		}
 		c.Value, c.Source = n, s.source
 	}
@@ -361,7 +361,7 @@ func (r Reader) redis(root budgetFS, pid int, nofileSoft *int64) (*snapshot.AppC
 		}
 		unit := unitOf(cg)
 		if unit == "" {
-			return nil, fmt.Errorf("its command line is rewritten into a title (%q) and it runs in no systemd service: the configuration file is unknown", string(t))
+			return nil, fmt.Errorf("its command line is rewritten into a title (%q) and it runs in no systemd service: the configuration file is unknown", frag(string(t)))
 		}
 		w, from, err := execStart(root, unit)
 		if err != nil {
@@ -393,7 +393,7 @@ func (r Reader) postgres(fsys budgetFS, pid int) (*snapshot.AppCap, error) {
 		return nil, err
 	}
 	if len(argv) > 0 && strings.HasSuffix(argv[0], ":") {
-		return nil, fmt.Errorf("not a postmaster (%q)", strings.Join(argv, " "))
+		return nil, fmt.Errorf("not a postmaster (%q)", frag(strings.Join(argv, " ")))
 	}
 	pc, err := readPostgres(fsys, argv)
 	if err != nil {
@@ -459,7 +459,7 @@ func (r Reader) haproxy(fsys budgetFS, pid int) ([]*snapshot.AppCap, error) {
 	add := func(setting string, s *setting, ports []uint16) error {
 		n, err := strconv.ParseInt(s.value, 10, 64)
 		if err != nil || n <= 0 {
-			return fmt.Errorf("%s: maxconn %q is not a positive number", s.source, s.value)
+			return fmt.Errorf("%s: maxconn %q is not a positive number", s.source, frag(s.value))
 		}
 		out = append(out, &snapshot.AppCap{Pid: pid, App: "haproxy", Setting: setting, Value: n, Source: s.source,
 			Per: snapshot.CapPerListener, Ports: ports, Related: []snapshot.AppSetting{cfg}})
@@ -492,7 +492,7 @@ func (r Reader) haproxy(fsys budgetFS, pid int) ([]*snapshot.AppCap, error) {
 // with maxConnections -1 has no limit and is left out.
 func (r Reader) tomcat(fsys budgetFS, pid int, base string) ([]*snapshot.AppCap, error) {
 	if !strings.HasPrefix(base, "/") {
-		return nil, fmt.Errorf("catalina.base %q is relative to a working directory that may have changed", base)
+		return nil, fmt.Errorf("catalina.base %q is relative to a working directory that may have changed", frag(base))
 	}
 	file := path.Join(base, "conf", "server.xml")
 	b, err := readFile(fsys, file)
@@ -510,7 +510,7 @@ func (r Reader) tomcat(fsys budgetFS, pid int, base string) ([]*snapshot.AppCap,
 		}
 		n, err := strconv.ParseInt(c.maxConnections.value, 10, 64)
 		if err != nil || n <= 0 {
-			return nil, fmt.Errorf("%s: maxConnections %q is not a positive number", c.maxConnections.source, c.maxConnections.value)
+			return nil, fmt.Errorf("%s: maxConnections %q is not a positive number", c.maxConnections.source, frag(c.maxConnections.value))
 		}
 		out = append(out, &snapshot.AppCap{Pid: pid, App: "tomcat", Setting: fmt.Sprintf("maxConnections (Connector port %d)", c.port), Value: n,
 			Source: c.maxConnections.source, Per: snapshot.CapPerListener, Ports: []uint16{c.port},

@@ -361,3 +361,29 @@ func TestCollectionBudget(t *testing.T) {
 		t.Errorf("second namespace: caps %+v, errors %+v: want the collection's budget spent", got[1].AppCaps, got[1].Errors)
 	}
 }
+
+// TestEnvoyNames: an Envoy listener's 1 MiB name is cut, and listener
+// limits beyond the first 64 are counted, not kept.
+func TestEnvoyNames(t *testing.T) {
+	var ls []string
+	for i := range 100 {
+		name := fmt.Sprintf("l%d", i)
+		if i == 0 {
+			name = strings.Repeat("n", 1<<20)
+		}
+		ls = append(ls, fmt.Sprintf(`{"name":%q,"address":{"socket_address":{"port_value":%d}},"filter_chains":[{"filters":[{"name":"envoy.filters.network.connection_limit","typed_config":{"max_connections":10}}]}]}`, name, 1000+i))
+	}
+	caps, err := parseEnvoy([]byte(`{"static_resources":{"listeners":[`+strings.Join(ls, ",")+`]}}`), "/e.json")
+	var p *partial
+	if !errors.As(err, &p) || !strings.Contains(err.Error(), "100 listener filters") || !strings.Contains(err.Error(), "36 left out") {
+		t.Errorf("error %v: want the 36 left out counted", err)
+	}
+	if len(caps) != maxNamed {
+		t.Errorf("%d caps, want %d", len(caps), maxNamed)
+	}
+	for _, c := range caps {
+		if len(c.Setting) > 2*maxNameLen || len(c.Source) > 4*maxNameLen {
+			t.Errorf("setting of %d bytes, source of %d", len(c.Setting), len(c.Source))
+		}
+	}
+}

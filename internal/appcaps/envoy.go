@@ -144,11 +144,11 @@ func envoyUint(v any) (int64, error) {
 	case string:
 		p, err := strconv.ParseInt(x, 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("%q is not a number", x)
+			return 0, fmt.Errorf("%q is not a number", frag(x))
 		}
 		n = p
 	default:
-		return 0, fmt.Errorf("%v is not a number", v)
+		return 0, fmt.Errorf("a %T is not a number", v)
 	}
 	if n <= 0 {
 		return 0, fmt.Errorf("%d is not a positive number", n)
