@@ -41,7 +41,8 @@ func bounded(t *testing.T, what string, took time.Duration, alloc uint64, f func
 }
 
 // fuzzBounded holds one fuzz input's reading to a deadline and a memory
-// bound: whatever the bytes, a reader ends within a second and
+// bound: whatever the bytes, a reader ends within a second (ten under
+// the race detector) and
 // allocates at most 64 MiB (inputs are far smaller than a file may be).
 func fuzzBounded(t *testing.T, f func()) {
 	t.Helper()
@@ -52,8 +53,8 @@ func fuzzBounded(t *testing.T, f func()) {
 	go func() { defer close(done); f() }()
 	select {
 	case <-done:
-	case <-time.After(time.Second):
-		t.Fatalf("the input was not read within 1s")
+	case <-time.After(time.Second * slowdown):
+		t.Fatalf("the input was not read within %v", time.Second*slowdown)
 	}
 	runtime.ReadMemStats(&m1)
 	if a := m1.TotalAlloc - m0.TotalAlloc; a > 64<<20 {
@@ -65,7 +66,7 @@ func fuzzBounded(t *testing.T, f func()) {
 // allows (16 MiB of files per server), far below what the files could
 // make an unbounded reader spend.
 const (
-	testTime  = 5 * time.Second
+	testTime  = 5 * time.Second * slowdown
 	testAlloc = 256 << 20
 )
 
@@ -204,7 +205,7 @@ func TestFillDeadline(t *testing.T) {
 	start := time.Now()
 	Reader{ProcRoot: proc, Budget: NewBudget(lim, start)}.Fill(s)
 	took := time.Since(start)
-	if took > lim.Time+time.Second {
+	if took > lim.Time+time.Second*slowdown {
 		t.Errorf("Fill took %v past a deadline of %v", took, lim.Time)
 	}
 	if len(s.AppCaps) != 0 || len(s.Errors) != 2 {

@@ -1,0 +1,8 @@
+//go:build !race
+
+package appcaps
+
+const (
+	slowdown     = 1
+	RaceDetector = false
+)
