@@ -100,8 +100,19 @@ type Fix struct {
 	// Target names what to change: "netty", "nginx", "java", "go", "sysctl"...
 	Target string `json:"target,omitempty"`
 	Text   string `json:"text"`
-	// Command is the exact command or setting, with computed values.
+	// Command is the exact command or setting, with computed values; a
+	// fix that sets sysctls has them rendered here from Sysctls
+	// (remedy.SetSysctls).
 	Command string `json:"command,omitempty"`
+	// Sysctls are the kernel settings the fix makes, as data, in the
+	// order Command sets them.
+	Sysctls []Sysctl `json:"sysctls,omitempty"`
+	// Pre is the part of Command run before the sysctls (a probe, as
+	// "ping -M do ..."), and Persist the /etc/sysctl.d file Command also
+	// writes them to: both in Command already, kept apart for the
+	// restatements that render the sysctls another way (remedy.InPods).
+	Pre     string `json:"-"`
+	Persist string `json:"-"`
 	Risk    string `json:"risk,omitempty"`
 	// Peer is set on a fix made at the connection's other end (a
 	// receiver the subject sends to), not by the subject's process nor in
@@ -112,6 +123,36 @@ type Fix struct {
 	// (remedy.InPods), never by a rule.
 	Pod *PodFix `json:"pod,omitempty"`
 }
+
+// How a Sysctl limits (Sysctl.Limit).
+const (
+	// LimitRaise: a capacity limit (a buffer maximum, a queue length, a
+	// file count): a fix only raises each of its values.
+	LimitRaise = "raise"
+	// LimitWiden: a range (ip_local_port_range): a fix only lowers its
+	// low end and raises its high end.
+	LimitWiden = "widen"
+)
+
+// Sysctl is one kernel setting a fix makes.
+type Sysctl struct {
+	Name string `json:"name"`
+	// Value is what the fix sets, as sysctl -n prints it (the values of
+	// a vector such as tcp_rmem separated by one space).
+	Value string `json:"value"`
+	// Limit is LimitRaise or LimitWiden for a capacity limit, empty for
+	// a switch or a setting a fix may lower.
+	Limit string `json:"limit,omitempty"`
+	// Host is the value the host the fix is for had in the snapshot.
+	// For a limit, Value is at least it, value by value (a range at least
+	// as wide); a limit without it (a peer's host) is set only where the
+	// host's own value is lower, by a guard in the command.
+	Host string `json:"host,omitempty"`
+}
+
+// Guarded says the command sets s only where the host's value is lower:
+// a limit whose host value is not known.
+func (s Sysctl) Guarded() bool { return s.Limit != "" && s.Host == "" }
 
 // PodFix is a fix restated for a subject in a Kubernetes pod: its
 // namespaced sysctls go in the pod spec, the others on the node, its

@@ -7,14 +7,14 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 )
 
-// Somaxconn raises net.core.somaxconn to n and persists it.
-func Somaxconn(n int64) diag.Fix {
-	return diag.Fix{
+// Somaxconn raises net.core.somaxconn to n and persists it; somax is
+// the host's value when known (hasSomax), never lowered.
+func Somaxconn(n, somax int64, hasSomax bool) diag.Fix {
+	return SetSysctls(diag.Fix{
 		Scope: "kernel", Target: "sysctl",
-		Text:    fmt.Sprintf("raise the cap on every listener's backlog to %d, and persist it", n),
-		Command: fmt.Sprintf("sysctl -w net.core.somaxconn=%d && echo 'net.core.somaxconn = %d' > /etc/sysctl.d/60-somaxconn.conf", n, n),
-		Risk:    "applies at the next listen(): restart the service; set per network namespace (containers have their own); a longer queue makes clients wait in it when the application is too slow, it does not make it faster",
-	}
+		Text: fmt.Sprintf("raise the cap on every listener's backlog to %d, and persist it", n),
+		Risk: "applies at the next listen(): restart the service; set per network namespace (containers have their own); a longer queue makes clients wait in it when the application is too slow, it does not make it faster",
+	}, "60-somaxconn.conf", Known("net.core.somaxconn", n, somax, hasSomax))
 }
 
 // Backlog gives the kernel and application settings that raise the
@@ -22,7 +22,7 @@ func Somaxconn(n int64) diag.Fix {
 func Backlog(cmd string, port uint16, n, somax int64, hasSomax bool) []diag.Fix {
 	var fixes []diag.Fix
 	if !hasSomax || somax < n {
-		fixes = append(fixes, Somaxconn(n))
+		fixes = append(fixes, Somaxconn(n, somax, hasSomax))
 	}
 	app := func(target, text, command string) {
 		fixes = append(fixes, diag.Fix{Scope: "application", Target: target, Text: text, Command: command,

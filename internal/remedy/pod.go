@@ -48,9 +48,12 @@ func inPod(f *diag.Fix, pod, container string, hostNet bool) {
 		}
 		return
 	}
-	sets, rest := splitSysctls(f.Command)
-	if len(sets) == 0 {
+	if len(f.Sysctls) == 0 {
 		return
+	}
+	var rest []string
+	if f.Pre != "" {
+		rest = append(rest, f.Pre)
 	}
 	pf := &diag.PodFix{Pod: pod, Container: container}
 	f.Pod = pf
@@ -59,18 +62,18 @@ func inPod(f *diag.Fix, pod, container string, hostNet bool) {
 		f.Text += fmt.Sprintf(" (pod %s does not hold this network namespace (hostNetwork): no net.* sysctl can be set in its spec; the command sets the node's, for every pod on the node's network)", pod)
 		return
 	}
-	var node []sysctlSet
+	var node []diag.Sysctl
 	var unsafe []string
-	for _, s := range sets {
-		if !PerNetns(s.name) {
+	for _, s := range f.Sysctls {
+		if !PerNetns(s.Name) {
 			node = append(node, s)
-			pf.Node = append(pf.Node, s.name+"="+s.value)
+			pf.Node = append(pf.Node, s.Name+"="+s.Value)
 			continue
 		}
-		since := KubeSafeSince(s.name)
-		pf.Sysctls = append(pf.Sysctls, diag.PodSysctl{Name: s.name, Value: s.value, Safe: since != "", SafeSince: since})
+		since := KubeSafeSince(s.Name)
+		pf.Sysctls = append(pf.Sysctls, diag.PodSysctl{Name: s.Name, Value: s.Value, Safe: since != "", SafeSince: since})
 		if since == "" {
-			unsafe = append(unsafe, s.name)
+			unsafe = append(unsafe, s.Name)
 		}
 	}
 	var text []string
@@ -89,13 +92,7 @@ func inPod(f *diag.Fix, pod, container string, hostNet bool) {
 		}
 	}
 	if len(node) > 0 {
-		var b strings.Builder
-		b.WriteString("sysctl -w")
-		for _, s := range node {
-			fmt.Fprintf(&b, " %s=%s", s.name, shellWord(s.value))
-		}
-		b.WriteString("  (on the node; persist in /etc/sysctl.d/)")
-		rest = append(rest, b.String())
+		rest = append(rest, Render("", node, "")+"  (on the node; persist in /etc/sysctl.d/)")
 		text = append(text, fmt.Sprintf("%s %s not per network namespace: set on the node, it applies to every pod there", strings.Join(pf.Node, ", "), isAre(len(node))))
 	}
 	f.Command = strings.Join(rest, "; ")
@@ -130,132 +127,6 @@ func podYAML(ss []diag.PodSysctl) string {
 		fmt.Fprintf(&b, "    - name: %s  # %s\n      value: %s\n", s.Name, note, strconv.Quote(s.Value))
 	}
 	return b.String()
-}
-
-// shellWord quotes v for a shell when it holds a space.
-func shellWord(v string) string {
-	if strings.ContainsAny(v, " \t") {
-		return "'" + v + "'"
-	}
-	return v
-}
-
-// sysctlSet is one name=value a command sets.
-type sysctlSet struct{ name, value string }
-
-// splitSysctls finds the settings of every "sysctl -w name=value..." in
-// a fix's command (values unquoted, in order) and returns the command's
-// other parts, without those and without the "echo ... >
-// /etc/sysctl.d/..." that persist them. Parts are separated by ";" or
-// "&&" outside quotes. A name or value of a shape no sysctl has (only our
-// own commands are read) makes the command be left whole: no sets.
-func splitSysctls(cmd string) (sets []sysctlSet, rest []string) {
-	for _, part := range commandParts(cmd) {
-		w := part.words
-		switch {
-		case len(w) > 0 && w[0] == "sysctl":
-			write := false
-			for _, a := range w[1:] {
-				if a == "-w" {
-					write = true
-					continue
-				}
-				name, value, ok := strings.Cut(a, "=")
-				if !ok {
-					break // "(persist in /etc/sysctl.d/)" and the like
-				}
-				if !write || !sysctlName(name) || !sysctlValue(value) {
-					return nil, nil
-				}
-				sets = append(sets, sysctlSet{name, value})
-			}
-		case len(w) > 0 && w[0] == "echo" && strings.Contains(part.raw, "/etc/sysctl.d/"):
-		default:
-			if r := strings.TrimSpace(part.raw); r != "" {
-				rest = append(rest, r)
-			}
-		}
-	}
-	return sets, rest
-}
-
-// commandPart is one command of a list: its text and its words.
-type commandPart struct {
-	raw   string
-	words []string
-}
-
-// commandParts splits cmd at ";" and "&&" outside quotes, and each part
-// into words with their quotes removed.
-func commandParts(cmd string) []commandPart {
-	var parts []commandPart
-	var cur commandPart
-	var word strings.Builder
-	inWord, quote, start := false, byte(0), 0
-	endWord := func() {
-		if inWord {
-			cur.words = append(cur.words, word.String())
-		}
-		word.Reset()
-		inWord = false
-	}
-	endPart := func(end int) {
-		endWord()
-		cur.raw = cmd[start:end]
-		parts = append(parts, cur)
-		cur = commandPart{}
-	}
-	for i := 0; i < len(cmd); i++ {
-		c := cmd[i]
-		switch {
-		case quote != 0:
-			if c == quote {
-				quote = 0
-			} else {
-				word.WriteByte(c)
-			}
-		case c == '\'' || c == '"':
-			quote, inWord = c, true
-		case c == ' ' || c == '\t':
-			endWord()
-		case c == ';':
-			endPart(i)
-			start = i + 1
-		case c == '&' && i+1 < len(cmd) && cmd[i+1] == '&':
-			endPart(i)
-			i++
-			start = i + 1
-		default:
-			word.WriteByte(c)
-			inWord = true
-		}
-	}
-	endPart(len(cmd))
-	return parts
-}
-
-func sysctlName(s string) bool {
-	if s == "" {
-		return false
-	}
-	for _, c := range s {
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
-			return false
-		}
-	}
-	return true
-}
-
-func sysctlValue(s string) bool {
-	if s == "" {
-		return false
-	}
-	for _, c := range s {
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == ' ' || c == ',' || c == '-' || c == '_') {
-			return false
-		}
-	}
-	return true
 }
 
 // PerNetns says whether a sysctl is set per network namespace on Linux

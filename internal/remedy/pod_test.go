@@ -81,26 +81,3 @@ func TestPodSysctlStaysInNamespace(t *testing.T) {
 		t.Errorf("the host's somaxconn changed from %q to %q", host, after)
 	}
 }
-
-// The parser reads every shape of command the fixes write.
-func TestSplitSysctls(t *testing.T) {
-	for _, c := range []struct{ cmd, sets, rest string }{
-		{`sysctl -w net.core.somaxconn=4096 && echo 'net.core.somaxconn = 4096' > /etc/sysctl.d/60-somaxconn.conf`, "net.core.somaxconn=4096", ""},
-		{`sysctl -w net.ipv4.ip_local_port_range="1024 65535" && sysctl -w net.ipv4.ip_local_reserved_ports=8080,9000-9010  (persist in /etc/sysctl.d/)`,
-			"net.ipv4.ip_local_port_range=1024 65535|net.ipv4.ip_local_reserved_ports=8080,9000-9010", ""},
-		{`sysctl -w net.ipv4.tcp_timestamps=1 net.ipv4.tcp_tw_reuse=1`, "net.ipv4.tcp_timestamps=1|net.ipv4.tcp_tw_reuse=1", ""},
-		{`sysctl -w net.core.rmem_max=4194304; sysctl -w net.ipv4.tcp_rmem='4096 131072 8388608'`, "net.core.rmem_max=4194304|net.ipv4.tcp_rmem=4096 131072 8388608", ""},
-		{`ping -M do -s 1472 <peer>; sysctl -w net.ipv4.tcp_mtu_probing=1`, "net.ipv4.tcp_mtu_probing=1", "ping -M do -s 1472 <peer>"},
-		{`sysctl -w net.core.somaxconn=$(id)`, "", ""},
-		{`listen(fd, 4096)`, "", "listen(fd, 4096)"},
-	} {
-		sets, rest := splitSysctls(c.cmd)
-		var got []string
-		for _, s := range sets {
-			got = append(got, s.name+"="+s.value)
-		}
-		if strings.Join(got, "|") != c.sets || c.sets != "" && strings.Join(rest, "|") != c.rest {
-			t.Errorf("%s: sets %q rest %q, want %q and %q", c.cmd, got, rest, c.sets, c.rest)
-		}
-	}
-}

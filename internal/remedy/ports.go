@@ -71,12 +71,13 @@ func WidenRange(p *tcpmodel.PortSpace, peak int) (diag.Fix, bool) {
 		return diag.Fix{}, false
 	}
 	f := diag.Fix{Scope: "kernel", Target: "sysctl",
-		Text:    fmt.Sprintf("widen the ephemeral range from %d ports to %d", p.Size(), hi-lo+1),
-		Command: fmt.Sprintf("sysctl -w net.ipv4.ip_local_port_range=\"%d %d\"", lo, hi),
-		Risk:    "a port in the range can be taken by an outgoing connection before a service binds it: reserve the ports services listen on (ip_local_reserved_ports); per network namespace"}
+		Text: fmt.Sprintf("widen the ephemeral range from %d ports to %d", p.Size(), hi-lo+1),
+		Risk: "a port in the range can be taken by an outgoing connection before a service binds it: reserve the ports services listen on (ip_local_reserved_ports); per network namespace"}
 	if hi-lo+1-p.NReserved < need-p.NReserved {
 		f.Text += fmt.Sprintf(" (still short of the %d needed: spread destinations too)", need-p.NReserved)
 	}
+	// The range is the host's (p): lo and hi only widen it.
+	sets := []diag.Sysctl{{Name: "net.ipv4.ip_local_port_range", Value: fmt.Sprintf("%d %d", lo, hi), Limit: diag.LimitWiden, Host: fmt.Sprintf("%d %d", p.Lo, p.Hi)}}
 	var res []string
 	for port := range p.Listen {
 		if int(port) >= lo && int(port) <= hi && !p.IsReserved(int(port)) {
@@ -92,8 +93,9 @@ func WidenRange(p *tcpmodel.PortSpace, peak int) (diag.Fix, bool) {
 				res = append(res, fmt.Sprintf("%d-%d", r[0], r[1]))
 			}
 		}
-		f.Command += fmt.Sprintf(" && sysctl -w net.ipv4.ip_local_reserved_ports=%s", strings.Join(res, ","))
+		sets = append(sets, Setting("net.ipv4.ip_local_reserved_ports", strings.Join(res, ",")))
 	}
+	f = SetSysctls(f, "", sets...)
 	f.Command += "  (persist in /etc/sysctl.d/)"
 	return f, true
 }
@@ -112,13 +114,13 @@ func TWReuse(r tcpmodel.Reuse, applies bool) (diag.Fix, bool) {
 		}
 	}
 	f := diag.Fix{Scope: "kernel", Target: "sysctl",
-		Text:    fmt.Sprintf("let connect() take over a port held by TIME_WAIT to the same destination once it is %s old (now tcp_tw_reuse=%s); helps outgoing connections only", r.Delay, now),
-		Command: "sysctl -w net.ipv4.tcp_tw_reuse=1",
-		Risk:    "needs TCP timestamps on both ends (net.ipv4.tcp_timestamps=1); does nothing for connections the peer opened; tcp_tw_recycle is gone since Linux 4.12 and tcp_fin_timeout does not shorten TIME_WAIT"}
+		Text: fmt.Sprintf("let connect() take over a port held by TIME_WAIT to the same destination once it is %s old (now tcp_tw_reuse=%s); helps outgoing connections only", r.Delay, now),
+		Risk: "needs TCP timestamps on both ends (net.ipv4.tcp_timestamps=1); does nothing for connections the peer opened; tcp_tw_recycle is gone since Linux 4.12 and tcp_fin_timeout does not shorten TIME_WAIT"}
+	sets := []diag.Sysctl{Setting("net.ipv4.tcp_tw_reuse", "1")}
 	if !r.Timestamps {
-		f.Command = "sysctl -w net.ipv4.tcp_timestamps=1 net.ipv4.tcp_tw_reuse=1"
+		sets = []diag.Sysctl{Setting("net.ipv4.tcp_timestamps", "1"), sets[0]}
 	}
-	return f, true
+	return SetSysctls(f, "", sets...), true
 }
 
 // Linger is the last resort against TIME_WAIT: abortive close.

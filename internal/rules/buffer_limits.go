@@ -6,6 +6,7 @@ import (
 
 	"github.com/tcpdoctor/tcpdoctor/internal/bdp"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
+	"github.com/tcpdoctor/tcpdoctor/internal/remedy"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/tcpmodel"
 	"github.com/tcpdoctor/tcpdoctor/internal/units"
@@ -114,13 +115,15 @@ func checkBufferLimits(in *diag.Input) ([]diag.Finding, error) {
 		add(capSeverity(tightSnd), fmt.Sprintf("%d connections have SO_SNDBUF capped at 2 x net.core.wmem_max (%s) while autotuning could reach %s; %d of them need more for their path", cappedSnd, units.Bytes(float64(snd.Core)), units.Bytes(float64(snd.Auto)), tightSnd),
 			[]diag.Evidence{sysEv("net.core.wmem_max", fmt.Sprint(snd.Core), "< tcp_wmem[2] "+fmt.Sprint(snd.Auto)),
 				{Name: "capped sockets", Value: fmt.Sprintf("%d with sndbuf %s", cappedSnd, units.Bytes(float64(2*snd.Core))), Source: "sock_diag SK_MEMINFO sndbuf"}},
-			diag.Fix{Scope: "kernel", Target: "sysctl", Text: "raise wmem_max to the autotuning maximum, or stop setting SO_SNDBUF (see sndbuf-limited)", Command: fmt.Sprintf("sysctl -w net.core.wmem_max=%d", snd.Auto), Risk: "lets applications pin larger buffers; host memory"})
+			remedy.SetSysctls(diag.Fix{Scope: "kernel", Target: "sysctl", Text: "raise wmem_max to the autotuning maximum, or stop setting SO_SNDBUF (see sndbuf-limited)", Risk: "lets applications pin larger buffers; host memory"},
+				"", remedy.Sysctl(s, "net.core.wmem_max", snd.Auto)))
 	}
 	if cappedRcv > 0 && rcv.Auto > rcv.Core {
 		add(capSeverity(tightRcv), fmt.Sprintf("%d connections have SO_RCVBUF capped at 2 x net.core.rmem_max (%s) while autotuning could reach %s; %d of them need more for their path", cappedRcv, units.Bytes(float64(rcv.Core)), units.Bytes(float64(rcv.Auto)), tightRcv),
 			[]diag.Evidence{sysEv("net.core.rmem_max", fmt.Sprint(rcv.Core), "< tcp_rmem[2] "+fmt.Sprint(rcv.Auto)),
 				{Name: "capped sockets", Value: fmt.Sprintf("%d with rcvbuf %s", cappedRcv, units.Bytes(float64(2*rcv.Core))), Source: "sock_diag SK_MEMINFO rcvbuf"}},
-			diag.Fix{Scope: "kernel", Target: "sysctl", Text: "raise rmem_max to the autotuning maximum, or stop setting SO_RCVBUF (see rwnd-limited)", Command: fmt.Sprintf("sysctl -w net.core.rmem_max=%d", rcv.Auto), Risk: "lets applications pin larger buffers; host memory"})
+			remedy.SetSysctls(diag.Fix{Scope: "kernel", Target: "sysctl", Text: "raise rmem_max to the autotuning maximum, or stop setting SO_RCVBUF (see rwnd-limited)", Risk: "lets applications pin larger buffers; host memory"},
+				"", remedy.Sysctl(s, "net.core.rmem_max", rcv.Auto)))
 	}
 	if worst.bdp > 0 {
 		plan := bdp.For(worst.rtt, worst.rate*8, s)
@@ -132,25 +135,29 @@ func checkBufferLimits(in *diag.Input) ([]diag.Finding, error) {
 			if c.OK || c.Command == "" || (c.Setting != "net.ipv4.tcp_wmem[2]" && c.Setting != "net.ipv4.tcp_rmem[2]") {
 				continue
 			}
+			set, ok := remedy.FromCheck(s, c)
+			if !ok {
+				continue
+			}
 			add(diag.Warning, fmt.Sprintf("%s %s is below what an observed path needs (%d for BDP %s = %s x %s)", c.Setting, c.Current, c.Needed, units.Bytes(plan.BDP), units.Rate(worst.rate), units.RTT(worst.rtt)),
 				[]diag.Evidence{sysEv(c.Setting, c.Current, fmt.Sprintf(">= %d", c.Needed)), {Name: "path BDP", Value: units.Bytes(plan.BDP), Source: src}},
-				diag.Fix{Scope: "kernel", Target: "sysctl", Text: c.Note, Command: c.Command, Risk: "more memory per busy connection; bounded by tcp_mem"})
+				remedy.SetSysctls(diag.Fix{Scope: "kernel", Target: "sysctl", Text: c.Note, Risk: "more memory per busy connection; bounded by tcp_mem"}, "", set))
 		}
 	}
 	if v, ok := s.SysctlInt("net.ipv4.tcp_moderate_rcvbuf"); ok && v == 0 {
 		add(diag.Warning, "receive buffer autotuning is off (tcp_moderate_rcvbuf=0): every connection keeps tcp_rmem[1] as its receive buffer",
 			[]diag.Evidence{sysEv("net.ipv4.tcp_moderate_rcvbuf", "0", "1")},
-			diag.Fix{Scope: "kernel", Target: "sysctl", Text: "turn receive autotuning back on", Command: "sysctl -w net.ipv4.tcp_moderate_rcvbuf=1", Risk: "none known; it is the default"})
+			remedy.SetSysctls(diag.Fix{Scope: "kernel", Target: "sysctl", Text: "turn receive autotuning back on", Risk: "none known; it is the default"}, "", remedy.Setting("net.ipv4.tcp_moderate_rcvbuf", "1")))
 	}
 	if v, ok := s.SysctlInt("net.ipv4.tcp_window_scaling"); ok && v == 0 {
 		add(diag.Warning, "TCP window scaling is off: no connection can have more than 64K in flight",
 			[]diag.Evidence{sysEv("net.ipv4.tcp_window_scaling", "0", "1")},
-			diag.Fix{Scope: "kernel", Target: "sysctl", Text: "turn window scaling back on (affects new connections)", Command: "sysctl -w net.ipv4.tcp_window_scaling=1", Risk: "none known; it is the default"})
+			remedy.SetSysctls(diag.Fix{Scope: "kernel", Target: "sysctl", Text: "turn window scaling back on (affects new connections)", Risk: "none known; it is the default"}, "", remedy.Setting("net.ipv4.tcp_window_scaling", "1")))
 	}
 	if v, ok := s.SysctlInt("net.ipv4.tcp_sack"); ok && v == 0 {
 		add(diag.Warning, "selective acknowledgements are off (tcp_sack=0): each loss costs more round trips to repair",
 			[]diag.Evidence{sysEv("net.ipv4.tcp_sack", "0", "1")},
-			diag.Fix{Scope: "kernel", Target: "sysctl", Text: "turn SACK back on", Command: "sysctl -w net.ipv4.tcp_sack=1", Risk: "none known; it is the default"})
+			remedy.SetSysctls(diag.Fix{Scope: "kernel", Target: "sysctl", Text: "turn SACK back on", Risk: "none known; it is the default"}, "", remedy.Setting("net.ipv4.tcp_sack", "1")))
 	}
 	// tcp_tw_recycle, when on, is time-wait-churn's: its mere presence
 	// (at 0 on every kernel before 4.12) is no problem.
@@ -158,7 +165,7 @@ func checkBufferLimits(in *diag.Input) ([]diag.Finding, error) {
 		add(diag.Info, fmt.Sprintf("%d long-lived connections go idle between bursts; with tcp_slow_start_after_idle=1 each burst restarts from the initial window", bursty),
 			[]diag.Evidence{sysEv("net.ipv4.tcp_slow_start_after_idle", "1", "0 for bursty long-lived connections"),
 				{Name: "bursty connections", Value: fmt.Sprintf("%d (sent >= %s, idle >= %s and > RTO)", bursty, units.Bytes(bufBurstMinBytes), units.Dur(bufIdleBurst)), Source: "sock_diag tcp_info.bytes_acked, last_data_sent, rto"}},
-			diag.Fix{Scope: "kernel", Target: "sysctl", Text: "keep the congestion window across idle periods", Command: "sysctl -w net.ipv4.tcp_slow_start_after_idle=0", Risk: "a burst after idle may hit a path whose capacity changed; host-wide"})
+			remedy.SetSysctls(diag.Fix{Scope: "kernel", Target: "sysctl", Text: "keep the congestion window across idle periods", Risk: "a burst after idle may hit a path whose capacity changed; host-wide"}, "", remedy.Setting("net.ipv4.tcp_slow_start_after_idle", "0")))
 	}
 	return fs, nil
 }

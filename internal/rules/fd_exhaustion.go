@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
+	"github.com/tcpdoctor/tcpdoctor/internal/remedy"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/tcpmodel"
 	"github.com/tcpdoctor/tcpdoctor/internal/units"
@@ -162,8 +163,7 @@ func fdHostFinding(cur *snapshot.Snapshot) (diag.Finding, bool) {
 		Summary: fmt.Sprintf("the host has %d of %d file handles allocated (%s): open() and socket() fail with ENFILE at the limit", v[0], v[2], units.Pct(frac)),
 		Evidence: []diag.Evidence{{Name: "allocated file handles", Value: fmt.Sprintf("%d of %d", v[0], v[2]), Source: "sysctl fs.file-nr (allocated, free, max)",
 			Threshold: fmt.Sprintf("warning >= %.0f%%, critical >= %.0f%%", fdWarnFrac*100, fdCritFrac*100)}},
-		Fixes: []diag.Fix{{Scope: "kernel", Target: "sysctl", Text: fmt.Sprintf("raise the host limit to %d and persist it; find the process holding most first", n),
-			Command: fmt.Sprintf("sysctl -w fs.file-max=%d && echo 'fs.file-max = %d' > /etc/sysctl.d/60-file-max.conf", n, n),
-			Risk:    strings.TrimSpace("kernel memory per open file; a leak keeps growing")}},
+		Fixes: []diag.Fix{remedy.SetSysctls(diag.Fix{Scope: "kernel", Target: "sysctl", Text: fmt.Sprintf("raise the host limit to %d and persist it; find the process holding most first", n),
+			Risk: strings.TrimSpace("kernel memory per open file; a leak keeps growing")}, "60-file-max.conf", remedy.Sysctl(cur, "fs.file-max", n))},
 	}, true
 }

@@ -438,7 +438,7 @@ func transientOverflow(in *diag.Input, ls []listener, over, drops int64, hasDrop
 		Command: "tcpdoctor check --interval 1s",
 	}}
 	if !hasSomax || somax < target {
-		fixes = append(fixes, remedy.Somaxconn(target))
+		fixes = append(fixes, remedy.Somaxconn(target, somax, hasSomax))
 	}
 	return diag.Finding{
 		Severity: sev,

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
+	"github.com/tcpdoctor/tcpdoctor/internal/remedy"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/tcpmodel"
 	"github.com/tcpdoctor/tcpdoctor/internal/units"
@@ -277,8 +278,8 @@ func retransFixes(where string) []diag.Fix {
 	return []diag.Fix{
 		{Scope: "kernel", Text: "find the lossy hop on " + where + ": per-hop loss with mtr, interface errors and drops on both ends",
 			Command: "mtr -rwc 100 <peer>; ip -s link; ethtool -S <if> | grep -i -e drop -e err", Risk: "none (read-only)"},
-		{Scope: "kernel", Text: "check path MTU (black holes show as timeouts of full-size segments): probe with DF set; enable MTU probing if ICMP is filtered",
-			Command: "ping -M do -s 1472 <peer>; sysctl -w net.ipv4.tcp_mtu_probing=1", Risk: "mtu_probing is host-wide; low risk"},
+		remedy.SetSysctls(diag.Fix{Scope: "kernel", Text: "check path MTU (black holes show as timeouts of full-size segments): probe with DF set; enable MTU probing if ICMP is filtered",
+			Command: "ping -M do -s 1472 <peer>", Risk: "mtu_probing is host-wide; low risk"}, "", remedy.Setting("net.ipv4.tcp_mtu_probing", "1")),
 		{Scope: "kernel", Text: "look for queue drops on this host's egress (qdisc, NIC ring)",
 			Command: "tc -s qdisc show; ethtool -g <if>", Risk: "none (read-only)"},
 	}

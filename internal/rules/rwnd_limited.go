@@ -403,17 +403,23 @@ func rwndFixes(s *snapshot.Snapshot, peer *snapshot.Socket, plan bdp.Plan, rtt t
 	fs[0].Peer, fs[1].Peer = true, true
 	if peer == nil {
 		// The receiver's sysctls are not in this snapshot: give the values.
+		// Its values are unknown here: the command raises each only where
+		// that host's is lower.
 		if plan.BDP > 0 {
-			fs = append(fs, diag.Fix{Scope: "kernel", Target: "sysctl", Text: "on the receiving host, if its limits are lower: let SO_RCVBUF requests and autotuning reach the BDP",
-				Command: fmt.Sprintf("sysctl -w net.core.rmem_max=%d; sysctl -w net.ipv4.tcp_rmem='4096 131072 %d'", int64(plan.AskRcvBuf), int64(max(plan.RcvBuf, 6<<20))),
-				Risk:    "host-wide on the receiver", Peer: true})
+			rmax, rmem := remedy.Sysctl(nil, "net.core.rmem_max", int64(plan.AskRcvBuf)), remedy.Sysctl(nil, "net.ipv4.tcp_rmem", 4096, 131072, int64(max(plan.RcvBuf, 6<<20)))
+			fs = append(fs, remedy.SetSysctls(diag.Fix{Scope: "kernel", Target: "sysctl",
+				Text: fmt.Sprintf("on the receiving host: let SO_RCVBUF requests and autotuning reach the BDP, raising (never lowering) %s and %s; the command compares each with that host's own value",
+					remedy.AtLeast(rmax), remedy.AtLeast(rmem)),
+				Risk: "host-wide on the receiver", Peer: true}, "", rmax, rmem))
 		}
 		return fs
 	}
 	for _, c := range plan.Checks {
 		if !c.OK && c.Command != "" && (c.Setting == "net.core.rmem_max" || c.Setting == "net.ipv4.tcp_rmem[2]" || c.Setting == "net.ipv4.tcp_moderate_rcvbuf") {
-			fs = append(fs, diag.Fix{Scope: "kernel", Target: "sysctl", Text: fmt.Sprintf("raise %s from %s to %d (%s)", c.Setting, c.Current, c.Needed, c.Note),
-				Command: c.Command, Risk: "host-wide; persist in /etc/sysctl.d/ once verified"})
+			if set, ok := remedy.FromCheck(s, c); ok {
+				fs = append(fs, remedy.SetSysctls(diag.Fix{Scope: "kernel", Target: "sysctl", Text: fmt.Sprintf("raise %s from %s to %d (%s)", c.Setting, c.Current, c.Needed, c.Note),
+					Risk: "host-wide; persist in /etc/sysctl.d/ once verified"}, "", set))
+			}
 		}
 	}
 	return fs

@@ -309,19 +309,18 @@ func sndbufFixes(s *snapshot.Snapshot, plan bdp.Plan, pinned, atAuto bool, rtt t
 		if c.OK || c.Command == "" {
 			continue
 		}
-		if c.Setting == "net.core.wmem_max" || c.Setting == "net.ipv4.tcp_wmem[2]" {
-			fs = append(fs, diag.Fix{Scope: "kernel", Target: "sysctl", Text: fmt.Sprintf("raise %s from %s to %d (%s)", c.Setting, c.Current, c.Needed, c.Note),
-				Command: c.Command, Risk: "host-wide; persist in /etc/sysctl.d/ once verified"})
+		if set, ok := remedy.FromCheck(s, c); ok && (c.Setting == "net.core.wmem_max" || c.Setting == "net.ipv4.tcp_wmem[2]") {
+			fs = append(fs, remedy.SetSysctls(diag.Fix{Scope: "kernel", Target: "sysctl", Text: fmt.Sprintf("raise %s from %s to %d (%s)", c.Setting, c.Current, c.Needed, c.Note),
+				Risk: "host-wide; persist in /etc/sysctl.d/ once verified"}, "", set))
 		}
 	}
 	if atAuto && plan.BDP == 0 {
-		w, _ := s.SysctlInts("net.ipv4.tcp_wmem")
-		cmd := ""
-		if len(w) == 3 {
-			cmd = fmt.Sprintf("sysctl -w net.ipv4.tcp_wmem='%d %d %d'", w[0], w[1], 2*w[2])
+		f := diag.Fix{Scope: "kernel", Target: "sysctl", Text: "autotuning is at its maximum: raise tcp_wmem[2] to at least the path's BDP (doubling shown; give --bandwidth to compute it)",
+			Risk: "host-wide memory per busy connection"}
+		if w, _ := s.SysctlInts("net.ipv4.tcp_wmem"); len(w) == 3 {
+			f = remedy.SetSysctls(f, "", remedy.Sysctl(s, "net.ipv4.tcp_wmem", w[0], w[1], 2*w[2]))
 		}
-		fs = append(fs, diag.Fix{Scope: "kernel", Target: "sysctl", Text: "autotuning is at its maximum: raise tcp_wmem[2] to at least the path's BDP (doubling shown; give --bandwidth to compute it)",
-			Command: cmd, Risk: "host-wide memory per busy connection"})
+		fs = append(fs, f)
 	}
 	return fs
 }

@@ -446,23 +446,23 @@ func synFixes(s *snapshot.Snapshot, sk *snapshot.Socket, peak int, flood bool, t
 		somax, hasSomax := s.SysctlInt("net.core.somaxconn")
 		fixes = append(fixes, backlogFixes(s, sk, n, somax, hasSomax)...)
 	} else if somax, ok := s.SysctlInt("net.core.somaxconn"); !ok || somax < n {
-		fixes = append(fixes, remedy.Somaxconn(n))
+		fixes = append(fixes, remedy.Somaxconn(n, somax, ok))
 	}
 	if v, ok := s.SysctlInt("net.ipv4.tcp_max_syn_backlog"); !ok || v < n {
-		fixes = append(fixes, diag.Fix{Scope: "kernel", Target: "sysctl",
-			Text:    fmt.Sprintf("raise tcp_max_syn_backlog to %d: without cookies, SYNs from unproven peers are dropped once a SYN queue passes 3/4 of it", n),
-			Command: fmt.Sprintf("sysctl -w net.ipv4.tcp_max_syn_backlog=%d && echo 'net.ipv4.tcp_max_syn_backlog = %d' > /etc/sysctl.d/60-syn-backlog.conf", n, n),
-			Risk:    "each pending request holds a small request socket (a few hundred bytes) for up to about a minute of SYN-ACK retries"})
+		fixes = append(fixes, remedy.SetSysctls(diag.Fix{Scope: "kernel", Target: "sysctl",
+			Text: fmt.Sprintf("raise tcp_max_syn_backlog to %d: without cookies, SYNs from unproven peers are dropped once a SYN queue passes 3/4 of it", n),
+			Risk: "each pending request holds a small request socket (a few hundred bytes) for up to about a minute of SYN-ACK retries"},
+			"60-syn-backlog.conf", remedy.Known("net.ipv4.tcp_max_syn_backlog", n, v, ok)))
 	}
 	if v, ok := s.SysctlInt("net.ipv4.tcp_syncookies"); !ok || v != 1 {
 		now := "unknown"
 		if ok {
 			now = fmt.Sprint(v)
 		}
-		fixes = append(fixes, diag.Fix{Scope: "kernel", Target: "sysctl",
-			Text:    fmt.Sprintf("answer SYNs with cookies when a SYN queue is full instead of dropping them (now %s)", now),
-			Command: "sysctl -w net.ipv4.tcp_syncookies=1",
-			Risk:    "a cookie handshake keeps only what fits in the cookie and timestamp: MSS rounded to one of a few values, and without TCP timestamps no window scaling or SACK for that connection"})
+		fixes = append(fixes, remedy.SetSysctls(diag.Fix{Scope: "kernel", Target: "sysctl",
+			Text: fmt.Sprintf("answer SYNs with cookies when a SYN queue is full instead of dropping them (now %s)", now),
+			Risk: "a cookie handshake keeps only what fits in the cookie and timestamp: MSS rounded to one of a few values, and without TCP timestamps no window scaling or SACK for that connection"},
+			"", remedy.Setting("net.ipv4.tcp_syncookies", "1")))
 	}
 	return fixes
 }

@@ -167,8 +167,8 @@ func twBuckets(in *diag.Input, p *tcpmodel.PortSpace) (diag.Finding, bool) {
 		Evidence: ev,
 		Fixes: []diag.Fix{
 			{Scope: "application", Target: "connection-pool", Text: "reuse connections (keep-alive, pools) so fewer are closed; for incoming ones, let clients close first (HTTP keep-alive, do not close right after the response)"},
-			{Scope: "kernel", Target: "sysctl", Text: "raise the bucket limit if memory allows (a TIME_WAIT socket costs about 200 bytes)",
-				Command: fmt.Sprintf("sysctl -w net.ipv4.tcp_max_tw_buckets=%d", tcpmodel.NextPow2(int64(2*max(tw, 1)))), Risk: "more memory; does not make connections cheaper"},
+			remedy.SetSysctls(diag.Fix{Scope: "kernel", Target: "sysctl", Text: "raise the bucket limit if memory allows (a TIME_WAIT socket costs about 200 bytes)",
+				Risk: "more memory; does not make connections cheaper"}, "", remedy.Sysctl(cur, "net.ipv4.tcp_max_tw_buckets", tcpmodel.NextPow2(int64(2*max(tw, 1))))),
 		},
 	}, true
 }
@@ -184,7 +184,7 @@ func twRecycle(cur *snapshot.Snapshot) (diag.Finding, bool) {
 		Summary: "net.ipv4.tcp_tw_recycle is on: clients behind NAT fail to connect (their timestamps are not monotonic); it was removed in Linux 4.12",
 		Evidence: []diag.Evidence{{Name: "tcp_tw_recycle", Value: fmt.Sprint(v), Source: "sysctl net.ipv4.tcp_tw_recycle", Threshold: "!= 0"},
 			{Name: "kernel", Value: cur.Kernel, Source: "uname"}},
-		Fixes: []diag.Fix{{Scope: "kernel", Target: "sysctl", Text: "turn it off (and remove it from /etc/sysctl.d); use connection reuse or tcp_tw_reuse for outgoing connections",
-			Command: "sysctl -w net.ipv4.tcp_tw_recycle=0", Risk: "none; more TIME_WAIT sockets remain, which is what TCP intends"}},
+		Fixes: []diag.Fix{remedy.SetSysctls(diag.Fix{Scope: "kernel", Target: "sysctl", Text: "turn it off (and remove it from /etc/sysctl.d); use connection reuse or tcp_tw_reuse for outgoing connections",
+			Risk: "none; more TIME_WAIT sockets remain, which is what TCP intends"}, "", remedy.Setting("net.ipv4.tcp_tw_recycle", "0"))},
 	}, true
 }
