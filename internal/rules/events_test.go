@@ -270,3 +270,28 @@ func TestResetsOnFlowFromEvents(t *testing.T) {
 		t.Error("no close-wait finding for " + cw.String())
 	}
 }
+
+// The kernel frees a SYN refused at a full accept queue without a drop
+// reason, so the drop program sees none of those overflows: with
+// ListenOverflows up and no TCP_LISTEN_OVERFLOW drop counted, the eBPF
+// line says it cannot see them instead of "dropped 0 handshakes"; with
+// some counted, it says the rest were not visible.
+func TestListenOverflowDropsUnseen(t *testing.T) {
+	path := "testdata/listen-overflow/fires.jsonl"
+	prev, cur := fixtureWithEvents(t, path, &snapshot.Events{})
+	res := runRule(listenOverflow(), prev, cur)
+	if len(res.Findings) == 0 {
+		t.Fatal("no finding")
+	}
+	v := evidence(res.Findings[0], "overflow drops (eBPF)")
+	if strings.Contains(v, "dropped 0") || !strings.Contains(v, "cannot see") || !strings.Contains(v, "ListenOverflows +") {
+		t.Errorf("no overflow drop counted: %q, want it to say eBPF cannot see them", v)
+	}
+	prev, cur = fixtureWithEvents(t, path, &snapshot.Events{Drops: []snapshot.EventDrop{
+		{Reason: "TCP_LISTEN_OVERFLOW", Listener: netip.MustParseAddrPort("0.0.0.0:8080"), Count: 5}}})
+	res = runRule(listenOverflow(), prev, cur)
+	v = evidence(res.Findings[0], "overflow drops (eBPF)")
+	if !strings.HasPrefix(v, "listener :8080 dropped 5 handshakes in ") || !strings.Contains(v, "not visible to eBPF") {
+		t.Errorf("5 of the overflows counted: %q, want the rest said not visible", v)
+	}
+}

@@ -418,6 +418,9 @@ func transientOverflow(in *diag.Input, ls []listener, over, drops int64, hasDrop
 		bev.Value = "unknown, so the listener cannot be named: " + tcpmodel.ProgramMissing(cur, snapshot.ProgDrops)
 	case len(ds) == 0:
 		bev.Value = "none counted in this namespace in " + units.Dur(cur.Events.Interval())
+		if over > 0 {
+			bev.Value = unseenOverflows(0, over, "in this namespace")
+		}
 	default:
 		var parts []string
 		for i, d := range ds {
@@ -428,6 +431,11 @@ func transientOverflow(in *diag.Input, ls []listener, over, drops int64, hasDrop
 			parts = append(parts, fmt.Sprintf("listener %s dropped %d handshakes", listenerName(d.Listener), d.Count))
 		}
 		bev.Value = strings.Join(parts, "; ") + " in " + units.Dur(cur.Events.Interval())
+		var n uint64
+		for _, d := range ds {
+			n += d.Count
+		}
+		bev.Value += unseenOverflows(n, over, "")
 		named = fmt.Sprintf("; eBPF names it: listener %s dropped %d handshakes (kfree_skb %s)", listenerName(ds[0].Listener), ds[0].Count, tcpmodel.ReasonListenOverflow)
 	}
 	ev = append(ev, bev)
@@ -540,8 +548,32 @@ func overflowDropEvidence(in *diag.Input, local netip.AddrPort) (uint64, diag.Ev
 		ev.Value = "unknown (ListenOverflows is netns-wide): " + tcpmodel.ProgramMissing(cur, snapshot.ProgDrops)
 		return 0, ev
 	}
+	over, _ := in.CounterDelta("TcpExt.ListenOverflows")
+	if n == 0 && over > 0 {
+		ev.Value = unseenOverflows(0, over, "at this listener")
+		return 0, ev
+	}
 	ev.Value = fmt.Sprintf("listener %s dropped %d handshakes in %s", listenerName(local), n, units.Dur(cur.Events.Interval()))
+	ev.Value += unseenOverflows(n, over, "")
 	return n, ev
+}
+
+// unseenOverflows says what of the namespace's over ListenOverflows the
+// drop program cannot see, counted of them. The kernel refuses a SYN at
+// a full accept queue in tcp_conn_request and frees it with consume_skb,
+// not kfree_skb, so no drop reason is ever recorded for it: only a
+// handshake's final ACK (or first data) meeting a full queue is dropped
+// with TCP_LISTEN_OVERFLOW. With none counted (where says where) the
+// line must not read "0"; with some, it says the rest were not visible.
+func unseenOverflows(counted uint64, over int64, where string) string {
+	const why = "SYNs refused at a full accept queue are freed without a drop reason (consume_skb, not kfree_skb), so eBPF counts only final ACKs that meet a full queue"
+	if over <= 0 || counted >= uint64(over) {
+		return ""
+	}
+	if counted == 0 {
+		return fmt.Sprintf("cannot see these: ListenOverflows +%d in the namespace, none freed with %s %s: %s", over, tcpmodel.ReasonListenOverflow, where, why)
+	}
+	return fmt.Sprintf("; the other %d of ListenOverflows +%d (netns-wide) were not visible to eBPF: other listeners', or %s", uint64(over)-counted, over, why)
 }
 
 // synRetransmitEvidence is the client side of a full queue: SYNs sent
