@@ -62,7 +62,15 @@ func checkBufferLimits(in *diag.Input) ([]diag.Finding, error) {
 		rate float64
 	}
 	bursty := 0
+	// Connections whose send buffer is full at tcp_wmem[2], cwnd and the
+	// peer's window to spare: their rate is the buffer's (about tcp_wmem[2]
+	// per RTT), and a BDP read from it can never exceed the cap.
+	var atMax struct {
+		n   int
+		rtt time.Duration
+	}
 	idx := in.CurTuples()
+	rates := peerRates(in)
 	var tb snapshot.TCPInfo
 	for i := range s.Sockets {
 		sk := &s.Sockets[i]
@@ -97,7 +105,20 @@ func checkBufferLimits(in *diag.Input) ([]diag.Finding, error) {
 		}
 		rtt := tcpmodel.RTT(ti)
 		rate := in.Options.Bandwidth / 8
-		if rate == 0 && ti.Has(snapshot.EndDeliveryRate) && !ti.DeliveryRateAppLimited && ti.DeliveryRate >= bufBusyMinRate {
+		switch {
+		case !local && sndFullAtMax(sk, snd):
+			// Only a rate the buffer does not cap sizes the path: another
+			// connection's to the same peer (or --bandwidth). One moving
+			// at least half its path (or of 1 Gbit/s, unknown) is not
+			// held back: a saturated gigabit path fills 4M buffers too.
+			own := max(tcpmodel.OwnRate(ti), float64(ti.DeliveryRate))
+			pp := tcpmodel.PathOf(in.Options.Bandwidth, rates, idx, sk, own)
+			if pp.Judge(own).Lost {
+				atMax.n++
+				atMax.rtt = max(atMax.rtt, rtt)
+			}
+			rate = pp.Rate
+		case rate == 0 && ti.Has(snapshot.EndDeliveryRate) && !ti.DeliveryRateAppLimited && ti.DeliveryRate >= bufBusyMinRate:
 			rate = float64(ti.DeliveryRate)
 		}
 		if rate > 0 && rtt > 0 && !local {
@@ -125,6 +146,7 @@ func checkBufferLimits(in *diag.Input) ([]diag.Finding, error) {
 			remedy.SetSysctls(diag.Fix{Scope: "kernel", Target: "sysctl", Text: "raise rmem_max to the autotuning maximum, or stop setting SO_RCVBUF (see rwnd-limited)", Risk: "lets applications pin larger buffers; host memory"},
 				"", remedy.Sysctl(s, "net.core.rmem_max", rcv.Auto)))
 	}
+	wmemSaid := false
 	if worst.bdp > 0 {
 		plan := bdp.For(worst.rtt, worst.rate*8, s)
 		src := "busiest connection: tcp_info.delivery_rate x rtt"
@@ -139,10 +161,21 @@ func checkBufferLimits(in *diag.Input) ([]diag.Finding, error) {
 			if !ok {
 				continue
 			}
+			wmemSaid = wmemSaid || c.Setting == "net.ipv4.tcp_wmem[2]"
 			add(diag.Warning, fmt.Sprintf("%s %s is below what an observed path needs (%d for BDP %s = %s x %s)", c.Setting, c.Current, c.Needed, units.Bytes(plan.BDP), units.Rate(worst.rate), units.RTT(worst.rtt)),
 				[]diag.Evidence{sysEv(c.Setting, c.Current, fmt.Sprintf(">= %d", c.Needed)), {Name: "path BDP", Value: units.Bytes(plan.BDP), Source: src}},
 				remedy.SetSysctls(diag.Fix{Scope: "kernel", Target: "sysctl", Text: c.Note, Risk: "more memory per busy connection; bounded by tcp_mem"}, "", set))
 		}
+	}
+	if w, ok := s.SysctlInts("net.ipv4.tcp_wmem"); ok && len(w) == 3 && atMax.n > 0 && !wmemSaid {
+		add(diag.Info, fmt.Sprintf("%d busy connections have their send buffers full at net.ipv4.tcp_wmem's maximum %s, with cwnd and the peer's window to spare: their rate is the buffer's, so it cannot show what the path needs (no other rate to their peers is known)",
+			atMax.n, units.Bytes(float64(w[2]))),
+			[]diag.Evidence{sysEv("net.ipv4.tcp_wmem", s.Sysctls["net.ipv4.tcp_wmem"], "the path's BDP"),
+				{Name: "send buffers at the maximum", Value: fmt.Sprintf("%d connections (largest RTT %s): sndbuf = tcp_wmem[2], queued >= %s and in flight >= %s of it, cwnd and the peer's window >= %.1f x in flight", atMax.n, units.RTT(atMax.rtt), units.Pct(sndbufQueuedFrac), units.Pct(sndbufInflightFrac), sndbufHeadroom),
+					Source: "sock_diag SK_MEMINFO sndbuf, wmem_queued; tcp_info.unacked, snd_cwnd, snd_wnd"}},
+			remedy.SetSysctls(diag.Fix{Scope: "kernel", Target: "sysctl",
+				Text: fmt.Sprintf("raise net.ipv4.tcp_wmem's maximum to the path's BDP (tcpdoctor bdp --rtt %s --bandwidth <link rate>, or check --bandwidth); doubling shown", units.RTT(atMax.rtt)),
+				Risk: "more memory per busy connection; bounded by tcp_mem"}, "", remedy.Sysctl(s, "net.ipv4.tcp_wmem", w[0], w[1], 2*w[2])))
 	}
 	if v, ok := s.SysctlInt("net.ipv4.tcp_moderate_rcvbuf"); ok && v == 0 {
 		add(diag.Warning, "receive buffer autotuning is off (tcp_moderate_rcvbuf=0): every connection keeps tcp_rmem[1] as its receive buffer",
@@ -207,4 +240,14 @@ func sinceSent(in *diag.Input, sk *snapshot.Socket, ti *snapshot.TCPInfo) time.D
 		idle += in.Window()
 	}
 	return idle
+}
+
+// sndFullAtMax: sk's send buffer is autotuned to tcp_wmem[2] and full,
+// with cwnd and the peer's window to spare (sndbuf-limited's test).
+func sndFullAtMax(sk *snapshot.Socket, snd tcpmodel.Limits) bool {
+	if snd.Auto <= 0 || sk.Mem == nil || int64(sk.Mem.Sndbuf) < snd.Auto || !queuedNearBuf(sk.Mem) {
+		return false
+	}
+	l, ok := lookSndbuf(sk)
+	return ok && l.limited()
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
+	"github.com/tcpdoctor/tcpdoctor/internal/remedy"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/tcpmodel"
 	"github.com/tcpdoctor/tcpdoctor/internal/units"
@@ -201,13 +202,13 @@ func checkConnectionBottleneck(in *diag.Input) ([]diag.Finding, error) {
 			sub.Remote = k.remote.Addr().String()
 			sub.Peers = []diag.Count{{Key: k.remote.Addr().String(), N: n}}
 		}
-		fs = append(fs, diag.Finding{Severity: sev, Subject: sub, Summary: sum, Evidence: ev, Fixes: []diag.Fix{
+		fixes := []diag.Fix{
 			{Scope: "application", Target: "dubbo", Text: fmt.Sprintf("more connections per provider: %s", reason), Command: fmt.Sprintf(`<dubbo:reference connections="%d" .../>`, want),
 				Risk: "more sockets and IO threads on both sides"},
 			{Scope: "application", Target: "grpc", Text: fmt.Sprintf("a pool of %d channels (HTTP/2 multiplexes every call onto one connection)", want), Risk: "more connections to balance"},
 			{Scope: "application", Text: fmt.Sprintf("HTTP/JDBC clients: pool size / max connections per host >= %d; at least as many connections as IO threads or cores", want), Risk: "server-side connection limits"},
-			{Scope: "application", Text: "do not pin small socket buffers on these connections (see sndbuf-limited, rwnd-limited)", Risk: "memory per connection"},
-		}})
+		}
+		fs = append(fs, diag.Finding{Severity: sev, Subject: sub, Summary: sum, Evidence: ev, Fixes: append(fixes, bufferFixes(cur, f.socks)...)})
 	}
 	return fs, ownersGone(cur, snapshot.Established)
 }
@@ -286,4 +287,39 @@ func joinWhy(ws []string) string {
 		out += w
 	}
 	return out
+}
+
+// bufferFixes names what sizes the connections' buffers: the application
+// only when the lock bits say it pinned them (else a hint says so, lock
+// bits unread), the sysctl when a send buffer sits at tcp_wmem's maximum,
+// autotuned.
+func bufferFixes(s *snapshot.Snapshot, socks []*snapshot.Socket) []diag.Fix {
+	snd := tcpmodel.SndLimits(s)
+	var pinned, unread, atMax bool
+	for _, sk := range socks {
+		if sk.Mem == nil {
+			continue
+		}
+		pin := tcpmodel.JudgeBufFrom(sk.Mem.Sndbuf, 0, sk.BufLock, tcpmodel.LockSnd|tcpmodel.LockRcv, snd, s.BufLocks)
+		switch {
+		case pin.Proof && pin.Pinned:
+			pinned = true
+		case !pin.Proof:
+			unread = true
+		}
+		atMax = atMax || !pin.Pinned && snd.Auto > 0 && int64(sk.Mem.Sndbuf) >= snd.Auto
+	}
+	var fs []diag.Fix
+	switch {
+	case pinned:
+		fs = append(fs, diag.Fix{Scope: "application", Text: "do not pin small socket buffers on these connections: the lock bits show SO_SNDBUF or SO_RCVBUF set (see sndbuf-limited, rwnd-limited)", Risk: "memory per connection"})
+	case unread && !atMax:
+		fs = append(fs, diag.Fix{Scope: "application", Text: "if the application sets SO_SNDBUF or SO_RCVBUF on these connections (the lock bits were not read), stop pinning them (see sndbuf-limited, rwnd-limited)", Risk: "memory per connection"})
+	}
+	if w, ok := s.SysctlInts("net.ipv4.tcp_wmem"); ok && len(w) == 3 && atMax {
+		fs = append(fs, remedy.SetSysctls(diag.Fix{Scope: "kernel", Target: "sysctl",
+			Text: fmt.Sprintf("their send buffers are at net.ipv4.tcp_wmem's maximum %s, autotuned: raise it to the path's BDP (see sndbuf-limited; doubling shown)", units.Bytes(float64(w[2]))),
+			Risk: "more memory per busy connection; bounded by tcp_mem"}, "", remedy.Sysctl(s, "net.ipv4.tcp_wmem", w[0], w[1], 2*w[2])))
+	}
+	return fs
 }

@@ -2,10 +2,12 @@ package rules
 
 import (
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/tcpmodel"
 )
 
 // readFixture reads a recording of at least two snapshots.
@@ -62,5 +64,33 @@ func TestConnectionBottleneckRecordings(t *testing.T) {
 		if got := res.Worst() >= diag.Warning; got != c.fires {
 			t.Errorf("%s --bandwidth %.0f: fired %v, want %v: %+v", c.file, c.bw, got, c.fires, res.Findings)
 		}
+	}
+}
+
+// The application is told to stop pinning buffers only when the lock
+// bits say it pinned them; a send buffer autotuned to tcp_wmem's maximum
+// gets the sysctl, raised, instead.
+func TestBottleneckBufferFixes(t *testing.T) {
+	s := &snapshot.Snapshot{Sysctls: map[string]string{"net.core.wmem_max": "212992", "net.ipv4.tcp_wmem": "4096 16384 65536"}}
+	sock := func(sndbuf uint32, lock snapshot.Flags) *snapshot.Socket {
+		return &snapshot.Socket{Mem: &snapshot.MemInfo{Sndbuf: sndbuf}, BufLock: lock}
+	}
+	texts := func(fs []diag.Fix) string {
+		var b strings.Builder
+		for _, f := range fs {
+			b.WriteString(f.Text + " " + f.Command + "\n")
+		}
+		return b.String()
+	}
+	atMax := bufferFixes(s, []*snapshot.Socket{sock(65536, snapshot.FlagsOf(0))})
+	if got := texts(atMax); strings.Contains(got, "pin") || !strings.Contains(got, "net.ipv4.tcp_wmem='4096 16384 131072'") {
+		t.Errorf("autotuned at tcp_wmem's maximum, lock bits read and clear:\n%s", got)
+	}
+	pinned := bufferFixes(s, []*snapshot.Socket{sock(32768, snapshot.FlagsOf(tcpmodel.LockSnd))})
+	if got := texts(pinned); !strings.Contains(got, "do not pin small socket buffers") || strings.Contains(got, "tcp_wmem") {
+		t.Errorf("pinned by the lock bits:\n%s", got)
+	}
+	if got := texts(bufferFixes(s, []*snapshot.Socket{sock(32768, snapshot.FlagsOf(0))})); got != "" {
+		t.Errorf("lock bits read and clear, below the maximum: %s", got)
 	}
 }

@@ -230,7 +230,13 @@ func sndbufFinding(in *diag.Input, sk *snapshot.Socket, prev *snapshot.Was, look
 	case pin.Pinned:
 		ev = append(ev, diag.Evidence{Name: "pinned", Value: "SO_SNDBUF set by the application: " + pin.Why, Source: pin.Source()})
 	case atAuto:
-		ev = append(ev, diag.Evidence{Name: "autotuning maximum", Value: fmt.Sprintf("sndbuf at tcp_wmem[2] %s", units.Bytes(float64(lim.Auto))), Source: "sysctl net.ipv4.tcp_wmem"})
+		v := fmt.Sprintf("sndbuf at net.ipv4.tcp_wmem's maximum %s: autotuning can grow it no further", units.Bytes(float64(lim.Auto)))
+		src := "sysctl net.ipv4.tcp_wmem"
+		if pin.Proof {
+			v += "; not pinned (" + pin.Why + ")"
+			src += " and " + pin.Source()
+		}
+		ev = append(ev, diag.Evidence{Name: "autotuning maximum", Value: v, Source: src})
 	case pin.Proof:
 		ev = append(ev, diag.Evidence{Name: "pinned", Value: pin.Why, Source: pin.Source()})
 	}
@@ -255,14 +261,18 @@ func sndbufFinding(in *diag.Input, sk *snapshot.Socket, prev *snapshot.Was, look
 
 	// Severity is the consequence. A pinned buffer warns when the flow
 	// moves well below what its path carries. Autotuning at its maximum
-	// matters only when the path is known to carry clearly more; anything
-	// else is autotuning still catching up, worth a note at most.
+	// warns only when the path is known to carry clearly more; with the
+	// path unknown, a buffer full at the maximum in both samples, cwnd and
+	// the peer's window to spare, is a note naming the sysctl (its own
+	// rate is the buffer's and says nothing of the path). Anything else is
+	// autotuning still catching up.
 	sev := diag.Info
 	switch {
 	case pin.Pinned && verdict.Lost:
 		sev = diag.Warning
 	case atAuto && path > 0 && short >= sndbufAutoShortfall:
 		sev = diag.Warning
+	case atAuto && path == 0 && confident && verdict.Lost:
 	case atAuto, !verdict.Lost:
 		return scored{}, false
 	}
@@ -285,7 +295,7 @@ func sndbufFinding(in *diag.Input, sk *snapshot.Socket, prev *snapshot.Was, look
 	case pin.Pinned:
 		what = fmt.Sprintf("its send buffer is pinned at %s (SO_SNDBUF %s)", units.Bytes(look.sndbuf), units.Bytes(look.sndbuf/2))
 	case atAuto:
-		what = fmt.Sprintf("its send buffer is at the tcp_wmem maximum %s", units.Bytes(look.sndbuf))
+		what = fmt.Sprintf("its send buffer is at net.ipv4.tcp_wmem's maximum %s (autotuned, not set by the application)", units.Bytes(look.sndbuf))
 	}
 	sum := fmt.Sprintf("send-buffer-limited (%s): %s; it keeps %s in flight per RTT %s", how, what, units.Bytes(max(look.inflight, look.sndbuf)), units.RTT(rtt))
 	if own > 0 {
@@ -315,7 +325,7 @@ func sndbufFixes(s *snapshot.Snapshot, plan bdp.Plan, pinned, atAuto bool, rtt t
 		}
 	}
 	if atAuto && plan.BDP == 0 {
-		f := diag.Fix{Scope: "kernel", Target: "sysctl", Text: "autotuning is at its maximum: raise tcp_wmem[2] to at least the path's BDP (doubling shown; give --bandwidth to compute it)",
+		f := diag.Fix{Scope: "kernel", Target: "sysctl", Text: "autotuning is at its maximum: raise net.ipv4.tcp_wmem's maximum to at least the path's BDP (its rate x RTT; this connection's own rate is capped by the buffer and cannot give it): doubling shown, give --bandwidth to compute it",
 			Risk: "host-wide memory per busy connection"}
 		if w, _ := s.SysctlInts("net.ipv4.tcp_wmem"); len(w) == 3 {
 			f = remedy.SetSysctls(f, "", remedy.Sysctl(s, "net.ipv4.tcp_wmem", w[0], w[1], 2*w[2]))
