@@ -76,6 +76,65 @@ type Subject struct {
 	// groups sockets; Ports counts them per local port.
 	Peers []Count `json:"peers,omitempty"`
 	Ports []Count `json:"ports,omitempty"`
+	// Peer is the other end of the subject's connection when it lives on
+	// this host in another network namespace of the same collection
+	// (Input.HostPeer): the rules that judge a connection by its other
+	// end (rwnd-limited, slow-reader, sndbuf-limited,
+	// connection-bottleneck) name it.
+	Peer *Peer `json:"peer,omitempty"`
+}
+
+// Peer is the other end of a connection on this host: its namespace,
+// address, process and workload (the process's, else its namespace's).
+type Peer struct {
+	Netns        string `json:"netns,omitempty"`
+	Local        string `json:"local,omitempty"`
+	Pid          int    `json:"pid,omitempty"`
+	Command      string `json:"command,omitempty"`
+	Pod          string `json:"pod,omitempty"`
+	PodNamespace string `json:"pod_namespace,omitempty"`
+	Container    string `json:"container,omitempty"`
+}
+
+// PeerOf describes sk, a socket of s, as a Peer.
+func PeerOf(s *snapshot.Snapshot, sk *snapshot.Socket) *Peer {
+	p := &Peer{Netns: s.Netns.Name, Local: sk.Local.String()}
+	w := s.Netns.Workload
+	if pids := sk.Pids.List(); len(pids) > 0 {
+		p.Pid = pids[0]
+		if pr := s.Procs[p.Pid]; pr != nil {
+			p.Command = pr.Command
+			if pr.Workload != nil {
+				w = pr.Workload
+			}
+		}
+	}
+	if w != nil {
+		p.Pod, p.PodNamespace, p.Container = w.Pod, w.PodNamespace, w.ContainerName()
+	}
+	return p
+}
+
+// String names the peer for people: "java (pid 812) in pod shop/web-1
+// container api, netns cni-1234".
+func (p *Peer) String() string {
+	who := "unknown owner"
+	if p.Pid != 0 {
+		who = fmt.Sprintf("%s (pid %d)", p.Command, p.Pid)
+	}
+	if p.Pod != "" {
+		pod := p.Pod
+		if p.PodNamespace != "" {
+			pod = p.PodNamespace + "/" + pod
+		}
+		who += " in pod " + pod
+		if p.Container != "" {
+			who += " container " + p.Container
+		}
+	} else if p.Container != "" {
+		who += " in container " + p.Container
+	}
+	return who + ", netns " + p.Netns
 }
 
 // Count is a number of sockets for one key (an address or a port).
@@ -224,6 +283,9 @@ type Input struct {
 	prevReady chan struct{}
 	prevDone  atomic.Bool
 	tuples    tcpmodel.Tuples // CurTuples: indexed at its first lookup
+	// Host finds connections' other ends in the other namespaces of the
+	// same collection (HostPeer); nil when Cur was collected alone.
+	Host *tcpmodel.HostPeers
 	// memos holds MemoOf's values by key.
 	memos onceMap
 }
@@ -289,6 +351,13 @@ func (in *Input) PrevOf(sk *snapshot.Socket) *snapshot.Was {
 // asks, built at the first lookup (tcpmodel.Tuples).
 func (in *Input) CurTuples() tcpmodel.Tuples {
 	return in.tuples
+}
+
+// HostPeer is the other end of sk, a socket of Cur, and the snapshot
+// holding it, when it lives in another namespace of the same collection
+// (two pods on one node); nil, nil otherwise or without Host.
+func (in *Input) HostPeer(sk *snapshot.Socket) (*snapshot.Snapshot, *snapshot.Socket) {
+	return in.Host.Peer(in.Cur, sk)
 }
 
 // CounterDelta returns how much a counter moved over the window. ok is

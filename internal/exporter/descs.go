@@ -106,7 +106,7 @@ func newDescs() *descs {
 	d.portsUsable = nd("tcpdoctor_ephemeral_ports_usable", "Ephemeral ports connect() can use per destination: ip_local_port_range minus reserved ports and ports bound by listeners or bind().", subjectLabels()...)
 	d.limiter = nd("tcpdoctor_connections_by_limiter", "Established connections by what limited them over the last window: app (busy under half of it), else the largest tcp_info chronograph: cwnd, rwnd or sndbuf.", subjectLabels("limiter")...)
 	d.window = nd("tcpdoctor_window_seconds", "Length of the window between the two samples the rules saw.", subjectLabels()...)
-	d.finding = nd("tcpdoctor_finding", "1 for each active finding of the rules (as tcpdoctor check reports them).", subjectLabels("rule", "severity", "local", "remote", "pid", "command")...)
+	d.finding = nd("tcpdoctor_finding", "1 for each active finding of the rules (as tcpdoctor check reports them).", subjectLabels("rule", "severity", "local", "remote", "pid", "command", "peer_pod", "peer_namespace")...)
 	d.unknown = nd("tcpdoctor_rule_unknown", "1 for each rule that could not decide in a namespace (missing inputs): unknown, not healthy.", subjectLabels("rule")...)
 	d.sourceUp = nd("tcpdoctor_source_up", "1 if the source answered fully in the last collection, 0 if it failed or was partial.", subjectLabels("source")...)
 	d.sourceDur = nd("tcpdoctor_source_duration_seconds", "Time the source took in the last collection.", subjectLabels("source")...)

@@ -179,6 +179,18 @@ func (x *Exporter) Update(snaps []*snapshot.Snapshot, collectTook time.Duration)
 		x.addLimiters(b, in, nl)
 	}
 	var rep *report.Report
+	if len(ins) > 1 {
+		// Connections between the namespaces: each window finds the
+		// other end in the others' current samples.
+		curs := make([]*snapshot.Snapshot, len(ins))
+		for i, in := range ins {
+			curs[i] = in.Cur
+		}
+		host := tcpmodel.NewHostPeers(curs)
+		for _, in := range ins {
+			in.Host = host
+		}
+	}
 	if len(ins) > 0 {
 		// The rules run exactly as `check` runs them.
 		rep = checkup.Diagnose(slices.Values(ins), x.opts.Rules)
@@ -191,7 +203,13 @@ func (x *Exporter) Update(snaps []*snapshot.Snapshot, collectTook time.Duration)
 			// The engine named the subject's pod and container (its
 			// process's, else its namespace's).
 			fl := nsLabels{s.Netns, s.Pod, s.PodNamespace, s.Container}
-			b.add(d.finding, prometheus.GaugeValue, 1, fl.with(f.Rule, f.Severity.String(), s.Local, s.Remote, pid, s.Command)...)
+			// The other end's pod, only when the finding found it on this
+			// host in a pod (one value per finding: no new series).
+			var peerPod, peerNS string
+			if s.Peer != nil {
+				peerPod, peerNS = s.Peer.Pod, s.Peer.PodNamespace
+			}
+			b.add(d.finding, prometheus.GaugeValue, 1, fl.with(f.Rule, f.Severity.String(), s.Local, s.Remote, pid, s.Command, peerPod, peerNS)...)
 		}
 		for _, u := range rep.Unknown {
 			nl, ok := nsl[u.Netns]

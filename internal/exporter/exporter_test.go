@@ -402,7 +402,7 @@ func TestAppCaps(t *testing.T) {
 		`tcpdoctor_app_connections{command="nginx",container="",namespace="",netns="capx",pid="10862",pod="",setting="worker_connections"} 255`,
 		`tcpdoctor_listener_connections{command="nginx",container="",local="127.0.0.1:8080",namespace="",netns="capx",pod="",port="8080"} 127`,
 		`tcpdoctor_listener_connections{command="python3",container="",local="127.0.0.1:9000",namespace="",netns="capx",pod="",port="9000"} 127`,
-		`tcpdoctor_finding{command="nginx",container="",local="127.0.0.1:8080",namespace="",netns="capx",pid="10862",pod="",remote="",rule="app-connection-cap",severity="critical"} 1`,
+		`tcpdoctor_finding{command="nginx",container="",local="127.0.0.1:8080",namespace="",netns="capx",peer_namespace="",peer_pod="",pid="10862",pod="",remote="",rule="app-connection-cap",severity="critical"} 1`,
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("scrape lacks %s", want)

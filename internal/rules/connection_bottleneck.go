@@ -196,6 +196,17 @@ func checkConnectionBottleneck(in *diag.Input) ([]diag.Finding, error) {
 		sum := fmt.Sprintf("%s carries its traffic to %s on %d connection(s), each saturated and limited by buffer or window; use about %d",
 			tcpmodel.Who(cur, sk.Pids.List()), peer, n, want)
 		sub := subject(cur, ls, sk)
+		if _, other, there := elsewhere(in, sk); there != nil && !k.local.IsValid() {
+			// The provider is on this host: name it, and what it holds
+			// unread or pinned.
+			sub.Peer = there
+			sum += fmt.Sprintf("; the peer %s is on this host: %s", peer, there)
+			if other.Mem != nil {
+				ev = append(ev, diag.Evidence{Name: "peer on this host", Value: fmt.Sprintf("%s: rcvbuf %s, Recv-Q %s, sndbuf %s, Send-Q %s", there,
+					units.Bytes(float64(other.Mem.Rcvbuf)), units.Bytes(float64(other.RecvQ)), units.Bytes(float64(other.Mem.Sndbuf)), units.Bytes(float64(other.SendQ))),
+					Source: "sock_diag SK_MEMINFO and queues of the reverse tuple in netns " + there.Netns})
+			}
+		}
 		if k.local.IsValid() {
 			// Server side: the peer is the client's address, its ports
 			// are one per connection.

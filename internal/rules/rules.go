@@ -229,3 +229,18 @@ func prevAs(in *diag.Input, sk *snapshot.Socket) *snapshot.Socket {
 	s := p.As(sk)
 	return &s
 }
+
+// elsewhere is sk's other end when it lives in another namespace of this
+// host collected with sk's (diag.Input.HostPeer: two pods on one node),
+// described for the finding's subject; nil when it is not, or is in sk's
+// own namespace (Tuples.Peer finds that one).
+func elsewhere(in *diag.Input, sk *snapshot.Socket) (*snapshot.Snapshot, *snapshot.Socket, *diag.Peer) {
+	if in.CurTuples().Peer(sk) != nil {
+		return nil, nil, nil
+	}
+	s, p := in.HostPeer(sk)
+	if p == nil {
+		return nil, nil, nil
+	}
+	return s, p, diag.PeerOf(s, p)
+}

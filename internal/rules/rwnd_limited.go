@@ -302,22 +302,38 @@ func rwndFinding(in *diag.Input, sk *snapshot.Socket, sh snapshot.Shares, share 
 	}
 	ev = append(ev, zw...)
 
-	peer := idx.Peer(sk)
+	// The receiver: in this namespace, else in another one of this
+	// host collected with it (there: both ends on one node), whose
+	// snapshot ps holds its buffers, sysctls and owner.
+	peer, ps := idx.Peer(sk), cur
+	var there *diag.Peer
+	if peer == nil {
+		if s, p := in.HostPeer(sk); p != nil {
+			peer, ps, there = p, s, diag.PeerOf(s, p)
+		}
+	}
 	receiver := "the remote receiver " + sk.Remote.String()
 	var rcvPin tcpmodel.Pin
 	if peer != nil {
-		receiver = fmt.Sprintf("the local receiver %s (%s)", sk.Remote, tcpmodel.Who(cur, peer.Pids.List()))
+		who := tcpmodel.Who(ps, peer.Pids.List())
+		receiver = fmt.Sprintf("the local receiver %s (%s)", sk.Remote, who)
+		src := "sock_diag SK_MEMINFO rcvbuf of the reverse tuple "
+		if there != nil {
+			who = there.String()
+			receiver = fmt.Sprintf("the receiver %s on this host: %s", sk.Remote, who)
+			src = "sock_diag SK_MEMINFO rcvbuf of the reverse tuple in netns " + there.Netns + " "
+		}
 		if peer.Mem != nil {
 			var prevSize uint32
-			if pp := in.PrevOf(peer); pp != nil && pp.Mem != nil {
+			if pp := in.PrevOf(peer); there == nil && pp != nil && pp.Mem != nil {
 				prevSize = pp.Mem.Rcvbuf
 			}
-			rcvPin = tcpmodel.JudgeBufFrom(peer.Mem.Rcvbuf, prevSize, peer.BufLock, tcpmodel.LockRcv, tcpmodel.RcvLimits(cur), cur.BufLocks)
+			rcvPin = tcpmodel.JudgeBufFrom(peer.Mem.Rcvbuf, prevSize, peer.BufLock, tcpmodel.LockRcv, tcpmodel.RcvLimits(ps), ps.BufLocks)
 			v := fmt.Sprintf("rcvbuf %s, Recv-Q %s", units.Bytes(float64(peer.Mem.Rcvbuf)), units.Bytes(float64(peer.RecvQ)))
 			if rcvPin.Pinned {
 				v += "; pinned: " + rcvPin.Why
 			}
-			ev = append(ev, diag.Evidence{Name: "receiver", Value: tcpmodel.Who(cur, peer.Pids.List()) + ": " + v, Source: "sock_diag SK_MEMINFO rcvbuf of the reverse tuple " + bufLockSourceIf(rcvPin)})
+			ev = append(ev, diag.Evidence{Name: "receiver", Value: who + ": " + v, Source: src + bufLockSourceIf(rcvPin)})
 		}
 	}
 	// Severity is the consequence: a warning when the flow moves well
@@ -364,7 +380,16 @@ func rwndFinding(in *diag.Input, sk *snapshot.Socket, sh snapshot.Shares, share 
 		sum += fmt.Sprintf(" against a BDP of %s", units.Bytes(plan.BDP))
 	}
 	sum += "; the receiver to change is " + receiver
-	return diag.Finding{Severity: sev, Subject: subject(cur, tcpmodel.ListenersOf(cur), sk), Summary: sum, Evidence: ev, Fixes: rwndFixes(cur, peer, plan, rtt)}, true
+	if rcvPin.Pinned && peer != nil && peer.Mem != nil {
+		sum += fmt.Sprintf(", its receive buffer pinned at %s (SO_RCVBUF %s)", units.Bytes(float64(peer.Mem.Rcvbuf)), units.Bytes(float64(peer.Mem.Rcvbuf/2)))
+	}
+	sub := subject(cur, tcpmodel.ListenersOf(cur), sk)
+	sub.Peer = there
+	if there != nil && plan.BDP > 0 {
+		// The receiver's own sysctls are the ones its fixes set.
+		plan = bdp.For(plan.RTT, plan.Rate, ps)
+	}
+	return diag.Finding{Severity: sev, Subject: sub, Summary: sum, Evidence: ev, Fixes: rwndFixes(ps, peer, there, plan, rtt)}, true
 }
 
 // sameWindow: the peer advertised the same window in both samples, as a
@@ -390,10 +415,15 @@ func bufLockSourceIf(p tcpmodel.Pin) string {
 	return ""
 }
 
-func rwndFixes(s *snapshot.Snapshot, peer *snapshot.Socket, plan bdp.Plan, rtt time.Duration) []diag.Fix {
+// rwndFixes are the receiver's: peer (nil: not on this host) lives in s,
+// another namespace of this host when there is set.
+func rwndFixes(s *snapshot.Snapshot, peer *snapshot.Socket, there *diag.Peer, plan bdp.Plan, rtt time.Duration) []diag.Fix {
 	who := "on the receiving host"
 	if peer != nil {
 		who = "in " + tcpmodel.Who(s, peer.Pids.List())
+		if there != nil {
+			who = "in " + there.String()
+		}
 		if peer.RecvQ > 0 && peer.Mem != nil && float64(peer.RecvQ) >= 0.25*float64(peer.Mem.Rcvbuf) {
 			who += " (its Recv-Q is full: it also reads too slowly; see slow-reader)"
 		}
@@ -417,8 +447,14 @@ func rwndFixes(s *snapshot.Snapshot, peer *snapshot.Socket, plan bdp.Plan, rtt t
 	for _, c := range plan.Checks {
 		if !c.OK && c.Command != "" && (c.Setting == "net.core.rmem_max" || c.Setting == "net.ipv4.tcp_rmem[2]" || c.Setting == "net.ipv4.tcp_moderate_rcvbuf") {
 			if set, ok := remedy.FromCheck(s, c); ok {
-				fs = append(fs, remedy.SetSysctls(diag.Fix{Scope: "kernel", Target: "sysctl", Text: fmt.Sprintf("raise %s from %s to %d (%s)", c.Setting, c.Current, c.Needed, c.Note),
-					Risk: "host-wide; persist in /etc/sysctl.d/ once verified"}, "", set))
+				f := diag.Fix{Scope: "kernel", Target: "sysctl", Text: fmt.Sprintf("raise %s from %s to %d (%s)", c.Setting, c.Current, c.Needed, c.Note),
+					Risk: "host-wide; persist in /etc/sysctl.d/ once verified"}
+				if there != nil {
+					// Set where the receiver lives, not in the sender's namespace.
+					f.Text = "receiver side, " + who + ": " + f.Text
+					f.Peer = true
+				}
+				fs = append(fs, remedy.SetSysctls(f, "", set))
 			}
 		}
 	}

@@ -1,12 +1,14 @@
 package rules
 
 import (
+	"net/netip"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/tcpmodel"
 )
 
 // Real recordings (internal/livetest with LIVETEST_RECORD): one bulk flow
@@ -86,5 +88,90 @@ func TestRwndLimitedBoundAcrossSamples(t *testing.T) {
 	c.SndWnd += 64 << 10
 	if res := run(); res.Worst() >= diag.Warning {
 		t.Errorf("window moved: worst %v, want below warning", res.Worst())
+	}
+}
+
+// Both ends on one host, in two namespaces: the loopback-free recording
+// of a local receiver split in two, the receiver's socket moved to a
+// namespace of its own whose process is in a pod. Diagnosed with the
+// other namespace at hand (check --all-netns), the sender's finding names
+// the receiver (subject.peer: namespace, process, pod, container), its
+// buffer, and addresses the receiver's fixes to it; without it, the
+// receiver is only "the remote receiver".
+func TestRwndLimitedPeerInAnotherNamespace(t *testing.T) {
+	snaps := readFixture(t, filepath.Join("testdata", "rwnd-limited", "fires-local.jsonl"))
+	prev, cur := snaps[0], snaps[len(snaps)-1]
+	var sender *snapshot.Socket
+	var tb snapshot.TCPInfo
+	for i := range cur.Sockets {
+		sk := &cur.Sockets[i]
+		if ti := sk.TCP(&tb); sk.State == snapshot.Established && ti != nil && ti.BytesAcked > 1e6 {
+			sender = sk
+		}
+	}
+	if sender == nil {
+		t.Fatal("no sender in the fixture")
+	}
+	local, remote := sender.Local, sender.Remote
+	if local.Addr().IsLoopback() {
+		// Pod addresses: a loopback peer is always in its own namespace.
+		t.Log("fixture on loopback: moving both ends to 198.18.7.1/.2")
+	}
+	a, b := netip.MustParseAddr("198.18.7.1"), netip.MustParseAddr("198.18.7.2")
+	move := func(s *snapshot.Snapshot) (*snapshot.Snapshot, *snapshot.Snapshot) {
+		snd, rcv := *s, *s
+		snd.Sockets, rcv.Sockets = nil, nil
+		rcv.Netns = snapshot.Netns{Name: "cni-receiver", Inode: s.Netns.Inode + 1}
+		for _, sk := range s.Sockets {
+			switch {
+			case sk.Local == local && sk.Remote == remote:
+				sk.Local, sk.Remote = snapshot.EndpointOf(netip.AddrPortFrom(a, local.Port())), snapshot.EndpointOf(netip.AddrPortFrom(b, remote.Port()))
+				snd.Sockets = append(snd.Sockets, sk)
+			case sk.Local == remote && sk.Remote == local:
+				sk.Local, sk.Remote = snapshot.EndpointOf(netip.AddrPortFrom(b, remote.Port())), snapshot.EndpointOf(netip.AddrPortFrom(a, local.Port()))
+				rcv.Sockets = append(rcv.Sockets, sk)
+			}
+		}
+		rcv.Procs = map[int]*snapshot.Proc{}
+		for pid, p := range s.Procs {
+			q := *p
+			q.Workload = &snapshot.Workload{Runtime: "containerd", ID: "0123456789abcdef", Container: "api", Pod: "web-1", PodNamespace: "shop"}
+			rcv.Procs[pid] = &q
+		}
+		return &snd, &rcv
+	}
+	prevA, _ := move(prev)
+	curA, curB := move(cur)
+	run := func(host bool) diag.Finding {
+		in := diag.NewInput(prevA, curA, diag.Options{})
+		if host {
+			in.Host = tcpmodel.NewHostPeers([]*snapshot.Snapshot{curA, curB})
+		}
+		var res diag.Result
+		diag.Run([]diag.Rule{rwndLimited()}, in, &res)
+		if len(res.Findings) != 1 {
+			t.Fatalf("host %v: %d findings: %+v", host, len(res.Findings), res.Findings)
+		}
+		return res.Findings[0]
+	}
+	if f := run(false); f.Subject.Peer != nil || !strings.Contains(f.Summary, "the remote receiver") {
+		t.Errorf("without the other namespace: peer %+v, summary %s", f.Subject.Peer, f.Summary)
+	}
+	f := run(true)
+	pe := f.Subject.Peer
+	if pe == nil || pe.Netns != "cni-receiver" || pe.Pod != "web-1" || pe.PodNamespace != "shop" || pe.Container != "api" || pe.Pid == 0 || pe.Command == "" {
+		t.Fatalf("peer %+v, want the receiver's namespace, pid, command, pod shop/web-1 container api", pe)
+	}
+	name := pe.String()
+	if !strings.Contains(name, "in pod shop/web-1 container api, netns cni-receiver") || !strings.Contains(f.Summary, "on this host: "+name) {
+		t.Errorf("summary %q does not name %q", f.Summary, name)
+	}
+	if v := evidence(f, "receiver"); !strings.HasPrefix(v, name+": rcvbuf ") {
+		t.Errorf("receiver evidence %q", v)
+	}
+	for _, fx := range f.Fixes {
+		if fx.Peer && strings.Contains(fx.Text, "receiver side") && !strings.Contains(fx.Text, name) {
+			t.Errorf("receiver's fix not addressed to it: %s", fx.Text)
+		}
 	}
 }

@@ -237,8 +237,12 @@ func slowReaderFinding(in *diag.Input, g *readerGroup, idx tcpmodel.Tuples, ls t
 		ev = append(ev, diag.Evidence{Name: "backed-up connections", Value: fmt.Sprintf("%d, %s queued in all", len(g.socks), units.Bytes(float64(g.total))), Source: "sock_diag Recv-Q"})
 	}
 	peerNote := "its peer " + sk.Remote.String() + " is held back by the shrinking window (rwnd-limited)"
+	var thereSub *diag.Peer
 	if peer := idx.Peer(sk); peer != nil && g.done {
 		peerNote = fmt.Sprintf("its local peer %s (%s) has sent all it had: the data waits in this buffer and holds nothing back", sk.Remote, tcpmodel.Who(cur, peer.Pids.List()))
+	} else if _, other, there := elsewhere(in, sk); there != nil {
+		peerNote = fmt.Sprintf("its peer %s on this host, %s, is held back by the shrinking window (Send-Q %s)", sk.Remote, there, units.Bytes(float64(other.SendQ)))
+		thereSub = there
 	} else if peer != nil {
 		peerNote = fmt.Sprintf("its local peer %s (%s) is held back by the shrinking window", sk.Remote, tcpmodel.Who(cur, peer.Pids.List()))
 		var rb, rpb snapshot.TCPInfo
@@ -274,7 +278,9 @@ func slowReaderFinding(in *diag.Input, g *readerGroup, idx tcpmodel.Tuples, ls t
 	}
 	sum := fmt.Sprintf("%s is not reading fast enough%s: Recv-Q stayed at %s (%s of rcvbuf) across the window; %s",
 		who, n, units.Bytes(float64(sk.RecvQ)), units.Pct(fill(sk)), peerNote)
-	return diag.Finding{Severity: sev, Subject: subject(cur, ls, sk), Summary: sum, Evidence: ev, Fixes: []diag.Fix{
+	sub := subject(cur, ls, sk)
+	sub.Peer = thereSub
+	return diag.Finding{Severity: sev, Subject: sub, Summary: sum, Evidence: ev, Fixes: []diag.Fix{
 		{Scope: "application", Text: "read faster: more IO/reader threads or event loops (Netty workerGroup threads, one per core), keep slow work (decoding, business logic, blocking calls) off the IO thread, read in larger chunks",
 			Risk: "more threads means more contention; measure"},
 		{Scope: "application", Text: "spread the traffic over more connections so more IO threads share it (Dubbo connections, gRPC channel pool, HTTP client pool size); see connection-bottleneck",

@@ -306,7 +306,17 @@ func sndbufFinding(in *diag.Input, sk *snapshot.Socket, prev *snapshot.Was, look
 	if path > 0 {
 		sum += fmt.Sprintf("; the path needs BDP %s for %s", units.Bytes(plan.BDP), units.Rate(path))
 	}
-	return scored{f: diag.Finding{Severity: sev, Subject: subject(in.Cur, tcpmodel.ListenersOf(in.Cur), sk), Summary: sum, Evidence: ev,
+	sub := subject(in.Cur, tcpmodel.ListenersOf(in.Cur), sk)
+	if _, other, there := elsewhere(in, sk); there != nil {
+		// The receiver is on this host: say who, and whether it keeps up.
+		sub.Peer = there
+		sum += fmt.Sprintf("; the receiver %s is on this host: %s", sk.Remote, there)
+		if other.Mem != nil {
+			ev = append(ev, diag.Evidence{Name: "receiver", Value: fmt.Sprintf("%s: rcvbuf %s, Recv-Q %s", there, units.Bytes(float64(other.Mem.Rcvbuf)), units.Bytes(float64(other.RecvQ))),
+				Source: "sock_diag SK_MEMINFO rcvbuf and Recv-Q of the reverse tuple in netns " + there.Netns})
+		}
+	}
+	return scored{f: diag.Finding{Severity: sev, Subject: sub, Summary: sum, Evidence: ev,
 		Fixes: sndbufFixes(in.Cur, plan, pin.Pinned, atAuto, rtt)}, score: short}, true
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/tcpmodel"
 )
 
 // Series is the samples of one namespace, oldest first.
@@ -54,14 +55,28 @@ func (s Series) Input(opts diag.Options) *diag.Input {
 // Inputs yields each series' window input (Series.Input), built when it
 // is asked for, so that a caller that drops each before asking for the
 // next (checkup.Diagnose) holds one window's index at a time. Series
-// without samples are skipped.
+// without samples are skipped. With two namespaces or more, each input
+// finds connections' other ends in the others' last samples
+// (diag.Input.HostPeer).
 func Inputs(ss []Series, opts diag.Options) iter.Seq[*diag.Input] {
 	return func(yield func(*diag.Input) bool) {
+		var host *tcpmodel.HostPeers
+		if len(ss) > 1 {
+			var lasts []*snapshot.Snapshot
+			for _, sr := range ss {
+				if len(sr.Snaps) > 0 {
+					lasts = append(lasts, sr.Snaps[len(sr.Snaps)-1])
+				}
+			}
+			host = tcpmodel.NewHostPeers(lasts)
+		}
 		for _, sr := range ss {
 			if len(sr.Snaps) == 0 {
 				continue
 			}
-			if !yield(sr.Input(opts)) {
+			in := sr.Input(opts)
+			in.Host = host
+			if !yield(in) {
 				return
 			}
 		}

@@ -1,0 +1,79 @@
+package livetest
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
+	"github.com/tcpdoctor/tcpdoctor/internal/collect"
+	"github.com/tcpdoctor/tcpdoctor/internal/diag"
+	"github.com/tcpdoctor/tcpdoctor/internal/lab/linkemu"
+	"github.com/tcpdoctor/tcpdoctor/internal/netns"
+	"github.com/tcpdoctor/tcpdoctor/internal/rules"
+	"github.com/tcpdoctor/tcpdoctor/internal/window"
+)
+
+// TestBothEndsOnOneHost: a bulk sender in one namespace and its receiver,
+// pinned at SO_RCVBUF 8K, in another namespace of the same host (the
+// lab's client and server namespaces, 198.18.x addresses, through a
+// 20 ms, 100 Mbit/s emulated link), diagnosed together as check
+// --all-netns does (window.Sample, window.Inputs, checkup.Diagnose). The
+// sender's rwnd-limited finding names the receiver (its namespace,
+// address and process, as subject.peer in JSON), its pinned receive
+// buffer, and addresses the receiver's fixes to it by name; before, it
+// said only "the remote receiver".
+func TestBothEndsOnOneHost(t *testing.T) {
+	p := newPath(t, linkemu.Params{RTT: 20 * time.Millisecond, RateUp: 100e6, RateDown: 100e6})
+	c, s, local, srv := pairAcross(t, p, nil, setBuf(unix.SO_RCVBUF, 8<<10))
+	loop(t, []int{c, s}, writer(c))
+	loop(t, []int{c, s}, reader(s, 256<<10, 0))
+	time.Sleep(time.Second)
+	col := &collect.Collector{Opts: collect.Options{Owners: true, BufLock: true}, Now: time.Now}
+	rs := rules.All()
+	sleep := func(ctx context.Context, d time.Duration) error { time.Sleep(d); return nil }
+	var f *diag.Finding
+	var b []byte
+	for try := 1; try <= 3 && f == nil; try++ {
+		ss, err := window.Sample(context.Background(), col, []netns.NS{p.client, p.server}, 2, 1500*time.Millisecond, sleep, rs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep := checkup.Diagnose(window.Inputs(ss, diag.Options{}), rs)
+		if b, err = json.MarshalIndent(rep.Findings, "", "  "); err != nil {
+			t.Fatal(err)
+		}
+		for i := range rep.Findings {
+			if x := &rep.Findings[i]; x.Rule == "rwnd-limited" && x.Subject.Local == local.String() {
+				f = x
+			}
+		}
+	}
+	if f == nil {
+		t.Fatalf("no rwnd-limited finding for the sender %s:\n%s", local, b)
+	}
+	t.Logf("%s %s", f.Severity, f.Summary)
+	pe := f.Subject.Peer
+	if pe == nil {
+		t.Fatalf("subject names no peer on this host: %+v\n%s", f.Subject, b)
+	}
+	if pe.Netns != p.server.Name || pe.Local != srv.String() || pe.Pid != os.Getpid() || pe.Command == "" {
+		t.Errorf("peer %+v, want netns %s, %s, pid %d", *pe, p.server.Name, srv, os.Getpid())
+	}
+	if !strings.Contains(f.Summary, "on this host") || !strings.Contains(f.Summary, "netns "+p.server.Name) ||
+		!strings.Contains(f.Summary, "pinned at 16K (SO_RCVBUF 8K)") {
+		t.Errorf("summary does not name the receiver and its pinned buffer: %s", f.Summary)
+	}
+	addressed := false
+	for _, fx := range f.Fixes {
+		addressed = addressed || fx.Peer && strings.Contains(fx.Text, "stop pinning the receive buffer") && strings.Contains(fx.Text, pe.String())
+	}
+	if !addressed {
+		t.Errorf("no fix addressed to %s:\n%s", pe, b)
+	}
+}
