@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	"net/netip"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
@@ -16,6 +17,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/linkemu"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/rules"
+	"github.com/tcpdoctor/tcpdoctor/internal/testns"
 	"github.com/tcpdoctor/tcpdoctor/internal/window"
 )
 
@@ -29,8 +31,33 @@ import (
 // buffer, and addresses the receiver's fixes to it by name; before, it
 // said only "the remote receiver".
 func TestBothEndsOnOneHost(t *testing.T) {
-	p := newPath(t, linkemu.Params{RTT: 20 * time.Millisecond, RateUp: 100e6, RateDown: 100e6})
-	c, s, local, srv := pairAcross(t, p, nil, setBuf(unix.SO_RCVBUF, 8<<10))
+	t.Run("link", func(t *testing.T) {
+		bothEnds(t, newPath(t, linkemu.Params{RTT: 20 * time.Millisecond, RateUp: 100e6, RateDown: 100e6}), 8<<10, "pinned at 16K (SO_RCVBUF 8K)")
+	})
+	// Two namespaces of internal/testns joined by a veth pair, no delay:
+	// the smallest receive buffer holds the flow below 1 Gbit/s.
+	t.Run("veth", func(t *testing.T) {
+		bothEnds(t, vethPair(t), 2048, "(SO_RCVBUF 2K)")
+	})
+}
+
+// vethPair is two namespaces of internal/testns joined by a veth pair,
+// 198.18.7.1 and 198.18.7.2.
+func vethPair(t *testing.T) path {
+	a, b := testns.New(t, "peera"), testns.New(t, "peerb")
+	testns.Run(t, "ip", "-n", a.Name, "link", "add", "va", "type", "veth", "peer", "name", "vb", "netns", b.Name)
+	testns.Run(t, "ip", "-n", a.Name, "addr", "add", "198.18.7.1/24", "dev", "va")
+	testns.Run(t, "ip", "-n", b.Name, "addr", "add", "198.18.7.2/24", "dev", "vb")
+	testns.Run(t, "ip", "-n", a.Name, "link", "set", "va", "up")
+	testns.Run(t, "ip", "-n", b.Name, "link", "set", "vb", "up")
+	return path{client: a, server: b, cli: netip.MustParseAddr("198.18.7.1"), srv: netip.MustParseAddr("198.18.7.2")}
+}
+
+// bothEnds runs the sender in p.client against a receiver in p.server
+// whose listener asked SO_RCVBUF rcvbuf, and checks the finding; pinned
+// is what its summary says of the receiver's buffer.
+func bothEnds(t *testing.T, p path, rcvbuf int, pinned string) {
+	c, s, local, srv := pairAcross(t, p, nil, setBuf(unix.SO_RCVBUF, rcvbuf))
 	loop(t, []int{c, s}, writer(c))
 	loop(t, []int{c, s}, reader(s, 256<<10, 0))
 	time.Sleep(time.Second)
@@ -66,7 +93,7 @@ func TestBothEndsOnOneHost(t *testing.T) {
 		t.Errorf("peer %+v, want netns %s, %s, pid %d", *pe, p.server.Name, srv, os.Getpid())
 	}
 	if !strings.Contains(f.Summary, "on this host") || !strings.Contains(f.Summary, "netns "+p.server.Name) ||
-		!strings.Contains(f.Summary, "pinned at 16K (SO_RCVBUF 8K)") {
+		!strings.Contains(f.Summary, pinned) {
 		t.Errorf("summary does not name the receiver and its pinned buffer: %s", f.Summary)
 	}
 	addressed := false
