@@ -49,3 +49,12 @@ func SizeSndBuf(plan bdp.Plan, rtt time.Duration) diag.Fix {
 	return diag.Fix{Scope: "application", Text: "or set the send buffer to at least the path's BDP",
 		Command: "tcpdoctor bdp --rtt " + units.RTT(rtt) + " --bandwidth <link rate>", Risk: "requests above net.core.wmem_max are silently capped"}
 }
+
+// IfSet makes an unpinning fix conditional, for a buffer whose lock bit
+// was not read: only the bit (or the application's own setsockopt) shows
+// who set it, a round size is a hint. who is "the application" or the
+// receiver's name, opt "SO_SNDBUF" or "SO_RCVBUF".
+func IfSet(f diag.Fix, who, opt string) diag.Fix {
+	f.Text = "if " + who + " sets " + opt + " (its lock bit was not read to show it): " + f.Text
+	return f
+}

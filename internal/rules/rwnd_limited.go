@@ -330,8 +330,11 @@ func rwndFinding(in *diag.Input, sk *snapshot.Socket, sh snapshot.Shares, share 
 			}
 			rcvPin = tcpmodel.JudgeBufFrom(peer.Mem.Rcvbuf, prevSize, peer.BufLock, tcpmodel.LockRcv, tcpmodel.RcvLimits(ps), ps.BufLocks)
 			v := fmt.Sprintf("rcvbuf %s, Recv-Q %s", units.Bytes(float64(peer.Mem.Rcvbuf)), units.Bytes(float64(peer.RecvQ)))
-			if rcvPin.Pinned {
+			switch {
+			case rcvPin.Pinned && rcvPin.Proof:
 				v += "; pinned: " + rcvPin.Why
+			case rcvPin.Pinned:
+				v += "; the size SO_RCVBUF gives, a hint: " + rcvPin.Why
 			}
 			ev = append(ev, diag.Evidence{Name: "receiver", Value: who + ": " + v, Source: src + bufLockSourceIf(rcvPin)})
 		}
@@ -380,8 +383,11 @@ func rwndFinding(in *diag.Input, sk *snapshot.Socket, sh snapshot.Shares, share 
 		sum += fmt.Sprintf(" against a BDP of %s", units.Bytes(plan.BDP))
 	}
 	sum += "; the receiver to change is " + receiver
-	if rcvPin.Pinned && peer != nil && peer.Mem != nil {
+	switch {
+	case rcvPin.Pinned && rcvPin.Proof && peer != nil && peer.Mem != nil:
 		sum += fmt.Sprintf(", its receive buffer pinned at %s (SO_RCVBUF %s)", units.Bytes(float64(peer.Mem.Rcvbuf)), units.Bytes(float64(peer.Mem.Rcvbuf/2)))
+	case rcvPin.Pinned && peer != nil && peer.Mem != nil:
+		sum += fmt.Sprintf(", its receive buffer %s, the size SO_RCVBUF %s gives (a hint: the lock bits were not read)", units.Bytes(float64(peer.Mem.Rcvbuf)), units.Bytes(float64(peer.Mem.Rcvbuf/2)))
 	}
 	sub := subject(cur, tcpmodel.ListenersOf(cur), sk)
 	sub.Peer = there
@@ -389,7 +395,7 @@ func rwndFinding(in *diag.Input, sk *snapshot.Socket, sh snapshot.Shares, share 
 		// The receiver's own sysctls are the ones its fixes set.
 		plan = bdp.For(plan.RTT, plan.Rate, ps)
 	}
-	return diag.Finding{Severity: sev, Subject: sub, Summary: sum, Evidence: ev, Fixes: rwndFixes(ps, peer, there, plan, rtt)}, true
+	return diag.Finding{Severity: sev, Subject: sub, Summary: sum, Evidence: ev, Fixes: rwndFixes(ps, peer, there, rcvPin, plan, rtt)}, true
 }
 
 // sameWindow: the peer advertised the same window in both samples, as a
@@ -417,7 +423,12 @@ func bufLockSourceIf(p tcpmodel.Pin) string {
 
 // rwndFixes are the receiver's: peer (nil: not on this host) lives in s,
 // another namespace of this host when there is set.
-func rwndFixes(s *snapshot.Snapshot, peer *snapshot.Socket, there *diag.Peer, plan bdp.Plan, rtt time.Duration) []diag.Fix {
+//
+// "Stop pinning" is said outright only when the receiver's lock bit
+// shows SO_RCVBUF set (pin), as a condition when the bit is unknown (a
+// receiver elsewhere, or bits not read), not at all when the bit shows
+// the buffer autotuned.
+func rwndFixes(s *snapshot.Snapshot, peer *snapshot.Socket, there *diag.Peer, pin tcpmodel.Pin, plan bdp.Plan, rtt time.Duration) []diag.Fix {
 	who := "on the receiving host"
 	if peer != nil {
 		who = "in " + tcpmodel.Who(s, peer.Pids.List())
@@ -429,8 +440,17 @@ func rwndFixes(s *snapshot.Snapshot, peer *snapshot.Socket, there *diag.Peer, pl
 		}
 	}
 	// The receiver, not the subject (the sender), makes these.
-	fs := []diag.Fix{remedy.UnpinRcvBuf(who), remedy.SizeRcvBuf(plan, rtt)}
-	fs[0].Peer, fs[1].Peer = true, true
+	var fs []diag.Fix
+	switch {
+	case pin.Proof && pin.Pinned:
+		fs = append(fs, remedy.UnpinRcvBuf(who))
+	case !pin.Proof:
+		fs = append(fs, remedy.IfSet(remedy.UnpinRcvBuf(who), "the receiver", "SO_RCVBUF"))
+	}
+	fs = append(fs, remedy.SizeRcvBuf(plan, rtt))
+	for i := range fs {
+		fs[i].Peer = true
+	}
 	if peer == nil {
 		// The receiver's sysctls are not in this snapshot: give the values.
 		// Its values are unknown here: the command raises each only where

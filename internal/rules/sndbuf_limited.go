@@ -227,8 +227,11 @@ func sndbufFinding(in *diag.Input, sk *snapshot.Socket, prev *snapshot.Was, look
 	pin := tcpmodel.JudgeBufFrom(sk.Mem.Sndbuf, prevSize, sk.BufLock, tcpmodel.LockSnd, lim, in.Cur.BufLocks)
 	atAuto := lim.Auto > 0 && int64(sk.Mem.Sndbuf) >= lim.Auto
 	switch {
-	case pin.Pinned:
+	case pin.Pinned && pin.Proof:
 		ev = append(ev, diag.Evidence{Name: "pinned", Value: "SO_SNDBUF set by the application: " + pin.Why, Source: pin.Source()})
+	case pin.Pinned:
+		// Only the lock bit proves the application set it.
+		ev = append(ev, diag.Evidence{Name: "set by SO_SNDBUF (a hint)", Value: pin.Why, Source: pin.Source()})
 	case atAuto:
 		v := fmt.Sprintf("sndbuf at net.ipv4.tcp_wmem's maximum %s: autotuning can grow it no further", units.Bytes(float64(lim.Auto)))
 		src := "sysctl net.ipv4.tcp_wmem"
@@ -290,10 +293,14 @@ func sndbufFinding(in *diag.Input, sk *snapshot.Socket, prev *snapshot.Was, look
 	}
 	what := fmt.Sprintf("its send buffer is %s", units.Bytes(look.sndbuf))
 	switch {
-	case pin.Pinned && pin.Capped:
+	case pin.Pinned && pin.Proof && pin.Capped:
 		what = fmt.Sprintf("its send buffer is pinned at %s (SO_SNDBUF capped by net.core.wmem_max)", units.Bytes(look.sndbuf))
-	case pin.Pinned:
+	case pin.Pinned && pin.Proof:
 		what = fmt.Sprintf("its send buffer is pinned at %s (SO_SNDBUF %s)", units.Bytes(look.sndbuf), units.Bytes(look.sndbuf/2))
+	case pin.Pinned && pin.Capped:
+		what = fmt.Sprintf("its send buffer is %s, 2 x net.core.wmem_max, where SO_SNDBUF requests are capped (a hint: the lock bits were not read)", units.Bytes(look.sndbuf))
+	case pin.Pinned:
+		what = fmt.Sprintf("its send buffer is %s, the size SO_SNDBUF %s gives (a hint: the lock bits were not read)", units.Bytes(look.sndbuf), units.Bytes(look.sndbuf/2))
 	case atAuto:
 		what = fmt.Sprintf("its send buffer is at net.ipv4.tcp_wmem's maximum %s (autotuned, not set by the application)", units.Bytes(look.sndbuf))
 	}
@@ -317,13 +324,21 @@ func sndbufFinding(in *diag.Input, sk *snapshot.Socket, prev *snapshot.Was, look
 		}
 	}
 	return scored{f: diag.Finding{Severity: sev, Subject: sub, Summary: sum, Evidence: ev,
-		Fixes: sndbufFixes(in.Cur, plan, pin.Pinned, atAuto, rtt)}, score: short}, true
+		Fixes: sndbufFixes(in.Cur, plan, pin, atAuto, rtt)}, score: short}, true
 }
 
-func sndbufFixes(s *snapshot.Snapshot, plan bdp.Plan, pinned, atAuto bool, rtt time.Duration) []diag.Fix {
+// sndbufFixes: "stop pinning" only when the lock bit says the
+// application set SO_SNDBUF, a conditional one when the bits were not
+// read, none when they show the buffer autotuned.
+func sndbufFixes(s *snapshot.Snapshot, plan bdp.Plan, pin tcpmodel.Pin, atAuto bool, rtt time.Duration) []diag.Fix {
 	var fs []diag.Fix
-	if !atAuto || pinned {
+	switch {
+	case pin.Pinned && pin.Proof:
 		fs = append(fs, remedy.UnpinSndBuf(), remedy.SizeSndBuf(plan, rtt))
+	case !pin.Proof && (pin.Pinned || !atAuto):
+		fs = append(fs, remedy.IfSet(remedy.UnpinSndBuf(), "the application", "SO_SNDBUF"), remedy.SizeSndBuf(plan, rtt))
+	case !atAuto:
+		fs = append(fs, remedy.SizeSndBuf(plan, rtt))
 	}
 	for _, c := range plan.Checks {
 		if c.OK || c.Command == "" {
