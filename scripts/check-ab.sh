@@ -7,7 +7,7 @@
 # kernel spends filling one dump with tcp_info.
 # Running both binaries against the very same sockets, back to back, is
 # what tells a change apart on a busy host, where a fresh bench fill per
-# binary moves the figures by seconds (docs/performance.md, "`check` at a million sockets").
+# binary moves the figures by seconds (docs/performance-history.md, "`check` at a million sockets").
 #
 #   sudo scripts/check-ab.sh [-n CONNS] [-r ROUNDS] [-c ARGS] BINARY...
 #

@@ -67,7 +67,7 @@ type Options struct {
 	Now func() time.Time
 	// Lifetimes also counts peer closes and lifetimes of connections seen
 	// opened, which needs per-socket storage: it about doubles the cost
-	// per connection (docs/performance.md).
+	// per connection (docs/performance-history.md).
 	Lifetimes bool
 	// Programs names the attach points to load (inet_sock_set_state,
 	// kfree_skb, tcp_retransmit_skb, tcp_send_reset, tcp_receive_reset);

@@ -148,7 +148,7 @@ func serveCPU(t *testing.T, dir string, ns netns.NS, wait bool, args ...string) 
 // that shows it, which renders the connection, and history --html links
 // its page. It also prints what the trace costs: serve's CPU seconds
 // over the same 15 s with triggered traces and with none
-// (--history-traces-per-hour 0), docs/performance.md "History".
+// (--history-traces-per-hour 0), docs/performance-history.md "History".
 func TestHistoryLiveTrace(t *testing.T) {
 	testns.NeedRoot(t)
 	ns := testns.New(t, "htrace")

@@ -20,8 +20,8 @@ import (
 // (history.Recorder's pace).
 const benchServeInterval = 15 * time.Second
 
-// runHistoryBench is `serve bench --history` (docs/performance.md,
-// "History").
+// runHistoryBench is `serve bench --history` (docs/performance.md;
+// docs/performance-history.md, "History").
 func runHistoryBench(ctx context.Context, e *Env, o *serveBenchOpts) error {
 	dir, err := os.MkdirTemp("", "tcpdoctor-history-bench-")
 	if err != nil {

@@ -368,7 +368,8 @@ func (c *Collector) attachOwners(snaps []*snapshot.Snapshot, fw *fileWalk) *proc
 // longer than one, so it pays back only for a big namespace: the dump
 // of `sockets --no-owners` took as long either way at 20,000 and 100,000
 // sockets, and 14% less split at 300,000 (`scripts/check-ab.sh -c` with
-// the hidden `--split-min`; docs/performance.md, "The night's rerun").
+// the hidden `--split-min`; docs/performance-history.md, "The night's
+// rerun").
 const splitMin = 200_000
 
 // splits reports whether a namespace expected to hold used sockets is
@@ -391,7 +392,7 @@ const besideMin = 20_000
 // its load (2-4 ms) then costs less than the readlink of each
 // /proc/PID/fd entry it saves. `bench --sizes 1000,2000,4000 --only
 // sockets,kernel-owners,proc-owners` puts the crossing between 1,300 and
-// 2,300 open files (docs/performance.md).
+// 2,300 open files (docs/performance-history.md).
 const KernelFilesMin = 2_000
 
 // OpenFiles is the first field of fs/file-nr: file handles allocated on

@@ -268,7 +268,7 @@ func OpenExtras(cfg ExtrasConfig) (*Extras, error) {
 // from which the events load before the first sample after all. At a
 // million the first dump already keeps both CPUs busy, so a load beside
 // it made `check` no shorter, and its garbage, made while the heap grew,
-// raised the peak by about 4.5 MB (docs/performance.md); at 20,000 and
+// raised the peak by about 4.5 MB (docs/performance-history.md); at 20,000 and
 // 100,000 it took 50-100 ms off.
 const eventsBesideMax = 500_000
 

@@ -57,7 +57,8 @@ func TestPackRoundTrip(t *testing.T) {
 }
 
 // TestPackSize: an idle connection like its chunk's first packs into a
-// small part of a TCPInfo (docs/performance.md adds these bytes up).
+// small part of a TCPInfo (docs/performance-history.md adds these bytes
+// up).
 func TestPackSize(t *testing.T) {
 	var st Store
 	a := TCPInfo{Len: SizeKnown, RTO: 201000, ATO: 40000, SndMSS: 32768, RcvMSS: 536, PMTU: 65535, RTT: 30, RTTVar: 15,

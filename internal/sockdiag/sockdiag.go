@@ -264,7 +264,8 @@ const aheadBufs = 4
 // than the kernel fills a datagram, waited for each and its thread was
 // parked and woken once a datagram: a context switch per 50 sockets, and
 // in a `check` at a million sockets about 0.2 s more system CPU and a
-// longer wall (docs/performance.md, "Where the last targets stand").
+// longer wall (docs/performance-history.md, "Where the last targets
+// stand").
 const aheadBatch = 4
 
 // readAhead receives fd's dump datagrams, of at most dgram bytes, on its

@@ -119,7 +119,7 @@ func Sample(ctx context.Context, c *collect.Collector, nss []netns.NS, count int
 			// the next dump, before the last dump's own transients pile
 			// up on top of it: at a million sockets the collector's last
 			// cycle ran mid-dump and the next would not before the end
-			// (docs/performance.md, "300 MB").
+			// (docs/performance-history.md, "`check` at a million sockets").
 			go runtime.GC()
 		}
 		for _, s := range snaps {
