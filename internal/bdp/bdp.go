@@ -32,8 +32,9 @@ func Ceiling(buf float64, rtt time.Duration) float64 {
 }
 
 // ParseRate parses a rate into bits per second. Lower-case "b" or "bit"
-// means bits, upper-case "B" or "byte" bytes; a bare number or prefix is
-// bits ("1G" = 1 Gbit/s). Prefixes k, M, G, T are decimal; Ki, Mi, Gi, Ti
+// means bits, upper-case "B" or "byte" bytes; a bare prefix is bits
+// ("1G" = 1 Gbit/s). A bare number is refused: "100" could be bits, bytes
+// or megabits, and taken as 100 bit/s it made a BDP of 0 bytes. Prefixes k, M, G, T are decimal; Ki, Mi, Gi, Ti
 // binary. Examples: "100mbit", "1gbit", "1G", "500kbit", "100Mbps",
 // "12.5MB/s". Unlike tc, "mbps" means megabits, not megabytes.
 func ParseRate(s string) (float64, error) {
@@ -53,6 +54,9 @@ func ParseRate(s string) (float64, error) {
 		return 0, fmt.Errorf("bdp: rate %q: bad number %q", s, in[:i])
 	}
 	unit := strings.TrimSpace(in[i:])
+	if unit == "" {
+		return 0, fmt.Errorf("bdp: rate %q has no unit (want e.g. %smbit, %sgbit, %sMB/s)", s, in[:i], in[:i], in[:i])
+	}
 	mult, rest := prefix(unit)
 	per, ok := unitBits(rest)
 	if !ok {

@@ -56,7 +56,7 @@ func TestParseRate(t *testing.T) {
 		{"1GBps", 8e9},
 		{"1Mibit", 1 << 20},
 		{"2KiB/s", 2 * 1024 * 8},
-		{"64000", 64000},
+		{"64000bit", 64000},
 		{" 10Gbit ", 10e9},
 		{"1tbit", 1e12},
 	} {
@@ -65,7 +65,7 @@ func TestParseRate(t *testing.T) {
 			t.Errorf("ParseRate(%q) = %g, %v; want %g", c.in, got, err, c.want)
 		}
 	}
-	for _, bad := range []string{"", "fast", "mbit", "0mbit", "-1mbit", "1.2.3mbit", "10 furlongs", "1e400", "5Xbit", "."} {
+	for _, bad := range []string{"", "fast", "mbit", "0mbit", "-1mbit", "1.2.3mbit", "10 furlongs", "1e400", "5Xbit", ".", "100", "64000", " 100 "} {
 		if v, err := ParseRate(bad); err == nil {
 			t.Errorf("ParseRate(%q) = %g, want error", bad, v)
 		} else if !strings.HasPrefix(err.Error(), "bdp: ") {

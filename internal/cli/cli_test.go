@@ -177,6 +177,12 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"check", "--from", future}, "version 99 not supported"},
 		{[]string{"check", "--from", overflowFixture, "--rule", "nope"}, "unknown rule"},
 		{[]string{"check", "--from", overflowFixture, "--bandwidth", "fast"}, "--bandwidth"},
+		// A bare number is no rate: 100 bit/s made "BDP: 0 bytes".
+		{[]string{"check", "--from", overflowFixture, "--bandwidth", "100"}, "has no unit"},
+		{[]string{"bdp", "--rtt", "20ms", "--bandwidth", "100"}, "has no unit"},
+		{[]string{"trace", "--from", overflowFixture, "--bandwidth", "100"}, "has no unit"},
+		{[]string{"serve", "--bandwidth", "100"}, "has no unit"},
+		{[]string{"lab", "link-bench", "--rate", "100"}, "has no unit"},
 		{[]string{"sockets", "--from", overflowFixture, "--state", "sleepy"}, "unknown state"},
 		{[]string{"sockets", "--from", overflowFixture, "--port", "70000"}, "out of range"},
 		{[]string{"record"}, "-o FILE is required"},

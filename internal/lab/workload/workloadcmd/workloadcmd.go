@@ -405,7 +405,7 @@ func (b *byteSize) Set(s string) error {
 }
 
 // bitRate is a flag of bits per second, parsed as every rate is
-// (bdp.ParseRate: "100mbit", "1G", a bare number of bits).
+// (bdp.ParseRate: "100mbit", "1G"; a bare number is refused).
 type bitRate float64
 
 func (r *bitRate) String() string { return strconv.FormatFloat(float64(*r), 'g', -1, 64) }

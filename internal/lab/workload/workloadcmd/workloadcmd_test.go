@@ -140,6 +140,9 @@ func TestByteSizeFlag(t *testing.T) {
 	if err := r.Set("100M"); err != nil || r != 100e6 {
 		t.Errorf("100M: %v, %v", r, err)
 	}
+	if err := r.Set("100"); err == nil {
+		t.Errorf("a bare 100 accepted as a rate")
+	}
 	for _, bad := range []string{"-1", "NaN", "x", "1e300"} {
 		if err := new(byteSize).Set(bad); err == nil {
 			t.Errorf("%q accepted", bad)
