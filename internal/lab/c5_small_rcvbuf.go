@@ -124,7 +124,7 @@ func c5Row(ctx context.Context, tb *Testbed, rcvbuf, requests int, check bool) (
 		return o, err
 	}
 	defer lt.stop()
-	args := []string{"bigresponse-client", "--addr", addr, "--requests", strconv.Itoa(requests), "--link-rate", strconv.FormatFloat(c5Rate, 'f', 0, 64)+"bit", "--max-duration", "2m"}
+	args := []string{"bigresponse-client", "--addr", addr, "--requests", strconv.Itoa(requests), "--link-rate", strconv.FormatFloat(c5Rate, 'f', 0, 64) + "bit", "--max-duration", "2m"}
 	if rcvbuf > 0 {
 		args = append(args, "--rcvbuf", strconv.Itoa(rcvbuf))
 	}

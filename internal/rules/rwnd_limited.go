@@ -258,7 +258,7 @@ func rwndFinding(in *diag.Input, sk *snapshot.Socket, sh snapshot.Shares, share 
 		src = "(lifetime)"
 	}
 	thr := fmt.Sprintf(">= %s, or >= %s with the window shown to be the limit below", units.Pct(rwndShareWarn), units.Pct(rwndShareSupported))
-	v := fmt.Sprintf("%s of busy time (%s of %s busy)", units.Pct(share), units.Dur(sh.Rwnd), units.Dur(sh.Busy))
+	v := units.Share(sh.Rwnd, sh.Busy) + " of busy time"
 	if sk.CC.String() == "bbr" {
 		v += "; bbr paces, so this reads low on window-limited flows"
 	}

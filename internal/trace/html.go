@@ -224,6 +224,7 @@ func WriteHTML(w io.Writer, tr *Trace, ts []Transfer, title string) error {
 		"Events":     tr.Header.Events,
 		"NoEvents":   tr.Header.NoEvents,
 		"Slowest":    slowest,
+		"Paths":      PathLines(ts),
 		"Conns":      sections,
 		"Data":       template.JS(js),
 		"JS":         template.JS(uplotJS + "\n/* uPlot licence:\n" + uplotLicense + "*/"),

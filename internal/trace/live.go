@@ -178,14 +178,21 @@ func Describe(f *sockdiag.Filter, pid int) string {
 // Analysis is a trace's transfers, judged: what the outputs print.
 type Analysis struct {
 	Transfers []Transfer
-	Slow      int
+	// Conns is one verdict per connection and direction with slow
+	// transfers; Paths what each peer address was judged by.
+	Conns []ConnVerdict
+	Paths []PathRate
+	Slow  int
 }
 
 // Analyze cuts, deduplicates and judges the transfers of tr.
 func Analyze(tr *Trace, so SegmentOptions, jo JudgeOptions) Analysis {
 	ts := Dedupe(tr, Segment(tr, so))
-	Judge(tr, ts, jo)
-	a := Analysis{Transfers: ts}
+	a := Analysis{Transfers: ts, Conns: Judge(tr, ts, jo)}
+	for _, p := range Paths(tr, jo) {
+		a.Paths = append(a.Paths, p)
+	}
+	slices.SortFunc(a.Paths, func(x, y PathRate) int { return x.Peer.Compare(y.Peer) })
 	for i := range ts {
 		if ts[i].Verdict != nil && ts[i].Verdict.Slow {
 			a.Slow++

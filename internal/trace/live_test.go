@@ -2,6 +2,7 @@ package trace
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"strings"
 	"sync"
@@ -101,7 +102,9 @@ func TestLiveSmallRcvbuf(t *testing.T) {
 		}
 	}()
 	got := make([]byte, 64<<10)
+	var own []time.Duration // the client's own time per response: request to last byte
 	for range responses {
+		began := time.Now()
 		if _, err := unix.Write(cfd, []byte("GET")); err != nil {
 			t.Fatal(err)
 		}
@@ -112,6 +115,7 @@ func TestLiveSmallRcvbuf(t *testing.T) {
 			}
 			n += k
 		}
+		own = append(own, time.Since(began))
 		time.Sleep(150 * time.Millisecond)
 	}
 	cancel()
@@ -132,6 +136,21 @@ func TestLiveSmallRcvbuf(t *testing.T) {
 	if len(sends) != responses {
 		t.Fatalf("%d response transfers, want %d: %+v", len(sends), responses, a.Transfers)
 	}
+	// Against the workload's own figures: each response is exactly the
+	// bytes written, and lasts what the client timed from its request to
+	// its last byte, less the request's turn: at most two sample
+	// intervals more (the edges are placed within their intervals), and
+	// at most the larger of three intervals and a tenth less.
+	const iv = 10 * time.Millisecond
+	for i, x := range sends {
+		t.Logf("response %d: trace %d bytes in %v, the client timed %v", i+1, x.Bytes, x.Dur, own[i])
+		if x.Bytes != size {
+			t.Errorf("response %d: trace counted %d bytes, the server wrote %d", i+1, x.Bytes, size)
+		}
+		if x.Dur > own[i]+2*iv || x.Dur < own[i]-max(3*iv, own[i]/10) {
+			t.Errorf("response %d: trace %v against the client's own %v: outside +%v/-%v", i+1, x.Dur, own[i], 2*iv, max(3*iv, own[i]/10))
+		}
+	}
 	// Each response is judged on its own. On loopback a 4K window still
 	// moves about 2 Gbit/s (RTT 15 us), and the kernel's chronographs,
 	// counted in 4 ms jiffies, gave the window 40-90 % of such a transfer
@@ -142,22 +161,37 @@ func TestLiveSmallRcvbuf(t *testing.T) {
 	// other network-side holders together and to be named in a verdict.
 	var rwnd, rest time.Duration
 	named := 0
+	fix := int64(-1)
 	for _, x := range sends {
 		v := x.Verdict
 		t.Logf("%s in %v: %+v; %s", x.Local, x.Dur, x.Split, v.Line)
 		rwnd += x.Split.Rwnd
 		rest += x.Split.Congestion + x.Split.Sndbuf + x.Split.Recovery
-		if v.Held != HeldRwnd || !v.Slow {
-			continue
-		}
-		named++
-		for _, want := range []string{"receiver side, the receiver " + client.String(), "stop pinning the receive buffer", "looks pinned", "SO_RCVBUF="} {
-			if !strings.Contains(v.Line, want) {
-				t.Errorf("verdict lacks %q: %s", want, v.Line)
+		if v.Slow {
+			named++
+			if fix >= 0 && v.FixBytes != fix {
+				t.Errorf("fix sizes differ between transfers of one connection: %d and %d", fix, v.FixBytes)
 			}
+			fix = v.FixBytes
+		}
+	}
+	// One verdict for the connection, naming the receiver's buffer.
+	var lines []string
+	for _, l := range ConnLines(a.Transfers) {
+		if strings.HasPrefix(l, fmt.Sprintf("conn %d send:", sends[0].Conn)) {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) != 1 {
+		t.Fatalf("%d verdicts for the server's connection, want 1: %q", len(lines), lines)
+	}
+	t.Log(lines[0])
+	for _, want := range []string{"peer's receive window", "receiver side, the receiver " + client.String(), "stop pinning the receive buffer", "looks pinned", "SO_RCVBUF="} {
+		if !strings.Contains(lines[0], want) {
+			t.Errorf("verdict lacks %q: %s", want, lines[0])
 		}
 	}
 	if 2*rwnd < rest || named == 0 {
-		t.Errorf("the peer's window held %v against %v for congestion, send buffer and recovery; named in %d of %d verdicts", rwnd, rest, named, responses)
+		t.Errorf("the peer's window held %v against %v for congestion, send buffer and recovery; %d of %d responses slow", rwnd, rest, named, responses)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -21,8 +22,10 @@ type Row struct {
 	Retrans, ZeroWin                            int
 	RTT, Cwnd                                   string
 	// Events counts the eBPF events ("-" when the trace has none).
-	Events  string
-	Slow    bool
+	Events string
+	Slow   bool
+	// Verdict is the connection's verdict, on the row of its slow
+	// transfer that lost the most; empty on its other rows.
 	Verdict string
 }
 
@@ -46,19 +49,19 @@ func RowOf(t *Transfer) Row {
 	}
 	r.Events = eventsText(t.Events)
 	if t.Clipped {
-		r.Dur += "*" // part of it is outside the recording
-	}
-	if t.StartEstimated {
-		r.Start = "~" + r.Start // placed by the busy time before the first sample
+		r.Dur += "*" // part of it is outside the recording: ClippedNote
 	}
 	if v := t.Verdict; v != nil {
 		r.Ideal = ms(v.Ideal)
 		r.Held = string(v.Held)
 		r.Slow = v.Slow
-		r.Verdict = v.Line
+		r.Verdict = v.ConnLine // the connection's, on one of its rows
 	}
 	return r
 }
+
+// ClippedNote explains the "*" after a clipped transfer's duration.
+const ClippedNote = "* clipped: under way at the connection's first sample or still at its last; bytes, duration and split count only what the samples saw"
 
 // eventsText is an EventCounts as the table shows it: "-" without eBPF,
 // "none", or e.g. "3 retx, 1 rst sent".
@@ -81,11 +84,14 @@ func eventsText(n *EventCounts) string {
 	return strings.Join(parts, ", ")
 }
 
-// WriteTable prints the n slowest transfers (all when n <= 0), each slow
-// one followed by its verdict line. Text cells are escaped (textsafe): a
-// recording's addresses can carry any zone.
+// WriteTable prints what each peer's path was judged by, the n slowest
+// transfers (all when n <= 0), what "*" means when a row has it, and one
+// verdict line per connection (and direction) with slow transfers. Text
+// cells are escaped (textsafe): a recording's addresses can carry any
+// zone.
 func WriteTable(w io.Writer, ts []Transfer, n int) error {
-	ts = Slowest(ts)
+	all := Slowest(ts)
+	ts = all
 	if n > 0 && len(ts) > n {
 		ts = ts[:n]
 	}
@@ -93,32 +99,80 @@ func WriteTable(w io.Writer, ts []Transfer, n int) error {
 		_, err := fmt.Fprintln(w, "no transfers seen on the matched connections")
 		return err
 	}
+	for _, p := range PathLines(all) {
+		fmt.Fprintln(w, textsafe.String(p))
+	}
+	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "CONN\tDIR\tSOCKETS\tBYTES\tSTART\tDURATION\tIDEAL\tGOODPUT\tPEER WND\tSNDBUF\tCONGEST\tRECOVERY\tAPP\tZWIN\tRETX\tRTT\tCWND\tEVENTS")
-	var verdicts []string
+	clipped := false
 	for i := range ts {
 		r := RowOf(&ts[i])
-		for _, c := range []*string{&r.Dir, &r.Peer, &r.Events, &r.Verdict} {
+		for _, c := range []*string{&r.Dir, &r.Peer, &r.Events} {
 			*c = textsafe.String(*c)
 		}
+		clipped = clipped || ts[i].Clipped
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", r.Conn, r.Dir, r.Peer, r.Bytes, r.Start, r.Dur, r.Ideal,
 			r.Goodput, r.Rwnd, r.Sndbuf, r.Cong, r.Recov, r.App, r.ZeroWin, r.Retrans, r.RTT, r.Cwnd, r.Events)
-		if r.Slow {
-			verdicts = append(verdicts, fmt.Sprintf("conn %d %s at %s: %s", r.Conn, r.Dir, r.Start, r.Verdict))
-		}
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if clipped {
+		fmt.Fprintln(w, ClippedNote)
+	}
+	verdicts := ConnLines(all)
 	if len(verdicts) > 0 {
 		fmt.Fprintln(w)
 	}
 	for _, v := range verdicts {
-		if _, err := fmt.Fprintln(w, v); err != nil {
+		if _, err := fmt.Fprintln(w, textsafe.String(v)); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// PathLines says, once per peer address, the rate its transfers were
+// judged by and where it came from.
+func PathLines(ts []Transfer) []string {
+	seen := map[string]bool{}
+	var out []string
+	for i := range ts {
+		v := ts[i].Verdict
+		if v == nil {
+			continue
+		}
+		l := fmt.Sprintf("path to %s: %s, %s", ts[i].Remote.Addr(), units.Rate(v.PathRate), v.PathFrom)
+		if !seen[l] {
+			seen[l] = true
+			out = append(out, l)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// ConnLines is one verdict line per connection and direction with slow
+// transfers, in connection order.
+func ConnLines(ts []Transfer) []string {
+	var vs []*Transfer
+	for i := range ts {
+		if v := ts[i].Verdict; v != nil && v.ConnLine != "" {
+			vs = append(vs, &ts[i])
+		}
+	}
+	sort.SliceStable(vs, func(i, j int) bool {
+		if vs[i].Conn != vs[j].Conn {
+			return vs[i].Conn < vs[j].Conn
+		}
+		return vs[i].Dir < vs[j].Dir
+	})
+	out := make([]string, len(vs))
+	for i, t := range vs {
+		out[i] = fmt.Sprintf("conn %d %s: %s", t.Conn, t.Dir, t.Verdict.ConnLine)
+	}
+	return out
 }
 
 // WriteSubject prints, above the table, the pod, container or unit the

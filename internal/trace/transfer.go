@@ -95,11 +95,16 @@ type Transfer struct {
 	// Samples is how many samples the transfer spans.
 	Samples int `json:"samples"`
 	// Clipped: the transfer was under way at the connection's first
-	// sample or still at its last, so part of it is not in the trace.
+	// sample or still at its last, so part of it is not in the trace:
+	// its bytes, duration and split count only what the samples saw.
 	Clipped bool `json:"clipped,omitempty"`
-	// StartEstimated: the connection was found sending; the transfer's
-	// start is placed by the busy time the kernel counted before the
-	// first sample (see withBirth).
+	// ClippedStart: under way at the connection's first sample (data
+	// queued or in flight there); ClippedEnd: still at its last.
+	ClippedStart bool `json:"clipped_start,omitempty"`
+	ClippedEnd   bool `json:"clipped_end,omitempty"`
+	// StartEstimated is no longer set (always false): a transfer found
+	// under way is clipped and starts at the first sample. Kept because
+	// the JSON only ever gains fields.
 	StartEstimated bool `json:"start_estimated,omitempty"`
 	// Events counts the connection's eBPF events within the transfer's
 	// sampling intervals; nil when the trace has no events.
@@ -108,8 +113,6 @@ type Transfer struct {
 	Verdict *Verdict `json:"verdict,omitempty"`
 
 	first, last int // indices of the points bounding it: first-1 .. last
-	clipStart   bool
-	clipEnd     bool
 }
 
 // EventCounts are a transfer's eBPF events by kind: retransmits on a send
@@ -174,11 +177,11 @@ func Segment(tr *Trace, o SegmentOptions) []Transfer {
 	for _, c := range tr.Conns {
 		for _, dir := range []Direction{Send, Recv} {
 			for _, t := range segmentConn(c, dir, gap, tr.Header.Events) {
-				if t.clipEnd && c.Points[len(c.Points)-1].T < end-tr.Header.Interval/2 {
+				if t.ClippedEnd && c.Points[len(c.Points)-1].T < end-tr.Header.Interval/2 {
 					// The connection closed before the recording ended:
 					// the transfer ended within a sample of its last.
-					t.clipEnd = false
-					t.Clipped = t.clipStart
+					t.ClippedEnd = false
+					t.Clipped = t.ClippedStart
 				}
 				out = append(out, t)
 			}
@@ -220,16 +223,11 @@ func active(ps []Point, i int, dir Direction) bool {
 
 func segmentConn(c *Conn, dir Direction, gap time.Duration, events bool) []Transfer {
 	ps := c.Points
-	born := false
-	if dir == Send {
-		ps, born = withBirth(ps)
-	}
 	var out []Transfer
 	first, last := -1, -1
 	flush := func() {
 		if first >= 0 {
 			if t, ok := measure(c, ps, dir, first, last); ok {
-				t.StartEstimated = born && first == 1
 				if events {
 					t.Events = countEvents(c, dir, ps[first-1].T, ps[last].T)
 				}
@@ -265,37 +263,19 @@ func segmentConn(c *Conn, dir Direction, gap time.Duration, events bool) []Trans
 	return out
 }
 
-// measure builds the transfer over intervals first..last.
-// withBirth puts a point before the first of a connection found sending:
-// the chronographs and byte counters count from the connection's start,
-// so the data sent before the first sample took at least its busy time;
-// the point sits that long before the first sample with the counters at
-// zero. (Earlier transfers with idle time between them would be merged
-// into one, starting too late: such a start is marked estimated.)
-func withBirth(ps []Point) ([]Point, bool) {
-	if len(ps) == 0 {
-		return ps, false
-	}
-	p := ps[0]
-	if p.Acked == 0 || !p.Chrono || p.Busy == 0 {
-		return ps, false
-	}
-	birth := p
-	birth.T -= time.Duration(p.Busy) * time.Microsecond
-	birth.Acked, birth.Busy, birth.Rwnd, birth.Sndbuf, birth.Retrans = 0, 0, 0, 0, 0
-	birth.SendQ, birth.CA = 0, 0
-	return append([]Point{birth}, ps...), true
-}
-
+// measure builds the transfer over intervals first..last. Everything is
+// a difference between two samples of the trace: a connection found
+// sending counts from its first sample, never its past (its counters and
+// chronographs run from its start, minutes or days before the trace).
 func measure(c *Conn, ps []Point, dir Direction, first, last int) (Transfer, bool) {
 	a, b := &ps[first-1], &ps[last]
 	t := Transfer{Conn: c.ID, Local: c.Local, Remote: c.Remote, Dir: dir, Bytes: counter(b, dir) - counter(a, dir),
 		first: first, last: last, Samples: last - first + 2}
 	busyAtStart := dir == Send && ps[0].SendQ > 0 || dir == Recv && ps[0].RecvQ > 0
 	busyAtEnd := dir == Send && b.SendQ > 0
-	t.clipStart = first == 1 && (busyAtStart || counter(&ps[0], dir) > 0 && dir == Recv)
-	t.clipEnd = last == len(ps)-1 && busyAtEnd
-	t.Clipped = t.clipStart || t.clipEnd
+	t.ClippedStart = first == 1 && (busyAtStart || counter(&ps[0], dir) > 0 && dir == Recv)
+	t.ClippedEnd = last == len(ps)-1 && busyAtEnd
+	t.Clipped = t.ClippedStart || t.ClippedEnd
 	if t.Bytes == 0 {
 		return t, false
 	}
@@ -421,7 +401,7 @@ func sendSplit(ps []Point, first, last int, dur time.Duration) Split {
 		s.Rwnd += dr
 		s.Sndbuf += ds
 		switch {
-		case b.Retrans > a.Retrans || b.CA >= caRecovery || a.CA >= caRecovery:
+		case recovering(a, b):
 			s.Recovery += rest
 		case sndbufFull(b) && dr < dt/2:
 			s.Sndbuf += rest
@@ -453,6 +433,19 @@ func sendSplit(ps []Point, first, last int, dur time.Duration) Split {
 
 // caRecovery is TCP_CA_Recovery; TCP_CA_Loss (4) is above it.
 const caRecovery = 3
+
+// recovering: the interval a..b was spent recovering from loss: a
+// retransmission was counted in it, or one of its samples is in
+// Recovery or Loss with data queued or in flight. An idle sender
+// (nothing unsent, nothing in flight, no retransmission counted) is
+// never recovering, whatever ca_state it was left in.
+func recovering(a, b *Point) bool {
+	inLoss := func(p *Point) bool { return p.CA >= caRecovery && !idle(p) }
+	return b.Retrans > a.Retrans || inLoss(a) || inLoss(b)
+}
+
+// idle: nothing unsent and nothing in flight.
+func idle(p *Point) bool { return p.Notsent == 0 && p.Unacked == 0 && p.SendQ == 0 }
 
 // sndbufFull: the send buffer is the limit at this sample: it is at least
 // three quarters full, everything in it is in flight (under two segments

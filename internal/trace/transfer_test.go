@@ -205,7 +205,7 @@ func TestJudgeNamesReceiver(t *testing.T) {
 	}
 	tr := trace1(c)
 	ts := Segment(tr, SegmentOptions{})
-	Judge(tr, ts, JudgeOptions{Bandwidth: 100e6})
+	cvs := Judge(tr, ts, JudgeOptions{Bandwidth: 100e6})
 	v := ts[0].Verdict
 	if v == nil || !v.Slow || v.Held != HeldRwnd || v.HeldFor != 32*msec {
 		t.Fatalf("verdict %+v", v)
@@ -214,9 +214,12 @@ func TestJudgeNamesReceiver(t *testing.T) {
 	if v.Ideal != 3200*time.Microsecond {
 		t.Errorf("ideal %v, want 3.2ms", v.Ideal)
 	}
+	if len(cvs) != 1 || cvs[0].Line != v.ConnLine {
+		t.Fatalf("connection verdicts %+v; want one, on the transfer", cvs)
+	}
 	for _, s := range []string{"waiting for the peer's receive window", "receiver side, the receiver 198.18.1.2:40000: stop pinning the receive buffer", "SO_RCVBUF=", "16K"} {
-		if !strings.Contains(v.Line, s) {
-			t.Errorf("line lacks %q: %s", s, v.Line)
+		if !strings.Contains(v.ConnLine, s) {
+			t.Errorf("line lacks %q: %s", s, v.ConnLine)
 		}
 	}
 }
@@ -251,6 +254,80 @@ func TestSegmentBackToBack(t *testing.T) {
 	}{{30000, 10 * msec, 30 * msec}, {30000, 40 * msec, 30 * msec}, {5000, 75 * msec, 5 * msec}} {
 		if got := sends[i]; got.Bytes != want.bytes || got.Start != want.start || got.Dur != want.dur {
 			t.Errorf("response %d: %d bytes at %v for %v, want %d at %v for %v", i+1, got.Bytes, got.Start, got.Dur, want.bytes, want.start, want.dur)
+		}
+	}
+}
+
+// A connection open for 15 minutes before the trace, found halfway
+// through a 4 MB write, then sleeping 1 s (its ca_state left in
+// Recovery, nothing queued or in flight), then writing 4 MB more: the first
+// transfer counts only what the samples saw (clipped at its start), no
+// transfer carries the connection's past (1.7 GB, 908 s busy, 5000
+// retransmits), and neither the sleep nor the writes are recovery (no
+// retransmission in the trace).
+func TestFoundMidLifeCountsOnlyTheTrace(t *testing.T) {
+	const past = 1_700_000_000 // acked before the first sample
+	const pastBusy = 908_000_000
+	c := series([][6]int64{
+		{0, past, 0, pastBusy, 0, 2_000_000},                          // half of a write queued
+		{100, past + 1_000_000, 0, pastBusy + 100_000, 0, 1_000_000},  // busy all the interval
+		{200, past + 2_000_000, 0, pastBusy + 200_000, 0, 0},          // done at the sample
+		{600, past + 2_000_000, 0, pastBusy + 200_000, 0, 0},          // asleep
+		{1200, past + 2_000_000, 0, pastBusy + 200_000, 0, 0},         //
+		{1300, past + 3_000_000, 0, pastBusy + 300_000, 0, 3_000_000}, // the next write, busy all the interval
+		{1700, past + 6_000_000, 0, pastBusy + 700_000, 0, 0},         // done at the sample
+		{1800, past + 6_000_000, 0, pastBusy + 700_000, 0, 0},
+	})
+	for i := range c.Points {
+		c.Points[i].Retrans = 5000 // the connection's past losses
+	}
+	c.Points[3].CA, c.Points[4].CA = caRecovery, caRecovery // left so while asleep
+	ts := Segment(trace1(c), SegmentOptions{})
+	var sends []Transfer
+	for _, x := range ts {
+		if x.Dir == Send {
+			sends = append(sends, x)
+		}
+	}
+	if len(sends) != 2 {
+		t.Fatalf("%d send transfers, want 2: %+v", len(sends), sends)
+	}
+	first, second := sends[0], sends[1]
+	if first.Bytes != 2_000_000 || first.Start != 0 || first.Dur != 200*msec || !first.Clipped || !first.ClippedStart || first.ClippedEnd || first.StartEstimated {
+		t.Errorf("first: %d bytes at %v for %v, clipped %v start %v end %v estimated %v; want 2000000 at 0 for 200ms, clipped at its start",
+			first.Bytes, first.Start, first.Dur, first.Clipped, first.ClippedStart, first.ClippedEnd, first.StartEstimated)
+	}
+	if second.Bytes != 4_000_000 || second.Start != 1200*msec || second.Dur != 500*msec || second.Clipped {
+		t.Errorf("second: %d bytes at %v for %v clipped %v; want 4000000 at 1.2s for 500ms, not clipped", second.Bytes, second.Start, second.Dur, second.Clipped)
+	}
+	for _, x := range sends {
+		if x.Split.Recovery != 0 || x.Retrans != 0 {
+			t.Errorf("transfer at %v: recovery %v, %d retransmits; want none (no retransmission in the trace)", x.Start, x.Split.Recovery, x.Retrans)
+		}
+	}
+	if sum := first.Bytes + second.Bytes; sum != 6_000_000 {
+		t.Errorf("transfers add up to %d bytes, the trace saw 6000000 acked", sum)
+	}
+}
+
+// An idle sender left in Recovery is not recovering; one with data in
+// flight, or a retransmission counted, is.
+func TestRecoveringNeedsDataOrRetransmits(t *testing.T) {
+	idleRec := Point{CA: caRecovery}
+	busyRec := Point{CA: caRecovery, Unacked: 3, SendQ: 3000}
+	open := Point{}
+	retx := Point{Retrans: 1}
+	for _, c := range []struct {
+		a, b Point
+		want bool
+	}{
+		{idleRec, idleRec, false},
+		{idleRec, busyRec, true},
+		{open, open, false},
+		{open, retx, true},
+	} {
+		if got := recovering(&c.a, &c.b); got != c.want {
+			t.Errorf("recovering(%+v, %+v) = %v, want %v", c.a, c.b, got, c.want)
 		}
 	}
 }

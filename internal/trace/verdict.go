@@ -26,48 +26,151 @@ type Verdict struct {
 	Held Holder `json:"held_by"`
 	// HeldFor is the time Held took.
 	HeldFor time.Duration `json:"held_ns"`
-	// Line is the one-line verdict: the side and the value to change.
+	// Line is what happened to this transfer: its size, time and what
+	// held it (the fix is the connection's, ConnLine).
 	Line string `json:"line,omitempty"`
+	// FixBytes is the buffer size the connection's fix asks for (the
+	// largest any of its slow transfers needs), on each of its slow
+	// transfers; 0 without a size.
+	FixBytes int64 `json:"fix_bytes,omitempty"`
+	// ConnLine is the connection's verdict, said once: on the slow
+	// transfer of the connection (and direction) that lost the most.
+	ConnLine string `json:"conn_line,omitempty"`
+}
+
+// ConnVerdict is the verdict on one connection's slow transfers in one
+// direction: what held them longest, and one fix with one size.
+type ConnVerdict struct {
+	Conn   int            `json:"conn"`
+	Local  netip.AddrPort `json:"local"`
+	Remote netip.AddrPort `json:"remote"`
+	Dir    Direction      `json:"dir"`
+	// Slow of Transfers were slow; Bytes and Dur are the slow ones'.
+	Slow, Transfers int
+	Bytes           uint64
+	Dur             time.Duration
+	// Held held the slow transfers longest, HeldFor in all.
+	Held     Holder
+	HeldFor  time.Duration
+	FixBytes int64
+	Line     string
 }
 
 // JudgeOptions say what transfers are judged against.
 type JudgeOptions struct {
-	// Bandwidth is the path's rate in bits/s (--bandwidth); 0: the best
-	// delivery rate measured to the same peer.
+	// Bandwidth is the path's rate in bits/s (--bandwidth); 0: estimated
+	// from the recording (Paths).
 	Bandwidth float64
 	// MinSlow: shorter transfers are never called slow; 0 means the
 	// larger of 20 ms and two sample intervals.
 	MinSlow time.Duration
 }
 
-// Judge fills each transfer's Verdict. Rates come from --bandwidth or the
-// best tcp_info.delivery_rate seen towards the same peer address; a
-// transfer is slow when tcpmodel's Path.Judge says it lost performance;
-// the line names what held it longest, the side to change and check's fix.
-func Judge(tr *Trace, ts []Transfer, o JudgeOptions) {
+// PathRate is what trace judges the transfers to one peer address by.
+type PathRate struct {
+	Peer netip.Addr
+	// Rate is bytes/s; 0: unknown (judged against tcpmodel.ReferenceRate).
+	Rate   float64
+	Source string
+	// Local: the path never leaves the host.
+	Local bool
+}
+
+// Thresholds for a sampling interval whose delivery rate measures the
+// path: the sender busy at least pathBusyShare of it, the peer's window
+// and the send buffer (chronographs) at most pathHeldShare of that busy
+// time, neither seen holding it in the samples, and data waiting unsent
+// at its end (so the kernel's sample is not application-limited). The
+// chronographs count whole jiffies (4 ms at HZ=250): at 100 samples a
+// second one interval reads 8 or 12 ms busy, hence the margins.
+const (
+	pathBusyShare = 0.75
+	pathHeldShare = 0.25
+)
+
+// pathSamples lists, per peer address, the delivery rates sampled at the
+// end of intervals in which only the path held the sender.
+func pathSamples(tr *Trace) map[netip.Addr][]float64 {
+	out := map[netip.Addr][]float64{}
+	for _, c := range tr.Conns {
+		a := c.Remote.Addr().Unmap()
+		for i := 1; i < len(c.Points); i++ {
+			p, q := &c.Points[i-1], &c.Points[i]
+			dt := q.T - p.T
+			if q.Rate == 0 || dt <= 0 || !p.Chrono || !q.Chrono || q.Busy < p.Busy || q.Rwnd < p.Rwnd || q.Sndbuf < p.Sndbuf {
+				continue
+			}
+			busy := float64(q.Busy-p.Busy) * float64(time.Microsecond)
+			held := float64(q.Rwnd-p.Rwnd+q.Sndbuf-p.Sndbuf) * float64(time.Microsecond)
+			if busy < pathBusyShare*float64(dt) || held > pathHeldShare*busy || q.Notsent == 0 ||
+				wndBound(p) || wndBound(q) || sndbufFull(q) {
+				continue
+			}
+			out[a] = append(out[a], float64(q.Rate))
+		}
+	}
+	return out
+}
+
+// Paths says what each peer address of tr is judged by: --bandwidth when
+// given; a path inside the host (a loopback peer, or both ends traced)
+// against tcpmodel.ReferenceRate, as check does (a delivery-rate sample
+// there is a burst of memory copies); else the median of the delivery
+// rates sampled while only the path held a sender to that address
+// (tcpmodel.PathEstimate); else unknown, judged against the reference
+// rate as check does.
+func Paths(tr *Trace, o JudgeOptions) map[netip.Addr]PathRate {
+	traced := map[tcpmodel.Tuple]bool{}
+	for _, c := range tr.Conns {
+		traced[tcpmodel.Tuple{Local: c.Local, Remote: c.Remote}] = true
+	}
+	samples := pathSamples(tr)
+	out := map[netip.Addr]PathRate{}
+	for _, c := range tr.Conns {
+		a := c.Remote.Addr().Unmap()
+		p := out[a]
+		p.Peer = a
+		p.Local = p.Local || tcpmodel.IsLoopback(a) || traced[tcpmodel.Tuple{Local: c.Remote, Remote: c.Local}]
+		out[a] = p
+	}
+	for a, p := range out {
+		switch r, ok := tcpmodel.PathEstimate(samples[a]); {
+		case o.Bandwidth > 0:
+			p.Rate, p.Source = o.Bandwidth/8, "--bandwidth"
+		case p.Local:
+			p.Source = "a path inside the host, judged against the reference " + units.Rate(tcpmodel.ReferenceRate) + " as check does (--bandwidth overrides)"
+		case ok:
+			p.Rate = r
+			p.Source = fmt.Sprintf("median of %d tcp_info.delivery_rate samples to %s taken while only the path held the sender (--bandwidth overrides)", len(samples[a]), a)
+		default:
+			p.Source = fmt.Sprintf("unknown (fewer than %d delivery-rate samples to %s taken while only the path held the sender): judged against the reference %s as check does; give --bandwidth",
+				tcpmodel.PathMinSamples, a, units.Rate(tcpmodel.ReferenceRate))
+		}
+		out[a] = p
+	}
+	return out
+}
+
+// Judge fills each transfer's Verdict and returns the verdicts per
+// connection and direction. The path's rate comes from Paths; a transfer
+// is slow when tcpmodel's Path.Judge says it lost performance; a
+// connection's slow transfers get one verdict naming what held them
+// longest, the side to change and check's fix, sized for the largest
+// any of them needs.
+func Judge(tr *Trace, ts []Transfer, o JudgeOptions) []ConnVerdict {
 	minSlow := o.MinSlow
 	if minSlow <= 0 {
 		minSlow = max(20*time.Millisecond, 2*tr.Header.Interval)
 	}
-	rates := map[netip.Addr]float64{}
+	paths := Paths(tr, o)
 	byTuple := map[tcpmodel.Tuple]*Conn{}
 	for _, c := range tr.Conns {
 		byTuple[tcpmodel.Tuple{Local: c.Local, Remote: c.Remote}] = c
-		a := c.Remote.Addr().Unmap()
-		for i := range c.Points {
-			rates[a] = max(rates[a], float64(c.Points[i].Rate))
-		}
 	}
 	for i := range ts {
 		t := &ts[i]
-		peer := byTuple[tcpmodel.Tuple{Local: t.Remote, Remote: t.Local}]
-		path := tcpmodel.Path{Local: tcpmodel.IsLoopback(t.Remote.Addr()) || peer != nil}
-		switch r := rates[t.Remote.Addr().Unmap()]; {
-		case o.Bandwidth > 0:
-			path.Rate, path.Source = o.Bandwidth/8, "--bandwidth"
-		case r > 0 && !path.Local:
-			path.Rate, path.Source = r, "best tcp_info.delivery_rate to "+t.Remote.Addr().String()
-		}
+		pr := paths[t.Remote.Addr().Unmap()]
+		path := tcpmodel.Path{Local: pr.Local, Rate: pr.Rate, Source: pr.Source}
 		v := path.Judge(t.Goodput)
 		rate := v.Against
 		if path.Rate > 0 {
@@ -75,7 +178,7 @@ func Judge(tr *Trace, ts []Transfer, o JudgeOptions) {
 		}
 		// A transfer inside one sampling interval has a duration no better
 		// than that interval (a small request): not judged.
-		verdict := &Verdict{PathRate: rate, PathFrom: path.Source, Slow: v.Lost && t.Dur >= minSlow && t.Samples >= 3}
+		verdict := &Verdict{PathRate: rate, PathFrom: pr.Source, Slow: v.Lost && t.Dur >= minSlow && t.Samples >= 3}
 		if verdict.PathFrom == "" {
 			verdict.PathFrom = "reference " + units.Rate(tcpmodel.ReferenceRate)
 		}
@@ -84,19 +187,114 @@ func Judge(tr *Trace, ts []Transfer, o JudgeOptions) {
 		}
 		verdict.Held, verdict.HeldFor = t.Split.Largest(t.Dir)
 		if verdict.Slow {
-			verdict.Line = verdictLine(t, verdict, peer)
+			verdict.Line = transferLine(t, verdict)
 		}
 		t.Verdict = verdict
 	}
+	return connVerdicts(ts, byTuple)
+}
+
+// connVerdicts groups the slow transfers by connection and direction and
+// says one verdict for each, attached to the one that lost the most.
+func connVerdicts(ts []Transfer, byTuple map[tcpmodel.Tuple]*Conn) []ConnVerdict {
+	type key struct {
+		conn int
+		dir  Direction
+	}
+	idx := map[key][]int{}
+	var keys []key
+	total := map[key]int{}
+	for i := range ts {
+		k := key{ts[i].Conn, ts[i].Dir}
+		total[k]++
+		if ts[i].Verdict == nil || !ts[i].Verdict.Slow {
+			continue
+		}
+		if idx[k] == nil {
+			keys = append(keys, k)
+		}
+		idx[k] = append(idx[k], i)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].conn != keys[j].conn {
+			return keys[i].conn < keys[j].conn
+		}
+		return keys[i].dir < keys[j].dir
+	})
+	var out []ConnVerdict
+	for _, k := range keys {
+		is := idx[k]
+		first := &ts[is[0]]
+		cv := ConnVerdict{Conn: k.conn, Local: first.Local, Remote: first.Remote, Dir: k.dir, Slow: len(is), Transfers: total[k]}
+		var sum Split
+		var rtt time.Duration
+		worst := is[0]
+		for _, i := range is {
+			t := &ts[i]
+			cv.Bytes += t.Bytes
+			cv.Dur += t.Dur
+			sum.Rwnd += t.Split.Rwnd
+			sum.Sndbuf += t.Split.Sndbuf
+			sum.Congestion += t.Split.Congestion
+			sum.Recovery += t.Split.Recovery
+			sum.App += t.Split.App
+			sum.Other += t.Split.Other
+			sum.RwndDerived = sum.RwndDerived || t.Split.RwndDerived
+			sum.SndbufDerived = sum.SndbufDerived || t.Split.SndbufDerived
+			rtt = max(rtt, t.RTTMin)
+			if t.Dur-t.Verdict.Ideal > ts[worst].Dur-ts[worst].Verdict.Ideal {
+				worst = i
+			}
+		}
+		cv.Held, cv.HeldFor = sum.Largest(k.dir)
+		// One size: the largest any of the slow transfers needs (the
+		// path's rate is the peer's; the RTT the largest minimum).
+		plan := bdp.For(rtt, first.Verdict.PathRate*8, &snapshot.Snapshot{})
+		switch cv.Held {
+		case HeldRwnd:
+			cv.FixBytes = int64(plan.AskRcvBuf)
+		case HeldSndbuf:
+			cv.FixBytes = int64(plan.AskSndBuf)
+		}
+		agg := Transfer{Conn: k.conn, Local: first.Local, Remote: first.Remote, Dir: k.dir, Bytes: cv.Bytes, Dur: cv.Dur, Split: sum, RTTMin: rtt}
+		agg.RTTMax, agg.CwndMin, agg.CwndMax = spans(ts, is)
+		for _, i := range is {
+			agg.Retrans += ts[i].Retrans
+			agg.PeakWnd = max(agg.PeakWnd, ts[i].PeakWnd)
+			agg.SkBuf = max(agg.SkBuf, ts[i].SkBuf)
+		}
+		v := &Verdict{PathRate: first.Verdict.PathRate, Held: cv.Held, HeldFor: cv.HeldFor}
+		head := fmt.Sprintf("%d of %d %s transfers slow", cv.Slow, cv.Transfers, k.dir)
+		cv.Line = head + ": " + verdictLine(&agg, v, plan, byTuple[tcpmodel.Tuple{Local: first.Remote, Remote: first.Local}])
+		for _, i := range is {
+			ts[i].Verdict.FixBytes = cv.FixBytes
+		}
+		ts[worst].Verdict.ConnLine = cv.Line
+		out = append(out, cv)
+	}
+	return out
+}
+
+// spans is the largest RTT and the cwnd range over transfers is.
+func spans(ts []Transfer, is []int) (rttMax time.Duration, cwndMin, cwndMax uint32) {
+	cwndMin = ^uint32(0)
+	for _, i := range is {
+		rttMax = max(rttMax, ts[i].RTTMax)
+		cwndMin, cwndMax = min(cwndMin, ts[i].CwndMin), max(cwndMax, ts[i].CwndMax)
+	}
+	return rttMax, cwndMin, cwndMax
+}
+
+// transferLine is what happened to one slow transfer, without the fix.
+func transferLine(t *Transfer, v *Verdict) string {
+	return fmt.Sprintf("%s: %s %s", units.Bytes(float64(t.Bytes)), units.Share(v.HeldFor, t.Dur), waitWord(v.Held))
 }
 
 // verdictLine says, in one line, which side to change and how, with check's fix
-// wording.
-func verdictLine(t *Transfer, v *Verdict, peer *Conn) string {
-	share := units.Pct(snapshot.Frac(v.HeldFor, t.Dur))
-	head := fmt.Sprintf("%s in %s, %s (%s) %s", units.Bytes(float64(t.Bytes)), units.Dur(t.Dur), units.Dur(v.HeldFor), share, waitWord(v.Held))
+// wording; t is the connection's slow transfers taken together.
+func verdictLine(t *Transfer, v *Verdict, plan bdp.Plan, peer *Conn) string {
+	head := fmt.Sprintf("%s: %s %s", units.Bytes(float64(t.Bytes)), units.Share(v.HeldFor, t.Dur), waitWord(v.Held))
 	rtt := t.RTTMin
-	plan := bdp.For(rtt, v.PathRate*8, &snapshot.Snapshot{})
 	switch v.Held {
 	case HeldRwnd:
 		who := "the receiver " + t.Remote.String()

@@ -77,3 +77,20 @@ func N(n int, noun string) string {
 	}
 	return fmt.Sprintf("%d %ss", n, noun)
 }
+
+// Share prints part of whole as both times and the percentage, e.g.
+// "950ms of 1.032s (92%)". The times keep four significant digits of
+// whole, so the percentage a reader works out from them is the one
+// printed (units.Dur's rounding made "65% (1s of 2s)" and "92% (1s of
+// 1s)"). Shares of time are printed through this one function.
+func Share(part, whole time.Duration) string {
+	unit := time.Duration(1)
+	for unit*10000 <= whole {
+		unit *= 10
+	}
+	pct := 0.0
+	if whole > 0 {
+		pct = float64(part) / float64(whole)
+	}
+	return fmt.Sprintf("%s of %s (%s)", part.Round(unit), whole.Round(unit), Pct(pct))
+}

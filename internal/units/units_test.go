@@ -1,6 +1,9 @@
 package units
 
 import (
+	"math"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -26,6 +29,41 @@ func TestPrint(t *testing.T) {
 	} {
 		if c.got != c.want {
 			t.Errorf("got %q, want %q", c.got, c.want)
+		}
+	}
+}
+
+// The printed times give the printed percentage: no "65% (1s of 2s)".
+func TestShareAgrees(t *testing.T) {
+	for _, c := range []struct {
+		part, whole time.Duration
+		want        string
+	}{
+		{1300 * time.Millisecond, 2 * time.Second, "1.3s of 2s (65%)"},
+		{950 * time.Millisecond, 1032 * time.Millisecond, "950ms of 1.032s (92%)"},
+		{3500 * time.Microsecond, 7 * time.Millisecond, "3.5ms of 7ms (50%)"},
+		{1234567 * time.Microsecond, 98765432 * time.Microsecond, "1.23s of 1m38.77s (1%)"},
+		{0, 0, "0s of 0s (0%)"},
+	} {
+		if got := Share(c.part, c.whole); got != c.want {
+			t.Errorf("Share(%v, %v) = %q, want %q", c.part, c.whole, got, c.want)
+		}
+	}
+	// Over a range of values, the share worked out from the printed
+	// times is the printed percentage within one point.
+	for whole := time.Millisecond; whole < time.Hour; whole = whole*7/3 + 13*time.Microsecond {
+		for _, f := range []float64{0.004, 0.3149, 0.655, 0.9249, 0.995} {
+			s := Share(time.Duration(float64(whole)*f), whole)
+			fs := strings.Fields(s) // part "of" whole "(NN%)"
+			pp, err1 := time.ParseDuration(fs[0])
+			ww, err2 := time.ParseDuration(fs[2])
+			pct, err3 := strconv.ParseFloat(strings.Trim(fs[3], "(%)"), 64)
+			if err1 != nil || err2 != nil || err3 != nil || ww == 0 {
+				t.Fatalf("%q does not parse", s)
+			}
+			if implied := 100 * float64(pp) / float64(ww); math.Abs(implied-pct) > 1 {
+				t.Errorf("%s: the times say %.2f%%", s, implied)
+			}
 		}
 	}
 }
