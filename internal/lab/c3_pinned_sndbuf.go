@@ -215,8 +215,8 @@ func c3Transfer(ctx context.Context, tb *Testbed, s c3Send) (out c3Out, findings
 		t := ts[len(ts)-1]
 		out.traced[0] = msList([]time.Duration{t.Split.Sndbuf, t.Split.Congestion, t.Split.App})
 		out.traced[1], _ = traceAccuracy(ts[len(ts)-1:], []measured{{ms: out.Seconds * 1000, bytes: out.Bytes}})
-		if t.Verdict != nil && t.Verdict.Slow {
-			tb.Logf("c3: trace: %s", t.Verdict.Line)
+		if t.Verdict != nil && t.Verdict.ConnLine != "" {
+			tb.Logf("c3: trace: %s", t.Verdict.ConnLine)
 		}
 	}
 	name := fmt.Sprintf("c3-pinned-sndbuf-%s-%s-%s", strings.ReplaceAll(units.Rate(s.rate/8), " ", ""), c3BufLabel(sndbuf), units.Bytes(float64(size)))

@@ -82,8 +82,8 @@ func runC5(ctx context.Context, o Options) (*Result, error) {
 		}
 	}
 	for _, b := range bufs {
-		if ts := trace.Slowest(outs[b].traced); len(ts) > 0 && ts[0].Verdict != nil && ts[0].Verdict.Slow {
-			res.Notes = append(res.Notes, fmt.Sprintf("trace, %s run, slowest response: %s", c5BufLabel(b), ts[0].Verdict.Line))
+		for _, l := range trace.ConnLines(outs[b].traced) {
+			res.Notes = append(res.Notes, fmt.Sprintf("trace, %s run: %s", c5BufLabel(b), l))
 		}
 		if !outs[b].accOK && len(outs[b].traced) > 0 {
 			res.Notes = append(res.Notes, fmt.Sprintf("trace accuracy, %s run: %s", c5BufLabel(b), outs[b].accuracy))

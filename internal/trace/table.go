@@ -143,7 +143,10 @@ func PathLines(ts []Transfer) []string {
 		if v == nil {
 			continue
 		}
-		l := fmt.Sprintf("path to %s: %s, %s", ts[i].Remote.Addr(), units.Rate(v.PathRate), v.PathFrom)
+		l := fmt.Sprintf("path to %s: %s", ts[i].Remote.Addr(), v.PathFrom)
+		if v.PathKnown {
+			l = fmt.Sprintf("path to %s: %s, %s", ts[i].Remote.Addr(), units.Rate(v.PathRate), v.PathFrom)
+		}
 		if !seen[l] {
 			seen[l] = true
 			out = append(out, l)

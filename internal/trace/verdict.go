@@ -20,6 +20,10 @@ type Verdict struct {
 	Ideal    time.Duration `json:"ideal_ns"`
 	PathRate float64       `json:"path_rate_Bps"`
 	PathFrom string        `json:"path_from"`
+	// PathKnown: PathRate is the path's (--bandwidth or measured), not
+	// the reference rate a path inside the host or an unknown one is
+	// judged against; only a known rate sizes a buffer.
+	PathKnown bool `json:"path_known"`
 	// Slow: moving less than tcpmodel.LostShare of the path's rate, for
 	// longer than MinSlow and over two sampling intervals at least.
 	Slow bool   `json:"slow"`
@@ -138,13 +142,13 @@ func Paths(tr *Trace, o JudgeOptions) map[netip.Addr]PathRate {
 		case o.Bandwidth > 0:
 			p.Rate, p.Source = o.Bandwidth/8, "--bandwidth"
 		case p.Local:
-			p.Source = "a path inside the host, judged against the reference " + units.Rate(tcpmodel.ReferenceRate) + " as check does (--bandwidth overrides)"
+			p.Source = "inside the host: judged against the reference " + units.Rate(tcpmodel.ReferenceRate) + " as check does (--bandwidth overrides)"
 		case ok:
 			p.Rate = r
-			p.Source = fmt.Sprintf("median of %d tcp_info.delivery_rate samples to %s taken while only the path held the sender (--bandwidth overrides)", len(samples[a]), a)
+			p.Source = fmt.Sprintf("median of %d tcp_info.delivery_rate samples taken while only the path held the sender (--bandwidth overrides)", len(samples[a]))
 		default:
-			p.Source = fmt.Sprintf("unknown (fewer than %d delivery-rate samples to %s taken while only the path held the sender): judged against the reference %s as check does; give --bandwidth",
-				tcpmodel.PathMinSamples, a, units.Rate(tcpmodel.ReferenceRate))
+			p.Source = fmt.Sprintf("unknown (fewer than %d delivery-rate samples taken while only the path held the sender): judged against the reference %s as check does; give --bandwidth",
+				tcpmodel.PathMinSamples, units.Rate(tcpmodel.ReferenceRate))
 		}
 		out[a] = p
 	}
@@ -178,7 +182,7 @@ func Judge(tr *Trace, ts []Transfer, o JudgeOptions) []ConnVerdict {
 		}
 		// A transfer inside one sampling interval has a duration no better
 		// than that interval (a small request): not judged.
-		verdict := &Verdict{PathRate: rate, PathFrom: pr.Source, Slow: v.Lost && t.Dur >= minSlow && t.Samples >= 3}
+		verdict := &Verdict{PathRate: rate, PathFrom: pr.Source, PathKnown: pr.Rate > 0, Slow: v.Lost && t.Dur >= minSlow && t.Samples >= 3}
 		if verdict.PathFrom == "" {
 			verdict.PathFrom = "reference " + units.Rate(tcpmodel.ReferenceRate)
 		}
@@ -249,7 +253,10 @@ func connVerdicts(ts []Transfer, byTuple map[tcpmodel.Tuple]*Conn) []ConnVerdict
 		cv.Held, cv.HeldFor = sum.Largest(k.dir)
 		// One size: the largest any of the slow transfers needs (the
 		// path's rate is the peer's; the RTT the largest minimum).
-		plan := bdp.For(rtt, first.Verdict.PathRate*8, &snapshot.Snapshot{})
+		var plan bdp.Plan // no size without the path's rate, as check
+		if first.Verdict.PathKnown {
+			plan = bdp.For(rtt, first.Verdict.PathRate*8, &snapshot.Snapshot{})
+		}
 		switch cv.Held {
 		case HeldRwnd:
 			cv.FixBytes = int64(plan.AskRcvBuf)
