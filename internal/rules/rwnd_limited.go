@@ -19,9 +19,16 @@ const (
 	// window (tcp_info.rwnd_limited). Reliable on current kernels: a pinned
 	// 32K SO_RCVBUF at the receiver measured 98 %.
 	rwndShareWarn = 0.3
-	// rwndMinBusy: the connection must be busy this share of the window;
-	// a connection that sent one small burst says little.
+	// rwndMinBusy: the connection must be busy this share of the window,
+	// or rwndMinBusyTime; a connection that sent one small burst says
+	// little.
 	rwndMinBusy = 0.1
+	// rwndMinBusyTime: busy this long is enough whatever the window: a
+	// bursty sender (4 MB, then 1 s asleep) into a 2K window was busy
+	// 188-760 ms of 2 s windows, 9-38 %, and one window under 10 % made
+	// the same flow quiet. 100 ms is 25 jiffies of the chronographs
+	// (4 ms at HZ=250), so its shares are good to a few points.
+	rwndMinBusyTime = 100 * time.Millisecond
 	// rwndMinLifetime: with one sample, the lifetime chronographs are used
 	// only when the connection has been busy this long.
 	rwndMinLifetime = time.Second
@@ -130,7 +137,7 @@ func checkRwndLimited(in *diag.Input) ([]diag.Finding, error) {
 			if sh, ok = snapshot.ChronoShares(p.TCP(&pb), ti, window); !ok {
 				continue
 			}
-			if snapshot.Frac(sh.Busy, window) < rwndMinBusy {
+			if snapshot.Frac(sh.Busy, window) < rwndMinBusy && sh.Busy < rwndMinBusyTime {
 				continue
 			}
 		} else {
@@ -276,13 +283,15 @@ func rwndFinding(in *diag.Input, sk *snapshot.Socket, sh snapshot.Shares, share 
 	if !lifetime {
 		if pi := prevTCP(in, sk, &pb); pi != nil && ti.BytesAcked >= pi.BytesAcked {
 			acked = float64(ti.BytesAcked - pi.BytesAcked)
-			ev = append(ev, diag.Evidence{Name: "this transfer", Value: fmt.Sprintf("%s acked in %s, %s of it waiting for the peer's window",
-				units.Bytes(acked), units.Dur(sh.Window), units.Dur(sh.Rwnd)), Source: "sock_diag tcp_info.bytes_acked, rwnd_limited (delta)"})
+			ev = append(ev, diag.Evidence{Name: "this transfer", Value: fmt.Sprintf("%s acked in %s busy of the %s window, %s waiting for the peer's window",
+				units.Bytes(acked), sh.Busy.Round(time.Millisecond), units.Dur(sh.Window), units.Share(sh.Rwnd, sh.Busy)), Source: "sock_diag tcp_info.bytes_acked, busy_time, rwnd_limited (delta)"})
 		}
 	}
+	// The rate while it had data to send (busy time), not the window's
+	// average: a bursty sender's sleeps are not the network's.
 	own := tcpmodel.OwnRate(ti)
 	if acked > 0 {
-		own = acked / sh.Window.Seconds()
+		own = acked / max(min(sh.Busy, sh.Window), time.Millisecond).Seconds()
 	}
 	wnd := -1.0
 	if ti.Has(snapshot.EndSndWnd) {
@@ -344,8 +353,22 @@ func rwndFinding(in *diag.Input, sk *snapshot.Socket, sh snapshot.Shares, share 
 	// A reader that keeps up drains its buffer at once, so the window
 	// never closes: a zero window, or a local receiver's buffer holding
 	// unread data, means the reader sets the pace, not the window's size.
+	// Seen at both samples: one instant of a bursty flow into a small
+	// buffer often shows a zero window or a segment unread (2K of a 4K
+	// rcvbuf is half full), which made the same flow info in some
+	// windows and a warning in others.
 	zeroWnd := ti.Has(snapshot.EndSndWnd) && ti.SndWnd == 0
 	pacing := zeroWnd || peer != nil && fill(peer) >= rwndPacingFill
+	if !lifetime {
+		var prevPeer *snapshot.Socket
+		if peer != nil {
+			prevPeer = prevAs(in, peer)
+		}
+		pi := prevTCP(in, sk, &pb)
+		prevZero := zeroWnd && pi != nil && pi.Has(snapshot.EndSndWnd) && pi.SndWnd == 0
+		prevFull := peer != nil && fill(peer) >= rwndPacingFill && prevPeer != nil && fill(prevPeer) >= rwndPacingFill
+		pacing = prevZero || prevFull
+	}
 	sized := rcvPin.Pinned || sup.full && !lifetime && sameWindow(prevAs(in, sk), sk)
 	ev = append(ev, diag.Evidence{Name: "performance", Value: verdict.Why, Source: "sock_diag tcp_info.bytes_acked or delivery_rate; --bandwidth or other connections' delivery rates",
 		Threshold: fmt.Sprintf("warning below %s of the path's rate, with the window shown to be the limit", units.Pct(tcpmodel.LostShare))})
