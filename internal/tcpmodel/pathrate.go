@@ -5,8 +5,7 @@ import "slices"
 // PathMinSamples is how many delivery-rate samples taken while the
 // sender was held by nothing but the path (cwnd or pacing) a recording
 // needs before their median is taken for the path's rate. One sample is
-// one round trip's burst: on a link shaped to 20 Mbit/s one read 463
-// Mbit/s (the median of its samples was 18).
+// one round trip's burst, which can read many times the link's rate.
 const PathMinSamples = 5
 
 // PathEstimate is the median of rates (bytes/s), each a delivery-rate
