@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -125,30 +126,50 @@ func TestLiveSmallRcvbuf(t *testing.T) {
 	}
 	a := Analyze(tr, SegmentOptions{}, JudgeOptions{Bandwidth: 10e9})
 	client := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), 0)
-	var sends []Transfer
+	// A response is the server's send transfers between two requests:
+	// one, or more where a loaded machine left the writer unscheduled for
+	// longer than the gap (the test once saw 7.7M and 9.1M). They are cut
+	// by the requests (turns), so they are summed until they make a
+	// response's bytes.
+	var sends, resp []Transfer // whole responses; the transfers of each
+	var acc uint64
+	var parts [][]Transfer
 	for _, x := range a.Transfers {
-		if x.Dir == Send && x.Local.Port() == port && x.Bytes >= size*9/10 {
-			sends = append(sends, x)
-			client = x.Remote
+		if x.Dir != Send || x.Local.Port() != port {
+			continue
+		}
+		client = x.Remote
+		resp = append(resp, x)
+		if acc += x.Bytes; acc >= size {
+			w := resp[0]
+			last := resp[len(resp)-1]
+			w.Bytes, w.Dur = acc, last.Start+last.Dur-w.Start
+			sends = append(sends, w)
+			parts = append(parts, resp)
+			resp, acc = nil, 0
 		}
 	}
 	t.Logf("%d ticks, %d dumps, %d lookups, %d connections", st.Ticks, st.Dumps, st.Lookups, len(tr.Conns))
-	if len(sends) != responses {
-		t.Fatalf("%d response transfers, want %d: %+v", len(sends), responses, a.Transfers)
+	if len(sends) != responses || len(resp) > 0 {
+		t.Fatalf("%d responses made of transfers (%d transfers left over), want %d: %+v", len(sends), len(resp), responses, a.Transfers)
 	}
 	// Against the workload's own figures: each response is exactly the
 	// bytes written, and lasts what the client timed from its request to
 	// its last byte, less the request's turn: at most two sample
 	// intervals more (the edges are placed within their intervals), and
-	// at most the larger of three intervals and a tenth less.
+	// at most the larger of three intervals and a tenth less; both widened
+	// by the ticks' worst lateness (a point is stamped when its tick
+	// starts; a loaded machine reads the kernel later).
+	_, _, late := st.JitterSummary()
+	t.Logf("ticks late by at most %v", late)
 	const iv = 10 * time.Millisecond
 	for i, x := range sends {
-		t.Logf("response %d: trace %d bytes in %v, the client timed %v", i+1, x.Bytes, x.Dur, own[i])
+		t.Logf("response %d: trace %d bytes in %v (%d transfers), the client timed %v", i+1, x.Bytes, x.Dur, len(parts[i]), own[i])
 		if x.Bytes != size {
 			t.Errorf("response %d: trace counted %d bytes, the server wrote %d", i+1, x.Bytes, size)
 		}
-		if x.Dur > own[i]+2*iv || x.Dur < own[i]-max(3*iv, own[i]/10) {
-			t.Errorf("response %d: trace %v against the client's own %v: outside +%v/-%v", i+1, x.Dur, own[i], 2*iv, max(3*iv, own[i]/10))
+		if x.Dur > own[i]+2*iv+late || x.Dur < own[i]-max(3*iv, own[i]/10)-late {
+			t.Errorf("response %d: trace %v against the client's own %v: outside +%v/-%v", i+1, x.Dur, own[i], 2*iv+late, max(3*iv, own[i]/10)+late)
 		}
 	}
 	// Each response is judged on its own. On loopback a 4K window still
@@ -162,7 +183,7 @@ func TestLiveSmallRcvbuf(t *testing.T) {
 	var rwnd, rest time.Duration
 	named := 0
 	fix := int64(-1)
-	for _, x := range sends {
+	for _, x := range slices.Concat(parts...) {
 		v := x.Verdict
 		t.Logf("%s in %v: %+v; %s", x.Local, x.Dur, x.Split, v.Line)
 		rwnd += x.Split.Rwnd

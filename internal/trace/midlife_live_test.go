@@ -116,7 +116,8 @@ func writeAll(fd int, n int) error {
 // the bursty case of issue 38): the trace's transfers add up to what the
 // application wrote during the trace (within one write), none carries
 // the connection's past, each lasts what the reader timed for its burst
-// (within two sample intervals and a tenth), and no time is recovery
+// (within two sample intervals, a tenth and the ticks' worst lateness),
+// and no time is recovery
 // when the namespace counted no retransmission (Tcp RetransSegs). The
 // same with the receiver's buffer autotuned (where loopback retransmits
 // nothing, so the recovery claim is tested).
@@ -191,11 +192,12 @@ func foundMidLife(t *testing.T, rcvbuf int) {
 	defer cancel()
 	var wg sync.WaitGroup
 	var tr *Trace
+	var st Stats
 	var traceErr error
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		tr, _, traceErr = Live(ctx, LiveOptions{NS: ns, Filter: sockdiag.Filter{Ports: []uint16{port}}, Interval: 10 * time.Millisecond,
+		tr, st, traceErr = Live(ctx, LiveOptions{NS: ns, Filter: sockdiag.Filter{Ports: []uint16{port}}, Interval: 10 * time.Millisecond,
 			Discover: 100 * time.Millisecond, Duration: 60 * time.Second, Now: time.Now, Sleep: window.Sleep, Sink: NewWriter(sink)})
 	}()
 	for deadline := time.Now().Add(15 * time.Second); strings.Count(sink.String(), `{"p":`) < 2*3; time.Sleep(10 * time.Millisecond) {
@@ -255,7 +257,12 @@ func foundMidLife(t *testing.T, rcvbuf int) {
 	// Against the reader's own timing, burst by burst: the trace's
 	// transfer of each burst lasts the reader's first-to-last byte time,
 	// within two sample intervals and a tenth (the edges sit inside
-	// their intervals; the reader wakes after the data arrives).
+	// their intervals; the reader wakes after the data arrives), plus the
+	// latest tick's lateness: a point is stamped when its tick starts, and
+	// a loaded machine (load average 26 on 2 cores here) can read the
+	// kernel tens of ms after that.
+	_, _, late := st.JitterSummary()
+	t.Logf("ticks late by at most %v", late)
 	if len(sends) != bursts {
 		t.Fatalf("%d send transfers, want %d (one per burst)", len(sends), bursts)
 	}
@@ -264,7 +271,7 @@ func foundMidLife(t *testing.T, rcvbuf int) {
 	mu.Unlock()
 	for i, x := range sends {
 		d := own[i].last.Sub(own[i].first)
-		tol := 2*tr.Header.Interval + d/10
+		tol := 2*tr.Header.Interval + d/10 + late
 		t.Logf("burst %d: trace %d bytes in %v, the reader timed %v", i+1, x.Bytes, x.Dur, d)
 		if x.Bytes != burst {
 			t.Errorf("burst %d: trace counted %d bytes, the application wrote %d", i+1, x.Bytes, burst)
