@@ -13,6 +13,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/linkemu"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/workload"
 	"github.com/tcpdoctor/tcpdoctor/internal/sockdiag"
+	"github.com/tcpdoctor/tcpdoctor/internal/trace"
 	"github.com/tcpdoctor/tcpdoctor/internal/units"
 	"github.com/tcpdoctor/tcpdoctor/internal/window"
 )
@@ -161,7 +162,11 @@ func c3Transfer(ctx context.Context, tb *Testbed, s c3Send) (out c3Out, findings
 		return out, findings, err
 	}
 	defer lt.stop()
-	args := []string{"bulk-client", "--addr", addr, "--size", strconv.FormatInt(size, 10), "--direction", workload.Up, "--max-duration", "3m"}
+	// The client waits after connecting so that the recorder, dumping
+	// every labTraceDiscover, finds the connection before it sends: the
+	// trace then sees the whole transfer and is compared with the client.
+	args := []string{"bulk-client", "--addr", addr, "--size", strconv.FormatInt(size, 10), "--direction", workload.Up, "--max-duration", "3m",
+		"--start-delay", (5 * labTraceDiscover).String()}
 	if sndbuf > 0 {
 		args = append(args, "--sndbuf", strconv.Itoa(sndbuf))
 	}
@@ -206,15 +211,31 @@ func c3Transfer(ctx context.Context, tb *Testbed, s c3Send) (out c3Out, findings
 		return out, findings, err
 	}
 	out.traced = []string{"-", "-"}
-	// Each transfer is a connection of its own, found by the recorder
-	// after it started (its start placed by the kernel's busy time) and
-	// closed as the recording stops. Only this client's connection counts:
-	// the last transfer's may still be closing when the recording starts,
-	// and its counters would be taken for this one's.
-	if ts := ofLocal(tracedSends(tr, uint64(size)*9/10, s.rate, false), out.Local); len(ts) > 0 {
-		t := ts[len(ts)-1]
+	// Each transfer is a connection of its own; one found by the recorder
+	// after it started anyway (a slow dump on a loaded machine) counts
+	// only what its samples saw (clipped), which is not the client's
+	// whole transfer, and is not compared with it. Only this client's connection counts: the
+	// last transfer's may still be closing when the recording starts.
+	if ts := ofLocal(tracedSends(tr, 1, s.rate, false), out.Local); len(ts) > 0 {
+		// The connection carries one transfer of the client's; a loaded
+		// machine can stall the sender past the gap and cut it in parts:
+		// taken together, from the first's start to the last's end.
+		// The time between parts moved nothing: the application's.
+		t := ts[0]
+		for _, x := range ts[1:] {
+			end := t.Start + t.Dur
+			t.Bytes += x.Bytes
+			t.Dur = x.Start + x.Dur - t.Start
+			t.Split.Sndbuf += x.Split.Sndbuf
+			t.Split.Congestion += x.Split.Congestion
+			t.Split.App += x.Split.App + max(x.Start-end, 0)
+		}
 		out.traced[0] = msList([]time.Duration{t.Split.Sndbuf, t.Split.Congestion, t.Split.App})
-		out.traced[1], _ = traceAccuracy(ts[len(ts)-1:], []measured{{ms: out.Seconds * 1000, bytes: out.Bytes}})
+		if t.ClippedStart {
+			out.traced[1] = fmt.Sprintf("found after it started: saw %s of %s (clipped), not compared", units.Bytes(float64(t.Bytes)), units.Bytes(float64(out.Bytes)))
+		} else {
+			out.traced[1], _ = traceAccuracy([]trace.Transfer{t}, []measured{{ms: out.Seconds * 1000, bytes: out.Bytes}})
+		}
 		if t.Verdict != nil && t.Verdict.ConnLine != "" {
 			tb.Logf("c3: trace: %s", t.Verdict.ConnLine)
 		}

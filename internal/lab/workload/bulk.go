@@ -65,6 +65,10 @@ type BulkClientConfig struct {
 	ReadSize    int
 	ReadDelay   time.Duration
 	DialTimeout time.Duration // default 5 s
+	// StartDelay: wait this long after connecting before the transfer
+	// (not part of its time), so that a tracer finds the connection
+	// before it moves data.
+	StartDelay time.Duration
 }
 
 // BulkClientResult is the client's view of the transfer.
@@ -192,6 +196,13 @@ func RunBulkClient(ctx context.Context, cfg BulkClientConfig) (BulkClientResult,
 	binary.BigEndian.PutUint64(hdr, uint64(cfg.Size))
 	hdr[8] = cfg.Direction[0]
 	res := BulkClientResult{Transfer: Transfer{Direction: cfg.Direction, Local: c.LocalAddr().String()}, Buffers: cfg.Buffers}
+	if cfg.StartDelay > 0 {
+		select {
+		case <-ctx.Done():
+			return res, fmt.Errorf("workload: bulk: %w", ctx.Err())
+		case <-time.After(cfg.StartDelay):
+		}
+	}
 	t0 := time.Now()
 	if _, err = c.Write(hdr); err == nil {
 		if cfg.Direction == Up {

@@ -208,13 +208,14 @@ func wlBulkServer(e *env) *cobra.Command {
 func wlBulkClient(e *env) *cobra.Command {
 	var size, readSize byteSize
 	var dir string
-	var readDelay time.Duration
+	var readDelay, startDelay time.Duration
 	return wlCmd(e, "bulk-client", "bulk-client", "Bulk transfer client", false,
 		func(fs *pflag.FlagSet) {
 			fs.Var(&size, "size", "bytes to transfer")
 			fs.StringVar(&dir, "direction", workload.Up, "up: client sends; down: server sends")
 			fs.Var(&readSize, "read-size", "bytes per read when receiving (0: 64K)")
 			fs.DurationVar(&readDelay, "read-delay", 0, "sleep after each read (a slow reader)")
+			fs.DurationVar(&startDelay, "start-delay", 0, "wait this long after connecting before the transfer (not timed), e.g. for a tracer to find the connection")
 		},
 		func(ctx context.Context, c *wlCommon, _ func(string)) (workload.BulkClientResult, error) {
 			if c.duration > 0 {
@@ -224,7 +225,7 @@ func wlBulkClient(e *env) *cobra.Command {
 			}
 			return workload.RunBulkClient(ctx, workload.BulkClientConfig{
 				Addr: c.addr, Size: int64(size), Direction: dir, Buffers: c.bufs,
-				ReadSize: int(readSize), ReadDelay: readDelay,
+				ReadSize: int(readSize), ReadDelay: readDelay, StartDelay: startDelay,
 			})
 		})
 }
