@@ -19,6 +19,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/outfile"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/sockdiag"
+	"github.com/tcpdoctor/tcpdoctor/internal/textsafe"
 	"github.com/tcpdoctor/tcpdoctor/internal/trace"
 )
 
@@ -171,10 +172,17 @@ func runTrace(cmd *cobra.Command, e *Env, o *traceOpts) error {
 	if o.json {
 		err = trace.WriteJSON(e.Stdout, a.Transfers, &tr.Header)
 	} else if err = trace.WriteSubject(e.Stdout, &tr.Header); err == nil {
-		err = trace.WriteTable(e.Stdout, a.Transfers, o.top)
+		if len(tr.Conns) == 0 {
+			_, err = fmt.Fprintf(e.Stdout, "no connection matched %s\n", matchedWhat(&tr.Header))
+		} else {
+			err = trace.WriteTable(e.Stdout, a.Transfers, o.top)
+		}
 	}
 	if err != nil {
 		return err
+	}
+	if len(tr.Conns) == 0 {
+		e.progress("note: no connection matched %s: nothing was traced", matchedWhat(&tr.Header))
 	}
 	if len(failed) > 0 {
 		for _, err := range failed[:len(failed)-1] {
@@ -186,6 +194,15 @@ func runTrace(cmd *cobra.Command, e *Env, o *traceOpts) error {
 		return errFindings
 	}
 	return nil
+}
+
+// matchedWhat names a recording's filter for a note ("the filters" when
+// it recorded none).
+func matchedWhat(h *trace.Header) string {
+	if h.Filter == "" {
+		return "the filters"
+	}
+	return textsafe.String(h.Filter)
 }
 
 func traceLive(cmd *cobra.Command, e *Env, o *traceOpts, sink *sinkFile) (*trace.Trace, error) {
