@@ -22,9 +22,9 @@ start=$SECONDS
 bin=$(scripts/k8s-build.sh "${progs[@]}")
 built=$((SECONDS - start))
 start=$SECONDS
-# go test stops the test on Ctrl-C (the test cleans up, then exits):
-# wait for it rather than leave while it cleans.
-trap '' INT
+# On Ctrl-C the test stops where it waits and cleans up before it exits
+# (go test waits for it): wait for that rather than leave while it cleans.
+trap 'echo "k8s-node.sh: interrupted: the test stops its node" >&2' INT
 TCPDOCTOR_K8S_BIN=$bin TCPDOCTOR_KUBELET=$bin/kubelet TCPDOCTOR_HELM=$bin/helm \
   go test -count=1 -v -timeout 25m -run "^$run\$" ./internal/kubenode
 echo "k8s-node.sh: $form: build ${built}s (cached in $bin), test $((SECONDS - start))s"

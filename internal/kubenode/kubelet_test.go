@@ -434,4 +434,3 @@ func statusField(status []byte, name string) string {
 	}
 	return ""
 }
-

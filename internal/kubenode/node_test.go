@@ -74,11 +74,17 @@ func need(t *testing.T, env string) string {
 	return v
 }
 
-// interrupted cancels ctx on SIGINT or SIGTERM, so that a test stopped by
-// Ctrl-C fails where it waits and its cleanups stop everything it started.
+// interrupted cancels ctx on SIGINT or SIGTERM, and two minutes before
+// go test's -timeout would kill the test, so that a test stopped fails
+// where it waits and its cleanups stop everything it started.
 func interrupted(t *testing.T) context.Context {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	t.Cleanup(stop)
+	if d, ok := t.Deadline(); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, d.Add(-2*time.Minute))
+		t.Cleanup(cancel)
+	}
 	return ctx
 }
 
@@ -99,12 +105,13 @@ type node struct {
 	ctx     context.Context
 	ns      netns.NS
 	work    string
-	name    string // the node's name
-	cgroup  string // the kubelet's cgroup root, "/tdk8s-<hex>"
-	sock    string // containerd's socket
-	state   string // containerd's state directory
-	port    int    // the kubelet's HTTPS port
-	statics string // the static pod directory
+	name    string             // the node's name
+	cgroup  string             // the kubelet's cgroup root, "/tdk8s-<hex>"
+	sock    string             // containerd's socket
+	state   string             // containerd's state directory
+	port    int                // the kubelet's HTTPS port
+	statics string             // the static pod directory
+	nodeIP  string             // the kubelet's --node-ip, when set
 	procs   map[string]*daemon // by name, as start was given it
 	http    *http.Client
 }
@@ -301,6 +308,21 @@ func (n *node) logs() string {
 // anonymous requests on 127.0.0.1 in the node's namespace only.
 func (n *node) startKubelet(bin, kubeconfig string) {
 	register := kubeconfig != ""
+	// The kubelet wants its cgroup root to exist in every hierarchy; a
+	// new cpuset cgroup has no CPUs or memory nodes until given its
+	// parent's.
+	for _, d := range n.cgroupDirs() {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			n.t.Fatalf("cgroup root: %v", err)
+		}
+		for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+			if v, err := os.ReadFile(filepath.Join(filepath.Dir(d), f)); err == nil {
+				if err := os.WriteFile(filepath.Join(d, f), v, 0o644); err != nil {
+					n.t.Fatalf("cgroup root: %v", err)
+				}
+			}
+		}
+	}
 	n.write("kubelet/config.yaml", fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 staticPodPath: %q
@@ -332,6 +354,9 @@ serializeImagePulls: false
 		"--cert-dir", filepath.Join(n.work, "kubelet/pki"), "--hostname-override", n.name, "--v=2"}
 	if kubeconfig != "" {
 		args = append(args, "--kubeconfig", kubeconfig)
+	}
+	if n.nodeIP != "" {
+		args = append(args, "--node-ip", n.nodeIP)
 	}
 	n.start("kubelet", bin, args...)
 	n.waitFor("the kubelet's /healthz", 120*time.Second, func() error {
@@ -380,9 +405,15 @@ type pod struct {
 	} `json:"status"`
 }
 
-// running returns the pod named name (the static pod's name, the node's
-// name appended) when its containers all run, with each one's containerd id.
+// running returns the static pod named name (the node's name appended)
+// when its containers all run, with each one's containerd id.
 func (n *node) running(namespace, name string) (pod, map[string]string, error) {
+	return n.runningWhere(namespace, func(p pod) bool { return p.Metadata.Name == name+"-"+n.name })
+}
+
+// runningWhere returns the first pod in namespace that match accepts, as
+// running does.
+func (n *node) runningWhere(namespace string, match func(pod) bool) (pod, map[string]string, error) {
 	body, err := n.get(fmt.Sprintf("https://127.0.0.1:%d/pods", n.port))
 	if err != nil {
 		return pod{}, nil, err
@@ -392,7 +423,7 @@ func (n *node) running(namespace, name string) (pod, map[string]string, error) {
 		return pod{}, nil, fmt.Errorf("kubelet /pods: %w", err)
 	}
 	for _, p := range list.Items {
-		if p.Metadata.Namespace != namespace || p.Metadata.Name != name+"-"+n.name {
+		if p.Metadata.Namespace != namespace || !match(p) {
 			continue
 		}
 		if p.Status.Phase != "Running" {
@@ -411,7 +442,7 @@ func (n *node) running(namespace, name string) (pod, map[string]string, error) {
 		}
 		return p, ids, nil
 	}
-	return pod{}, nil, fmt.Errorf("pod %s/%s-%s: not on the node", namespace, name, n.name)
+	return pod{}, nil, fmt.Errorf("no such pod in namespace %s on the node", namespace)
 }
 
 // waitRunning waits for a static pod to run and returns it.
