@@ -40,7 +40,7 @@ for pkg in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
 done
 for p in "${progs[@]}"; do
   if [ -x "$out/$p" ]; then
-    echo "k8s-build: $p $version cached in $out" >&2
+    echo "k8s-build: $p cached in $out" >&2
     continue
   fi
   start=$SECONDS

@@ -89,6 +89,7 @@ func TestClusterHelmInstall(t *testing.T) {
 
 	historyDir := filepath.Join(n.work, "history")
 	set := chartValues(historyDir)
+	n.hostPaths(chartHostPaths(renderDaemonSet(t, "tcpdoctor", set)))
 	args := []string{"install", "tcpdoctor", chartDir, "--namespace", "tcpdoctor", "--create-namespace", "--kubeconfig", admin}
 	for _, s := range set {
 		args = append(args, "--set", s)

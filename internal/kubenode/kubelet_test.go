@@ -83,6 +83,18 @@ func at(o any, path ...any) any {
 	return o
 }
 
+// chartHostPaths are the DaemonSet's hostPath directories.
+func chartHostPaths(ds map[any]any) []string {
+	var out []string
+	vols, _ := at(ds, "spec", "template", "spec", "volumes").([]any)
+	for _, v := range vols {
+		if p := at(v, "hostPath", "path"); p != nil {
+			out = append(out, fmt.Sprint(p))
+		}
+	}
+	return out
+}
+
 // staticPod is the DaemonSet's pod template as a pod of its own, for the
 // kubelet's static pod directory: the same labels, annotations and spec.
 func staticPod(t *testing.T, ds map[any]any) []byte {
@@ -116,6 +128,7 @@ func TestKubeletChartPod(t *testing.T) {
 	n.importTcpdoctor("k8s-test")
 	historyDir := filepath.Join(n.work, "history")
 	ds := renderDaemonSet(t, "tcpdoctor", chartValues(historyDir))
+	n.hostPaths(chartHostPaths(ds))
 	n.startKubelet(kubelet, "")
 	t.Logf("node ready in %v", time.Since(start).Round(time.Millisecond))
 
@@ -304,9 +317,18 @@ func checkChartContainer(t *testing.T, n *node, ds map[any]any, id string) int {
 	if at(sc, "privileged").(bool) {
 		t.Errorf("the chart asks for a privileged container")
 	}
-	for _, ns := range s.Linux.Namespaces {
-		if ns.Type == "network" || ns.Type == "pid" {
-			t.Errorf("the container has a %s namespace of its own (%s); the chart asks for the host's", ns.Type, ns.Path)
+	// Host network and PID: the process shares the node's network
+	// namespace (the one its kubelet and containerd run in) and the
+	// test's PID namespace (through the sandbox, whose namespaces the
+	// spec names as /proc/PID/ns/...).
+	for _, c := range []struct{ ns, want string }{{"net", n.ns.Path}, {"pid", "/proc/self/ns/pid"}} {
+		got, err1 := inode(fmt.Sprintf("/proc/%d/ns/%s", pid, c.ns))
+		want, err2 := inode(c.want)
+		if err := errors.Join(err1, err2); err != nil {
+			t.Fatalf("namespaces: %v", err)
+		}
+		if got != want {
+			t.Errorf("the container's %s namespace is its own (inode %d), not the node's (%d): the chart asks for the host's", c.ns, got, want)
 		}
 	}
 	if !strings.Contains(s.Linux.CgroupsPath, n.cgroup+"/kubepods/") {
@@ -412,6 +434,14 @@ func checkChartContainer(t *testing.T, n *node, ds map[any]any, id string) int {
 		t.FailNow()
 	}
 	return pid
+}
+
+func inode(path string) (uint64, error) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		return 0, err
+	}
+	return st.Ino, nil
 }
 
 // capBits are the capabilities' bit numbers (linux/capability.h).

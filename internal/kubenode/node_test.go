@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -113,6 +114,8 @@ type node struct {
 	statics string             // the static pod directory
 	nodeIP  string             // the kubelet's --node-ip, when set
 	procs   map[string]*daemon // by name, as start was given it
+	created []string           // host directories the pods' hostPaths created, deepest first
+	fork    chan func()        // the forker thread's work (startOnForker)
 	http    *http.Client
 }
 
@@ -155,6 +158,10 @@ func newNode(t *testing.T, ctx context.Context) *node {
 }
 `, filepath.Join(n.work, "cni/ipam")))
 	// CRI itself adds the loopback plugin for lo (cniBinDir/loopback).
+	// restrict_oom_score_adj: CRI gives sandboxes -998 and the kubelet
+	// critical pods -997, which only CAP_SYS_RESOURCE may set; without it
+	// (as in this project's CI sessions) runc fails ("can't get final
+	// child's PID from pipe"), so scores stay at or above our own.
 	n.write("containerd/config.toml", fmt.Sprintf(`version = 2
 root = %q
 state = %q
@@ -167,6 +174,7 @@ state = %q
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = %q
   stream_server_address = "127.0.0.1"
+  restrict_oom_score_adj = true
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
     default_runtime_name = "runc"
@@ -244,14 +252,33 @@ func (n *node) start(name, bin string, args ...string) *exec.Cmd {
 	cmd := exec.Command("nsenter", append([]string{"--net=" + n.ns.Path, "--", bin}, args...)...)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	if err := n.startOnForker(cmd); err != nil {
 		n.t.Fatalf("start %s: %v", name, err)
 	}
 	log.Close()
 	d := &daemon{cmd: cmd, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); close(d.done) }()
+	go func() { d.err = cmd.Wait(); close(d.done) }()
 	n.procs[name] = d
 	return cmd
+}
+
+// startOnForker starts cmd from the node's forker thread. PR_SET_PDEATHSIG
+// fires when the thread that forked a child exits, and Go ends threads
+// (netns.Do's, for one), so the daemons are forked from a thread locked
+// to a goroutine that lives until the node has stopped.
+func (n *node) startOnForker(cmd *exec.Cmd) error {
+	if n.fork == nil {
+		n.fork = make(chan func())
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+			for f := range n.fork {
+				f()
+			}
+		}()
+	}
+	errc := make(chan error)
+	n.fork <- func() { errc <- cmd.Start() }
+	return <-errc
 }
 
 // ctr runs containerd's client on the node's containerd, k8s.io namespace.
@@ -290,6 +317,14 @@ func (n *node) waitFor(what string, limit time.Duration, f func() error) {
 // logs is the tail of every daemon's log, for a failure message.
 func (n *node) logs() string {
 	var b strings.Builder
+	for name, d := range n.procs {
+		select {
+		case <-d.done:
+			fmt.Fprintf(&b, "%s (pid %d) ended: %v\n", name, d.cmd.Process.Pid, d.err)
+		default:
+			fmt.Fprintf(&b, "%s (pid %d) runs\n", name, d.cmd.Process.Pid)
+		}
+	}
 	files, _ := filepath.Glob(filepath.Join(n.work, "logs", "*.log"))
 	for _, f := range files {
 		data, _ := os.ReadFile(f)
@@ -570,6 +605,10 @@ spec:
 // namespace (the bridge, the veths) goes with testns's cleanup.
 func (n *node) stop() {
 	t := n.t
+	if dir := os.Getenv("TCPDOCTOR_K8S_LOGS"); dir != "" && t.Failed() {
+		// Keep the daemons' logs of a failed run: the work directory goes.
+		_ = exec.Command("cp", "-r", filepath.Join(n.work, "logs"), filepath.Join(dir, t.Name()+"-"+n.name)).Run()
+	}
 	if n.alive("kubelet") {
 		// Let the kubelet stop its pods (CRI StopPodSandbox runs CNI DEL).
 		files, _ := filepath.Glob(filepath.Join(n.statics, "*.yaml"))
@@ -615,12 +654,36 @@ func (n *node) stop() {
 	if err := n.removeCgroups(); err != nil {
 		t.Errorf("cleanup: %v", err)
 	}
+	for _, d := range n.created {
+		_ = os.Remove(d) // only if still empty
+	}
+	if n.fork != nil {
+		close(n.fork)
+	}
+}
+
+// hostPaths notes which of a pod's hostPath directories (DirectoryOrCreate)
+// do not exist yet, with their missing parents, so that stop removes
+// those the pod created, if empty.
+func (n *node) hostPaths(paths []string) {
+	for _, p := range paths {
+		var missing []string
+		for d := filepath.Clean(p); d != "/" && d != n.work && !strings.HasPrefix(d, n.work+"/"); d = filepath.Dir(d) {
+			if _, err := os.Lstat(d); err == nil {
+				break
+			}
+			missing = append(missing, d)
+		}
+		n.created = append(n.created, missing...)
+	}
+	sort.Slice(n.created, func(i, j int) bool { return len(n.created[i]) > len(n.created[j]) })
 }
 
 // daemon is a process start began; done closes when it has exited.
 type daemon struct {
 	cmd  *exec.Cmd
 	done chan struct{}
+	err  error // how it ended, once done is closed
 }
 
 // alive reports whether daemon name runs.
