@@ -639,6 +639,9 @@ func (n *node) stop() {
 		}
 	}
 	n.kill("containerd")
+	for _, name := range []string{"kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"} {
+		n.kill(name)
+	}
 	// Shims outlive containerd; they name its socket on their command line.
 	for _, pid := range pidsWhere(func(cmdline string) bool {
 		return strings.Contains(cmdline, "containerd-shim") && strings.Contains(cmdline, n.sock)
