@@ -24,7 +24,7 @@ for p in "${progs[@]}"; do
 done
 
 cd "$mod"
-version=$(GOFLAGS=-mod=mod go list -m -f '{{.Version}}' k8s.io/kubernetes)
+version=$(go list -m -f '{{.Version}}' k8s.io/kubernetes)
 [[ $version =~ ^v([0-9]+)\.([0-9]+)\.[0-9]+$ ]] || { echo "k8s-build: unexpected k8s.io/kubernetes version $version" >&2; exit 1; }
 major=${BASH_REMATCH[1]} minor=${BASH_REMATCH[2]}
 sum=$(cat go.mod go.sum $(find cmd -name '*.go' | sort) | sha256sum | cut -c1-12)
@@ -51,7 +51,7 @@ for p in "${progs[@]}"; do
     mv "$out/.helm/helm" "$out/helm" && rmdir "$out/.helm"
   else
     echo "k8s-build: building $p $version (a cold build takes 15-30 min)" >&2
-    CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "-s -w ${flags[*]}" -o "$out/.$p.tmp" "./cmd/$p"
+    CGO_ENABLED=0 go build -trimpath -ldflags "-s -w ${flags[*]}" -o "$out/.$p.tmp" "./cmd/$p"
     mv "$out/.$p.tmp" "$out/$p"
   fi
   echo "k8s-build: built $p in $((SECONDS - start)) s" >&2

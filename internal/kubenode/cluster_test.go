@@ -160,7 +160,7 @@ func (n *node) inNode(bin string, args ...string) (string, error) {
 func (n *node) kubectl(kubeconfig string, args ...string) (string, error) {
 	out, err := n.inNode("kubectl", append([]string{"--kubeconfig", kubeconfig, "--request-timeout", "10s"}, args...)...)
 	if err != nil {
-		return out, fmt.Errorf("kubectl %s: %v: %.500s", strings.Join(args, " "), err, out)
+		return out, fmt.Errorf("kubectl %s: %w: %.500s", strings.Join(args, " "), err, out)
 	}
 	return out, nil
 }

@@ -262,7 +262,7 @@ func historyList(n *node, dir string) (listing, error) {
 	if err != nil {
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {
-			return listing{}, fmt.Errorf("tcpdoctor history: %v: %s", err, ee.Stderr)
+			return listing{}, fmt.Errorf("tcpdoctor history: %w: %s", err, ee.Stderr)
 		}
 		return listing{}, err
 	}

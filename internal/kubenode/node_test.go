@@ -303,7 +303,7 @@ func (n *node) waitFor(what string, limit time.Duration, f func() error) {
 		}
 		if time.Now().After(deadline) || n.ctx.Err() != nil {
 			if n.ctx.Err() != nil {
-				err = fmt.Errorf("interrupted (%v)", err)
+				err = fmt.Errorf("interrupted (%w)", err)
 			}
 			n.t.Fatalf("waiting for %s (%v): %v\n%s", what, limit, err, n.logs())
 		}
