@@ -56,7 +56,7 @@ const strictEnv = "TCPDOCTOR_CORPUS_STRICT"
 // a miss (unless known), and when its workload did not do what it claims.
 func TestCorpus(t *testing.T) {
 	var rows []Row
-	for _, sc := range scenarios() {
+	for _, sc := range append(scenarios(), rpcScenarios()...) {
 		row := Row{Name: sc.name, Software: sc.software, Want: sc.want}
 		t.Run(sc.name, func(t *testing.T) {
 			r := &run{t: t, row: &row, dir: t.TempDir(), pids: map[string]int{}}

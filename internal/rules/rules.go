@@ -5,7 +5,6 @@ package rules
 
 import (
 	"fmt"
-	"net/netip"
 	"slices"
 	"sort"
 
@@ -152,7 +151,7 @@ func ownersNote(s *snapshot.Snapshot) (diag.Evidence, bool) {
 
 // peerRates is tcpmodel.PeerRates of the current sample, computed once
 // for the five rules that judge a path against other connections' rates.
-func peerRates(in *diag.Input) map[netip.Addr]float64 {
+func peerRates(in *diag.Input) tcpmodel.PeerRateMap {
 	return diag.MemoOf(in, peerRatesOf{})
 }
 
@@ -160,7 +159,7 @@ func peerRates(in *diag.Input) map[netip.Addr]float64 {
 type peerRatesOf struct{}
 
 // Compute rates in.Cur's peers.
-func (peerRatesOf) Compute(in *diag.Input) map[netip.Addr]float64 { return tcpmodel.PeerRates(in.Cur) }
+func (peerRatesOf) Compute(in *diag.Input) tcpmodel.PeerRateMap { return tcpmodel.PeerRates(in.Cur) }
 
 // flowOpeners keeps the process holding most sockets of each flow in the
 // window's first sample (tcpmodel.Openers), which a rule names when no

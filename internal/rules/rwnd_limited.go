@@ -2,7 +2,6 @@ package rules
 
 import (
 	"fmt"
-	"net/netip"
 	"strings"
 	"time"
 
@@ -211,7 +210,7 @@ type rwndSupp struct {
 // rwndSupport gathers it: the window full in both samples, the window
 // small against a known path's BDP, a local receiver's small buffer
 // advertising zero windows.
-func rwndSupport(in *diag.Input, sk, prev *snapshot.Socket, rates map[netip.Addr]float64,
+func rwndSupport(in *diag.Input, sk, prev *snapshot.Socket, rates tcpmodel.PeerRateMap,
 	idx tcpmodel.Tuples, zeroWnd bool) rwndSupp {
 	var s rwndSupp
 	look, ok := lookWnd(sk)
@@ -254,7 +253,7 @@ func rwndSupport(in *diag.Input, sk, prev *snapshot.Socket, rates map[netip.Addr
 // when no performance that matters is lost: a host-local path, a flow
 // near its path's rate, or a receiver reading slowly on purpose.
 func rwndFinding(in *diag.Input, sk *snapshot.Socket, sh snapshot.Shares, share float64, lifetime bool,
-	idx tcpmodel.Tuples, rates map[netip.Addr]float64, zw []diag.Evidence, sup rwndSupp) (diag.Finding, bool) {
+	idx tcpmodel.Tuples, rates tcpmodel.PeerRateMap, zw []diag.Evidence, sup rwndSupp) (diag.Finding, bool) {
 	var tb, pb snapshot.TCPInfo
 	cur, ti := in.Cur, sk.TCP(&tb)
 	rtt := tcpmodel.RTT(ti)

@@ -2,7 +2,6 @@ package rules
 
 import (
 	"fmt"
-	"net/netip"
 	"sort"
 	"time"
 
@@ -202,7 +201,7 @@ func checkSlowReader(in *diag.Input) ([]diag.Finding, error) {
 // flow moves well below its path's rate; none when the reader keeps up
 // with what the path delivers (a fast local stream whose reader is the
 // bottleneck is healthy).
-func slowReaderFinding(in *diag.Input, g *readerGroup, idx tcpmodel.Tuples, ls tcpmodel.Listeners, rates map[netip.Addr]float64) (diag.Finding, bool) {
+func slowReaderFinding(in *diag.Input, g *readerGroup, idx tcpmodel.Tuples, ls tcpmodel.Listeners, rates tcpmodel.PeerRateMap) (diag.Finding, bool) {
 	cur := in.Cur
 	// Worst connection first: the largest queue.
 	w := 0

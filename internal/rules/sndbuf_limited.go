@@ -2,7 +2,6 @@ package rules
 
 import (
 	"fmt"
-	"net/netip"
 	"time"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/bdp"
@@ -154,7 +153,7 @@ func checkSndbufLimited(in *diag.Input) ([]diag.Finding, error) {
 }
 
 func sndbufFinding(in *diag.Input, sk *snapshot.Socket, prev *snapshot.Was, look sndbufLook, rtt, window time.Duration,
-	rates map[netip.Addr]float64, idx tcpmodel.Tuples, lim tcpmodel.Limits) (scored, bool) {
+	rates tcpmodel.PeerRateMap, idx tcpmodel.Tuples, lim tcpmodel.Limits) (scored, bool) {
 	var tb, pb snapshot.TCPInfo
 	ti := sk.TCP(&tb)
 	ev := []diag.Evidence{}

@@ -1,0 +1,334 @@
+package corpus
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/diag"
+	"github.com/tcpdoctor/tcpdoctor/internal/lab/linkemu"
+	"github.com/tcpdoctor/tcpdoctor/internal/lab/topo"
+)
+
+// The seed's own case (C1) on the software it happened on: Dubbo 3 and
+// grpc-java from Maven Central, many callers sharing one connection
+// across a delayed link with the seed's small socket buffers.
+
+// Figures of the RPC cases.
+const (
+	rpcRTT     = 20 * time.Millisecond
+	rpcRate    = 100e6 // bit/s each way
+	rpcCallers = 100
+	rpcReq     = 4096 // request bytes; responses are twice this
+	rpcSecs    = 30   // how long the callers call (the check starts a few seconds in)
+	// rpcSmallBuf is the seed's buffer size, set as the maximum (and
+	// default) of tcp_rmem and tcp_wmem in both namespaces, as the seed
+	// did through sysctl.conf.
+	rpcSmallBuf = "4096 32768 32768"
+	rpcPort     = 20880
+)
+
+// javaEnv names the directory the Maven projects are built in (kept
+// between runs, keyed by their sources); empty means the user's cache
+// directory.
+const javaEnv = "TCPDOCTOR_CORPUS_JAVA_DIR"
+
+// javaApp builds the Maven project testdata/name (once per version of
+// its sources) and returns its classpath. Dependencies come from Maven
+// Central into the user's ~/.m2. The case is skipped when Maven Central
+// cannot be reached and nothing is cached; any other failure fails it.
+func javaApp(r *run, name string) string {
+	r.t.Helper()
+	src := filepath.Join("testdata", name)
+	h := sha256.New()
+	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		fmt.Fprintf(h, "%s %d\n", p, len(b))
+		h.Write(b)
+		return err
+	})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	base := os.Getenv(javaEnv)
+	if base == "" {
+		c, err := os.UserCacheDir()
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		base = filepath.Join(c, "tcpdoctor-corpus-java")
+	}
+	dir := filepath.Join(base, name+"-"+hex.EncodeToString(h.Sum(nil))[:12])
+	cpFile := filepath.Join(dir, "cp.txt")
+	if cp, err := os.ReadFile(cpFile); err == nil {
+		return filepath.Join(dir, "target", "classes") + ":" + strings.TrimSpace(string(cp))
+	}
+	tmp := dir + ".tmp"
+	_ = os.RemoveAll(tmp)
+	if err := os.MkdirAll(filepath.Dir(tmp), 0o755); err != nil {
+		r.t.Fatal(err)
+	}
+	if err := os.CopyFS(tmp, os.DirFS(src)); err != nil {
+		r.t.Fatal(err)
+	}
+	var out bytes.Buffer
+	// Offline first: a cached build needs no network.
+	for _, mode := range [][]string{{"-o"}, nil} {
+		out.Reset()
+		args := append([]string{"-B", "-q"}, mode...)
+		args = append(args, "compile", "dependency:build-classpath", "-Dmdep.outputFile=cp.txt")
+		cmd := exec.Command("mvn", args...)
+		cmd.Dir, cmd.Stdout, cmd.Stderr = tmp, &out, &out
+		if err = cmd.Run(); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		s := out.String()
+		for _, net := range []string{"Could not transfer", "Unknown host", "UnknownHost", "Network is unreachable", "Connection refused", "Connect timed out", "Could not resolve"} {
+			if strings.Contains(s, net) {
+				r.row.Skipped = "Maven Central unreachable and " + name + "'s dependencies not cached: " + net
+				r.t.Skip(r.row.Skipped)
+			}
+		}
+		r.t.Fatalf("mvn build of testdata/%s: %v\n%s", name, err, s)
+	}
+	_ = os.RemoveAll(dir)
+	if err := os.Rename(tmp, dir); err != nil {
+		r.t.Fatal(err)
+	}
+	cp, err := os.ReadFile(cpFile)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return filepath.Join(dir, "target", "classes") + ":" + strings.TrimSpace(string(cp))
+}
+
+// rpcStack is which RPC software a case runs.
+type rpcStack int
+
+const (
+	dubboStack rpcStack = iota
+	grpcStack
+)
+
+// rpcCase is one RPC case: the stack, the buffers (small: the seed's
+// 32K; else the kernel's autotuned defaults) and Dubbo's connections
+// (0: its default, one shared connection).
+type rpcCase struct {
+	stack rpcStack
+	small bool
+	conns int
+}
+
+// rpcResult is the callers' own account.
+type rpcResult struct {
+	calls, errors          int
+	mean, p50, p99, maxLat float64 // ms
+}
+
+func parseRPC(out string) (rpcResult, error) {
+	var x rpcResult
+	for _, line := range strings.Split(out, "\n") {
+		if !strings.HasPrefix(line, "calls ") {
+			continue
+		}
+		_, err := fmt.Sscanf(line, "calls %d errors %d mean_ms %f p50_ms %f p99_ms %f max_ms %f", &x.calls, &x.errors, &x.mean, &x.p50, &x.p99, &x.maxLat)
+		return x, err
+	}
+	return x, errors.New("no figures in the callers' output")
+}
+
+// rpcAddr is the provider's address: the lab topology's server.
+var rpcAddr = netip.AddrPortFrom(netip.MustParseAddr("198.18.2.2"), rpcPort)
+
+// rpcSeed runs one RPC case across the lab's emulated link and checks
+// both hosts while the callers call.
+func rpcSeed(r *run, c rpcCase) {
+	r.need("java", "mvn")
+	name := map[rpcStack]string{dubboStack: "dubbo", grpcStack: "grpc"}[c.stack]
+	cp := javaApp(r, name)
+	tp, err := topo.Build(topo.Config{})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(func() {
+		if err := tp.Close(); err != nil {
+			r.t.Error(err)
+		}
+	})
+	l, err := linkemu.Start(tp, linkemu.Params{RTT: rpcRTT, RateUp: rpcRate, RateDown: rpcRate})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(func() {
+		st := l.Stats()
+		r.t.Logf("link: %d packets, %d lost, %d overflow, hold error p99 %v", st.Packets, st.Lost, st.Overflow, st.HoldErrP99)
+		if err := l.Close(); err != nil {
+			r.t.Error(err)
+		}
+	})
+	if srv := tp.ServerAddrs[0]; srv != rpcAddr.Addr() {
+		r.t.Fatalf("the lab topology's server is %s, the expectations name %s", srv, rpcAddr.Addr())
+	}
+	if c.small {
+		for _, ns := range []string{tp.Client, tp.Server} {
+			for _, k := range []string{"net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem"} {
+				nsRun(r.t, ns, "sysctl", "-q", "-w", k+"="+rpcSmallBuf)
+			}
+		}
+	}
+	// A small heap, the serial collector and the first JIT tier only: the
+	// JVMs share two cores with everything else on the machine.
+	jvm := []string{"java", "-Xmx256m", "-Xss512k", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", cp}
+	host, port := rpcAddr.Addr().String(), strconv.Itoa(rpcPort)
+	life := strconv.Itoa(rpcSecs + 60)
+	var srv, cli *proc
+	switch c.stack {
+	case dubboStack:
+		srv = r.start(tp.Server, "provider", append(jvm, "seed.Provider", host, port, life)...)
+		waitListenFor(r.t, tp.Server, rpcPort, srv, 60*time.Second)
+		args := append(jvm, "seed.Consumer", "dubbo://"+rpcAddr.String(), strconv.Itoa(rpcCallers), strconv.Itoa(rpcReq), strconv.Itoa(rpcSecs))
+		if c.conns > 0 {
+			args = append(args, strconv.Itoa(c.conns))
+		}
+		cli = r.start(tp.Client, "consumer", args...)
+	case grpcStack:
+		srv = r.start(tp.Server, "server", append(jvm, "seed.Server", host, port, life)...)
+		waitListenFor(r.t, tp.Server, rpcPort, srv, 60*time.Second)
+		cli = r.start(tp.Client, "client", append(jvm, "seed.Client", host, port, strconv.Itoa(rpcCallers), strconv.Itoa(rpcReq), strconv.Itoa(rpcSecs))...)
+	}
+	// Wait for the calls to flow: the connection holds data or has moved
+	// some, then let the callers settle.
+	conns := waitRPC(r, tp.Client, cli)
+	time.Sleep(3 * time.Second)
+	r.check(place{"client", tp.Client}, place{"server", tp.Server})
+	if err := cli.wait(r.t, time.Duration(rpcSecs+60)*time.Second); err != nil {
+		r.t.Fatal(err)
+	}
+	res, err := parseRPC(cli.stdout())
+	if err != nil {
+		r.t.Fatalf("%v\nstdout: %s\nstderr: %s", err, cli.stdout(), tail(cli.stderr(), 4000))
+	}
+	r.measured("%d callers: %d calls in %d s (%.0f/s), %d errors; latency mean %.0f ms, p50 %.0f ms, p99 %.0f ms, max %.0f ms (server-side 0-300 ms, mean 150 ms); %d connection(s) to the provider",
+		rpcCallers, res.calls, rpcSecs, float64(res.calls)/rpcSecs, res.errors, res.mean, res.p50, res.p99, res.maxLat, conns)
+	if res.errors > 0 || res.calls == 0 {
+		r.t.Fatalf("the callers failed: %+v\n%s", res, tail(cli.stderr(), 4000))
+	}
+	want := 1
+	if c.conns > 0 {
+		want = c.conns
+	}
+	if conns != want {
+		r.t.Errorf("%d connections to the provider, the case claims %d", conns, want)
+	}
+	// The claims: one connection with small buffers makes 150 ms calls
+	// wait seconds; the twin answers them in about their server-side time.
+	switch stalled := c.small && c.conns == 0; {
+	case stalled && res.mean < 1000:
+		r.t.Errorf("one connection with %s buffers: mean latency %.0f ms, not the seconds the case claims", rpcSmallBuf, res.mean)
+	case !stalled && res.mean > 400:
+		r.t.Errorf("the healthy twin's mean latency is %.0f ms, far above the 150 ms server-side mean", res.mean)
+	}
+}
+
+// waitListenFor is waitListen with a longer wait, for JVMs starting on a
+// busy machine.
+func waitListenFor(t testing.TB, ns string, port int, p *proc, d time.Duration) {
+	t.Helper()
+	end := time.Now().Add(d)
+	for time.Now().Before(end) {
+		if strings.TrimSpace(nsRun(t, ns, "ss", "-Hltn", fmt.Sprintf("sport = :%d", port))) != "" {
+			return
+		}
+		if !p.running() {
+			t.Fatalf("%s exited before listening on :%d\nstdout: %s\nstderr: %s", p.label, port, tail(p.stdout(), 4000), tail(p.stderr(), 4000))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("nothing listens on :%d in %s after %v", port, ns, d)
+}
+
+// waitRPC waits until the client's connections to the provider carry
+// calls (bytes sent beyond the handshakes) and returns how many there are.
+func waitRPC(r *run, ns string, cli *proc) int {
+	r.t.Helper()
+	end := time.Now().Add(60 * time.Second)
+	for time.Now().Before(end) {
+		if !cli.running() {
+			r.t.Fatalf("%s exited early\nstdout: %s\nstderr: %s", cli.label, tail(cli.stdout(), 4000), tail(cli.stderr(), 4000))
+		}
+		out := nsRun(r.t, ns, "ss", "-Htin", "state", "established", fmt.Sprintf("dport = :%d", rpcPort))
+		n, busy := 0, false
+		for _, line := range strings.Split(out, "\n") {
+			f := strings.Fields(line)
+			if len(f) >= 4 && strings.HasSuffix(f[3], ":"+strconv.Itoa(rpcPort)) {
+				n++
+			}
+			for _, x := range f {
+				if v, ok := strings.CutPrefix(x, "bytes_acked:"); ok {
+					if b, _ := strconv.Atoi(v); b > 1<<20 {
+						busy = true
+					}
+				}
+			}
+		}
+		if busy {
+			return n
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	r.t.Fatalf("no calls on a connection to :%d after 60 s\nstderr: %s", rpcPort, tail(cli.stderr(), 4000))
+	return 0
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "..." + s[len(s)-n:]
+	}
+	return s
+}
+
+// rpcScenarios are the seed's case and its healthy twins on both stacks.
+func rpcScenarios() []scenario {
+	// The one connection, seen from either end: the consumer's side
+	// waits on the provider's window or its own buffer, the provider's
+	// side on the consumer's.
+	named := []Expect{
+		{Rule: "connection-bottleneck|rwnd-limited|sndbuf-limited", Min: diag.Warning, Command: "java"},
+		{Rule: "connection-bottleneck|rwnd-limited|sndbuf-limited|slow-reader", Optional: true, Command: "java"},
+	}
+	return []scenario{
+		{name: "Dubbo 3, one connection, 32K buffers",
+			software: "Dubbo 3.3.6 provider and consumer (dubbo protocol, direct URL, no registry, the default single shared connection), 100 callers each calling again when answered, 4 KB requests, 8 KB responses after 0-300 ms (mean 150 ms) in the provider, across the lab's emulated 20 ms RTT, 100 Mbit/s link; tcp_rmem and tcp_wmem 4096 32768 32768 in both namespaces (the seed's 32K buffers)",
+			want:     named,
+			body:     func(r *run) { rpcSeed(r, rpcCase{stack: dubboStack, small: true}) }},
+		{name: "Dubbo 3, 8 connections, 32K buffers",
+			software: "the same Dubbo provider, consumer and link with connections=8 on the reference",
+			body:     func(r *run) { rpcSeed(r, rpcCase{stack: dubboStack, small: true, conns: 8}) }},
+		{name: "Dubbo 3, one connection, autotuned buffers",
+			software: "the same Dubbo provider, consumer and link, one connection, tcp_rmem and tcp_wmem left at the kernel's defaults",
+			body:     func(r *run) { rpcSeed(r, rpcCase{stack: dubboStack}) }},
+		{name: "grpc-java, one channel, 32K buffers",
+			software: "grpc-java 1.85.1 (Netty) server and client, one channel (one HTTP/2 connection), a unary method on bytes, 100 callers each calling again when answered, 4 KB requests, 8 KB responses after 0-300 ms (mean 150 ms), across the same link with tcp_rmem and tcp_wmem 4096 32768 32768 in both namespaces",
+			want:     named,
+			body:     func(r *run) { rpcSeed(r, rpcCase{stack: grpcStack, small: true}) }},
+		{name: "grpc-java, one channel, autotuned buffers",
+			software: "the same grpc-java server, client and link, tcp_rmem and tcp_wmem left at the kernel's defaults",
+			body:     func(r *run) { rpcSeed(r, rpcCase{stack: grpcStack}) }},
+	}
+}
