@@ -245,7 +245,7 @@ func sinceSent(in *diag.Input, sk *snapshot.Socket, ti *snapshot.TCPInfo) time.D
 // sndFullAtMax: sk's send buffer is autotuned to tcp_wmem[2] and full,
 // with cwnd and the peer's window to spare (sndbuf-limited's test).
 func sndFullAtMax(sk *snapshot.Socket, snd tcpmodel.Limits) bool {
-	if snd.Auto <= 0 || sk.Mem == nil || int64(sk.Mem.Sndbuf) < snd.Auto || !queuedNearBuf(sk.Mem) {
+	if snd.Auto <= 0 || sk.Mem == nil || int64(sk.Mem.Sndbuf) < snd.Auto || !queuedNearBuf(sk.Mem, sndbufQueuedFrac) {
 		return false
 	}
 	l, ok := lookSndbuf(sk)

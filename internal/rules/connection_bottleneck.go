@@ -18,8 +18,12 @@ const (
 	// bottleneckMaxConns: a process's traffic to one peer carried by this
 	// many connections or fewer can be "too few" (Dubbo's default is 1).
 	bottleneckMaxConns = 2
-	// bottleneckBusy: each of them busy this share of the window.
-	bottleneckBusy = 0.8
+	// bottleneckMinBusy: each of them busy (data in flight) at least this
+	// share of the window. RPC traffic comes in waves: between them the
+	// connection is idle, during them it is held back. So the connection
+	// is judged over its busy time, and the window need only hold enough
+	// of it to judge.
+	bottleneckMinBusy = 0.25
 	// bottleneckLimited: rwnd_limited + sndbuf_limited share of busy time
 	// that counts as limited by window or buffer.
 	bottleneckLimited = 0.3
@@ -28,11 +32,14 @@ const (
 	bottleneckMinConns = 4
 	// bottleneckMaxRecommend caps the recommendation.
 	bottleneckMaxRecommend = 16
-	// bottleneckMinSegRate: data segments per second each way. Requests
-	// and responses multiplexed on the connection (C1 lab: about 1000/s
-	// each way) are what more connections can split; a bulk stream one
-	// way (0/s in) is not, and rwnd-limited or sndbuf-limited speak for it.
-	bottleneckMinSegRate = 20
+	// bottleneckMinSegRate: data segments per second of busy time, each
+	// way. Requests and responses multiplexed on the connection are what
+	// more connections can split; a bulk stream one way (0/s in) is not,
+	// and rwnd-limited or sndbuf-limited speak for it. C1's own figures
+	// are 14 calls/s of 500 KB on one connection: each small request one
+	// segment or a few, 14/s. Counting per busy second, not per second of
+	// the window, keeps waves of calls with idle gaps between them in.
+	bottleneckMinSegRate = 5
 	// bottleneckPathFrac: the group moving this share of the known path
 	// rate (--bandwidth) is limited by the path, not by its connections.
 	bottleneckPathFrac = 0.7
@@ -113,7 +120,11 @@ func checkConnectionBottleneck(in *diag.Input) ([]diag.Finding, error) {
 			continue
 		}
 		ti, wi := sk.TCP(&tb), w.TCP(&wb)
-		segIn, segOut, ok := segRates(ti, wi, window)
+		sh, ok := snapshot.ChronoShares(wi, ti, window)
+		if !ok {
+			continue
+		}
+		segIn, segOut, ok := segRates(ti, wi, sh.Busy)
 		if !ok || segIn < bottleneckMinSegRate || segOut < bottleneckMinSegRate {
 			continue // not multiplexed: one stream one way, or idle
 		}
@@ -170,10 +181,10 @@ func checkConnectionBottleneck(in *diag.Input) ([]diag.Finding, error) {
 		ev := []diag.Evidence{
 			{Name: "connections to the peer", Value: fmt.Sprint(n), Source: "sock_diag, grouped by owner and peer", Threshold: fmt.Sprintf("<= %d", bottleneckMaxConns)},
 			{Name: "why each is saturated", Value: joinWhy(f.why), Source: "sock_diag tcp_info busy_time, rwnd_limited, sndbuf_limited (delta); unacked, snd_wnd, snd_cwnd, Send-Q, Recv-Q, SK_MEMINFO in both samples",
-				Threshold: fmt.Sprintf("busy >= %s and limited by the connection (rwnd+sndbuf >= %s of busy, in flight filling the peer's window or the send buffer, the peer's unchanged window bounding the rate, Send-Q or Recv-Q stuck at the buffer), not by cwnd", units.Pct(bottleneckBusy), units.Pct(bottleneckLimited))},
+				Threshold: fmt.Sprintf("busy >= %s of the window and limited by the connection while busy (rwnd+sndbuf >= %s of busy time, in flight filling the peer's window or the send buffer, the peer's unchanged window bounding the rate, Send-Q or Recv-Q stuck at the buffer), not by cwnd", units.Pct(bottleneckMinBusy), units.Pct(bottleneckLimited))},
 		}
-		ev = append(ev, diag.Evidence{Name: "requests multiplexed", Value: fmt.Sprintf("%.0f data segments/s in, %.0f/s out", f.segsIn, f.segsOut),
-			Source: "sock_diag tcp_info.data_segs_in, data_segs_out (delta / window)", Threshold: fmt.Sprintf(">= %d/s each way on every connection", bottleneckMinSegRate)})
+		ev = append(ev, diag.Evidence{Name: "requests multiplexed", Value: fmt.Sprintf("%.0f data segments per busy second in, %.0f out", f.segsIn, f.segsOut),
+			Source: "sock_diag tcp_info.data_segs_in, data_segs_out, busy_time (delta)", Threshold: fmt.Sprintf(">= %d per busy second each way on every connection", bottleneckMinSegRate)})
 		if per > 0 {
 			v := units.Rate(per)
 			if bw > 0 {
@@ -193,7 +204,7 @@ func checkConnectionBottleneck(in *diag.Input) ([]diag.Finding, error) {
 		if verdict.Lost {
 			sev = diag.Warning
 		}
-		sum := fmt.Sprintf("%s carries its traffic to %s on %d connection(s), each saturated and limited by buffer or window; use about %d",
+		sum := fmt.Sprintf("%s carries its traffic to %s on %d connection(s), each held back by its buffer or window while busy; use about %d",
 			tcpmodel.Who(cur, sk.Pids.List()), peer, n, want)
 		sub := subject(cur, ls, sk)
 		if _, other, there := elsewhere(in, sk); there != nil && !k.local.IsValid() {
@@ -224,14 +235,14 @@ func checkConnectionBottleneck(in *diag.Input) ([]diag.Finding, error) {
 	return fs, ownersGone(cur, snapshot.Established)
 }
 
-// segRates is the data segments per second each way between the previous
-// sample's tcp_info p and the current one ti.
-func segRates(ti, p *snapshot.TCPInfo, window time.Duration) (in, out float64, ok bool) {
-	if ti == nil || p == nil || window <= 0 || ti.Len < snapshot.EndChrono ||
+// segRates is the data segments per second of busy time each way between
+// the previous sample's tcp_info p and the current one ti.
+func segRates(ti, p *snapshot.TCPInfo, busy time.Duration) (in, out float64, ok bool) {
+	if ti == nil || p == nil || busy <= 0 || ti.Len < snapshot.EndChrono ||
 		ti.DataSegsIn < p.DataSegsIn || ti.DataSegsOut < p.DataSegsOut {
 		return 0, 0, false
 	}
-	sec := window.Seconds()
+	sec := busy.Seconds()
 	return float64(ti.DataSegsIn-p.DataSegsIn) / sec, float64(ti.DataSegsOut-p.DataSegsOut) / sec, true
 }
 
@@ -242,7 +253,7 @@ func connLimited(sk, p *snapshot.Socket, window time.Duration) (string, bool) {
 	ti := sk.TCP(&tb)
 	sh, ok := snapshot.ChronoShares(p.TCP(&pb), ti, window)
 	var why []string
-	busy := ok && snapshot.Frac(sh.Busy, window) >= bottleneckBusy
+	busy := ok && snapshot.Frac(sh.Busy, window) >= bottleneckMinBusy
 	if busy {
 		chrono := snapshot.Frac(sh.Rwnd+sh.Sndbuf, sh.Busy)
 		if chrono >= bottleneckLimited {

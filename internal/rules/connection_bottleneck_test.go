@@ -56,6 +56,10 @@ func TestConnectionBottleneckRecordings(t *testing.T) {
 		{"quiet-rwnd-bulk.jsonl", 0, false},
 		// The C1 callers over 8 autotuned connections.
 		{"quiet-pool.jsonl", 0, false},
+		// Dubbo 3's one shared connection (corpus case "Dubbo 3, one
+		// connection, 32K buffers"), the provider's side: busy all the
+		// window, rwnd+sndbuf limited 56 % of it.
+		{"fires-dubbo-32k.jsonl", 0, true},
 	} {
 		res := runFixtureOpts(t, r, filepath.Join(dir, c.file), diag.Options{Bandwidth: c.bw})
 		if len(res.Unknown) > 0 {
@@ -92,5 +96,48 @@ func TestBottleneckBufferFixes(t *testing.T) {
 	}
 	if got := texts(bufferFixes(s, []*snapshot.Socket{sock(32768, snapshot.FlagsOf(0))})); got != "" {
 		t.Errorf("lock bits read and clear, below the maximum: %s", got)
+	}
+}
+
+// RPC traffic comes in waves with idle gaps: the Dubbo recording with its
+// busy time cut to half the window (the limited shares kept) and the
+// requests cut to 14 a second of one segment each (C1's own figure: 14
+// calls/s of 500 KB on one connection) is still a connection holding its
+// calls back. It was judged quiet while the rule wanted 80 % of the window
+// busy and 20 data segments per second of the window each way.
+func TestConnectionBottleneckWaves(t *testing.T) {
+	snaps := readFixture(t, filepath.Join("testdata", "connection-bottleneck", "fires-dubbo-32k.jsonl"))
+	find := func(s *snapshot.Snapshot) *snapshot.TCPInfo {
+		var tb snapshot.TCPInfo
+		for i := range s.Sockets {
+			sk := &s.Sockets[i]
+			if ti := sk.TCP(&tb); sk.State == snapshot.Established && ti != nil && ti.BytesAcked > 1e6 {
+				c := *ti
+				sk.Info = snapshot.TCPOf(&c)
+				return &c
+			}
+		}
+		t.Fatal("no connection in the fixture")
+		return nil
+	}
+	p, c := find(snaps[0]), find(snaps[len(snaps)-1])
+	window := snaps[len(snaps)-1].Taken.Sub(snaps[0].Taken)
+	busy := c.BusyTime - p.BusyTime
+	half := uint64(window.Microseconds() / 2)
+	scale := func(prev uint64, cur *uint64) { *cur = prev + (*cur-prev)*half/busy }
+	scale(p.RwndLimited, &c.RwndLimited)
+	scale(p.SndbufLimited, &c.SndbufLimited)
+	c.BusyTime = p.BusyTime + half
+	c.DataSegsIn = p.DataSegsIn + uint32(14*window.Seconds())
+	res := func() diag.Result {
+		var res diag.Result
+		diag.Run([]diag.Rule{connectionBottleneck()}, diag.NewInput(snaps[0], snaps[len(snaps)-1], diag.Options{}), &res)
+		return res
+	}()
+	if res.Worst() != diag.Warning || len(res.Findings) != 1 {
+		t.Fatalf("a connection busy half the window, limited 56 %% of that, 14 requests/s: worst %v, want one warning: %+v", res.Worst(), res.Findings)
+	}
+	for _, e := range res.Findings[0].Evidence {
+		t.Logf("%s = %s", e.Name, e.Value)
 	}
 }

@@ -53,18 +53,21 @@ func TestQueuedNearBufOnlyRulesOut(t *testing.T) {
 		look, ok := lookSndbufOf(ti, m)
 		if ok && look.limited() {
 			limited++
-			if !queuedNearBuf(m) {
+			if !queuedNearBuf(m, sndbufQueuedFrac) {
 				t.Fatalf("limited with meminfo %+v, tcp_info %+v, but queuedNearBuf says no", m, ti)
 			}
 		}
-		if queuedNearBuf(m) {
+		if ok && look.limitedAt(sndbufQueuedLow) && !queuedNearBuf(m, sndbufQueuedLow) {
+			t.Fatalf("limited at %.2f with meminfo %+v, tcp_info %+v, but queuedNearBuf says no", sndbufQueuedLow, m, ti)
+		}
+		if queuedNearBuf(m, sndbufQueuedFrac) {
 			passed++
 		}
 	}
 	if limited == 0 || passed == 200_000 {
 		t.Fatalf("%d limited, %d of 200000 passed: the sample does not test the filter", limited, passed)
 	}
-	if queuedNearBuf(nil) || queuedNearBuf(&snapshot.MemInfo{}) {
+	if queuedNearBuf(nil, sndbufQueuedFrac) || queuedNearBuf(&snapshot.MemInfo{}, sndbufQueuedLow) {
 		t.Error("no meminfo, or no send buffer, passed")
 	}
 }

@@ -57,6 +57,13 @@ const (
 	// rwndLargeWnd: a window at least this many times what is in flight
 	// is not the limit.
 	rwndLargeWnd = 2
+	// rwndSteadyWnd: the peer's windows in the two samples within this
+	// ratio (smaller over larger) are one fixed size. A receiver at its
+	// buffer's limit (SO_RCVBUF, or tcp_rmem's maximum) advertises what
+	// is free of that buffer, which wobbles with each read: 17-20K at a
+	// 32K tcp_rmem maximum (Dubbo, grpc-java). A receiver pacing its
+	// reads opens and shuts the window far wider, and autotuning grows it.
+	rwndSteadyWnd = 0.8
 )
 
 // wndLook is one sample of a sender against its peer's window.
@@ -368,7 +375,7 @@ func rwndFinding(in *diag.Input, sk *snapshot.Socket, sh snapshot.Shares, share 
 		prevFull := peer != nil && fill(peer) >= rwndPacingFill && prevPeer != nil && fill(prevPeer) >= rwndPacingFill
 		pacing = prevZero || prevFull
 	}
-	sized := rcvPin.Pinned || sup.full && !lifetime && sameWindow(prevAs(in, sk), sk)
+	sized := rcvPin.Pinned || sup.full && !lifetime && steadyWindow(prevAs(in, sk), sk)
 	ev = append(ev, diag.Evidence{Name: "performance", Value: verdict.Why, Source: "sock_diag tcp_info.bytes_acked or delivery_rate; --bandwidth or other connections' delivery rates",
 		Threshold: fmt.Sprintf("warning below %s of the path's rate, with the window shown to be the limit", units.Pct(tcpmodel.LostShare))})
 	var sev diag.Severity
@@ -429,6 +436,22 @@ func sameWindow(p, sk *snapshot.Socket) bool {
 	var tb, pb snapshot.TCPInfo
 	ti, pi := sk.TCP(&tb), p.TCP(&pb)
 	return pi.Has(snapshot.EndSndWnd) && ti.Has(snapshot.EndSndWnd) && pi.SndWnd == ti.SndWnd
+}
+
+// steadyWindow: the peer advertised about the same window in both
+// samples (within rwndSteadyWnd), as a receive buffer held at its limit
+// does.
+func steadyWindow(p, sk *snapshot.Socket) bool {
+	if p == nil {
+		return false
+	}
+	var tb, pb snapshot.TCPInfo
+	ti, pi := sk.TCP(&tb), p.TCP(&pb)
+	if !pi.Has(snapshot.EndSndWnd) || !ti.Has(snapshot.EndSndWnd) || pi.SndWnd == 0 || ti.SndWnd == 0 {
+		return false
+	}
+	lo, hi := float64(min(pi.SndWnd, ti.SndWnd)), float64(max(pi.SndWnd, ti.SndWnd))
+	return lo >= rwndSteadyWnd*hi
 }
 
 // pathEvidence is the path's rate, RTT and the BDP they make.

@@ -21,6 +21,15 @@ const (
 	// sndbufQueuedFrac: wmem_queued at least this share of sndbuf, i.e. the
 	// buffer is full and the application is blocked writing.
 	sndbufQueuedFrac = 0.75
+	// sndbufChronoShare and sndbufQueuedLow judge the buffer over the
+	// window rather than at one instant: with the kernel's sndbuf_limited
+	// at least sndbufChronoShare of busy time, a sample's wmem_queued need
+	// only reach sndbufQueuedLow of sndbuf. An epoll writer (Netty, as in
+	// Dubbo and grpc-java) writes again only when woken with room in the
+	// buffer, so its wmem_queued swings between about 0.7 and 1.6 x sndbuf
+	// and either sample can land low while the buffer limits all along.
+	sndbufChronoShare = 0.3
+	sndbufQueuedLow   = 0.5
 	// sndbufHeadroom: cwnd x mss and the peer's window must each exceed the
 	// data in flight by this factor, so neither is the limit.
 	sndbufHeadroom = 1.5
@@ -88,18 +97,21 @@ func lookSndbufOf(ti *snapshot.TCPInfo, m *snapshot.MemInfo) (sndbufLook, bool) 
 }
 
 // queuedNearBuf is the part of limited that meminfo alone decides: a
-// socket whose queued bytes are short of the buffer is not limited,
-// whatever its tcp_info says.
-func queuedNearBuf(m *snapshot.MemInfo) bool {
-	return m != nil && m.Sndbuf != 0 && float64(m.WmemQueued) >= sndbufQueuedFrac*float64(m.Sndbuf)
+// socket whose queued bytes are short of frac of the buffer is not
+// limited, whatever its tcp_info says.
+func queuedNearBuf(m *snapshot.MemInfo, frac float64) bool {
+	return m != nil && m.Sndbuf != 0 && float64(m.WmemQueued) >= frac*float64(m.Sndbuf)
 }
 
 // limited: in flight near the buffer, buffer full, cwnd and the peer's
 // window well above what is in flight.
-func (l sndbufLook) limited() bool {
+func (l sndbufLook) limited() bool { return l.limitedAt(sndbufQueuedFrac) }
+
+// limitedAt is limited with the buffer counted full at frac of sndbuf.
+func (l sndbufLook) limitedAt(frac float64) bool {
 	return l.inflight > 0 &&
 		l.inflight >= sndbufInflightFrac*l.sndbuf &&
-		l.queued >= sndbufQueuedFrac*l.sndbuf &&
+		l.queued >= frac*l.sndbuf &&
 		l.cwnd >= sndbufHeadroom*l.inflight &&
 		(!l.hasWnd || l.wnd >= sndbufHeadroom*l.inflight)
 }
@@ -121,23 +133,9 @@ func checkSndbufLimited(in *diag.Input) ([]diag.Finding, error) {
 			continue
 		}
 		prev := in.PrevOf(sk)
-		// Each sample reads one instant, and a writer descheduled on a
-		// busy host can leave the buffer briefly short: either sample
-		// may show the limit.
-		// The meminfo rules most connections out before their tcp_info
-		// is unpacked (queuedNearBuf).
-		var look sndbufLook
-		ok := false
-		if queuedNearBuf(sk.Mem) {
-			look, ok = lookSndbuf(sk)
-		}
-		if !ok || !look.limited() {
-			if prev == nil || !queuedNearBuf(prev.Mem) {
-				continue
-			}
-			if look, ok = lookPrevSndbuf(prev); !ok || !look.limited() {
-				continue
-			}
+		look, ok := sndbufGate(sk, prev, window)
+		if !ok {
+			continue
 		}
 		rtt := tcpmodel.RTT(sk.TCP(&tb))
 		if rtt <= 0 {
@@ -150,6 +148,44 @@ func checkSndbufLimited(in *diag.Input) ([]diag.Finding, error) {
 	return rankFindings(hits, sndbufMaxFindings, func(n int) diag.Finding {
 		return moreFinding(cur, n, "connections", "look send-buffer-limited", "sock_diag")
 	}), nil
+}
+
+// sndbufGate finds the sample that shows sk limited by its send buffer.
+// Each sample reads one instant, and a writer descheduled on a busy host
+// can leave the buffer briefly short: either sample may show the limit,
+// and with the kernel's sndbuf_limited over the window high enough, a
+// sample with the buffer fairly full does (sndbufChronoShare). The
+// meminfo rules most connections out before their tcp_info is unpacked
+// (queuedNearBuf).
+func sndbufGate(sk *snapshot.Socket, prev *snapshot.Was, window time.Duration) (sndbufLook, bool) {
+	if queuedNearBuf(sk.Mem, sndbufQueuedFrac) {
+		if l, ok := lookSndbuf(sk); ok && l.limited() {
+			return l, true
+		}
+	}
+	if prev == nil {
+		return sndbufLook{}, false
+	}
+	if queuedNearBuf(prev.Mem, sndbufQueuedFrac) {
+		if l, ok := lookPrevSndbuf(prev); ok && l.limited() {
+			return l, true
+		}
+	}
+	if !queuedNearBuf(sk.Mem, sndbufQueuedLow) && !queuedNearBuf(prev.Mem, sndbufQueuedLow) {
+		return sndbufLook{}, false
+	}
+	var tb, pb snapshot.TCPInfo
+	sh, ok := snapshot.ChronoShares(prev.TCP(&pb), sk.TCP(&tb), window)
+	if !ok || sh.Busy <= 0 || snapshot.Frac(sh.Sndbuf, sh.Busy) < sndbufChronoShare {
+		return sndbufLook{}, false
+	}
+	if l, ok := lookSndbuf(sk); ok && l.limitedAt(sndbufQueuedLow) {
+		return l, true
+	}
+	if l, ok := lookPrevSndbuf(prev); ok && l.limitedAt(sndbufQueuedLow) {
+		return l, true
+	}
+	return sndbufLook{}, false
 }
 
 func sndbufFinding(in *diag.Input, sk *snapshot.Socket, prev *snapshot.Was, look sndbufLook, rtt, window time.Duration,
