@@ -20,7 +20,7 @@ export TCPDOCTOR_ACCURACY_REV="$rev" TCPDOCTOR_CORPUS_STRICT=1
 rm -f docs/accuracy.md.new
 status=0
 TCPDOCTOR_ACCURACY_TABLE="$PWD/docs/accuracy.md.new" \
-  go test -p 1 -count=1 -v -timeout 10m -run '^TestCorpus$' ./internal/corpus/ || status=$?
+  go test -p 1 -count=1 -v -timeout 20m -run '^TestCorpus$' ./internal/corpus/ || status=$?
 if [ -s docs/accuracy.md.new ]; then
   mv docs/accuracy.md.new docs/accuracy.md
   echo "accuracy.sh: wrote docs/accuracy.md (test exit $status)" >&2

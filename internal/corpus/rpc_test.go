@@ -34,7 +34,7 @@ const (
 	rpcRate    = 100e6 // bit/s each way
 	rpcCallers = 100
 	rpcReq     = 4096 // request bytes; responses are twice this
-	rpcSecs    = 30   // how long the callers call (the check starts a few seconds in)
+	rpcSecs    = 20   // how long the callers call (the check starts a few seconds in)
 	// rpcSmallBuf is the seed's buffer size, set as the maximum (and
 	// default) of tcp_rmem and tcp_wmem in both namespaces, as the seed
 	// did through sysctl.conf.
