@@ -384,6 +384,12 @@ Rules at %s; kernel %s, %d CPUs.
 	if err := WriteMarkdown(f, header, rows); err != nil {
 		t.Fatal(err)
 	}
+	// The seed's case repeated (scripts/seed-repeat.sh), as last written.
+	if b, err := os.ReadFile(filepath.Join(filepath.Dir(path), "accuracy-seed.md")); err == nil {
+		if _, err := fmt.Fprintf(f, "\n%s", b); err != nil {
+			t.Fatal(err)
+		}
+	}
 	t.Logf("wrote %s", path)
 }
 
