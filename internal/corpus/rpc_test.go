@@ -34,7 +34,7 @@ const (
 	rpcRate    = 100e6 // bit/s each way
 	rpcCallers = 100
 	rpcReq     = 4096 // request bytes; responses are twice this
-	rpcSecs    = 20   // how long the callers call (the check starts a few seconds in)
+	rpcSecs    = 30   // how long the callers call (the check starts a few seconds in)
 	// rpcSmallBuf is the seed's buffer size, set as the maximum (and
 	// default) of tcp_rmem and tcp_wmem in both namespaces, as the seed
 	// did through sysctl.conf.
@@ -226,6 +226,11 @@ func rpcSeed(r *run, c rpcCase) {
 	conns := waitRPC(r, tp.Client, cl)
 	time.Sleep(3 * time.Second)
 	r.check(place{"client", tp.Client}, place{"server", tp.Server})
+	// The calls must still flow when the check's window ends: on a
+	// starved host a JVM can take most of the callers' time to start.
+	if n := rpcConns(r, tp.Client); n == 0 {
+		r.t.Fatalf("no connection to the provider at the end of check's window: the calls had stopped (%s still running: %v)", cl.label, cl.running())
+	}
 	if dir := os.Getenv(recordEnv); dir != "" {
 		for _, pl := range []place{{"client", tp.Client}, {"server", tp.Server}} {
 			f := filepath.Join(dir, fmt.Sprintf("%s-%s-%d.jsonl", name, pl.role, time.Now().Unix()))
@@ -306,6 +311,18 @@ func waitListenFor(t testing.TB, ns string, port int, p *proc, d time.Duration) 
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Fatalf("nothing listens on :%d in %s after %v", port, ns, d)
+}
+
+// rpcConns counts the established connections to the provider in ns.
+func rpcConns(r *run, ns string) int {
+	r.t.Helper()
+	n := 0
+	for _, line := range strings.Split(nsRun(r.t, ns, "ss", "-Htn", "state", "established", fmt.Sprintf("dport = :%d", rpcPort)), "\n") {
+		if strings.TrimSpace(line) != "" {
+			n++
+		}
+	}
+	return n
 }
 
 // waitRPC waits until the client's connections to the provider carry
