@@ -165,13 +165,27 @@ func Open(dir string) (*Store, error) {
 // until], in time order. A zero since or until is unbounded. A segment
 // it cannot read whole gives what it could and a note.
 func (s *Store) Entries(since, until time.Time) ([]Entry, error) {
+	var out []Entry
+	err := s.Walk(since, until, func(e *Entry) error {
+		out = append(out, *e)
+		return nil
+	})
+	sort.SliceStable(out, func(i, j int) bool { return out[i].To.Before(out[j].To) })
+	return out, err
+}
+
+// Walk calls fn with each timeline entry whose window ends in (since,
+// until], segment by segment in the order written, holding one entry at
+// a time (each namespace's entries come in time order). A zero since or
+// until is unbounded. A segment it cannot read whole gives what it could
+// and a note. fn's error stops it and is returned.
+func (s *Store) Walk(since, until time.Time, fn func(*Entry) error) error {
 	var segs []storeFile
 	for _, f := range s.files {
 		if !f.evidence && !f.trace {
 			segs = append(segs, f)
 		}
 	}
-	var out []Entry
 	for i, f := range segs {
 		// A segment holds the windows ending from its name's time (its
 		// first window's end) to the next segment's.
@@ -186,19 +200,24 @@ func (s *Store) Entries(since, until time.Time) ([]Entry, error) {
 			s.Notes = append(s.Notes, fmt.Sprintf("%s: %v", f.name, err))
 			continue
 		}
+		var stop error
 		err = ReadSegment(bufio.NewReaderSize(fh, 1<<16), func(e *Entry) error {
 			if (since.IsZero() || e.To.After(since)) && (until.IsZero() || !e.To.After(until)) {
-				out = append(out, *e)
+				if stop = fn(e); stop != nil {
+					return stop
+				}
 			}
 			return nil
 		})
 		_ = fh.Close()
+		if stop != nil {
+			return stop
+		}
 		if err != nil {
 			s.Notes = append(s.Notes, fmt.Sprintf("%s: %v: skipped the rest of it", f.name, err))
 		}
 	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].To.Before(out[j].To) })
-	return out, nil
+	return nil
 }
 
 // Window is an evidence file: the window it covers and its path.

@@ -122,13 +122,19 @@ func (r *Recorder) pace() time.Duration {
 
 // findingKey identifies a finding from one window to the next: its rule
 // and what it is about, without the counts that change every window.
+// A finding about endpoints is known by them alone: its owner may exit
+// (its sockets left in TIME_WAIT belong to no process) or be named anew
+// while it goes on; one about a process alone by the process.
 type findingKey struct {
 	rule, netns, local, remote, service, command string
 	pid                                          int
 }
 
 func keyOf(rule string, s *diag.Subject) findingKey {
-	return findingKey{rule: rule, netns: s.Netns, local: s.Local, remote: s.Remote, service: s.Service, command: s.Command, pid: s.Pid}
+	if s.Local != "" || s.Remote != "" {
+		return findingKey{rule: rule, netns: s.Netns, local: s.Local, remote: s.Remote}
+	}
+	return findingKey{rule: rule, netns: s.Netns, service: s.Service, command: s.Command, pid: s.Pid}
 }
 
 // job is one collection's work for the writer.
