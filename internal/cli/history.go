@@ -15,6 +15,8 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/history"
 	"github.com/tcpdoctor/tcpdoctor/internal/outfile"
+	"github.com/tcpdoctor/tcpdoctor/internal/report"
+	"github.com/tcpdoctor/tcpdoctor/internal/rules"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/textsafe"
 	"github.com/tcpdoctor/tcpdoctor/internal/trace"
@@ -36,7 +38,7 @@ type historyOpts struct {
 func newHistoryCmd(e *Env) *cobra.Command {
 	o := &historyOpts{}
 	cmd := &cobra.Command{
-		Use:   "history --history DIR",
+		Use:   "history [DIR]",
 		Short: "List the incidents `serve --history` kept: when, how bad, what, and the command that replays each",
 		Long: `Read the store serve --history DIR keeps and print its incidents, oldest first: a finding seen in
 consecutive windows of its namespace is one incident, with its start, its end or "ongoing", its
@@ -46,13 +48,19 @@ With two or more incidents (or --picture) a strip per subject shows its findings
 one character per bucket (C critical, W warning, i info, . quiet, blank no window); --html FILE
 writes a page with that chart and the incidents.
 Times: RFC 3339, a clock time today (03:12), or a duration before now (2h, -30m, 7d).`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 1 {
+				if o.dir != "" && o.dir != args[0] {
+					return usageErr("history: the directory is given twice (%q and --history %q)", args[0], o.dir)
+				}
+				o.dir = args[0]
+			}
 			return runHistory(e, o)
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&o.dir, "history", "", "the directory serve --history writes (required)")
+	fs.StringVar(&o.dir, "history", "", "the directory serve --history writes (or as the argument DIR)")
 	fs.StringVar(&o.since, "since", "24h", "list windows ending after this time")
 	fs.StringVar(&o.until, "until", "", "list windows ending at or before this time (default: now)")
 	fs.StringSliceVar(&o.rules, "rule", nil, "only these rules")
@@ -66,7 +74,12 @@ Times: RFC 3339, a clock time today (03:12), or a duration before now (2h, -30m,
 
 func runHistory(e *Env, o *historyOpts) error {
 	if o.dir == "" {
-		return usageErr("history: --history DIR is required")
+		return usageErr("history: the directory is required: history DIR (or --history DIR)")
+	}
+	for _, id := range o.rules {
+		if _, ok := rules.ByID(id); !ok {
+			return usageErr("history: unknown rule %q (see tcpdoctor rules)", id)
+		}
 	}
 	now := e.Now()
 	since, err := history.ParseTime(o.since, now)
@@ -273,12 +286,38 @@ func (a *atOpts) resolve(e *Env, src *sourceOpts, name string) error {
 	cover, before, after := st.At(t)
 	loc := now.Location()
 	clock := func(t time.Time) string { return t.In(loc).Format("2006-01-02 15:04:05.000") }
+	// The incidents covering t: their spans, and their evidence nearest t
+	// when no window kept covers t itself.
+	moments, err := st.IncidentsAt(t, history.Filter{Min: diag.Warning})
+	if err != nil {
+		return fmt.Errorf("%s: --history: %w", name, err)
+	}
+	spans := func() {
+		for _, m := range moments {
+			e.progress("the incident covering it: %s %s %s, %s .. %s (%d windows)", m.Severity.Label(), textsafe.String(m.Rule),
+				report.SubjectText(m.Subject), clock(m.Start), clock(m.End), m.Windows)
+		}
+	}
 	if cover != nil {
 		if _, err := os.Stat(st.Path(cover.Name)); err == nil {
 			e.progress("replaying the window %s .. %s kept in %s (%s)", clock(cover.From), clock(cover.To), a.dir, cover.Name)
+			spans()
 			src.from = st.Path(cover.Name)
 			return nil
 		}
+	}
+	for _, m := range moments {
+		if m.Nearest == nil {
+			continue
+		}
+		if _, err := os.Stat(st.Path(m.Nearest.Name)); err != nil {
+			continue
+		}
+		e.progress("replaying the window %s .. %s kept in %s (%s): no window kept covers %s; this is the nearest kept of the incident covering it",
+			clock(m.Nearest.From), clock(m.Nearest.To), a.dir, m.Nearest.Name, clock(t))
+		spans()
+		src.from = st.Path(m.Nearest.Name)
+		return nil
 	}
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "no evidence kept in %s for %s\n", textsafe.String(a.dir), clock(t))
