@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -360,5 +361,45 @@ func TestHistoryDirArgAndRule(t *testing.T) {
 	}
 	if code, _, _ := run(t, "history", dir, "x"); code != ExitUsage {
 		t.Errorf("two arguments: exit %d", code)
+	}
+}
+
+// serve --history refuses, at once and with exit 2, a directory another
+// serve holds, one other users may write, and a bound too small to hold
+// an evidence file.
+func TestServeHistoryRefuses(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "history")
+	lock, err := history.LockDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	open := t.TempDir()
+	if err := os.Chmod(open, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--history", dir}, "held by another tcpdoctor serve --history (pid " + strconv.Itoa(os.Getpid()) + ")"},
+		{[]string{"--history", open}, "may be written by other users (mode 0777)"},
+		{[]string{"--history", t.TempDir(), "--history-size", "1"}, "below the minimum, 1MiB"},
+	} {
+		done := make(chan struct{})
+		var code int
+		var stderr string
+		go func() {
+			code, _, stderr = run(t, append([]string{"serve", "--listen", "127.0.0.1:0", "--bpf", "off", "--no-owners"}, c.args...)...)
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%v: serve did not refuse (still running after 10 s)", c.args)
+		}
+		if code != ExitUsage || !strings.Contains(stderr, c.want) {
+			t.Errorf("%v: exit %d, stderr %q, want %q", c.args, code, stderr, c.want)
+		}
 	}
 }

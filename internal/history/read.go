@@ -11,18 +11,29 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
+	"syscall"
 	"time"
 )
 
 // storeFile is a file of the store as listed.
 type storeFile struct {
 	fileInfo
+	// size is what the file takes on disk: its length, or less for a
+	// sparse file (its blocks), so that a file claiming a size it never
+	// wrote does not push the real history out.
 	size int64
 	mod  time.Time
+	// aside: a file set aside (asidePrefix), listed first (the oldest).
+	aside bool
 }
 
+// asidePrefix starts the name of a file set aside: dated in the future,
+// it is kept for a person to look at, read by no one, and evicted first.
+const asidePrefix = "future-"
+
 // listFiles lists the store's files, oldest first (by the time in their
-// names). Other files are left alone.
+// names), those set aside before them. Other files are left alone.
 func listFiles(dir string) ([]storeFile, error) {
 	des, err := os.ReadDir(dir)
 	if err != nil {
@@ -30,7 +41,8 @@ func listFiles(dir string) ([]storeFile, error) {
 	}
 	var out []storeFile
 	for _, de := range des {
-		fi, ok := parseName(de.Name())
+		name, aside := strings.CutPrefix(de.Name(), asidePrefix)
+		fi, ok := parseName(name)
 		if !ok || !de.Type().IsRegular() {
 			continue
 		}
@@ -38,15 +50,29 @@ func listFiles(dir string) ([]storeFile, error) {
 		if err != nil {
 			continue // removed meanwhile
 		}
-		out = append(out, storeFile{fileInfo: fi, size: info.Size(), mod: info.ModTime()})
+		fi.name = de.Name()
+		out = append(out, storeFile{fileInfo: fi, size: diskSize(info), mod: info.ModTime(), aside: aside})
 	}
 	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].aside != out[j].aside {
+			return out[i].aside
+		}
 		if !out[i].from.Equal(out[j].from) {
 			return out[i].from.Before(out[j].from)
 		}
 		return out[i].name < out[j].name
 	})
 	return out, nil
+}
+
+// diskSize is what a file takes: its length, or its blocks when fewer
+// (a sparse file).
+func diskSize(info os.FileInfo) int64 {
+	n := info.Size()
+	if st, ok := info.Sys().(*syscall.Stat_t); ok && st.Blocks >= 0 {
+		n = min(n, st.Blocks*512)
+	}
+	return n
 }
 
 // maxLine bounds one timeline line: one namespace's window.
@@ -158,7 +184,15 @@ func Open(dir string) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{Dir: dir, files: fs}, nil
+	s := &Store{Dir: dir}
+	for _, f := range fs {
+		if f.aside {
+			s.Notes = append(s.Notes, fmt.Sprintf("%s: set aside, not read: dated in the future when it was found", f.name))
+			continue
+		}
+		s.files = append(s.files, f)
+	}
+	return s, nil
 }
 
 // Entries reads the timeline entries whose windows end in (since,
