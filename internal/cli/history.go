@@ -108,19 +108,49 @@ func runHistory(e *Env, o *historyOpts) error {
 	if err != nil {
 		return err
 	}
-	es, err := st.Entries(since, until)
-	if err != nil {
-		return usageErr("history: %v", err)
-	}
 	f := history.Filter{Min: diag.Warning, Rules: o.rules, Netns: o.netns}
 	if o.verbose {
 		f.Min = diag.Info
 	}
-	l := &history.Listing{Dir: o.dir, Since: since, Until: until, Windows: len(es), Notes: st.Notes}
-	if len(es) > 0 {
-		l.First, l.Last = es[0].From, es[len(es)-1].To
+	// The store is read as a stream, one entry at a time, once: the span
+	// of the pictures from its first and last segments, then the
+	// incidents (at most maxListed held) and the pictures' cells.
+	g := history.NewGrouper(f)
+	g.Max = maxListed
+	l := &history.Listing{Dir: o.dir, Since: since, Until: until}
+	first, last, any := st.Bounds(since, until)
+	var tb, hb *history.PictureBuilder
+	if any {
+		tb = history.NewPictureBuilder(f, first, last, textPictureWidth)
+		if page != nil {
+			hb = history.NewPictureBuilder(f, first, last, htmlPictureWidth)
+		}
 	}
-	l.Incidents = history.Incidents(es, f, until)
+	err = st.Walk(since, until, func(en *history.Entry) error {
+		if l.Windows == 0 || en.From.Before(l.First) {
+			l.First = en.From
+		}
+		if en.To.After(l.Last) {
+			l.Last = en.To
+		}
+		l.Windows++
+		g.Add(en)
+		if !o.json {
+			tb.Add(en)
+		}
+		if hb != nil {
+			hb.Add(en)
+		}
+		return nil
+	})
+	if err != nil {
+		return usageErr("history: %v", err)
+	}
+	l.Incidents = g.Incidents(until)
+	notes := st.Notes
+	if g.Dropped > 0 {
+		notes = append(notes, fmt.Sprintf("%d older incidents not listed: at most %d are (narrow with --since, --rule or --netns)", g.Dropped, maxListed))
+	}
 	kept := map[string]bool{}
 	for _, w := range st.Evidence() {
 		kept[w.Name] = true
@@ -133,12 +163,15 @@ func runHistory(e *Env, o *historyOpts) error {
 		l.Replay = append(l.Replay, cmd)
 	}
 	traceLinks(l, st.Traces(), o.html)
-	var pic history.Picture
-	if l.Windows > 0 {
-		pic = history.MakePicture(es, f, l.First, l.Last, textPictureWidth)
+	var pic, hp history.Picture
+	if tb != nil {
+		pic = tb.Picture()
 	}
+	if hb != nil {
+		hp = hb.Picture()
+	}
+	l.Notes = notes
 	if page != nil {
-		hp := history.MakePicture(es, f, l.First, l.Last, htmlPictureWidth)
 		writeTracePages(e, l, o.html)
 		if err := writeHistoryHTML(page, l, &hp, now.Location()); err != nil {
 			return fmt.Errorf("history: --html: %w", err)
@@ -153,6 +186,10 @@ func runHistory(e *Env, o *historyOpts) error {
 	history.WriteText(e.Stdout, l, now.Location())
 	return nil
 }
+
+// maxListed bounds the incidents history holds and lists (the newest):
+// its memory stays bounded whatever the store holds.
+const maxListed = 10000
 
 // Buckets of the picture: a strip fits an 80-column terminal; the page's
 // chart is finer.

@@ -214,21 +214,7 @@ func (s *Store) Entries(since, until time.Time) ([]Entry, error) {
 // until is unbounded. A segment it cannot read whole gives what it could
 // and a note. fn's error stops it and is returned.
 func (s *Store) Walk(since, until time.Time, fn func(*Entry) error) error {
-	var segs []storeFile
-	for _, f := range s.files {
-		if !f.evidence && !f.trace {
-			segs = append(segs, f)
-		}
-	}
-	for i, f := range segs {
-		// A segment holds the windows ending from its name's time (its
-		// first window's end) to the next segment's.
-		if !until.IsZero() && f.from.After(until) {
-			break
-		}
-		if !since.IsZero() && i+1 < len(segs) && !segs[i+1].from.After(since) {
-			continue
-		}
+	for _, f := range s.segments(since, until) {
 		fh, err := os.Open(filepath.Join(s.Dir, f.name))
 		if err != nil {
 			s.Notes = append(s.Notes, fmt.Sprintf("%s: %v", f.name, err))
@@ -252,6 +238,69 @@ func (s *Store) Walk(since, until time.Time, fn func(*Entry) error) error {
 		}
 	}
 	return nil
+}
+
+// Bounds is the span of the timeline entries whose windows end in
+// (since, until]: the earliest start and the latest end, read from the
+// first and last segments that hold any (not the whole store). ok is
+// false when none does.
+func (s *Store) Bounds(since, until time.Time) (first, last time.Time, ok bool) {
+	segs := s.segments(since, until)
+	read := func(f storeFile, fn func(*Entry)) {
+		fh, err := os.Open(filepath.Join(s.Dir, f.name))
+		if err != nil {
+			return
+		}
+		defer fh.Close()
+		_ = ReadSegment(bufio.NewReaderSize(fh, 1<<16), func(e *Entry) error {
+			if (since.IsZero() || e.To.After(since)) && (until.IsZero() || !e.To.After(until)) {
+				fn(e)
+			}
+			return nil
+		})
+	}
+	for _, f := range segs {
+		read(f, func(e *Entry) {
+			if !ok || e.From.Before(first) {
+				first, ok = e.From, true
+			}
+		})
+		if ok {
+			break
+		}
+	}
+	found := false
+	for i := len(segs) - 1; i >= 0 && !found; i-- {
+		read(segs[i], func(e *Entry) {
+			if e.To.After(last) {
+				last, found = e.To, true
+			}
+		})
+	}
+	return first, last, ok && found
+}
+
+// segments is the timeline segments that may hold windows ending in
+// (since, until], oldest first: a segment holds the windows ending from
+// its name's time (its first window's end) to the next segment's.
+func (s *Store) segments(since, until time.Time) []storeFile {
+	var segs []storeFile
+	for _, f := range s.files {
+		if !f.evidence && !f.trace {
+			segs = append(segs, f)
+		}
+	}
+	var out []storeFile
+	for i, f := range segs {
+		if !until.IsZero() && f.from.After(until) {
+			break
+		}
+		if !since.IsZero() && i+1 < len(segs) && !segs[i+1].from.After(since) {
+			continue
+		}
+		out = append(out, f)
+	}
+	return out
 }
 
 // Window is an evidence file: the window it covers and its path.
