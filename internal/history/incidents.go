@@ -84,6 +84,7 @@ type Grouper struct {
 	last   map[string]span // each namespace's newest window
 	out    []*Incident
 	owners map[endpoints]owner
+	adds   int
 }
 
 type openInc struct {
@@ -189,6 +190,16 @@ func (g *Grouper) trim() {
 		}
 		g.out = slices.Delete(g.out, i, i+1)
 		g.Dropped++
+	}
+	// Incidents their namespace moved on from are closed: forget them
+	// now and then, so that what is held stays bounded by the findings
+	// open at once.
+	if g.adds++; g.adds%4096 == 0 {
+		for k, o := range g.opened {
+			if l, ok := g.last[k.netns]; ok && !o.lastTo.Equal(l.to) {
+				delete(g.opened, k)
+			}
+		}
 	}
 	if len(g.owners) > 4096 {
 		var newest time.Time
