@@ -118,9 +118,9 @@ func runHistory(e *Env, o *historyOpts) error {
 	g := history.NewGrouper(f)
 	g.Max = maxListed
 	l := &history.Listing{Dir: o.dir, Since: since, Until: until}
-	first, last, any := st.Bounds(since, until)
+	first, last, found := st.Bounds(since, until)
 	var tb, hb *history.PictureBuilder
-	if any {
+	if found {
 		tb = history.NewPictureBuilder(f, first, last, textPictureWidth)
 		if page != nil {
 			hb = history.NewPictureBuilder(f, first, last, htmlPictureWidth)

@@ -125,3 +125,22 @@ func TestIncidentsAt(t *testing.T) {
 		t.Errorf("at 100 s after eviction: %+v", ms)
 	}
 }
+
+// A Grouper with Max holds and lists the newest incidents, counting the
+// others; an open one is never dropped.
+func TestGrouperMax(t *testing.T) {
+	w := finding("a", diag.Warning, "w")
+	g := NewGrouper(Filter{Min: diag.Warning})
+	g.Max = 2
+	for i := range 10 {
+		g.Add(ptr(entry(15+30*i, "", w)))
+		g.Add(ptr(entry(30+30*i, "")))
+	}
+	g.Add(ptr(entry(315, "", w)))
+	got := g.Incidents(at("a", 320).Taken)
+	if len(got) != 2 || g.Dropped != 9 || !got[1].Ongoing || !got[0].Start.Equal(at("a", 270).Taken) {
+		t.Errorf("%d incidents, %d dropped: %+v", len(got), g.Dropped, got)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -66,12 +66,13 @@ func Incidents(es []Entry, f Filter, end time.Time) []Incident {
 
 // Grouper groups timeline entries, fed one at a time in time order, into
 // incidents: Incidents without holding the entries. It holds the open
-// incidents, at most Max closed ones (the newest), and each endpoint's
-// last owner.
+// incidents, the newest closed ones (Max to twice Max of all, with Max
+// set), and each endpoint's last owner.
 type Grouper struct {
 	f Filter
-	// Max, when positive, bounds the incidents held: the oldest closed
-	// ones beyond it are dropped (counted in Dropped).
+	// Max, when positive, bounds the incidents listed: the oldest closed
+	// ones beyond it are dropped (counted in Dropped), once twice Max are
+	// held, and by Incidents.
 	Max     int
 	Dropped int
 	// Near, when set, has each incident note its kept evidence window
@@ -180,16 +181,11 @@ func (g *Grouper) owned(e *Entry, fd *Finding) diag.Subject {
 	return sub
 }
 
-// trim drops the oldest closed incidents beyond Max, and owners gone
-// for long.
+// trim drops the oldest closed incidents beyond Max (in batches: once
+// twice Max are held), and owners gone for long.
 func (g *Grouper) trim() {
-	for g.Max > 0 && len(g.out) > g.Max {
-		i := slices.IndexFunc(g.out, func(in *Incident) bool { return !g.isOpen(in) })
-		if i < 0 {
-			break
-		}
-		g.out = slices.Delete(g.out, i, i+1)
-		g.Dropped++
+	if g.Max > 0 && len(g.out) >= 2*g.Max {
+		g.trimTo()
 	}
 	// Incidents their namespace moved on from are closed: forget them
 	// now and then, so that what is held stays bounded by the findings
@@ -214,17 +210,29 @@ func (g *Grouper) trim() {
 	}
 }
 
-func (g *Grouper) isOpen(in *Incident) bool {
+// trimTo drops the oldest closed incidents until Max are held.
+func (g *Grouper) trimTo() {
+	open := make(map[*Incident]bool, len(g.opened))
 	for k, o := range g.opened {
-		if o.inc == in {
-			return true
-		}
 		// An incident whose namespace moved on without it is closed.
 		if l, ok := g.last[k.netns]; ok && !o.lastTo.Equal(l.to) {
 			delete(g.opened, k)
+			continue
 		}
+		open[o.inc] = true
 	}
-	return false
+	drop := len(g.out) - g.Max
+	kept := g.out[:0]
+	for _, in := range g.out {
+		if drop > 0 && !open[in] {
+			drop--
+			g.Dropped++
+			continue
+		}
+		kept = append(kept, in)
+	}
+	clear(g.out[len(kept):])
+	g.out = kept
 }
 
 func maxTime(a, b time.Time) time.Time {
@@ -248,6 +256,9 @@ func distance(w *Window, t time.Time) time.Duration {
 // Incidents is the incidents so far, in order of start; end is the end
 // of the listing (now, or --until).
 func (g *Grouper) Incidents(end time.Time) []Incident {
+	if g.Max > 0 && len(g.out) > g.Max {
+		g.trimTo()
+	}
 	res := make([]Incident, 0, len(g.out))
 	for _, in := range g.out {
 		l, ok := g.last[in.Subject.Netns]
