@@ -49,6 +49,13 @@ one character per bucket (C critical, W warning, i info, . quiet, blank no windo
 writes a page with that chart and the incidents.
 Times: RFC 3339, a clock time today (03:12), or a duration before now (2h, -30m, 7d).`,
 		Args: cobra.MaximumNArgs(1),
+		// DIR completes as a directory.
+		ValidArgsFunction: func(_ *cobra.Command, args []string, _ string) ([]cobra.Completion, cobra.ShellCompDirective) {
+			if len(args) == 0 {
+				return nil, cobra.ShellCompDirectiveFilterDirs
+			}
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 1 {
 				if o.dir != "" && o.dir != args[0] {

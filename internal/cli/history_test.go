@@ -403,3 +403,14 @@ func TestServeHistoryRefuses(t *testing.T) {
 		}
 	}
 }
+
+// history's DIR completes as a directory (cobra's FilterDirs, 16), and
+// nothing after it.
+func TestHistoryDirCompletes(t *testing.T) {
+	if _, out, _ := run(t, "__complete", "history", ""); !strings.HasSuffix(strings.TrimSpace(out), ":16") {
+		t.Errorf("history <TAB>: %q", out)
+	}
+	if _, out, _ := run(t, "__complete", "history", "dir", ""); !strings.HasSuffix(strings.TrimSpace(out), ":4") {
+		t.Errorf("history DIR <TAB>: %q", out)
+	}
+}
