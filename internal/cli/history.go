@@ -15,6 +15,8 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/history"
 	"github.com/tcpdoctor/tcpdoctor/internal/outfile"
+	"github.com/tcpdoctor/tcpdoctor/internal/report"
+	"github.com/tcpdoctor/tcpdoctor/internal/rules"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/textsafe"
 	"github.com/tcpdoctor/tcpdoctor/internal/trace"
@@ -36,7 +38,7 @@ type historyOpts struct {
 func newHistoryCmd(e *Env) *cobra.Command {
 	o := &historyOpts{}
 	cmd := &cobra.Command{
-		Use:   "history --history DIR",
+		Use:   "history [DIR]",
 		Short: "List the incidents `serve --history` kept: when, how bad, what, and the command that replays each",
 		Long: `Read the store serve --history DIR keeps and print its incidents, oldest first: a finding seen in
 consecutive windows of its namespace is one incident, with its start, its end or "ongoing", its
@@ -46,13 +48,26 @@ With two or more incidents (or --picture) a strip per subject shows its findings
 one character per bucket (C critical, W warning, i info, . quiet, blank no window); --html FILE
 writes a page with that chart and the incidents.
 Times: RFC 3339, a clock time today (03:12), or a duration before now (2h, -30m, 7d).`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		Args: cobra.MaximumNArgs(1),
+		// DIR completes as a directory.
+		ValidArgsFunction: func(_ *cobra.Command, args []string, _ string) ([]cobra.Completion, cobra.ShellCompDirective) {
+			if len(args) == 0 {
+				return nil, cobra.ShellCompDirectiveFilterDirs
+			}
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 1 {
+				if o.dir != "" && o.dir != args[0] {
+					return usageErr("history: the directory is given twice (%q and --history %q)", args[0], o.dir)
+				}
+				o.dir = args[0]
+			}
 			return runHistory(e, o)
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&o.dir, "history", "", "the directory serve --history writes (required)")
+	fs.StringVar(&o.dir, "history", "", "the directory serve --history writes (or as the argument DIR)")
 	fs.StringVar(&o.since, "since", "24h", "list windows ending after this time")
 	fs.StringVar(&o.until, "until", "", "list windows ending at or before this time (default: now)")
 	fs.StringSliceVar(&o.rules, "rule", nil, "only these rules")
@@ -66,7 +81,12 @@ Times: RFC 3339, a clock time today (03:12), or a duration before now (2h, -30m,
 
 func runHistory(e *Env, o *historyOpts) error {
 	if o.dir == "" {
-		return usageErr("history: --history DIR is required")
+		return usageErr("history: the directory is required: history DIR (or --history DIR)")
+	}
+	for _, id := range o.rules {
+		if _, ok := rules.ByID(id); !ok {
+			return usageErr("history: unknown rule %q (see tcpdoctor rules)", id)
+		}
 	}
 	now := e.Now()
 	since, err := history.ParseTime(o.since, now)
@@ -95,19 +115,49 @@ func runHistory(e *Env, o *historyOpts) error {
 	if err != nil {
 		return err
 	}
-	es, err := st.Entries(since, until)
-	if err != nil {
-		return usageErr("history: %v", err)
-	}
 	f := history.Filter{Min: diag.Warning, Rules: o.rules, Netns: o.netns}
 	if o.verbose {
 		f.Min = diag.Info
 	}
-	l := &history.Listing{Dir: o.dir, Since: since, Until: until, Windows: len(es), Notes: st.Notes}
-	if len(es) > 0 {
-		l.First, l.Last = es[0].From, es[len(es)-1].To
+	// The store is read as a stream, one entry at a time, once: the span
+	// of the pictures from its first and last segments, then the
+	// incidents (at most maxListed held) and the pictures' cells.
+	g := history.NewGrouper(f)
+	g.Max = maxListed
+	l := &history.Listing{Dir: o.dir, Since: since, Until: until}
+	first, last, found := st.Bounds(since, until)
+	var tb, hb *history.PictureBuilder
+	if found {
+		tb = history.NewPictureBuilder(f, first, last, textPictureWidth)
+		if page != nil {
+			hb = history.NewPictureBuilder(f, first, last, htmlPictureWidth)
+		}
 	}
-	l.Incidents = history.Incidents(es, f, until)
+	err = st.Walk(since, until, func(en *history.Entry) error {
+		if l.Windows == 0 || en.From.Before(l.First) {
+			l.First = en.From
+		}
+		if en.To.After(l.Last) {
+			l.Last = en.To
+		}
+		l.Windows++
+		g.Add(en)
+		if !o.json {
+			tb.Add(en)
+		}
+		if hb != nil {
+			hb.Add(en)
+		}
+		return nil
+	})
+	if err != nil {
+		return usageErr("history: %v", err)
+	}
+	l.Incidents = g.Incidents(until)
+	notes := st.Notes
+	if g.Dropped > 0 {
+		notes = append(notes, fmt.Sprintf("%d older incidents not listed: at most %d are (narrow with --since, --rule or --netns)", g.Dropped, maxListed))
+	}
 	kept := map[string]bool{}
 	for _, w := range st.Evidence() {
 		kept[w.Name] = true
@@ -120,12 +170,15 @@ func runHistory(e *Env, o *historyOpts) error {
 		l.Replay = append(l.Replay, cmd)
 	}
 	traceLinks(l, st.Traces(), o.html)
-	var pic history.Picture
-	if l.Windows > 0 {
-		pic = history.MakePicture(es, f, l.First, l.Last, textPictureWidth)
+	var pic, hp history.Picture
+	if tb != nil {
+		pic = tb.Picture()
 	}
+	if hb != nil {
+		hp = hb.Picture()
+	}
+	l.Notes = notes
 	if page != nil {
-		hp := history.MakePicture(es, f, l.First, l.Last, htmlPictureWidth)
 		writeTracePages(e, l, o.html)
 		if err := writeHistoryHTML(page, l, &hp, now.Location()); err != nil {
 			return fmt.Errorf("history: --html: %w", err)
@@ -140,6 +193,10 @@ func runHistory(e *Env, o *historyOpts) error {
 	history.WriteText(e.Stdout, l, now.Location())
 	return nil
 }
+
+// maxListed bounds the incidents history holds and lists (the newest):
+// its memory stays bounded whatever the store holds.
+const maxListed = 10000
 
 // Buckets of the picture: a strip fits an 80-column terminal; the page's
 // chart is finer.
@@ -273,12 +330,38 @@ func (a *atOpts) resolve(e *Env, src *sourceOpts, name string) error {
 	cover, before, after := st.At(t)
 	loc := now.Location()
 	clock := func(t time.Time) string { return t.In(loc).Format("2006-01-02 15:04:05.000") }
+	// The incidents covering t: their spans, and their evidence nearest t
+	// when no window kept covers t itself.
+	moments, err := st.IncidentsAt(t, history.Filter{Min: diag.Warning})
+	if err != nil {
+		return fmt.Errorf("%s: --history: %w", name, err)
+	}
+	spans := func() {
+		for _, m := range moments {
+			e.progress("the incident covering it: %s %s %s, %s .. %s (%d windows)", m.Severity.Label(), textsafe.String(m.Rule),
+				report.SubjectText(m.Subject), clock(m.Start), clock(m.End), m.Windows)
+		}
+	}
 	if cover != nil {
 		if _, err := os.Stat(st.Path(cover.Name)); err == nil {
 			e.progress("replaying the window %s .. %s kept in %s (%s)", clock(cover.From), clock(cover.To), a.dir, cover.Name)
+			spans()
 			src.from = st.Path(cover.Name)
 			return nil
 		}
+	}
+	for _, m := range moments {
+		if m.Nearest == nil {
+			continue
+		}
+		if _, err := os.Stat(st.Path(m.Nearest.Name)); err != nil {
+			continue
+		}
+		e.progress("replaying the window %s .. %s kept in %s (%s): no window kept covers %s; this is the nearest kept of the incident covering it",
+			clock(m.Nearest.From), clock(m.Nearest.To), a.dir, m.Nearest.Name, clock(t))
+		spans()
+		src.from = st.Path(m.Nearest.Name)
+		return nil
 	}
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "no evidence kept in %s for %s\n", textsafe.String(a.dir), clock(t))

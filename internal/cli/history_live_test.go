@@ -169,7 +169,7 @@ func TestHistoryLiveBurst(t *testing.T) {
 
 	t0 := time.Now()
 	_ = srv.Process.Signal(syscall.SIGSTOP) // ip netns exec execs python3: the same pid
-	closeAll := connectBurst(t, ns, port, 10*time.Second)
+	closeAll := connectBurst(t, ns, port, 8*time.Second)
 	t1 := time.Now()
 	closeAll()
 	_ = srv.Process.Signal(syscall.SIGCONT)
@@ -181,6 +181,26 @@ func TestHistoryLiveBurst(t *testing.T) {
 		t.Errorf("subject %+v", in.Subject)
 	}
 	replaysAsFrom(t, dir, in, replay, interval, t0, t1, "listen-overflow", "127.0.0.1:8000")
+	// The time an alert names is anywhere in the burst, not the window
+	// kept: the burst's middle gives the incident's critical finding and
+	// check's exit code, and says which window it shows.
+	if in.Severity != diag.Critical {
+		t.Errorf("the burst's incident peaks at %v, want critical", in.Severity)
+	}
+	mid := t0.Add(t1.Sub(t0) / 2)
+	for _, args := range [][]string{
+		{"check", "--history", dir, "--at", mid.Format(time.RFC3339Nano)},
+		{"check", "--history", dir, "--at", mid.Format(time.RFC3339)}, // whole seconds, as an alert says it
+	} {
+		code, out, errs := run(t, args...)
+		t.Logf("%v: exit %d\n%s%s", args, code, errs, out)
+		if code != ExitFindings || !regexp.MustCompile(`(?m)^CRIT +listen-overflow`).MatchString(out) || !strings.Contains(out, "127.0.0.1:8000") {
+			t.Errorf("%v: exit %d, want 1 and the critical listen-overflow finding:\n%s\nstderr:\n%s", args, code, out, errs)
+		}
+		if !strings.Contains(errs, "replaying the window") || !strings.Contains(errs, "the incident covering it: CRIT listen-overflow") {
+			t.Errorf("%v: stderr does not say the window and the incident:\n%s", args, errs)
+		}
+	}
 }
 
 // burstIncident lists dir's incidents since a minute before the burst t0
@@ -462,6 +482,28 @@ func TestHistoryLivePortExhaustion(t *testing.T) {
 	in, replay := burstIncident(t, dir, "port-exhaustion", t0, t1, stderr.String())
 	if in.Subject.Netns != ns.Name || in.Subject.Remote != "127.0.0.2:9090" || in.Severity != diag.Critical {
 		t.Errorf("incident %v %+v, want critical towards 127.0.0.2:9090 in %s", in.Severity, in.Subject, ns.Name)
+	}
+	// One culprit: every incident about the destination (the TIME_WAIT
+	// sockets the closed connections left too) names this process, and
+	// each rule says it once.
+	var l history.Listing
+	if err := json.Unmarshal([]byte(mustRun(t, 0, "history", dir, "--since", t0.Add(-time.Minute).Format(time.RFC3339), "--json")), &l); err != nil {
+		t.Fatal(err)
+	}
+	rules := map[string]int{}
+	for _, x := range l.Incidents {
+		if x.Subject.Remote != "127.0.0.2:9090" {
+			continue
+		}
+		rules[x.Rule]++
+		if x.Subject.Pid != os.Getpid() {
+			t.Errorf("%s incident names pid %d (%q), want this process, %d: %s", x.Rule, x.Subject.Pid, x.Subject.Command, os.Getpid(), x.Summary)
+		}
+	}
+	for r, n := range rules {
+		if n != 1 {
+			t.Errorf("%d %s incidents about 127.0.0.2:9090, want 1", n, r)
+		}
 	}
 	replaysAsFrom(t, dir, in, replay, interval, t0, t1, "port-exhaustion", "127.0.0.2:9090")
 	// The text listing draws it: critical cells in the port-exhaustion strip.

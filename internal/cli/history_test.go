@@ -1,11 +1,13 @@
 package cli
 
 import (
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -264,5 +266,151 @@ func TestHistoryTriggeredTrace(t *testing.T) {
 	text = mustRun(t, 0, "history", "--history", dir, "--since", since, "--until", until)
 	if !strings.Contains(text, "  trace: "+name+" is not in the store") {
 		t.Errorf("history without the trace file:\n%s", text)
+	}
+}
+
+// storeWithLongIncident builds a store whose one incident runs for five
+// windows of the fixture's length after the fixture's own window, with
+// evidence kept only for the first (as serve keeps it at a start): the
+// fixture's samples as the evidence file, the timeline written as serve
+// writes it. It returns the store, the recording and the windows' ends.
+func storeWithLongIncident(t *testing.T) (dir, rec string, ends []time.Time) {
+	t.Helper()
+	dir, rec, snaps := storeFrom(t, overflowFixture)
+	st, err := history.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	es, err := st.Entries(time.Time{}, time.Time{})
+	if err != nil || len(es) != 1 || es[0].Evidence == "" || len(es[0].Findings) == 0 {
+		t.Fatalf("fixture store: %+v %v", es, err)
+	}
+	from, to := snaps[0].Taken, snaps[len(snaps)-1].Taken
+	w := to.Sub(from)
+	out := []history.Entry{es[0]}
+	ends = []time.Time{to}
+	for i := 1; i < 5; i++ {
+		e := es[0]
+		e.From, e.To, e.Evidence = to.Add(time.Duration(i-1)*w), to.Add(time.Duration(i)*w), ""
+		out = append(out, e)
+		ends = append(ends, e.To)
+	}
+	segs, _ := filepath.Glob(filepath.Join(dir, "timeline-*"))
+	for _, s := range segs {
+		os.Remove(s)
+	}
+	f, err := os.Create(filepath.Join(dir, "timeline-"+to.UTC().Format("20060102T150405.000000000Z")+".jsonl.gz"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gz := gzip.NewWriter(f)
+	enc := json.NewEncoder(gz)
+	_ = enc.Encode(history.Header{Format: history.FormatName, Version: history.FormatVersion})
+	for i := range out {
+		_ = enc.Encode(&out[i])
+	}
+	if err := gz.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	return dir, rec, ends
+}
+
+// check --history --at a time inside an incident but outside the window
+// kept for it replays the incident's nearest kept window, says which
+// window it shows and the incident's span, and exits as check would.
+func TestHistoryAtInsideIncident(t *testing.T) {
+	dir, rec, ends := storeWithLongIncident(t)
+	mid := ends[2].Add(-ends[1].Sub(ends[0]) / 2)
+	wantCode, want, _ := run(t, "check", "--from", rec)
+	code, got, stderr := run(t, "check", "--history", dir, "--at", mid.Format(time.RFC3339Nano))
+	t.Logf("stderr:\n%s", stderr)
+	if code != ExitFindings || code != wantCode || got != want {
+		t.Errorf("exit %d (want %d), stdout as check --from's: %v\n%s\nstderr %s", code, wantCode, got == want, got, stderr)
+	}
+	for _, s := range []string{"replaying the window", "the nearest kept of the incident covering it", "the incident covering it: CRIT listen-overflow", "(5 windows)"} {
+		if !strings.Contains(stderr, s) {
+			t.Errorf("stderr lacks %q:\n%s", s, stderr)
+		}
+	}
+	// --fail-on critical: the same exit code a live check gives.
+	if code, _, _ := run(t, "check", "--history", dir, "--at", mid.Format(time.RFC3339Nano), "--fail-on", "critical"); code != ExitFindings {
+		t.Errorf("--fail-on critical: exit %d", code)
+	}
+	// After the incident: no evidence, exit 2.
+	if code, _, _ := run(t, "check", "--history", dir, "--at", ends[4].Add(time.Minute).Format(time.RFC3339Nano)); code != ExitUsage {
+		t.Errorf("after the incident: exit %d, want 2", code)
+	}
+}
+
+// history takes its directory as an argument too, and refuses a rule
+// that does not exist as check does.
+func TestHistoryDirArgAndRule(t *testing.T) {
+	dir, _, _ := storeWithLongIncident(t)
+	want := mustRun(t, 0, "history", "--history", dir, "--since", "7000d")
+	if got := mustRun(t, 0, "history", dir, "--since", "7000d"); got != want || !strings.Contains(got, "1 incident") {
+		t.Errorf("history DIR:\n%s\nwant\n%s", got, want)
+	}
+	code, out, stderr := run(t, "history", dir, "--rule", "no-such-rule")
+	_, _, checkErr := run(t, "check", "--rule", "no-such-rule", "--from", "x")
+	if code != ExitUsage || out != "" || !strings.Contains(stderr, `unknown rule "no-such-rule" (see tcpdoctor rules)`) || !strings.Contains(checkErr, `unknown rule "no-such-rule" (see tcpdoctor rules)`) {
+		t.Errorf("--rule no-such-rule: exit %d, stdout %q, stderr %q (check: %q)", code, out, stderr, checkErr)
+	}
+	if code, _, _ := run(t, "history", dir, "--history", dir+"x"); code != ExitUsage {
+		t.Errorf("two directories: exit %d", code)
+	}
+	if code, _, _ := run(t, "history", dir, "x"); code != ExitUsage {
+		t.Errorf("two arguments: exit %d", code)
+	}
+}
+
+// serve --history refuses, at once and with exit 2, a directory another
+// serve holds, one other users may write, and a bound too small to hold
+// an evidence file.
+func TestServeHistoryRefuses(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "history")
+	lock, err := history.LockDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	open := t.TempDir()
+	if err := os.Chmod(open, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--history", dir}, "held by another tcpdoctor serve --history (pid " + strconv.Itoa(os.Getpid()) + ")"},
+		{[]string{"--history", open}, "may be written by other users (mode 0777)"},
+		{[]string{"--history", t.TempDir(), "--history-size", "1"}, "below the minimum, 1MiB"},
+	} {
+		done := make(chan struct{})
+		var code int
+		var stderr string
+		go func() {
+			code, _, stderr = run(t, append([]string{"serve", "--listen", "127.0.0.1:0", "--bpf", "off", "--no-owners"}, c.args...)...)
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%v: serve did not refuse (still running after 10 s)", c.args)
+		}
+		if code != ExitUsage || !strings.Contains(stderr, c.want) {
+			t.Errorf("%v: exit %d, stderr %q, want %q", c.args, code, stderr, c.want)
+		}
+	}
+}
+
+// history's DIR completes as a directory (cobra's FilterDirs, 16), and
+// nothing after it.
+func TestHistoryDirCompletes(t *testing.T) {
+	if _, out, _ := run(t, "__complete", "history", ""); !strings.HasSuffix(strings.TrimSpace(out), ":16") {
+		t.Errorf("history <TAB>: %q", out)
+	}
+	if _, out, _ := run(t, "__complete", "history", "dir", ""); !strings.HasSuffix(strings.TrimSpace(out), ":4") {
+		t.Errorf("history DIR <TAB>: %q", out)
 	}
 }

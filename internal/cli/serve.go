@@ -126,9 +126,22 @@ func runServe(ctx context.Context, e *Env, o *serveOpts) error {
 		if hopts.MaxBytes, err = history.ParseSize(o.histSize); err != nil {
 			return usageErr("serve: --history-size: %v", err)
 		}
+		if hopts.MaxBytes < history.MinMaxBytes {
+			return usageErr("serve: --history-size %s is below the minimum, 1MiB (a few evidence files and the segment being written)", o.histSize)
+		}
 		if hopts.MaxAge, err = history.ParseAge(o.histAge); err != nil {
 			return usageErr("serve: --history-age: %v", err)
 		}
+		// One writer per directory, and only a directory no other user
+		// can write; one that cannot be made is said by the recorder.
+		lock, err := history.LockDir(o.history)
+		switch {
+		case errors.Is(err, history.ErrInUse) || errors.Is(err, history.ErrUnsafe):
+			return usageErr("serve: --history: %v", err)
+		case err != nil:
+			e.progress("%v (serve goes on; the store's errors are counted)", err)
+		}
+		defer lock.Close()
 	}
 	if nss, err := serveNamespaces(e, o); len(nss) == 0 {
 		return usageErr("serve: %v", err)

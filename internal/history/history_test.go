@@ -165,7 +165,7 @@ func seriesOf(snaps []*snapshot.Snapshot) []window.Series {
 
 // at is a sample of namespace ns at second sec.
 func at(ns string, sec int) *snapshot.Snapshot {
-	return &snapshot.Snapshot{Netns: snapshot.Netns{Name: ns, Inode: 1}, Taken: time.Unix(1_800_000_000+int64(sec), 0).UTC(), Host: "h"}
+	return &snapshot.Snapshot{Netns: snapshot.Netns{Name: ns, Inode: 1}, Taken: time.Unix(1_700_000_000+int64(sec), 0).UTC(), Host: "h"}
 }
 
 func finding(ns string, sev diag.Severity, summary string) diag.Finding {
@@ -223,7 +223,7 @@ func TestEvidencePace(t *testing.T) {
 	var kept []int
 	for i := range 24 * 60 { // a day of minutes
 		s := *big
-		s.Taken = time.Unix(1_800_000_000+int64(60*i), 0)
+		s.Taken = time.Unix(1_700_000_000+int64(60*i), 0)
 		before := len(evidenceFiles(t, r, dir))
 		r.Add([]*snapshot.Snapshot{&s}, &report.Report{Findings: []diag.Finding{finding("a", diag.Warning, "w")}})
 		if len(evidenceFiles(t, r, dir)) > before {

@@ -62,7 +62,7 @@ func TestHTMLContent(t *testing.T) {
 		t.Errorf("%d rects, want 10", n)
 	}
 	// a's warning that turned critical, a's later warning, b's.
-	if n := strings.Count(page, "<tr><td>2027-"); n != 3 {
+	if n := strings.Count(page, "<tr><td>2023-"); n != 3 {
 		t.Errorf("%d incident rows, want 3", n)
 	}
 }

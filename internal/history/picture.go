@@ -36,77 +36,106 @@ type Picture struct {
 	From, To time.Time
 	Bucket   time.Duration
 	Strips   []Strip
+	// More counts the findings not drawn: beyond MaxStrips.
+	More int
 }
 
 // MakePicture buckets entries (in time order) from..to into n buckets,
 // keeping the findings f selects. It returns an empty picture when the
 // span or n is not positive.
 func MakePicture(es []Entry, f Filter, from, to time.Time, n int) Picture {
-	p := Picture{From: from, To: to}
+	b := NewPictureBuilder(f, from, to, n)
+	for i := range es {
+		b.Add(&es[i])
+	}
+	return b.Picture()
+}
+
+// MaxStrips bounds the strips a picture draws: the findings after that
+// many are counted (Picture.More), not drawn.
+const MaxStrips = 1000
+
+// PictureBuilder makes a Picture from entries fed one at a time, holding
+// only its cells.
+type PictureBuilder struct {
+	f     Filter
+	p     Picture
+	n     int
+	idx   map[findingKey]int
+	seen  map[string][]bool // buckets with a window, per namespace
+	more  map[findingKey]bool
+	valid bool
+}
+
+// NewPictureBuilder starts a picture of from..to in n buckets.
+func NewPictureBuilder(f Filter, from, to time.Time, n int) *PictureBuilder {
+	b := &PictureBuilder{f: f, p: Picture{From: from, To: to}, n: n, idx: map[findingKey]int{}, seen: map[string][]bool{}, more: map[findingKey]bool{}}
 	if n <= 0 || !to.After(from) {
-		return p
+		return b
 	}
-	p.Bucket = to.Sub(from) / time.Duration(n)
-	if p.Bucket <= 0 {
-		p.Bucket = 1
+	b.valid = true
+	b.p.Bucket = to.Sub(from) / time.Duration(n)
+	if b.p.Bucket <= 0 {
+		b.p.Bucket = 1
 	}
-	// bucket range of a window: every bucket it overlaps.
-	span := func(e *Entry) (int, int) {
-		a := int(e.From.Sub(from) / p.Bucket)
-		b := int((e.To.Sub(from) - 1) / p.Bucket)
-		return max(a, 0), min(b, n-1)
+	return b
+}
+
+// Add takes the next entry.
+func (b *PictureBuilder) Add(e *Entry) {
+	if b == nil || !b.valid || !e.To.After(b.p.From) || !e.From.Before(b.p.To) {
+		return
 	}
-	idx := map[findingKey]int{}
-	for i := range es {
-		e := &es[i]
-		if !e.To.After(from) || !e.From.Before(to) {
+	// every bucket the window overlaps
+	lo := max(int(e.From.Sub(b.p.From)/b.p.Bucket), 0)
+	hi := min(int((e.To.Sub(b.p.From)-1)/b.p.Bucket), b.n-1)
+	seen := b.seen[e.Netns]
+	if seen == nil {
+		seen = make([]bool, b.n)
+		b.seen[e.Netns] = seen
+	}
+	for c := lo; c <= hi; c++ {
+		seen[c] = true
+	}
+	for j := range e.Findings {
+		fd := &e.Findings[j]
+		if !b.f.keep(fd) {
 			continue
 		}
-		for j := range e.Findings {
-			fd := &e.Findings[j]
-			if !f.keep(fd) {
+		k := keyOf(fd.Rule, &fd.Subject)
+		i, ok := b.idx[k]
+		if !ok {
+			if len(b.p.Strips) >= MaxStrips {
+				b.more[k] = true
 				continue
 			}
-			k := keyOf(fd.Rule, &fd.Subject)
-			if _, ok := idx[k]; !ok {
-				idx[k] = len(p.Strips)
-				cells := make([]int, n)
-				for c := range cells {
-					cells[c] = NoWindow
-				}
-				p.Strips = append(p.Strips, Strip{Rule: fd.Rule, Subject: fd.Subject, Cells: cells})
+			i = len(b.p.Strips)
+			b.idx[k] = i
+			cells := make([]int, b.n)
+			for c := range cells {
+				cells[c] = NoWindow
 			}
+			b.p.Strips = append(b.p.Strips, Strip{Rule: fd.Rule, Subject: fd.Subject, Cells: cells})
 		}
+		st := &b.p.Strips[i]
+		for c := lo; c <= hi; c++ {
+			st.Cells[c] = max(st.Cells[c], int(fd.Severity))
+		}
+		st.Worst = max(st.Worst, fd.Severity)
 	}
-	if len(p.Strips) == 0 {
-		return p
-	}
-	byNetns := map[string][]int{}
+}
+
+// Picture is the picture of the entries added, most severe strips first.
+func (b *PictureBuilder) Picture() Picture {
+	p := b.p
+	p.More = len(b.more)
 	for i := range p.Strips {
-		ns := p.Strips[i].Subject.Netns
-		byNetns[ns] = append(byNetns[ns], i)
-	}
-	for i := range es {
-		e := &es[i]
-		if !e.To.After(from) || !e.From.Before(to) {
-			continue
-		}
-		a, b := span(e)
-		for _, s := range byNetns[e.Netns] {
-			for c := a; c <= b; c++ {
-				p.Strips[s].Cells[c] = max(p.Strips[s].Cells[c], Quiet)
+		st := &p.Strips[i]
+		seen := b.seen[st.Subject.Netns]
+		for c := range st.Cells {
+			if st.Cells[c] == NoWindow && seen != nil && seen[c] {
+				st.Cells[c] = Quiet
 			}
-		}
-		for j := range e.Findings {
-			fd := &e.Findings[j]
-			if !f.keep(fd) {
-				continue
-			}
-			s := &p.Strips[idx[keyOf(fd.Rule, &fd.Subject)]]
-			for c := a; c <= b; c++ {
-				s.Cells[c] = max(s.Cells[c], int(fd.Severity))
-			}
-			s.Worst = max(s.Worst, fd.Severity)
 		}
 	}
 	sort.SliceStable(p.Strips, func(i, j int) bool { return p.Strips[i].Worst > p.Strips[j].Worst })
@@ -162,4 +191,7 @@ func WritePicture(w io.Writer, p *Picture, loc *time.Location) {
 	}
 	start, end := "^"+p.From.In(loc).Format(layout), p.To.In(loc).Format(layout)+"^"
 	fmt.Fprintf(w, "   %s%s%s\n", start, strings.Repeat(" ", max(n-len(start)-len(end), 1)), end)
+	if p.More > 0 {
+		fmt.Fprintf(w, "  and %d more findings not drawn (at most %d are; narrow with --rule, --netns or --since)\n", p.More, MaxStrips)
+	}
 }

@@ -74,7 +74,7 @@ func TestPicture(t *testing.T) {
 	if strings.ContainsRune(out, 0x1b) {
 		t.Errorf("the picture prints a raw escape: %q", out)
 	}
-	for _, want := range []string{"|.WWC....  W.|  listen-overflow 0.0.0.0:80", "|..WW        |  port-exhaustion 10.0.0.1:80", "one character per 15s", "   ^08:00:00", "08:03:00^\n"} {
+	for _, want := range []string{"|.WWC....  W.|  listen-overflow 0.0.0.0:80", "|..WW        |  port-exhaustion 10.0.0.1:80", "one character per 15s", "   ^22:13:20", "22:16:20^\n"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("picture lacks %q:\n%s", want, out)
 		}

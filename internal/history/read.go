@@ -11,18 +11,29 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
+	"syscall"
 	"time"
 )
 
 // storeFile is a file of the store as listed.
 type storeFile struct {
 	fileInfo
+	// size is what the file takes on disk: its length, or less for a
+	// sparse file (its blocks), so that a file claiming a size it never
+	// wrote does not push the real history out.
 	size int64
 	mod  time.Time
+	// aside: a file set aside (asidePrefix), listed first (the oldest).
+	aside bool
 }
 
+// asidePrefix starts the name of a file set aside: dated in the future,
+// it is kept for a person to look at, read by no one, and evicted first.
+const asidePrefix = "future-"
+
 // listFiles lists the store's files, oldest first (by the time in their
-// names). Other files are left alone.
+// names), those set aside before them. Other files are left alone.
 func listFiles(dir string) ([]storeFile, error) {
 	des, err := os.ReadDir(dir)
 	if err != nil {
@@ -30,7 +41,8 @@ func listFiles(dir string) ([]storeFile, error) {
 	}
 	var out []storeFile
 	for _, de := range des {
-		fi, ok := parseName(de.Name())
+		name, aside := strings.CutPrefix(de.Name(), asidePrefix)
+		fi, ok := parseName(name)
 		if !ok || !de.Type().IsRegular() {
 			continue
 		}
@@ -38,15 +50,29 @@ func listFiles(dir string) ([]storeFile, error) {
 		if err != nil {
 			continue // removed meanwhile
 		}
-		out = append(out, storeFile{fileInfo: fi, size: info.Size(), mod: info.ModTime()})
+		fi.name = de.Name()
+		out = append(out, storeFile{fileInfo: fi, size: diskSize(info), mod: info.ModTime(), aside: aside})
 	}
 	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].aside != out[j].aside {
+			return out[i].aside
+		}
 		if !out[i].from.Equal(out[j].from) {
 			return out[i].from.Before(out[j].from)
 		}
 		return out[i].name < out[j].name
 	})
 	return out, nil
+}
+
+// diskSize is what a file takes: its length, or its blocks when fewer
+// (a sparse file).
+func diskSize(info os.FileInfo) int64 {
+	n := info.Size()
+	if st, ok := info.Sys().(*syscall.Stat_t); ok && st.Blocks >= 0 {
+		n = min(n, st.Blocks*512)
+	}
+	return n
 }
 
 // maxLine bounds one timeline line: one namespace's window.
@@ -158,47 +184,123 @@ func Open(dir string) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{Dir: dir, files: fs}, nil
+	s := &Store{Dir: dir}
+	for _, f := range fs {
+		if f.aside {
+			s.Notes = append(s.Notes, fmt.Sprintf("%s: set aside, not read: dated in the future when it was found", f.name))
+			continue
+		}
+		s.files = append(s.files, f)
+	}
+	return s, nil
 }
 
 // Entries reads the timeline entries whose windows end in (since,
 // until], in time order. A zero since or until is unbounded. A segment
 // it cannot read whole gives what it could and a note.
 func (s *Store) Entries(since, until time.Time) ([]Entry, error) {
+	var out []Entry
+	err := s.Walk(since, until, func(e *Entry) error {
+		out = append(out, *e)
+		return nil
+	})
+	sort.SliceStable(out, func(i, j int) bool { return out[i].To.Before(out[j].To) })
+	return out, err
+}
+
+// Walk calls fn with each timeline entry whose window ends in (since,
+// until], segment by segment in the order written, holding one entry at
+// a time (each namespace's entries come in time order). A zero since or
+// until is unbounded. A segment it cannot read whole gives what it could
+// and a note. fn's error stops it and is returned.
+func (s *Store) Walk(since, until time.Time, fn func(*Entry) error) error {
+	for _, f := range s.segments(since, until) {
+		fh, err := os.Open(filepath.Join(s.Dir, f.name))
+		if err != nil {
+			s.Notes = append(s.Notes, fmt.Sprintf("%s: %v", f.name, err))
+			continue
+		}
+		var stop error
+		err = ReadSegment(bufio.NewReaderSize(fh, 1<<16), func(e *Entry) error {
+			if (since.IsZero() || e.To.After(since)) && (until.IsZero() || !e.To.After(until)) {
+				if stop = fn(e); stop != nil {
+					return stop
+				}
+			}
+			return nil
+		})
+		_ = fh.Close()
+		if stop != nil {
+			return stop
+		}
+		if err != nil {
+			s.Notes = append(s.Notes, fmt.Sprintf("%s: %v: skipped the rest of it", f.name, err))
+		}
+	}
+	return nil
+}
+
+// Bounds is the span of the timeline entries whose windows end in
+// (since, until]: the earliest start and the latest end, read from the
+// first and last segments that hold any (not the whole store). ok is
+// false when none does.
+func (s *Store) Bounds(since, until time.Time) (first, last time.Time, ok bool) {
+	segs := s.segments(since, until)
+	read := func(f storeFile, fn func(*Entry)) {
+		fh, err := os.Open(filepath.Join(s.Dir, f.name))
+		if err != nil {
+			return
+		}
+		defer fh.Close()
+		_ = ReadSegment(bufio.NewReaderSize(fh, 1<<16), func(e *Entry) error {
+			if (since.IsZero() || e.To.After(since)) && (until.IsZero() || !e.To.After(until)) {
+				fn(e)
+			}
+			return nil
+		})
+	}
+	for _, f := range segs {
+		read(f, func(e *Entry) {
+			if !ok || e.From.Before(first) {
+				first, ok = e.From, true
+			}
+		})
+		if ok {
+			break
+		}
+	}
+	found := false
+	for i := len(segs) - 1; i >= 0 && !found; i-- {
+		read(segs[i], func(e *Entry) {
+			if e.To.After(last) {
+				last, found = e.To, true
+			}
+		})
+	}
+	return first, last, ok && found
+}
+
+// segments is the timeline segments that may hold windows ending in
+// (since, until], oldest first: a segment holds the windows ending from
+// its name's time (its first window's end) to the next segment's.
+func (s *Store) segments(since, until time.Time) []storeFile {
 	var segs []storeFile
 	for _, f := range s.files {
 		if !f.evidence && !f.trace {
 			segs = append(segs, f)
 		}
 	}
-	var out []Entry
+	var out []storeFile
 	for i, f := range segs {
-		// A segment holds the windows ending from its name's time (its
-		// first window's end) to the next segment's.
 		if !until.IsZero() && f.from.After(until) {
 			break
 		}
 		if !since.IsZero() && i+1 < len(segs) && !segs[i+1].from.After(since) {
 			continue
 		}
-		fh, err := os.Open(filepath.Join(s.Dir, f.name))
-		if err != nil {
-			s.Notes = append(s.Notes, fmt.Sprintf("%s: %v", f.name, err))
-			continue
-		}
-		err = ReadSegment(bufio.NewReaderSize(fh, 1<<16), func(e *Entry) error {
-			if (since.IsZero() || e.To.After(since)) && (until.IsZero() || !e.To.After(until)) {
-				out = append(out, *e)
-			}
-			return nil
-		})
-		_ = fh.Close()
-		if err != nil {
-			s.Notes = append(s.Notes, fmt.Sprintf("%s: %v: skipped the rest of it", f.name, err))
-		}
+		out = append(out, f)
 	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].To.Before(out[j].To) })
-	return out, nil
+	return out
 }
 
 // Window is an evidence file: the window it covers and its path.

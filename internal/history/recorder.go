@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -122,13 +123,19 @@ func (r *Recorder) pace() time.Duration {
 
 // findingKey identifies a finding from one window to the next: its rule
 // and what it is about, without the counts that change every window.
+// A finding about endpoints is known by them alone: its owner may exit
+// (its sockets left in TIME_WAIT belong to no process) or be named anew
+// while it goes on; one about a process alone by the process.
 type findingKey struct {
 	rule, netns, local, remote, service, command string
 	pid                                          int
 }
 
 func keyOf(rule string, s *diag.Subject) findingKey {
-	return findingKey{rule: rule, netns: s.Netns, local: s.Local, remote: s.Remote, service: s.Service, command: s.Command, pid: s.Pid}
+	if s.Local != "" || s.Remote != "" {
+		return findingKey{rule: rule, netns: s.Netns, local: s.Local, remote: s.Remote}
+	}
+	return findingKey{rule: rule, netns: s.Netns, service: s.Service, command: s.Command, pid: s.Pid}
 }
 
 // job is one collection's work for the writer.
@@ -559,12 +566,36 @@ func (r *Recorder) evict() {
 	if r.seg != nil {
 		open = timelineName(r.segStart)
 	}
+	now := r.o.Now()
 	var total int64
-	for _, f := range fs {
+	for i := range fs {
+		f := &fs[i]
 		total += f.size
+		// A file dated in the future (a clock set back, or a file planted)
+		// would outlive every real one: it is set aside, evicted first.
+		if !f.aside && f.name != open && maxTime(f.from, f.to).After(now.Add(futureSlack)) {
+			aside := asidePrefix + f.name
+			if err := os.Rename(filepath.Join(r.o.Dir, f.name), filepath.Join(r.o.Dir, aside)); err != nil {
+				r.fail(fmt.Errorf("history: set aside %s: %w", f.name, err))
+				continue
+			}
+			r.o.Logf("history: %s is dated after now (%s): set aside as %s, never read and evicted first", f.name, now.UTC().Format(time.RFC3339), aside)
+			// Its age counts from now: it goes after MaxAge at the latest.
+			_ = os.Chtimes(filepath.Join(r.o.Dir, aside), now, now)
+			f.name, f.aside, f.mod = aside, true, now
+		}
 	}
-	cutoff := r.o.Now().Add(-r.o.MaxAge)
-	for _, f := range fs { // oldest first
+	slices.SortStableFunc(fs, func(a, b storeFile) int {
+		if a.aside != b.aside {
+			if a.aside {
+				return -1
+			}
+			return 1
+		}
+		return 0
+	})
+	cutoff := now.Add(-r.o.MaxAge)
+	for _, f := range fs { // set aside first, then oldest first
 		if f.name == open {
 			continue
 		}
@@ -578,6 +609,10 @@ func (r *Recorder) evict() {
 		total -= f.size
 	}
 }
+
+// futureSlack is how far after now a file may be dated before it is set
+// aside: a clock stepped back a little (NTP) keeps its files.
+const futureSlack = 5 * time.Minute
 
 // syncDir makes a new or renamed file's name durable; best effort.
 func syncDir(dir string) {

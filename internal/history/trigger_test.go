@@ -47,7 +47,7 @@ func (f *fakeTracer) run(ctx context.Context, req TraceRequest) (*trace.Trace, e
 	if f.err != nil {
 		return nil, f.err
 	}
-	tr := &trace.Trace{Header: trace.Header{Trace: trace.Version, Started: time.Unix(1_800_000_000, 0).UTC(), Interval: 10 * time.Millisecond, Netns: req.Subject.Netns}}
+	tr := &trace.Trace{Header: trace.Header{Trace: trace.Version, Started: time.Unix(1_700_000_000, 0).UTC(), Interval: 10 * time.Millisecond, Netns: req.Subject.Netns}}
 	c := &trace.Conn{ID: 1, Local: netip.MustParseAddrPort(req.Subject.Local), Remote: netip.MustParseAddrPort("10.0.0.2:5000"), Cookie: 7}
 	for i := range f.points {
 		// Counters that do not repeat, so the file does not compress to
