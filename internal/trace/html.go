@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"html/template"
 	"io"
+	"math"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -48,6 +50,10 @@ func holderColors() []holderColor {
 	}
 }
 
+// openRows: a connection's table of transfers is open on the page up to
+// this many rows, folded (a details element) beyond.
+const openRows = 20
+
 // MaxPageConns bounds the connections plotted in one page: the ones with
 // the most transfer time.
 const MaxPageConns = 40
@@ -55,6 +61,10 @@ const MaxPageConns = 40
 type pagePart struct {
 	Name  string  `json:"name"`
 	Share float64 `json:"share"`
+	// Time and Pct are for the table's "held by" cell.
+	Time  string `json:"-"`
+	Pct   int    `json:"-"`
+	Color string `json:"-"`
 }
 
 type pageTransfer struct {
@@ -80,18 +90,51 @@ func eventColors() []holderColor {
 	}
 }
 
+// num is a sample's value on the page; NaN, a gap in the samples, is
+// null (uPlot breaks the line there).
+type num float64
+
+func (n num) MarshalJSON() ([]byte, error) {
+	if math.IsNaN(float64(n)) {
+		return []byte("null"), nil
+	}
+	return strconv.AppendFloat(nil, float64(n), 'g', -1, 64), nil
+}
+
 type pageConn struct {
-	ID        int            `json:"id"`
-	Events    []pageEvent    `json:"events"`
-	T         []float64      `json:"t"`
-	Inflight  []float64      `json:"inflight"`
-	Cwnd      []float64      `json:"cwnd"`
-	SndWnd    []float64      `json:"snd_wnd"`
-	SendQ     []float64      `json:"sendq"`
-	RecvQ     []float64      `json:"recvq"`
-	Rate      []float64      `json:"rate"`
-	RTT       []float64      `json:"rtt"`
+	ID     int         `json:"id"`
+	Events []pageEvent `json:"events"`
+	T      []float64   `json:"t"`
+	// Gaps counts the places samples were missing (more than
+	// gapIntervals sampling intervals apart): a null in every series.
+	Gaps     int   `json:"gaps"`
+	Inflight []num `json:"inflight"`
+	// Limit is what in flight may reach: min(cwnd, the peer's window).
+	Limit     []num          `json:"limit"`
+	Cwnd      []num          `json:"cwnd"`
+	SndWnd    []num          `json:"snd_wnd"`
+	SendQ     []num          `json:"sendq"`
+	RecvQ     []num          `json:"recvq"`
+	Rate      []num          `json:"rate"`
+	RTT       []num          `json:"rtt"`
 	Transfers []pageTransfer `json:"transfers"`
+}
+
+// gapIntervals: samples further apart than this many sampling intervals
+// are a gap (the sampler stalled or the connection was not seen), drawn
+// as a break in the lines rather than a straight ramp across it.
+const gapIntervals = 2
+
+// add appends one sample to every series; NaN everywhere is a gap.
+func (pc *pageConn) add(t float64, inflight, limit, cwnd, sndWnd, sendQ, recvQ, rate, rtt float64) {
+	pc.T = append(pc.T, t)
+	for _, s := range []struct {
+		to *[]num
+		v  float64
+	}{{&pc.Inflight, inflight}, {&pc.Limit, limit}, {&pc.Cwnd, cwnd}, {&pc.SndWnd, sndWnd}, {&pc.SendQ, sendQ},
+		{&pc.RecvQ, recvQ}, {&pc.Rate, rate}, {&pc.RTT, rtt}} {
+		*s.to = append(*s.to, num(s.v))
+	}
 }
 
 type pageData struct {
@@ -100,10 +143,66 @@ type pageData struct {
 	Conns   []pageConn    `json:"conns"`
 }
 
+// pageRow is a transfer's row: the table's cells and its time split for
+// the "held by" cell.
+type pageRow struct {
+	Row
+	Parts []pagePart
+}
+
+// pageVerdict is a connection's verdict in one direction, said once
+// above its plots.
+type pageVerdict struct {
+	Dir, Line string
+}
+
 type connSection struct {
 	ID                int
 	Local, Remote, CC string
-	Rows              []Row
+	Verdicts          []pageVerdict
+	Rows              []pageRow
+	Gaps              int
+}
+
+// partsOf is a transfer's time split in order, each part with its share.
+func partsOf(t *Transfer) []pagePart {
+	colors := map[string]string{}
+	for _, h := range holderColors() {
+		colors[h.Name] = h.Color
+	}
+	var out []pagePart
+	for _, p := range []struct {
+		h Holder
+		d time.Duration
+	}{{HeldRwnd, t.Split.Rwnd}, {HeldSndbuf, t.Split.Sndbuf}, {HeldCongestion, t.Split.Congestion},
+		{HeldRecovery, t.Split.Recovery}, {appHolder(t.Dir), t.Split.App}, {HeldOther, t.Split.Other}} {
+		if p.d > 0 && t.Dur > 0 {
+			sh := float64(p.d) / float64(t.Dur)
+			out = append(out, pagePart{Name: string(p.h), Share: sh, Time: ms(p.d), Pct: int(math.Round(100 * sh)), Color: colors[string(p.h)]})
+		}
+	}
+	return out
+}
+
+// verdictsOf is a connection's verdict once per direction: the line of
+// its slow transfer that lost the most time against its ideal.
+func verdictsOf(ts []*Transfer) []pageVerdict {
+	var out []pageVerdict
+	for _, d := range []Direction{Send, Recv} {
+		var best *Transfer
+		for _, t := range ts {
+			if t.Dir != d || t.Verdict == nil || !t.Verdict.Slow || RowOf(t).Verdict == "" {
+				continue
+			}
+			if best == nil || t.Dur-t.Verdict.Ideal > best.Dur-best.Verdict.Ideal {
+				best = t
+			}
+		}
+		if best != nil {
+			out = append(out, pageVerdict{Dir: string(d), Line: RowOf(best).Verdict})
+		}
+	}
+	return out
 }
 
 // PageTitle is the page's title for a recording: its filter, and the
@@ -148,16 +247,17 @@ func WriteHTML(w io.Writer, tr *Trace, ts []Transfer, title string) error {
 	var sections []connSection
 	for _, c := range conns {
 		pc := pageConn{ID: c.ID}
+		gap := time.Duration(gapIntervals) * tr.Header.Interval
 		for i := range c.Points {
 			p := &c.Points[i]
-			pc.T = append(pc.T, p.T.Seconds())
-			pc.Inflight = append(pc.Inflight, float64(p.Inflight()))
-			pc.Cwnd = append(pc.Cwnd, float64(p.Cwnd)*float64(p.MSS))
-			pc.SndWnd = append(pc.SndWnd, float64(p.SndWnd))
-			pc.SendQ = append(pc.SendQ, float64(p.SendQ))
-			pc.RecvQ = append(pc.RecvQ, float64(p.RecvQ))
-			pc.Rate = append(pc.Rate, float64(p.Rate)*8/1e6)
-			pc.RTT = append(pc.RTT, float64(p.RTT)/1000)
+			if i > 0 && tr.Header.Interval > 0 && p.T-c.Points[i-1].T > gap {
+				nan := math.NaN()
+				pc.add((p.T+c.Points[i-1].T).Seconds()/2, nan, nan, nan, nan, nan, nan, nan, nan)
+				pc.Gaps++
+			}
+			cwnd := float64(p.Cwnd) * float64(p.MSS)
+			pc.add(p.T.Seconds(), float64(p.Inflight()), min(cwnd, float64(p.SndWnd)), cwnd, float64(p.SndWnd),
+				float64(p.SendQ), float64(p.RecvQ), float64(p.Rate)*8/1e6, float64(p.RTT)/1000)
 		}
 		for _, e := range c.Events {
 			text := fmt.Sprintf("%s at %.4fs", e.Kind, e.T.Seconds())
@@ -169,23 +269,15 @@ func WriteHTML(w io.Writer, tr *Trace, ts []Transfer, title string) error {
 			}
 			pc.Events = append(pc.Events, pageEvent{T: e.T.Seconds(), Kind: e.Kind, Text: text})
 		}
-		sec := connSection{ID: c.ID, Local: c.Local.String(), Remote: c.Remote.String(), CC: c.CC}
+		sec := connSection{ID: c.ID, Local: c.Local.String(), Remote: c.Remote.String(), CC: c.CC,
+			Verdicts: verdictsOf(byConn[c.ID]), Gaps: pc.Gaps}
 		for _, t := range byConn[c.ID] {
-			pt := pageTransfer{Start: t.Start.Seconds(), End: (t.Start + t.Dur).Seconds()}
+			pt := pageTransfer{Start: t.Start.Seconds(), End: (t.Start + t.Dur).Seconds(), Parts: partsOf(t)}
 			if t.Verdict != nil {
 				pt.Held = string(t.Verdict.Held)
 			}
-			for _, p := range []struct {
-				h Holder
-				d time.Duration
-			}{{HeldRwnd, t.Split.Rwnd}, {HeldSndbuf, t.Split.Sndbuf}, {HeldCongestion, t.Split.Congestion},
-				{HeldRecovery, t.Split.Recovery}, {appHolder(t.Dir), t.Split.App}, {HeldOther, t.Split.Other}} {
-				if p.d > 0 && t.Dur > 0 {
-					pt.Parts = append(pt.Parts, pagePart{Name: string(p.h), Share: float64(p.d) / float64(t.Dur)})
-				}
-			}
 			pc.Transfers = append(pc.Transfers, pt)
-			sec.Rows = append(sec.Rows, RowOf(t))
+			sec.Rows = append(sec.Rows, pageRow{Row: RowOf(t), Parts: pt.Parts})
 		}
 		data.Conns = append(data.Conns, pc)
 		sections = append(sections, sec)
@@ -194,7 +286,7 @@ func WriteHTML(w io.Writer, tr *Trace, ts []Transfer, title string) error {
 	if err != nil {
 		return fmt.Errorf("trace: html data: %w", err)
 	}
-	var slowest []Row
+	var slowest []pageRow
 	sl := Slowest(ts)
 	nSlow := 0
 	for i := range sl {
@@ -202,7 +294,7 @@ func WriteHTML(w io.Writer, tr *Trace, ts []Transfer, title string) error {
 			nSlow++
 		}
 		if i < 20 {
-			slowest = append(slowest, RowOf(&sl[i]))
+			slowest = append(slowest, pageRow{Row: RowOf(&sl[i]), Parts: partsOf(&sl[i])})
 		}
 	}
 	var span time.Duration
@@ -225,10 +317,13 @@ func WriteHTML(w io.Writer, tr *Trace, ts []Transfer, title string) error {
 		"NoEvents":   tr.Header.NoEvents,
 		"Slowest":    slowest,
 		"Paths":      PathLines(ts),
-		"Conns":      sections,
-		"Data":       template.JS(js),
-		"JS":         template.JS(uplotJS + "\n/* uPlot licence:\n" + uplotLicense + "*/"),
-		"CSS":        template.CSS(uplotCSS),
+		// One connection's page does not repeat its table as the slowest.
+		"ShowSlowest": len(sections) > 1,
+		"OpenRows":    openRows,
+		"Conns":       sections,
+		"Data":        template.JS(js),
+		"JS":          template.JS(uplotJS + "\n/* uPlot licence:\n" + uplotLicense + "*/"),
+		"CSS":         template.CSS(uplotCSS),
 	})
 	if err != nil {
 		return fmt.Errorf("trace: html: %w", err)

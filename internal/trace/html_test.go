@@ -2,6 +2,7 @@ package trace
 
 import (
 	"bytes"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/testbrowser"
 )
 
@@ -83,12 +85,12 @@ func TestHTMLInChromium(t *testing.T) {
 		t.Errorf("script errors: %q", m)
 	}
 	m := regexp.MustCompile(`data-rendered="(\d+)"`).FindStringSubmatch(dom)
-	if m == nil || m[1] != strconv.Itoa(3*2) {
-		t.Fatalf("plots rendered: %v, want 6 (3 per connection)", m)
+	if m == nil || m[1] != strconv.Itoa(7*2) {
+		t.Fatalf("plots rendered: %v, want 14 (7 per connection)", m)
 	}
 	points := regexp.MustCompile(`class="plot" data-points="(\d+)"`).FindAllStringSubmatch(dom, -1)
-	if len(points) != 6 {
-		t.Errorf("%d plots carry a point count, want 6", len(points))
+	if len(points) != 14 {
+		t.Errorf("%d plots carry a point count, want 14", len(points))
 	}
 	for _, p := range points {
 		if p[1] == "0" {
@@ -101,8 +103,8 @@ func TestHTMLInChromium(t *testing.T) {
 			t.Errorf("a plot has %s event markers, want its connection's 1 or 2", e[1])
 		}
 	}
-	if n := strings.Count(dom, `class="u-over"`); n != 6 {
-		t.Errorf("%d uPlot canvases, want 6", n)
+	if n := strings.Count(dom, `class="u-over"`); n != 14 {
+		t.Errorf("%d uPlot canvases, want 14", n)
 	}
 	bounds := img.Bounds()
 	colours := map[[3]uint32]bool{}
@@ -131,5 +133,129 @@ func TestPageTitle(t *testing.T) {
 		if got := PageTitle(&c.h); got != c.want {
 			t.Errorf("PageTitle(%+v) = %q, want %q", c.h, got, c.want)
 		}
+	}
+}
+
+// responsesTrace is a lab-like recording: one connection serving n
+// responses of 3.4 MB each at 10 ms samples, held by a 64 KiB peer window
+// while cwnd (200 segments of 64 KiB) and Send-Q are megabytes, with
+// samples missing for 300 ms in the second response.
+func responsesTrace(n int) (*Trace, []Transfer) {
+	const (
+		step  = 10 * time.Millisecond
+		mss   = 65483
+		total = 3_400_000
+	)
+	c := &Conn{ID: 1, Local: netip.MustParseAddrPort("198.18.0.1:8080"), Remote: netip.MustParseAddrPort("198.18.1.2:40000"), CC: "cubic"}
+	var acked, recvd, busy, rwnd uint64
+	t := time.Duration(0)
+	add := func(sendq uint32, unacked uint32) {
+		c.Points = append(c.Points, Point{T: t, Conn: 1, State: snapshot.Established, Acked: acked, Recvd: recvd, Busy: busy, Rwnd: rwnd,
+			SendQ: sendq, Chrono: true, MSS: mss, Cwnd: 200, Unacked: unacked, RTT: 200, SndWnd: 65536, RcvWnd: 65536, Rate: 5_600_000})
+		t += step
+	}
+	for r := 0; r < n; r++ {
+		for i := 0; i < 20; i++ { // idle between responses
+			add(0, 0)
+		}
+		recvd += 200 // the request
+		left := uint64(total)
+		for i := 0; left > 0; i++ {
+			d := min(left, total/60)
+			left -= d
+			acked += d
+			busy += 10000
+			rwnd += 9000
+			if r == 1 && i == 20 {
+				t += 300 * time.Millisecond // the sampler stalled
+				acked += 0
+			}
+			add(uint32(left), 1)
+		}
+	}
+	add(0, 0)
+	tr := trace1(c)
+	tr.Header.Interval = step
+	tr.Header.Started = time.Date(2026, 12, 6, 23, 29, 0, 0, time.UTC)
+	tr.Header.Filter = "port 8080"
+	ts := Segment(tr, SegmentOptions{})
+	Judge(tr, ts, JudgeOptions{Bandwidth: 1e9})
+	return tr, ts
+}
+
+// writePage writes tr's page into a temporary directory.
+func writePage(t *testing.T, tr *Trace, ts []Transfer, title string) string {
+	t.Helper()
+	page := filepath.Join(t.TempDir(), "report.html")
+	var b bytes.Buffer
+	if err := WriteHTML(&b, tr, ts, title); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(page, b.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return page
+}
+
+// TestHTMLFits: the page, of two connections and of ten responses on one,
+// is no wider than a 1280x900 window (no sideways scrolling).
+func TestHTMLFits(t *testing.T) {
+	tr, ts := pageTrace()
+	tr10, ts10 := responsesTrace(10)
+	for _, c := range []struct {
+		name, env string
+		page      string
+	}{
+		{"two connections", "TRACE_FIT_SCREENSHOT", writePage(t, tr, ts, "chromium test")},
+		{"ten responses", "TRACE10_SCREENSHOT", writePage(t, tr10, ts10, "c5-small-rcvbuf-4k")},
+	} {
+		scroll, client := testbrowser.Width(t, c.page, 1280, 900, 5000)
+		if scroll > client || client < 1200 {
+			t.Errorf("%s: the document is %d px wide in a %d px viewport", c.name, scroll, client)
+		}
+		if os.Getenv(c.env) != "" {
+			_, img := testbrowser.Render(t, c.page, 1280, 900, 5000)
+			testbrowser.Save(t, c.env, img)
+		}
+	}
+}
+
+// TestHTMLOnce: a connection's verdict is said once above its plots, not
+// on every row; a page of one connection does not repeat its table as
+// the slowest; the sampler's stall is a gap (nulls) in every series.
+func TestHTMLOnce(t *testing.T) {
+	tr, ts := responsesTrace(10)
+	slow := 0
+	for i := range ts {
+		if ts[i].Verdict != nil && ts[i].Verdict.Slow {
+			slow++
+		}
+	}
+	if slow < 10 {
+		t.Fatalf("%d slow transfers, want the 10 responses", slow)
+	}
+	var b bytes.Buffer
+	if err := WriteHTML(&b, tr, ts, "ten"); err != nil {
+		t.Fatal(err)
+	}
+	page := b.String()
+	if n := strings.Count(page, "waiting for the peer&#39;s receive window"); n != 1 {
+		t.Errorf("the verdict is said %d times, want once", n)
+	}
+	if n := strings.Count(page, `<p class="verdict">`); n != 1 {
+		t.Errorf("%d verdict paragraphs, want 1", n)
+	}
+	if strings.Contains(page, "Slowest transfers") {
+		t.Errorf("a page of one connection repeats its table as the slowest")
+	}
+	if n := strings.Count(page, `<table class="transfers">`); n != 1 {
+		t.Errorf("%d tables of transfers, want 1", n)
+	}
+	if !strings.Contains(page, "Samples were missing in 1 place(s)") {
+		t.Errorf("the page does not say the gap")
+	}
+	m := regexp.MustCompile(`"inflight":\[([^\]]*)\]`).FindStringSubmatch(page)
+	if m == nil || strings.Count(m[1], "null") != 1 {
+		t.Errorf("in flight has no single gap: %.200q", m)
 	}
 }
