@@ -61,6 +61,24 @@ type pageIncident struct {
 	TraceHref, TraceCmd string
 }
 
+// tickLayout is the chart's time ticks' layout: the precision a quarter
+// of the span needs (seconds for a 30 s span, milliseconds under 4 s),
+// the date only when the span crosses days.
+func tickLayout(from, to time.Time) string {
+	span := to.Sub(from)
+	layout := "15:04"
+	switch {
+	case span < 4*time.Second:
+		layout = "15:04:05.000"
+	case span < 20*time.Minute:
+		layout = "15:04:05"
+	}
+	if from.Format(time.DateOnly) != to.Format(time.DateOnly) {
+		layout = "01-02 " + layout
+	}
+	return layout
+}
+
 // WriteHTML writes the listing as one self-contained page: the picture
 // as a chart of coloured runs per subject, and the incidents table with
 // their replay commands; times in loc. html/template escapes every name.
@@ -94,8 +112,9 @@ func WriteHTML(w io.Writer, l *Listing, p *Picture, loc *time.Location) error {
 	}
 	var ticks []string
 	if p.To.After(p.From) {
+		layout := tickLayout(p.From.In(loc), p.To.In(loc))
 		for i := 0; i <= 4; i++ {
-			ticks = append(ticks, p.From.Add(p.To.Sub(p.From)*time.Duration(i)/4).In(loc).Format("01-02 15:04"))
+			ticks = append(ticks, p.From.Add(p.To.Sub(p.From)*time.Duration(i)/4).In(loc).Format(layout))
 		}
 	}
 	var incs []pageIncident
@@ -132,7 +151,7 @@ func WriteHTML(w io.Writer, l *Listing, p *Picture, loc *time.Location) error {
 		"Zone":      zone,
 		"Bucket":    units.Dur(p.Bucket),
 		"Legend":    legend,
-		"Width":     width,
+		"Width":     max(width, 1),
 		"Ticks":     ticks,
 		"Strips":    strips,
 		"Incidents": incs,

@@ -2,6 +2,7 @@ package history
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -62,7 +63,7 @@ func TestHTMLContent(t *testing.T) {
 		t.Errorf("%d rects, want 10", n)
 	}
 	// a's warning that turned critical, a's later warning, b's.
-	if n := strings.Count(page, "<tr><td>2023-"); n != 3 {
+	if n := strings.Count(page, `<tr class="inc"><td class="t">2023-`); n != 3 {
 		t.Errorf("%d incident rows, want 3", n)
 	}
 }
@@ -107,4 +108,84 @@ func TestHTMLInChromium(t *testing.T) {
 		t.Errorf("screenshot lacks the chart: %d critical and %d warning pixels", red, orange)
 	}
 	testbrowser.Save(t, "HISTORY_SCREENSHOT", img)
+}
+
+// busyListing is 30 seconds of one-second windows in a store under a
+// long path: three subjects named by long pod and container names, with
+// warnings and a critical, each incident with its replay and trace
+// commands, as history --html draws 240 buckets.
+func busyListing() (*Listing, *Picture) {
+	base := time.Date(2026, 12, 6, 23, 29, 0, 0, time.UTC)
+	subj := func(i int) diag.Subject {
+		return diag.Subject{Netns: "cni-4f1c2a9e-7b3d-4c55-9a1e-0d2f6b8c9e01", Local: "10.244.1.17:8080", Remote: fmt.Sprintf("10.244.2.31:%d", 51000+i),
+			Pod: "checkout-service-7d9f8b6c5d-x2k4q", PodNamespace: "shop-production", Container: "checkout-api-server"}
+	}
+	rules := []string{"rwnd-limited", "retransmissions", "sndbuf-limited"}
+	var es []Entry
+	for s := 0; s < 30; s++ {
+		e := Entry{Netns: "cni-4f1c2a9e-7b3d-4c55-9a1e-0d2f6b8c9e01", From: base.Add(time.Duration(s) * time.Second), To: base.Add(time.Duration(s+1) * time.Second)}
+		for i, r := range rules {
+			if (s+3*i)%11 < 6 {
+				sev := diag.Warning
+				if i == 1 && s > 20 {
+					sev = diag.Critical
+				}
+				e.Findings = append(e.Findings, Finding{Rule: r, Severity: sev, Subject: subj(i),
+					Summary: "the peer's receive window held 3.2M transfers for 549ms (90%) of 610ms: the receiver 10.244.2.31 reads slowly or pins its buffer"})
+			}
+		}
+		if len(e.Findings) > 0 {
+			e.Evidence = fmt.Sprintf("evidence-%d.json.gz", s)
+		}
+		es = append(es, e)
+	}
+	dir := "/var/lib/tcpdoctor/history-of-the-checkout-service"
+	from, to := es[0].From, es[len(es)-1].To
+	l := &Listing{Dir: dir, Since: from, Until: to, Windows: len(es), First: from, Last: to,
+		Incidents: Incidents(es, Filter{Min: diag.Warning}, to)}
+	for i, in := range l.Incidents {
+		l.Replay = append(l.Replay, ReplayCommand(dir, in.At))
+		name := fmt.Sprintf("trace-20261206T2329%02d-%d.jsonl.gz", i, i)
+		l.TraceReplay = append(l.TraceReplay, TraceCommand(dir, name, TracePage(name)))
+		l.TraceNote = append(l.TraceNote, "")
+		l.TracePages = append(l.TracePages, "history-"+TracePage(name))
+	}
+	p := MakePicture(es, Filter{Min: diag.Warning}, from, to, 240)
+	return l, &p
+}
+
+// TestHTMLFits: the page of a busy 30-second store is no wider than a
+// 1280x900 window; its time ticks say seconds, each a different one.
+func TestHTMLFits(t *testing.T) {
+	l, p := busyListing()
+	if len(l.Incidents) < 3 {
+		t.Fatalf("%d incidents, want several", len(l.Incidents))
+	}
+	page := filepath.Join(t.TempDir(), "history.html")
+	var b bytes.Buffer
+	if err := WriteHTML(&b, l, p, time.UTC); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(page, b.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ticks := regexp.MustCompile(`<span class="tick">([^<]*)</span>`).FindAllStringSubmatch(b.String(), -1)
+	seen := map[string]bool{}
+	for _, tk := range ticks {
+		seen[tk[1]] = true
+		if !regexp.MustCompile(`^23:29:\d\d$`).MatchString(tk[1]) {
+			t.Errorf("tick %q, want hh:mm:ss for a 30 s span", tk[1])
+		}
+	}
+	if len(ticks) < 3 || len(seen) != len(ticks) {
+		t.Errorf("ticks %q: want several, all different", ticks)
+	}
+	scroll, client := testbrowser.Width(t, page, 1280, 900, 3000)
+	if scroll > client || client < 1200 {
+		t.Errorf("the document is %d px wide in a %d px viewport", scroll, client)
+	}
+	if os.Getenv("HISTORY_FIT_SCREENSHOT") != "" {
+		_, img := testbrowser.Render(t, page, 1280, 900, 3000)
+		testbrowser.Save(t, "HISTORY_FIT_SCREENSHOT", img)
+	}
 }
