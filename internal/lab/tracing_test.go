@@ -4,11 +4,15 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/tcpdoctor/tcpdoctor/internal/testbrowser"
 	"github.com/tcpdoctor/tcpdoctor/internal/trace"
+	"github.com/tcpdoctor/tcpdoctor/internal/trace/tracetest"
 )
 
 func TestTraceAccuracy(t *testing.T) {
@@ -80,4 +84,39 @@ func TestOfLocal(t *testing.T) {
 	if got := ofLocal(ts, ""); len(got) != 2 {
 		t.Errorf("without the client's address: %d transfers kept, want all", len(got))
 	}
+}
+
+// TestLabHTMLFits: the page lab run --html writes for ten slow responses
+// is no wider than a 1280x900 window, says the connection's verdict once
+// (not ten times above the plots), starts its plots in the first screen
+// and does not repeat its table.
+func TestLabHTMLFits(t *testing.T) {
+	dir := t.TempDir()
+	if err := writeLabHTML(dir, "c5-small-rcvbuf-4k", tracetest.Responses(10, labTraceInterval), 1e9); err != nil {
+		t.Fatal(err)
+	}
+	page := filepath.Join(dir, "c5-small-rcvbuf-4k.html")
+	b, err := os.ReadFile(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(b), "waiting for the peer&#39;s receive window"); n != 1 {
+		t.Errorf("the verdict is said %d times, want once", n)
+	}
+	if n := strings.Count(string(b), `<table class="transfers">`); n != 1 {
+		t.Errorf("%d tables of transfers, want 1", n)
+	}
+	scroll, client := testbrowser.Width(t, page, 1280, 900, 5000)
+	if scroll > client || client < 1200 {
+		t.Errorf("the document is %d px wide in a %d px viewport", scroll, client)
+	}
+	dom, img := testbrowser.Render(t, page, 1280, 900, 5000)
+	m := regexp.MustCompile(`data-first-plot-top="(\d+)"`).FindStringSubmatch(dom)
+	if m == nil {
+		t.Fatalf("no plot drawn")
+	}
+	if top, _ := strconv.Atoi(m[1]); top > 900-200 {
+		t.Errorf("the first plot starts at %d px: below the fold of a 900 px window", top)
+	}
+	testbrowser.Save(t, "LAB_SCREENSHOT", img)
 }
