@@ -189,3 +189,22 @@ func TestHTMLFits(t *testing.T) {
 		testbrowser.Save(t, "HISTORY_FIT_SCREENSHOT", img)
 	}
 }
+
+func TestTickLayout(t *testing.T) {
+	base := time.Date(2026, 12, 6, 23, 29, 0, 0, time.UTC)
+	for _, c := range []struct {
+		span time.Duration
+		want string
+	}{
+		{2 * time.Second, "15:04:05.000"}, {30 * time.Second, "15:04:05"}, {10 * time.Minute, "15:04:05"},
+		{20 * time.Minute, "15:04"}, {40 * time.Minute, "01-02 15:04"}, // crosses midnight
+		{3 * time.Hour, "01-02 15:04"},
+	} {
+		if got := tickLayout(base, base.Add(c.span)); got != c.want {
+			t.Errorf("span %v: %q, want %q", c.span, got, c.want)
+		}
+	}
+	if got := tickLayout(base.Add(-time.Hour), base); got != "15:04" {
+		t.Errorf("an hour within a day: %q", got)
+	}
+}
