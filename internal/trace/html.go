@@ -150,6 +150,13 @@ type pageRow struct {
 	Parts []pagePart
 }
 
+// rowsView is a table of transfers; Peer: with the sockets column (a
+// connection's own table has them in its heading).
+type rowsView struct {
+	Rows []pageRow
+	Peer bool
+}
+
 // pageVerdict is a connection's verdict in one direction, said once
 // above its plots.
 type pageVerdict struct {
@@ -160,7 +167,7 @@ type connSection struct {
 	ID                int
 	Local, Remote, CC string
 	Verdicts          []pageVerdict
-	Rows              []pageRow
+	Rows              rowsView
 	Gaps              int
 }
 
@@ -277,7 +284,7 @@ func WriteHTML(w io.Writer, tr *Trace, ts []Transfer, title string) error {
 				pt.Held = string(t.Verdict.Held)
 			}
 			pc.Transfers = append(pc.Transfers, pt)
-			sec.Rows = append(sec.Rows, pageRow{Row: RowOf(t), Parts: pt.Parts})
+			sec.Rows.Rows = append(sec.Rows.Rows, pageRow{Row: RowOf(t), Parts: pt.Parts})
 		}
 		data.Conns = append(data.Conns, pc)
 		sections = append(sections, sec)
@@ -315,7 +322,7 @@ func WriteHTML(w io.Writer, tr *Trace, ts []Transfer, title string) error {
 		"Kinds":      data.Kinds,
 		"Events":     tr.Header.Events,
 		"NoEvents":   tr.Header.NoEvents,
-		"Slowest":    slowest,
+		"Slowest":    rowsView{Rows: slowest, Peer: true},
 		"Paths":      PathLines(ts),
 		// One connection's page does not repeat its table as the slowest.
 		"ShowSlowest": len(sections) > 1,
