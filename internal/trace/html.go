@@ -191,22 +191,16 @@ func partsOf(t *Transfer) []pagePart {
 	return out
 }
 
-// verdictsOf is a connection's verdict once per direction: the line of
-// its slow transfer that lost the most time against its ideal.
+// verdictsOf is a connection's verdict once per direction: its
+// ConnLine, which Judge sets on one of its slow transfers.
 func verdictsOf(ts []*Transfer) []pageVerdict {
 	var out []pageVerdict
 	for _, d := range []Direction{Send, Recv} {
-		var best *Transfer
 		for _, t := range ts {
-			if t.Dir != d || t.Verdict == nil || !t.Verdict.Slow || RowOf(t).Verdict == "" {
-				continue
+			if t.Dir == d && t.Verdict != nil && t.Verdict.ConnLine != "" {
+				out = append(out, pageVerdict{Dir: string(d), Line: t.Verdict.ConnLine})
+				break
 			}
-			if best == nil || t.Dur-t.Verdict.Ideal > best.Dur-best.Verdict.Ideal {
-				best = t
-			}
-		}
-		if best != nil {
-			out = append(out, pageVerdict{Dir: string(d), Line: RowOf(best).Verdict})
 		}
 	}
 	return out
