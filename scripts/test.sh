@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 need=()
 for pkg in iproute2 iperf3 prometheus nginx-light apache2 redis-server redis-tools postgresql-15 haproxy wrk python3 curl chromium \
- containerd runc busybox-static docker.io podman rpm qemu-user-static openjdk-17-jdk-headless maven; do
+  containerd runc busybox-static docker.io podman rpm qemu-user-static openjdk-17-jdk-headless maven; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || need+=("$pkg")
 done
 if [ "${#need[@]}" -gt 0 ]; then
