@@ -52,7 +52,7 @@ func TestSignalExitCodes(t *testing.T) {
 		{[]string{"check", "--interval", "30s", "--bpf", "off", "--no-owners"}, syscall.SIGINT, sleepingMark, 130, "tcpdoctor: interrupted\n"},
 		{[]string{"sockets", "--interval", "30s", "--bpf", "off", "--no-owners"}, syscall.SIGINT, sleepingMark, 130, "tcpdoctor: interrupted\n"},
 		{[]string{"record", "--interval", "30s", "--count", "3", "--bpf", "off", "--no-owners", "-o", rec}, syscall.SIGTERM, sleepingMark, 143, "tcpdoctor: interrupted\n"},
-		{[]string{"trace", "--port", "1", "--rate", "10", "--bpf", "off"}, syscall.SIGINT, "until Ctrl-C", 0, "no transfers"},
+		{[]string{"trace", "--port", "1", "--rate", "10", "--bpf", "off"}, syscall.SIGINT, "until Ctrl-C", 0, "no connection matched port 1"},
 		{[]string{"serve", "--listen", "127.0.0.1:0", "--interval", "30s", "--bpf", "off", "--no-owners"}, syscall.SIGTERM, "serving http://127.0.0.1:", 0, ""},
 	} {
 		name := c.args[0] + " " + c.sig.String()
