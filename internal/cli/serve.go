@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
@@ -231,7 +232,19 @@ func runServe(ctx context.Context, e *Env, o *serveOpts) error {
 			e.progress("note: --max-connections %d lowered to %d, a quarter of RLIMIT_NOFILE %d", o.maxConns, sopts.MaxConns, soft)
 		}
 	}
-	handler, err := o.web.handler(exporter.Handler(reg), e.build())
+	var pages []exporter.Page
+	if o.history != "" {
+		ev := newEvidencePages(e, o.history, dopts, o.web.external)
+		pages = append(pages, exporter.Page{Path: pathHistory, Text: "History: incidents and their evidence", Handler: ev.handler()})
+		if err := reg.Register(historyPagesInfo(o.web.scheme(), o.web.external)); err != nil {
+			_ = ln.Close()
+			return fmt.Errorf("serve: %w", err)
+		}
+	} else if o.web.external != "" {
+		_ = ln.Close()
+		return usageErr("serve: --web.external-url is for the --history pages' links: give --history too")
+	}
+	handler, err := o.web.handler(exporter.Handler(reg), e.build(), pages...)
 	if err != nil {
 		_ = ln.Close()
 		return fmt.Errorf("serve: %w", err)
@@ -330,6 +343,17 @@ func programStats(ext *collect.Extras) func() ([]exporter.ProgramStat, error) {
 		}
 		return out, err
 	}
+}
+
+// historyPagesInfo says where the evidence pages are, for the alerts'
+// evidence annotation (deploy/prometheus): the scheme serve answers in,
+// and --web.external-url when given (else links use scheme://instance).
+func historyPagesInfo(scheme, external string) prometheus.Collector {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "tcpdoctor_history_pages_info",
+		Help:        "Always 1 under serve --history: its evidence pages are served at /history (docs/history.md, \"Evidence pages\"); external_url is --web.external-url, empty when links use scheme://instance.",
+		ConstLabels: prometheus.Labels{"scheme": scheme, "external_url": strings.TrimSuffix(external, "/")}})
+	g.Set(1)
+	return g
 }
 
 // registerHistory adds the store's own metrics to reg.

@@ -93,20 +93,36 @@ func (w Web) Listen() (net.Listener, error) {
 	}
 }
 
-// Handler serves metrics (Handler's /metrics) and the toolkit's landing
-// page at / naming version.
-func (w Web) Handler(metrics http.Handler, version string) (http.Handler, error) {
+// Page is more served beside /metrics, behind the same TLS and
+// authentication: Handler answers Path and everything under it, and the
+// landing page links it as Text.
+type Page struct {
+	Path, Text string
+	Handler    http.Handler
+}
+
+// Handler serves metrics (Handler's /metrics), pages, and the toolkit's
+// landing page at / naming version.
+func (w Web) Handler(metrics http.Handler, version string, pages ...Page) (http.Handler, error) {
+	links := []web.LandingLinks{{Address: "/metrics", Text: "Metrics"}}
+	for _, p := range pages {
+		links = append(links, web.LandingLinks{Address: p.Path, Text: p.Text})
+	}
 	landing, err := web.NewLandingPage(web.LandingConfig{
 		Name:        "tcpdoctor",
 		Description: "Why TCP services on this host are slow or fail to connect, as Prometheus metrics",
 		Version:     version,
-		Links:       []web.LandingLinks{{Address: "/metrics", Text: "Metrics"}},
+		Links:       links,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("landing page: %w", err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", metrics)
+	for _, p := range pages {
+		mux.Handle(p.Path, p.Handler)
+		mux.Handle(p.Path+"/", p.Handler)
+	}
 	mux.Handle("/", landing)
 	return mux, nil
 }
