@@ -45,6 +45,7 @@ type serveOpts struct {
 	traceDur  time.Duration
 	tracesPH  int
 	traceCool time.Duration
+	pages     bool
 }
 
 // newServeCmd serves the findings and the counters behind them as
@@ -84,6 +85,7 @@ socket systemd passes. See docs/exporter.md for every metric.`,
 	fs.DurationVar(&o.traceDur, "history-trace-duration", history.DefaultTraceDuration, "with --history: length of the trace of a connection-bottleneck, rwnd-limited, slow-reader or sndbuf-limited finding's connections recorded when it warns (at trace's default 100 samples a second; one at a time)")
 	fs.IntVar(&o.tracesPH, "history-traces-per-hour", history.DefaultTracesPerHour, "with --history: at most this many such traces start in any hour (0: none)")
 	fs.DurationVar(&o.traceCool, "history-trace-cooldown", history.DefaultTraceCooldown, "with --history: no new trace of the same finding's subject within this time of its last")
+	fs.BoolVar(&o.pages, "history-pages", true, "with --history: serve the incidents and their evidence at /history, behind --web.config.file's TLS and auth like /metrics (docs/history.md, \"Evidence pages\"); false serves only /metrics")
 	_ = fs.MarkHidden("history-segment")
 	_ = fs.MarkHidden("history-evidence-every")
 	o.bpf.register(fs)
@@ -233,7 +235,7 @@ func runServe(ctx context.Context, e *Env, o *serveOpts) error {
 		}
 	}
 	var pages []exporter.Page
-	if o.history != "" {
+	if o.history != "" && o.pages {
 		ev := newEvidencePages(e, o.history, dopts, o.web.external)
 		pages = append(pages, exporter.Page{Path: pathHistory, Text: "History: incidents and their evidence", Handler: ev.handler()})
 		if err := reg.Register(historyPagesInfo(o.web.scheme(), o.web.external)); err != nil {
@@ -242,7 +244,7 @@ func runServe(ctx context.Context, e *Env, o *serveOpts) error {
 		}
 	} else if o.web.external != "" {
 		_ = ln.Close()
-		return usageErr("serve: --web.external-url is for the --history pages' links: give --history too")
+		return usageErr("serve: --web.external-url is for the --history pages' links: give --history (and not --history-pages=false)")
 	}
 	handler, err := o.web.handler(exporter.Handler(reg), e.build(), pages...)
 	if err != nil {

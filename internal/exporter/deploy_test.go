@@ -126,7 +126,14 @@ type dashPanel struct {
 		Expr   string `json:"expr"`
 		Legend string `json:"legendFormat"`
 	} `json:"targets"`
-	Panels []dashPanel `json:"panels"`
+	Panels      []dashPanel `json:"panels"`
+	FieldConfig struct {
+		Defaults struct {
+			Links []struct {
+				URL string `json:"url"`
+			} `json:"links"`
+		} `json:"defaults"`
+	} `json:"fieldConfig"`
 }
 
 func TestGrafanaDashboard(t *testing.T) {
@@ -190,6 +197,32 @@ func TestGrafanaDashboard(t *testing.T) {
 			strings.Count(e, `netns=~"$netns"`) != strings.Count(e, `namespace=~"$namespace"`)) {
 			t.Errorf("%q filters by netns but not by pod and namespace", e)
 		}
+	}
+	// Every findings panel links the evidence pages of serve --history:
+	// a row its incident's page, a series its rule's timeline.
+	var links func(ps []dashPanel)
+	links = func(ps []dashPanel) {
+		for _, p := range ps {
+			finding := false
+			for _, tg := range p.Targets {
+				finding = finding || strings.Contains(tg.Expr, "tcpdoctor_finding{")
+			}
+			if finding {
+				ok := false
+				for _, l := range p.FieldConfig.Defaults.Links {
+					ok = ok || strings.HasPrefix(l.URL, "${evidence_scheme}://") &&
+						(strings.Contains(l.URL, "/history/incident?rule=${__data.fields.rule") || strings.Contains(l.URL, "/history?since="))
+				}
+				if !ok {
+					t.Errorf("findings panel %q has no data link to the evidence pages: %+v", p.Title, p.FieldConfig.Defaults.Links)
+				}
+			}
+			links(p.Panels)
+		}
+	}
+	links(d.Panels)
+	if !vars["evidence_scheme"] {
+		t.Error("no evidence_scheme variable")
 	}
 	all := strings.Join(titles, "\n")
 	for _, c := range []string{"C1", "C2", "C3", "C4", "C5", "Active findings", "Sources up"} {
