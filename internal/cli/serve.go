@@ -160,6 +160,9 @@ func runServe(ctx context.Context, e *Env, o *serveOpts) error {
 	if err := o.web.validate(); err != nil {
 		return err
 	}
+	if o.web.external != "" && (o.history == "" || !o.pages) {
+		return usageErr("serve: --web.external-url is for the --history pages' links: give --history (and not --history-pages=false)")
+	}
 	ln, err := o.web.listen()
 	if err != nil {
 		return usageErr("serve: %v", err)
@@ -242,9 +245,6 @@ func runServe(ctx context.Context, e *Env, o *serveOpts) error {
 			_ = ln.Close()
 			return fmt.Errorf("serve: %w", err)
 		}
-	} else if o.web.external != "" {
-		_ = ln.Close()
-		return usageErr("serve: --web.external-url is for the --history pages' links: give --history (and not --history-pages=false)")
 	}
 	handler, err := o.web.handler(exporter.Handler(reg), e.build(), pages...)
 	if err != nil {
