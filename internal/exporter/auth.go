@@ -43,7 +43,7 @@ func readToolkitConfig(path string) (*web.Config, error) {
 		return nil, err
 	}
 	c := &web.Config{
-		TLSConfig:  web.TLSConfig{MinVersion: tls.VersionTLS12, MaxVersion: tls.VersionTLS13, PreferServerCipherSuites: true},
+		TLSConfig:  web.TLSConfig{MinVersion: tls.VersionTLS12, MaxVersion: tls.VersionTLS13},
 		HTTPConfig: web.HTTPConfig{HTTP2: true},
 	}
 	if err := yaml.UnmarshalStrict(b, c); err != nil {
