@@ -8,13 +8,18 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
+	"github.com/tcpdoctor/tcpdoctor/internal/exporter"
 	"github.com/tcpdoctor/tcpdoctor/internal/history"
+	"github.com/tcpdoctor/tcpdoctor/internal/rules"
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 )
 
 func pageGet(t *testing.T, u string) (int, string, http.Header) {
@@ -108,5 +113,49 @@ func TestEvidencePages(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusMethodNotAllowed {
 		t.Errorf("POST: %d, want 405", resp.StatusCode)
+	}
+}
+
+// TestEvidencePagesEscape: a namespace named like markup reaches the
+// pages escaped, its links encoded, and its incident is still found by
+// its url.
+func TestEvidencePagesEscape(t *testing.T) {
+	const evil = `<script>alert("x")</script>'&`
+	f, err := os.Open(overflowFixture)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snaps, err := snapshot.ReadAll(f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "history")
+	x := exporter.New(exporter.Options{Rules: rules.All()})
+	r := history.New(history.Options{Dir: dir, Tool: "tcpdoctor test"})
+	for _, s := range snaps {
+		s.Netns.Name = evil
+		col := []*snapshot.Snapshot{s}
+		r.Add(col, x.Update(col, time.Millisecond))
+	}
+	r.Close()
+	e := &Env{Stderr: io.Discard, Now: time.Now, Getenv: func(string) string { return "" }}
+	srv := httptest.NewServer(newEvidencePages(e, dir, diag.Options{}, "").handler())
+	defer srv.Close()
+	since := url.QueryEscape(snaps[0].Taken.Add(-time.Minute).UTC().Format(time.RFC3339))
+	until := url.QueryEscape(snaps[len(snaps)-1].Taken.Add(time.Minute).UTC().Format(time.RFC3339))
+	_, body, _ := pageGet(t, srv.URL+"/history?format=json&since="+since+"&until="+until)
+	var l history.Listing
+	if err := json.Unmarshal([]byte(body), &l); err != nil || len(l.Incidents) != 1 || l.Incidents[0].Subject.Netns != evil {
+		t.Fatalf("%v: %s", err, body)
+	}
+	for _, u := range []string{srv.URL + "/history?since=" + since + "&until=" + until, l.Incidents[0].URL} {
+		code, page, _ := pageGet(t, u)
+		if code != 200 || strings.Contains(page, "<script>alert") || !strings.Contains(page, "&lt;script&gt;alert") {
+			t.Errorf("%s: %d, markup not escaped:\n%.3000s", u, code, page)
+		}
+	}
+	if code, got, _ := pageGet(t, l.Incidents[0].URL+"&format=json"); code != 200 || !strings.Contains(got, "listen-overflow") {
+		t.Errorf("the incident of a namespace named %q by its url: %d %s", evil, code, got)
 	}
 }
