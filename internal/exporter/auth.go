@@ -69,7 +69,10 @@ type authHandler struct {
 	path    string
 	next    http.Handler
 	limiter *rate.Limiter // rate_limit of the configuration; nil: none
-	bcrypts *rate.Limiter
+	// tat is when the next comparison's turn comes at the steady rate
+	// (a GCRA): a burst of bcryptBurst is allowed before it, a wait of
+	// up to bcryptWait after. Guarded by mu.
+	tat     time.Time
 	one     sync.Mutex // one bcrypt at a time
 	mu      sync.Mutex
 	good    map[[32]byte]time.Time
@@ -79,8 +82,7 @@ type authHandler struct {
 
 func newAuthHandler(path string, c *web.Config, next http.Handler, onError func(error)) *authHandler {
 	a := &authHandler{path: path, next: next, onError: onError,
-		bcrypts: rate.NewLimiter(bcryptRate, bcryptBurst),
-		good:    map[[32]byte]time.Time{}, bad: map[[32]byte]struct{}{}}
+		good: map[[32]byte]time.Time{}, bad: map[[32]byte]struct{}{}}
 	if c.RateLimiterConfig.Interval != 0 {
 		a.limiter = rate.NewLimiter(rate.Every(c.RateLimiterConfig.Interval), c.RateLimiterConfig.Burst)
 	}
@@ -112,7 +114,7 @@ func (a *authHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if !known {
 			h = fakeHash
 		}
-		switch a.check(r.Context(), user, h, pass) {
+		switch a.check(user, h, pass) {
 		case loginOK:
 			if known {
 				a.next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), authKey{}, user)))
@@ -138,9 +140,32 @@ const (
 	loginBusy
 )
 
+// turn takes a bcrypt comparison's turn at now: how long to wait for it,
+// or false (no turn taken) when that would be more than bcryptWait.
+// Comparisons by any time T after the first are at most bcryptBurst +
+// bcryptRate*T.
+func (a *authHandler) turn(now time.Time) (time.Duration, bool) {
+	const every = time.Second / bcryptRate
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	tat := a.tat
+	if tat.Before(now) {
+		tat = now
+	}
+	start := tat.Add(-(bcryptBurst - 1) * every) // the burst goes before the rate
+	if start.Sub(now) > bcryptWait {
+		return 0, false
+	}
+	a.tat = tat.Add(every)
+	if start.Before(now) {
+		return 0, true
+	}
+	return start.Sub(now), true
+}
+
 // check compares pass with hash, from memory when this user, hash and
 // password were seen, else by bcrypt within its rate.
-func (a *authHandler) check(ctx context.Context, user, hash, pass string) login {
+func (a *authHandler) check(user, hash, pass string) login {
 	hh := sha256.New()
 	for _, s := range []string{user, hash, pass} {
 		hh.Write([]byte(s))
@@ -159,14 +184,14 @@ func (a *authHandler) check(ctx context.Context, user, hash, pass string) login 
 		return loginBad
 	}
 	a.mu.Unlock()
-	// Wait refuses at once, taking no token, when the turn is further
-	// than bcryptWait.
-	wctx, cancel := context.WithTimeout(ctx, bcryptWait)
-	err := a.bcrypts.Wait(wctx)
-	cancel()
-	if err != nil {
+	d, ok := a.turn(time.Now())
+	if !ok {
 		return loginBusy
 	}
+	if d > 0 {
+		time.Sleep(d) // at most bcryptWait; the turn is taken either way
+	}
+	var err error
 	a.one.Lock()
 	err = bcrypt.CompareHashAndPassword([]byte(hash), []byte(pass))
 	a.one.Unlock()
