@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -210,39 +209,64 @@ func incidentPath(in *history.Incident) string {
 // time.
 var errNoIncident = errors.New("no incident")
 
-// findIncident is the incident of rule in netns covering at (or ending
-// at most incidentSlack before it), preferring one whose endpoints match
-// local and remote when given.
-func findIncident(st *history.Store, rule, ns, local, remote string, at time.Time) (history.Incident, error) {
-	until := at.Add(time.Hour)
-	es, err := st.Entries(at.Add(-incidentLookback), until)
+// findIncident is the incident of rule in netns covering at, with its
+// evidence kept nearest at (history's IncidentsAt, as check --history
+// --at finds it), preferring one whose endpoints match local and remote
+// when given; else the one that ended last at most incidentSlack before
+// at, with its peak's evidence. Both read the timeline as a stream.
+func findIncident(st *history.Store, rule, ns, local, remote string, at time.Time) (history.Incident, *history.Window, error) {
+	f := history.Filter{Min: diag.Info, Rules: []string{rule}, Netns: ns}
+	ms, err := st.IncidentsAt(at, f)
 	if err != nil {
-		return history.Incident{}, err
+		return history.Incident{}, nil, err
 	}
-	ins := history.Incidents(es, history.Filter{Min: diag.Info, Rules: []string{rule}, Netns: ns}, until)
 	best, bestScore := -1, -1
-	for i, in := range ins {
-		if !in.Start.Before(at) || in.End.Add(incidentSlack).Before(at) {
-			continue
-		}
-		score := 0
-		if !in.End.Before(at) {
-			score += 4 // covers it, not just near
-		}
-		if local != "" && in.Subject.Local == local {
-			score += 2
-		}
-		if remote != "" && in.Subject.Remote == remote {
-			score++
-		}
-		if score > bestScore {
-			best, bestScore = i, score
+	for i := range ms {
+		if s := endpointScore(&ms[i].Incident, local, remote); s > bestScore {
+			best, bestScore = i, s
 		}
 	}
-	if best < 0 {
-		return history.Incident{}, errNoIncident
+	if best >= 0 {
+		return ms[best].Incident, ms[best].Nearest, nil
 	}
-	return ins[best], nil
+	// Not covering it: an alert evaluated after the incident's last
+	// window.
+	g := history.NewGrouper(f)
+	g.Max = maxListed
+	if err := st.Walk(at.Add(-history.AtLookback), at, func(e *history.Entry) error { g.Add(e); return nil }); err != nil {
+		return history.Incident{}, nil, err
+	}
+	var found *history.Incident
+	ins := g.Incidents(at)
+	for i := range ins {
+		in := &ins[i]
+		if in.End.Before(at) && !in.End.Add(incidentSlack).Before(at) &&
+			(found == nil || endpointScore(in, local, remote) > endpointScore(found, local, remote) ||
+				endpointScore(in, local, remote) == endpointScore(found, local, remote) && in.End.After(found.End)) {
+			found = in
+		}
+	}
+	if found == nil {
+		return history.Incident{}, nil, errNoIncident
+	}
+	var w *history.Window
+	if ev, ok := evidenceWindow(st, found.Evidence); ok {
+		w = &ev
+	}
+	return *found, w, nil
+}
+
+// endpointScore: how well an incident's endpoints match the ones asked
+// for.
+func endpointScore(in *history.Incident, local, remote string) int {
+	s := 0
+	if local != "" && in.Subject.Local == local {
+		s += 2
+	}
+	if remote != "" && in.Subject.Remote == remote {
+		s++
+	}
+	return s
 }
 
 // incident serves an incident's page: the diagnosis of its evidence's
@@ -271,7 +295,7 @@ func (p *evidencePages) incident(w http.ResponseWriter, r *http.Request) {
 	around := base + pathHistory + "?" + url.Values{
 		"since": {at.Add(-time.Hour).UTC().Format(time.RFC3339Nano)},
 		"until": {at.Add(time.Hour).UTC().Format(time.RFC3339Nano)}}.Encode()
-	in, err := findIncident(st, rule, ns, q.Get("local"), q.Get("remote"), at)
+	in, ev, err := findIncident(st, rule, ns, q.Get("local"), q.Get("remote"), at)
 	if errors.Is(err, errNoIncident) {
 		if wantJSON(r) {
 			http.Error(w, fmt.Sprintf("no %s incident in netns %q covers %s", rule, ns, at.UTC().Format(time.RFC3339)), http.StatusNotFound)
@@ -288,13 +312,13 @@ func (p *evidencePages) incident(w http.ResponseWriter, r *http.Request) {
 	page := &history.IncidentPage{Incident: in, TimelineHref: around,
 		JSONHref: base + incidentPath(&in) + "&format=json"}
 	var rep *report.Report
-	if in.Evidence != "" {
-		path := st.Path(in.Evidence)
-		if _, err := os.Stat(path); err != nil {
-			page.Note = in.Evidence + " is no longer kept (evicted by the store's size or age bound)."
-		} else if rep, err = p.diagnose(path); err != nil {
+	switch {
+	case ev == nil && in.Evidence != "":
+		page.Note = in.Evidence + " is no longer kept (evicted by the store's size or age bound)."
+	case ev != nil:
+		if rep, err = p.diagnose(st.Path(ev.Name)); err != nil {
 			page.Note = err.Error()
-		} else if ev, ok := evidenceWindow(st, in.Evidence); ok {
+		} else {
 			page.From, page.To = ev.From, ev.To
 		}
 	}

@@ -166,6 +166,25 @@ func TestServeEvidencePages(t *testing.T) {
 	if code != http.StatusOK || !strings.Contains(page, "listen-overflow") {
 		t.Errorf("incident at the burst's middle: %d %s", code, page)
 	}
+	// ... and holds what check --history --at the middle prints.
+	atCode, atOut, _ := run(t, "check", "--json", "--history", dir, "--at", mid)
+	var atRep struct {
+		Findings []diag.Finding `json:"findings"`
+	}
+	if err := json.Unmarshal([]byte(atOut), &atRep); err != nil || atCode != ExitFindings {
+		t.Fatalf("check --history --at %s: exit %d %v", mid, atCode, err)
+	}
+	var midRep struct {
+		Findings []diag.Finding `json:"findings"`
+	}
+	if err := json.Unmarshal([]byte(page), &midRep); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := json.Marshal(midRep.Findings)
+	b, _ := json.Marshal(atRep.Findings)
+	if string(a) != string(b) {
+		t.Errorf("the page at the burst's middle differs from check --history --at it:\n%s\nwant\n%s", a, b)
+	}
 	for _, u := range []string{list, in.URL, in.URL + "&format=json", base + "/history", metrics} {
 		if code, _ := authGet(t, u, "", ""); code != http.StatusUnauthorized {
 			t.Errorf("GET %s without the password: %d, want 401", u, code)
