@@ -154,9 +154,9 @@ func historyListing(st *history.Store, since, until time.Time, f history.Filter,
 	g := history.NewGrouper(f)
 	g.Max = maxListed
 	l = &history.Listing{Dir: st.Dir, Since: since, Until: until}
-	first, last, any := st.Bounds(since, until)
+	first, last, found := st.Bounds(since, until)
 	var tb, hb *history.PictureBuilder
-	if any {
+	if found {
 		if text {
 			tb = history.NewPictureBuilder(f, first, last, textPictureWidth)
 		}

@@ -34,9 +34,6 @@ const (
 	pageWait    = 5 * time.Second
 	pageTimeout = 20 * time.Second
 	maxPageSpan = 7 * 24 * time.Hour
-	// incidentLookback is how far before its time an incident's page
-	// reads the timeline to find the incident's start.
-	incidentLookback = 24 * time.Hour
 	// incidentSlack: an alert's time a little after its incident's last
 	// window (scrape and evaluation delays) still finds it.
 	incidentSlack = 5 * time.Minute
