@@ -119,65 +119,11 @@ func runHistory(e *Env, o *historyOpts) error {
 	if o.verbose {
 		f.Min = diag.Info
 	}
-	// The store is read as a stream, one entry at a time, once: the span
-	// of the pictures from its first and last segments, then the
-	// incidents (at most maxListed held) and the pictures' cells.
-	g := history.NewGrouper(f)
-	g.Max = maxListed
-	l := &history.Listing{Dir: o.dir, Since: since, Until: until}
-	first, last, found := st.Bounds(since, until)
-	var tb, hb *history.PictureBuilder
-	if found {
-		tb = history.NewPictureBuilder(f, first, last, textPictureWidth)
-		if page != nil {
-			hb = history.NewPictureBuilder(f, first, last, htmlPictureWidth)
-		}
-	}
-	err = st.Walk(since, until, func(en *history.Entry) error {
-		if l.Windows == 0 || en.From.Before(l.First) {
-			l.First = en.From
-		}
-		if en.To.After(l.Last) {
-			l.Last = en.To
-		}
-		l.Windows++
-		g.Add(en)
-		if !o.json {
-			tb.Add(en)
-		}
-		if hb != nil {
-			hb.Add(en)
-		}
-		return nil
-	})
+	l, pic, hp, err := historyListing(st, since, until, f, !o.json, page != nil)
 	if err != nil {
 		return usageErr("history: %v", err)
 	}
-	l.Incidents = g.Incidents(until)
-	notes := st.Notes
-	if g.Dropped > 0 {
-		notes = append(notes, fmt.Sprintf("%d older incidents not listed: at most %d are (narrow with --since, --rule or --netns)", g.Dropped, maxListed))
-	}
-	kept := map[string]bool{}
-	for _, w := range st.Evidence() {
-		kept[w.Name] = true
-	}
-	for _, in := range l.Incidents {
-		cmd := ""
-		if in.Evidence != "" && kept[in.Evidence] {
-			cmd = history.ReplayCommand(o.dir, in.At)
-		}
-		l.Replay = append(l.Replay, cmd)
-	}
 	traceLinks(l, st.Traces(), o.html)
-	var pic, hp history.Picture
-	if tb != nil {
-		pic = tb.Picture()
-	}
-	if hb != nil {
-		hp = hb.Picture()
-	}
-	l.Notes = notes
 	if page != nil {
 		writeTracePages(e, l, o.html)
 		if err := writeHistoryHTML(page, l, &hp, now.Location()); err != nil {
@@ -197,6 +143,71 @@ func runHistory(e *Env, o *historyOpts) error {
 // maxListed bounds the incidents history holds and lists (the newest):
 // its memory stays bounded whatever the store holds.
 const maxListed = 10000
+
+// historyListing reads the store's windows ending in (since, until] as a
+// stream, one entry at a time, once (history's, and serve's /history):
+// the incidents f selects (at most maxListed held) with their replay
+// commands, and the pictures' cells, the terminal's when text, the
+// page's when html (the span of the pictures from the store's first and
+// last segments).
+func historyListing(st *history.Store, since, until time.Time, f history.Filter, text, html bool) (l *history.Listing, pic, hp history.Picture, err error) {
+	g := history.NewGrouper(f)
+	g.Max = maxListed
+	l = &history.Listing{Dir: st.Dir, Since: since, Until: until}
+	first, last, found := st.Bounds(since, until)
+	var tb, hb *history.PictureBuilder
+	if found {
+		if text {
+			tb = history.NewPictureBuilder(f, first, last, textPictureWidth)
+		}
+		if html {
+			hb = history.NewPictureBuilder(f, first, last, htmlPictureWidth)
+		}
+	}
+	err = st.Walk(since, until, func(en *history.Entry) error {
+		if l.Windows == 0 || en.From.Before(l.First) {
+			l.First = en.From
+		}
+		if en.To.After(l.Last) {
+			l.Last = en.To
+		}
+		l.Windows++
+		g.Add(en)
+		if tb != nil {
+			tb.Add(en)
+		}
+		if hb != nil {
+			hb.Add(en)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, pic, hp, err
+	}
+	l.Incidents = g.Incidents(until)
+	l.Notes = st.Notes
+	if g.Dropped > 0 {
+		l.Notes = append(l.Notes, fmt.Sprintf("%d older incidents not listed: at most %d are (narrow with --since, --rule or --netns)", g.Dropped, maxListed))
+	}
+	kept := map[string]bool{}
+	for _, w := range st.Evidence() {
+		kept[w.Name] = true
+	}
+	for _, in := range l.Incidents {
+		cmd := ""
+		if in.Evidence != "" && kept[in.Evidence] {
+			cmd = history.ReplayCommand(st.Dir, in.At)
+		}
+		l.Replay = append(l.Replay, cmd)
+	}
+	if tb != nil {
+		pic = tb.Picture()
+	}
+	if hb != nil {
+		hp = hb.Picture()
+	}
+	return l, pic, hp, nil
+}
 
 // Buckets of the picture: a strip fits an 80-column terminal; the page's
 // chart is finer.
@@ -257,9 +268,8 @@ func writeTracePages(e *Env, l *history.Listing, page string) {
 // writeTracePage renders the trace file src as trace --from src --html
 // dst does.
 func writeTracePage(src, dst string) error {
-	tr, err := readTraceFile(src)
-	var torn *snapshot.TornError
-	if err != nil && !errors.As(err, &torn) {
+	tr, ts, err := analyzeTraceFile(src)
+	if err != nil {
 		return err
 	}
 	out, err := outfile.CreateAtomic(dst)
@@ -267,8 +277,19 @@ func writeTracePage(src, dst string) error {
 		return err
 	}
 	defer out.Abort()
+	return writeTraceHTML(out, tr, ts)
+}
+
+// analyzeTraceFile reads a kept trace (a torn one up to its damage) and
+// splits its transfers, as trace --from does.
+func analyzeTraceFile(src string) (*trace.Trace, []trace.Transfer, error) {
+	tr, err := readTraceFile(src)
+	var torn *snapshot.TornError
+	if err != nil && !errors.As(err, &torn) {
+		return nil, nil, err
+	}
 	a := trace.Analyze(tr, trace.SegmentOptions{}, trace.JudgeOptions{})
-	return writeTraceHTML(out, tr, a.Transfers)
+	return tr, a.Transfers, nil
 }
 
 // writeHistoryHTML writes the page and renames it into place.

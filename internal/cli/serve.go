@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
@@ -44,6 +45,7 @@ type serveOpts struct {
 	traceDur  time.Duration
 	tracesPH  int
 	traceCool time.Duration
+	pages     bool
 }
 
 // newServeCmd serves the findings and the counters behind them as
@@ -83,6 +85,7 @@ socket systemd passes. See docs/exporter.md for every metric.`,
 	fs.DurationVar(&o.traceDur, "history-trace-duration", history.DefaultTraceDuration, "with --history: length of the trace of a connection-bottleneck, rwnd-limited, slow-reader or sndbuf-limited finding's connections recorded when it warns (at trace's default 100 samples a second; one at a time)")
 	fs.IntVar(&o.tracesPH, "history-traces-per-hour", history.DefaultTracesPerHour, "with --history: at most this many such traces start in any hour (0: none)")
 	fs.DurationVar(&o.traceCool, "history-trace-cooldown", history.DefaultTraceCooldown, "with --history: no new trace of the same finding's subject within this time of its last")
+	fs.BoolVar(&o.pages, "history-pages", true, "with --history: serve the incidents and their evidence at /history, behind --web.config.file's TLS and auth like /metrics (docs/history.md, \"Evidence pages\"); false serves only /metrics")
 	_ = fs.MarkHidden("history-segment")
 	_ = fs.MarkHidden("history-evidence-every")
 	o.bpf.register(fs)
@@ -156,6 +159,9 @@ func runServe(ctx context.Context, e *Env, o *serveOpts) error {
 	}
 	if err := o.web.validate(); err != nil {
 		return err
+	}
+	if o.web.external != "" && (o.history == "" || !o.pages) {
+		return usageErr("serve: --web.external-url is for the --history pages' links: give --history (and not --history-pages=false)")
 	}
 	ln, err := o.web.listen()
 	if err != nil {
@@ -231,7 +237,16 @@ func runServe(ctx context.Context, e *Env, o *serveOpts) error {
 			e.progress("note: --max-connections %d lowered to %d, a quarter of RLIMIT_NOFILE %d", o.maxConns, sopts.MaxConns, soft)
 		}
 	}
-	handler, err := o.web.handler(exporter.Handler(reg), e.build())
+	var pages []exporter.Page
+	if o.history != "" && o.pages {
+		ev := newEvidencePages(e, o.history, dopts, o.web.external)
+		pages = append(pages, exporter.Page{Path: pathHistory, Text: "History: incidents and their evidence", Handler: ev.handler()})
+		if err := reg.Register(historyPagesInfo(o.web.scheme(), o.web.external)); err != nil {
+			_ = ln.Close()
+			return fmt.Errorf("serve: %w", err)
+		}
+	}
+	handler, err := o.web.handler(exporter.Handler(reg), e.build(), pages...)
 	if err != nil {
 		_ = ln.Close()
 		return fmt.Errorf("serve: %w", err)
@@ -330,6 +345,17 @@ func programStats(ext *collect.Extras) func() ([]exporter.ProgramStat, error) {
 		}
 		return out, err
 	}
+}
+
+// historyPagesInfo says where the evidence pages are, for the alerts'
+// evidence annotation (deploy/prometheus): the scheme serve answers in,
+// and --web.external-url when given (else links use scheme://instance).
+func historyPagesInfo(scheme, external string) prometheus.Collector {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "tcpdoctor_history_pages_info",
+		Help:        "Always 1 under serve --history: its evidence pages are served at /history (docs/history.md, \"Evidence pages\"); external_url is --web.external-url, empty when links use scheme://instance.",
+		ConstLabels: prometheus.Labels{"scheme": scheme, "external_url": strings.TrimSuffix(external, "/")}})
+	g.Set(1)
+	return g
 }
 
 // registerHistory adds the store's own metrics to reg.

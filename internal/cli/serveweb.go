@@ -4,6 +4,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 
 	"github.com/spf13/pflag"
 
@@ -17,6 +18,7 @@ type webOpts struct {
 	legacy    string // --listen, the older name of --web.listen-address
 	systemd   bool
 	config    string
+	external  string
 	listenSet func() (web, legacy bool)
 }
 
@@ -27,6 +29,7 @@ func (w *webOpts) register(fs *pflag.FlagSet) {
 	fs.StringVar(&w.legacy, "listen", defaultListen, "the same as --web.listen-address (its older name)")
 	fs.BoolVar(&w.systemd, "web.systemd-socket", false, "serve on the socket systemd passes (socket activation) instead of --web.listen-address")
 	fs.StringVar(&w.config, "web.config.file", "", "exporter-toolkit web configuration: TLS and basic authentication (docs/exporter.md)")
+	fs.StringVar(&w.external, "web.external-url", "", "with --history: the URL serve is reached at, for the evidence pages' links and the alerts' evidence annotation (https://node-1.example:9477, or behind a proxy https://proxy/tcpdoctor/node-1; default: the scheme and address the request came to)")
 	w.listenSet = func() (bool, bool) {
 		return fs.Changed("web.listen-address"), fs.Changed("listen")
 	}
@@ -42,6 +45,12 @@ func (w *webOpts) validate() error {
 	}
 	if w.systemd && (webSet || legacySet) {
 		return usageErr("serve: --web.systemd-socket serves on systemd's socket: drop --web.listen-address")
+	}
+	if w.external != "" {
+		u, err := url.Parse(w.external)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+			return usageErr("serve: --web.external-url %q: want http:// or https://, a host, and an optional path", w.external)
+		}
 	}
 	if err := w.exporter().Validate(); err != nil {
 		return usageErr("serve: %v", err)
@@ -62,8 +71,8 @@ func (w *webOpts) scheme() string {
 	return "http"
 }
 
-func (w *webOpts) handler(metrics http.Handler, b version.Info) (http.Handler, error) {
-	return w.exporter().Handler(metrics, b.Version)
+func (w *webOpts) handler(metrics http.Handler, b version.Info, pages ...exporter.Page) (http.Handler, error) {
+	return w.exporter().Handler(metrics, b.Version, pages...)
 }
 
 func (w *webOpts) serve(srv *http.Server, l net.Listener, log io.Writer) error {

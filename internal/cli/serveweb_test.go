@@ -17,6 +17,10 @@ func TestServeWebFlags(t *testing.T) {
 		{[]string{"--web.config.file", "/nonexistent/web.yml"}, "--web.config.file /nonexistent/web.yml"},
 		{[]string{"--web.systemd-socket"}, "systemd passed no listening socket"},
 		{[]string{"--listen", "256.0.0.1:1"}, "serve:"},
+		{[]string{"--web.external-url", "ftp://proxy.example/x", "--history", "/nonexistent"}, "--web.external-url \"ftp://proxy.example/x\""},
+		{[]string{"--web.external-url", "https://proxy.example/x?a=b"}, "want http:// or https://"},
+		{[]string{"--web.external-url", "https://proxy.example/x"}, "give --history"},
+		{[]string{"--web.external-url", "https://proxy.example/x", "--history", "/nonexistent", "--history-pages=false"}, "give --history"},
 	} {
 		code, _, errOut := run(t, append([]string{"serve", "--bpf", "off", "--no-owners"}, tc.args...)...)
 		if code != ExitUsage || !strings.Contains(errOut, tc.want) {

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.yaml.in/yaml/v2"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/containers"
 	"github.com/tcpdoctor/tcpdoctor/internal/rules"
@@ -125,7 +126,14 @@ type dashPanel struct {
 		Expr   string `json:"expr"`
 		Legend string `json:"legendFormat"`
 	} `json:"targets"`
-	Panels []dashPanel `json:"panels"`
+	Panels      []dashPanel `json:"panels"`
+	FieldConfig struct {
+		Defaults struct {
+			Links []struct {
+				URL string `json:"url"`
+			} `json:"links"`
+		} `json:"defaults"`
+	} `json:"fieldConfig"`
 }
 
 func TestGrafanaDashboard(t *testing.T) {
@@ -189,6 +197,32 @@ func TestGrafanaDashboard(t *testing.T) {
 			strings.Count(e, `netns=~"$netns"`) != strings.Count(e, `namespace=~"$namespace"`)) {
 			t.Errorf("%q filters by netns but not by pod and namespace", e)
 		}
+	}
+	// Every findings panel links the evidence pages of serve --history:
+	// a row its incident's page, a series its rule's timeline.
+	var links func(ps []dashPanel)
+	links = func(ps []dashPanel) {
+		for _, p := range ps {
+			finding := false
+			for _, tg := range p.Targets {
+				finding = finding || strings.Contains(tg.Expr, "tcpdoctor_finding{")
+			}
+			if finding {
+				ok := false
+				for _, l := range p.FieldConfig.Defaults.Links {
+					ok = ok || strings.HasPrefix(l.URL, "${evidence_scheme}://") &&
+						(strings.Contains(l.URL, "/history/incident?rule=${__data.fields.rule") || strings.Contains(l.URL, "/history?since="))
+				}
+				if !ok {
+					t.Errorf("findings panel %q has no data link to the evidence pages: %+v", p.Title, p.FieldConfig.Defaults.Links)
+				}
+			}
+			links(p.Panels)
+		}
+	}
+	links(d.Panels)
+	if !vars["evidence_scheme"] {
+		t.Error("no evidence_scheme variable")
 	}
 	all := strings.Join(titles, "\n")
 	for _, c := range []string{"C1", "C2", "C3", "C4", "C5", "Active findings", "Sources up"} {
@@ -311,5 +345,75 @@ func TestDaemonSetMounts(t *testing.T) {
 	}
 	if _, ok := got[r.ContainerdState]; ok {
 		t.Errorf("%s mounted whole: it holds containerd's API socket", r.ContainerdState)
+	}
+}
+
+// TestAlertEvidence: every alert on a finding carries an evidence
+// annotation, the URL of its incident's page on the instance that fired
+// (built from tcpdoctor_history_pages_info, which serve --history
+// exports), and the promtool tests (TestAlertRules runs them) expect it
+// rendered for each such alert.
+func TestAlertEvidence(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(deployDir, "prometheus", "tcpdoctor-alerts.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f struct {
+		Groups []struct {
+			Rules []struct {
+				Alert       string            `yaml:"alert"`
+				Expr        string            `yaml:"expr"`
+				Annotations map[string]string `yaml:"annotations"`
+			} `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	if err := yaml.Unmarshal(b, &f); err != nil {
+		t.Fatal(err)
+	}
+	tb, err := os.ReadFile(filepath.Join(deployDir, "prometheus", "tcpdoctor-alerts.test.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tf struct {
+		Tests []struct {
+			Alerts []struct {
+				Name string `yaml:"alertname"`
+				Exp  []struct {
+					Annotations map[string]string `yaml:"exp_annotations"`
+				} `yaml:"exp_alerts"`
+			} `yaml:"alert_rule_test"`
+		} `yaml:"tests"`
+	}
+	if err := yaml.Unmarshal(tb, &tf); err != nil {
+		t.Fatal(err)
+	}
+	rendered := map[string]bool{}
+	for _, g := range tf.Tests {
+		for _, a := range g.Alerts {
+			for _, e := range a.Exp {
+				if strings.Contains(e.Annotations["evidence"], "/history/incident?rule=") {
+					rendered[a.Name] = true
+				}
+			}
+		}
+	}
+	n := 0
+	for _, g := range f.Groups {
+		for _, r := range g.Rules {
+			if !strings.HasPrefix(r.Expr, "tcpdoctor_finding{") {
+				continue
+			}
+			n++
+			ev := r.Annotations["evidence"]
+			if !strings.Contains(ev, "tcpdoctor_history_pages_info") || !strings.Contains(ev, "/history/incident?") {
+				t.Errorf("%s: evidence annotation %q does not link its incident's page", r.Alert, ev)
+			}
+			if !rendered[r.Alert] {
+				t.Errorf("%s: no promtool test expects its evidence URL rendered", r.Alert)
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no alert on tcpdoctor_finding found")
 	}
 }

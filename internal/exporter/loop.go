@@ -64,11 +64,13 @@ func NewRegistry(x *Exporter) (*prometheus.Registry, error) {
 // Handler serves /metrics from reg and a short index page at /.
 func Handler(reg *prometheus.Registry) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.InstrumentMetricHandler(reg, promhttp.HandlerFor(reg, promhttp.HandlerOpts{
-		ErrorHandling:       promhttp.ContinueOnError,
-		MaxRequestsInFlight: 8,
-		Timeout:             ScrapeTimeout,
-	})))
+	// The gate, not promhttp's MaxRequestsInFlight (503 at once over
+	// it), bounds the scrapes gathered at once: the others wait their
+	// client's turn.
+	mux.Handle("/metrics", newGate(MaxScrapesInFlight).wrap(promhttp.InstrumentMetricHandler(reg, promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		ErrorHandling: promhttp.ContinueOnError,
+		Timeout:       ScrapeTimeout,
+	}))))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/" {
 			http.NotFound(w, r)

@@ -91,15 +91,24 @@ const (
 
 // Listener caps the connections open at once. A connection is evictable
 // when it is not inside a request: accepted and not yet through its
-// request header (slow or silent clients), or idle between keep-alive
-// requests. A connection accepted at the cap closes the evictable one
-// that has waited longest. When none is (every connection is being
-// answered, each bounded by WriteTimeout), Accept waits, and new clients
-// wait in the kernel's accept queue, holding none of our descriptors.
+// request header (slow or silent clients, a TLS handshake), or idle
+// between keep-alive requests. A connection accepted at the cap closes
+// an evictable one, in this order (docs/exporter.md, "Scrapes are served
+// first"): first those idle after requests (with authentication
+// required: requests that never authenticated), the one active most
+// recently first, so a scraper's connection idle between its scrapes is
+// the last of them; then those not yet through their first request,
+// the one waiting longest first. With authentication required, a
+// connection that authenticated is never closed for a new one. When
+// none is evictable (every connection is being answered, each bounded by
+// WriteTimeout, or authenticated), Accept waits, and new clients wait in
+// the kernel's accept queue, holding none of our descriptors.
 type Listener struct {
 	net.Listener
 	max  int
 	logf func(format string, args ...any)
+	// auth: requests must authenticate (--web.config.file with users).
+	auth bool
 
 	mu      sync.Mutex
 	changed *sync.Cond // a connection closed or left a request
@@ -153,6 +162,41 @@ type conn struct {
 	busy  bool   // inside a request, from the handler to the response's end
 	since uint64 // l.seq when it last became evictable
 	gone  bool   // closed and no longer counted
+	// served: a response was written (it went idle after a request);
+	// authed: a request on it authenticated; refused: one did not.
+	served, authed, refused bool
+	// client is the address it comes from, without the port.
+	client string
+}
+
+// refused marks the connection of a request refused authentication:
+// closed first for a new one from now on, even while its 401 is written.
+func refused(r *http.Request) {
+	if c, ok := r.Context().Value(connKey{}).(*conn); ok {
+		c.l.mu.Lock()
+		c.refused = true
+		c.l.mu.Unlock()
+	}
+}
+
+// probationSlots is how many connections may be open beyond the cap
+// while every other one is authenticated and idle: a newcomer that
+// authenticates then closes one of those (the cap holds again), one that
+// does not is the first closed.
+const probationSlots = 1
+
+// probationLocked: a new connection may be accepted beyond the cap to
+// prove itself, since only authenticated idle ones could make room.
+func (l *Listener) probationLocked() bool {
+	return l.auth && len(l.conns) < l.max+probationSlots && l.pickLocked(true) != nil
+}
+
+// requireAuth tells the listener that requests must authenticate: a
+// connection that did is never closed for a new one.
+func (l *Listener) requireAuth() {
+	l.mu.Lock()
+	l.auth = true
+	l.mu.Unlock()
 }
 
 // Close stops counting the connection and closes it.
@@ -226,7 +270,7 @@ func (l *Listener) noteFdLimit(err error) {
 func (l *Listener) waitRoom() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for len(l.conns) >= l.max && l.oldestLocked() == nil {
+	for len(l.conns) >= l.max && l.pickLocked(false) == nil && !l.probationLocked() {
 		if l.closed {
 			return net.ErrClosed
 		}
@@ -235,11 +279,12 @@ func (l *Listener) waitRoom() error {
 	return nil
 }
 
-// evict closes the oldest evictable connection; false if there is none.
+// evict closes an evictable connection (pickLocked; for want of
+// descriptors, an authenticated one last); false if there is none.
 func (l *Listener) evict(reason string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	c := l.oldestLocked()
+	c := l.pickLocked(reason == reasonFdLimit)
 	if c == nil {
 		return false
 	}
@@ -255,14 +300,86 @@ func (l *Listener) evictLocked(c *conn, reason string) {
 	_ = c.Conn.Close()
 }
 
-func (l *Listener) oldestLocked() *conn {
-	var old *conn
-	for c := range l.conns {
-		if !c.busy && (old == nil || c.since < old.since) {
-			old = c
-		}
+// Eviction classes.
+const (
+	classIdle   = iota // idle after requests (with auth: none authenticated)
+	classFresh         // not yet through its first request
+	classAuthed        // authenticated: never closed for a new connection
+)
+
+func (l *Listener) classLocked(c *conn) int {
+	switch {
+	case l.auth && c.authed:
+		return classAuthed
+	case c.served || l.auth && c.refused:
+		return classIdle
 	}
-	return old
+	return classFresh
+}
+
+// rankLocked orders the classes for closing, lowest first: with
+// authentication, connections whose requests were refused, then those
+// still in their handshake or first request; without it, those before
+// their first request (a client that connects and is slow to ask), then
+// idle ones.
+func (l *Listener) rankLocked(k int) int {
+	switch {
+	case k == classAuthed:
+		return 2
+	case l.auth == (k == classIdle):
+		return 0
+	}
+	return 1
+}
+
+// pickLocked is the connection to close for a new one, nil if none may
+// be; authed allows an authenticated one. Per-client fairness first: a
+// connection of the client address holding the most connections; among
+// its connections, by rankLocked, idle ones active most recently first
+// (a scraper idle between scrapes is the last), others waiting longest
+// first.
+func (l *Listener) pickLocked(authed bool) *conn {
+	held := map[string]int{}
+	for c := range l.conns {
+		held[c.client]++
+	}
+	var best *conn
+	bestRank := 0
+	for c := range l.conns {
+		if c.busy {
+			continue
+		}
+		k := l.classLocked(c)
+		if k == classAuthed && !authed {
+			continue
+		}
+		r := l.rankLocked(k)
+		switch {
+		case best == nil:
+		case (r == 2) != (bestRank == 2): // authenticated ones only when nothing else is
+			if r == 2 {
+				continue
+			}
+		case held[c.client] != held[best.client]:
+			if held[c.client] < held[best.client] {
+				continue
+			}
+		case r != bestRank:
+			if r > bestRank {
+				continue
+			}
+		case k == classIdle:
+			if c.since < best.since {
+				continue
+			}
+		default:
+			if c.since > best.since {
+				continue
+			}
+		}
+		best, bestRank = c, r
+	}
+	return best
 }
 
 // sleep waits d or until the listener is closed (false).
@@ -283,14 +400,20 @@ func (l *Listener) add(nc net.Conn) *conn {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for len(l.conns) >= l.max && !l.closed {
-		if c := l.oldestLocked(); c != nil {
+		if c := l.pickLocked(false); c != nil {
 			l.evictLocked(c, reasonCap)
 			continue
+		}
+		if l.probationLocked() {
+			break
 		}
 		l.changed.Wait()
 	}
 	l.seq++
-	c := &conn{Conn: nc, l: l, since: l.seq}
+	c := &conn{Conn: nc, l: l, since: l.seq, client: nc.RemoteAddr().String()}
+	if h, _, err := net.SplitHostPort(c.client); err == nil {
+		c.client = h
+	}
 	l.conns[c] = struct{}{}
 	return c
 }
@@ -337,6 +460,7 @@ func (l *Listener) connState(nc net.Conn, st http.ConnState) {
 	}
 	l.mu.Lock()
 	c.busy = false
+	c.served = true
 	l.seq++
 	c.since = l.seq
 	l.changed.Broadcast()
@@ -350,8 +474,19 @@ func (l *Listener) connState(nc net.Conn, st http.ConnState) {
 func (l *Listener) track(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if c, ok := r.Context().Value(connKey{}).(*conn); ok {
+			_, authed := authenticated(r)
 			l.mu.Lock()
 			c.busy = true
+			c.authed = c.authed || authed
+			// Accepted beyond the cap and now authenticated: another
+			// connection makes room, an authenticated idle one if need be.
+			for authed && len(l.conns) > l.max {
+				v := l.pickLocked(true)
+				if v == nil {
+					break
+				}
+				l.evictLocked(v, reasonCap)
+			}
 			l.mu.Unlock()
 		}
 		h.ServeHTTP(w, r)

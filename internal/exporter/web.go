@@ -1,6 +1,7 @@
 package exporter
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -93,34 +94,95 @@ func (w Web) Listen() (net.Listener, error) {
 	}
 }
 
-// Handler serves metrics (Handler's /metrics) and the toolkit's landing
-// page at / naming version.
-func (w Web) Handler(metrics http.Handler, version string) (http.Handler, error) {
+// Page is more served beside /metrics, behind the same TLS and
+// authentication: Handler answers Path and everything under it, and the
+// landing page links it as Text.
+type Page struct {
+	Path, Text string
+	Handler    http.Handler
+}
+
+// Handler serves metrics (Handler's /metrics), pages, and the toolkit's
+// landing page at / naming version.
+func (w Web) Handler(metrics http.Handler, version string, pages ...Page) (http.Handler, error) {
+	links := []web.LandingLinks{{Address: "/metrics", Text: "Metrics"}}
+	for _, p := range pages {
+		links = append(links, web.LandingLinks{Address: p.Path, Text: p.Text})
+	}
 	landing, err := web.NewLandingPage(web.LandingConfig{
 		Name:        "tcpdoctor",
 		Description: "Why TCP services on this host are slow or fail to connect, as Prometheus metrics",
 		Version:     version,
-		Links:       []web.LandingLinks{{Address: "/metrics", Text: "Metrics"}},
+		Links:       links,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("landing page: %w", err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", metrics)
+	for _, p := range pages {
+		mux.Handle(p.Path, p.Handler)
+		mux.Handle(p.Path+"/", p.Handler)
+	}
 	mux.Handle("/", landing)
 	return mux, nil
 }
 
-// Serve serves srv on l with the toolkit's TLS and basic authentication
-// from ConfigFile (re-read on each connection and request, as the
-// toolkit does), logging its warnings and errors to log.
+// Serve serves srv on l with TLS and basic authentication from
+// ConfigFile as the toolkit does (the file re-read for each new TLS
+// connection and each request; its certificates, client CAs, versions,
+// ciphers, headers, rate_limit and http2), but with authentication
+// bounded (auth.go) and the connection cap told that requests must
+// authenticate (Listener.requireAuth). Errors reading the file go to log.
 func (w Web) Serve(srv *http.Server, l net.Listener, log io.Writer) error {
-	cfg := w.ConfigFile
-	flags := &web.FlagConfig{
-		WebListenAddresses: &[]string{l.Addr().String()},
-		WebSystemdSocket:   &w.SystemdSocket,
-		WebConfigFile:      &cfg,
+	if w.ConfigFile == "" {
+		return srv.Serve(l)
 	}
 	logger := slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	return web.Serve(l, srv, flags, logger)
+	if err := web.Validate(w.ConfigFile); err != nil {
+		return err
+	}
+	c, err := readToolkitConfig(w.ConfigFile)
+	if err != nil {
+		return err
+	}
+	if sl, ok := l.(*Listener); ok && len(c.Users) > 0 {
+		sl.requireAuth()
+	}
+	next := srv.Handler
+	if next == nil {
+		next = http.DefaultServeMux
+	}
+	srv.Handler = newAuthHandler(w.ConfigFile, c, next, func(err error) {
+		logger.Error("Unable to parse configuration", "err", err.Error())
+	})
+	if !c.TLSConfig.IsEnabled() {
+		return srv.Serve(l)
+	}
+	cfg, err := web.ConfigToTLSConfig(&c.TLSConfig)
+	if err != nil {
+		return err
+	}
+	if !c.HTTPConfig.HTTP2 {
+		srv.TLSNextProto = make(map[string]func(*http.Server, *tls.Conn, http.Handler))
+	}
+	srv.TLSConfig = cfg
+	path := w.ConfigFile
+	srv.TLSConfig.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
+		c, err := readToolkitConfig(path)
+		if err != nil {
+			logger.Error("Unable to parse configuration", "err", err.Error())
+			return nil, err
+		}
+		cfg, err := web.ConfigToTLSConfig(&c.TLSConfig)
+		if err != nil {
+			return nil, err
+		}
+		cfg.NextProtos = []string{"http/1.1"}
+		if c.HTTPConfig.HTTP2 && srv.TLSNextProto["h2"] != nil {
+			cfg.NextProtos = []string{"h2", "http/1.1"}
+		}
+		return cfg, nil
+	}
+	return srv.ServeTLS(l, "", "")
 }

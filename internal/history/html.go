@@ -59,6 +59,8 @@ type pageIncident struct {
 	// TraceHref links the trace's page (rendered beside this one);
 	// TraceCmd is its command, or why there is none.
 	TraceHref, TraceCmd string
+	// Href links the incident's own page (serve's pages only).
+	Href string
 }
 
 // tickLayout is the chart's time ticks' layout: the precision a quarter
@@ -127,6 +129,9 @@ func WriteHTML(w io.Writer, l *Listing, p *Picture, loc *time.Location) error {
 			Subject: report.SubjectText(in.Subject), Summary: in.Summary}
 		if i < len(l.Replay) {
 			pi.Replay = l.Replay[i]
+		}
+		if i < len(l.Pages) {
+			pi.Href = l.Pages[i]
 		}
 		if i < len(l.TraceReplay) && l.TraceReplay[i] != "" {
 			pi.TraceCmd = l.TraceReplay[i]

@@ -33,7 +33,10 @@ type Incident struct {
 	At       time.Time `json:"at,omitzero"`
 	// Trace is the file of the first trace serve recorded of it, if any
 	// (docs/history.md, "Triggered traces").
-	Trace  string `json:"trace,omitempty"`
+	Trace string `json:"trace,omitempty"`
+	// URL is the incident's page on the serve that kept it (serve
+	// --history, docs/history.md "Evidence pages"); only in its answers.
+	URL    string `json:"url,omitempty"`
 	peakAt bool
 	// near is the evidence window of this incident nearest the Grouper's
 	// Near (nearSev its finding's severity there).

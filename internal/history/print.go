@@ -37,7 +37,9 @@ type Listing struct {
 	// TracePages, for --html, is each incident's trace page relative to
 	// the history page ("" when none).
 	TracePages []string `json:"-"`
-	Notes      []string `json:"notes,omitempty"`
+	// Pages, for serve's page, is each incident's page ("" when none).
+	Pages []string `json:"-"`
+	Notes []string `json:"notes,omitempty"`
 	// Picture, when set, is printed under the incidents (text only).
 	Picture *Picture `json:"-"`
 }

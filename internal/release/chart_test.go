@@ -251,6 +251,34 @@ func TestChart(t *testing.T) {
 	if n == 0 || len(mounted) == 0 {
 		t.Error("nothing rendered")
 	}
+	// The evidence pages: on by default with history, on the Service's
+	// port; an external URL for their links; off on request.
+	for _, tc := range []struct {
+		set      []string
+		want     []string
+		wantNone []string
+	}{
+		{nil, []string{"--history=/var/lib/tcpdoctor"}, []string{"--history-pages", "--web.external-url"}},
+		{[]string{"history.externalURL=https://proxy.example/tcpdoctor/node-1"}, []string{"--web.external-url=https://proxy.example/tcpdoctor/node-1"}, []string{"--history-pages"}},
+		{[]string{"history.pages=false", "history.externalURL=https://x.example"}, []string{"--history-pages=false"}, []string{"--web.external-url"}},
+		{[]string{"history.enabled=false"}, nil, []string{"--history", "--web.external-url"}},
+	} {
+		objs := render(t, h, chartDir, tc.set...)
+		args := fmt.Sprint(at(objs["DaemonSet"][0], "spec", "template", "spec", "containers", 0, "args"))
+		for _, a := range tc.want {
+			if !strings.Contains(args, a) {
+				t.Errorf("%v: args %s: no %s", tc.set, args, a)
+			}
+		}
+		for _, a := range tc.wantNone {
+			if strings.Contains(args, a) {
+				t.Errorf("%v: args %s: %s", tc.set, args, a)
+			}
+		}
+		if at(objs["Service"][0], "spec", "ports", 0, "targetPort") != "metrics" {
+			t.Errorf("%v: the Service does not expose the metrics port that serves /history", tc.set)
+		}
+	}
 	// Both ways of choosing namespaces at once is refused.
 	if out, err := exec.Command(h, "template", "x", chartDir, "--set", "namespaces.netns=blue").CombinedOutput(); err == nil || !strings.Contains(string(out), "not both") {
 		t.Errorf("namespaces.all and netns together: %v\n%s", err, out)
