@@ -208,3 +208,35 @@ func TestTickLayout(t *testing.T) {
 		t.Errorf("an hour within a day: %q", got)
 	}
 }
+
+// TestIncidentPageFits: serve's page of one incident, with check's text of
+// a critical finding whose evidence lines run long, fits 1280 px.
+func TestIncidentPageFits(t *testing.T) {
+	l, _ := busyListing()
+	report, err := os.ReadFile("../cli/testdata/check-listen-overflow.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &IncidentPage{Incident: l.Incidents[0], From: l.Incidents[0].Start, To: l.Incidents[0].End,
+		Report: string(report) + strings.Repeat("x", 400), TraceHref: "trace?name=a", JSONHref: "?format=json", TimelineHref: "../history"}
+	var b bytes.Buffer
+	if err := WriteIncidentHTML(&b, p, time.UTC); err != nil {
+		t.Fatal(err)
+	}
+	page := filepath.Join(t.TempDir(), "incident.html")
+	if err := os.WriteFile(page, b.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	scroll, client := testbrowser.Width(t, page, 1280, 900, 3000)
+	if scroll > client || client < 1200 {
+		t.Errorf("the incident page is %d px wide in a %d px viewport", scroll, client)
+	}
+	// The report itself wraps: its box scrolls no line sideways.
+	if !strings.Contains(incidentHTML, "white-space: pre-wrap") {
+		t.Errorf("the report's box does not wrap its lines")
+	}
+	if os.Getenv("INCIDENT_SCREENSHOT") != "" {
+		_, img := testbrowser.Render(t, page, 1280, 900, 3000)
+		testbrowser.Save(t, "INCIDENT_SCREENSHOT", img)
+	}
+}
