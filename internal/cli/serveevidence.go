@@ -339,7 +339,7 @@ func (p *evidencePages) incident(w http.ResponseWriter, r *http.Request) {
 		if q.Get("verbose") != "" {
 			min = diag.Info
 		}
-		report.WriteText(&t, rep, report.Style{MinSeverity: min, Width: 140})
+		report.WriteText(&t, rep, report.Style{MinSeverity: min})
 		page.Report = t.String()
 	}
 	if in.Trace != "" {
