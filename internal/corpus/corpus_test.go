@@ -222,6 +222,13 @@ func scenarios() []scenario {
 			},
 			known: noOpener,
 			body:  churnLoopback},
+		{name: "short connections closed with SO_LINGER 0",
+			software: "python3 client opens about 2,000 connections/s for 12 s to a python3 echo server on 127.0.0.1, sends a byte, reads the answer and closes with SO_LINGER 0: every close is a reset (the kernel's reason TCP_STATE) and leaves no TIME_WAIT",
+			want: []Expect{
+				{Rule: "connection-churn", Min: diag.Warning, Max: diag.Warning, Command: "python3", Proc: "churn-client", Remote: echoLocal},
+			},
+			known: noOpener,
+			body:  churnLinger},
 		{name: "short connections, peer behind veth",
 			software: "the same churn at 120/s for 20 s to a server in a second namespace behind a veth (198.18.3.2): loopback TIME_WAIT reuse does not apply, connect() fails with EADDRNOTAVAIL once the 1,000 ports are in TIME_WAIT; check runs once all 1,000 are",
 			want: []Expect{
@@ -899,6 +906,12 @@ func closeWaitLeak(r *run) {
 // waits for warm to return, checks, and returns the client's summary with
 // how long after its start the check began.
 func churn(r *run, srvNS, cliNS, addr string, secs int, warm func(), places ...place) (churnSummary, time.Duration) {
+	return churnAt(r, srvNS, cliNS, addr, 120, "", secs, warm, places...)
+}
+
+// churnAt is churn at rate connections/s, with the client's mode ("" or
+// "linger0": close() with SO_LINGER 0, a reset and no TIME_WAIT).
+func churnAt(r *run, srvNS, cliNS, addr string, rate int, mode string, secs int, warm func(), places ...place) (churnSummary, time.Duration) {
 	r.need("python3")
 	ap := netip.MustParseAddrPort(addr)
 	host, port := ap.Addr().String(), int(ap.Port())
@@ -912,7 +925,11 @@ func churn(r *run, srvNS, cliNS, addr string, secs int, warm func(), places ...p
 	}
 	srv := r.start(srvNS, "echo-server", "python3", server, host, strconv.Itoa(port), strconv.Itoa(secs+10))
 	waitListen(r.t, srvNS, port, srv)
-	c := r.start(cliNS, "churn-client", "python3", client, host, strconv.Itoa(port), "120", strconv.Itoa(secs))
+	argv := []string{"python3", client, host, strconv.Itoa(port), strconv.Itoa(rate), strconv.Itoa(secs)}
+	if mode != "" {
+		argv = append(argv, mode)
+	}
+	c := r.start(cliNS, "churn-client", argv...)
 	started := time.Now()
 	warm()
 	checkAt := time.Since(started)
@@ -967,6 +984,36 @@ func churnLoopback(r *run) {
 	}
 	if s.OK < 1500 {
 		r.t.Errorf("want about 1,800 connections, got %d", s.OK)
+	}
+}
+
+// churnLinger: a client opening about 2,000 connections/s to a loopback
+// echo server and closing each with SO_LINGER 0: every close a reset, no
+// TIME_WAIT; Tcp.OutRsts climbs with Tcp.ActiveOpens.
+func churnLinger(r *run) {
+	r.need("python3")
+	ns := testns.New(r.t, "chr").Name
+	before, err := readStat(ns)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	s, _ := churnAt(r, ns, ns, echoLocal, 2000, "linger0", 12, func() { time.Sleep(4 * time.Second) }, place{"client and server", ns})
+	after, err := readStat(ns)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if len(s.Errors) > 0 {
+		r.t.Errorf("connect() failed on loopback: %v", s.Errors)
+	}
+	// Under load python3 may fall short of 2,000/s; 500/s is still five
+	// times the warning rate.
+	if s.OK < 6000 {
+		r.t.Errorf("want about 24,000 connections in 12 s, got %d", s.OK)
+	}
+	rsts := after.outRsts - before.outRsts
+	r.measured("resets sent over the run: Tcp.OutRsts +%d for %d connections; TIME-WAIT after: %d", rsts, s.OK, after.states["TIME-WAIT"])
+	if rsts < int64(s.OK)*9/10 {
+		r.t.Errorf("SO_LINGER 0 should reset every connection: Tcp.OutRsts +%d for %d", rsts, s.OK)
 	}
 }
 
