@@ -203,9 +203,9 @@ func veth(t testing.TB, a, b, aAddr, bAddr string) {
 
 // tcpStat is a namespace's TCP counters and socket states at one moment.
 type tcpStat struct {
-	at                        time.Time
+	at                                 time.Time
 	activeOpens, passiveOpens, outRsts int64
-	states                    map[string]int
+	states                             map[string]int
 	// TIME-WAIT sockets on a listener's port (this host closed an
 	// incoming connection first) by local address, the others (outgoing)
 	// by remote address.
