@@ -118,6 +118,7 @@ const (
 	apacheAddr   = "127.0.0.1:80"    // apache2, listening on [::]:80
 	echoLocal    = "127.0.0.1:7000"  // churn server on loopback
 	echoRemote   = "198.18.3.2:7000" // churn server behind the veth
+	smtpRemote   = "198.18.4.2:25"   // Python's smtpd behind a veth
 	closedAddr   = "127.0.0.1:8090"  // the health checker's target: nothing listens
 	capAddr      = "127.0.0.1:8080"  // nginx proxying to the slow upstream
 	slowAddr     = "127.0.0.1:9000"  // the slow upstream
@@ -238,6 +239,15 @@ func scenarios() []scenario {
 			},
 			known: noFailures,
 			body:  churnRemote},
+		{name: "SMTP mailer, a session per mail",
+			software: "python3 smtplib with 8 senders opening a new SMTP session for every mail (EHLO, MAIL, RCPT, DATA, QUIT: the client closes first) to Python's smtpd on port 25 in a second namespace behind a veth (198.18.4.2), ip_local_port_range 40000-40999 for 20 s: the 1,000 ports fill with TIME_WAIT within seconds and connect() fails with EADDRNOTAVAIL; the reuse fix must be SMTP's (keep the session), not an HTTP pool",
+			want: []Expect{
+				{Rule: "port-exhaustion", Min: diag.Critical, Command: "python3", Proc: "smtp-client", Remote: smtpRemote, Fix: "reuse SMTP sessions"},
+				{Rule: "time-wait-churn", Optional: true, Command: "python3", Remote: smtpRemote},
+				{Rule: "connection-churn", Optional: true, Command: "python3", Remote: smtpRemote},
+			},
+			known: noFailures,
+			body:  smtpPerMail},
 		{name: "nginx at worker_connections",
 			software: "nginx as Debian ships it (worker_processes auto) with worker_connections 256, proxying to a slow upstream (a python3 server answering each request after 5 s) for 400 clients that each send one request at a time (Connection: close) and retry 0.2 s after a failure, for 14 s: each worker holds at most 256 connections, a client and its upstream connection count two, and nginx closes every client beyond them right after accepting it (its error.log: \"256 worker_connections are not enough\")",
 			want: []Expect{
@@ -1047,6 +1057,61 @@ func churnRemote(r *run) {
 			first = fmt.Sprintf("%.1f s in", *s.FirstError)
 		}
 		r.t.Errorf("the range should run out before the check starts (%.1f s in): first failure %s", checkAt.Seconds(), first)
+	}
+}
+
+// smtpPerMail: a python3 mailer opening a session per mail to an SMTP
+// server behind a veth, with a 1,000-port range: the client closes first,
+// the range fills with TIME_WAIT and connect() fails; check runs then.
+func smtpPerMail(r *run) {
+	r.need("python3")
+	cns := testns.New(r.t, "smc").Name
+	sns := testns.New(r.t, "sms").Name
+	veth(r.t, cns, sns, "198.18.4.1/24", "198.18.4.2/24") // the server is smtpRemote
+	nsRun(r.t, cns, "sysctl", "-q", "-w", "net.ipv4.ip_local_port_range=40000 40999")
+	server, err := filepath.Abs("testdata/smtp_server.py")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	client, err := filepath.Abs("testdata/smtp_client.py")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	const secs = 20
+	srv := r.start(sns, "smtp-server", "python3", server, "198.18.4.2", "25", strconv.Itoa(secs+15))
+	waitListen(r.t, sns, 25, srv)
+	c := r.start(cns, "smtp-client", "python3", client, "198.18.4.2", "25", "8", strconv.Itoa(secs))
+	started := time.Now()
+	deadline := started.Add(secs * time.Second * 3 / 4)
+	for time.Now().Before(deadline) {
+		if strings.Count(nsRun(r.t, cns, "ss", "-Htan", "state", "time-wait"), "\n") >= 1000 {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	checkAt := time.Since(started)
+	r.check(place{"client", cns}, place{"server", sns})
+	if !c.running() {
+		r.t.Errorf("the mailer ended before the check did")
+	}
+	if err := c.wait(r.t, (secs+20)*time.Second); err != nil {
+		r.t.Fatal(err)
+	}
+	var s churnSummary
+	if err := json.Unmarshal([]byte(c.stdout()), &s); err != nil {
+		r.t.Fatalf("smtp client: %v\n%s\n%s", err, c.stdout(), c.stderr())
+	}
+	failed := failures(s.Errors)
+	first := "none"
+	if s.FirstError != nil {
+		first = fmt.Sprintf("%.1f s in", *s.FirstError)
+	}
+	r.measured("mailer: %d sessions in %.1f s, %d mails sent; failed: %s (first failure %s; check began %.1f s in)", s.Attempts, s.Seconds, s.OK, failed, first, checkAt.Seconds())
+	if s.Errors["EADDRNOTAVAIL"] == 0 {
+		r.t.Errorf("want connect() to fail with EADDRNOTAVAIL once the range is in TIME_WAIT: %v", s.Errors)
+	}
+	if s.FirstError == nil || *s.FirstError > checkAt.Seconds()+1 {
+		r.t.Errorf("the range should run out before the check starts (%.1f s in): %v", checkAt.Seconds(), s.FirstError)
 	}
 }
 
