@@ -124,6 +124,7 @@ const (
 	slowAddr     = "127.0.0.1:9000"  // the slow upstream
 	redisCapAddr = "127.0.0.1:6380"  // redis-server with a small maxclients
 	pgAddr       = "127.0.0.1:5432"  // the PostgreSQL cluster
+	memcAddr     = "127.0.0.1:11211" // memcached with a small -c
 	haCapAddr    = "127.0.0.1:8088"  // haproxy's frontend in front of the slow upstream
 	apaCapAddr   = "127.0.0.1:8082"  // apache2 proxying to the slow upstream
 )
@@ -276,6 +277,20 @@ func scenarios() []scenario {
 		{name: "redis under maxclients",
 			software: "the same Redis and 80 clients with --maxclients 128",
 			body:     func(r *run) { redisCap(r, 128) }},
+		{name: "memcached at its -c",
+			software: "memcached as Debian ships it (1.6, 4 worker threads, -U 0) with -c 64 on 127.0.0.1:11211, and 50 clients each holding a connection and sending a get every 0.5 s for 14 s, reconnecting 0.2 s after a failure: memcached turns a client away (\"ERROR Too many open connections\", rejected_connections) once accept() returns a descriptor at -c - 1, and it holds about 24 descriptors of its own, so it takes 39 clients, not 64; it set its own open-file limit to 64",
+			want: []Expect{
+				{Rule: "app-connection-cap", Min: diag.Critical, Command: "memcached", Proc: "memcached", Service: memcAddr, Fix: "-c 128"},
+				{Rule: "fd-exhaustion", Optional: true, Max: diag.Info, Command: "memcached"},
+				{Rule: "connection-churn", Optional: true, Max: diag.Warning},
+			},
+			body: func(r *run) { memcachedCap(r, 64) }},
+		{name: "memcached under its -c",
+			software: "the same memcached and 50 clients with -c 128",
+			want: []Expect{
+				{Rule: "fd-exhaustion", Optional: true, Max: diag.Info, Command: "memcached"},
+			},
+			body: func(r *run) { memcachedCap(r, 128) }},
 		{name: "postgresql at max_connections",
 			software: "PostgreSQL 15 (a cluster made by initdb, max_connections = 20 in its postgresql.conf, 3 of them reserved for superusers; pgbench connects as the superuser postgres) under pgbench -C -c 60 -T 10 running SELECT pg_sleep(3) (a new connection per transaction), started 1 s into check's window: the clients beyond the limit get \"FATAL: sorry, too many clients already\" and pgbench aborts them",
 			want: []Expect{
@@ -1271,6 +1286,80 @@ func redisCap(r *run, max int) {
 	} else if rejected > 0 || len(hs.Errors) > 0 {
 		r.t.Errorf("maxclients %d should take all 80 clients: rejected_connections %d, errors %v", max, rejected, hs.Errors)
 	}
+}
+
+// memcachedCap: memcached -c max under 50 clients that each hold a
+// connection; check runs 4 s in. memcached's stats say what it turned away.
+func memcachedCap(r *run, max int) {
+	r.need("memcached", "python3")
+	ns := testns.New(r.t, "mcap").Name
+	clients, err := filepath.Abs("testdata/memcached_clients.py")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	ap := netip.MustParseAddrPort(memcAddr)
+	port := strconv.Itoa(int(ap.Port()))
+	srv := r.start(ns, "memcached", "memcached", "-u", "nobody", "-l", ap.Addr().String(), "-p", port, "-U", "0", "-c", strconv.Itoa(max))
+	waitListen(r.t, ns, int(ap.Port()), srv)
+	const secs, n = 14, 50
+	c := r.start(ns, "clients", "python3", clients, ap.Addr().String(), port, strconv.Itoa(n), strconv.Itoa(secs), "0.2")
+	time.Sleep(4 * time.Second)
+	r.check(place{"memcached", ns})
+	if !c.running() {
+		r.t.Errorf("the clients ended before the check did")
+	}
+	limits, _ := os.ReadFile(fmt.Sprintf("/proc/%d/limits", srv.pid()))
+	nofile := ""
+	for _, l := range strings.Split(string(limits), "\n") {
+		if strings.HasPrefix(l, "Max open files") {
+			nofile = strings.Join(strings.Fields(l)[3:5], "/")
+		}
+	}
+	if err := c.wait(r.t, (secs+30)*time.Second); err != nil {
+		r.t.Fatal(err)
+	}
+	var hs holdSummary
+	if err := json.Unmarshal([]byte(c.stdout()), &hs); err != nil {
+		r.t.Fatalf("clients: %v\n%s\n%s", err, c.stdout(), c.stderr())
+	}
+	// After the clients: at its cap memcached turns the stats client away too.
+	stats := memcachedStats(r, ns, ap)
+	rejected, _ := strconv.Atoi(stats["rejected_connections"])
+	r.measured("clients: %d answers in %.1f s; failures: %s; memcached stats after the clients: curr_connections %s, rejected_connections %d, max_connections %s, threads %s; its open-file limit (soft/hard) %s",
+		hs.OK, hs.Seconds, failures(hs.Errors), stats["curr_connections"], rejected, stats["max_connections"], stats["threads"], nofile)
+	if max < 2*n {
+		if rejected == 0 || hs.Errors["too many"] == 0 {
+			r.t.Errorf("-c %d under %d clients should turn some away: rejected_connections %d, clients saw %v", max, n, rejected, hs.Errors)
+		}
+	} else if rejected > 0 || len(hs.Errors) > 0 {
+		r.t.Errorf("-c %d should take all %d clients: rejected_connections %d, errors %v", max, n, rejected, hs.Errors)
+	}
+}
+
+// memcachedStats reads memcached's "stats" in ns (python3 as the client).
+func memcachedStats(r *run, ns string, ap netip.AddrPort) map[string]string {
+	const script = `import socket, sys
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=3)
+s.sendall(b"stats\r\n")
+b = b""
+while b"END\r\n" not in b:
+    d = s.recv(16384)
+    if not d:
+        break
+    b += d
+sys.stdout.write(b.decode())`
+	out := map[string]string{}
+	text, err := nsOut(ns, "python3", "-c", script, ap.Addr().String(), strconv.Itoa(int(ap.Port())))
+	if err != nil {
+		r.t.Errorf("memcached stats: %v", err)
+		return out
+	}
+	for _, l := range strings.Split(text, "\n") {
+		if f := strings.Fields(l); len(f) == 3 && f[0] == "STAT" {
+			out[f[1]] = f[2]
+		}
+	}
+	return out
 }
 
 // failures lists failure counts by kind, or "none".

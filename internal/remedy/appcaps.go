@@ -88,7 +88,7 @@ func MemcachedConns(value int64) []diag.Fix {
 	return []diag.Fix{{Scope: "application", Target: "memcached",
 		Text:    fmt.Sprintf("raise memcached's connection limit to %d (-c in /etc/memcached.conf on Debian) and restart it", value),
 		Command: fmt.Sprintf("-c %d", value),
-		Risk:    fmt.Sprintf("a descriptor and a read buffer per connection: LimitNOFILE must be above %d", value)}}
+		Risk:    fmt.Sprintf("a descriptor and a read buffer per connection; memcached sets its own open-file limit to -c when it starts, which it can only raise above the hard limit LimitNOFILE gives as root: keep LimitNOFILE at %d or above", value)}}
 }
 
 // TomcatMaxConnections is the fix for a Tomcat Connector at

@@ -99,7 +99,7 @@ func judgeAppCaps(in *diag.Input) ([]diag.Finding, []*snapshot.Socket, error) {
 	for i := range cur.AppCaps {
 		c := &cur.AppCaps[i]
 		u := tcpmodel.CapUseOf(cur, c)
-		if !tcpmodel.AtCap(u.Held[u.Top], tcpmodel.CapLimit(c)) {
+		if !tcpmodel.AtCap(u.Held[u.Top], tcpmodel.CapLimitIn(cur, c)) {
 			continue
 		}
 		f := capFinding(in, &u, prevHeld)
@@ -124,7 +124,7 @@ func capFinding(in *diag.Input, u *tcpmodel.CapUse, prevHeld map[int]int) diag.F
 	cur, c := in.Cur, u.Cap
 	win := in.Window()
 	held := u.Held[u.Top]
-	limit := tcpmodel.CapLimit(c)
+	limit := tcpmodel.CapLimitIn(cur, c)
 	sub := diag.Subject{Netns: cur.Netns.Name, Pid: c.Pid, Command: c.Command}
 	var addrs []string
 	for _, ln := range u.Listeners {
@@ -139,7 +139,17 @@ func capFinding(in *diag.Input, u *tcpmodel.CapUse, prevHeld map[int]int) diag.F
 	}
 	ev := []diag.Evidence{{Name: c.Setting, Value: fmt.Sprint(c.Value), Source: c.Source + " (read through /proc/PID/root)"}}
 	setting := fmt.Sprintf("%s %d", c.Setting, c.Value)
-	if c.Reserved > 0 {
+	switch reserved := c.Value - limit; {
+	case c.App == "memcached" && reserved > 0:
+		setting += fmt.Sprintf(", %d of them for clients", limit)
+		v := fmt.Sprintf("%d: memcached turns a client away once accept() returns a descriptor at -c - 1 (%d) or above, and holds %d descriptors besides its clients'", reserved, c.Value-1, reserved-1)
+		src := "/proc/PID/fd open files less its TCP connections (sock_diag), plus one"
+		if own := cur.Procs[c.Pid]; own == nil || own.FDs < 0 {
+			v = fmt.Sprintf("about %d: memcached turns a client away once accept() returns a descriptor at -c - 1 or above; estimated from its threads (4 descriptors each plus 9, memcached 1.6.18): its open files were not read", reserved)
+			src = "internal/appcaps estimate from -t"
+		}
+		ev = append(ev, diag.Evidence{Name: "kept from -c for itself", Value: v, Source: src})
+	case reserved > 0:
 		setting += fmt.Sprintf(", %d of them for ordinary clients", limit)
 	}
 	for _, r := range c.Related {
@@ -271,7 +281,7 @@ func capFixes(cur *snapshot.Snapshot, u *tcpmodel.CapUse, perSec float64, ev *[]
 		per += float64(outgoing) / float64(clients)
 	}
 	need := int64(math.Ceil(want*per/float64(len(u.Pids)))) + int64(max(listeners, 0))
-	value := tcpmodel.NextPow2(max(need+c.Reserved, 2*c.Value))
+	value := tcpmodel.NextPow2(max(need+tcpmodel.CapReserved(cur, c), 2*c.Value))
 	*ev = append(*ev, diag.Evidence{Name: "connections wanted",
 		Value:  fmt.Sprintf("about %.0f clients (%d held + %.0f turned away each second) x %.2f connections each, over %d process(es): %d each", want, clients, math.Ceil(perSec), per, len(u.Pids), need),
 		Source: "the counts above: a client turned away that retries within a second counts once, one that retries faster once per retry, so this is an upper bound for fast retriers (the value below is on the safe side)"})

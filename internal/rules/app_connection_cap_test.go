@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -134,4 +135,75 @@ func TestAppCapEnvoyFix(t *testing.T) {
 	if fx := fs[0].Fixes[0]; !strings.Contains(fx.Text, "max_connections (connection_limit, listener edge) to 256 (/etc/envoy/envoy.yaml)") {
 		t.Errorf("fix %+v", fx)
 	}
+}
+
+// TestMemcachedRealCap: memcached 1.6.18 with -c 64 (4 threads, -U 0)
+// and 50 clients holding a connection each, recorded with tcpdoctor
+// record --interval 3s: it took 39 and turned the rest away ("ERROR Too
+// many open connections", 649 in 12 s), because it rejects a client once
+// accept() returns a descriptor at -c - 1 and holds 24 descriptors of its
+// own; it set its own open-file limit to 64. app-connection-cap names the
+// cap (39 for clients, fix -c 128); fd-exhaustion, at 64 of 64 open files,
+// says the connection limit binds first and stays a note, without
+// claiming EMFILE or proposing LimitNOFILE.
+func TestMemcachedRealCap(t *testing.T) {
+	path := filepath.Join("testdata", "app-connection-cap", "memcached-at-c.jsonl")
+	res := runFixtureOpts(t, appConnectionCap(), path, diag.Options{})
+	var capF *diag.Finding
+	for i, f := range res.Findings {
+		if f.Severity == diag.Critical && f.Subject.Command == "memcached" {
+			capF = &res.Findings[i]
+		}
+	}
+	if capF == nil {
+		t.Fatalf("app-connection-cap: no critical finding for memcached: %+v %+v", res.Findings, res.Unknown)
+	}
+	if !strings.Contains(capF.Summary, "of them for clients") {
+		t.Errorf("summary does not say the clients' share of -c: %q", capF.Summary)
+	}
+	fixed := false
+	for _, x := range capF.Fixes {
+		fixed = fixed || strings.Contains(x.Command, "-c 128")
+	}
+	if !fixed {
+		t.Errorf("fixes do not raise -c to 128: %+v", capF.Fixes)
+	}
+	fd := runFixtureOpts(t, fdExhaustion(), path, diag.Options{})
+	for _, f := range fd.Findings {
+		if f.Subject.Command != "memcached" {
+			continue
+		}
+		if f.Severity > diag.Info || strings.Contains(f.Summary, "fail with EMFILE at the limit") {
+			t.Errorf("fd-exhaustion: %v %q", f.Severity, f.Summary)
+		}
+		for _, x := range f.Fixes {
+			if strings.Contains(x.Command, "LimitNOFILE") || strings.Contains(x.Command, "prlimit") {
+				t.Errorf("fd-exhaustion proposes the open-file limit for memcached: %q", x.Command)
+			}
+		}
+	}
+}
+
+// TestMemcachedCapFromFDs: the same recording with the reading's estimate
+// of what memcached keeps for itself removed (as a reading without it
+// left it): the cap is still found, from its open files less its
+// connections, 39 for clients, not 64.
+func TestMemcachedCapFromFDs(t *testing.T) {
+	snaps := readFixture(t, filepath.Join("testdata", "app-connection-cap", "memcached-at-c.jsonl"))
+	for _, s := range snaps {
+		for i := range s.AppCaps {
+			s.AppCaps[i].Reserved = 0
+		}
+	}
+	var res diag.Result
+	diag.Run([]diag.Rule{appConnectionCap()}, diag.NewInput(snaps[0], snaps[len(snaps)-1], diag.Options{}), &res)
+	for _, f := range res.Findings {
+		if f.Severity == diag.Critical && f.Subject.Command == "memcached" {
+			if !strings.Contains(f.Summary, "39 of them for clients") {
+				t.Errorf("summary %q, want 39 of -c 64 for clients", f.Summary)
+			}
+			return
+		}
+	}
+	t.Errorf("no critical finding for memcached at 39 of -c 64: %+v", res.Findings)
 }

@@ -36,6 +36,42 @@ func CapNear(value int64) int64 { return value - max(2, value/20) }
 // it reserves.
 func CapLimit(c *snapshot.AppCap) int64 { return c.Value - c.Reserved }
 
+// CapLimitIn is CapLimit with what the server reserves as s shows it
+// (CapReserved).
+func CapLimitIn(s *snapshot.Snapshot, c *snapshot.AppCap) int64 { return c.Value - CapReserved(s, c) }
+
+// CapReserved is what of c.Value its server keeps from its clients in s.
+// memcached turns a client away once accept() returns a descriptor at -c
+// - 1 or above (maxconns_fast, its default), so every descriptor it holds
+// that is not a client connection counts against -c: its open files
+// (/proc/PID/fd) less its TCP connections, plus that last one. Without
+// the process's open files, or for another server, c.Reserved (for
+// memcached, the reading's estimate from its threads).
+func CapReserved(s *snapshot.Snapshot, c *snapshot.AppCap) int64 {
+	if c.App != "memcached" || s == nil {
+		return c.Reserved
+	}
+	p := s.Procs[c.Pid]
+	if p == nil || p.FDs < 0 {
+		return c.Reserved
+	}
+	conns := 0
+	for i := range s.Sockets {
+		sk := &s.Sockets[i]
+		if sk.State != snapshot.Listen && slices.Contains(sk.Pids.List(), c.Pid) {
+			conns++
+		}
+	}
+	own := int64(p.FDs - conns)
+	if own < 0 {
+		return c.Reserved
+	}
+	// The connections it holds fit, whatever the descriptor count says:
+	// fds and sockets are read moments apart, and a client being turned
+	// away holds a descriptor for that moment.
+	return max(min(own+1, c.Value-int64(conns)), 0)
+}
+
 // AtCap says whether held reached the limit value (CapNear).
 func AtCap(held int, value int64) bool { return value > 0 && int64(held) >= CapNear(value) }
 

@@ -360,7 +360,10 @@ func resetCloses(s *snapshot.Snapshot, ls Listeners, m map[Flow]*Churn, get func
 		iv = window
 	}
 	for _, r := range ev.Resets {
-		if !r.Sent || !AbortiveClose(r.Reason) || r.Count == 0 {
+		// Only the two shapes EventReset documents: the opener's side
+		// (the service's address and port, LocalPort 0) or the service's
+		// (the opener's address, port 0, and LocalPort).
+		if !r.Sent || !AbortiveClose(r.Reason) || r.Count == 0 || (r.LocalPort == 0) == (r.Remote.Port() == 0) {
 			continue
 		}
 		var c *Churn
