@@ -333,6 +333,16 @@ func scenarios() []scenario {
 				{Rule: "time-wait-churn", Optional: true, Max: diag.Warning},
 			},
 			body: func(r *run) { apacheCap(r, 2, 5, 64) }},
+		{name: "apache2 at MaxRequestWorkers, queue not full",
+			software: "the same apache2 proxying to the slow upstream for 200 clients, with ServerLimit 2 x ThreadsPerChild 8 (MaxRequestWorkers 16) and apache2's default ListenBacklog 511: its 16 workers hold 16 connections flat, the other clients wait in an accept queue that never drains but never fills (about 184 of 511), give up after 6 s (the upstream answers in 5) and leave their connections there in CLOSE_WAIT, never accepted; no SYN is dropped and no file tcpdoctor reads names the limit",
+			want: []Expect{
+				{Rule: "app-connection-cap", Min: diag.Critical, Command: "apache2", Service: apaCapAddr, Fix: "MaxRequestWorkers"},
+				{Rule: "listen-overflow", Optional: true, Command: "apache2", Service: apaCapAddr},
+				{Rule: "syn-queue-overflow", Optional: true, Max: diag.Warning, Command: "apache2", Service: apaCapAddr},
+				{Rule: "connection-churn", Optional: true, Max: diag.Warning},
+				{Rule: "time-wait-churn", Optional: true, Max: diag.Warning},
+			},
+			body: func(r *run) { apacheCap(r, 2, 8, 511, "6") }},
 		{name: "apache2 under MaxRequestWorkers",
 			software: "the same apache2, upstream and 200 clients with Debian's own event MPM sizes (ServerLimit 16 x ThreadsPerChild 25: MaxRequestWorkers 400) and apache2's default ListenBacklog (511; at 64 the 200 clients reconnecting together every 5 s overflow the SYN queue, which syn-queue-overflow rightly names): every client is served in turn, 200 connections held flat",
 			want: []Expect{
@@ -1213,9 +1223,10 @@ func nginxCap(r *run, conns int) {
 // secs, checks 4 s in, then waits for them and stops the server srv. It
 // returns the clients' summary, how many connections failed, and the
 // server's error.log.
-func (r *run) holdClients(ns string, at place, srv *proc, clients string, addr netip.AddrPort, n, secs int) (holdSummary, int, []byte) {
+func (r *run) holdClients(ns string, at place, srv *proc, clients string, addr netip.AddrPort, n, secs int, extra ...string) (holdSummary, int, []byte) {
 	r.t.Helper()
-	c := r.start(ns, "clients", "python3", clients, addr.Addr().String(), strconv.Itoa(int(addr.Port())), strconv.Itoa(n), strconv.Itoa(secs), "0.2")
+	argv := append([]string{"python3", clients, addr.Addr().String(), strconv.Itoa(int(addr.Port())), strconv.Itoa(n), strconv.Itoa(secs), "0.2"}, extra...)
+	c := r.start(ns, "clients", argv...)
 	time.Sleep(4 * time.Second)
 	r.check(at)
 	if !c.running() {
@@ -1546,7 +1557,7 @@ func haproxyFrontendStats(sock, fe string) (scur, smax, slim int, err error) {
 // reached MaxRequestWorkers; the clients say whether anyone was turned
 // away. The configuration is written whole (Debian's apache2.conf pulls
 // in its sites and mods), with Debian's module files.
-func apacheCap(r *run, servers, threads, backlog int) {
+func apacheCap(r *run, servers, threads, backlog int, extra ...string) {
 	const mods = "/usr/lib/apache2/modules"
 	r.need("apache2", "python3")
 	for _, m := range []string{"mpm_event", "authz_core", "proxy", "proxy_http"} {
@@ -1599,7 +1610,7 @@ ProxyTimeout 60
 	srv := r.start(ns, "apache2", "apache2", "-f", conf, "-D", "FOREGROUND")
 	ca := netip.MustParseAddrPort(apaCapAddr)
 	waitListen(r.t, ns, int(ca.Port()), srv)
-	hs, failed, b := r.holdClients(ns, place{"apache2", ns}, srv, clients, ca, n, secs)
+	hs, failed, b := r.holdClients(ns, place{"apache2", ns}, srv, clients, ca, n, secs, extra...)
 	reached := strings.Count(string(b), "server reached MaxRequestWorkers setting")
 	r.measured("clients: %d answers in %.1f s; failures: %s; apache2 error.log: %d \"server reached MaxRequestWorkers setting\" (MaxRequestWorkers %d)",
 		hs.OK, hs.Seconds, failures(hs.Errors), reached, workers)

@@ -390,7 +390,7 @@ func measuredCaps(in *diag.Input) []measuredHit {
 		if acc.owned < measuredMinHeld || was < measuredMinHeld || !flat(was, acc.owned) || nearFDLimit(cur, acc.byPid) {
 			continue
 		}
-		if f, ok := measuredCapFinding(in, ln, p, acc, was); ok {
+		if f, ok := measuredCapFinding(in, ln, p, acc, was, queued[p.Cookie]); ok {
 			hs = append(hs, measuredHit{f: f, ln: ln})
 		}
 	}
@@ -465,7 +465,7 @@ func nearFDLimit(s *snapshot.Snapshot, byPid map[int]int) bool {
 // measuredCapFinding is the finding for listener ln (p in the window's
 // first sample) whose owners held acc at the end and was at the start,
 // if clients were turned away; ok is false when none were.
-func measuredCapFinding(in *diag.Input, ln *snapshot.Socket, p *snapshot.Was, acc accepted, was int) (diag.Finding, bool) {
+func measuredCapFinding(in *diag.Input, ln *snapshot.Socket, p *snapshot.Was, acc accepted, was int, startQueued []uint64) (diag.Finding, bool) {
 	cur := in.Cur
 	win := in.Window()
 	secs := win.Seconds()
@@ -502,6 +502,30 @@ func measuredCapFinding(in *diag.Input, ln *snapshot.Socket, p *snapshot.Was, ac
 				Source: "/proc/net/netstat TcpExt.ListenOverflows", Threshold: "> 0"})
 		}
 		why = fmt.Sprintf("its accept queue stayed full (%d of %d) and handshakes were dropped: clients wait or are turned away", ln.RecvQ, ln.SendQ)
+	}
+	// Or a long accept queue that does not drain, before it fills: at
+	// both ends as many connections waiting as held (and at least
+	// measuredMinHeld), and of those waiting at the window's start at most
+	// a quarter given to the server: each waits longer than the window
+	// for a slot (apache2 at MaxRequestWorkers 16 behind a slow backend:
+	// 184 of 511 waiting, 16 held, clients timing out).
+	if why == "" {
+		taken := 0
+		for i := range cur.Sockets {
+			sk := &cur.Sockets[i]
+			if sk.Pids.Len() > 0 && tcpmodel.AcceptedOn(ln, sk) {
+				if _, ok := slices.BinarySearch(startQueued, sk.Cookie); ok {
+					taken++
+				}
+			}
+		}
+		n := len(startQueued)
+		if int(ln.RecvQ) >= max(measuredMinHeld, acc.owned) && int(p.RecvQ) >= max(measuredMinHeld, was) && n > 0 && 4*taken <= n {
+			ev = append(ev, diag.Evidence{Name: "accept queue of " + addr, Value: fmt.Sprintf("%d of %d now, %d at the window's start; %d of the %d connections waiting at its start were taken in %s", ln.RecvQ, ln.SendQ, p.RecvQ, taken, n, units.Dur(win)),
+				Source:    "sock_diag LISTEN Recv-Q / Send-Q; connections accepted on the listener without an owner at the window's start, and which of them a process holds at its end (by socket cookie)",
+				Threshold: fmt.Sprintf("at both ends at least as many waiting as held (and >= %d), and at most a quarter of those waiting at the start taken: the queue does not drain", measuredMinHeld)})
+			why = fmt.Sprintf("its accept queue held %d and %d connections (backlog %d) and gave the server %d of the %d waiting at the window's start: each client waits longer than %s for a slot", p.RecvQ, ln.RecvQ, ln.SendQ, taken, n, units.Dur(win))
+		}
 	}
 	// Or the server ended connections right after accepting them: resets
 	// for requests that came after its close, while it kept a quarter or
