@@ -125,6 +125,7 @@ const (
 	redisCapAddr = "127.0.0.1:6380"  // redis-server with a small maxclients
 	pgAddr       = "127.0.0.1:5432"  // the PostgreSQL cluster
 	memcAddr     = "127.0.0.1:11211" // memcached with a small -c
+	nodeAddr     = "127.0.0.1:8084"  // node with server.maxConnections
 	haCapAddr    = "127.0.0.1:8088"  // haproxy's frontend in front of the slow upstream
 	apaCapAddr   = "127.0.0.1:8082"  // apache2 proxying to the slow upstream
 )
@@ -291,6 +292,20 @@ func scenarios() []scenario {
 				{Rule: "fd-exhaustion", Optional: true, Max: diag.Info, Command: "memcached"},
 			},
 			body: func(r *run) { memcachedCap(r, 128) }},
+		{name: "node at server.maxConnections",
+			software: "node v20's http server with server.maxConnections 64 answering each request after 5 s (as behind a slow backend), for 200 clients that each send one request at a time (Connection: close) and retry 0.2 s after a failure, for 14 s: Node accepts every newcomer beyond 64 and destroys it at once (its 'drop' event), so each gets a reset; no file tcpdoctor reads names the limit (it is set in the program)",
+			want: []Expect{
+				{Rule: "app-connection-cap", Min: diag.Critical, Command: "node", Proc: "node", Service: nodeAddr, Fix: "server.maxConnections"},
+				{Rule: "connection-churn", Optional: true, Max: diag.Warning},
+				{Rule: "time-wait-churn", Optional: true, Max: diag.Warning},
+			},
+			body: func(r *run) { nodeCap(r, 64) }},
+		{name: "node under server.maxConnections",
+			software: "the same node server and 200 clients with server.maxConnections 256: every client is served in turn",
+			want: []Expect{
+				{Rule: "connection-churn", Optional: true, Max: diag.Info},
+			},
+			body: func(r *run) { nodeCap(r, 256) }},
 		{name: "postgresql at max_connections",
 			software: "PostgreSQL 15 (a cluster made by initdb, max_connections = 20 in its postgresql.conf, 3 of them reserved for superusers; pgbench connects as the superuser postgres) under pgbench -C -c 60 -T 10 running SELECT pg_sleep(3) (a new connection per transaction), started 1 s into check's window: the clients beyond the limit get \"FATAL: sorry, too many clients already\" and pgbench aborts them",
 			want: []Expect{
@@ -1296,6 +1311,56 @@ func redisCap(r *run, max int) {
 		}
 	} else if rejected > 0 || len(hs.Errors) > 0 {
 		r.t.Errorf("maxclients %d should take all 80 clients: rejected_connections %d, errors %v", max, rejected, hs.Errors)
+	}
+}
+
+// nodeCap: a node http server with server.maxConnections max, each
+// answer after 5 s, under 200 clients; check runs 4 s in.
+func nodeCap(r *run, max int) {
+	r.need("node", "python3")
+	ns := testns.New(r.t, "ncap").Name
+	server, err := filepath.Abs("testdata/node_server.js")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	clients, err := filepath.Abs("testdata/hold_clients.py")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	ap := netip.MustParseAddrPort(nodeAddr)
+	const secs, n = 14, 200
+	srv := r.start(ns, "node", "node", server, ap.Addr().String(), strconv.Itoa(int(ap.Port())), strconv.Itoa(max), "5000", strconv.Itoa(secs+30))
+	waitListen(r.t, ns, int(ap.Port()), srv)
+	before, err := readStat(ns)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	c := r.start(ns, "clients", "python3", clients, ap.Addr().String(), strconv.Itoa(int(ap.Port())), strconv.Itoa(n), strconv.Itoa(secs), "0.2")
+	time.Sleep(4 * time.Second)
+	r.check(place{"node", ns})
+	if !c.running() {
+		r.t.Errorf("the clients ended before the check did")
+	}
+	if err := c.wait(r.t, (secs+40)*time.Second); err != nil {
+		r.t.Fatal(err)
+	}
+	after, err := readStat(ns)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	var hs holdSummary
+	if err := json.Unmarshal([]byte(c.stdout()), &hs); err != nil {
+		r.t.Fatalf("clients: %v\n%s\n%s", err, c.stdout(), c.stderr())
+	}
+	failed := 0
+	for _, v := range hs.Errors {
+		failed += v
+	}
+	r.measured("clients: %d answers in %.1f s; failures: %s; over the run Tcp.PassiveOpens +%d, Tcp.OutRsts +%d", hs.OK, hs.Seconds, failures(hs.Errors), after.passiveOpens-before.passiveOpens, after.outRsts-before.outRsts)
+	if max < n && failed == 0 {
+		r.t.Errorf("maxConnections %d under %d clients should turn some away: %v", max, n, hs.Errors)
+	} else if max >= n && (failed > 0 || hs.OK < n) {
+		r.t.Errorf("maxConnections %d should serve every client: %d answers, failures %v", max, hs.OK, hs.Errors)
 	}
 }
 

@@ -80,7 +80,13 @@ func judgeAppCaps(in *diag.Input) ([]diag.Finding, []*snapshot.Socket, error) {
 		return nil, nil, err
 	}
 	msg, failed := cur.Failed(snapshot.SourceAppCaps)
-	if cur.AppCaps == nil {
+	// A recording drops an empty list (omitempty): the source's own
+	// record says whether it ran.
+	read := false
+	for _, st := range cur.Sources {
+		read = read || st.Source == snapshot.SourceAppCaps && st.OK
+	}
+	if cur.AppCaps == nil && !read {
 		switch why := tcpmodel.OwnersMissing(cur); {
 		case failed:
 			return nil, nil, diag.Unknownf("servers' own limits not read: %s", msg)
@@ -532,13 +538,39 @@ func measuredCapFinding(in *diag.Input, ln *snapshot.Socket, p *snapshot.Was, ac
 	// more of what it holds across the window. A keep-alive server that
 	// ends its connections after some requests resets the requests racing
 	// its close too, but what it holds is all new.
+	// Either way a keep-alive server that ends connections after some
+	// requests looks alike, but what it holds is then all new; unless
+	// most of what the namespace accepted ended in a reset (Node at
+	// server.maxConnections with clients arriving in step).
+	passive, hasPassive := in.CounterDelta("Tcp.PassiveOpens")
+	var turnedPerSec float64
+	steady := acc.owned-acc.fresh >= max(1, acc.owned/4)
+	var ta tcpmodel.TurnedAway
 	if why == "" {
-		if kept := acc.owned - acc.fresh; kept < max(1, acc.owned/4) {
+		u := tcpmodel.CapUse{Cap: &snapshot.AppCap{Pid: sub.Pid}, Listeners: []*snapshot.Socket{ln}, Pids: pids}
+		ta = tcpmodel.TurnedAwayOf(cur, &u, prevState(in), win, passive, hasPassive && passive >= 0)
+	}
+	// Without the eBPF source: the namespace's counters, where the
+	// listener is its only one. Connections it accepted in the window
+	// that are neither held now nor closed first by another listener's
+	// server (TurnedAway.Estimated), at capTurnedRate or more, with as
+	// many resets sent (Tcp.OutRsts) as half of them: ended as they came.
+	if why == "" && !ta.HasResets {
+		rsts, hasRsts := in.CounterDelta("Tcp.OutRsts")
+		_, sole := tcpmodel.SoleListeningPort(cur)
+		est := ta.Estimated
+		if !sole || !hasRsts || !ta.HasEstimate || float64(est)/secs < capTurnedRate || 2*rsts < est || !steady && 2*rsts < passive {
 			return diag.Finding{}, false
 		}
-		u := tcpmodel.CapUse{Cap: &snapshot.AppCap{Pid: sub.Pid}, Listeners: []*snapshot.Socket{ln}, Pids: pids}
-		ta := tcpmodel.TurnedAwayOf(cur, &u, prevState(in), win, 0, false)
-		if !ta.HasResets || float64(ta.Resets())/secs < capTurnedRate {
+		ev = append(ev, diag.Evidence{Name: "accepted and ended at once (netns)", Value: fmt.Sprintf("%d of the %d connections accepted in %s (%.1f/s) neither held now nor closed first by another listener; Tcp.OutRsts +%d", est, passive, units.Dur(win), float64(est)/secs, rsts),
+			Source:    "/proc/net/snmp Tcp.PassiveOpens and Tcp.OutRsts; sock_diag held connections and other listeners' TIME_WAIT (the namespace's only listening port)",
+			Threshold: fmt.Sprintf(">= %.0f/s, with resets at least half of them", capTurnedRate)})
+		why = fmt.Sprintf("the namespace accepted %.0f connections/s more than it holds and sent %d resets: clients are ended right after being accepted", float64(est)/secs, rsts)
+		turnedPerSec = float64(est) / secs
+	}
+	if why == "" {
+		mostly := hasPassive && passive > 0 && 2*int64(ta.Resets()) >= passive
+		if !steady && !mostly || float64(ta.Resets())/secs < capTurnedRate {
 			return diag.Finding{}, false
 		}
 		var rs []string
@@ -550,6 +582,7 @@ func measuredCapFinding(in *diag.Input, ln *snapshot.Socket, p *snapshot.Was, ac
 			Source:    "eBPF tp_btf/tcp_send_reset: TCP_TIMEWAIT_SOCKET and TCP_ABORT_ON_DATA are requests that arrived after the server closed, TCP_ABORT_ON_CLOSE requests it closed unread",
 			Threshold: fmt.Sprintf(">= %.0f/s", capTurnedRate)})
 		why = fmt.Sprintf("it sent %.0f resets/s from %s for requests it closed before reading: clients are turned away", float64(ta.Resets())/secs, addr)
+		turnedPerSec = float64(ta.Resets()) / secs
 	}
 	held := acc.owned
 	var each []string
@@ -565,7 +598,14 @@ func measuredCapFinding(in *diag.Input, ln *snapshot.Socket, p *snapshot.Was, ac
 	d := distinctWanted(cur, ln)
 	ev = append(ev, diag.Evidence{Name: "connections wanted at once", Value: d.String(),
 		Source: "sock_diag: distinct client address:port pairs of the connections on the listener (held and queued), its SYN-RECV requests, and this namespace's own SYN-SENT connects to it; a client whose SYN was dropped and who is on another host is not seen"})
-	value := tcpmodel.NextPow2(int64(max(2*held, d.total())))
+	// Clients it ends at once come back: as for a limit read from its
+	// files, each turned away in a second counts once (an upper bound
+	// for clients that retry faster).
+	value := tcpmodel.NextPow2(int64(max(2*held, d.total(), held+int(math.Ceil(turnedPerSec)))))
+	if turnedPerSec > 0 {
+		ev = append(ev, diag.Evidence{Name: "connections wanted", Value: fmt.Sprintf("about %d: %d held + %.0f turned away each second", held+int(math.Ceil(turnedPerSec)), held, math.Ceil(turnedPerSec)),
+			Source: "the counts above: a client turned away that retries within a second counts once, one that retries faster once per retry, so this is an upper bound for fast retriers (the value below is on the safe side)"})
+	}
 	summary := fmt.Sprintf("%s's own limit near %d on %s (measured: held %d at both ends of %s while %s); no file tcpdoctor reads names it",
 		cmd, held, addr, held, units.Dur(win), why)
 	if was != held {

@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -206,4 +207,45 @@ func TestMemcachedCapFromFDs(t *testing.T) {
 		}
 	}
 	t.Errorf("no critical finding for memcached at 39 of -c 64: %+v", res.Findings)
+}
+
+// TestNodeMaxConnections: node v20's http server with
+// server.maxConnections 64 answering each request after 5 s, 200 clients
+// (internal/corpus's hold_clients.py), recorded with tcpdoctor record
+// --interval 3s with the eBPF source and with --bpf off. Node accepts a
+// newcomer beyond 64 and destroys it: a reset for each (TCP_ABORT_ON_CLOSE
+// when the request was already there, whose port the close releases
+// first; TCP_TIMEWAIT_SOCKET or TCP_ABORT_ON_DATA when it came after).
+// Both are its own limit near 64, measured: with eBPF from those resets,
+// every reason counted, even with every held connection new (the clients
+// arrive in step); without it from the plateau and the namespace's
+// Tcp.PassiveOpens and Tcp.OutRsts. The value to raise to counts the
+// clients turned away each second, not twice the 64 held.
+func TestNodeMaxConnections(t *testing.T) {
+	for _, c := range []struct{ file, why string }{
+		{"node-maxconnections.jsonl", "TCP_ABORT_ON_CLOSE"},
+		{"node-maxconnections-nobpf.jsonl", "Tcp.OutRsts"},
+	} {
+		res := runFixtureOpts(t, appConnectionCap(), filepath.Join("testdata", "app-connection-cap", c.file), diag.Options{})
+		if len(res.Findings) != 1 || res.Findings[0].Severity != diag.Critical || res.Findings[0].Subject.Command != "node" ||
+			!strings.Contains(res.Findings[0].Summary, "own limit near 64") {
+			t.Errorf("%s: want node's own limit near 64, critical: %+v %+v", c.file, res.Findings, res.Unknown)
+			continue
+		}
+		f := res.Findings[0]
+		var ev []string
+		for _, e := range f.Evidence {
+			ev = append(ev, e.Name+" = "+e.Value)
+		}
+		if all := strings.Join(ev, "\n"); !strings.Contains(all, c.why) {
+			t.Errorf("%s: evidence does not say %q:\n%s", c.file, c.why, all)
+		}
+		var value int
+		if len(f.Fixes) > 0 {
+			fmt.Sscanf(f.Fixes[0].Command, "server.maxConnections = %d", &value)
+		}
+		if value < 256 {
+			t.Errorf("%s: raise to %d for 200 clients: %+v", c.file, value, f.Fixes)
+		}
+	}
 }

@@ -232,7 +232,7 @@ func TurnedAwayOf(s *snapshot.Snapshot, u *CapUse, prev PrevState, window time.D
 		t.HasResets = true
 		t.ResetsSent = map[string]uint64{}
 		for _, r := range ev.Resets {
-			if r.Sent && r.LocalPort != 0 && slices.Contains(ports, r.LocalPort) {
+			if port, ok := ResetPort(s, r); ok && slices.Contains(ports, port) {
 				t.ResetsSent[r.Reason] += r.Count
 			}
 		}
@@ -292,4 +292,41 @@ func acceptedTurnover(s *snapshot.Snapshot, u *CapUse, prev PrevState, window ti
 		}
 	}
 	return fresh, elsewhere
+}
+
+// ResetPort is the local port of the accepted connection a sent reset
+// ended, ok false for an opener's reset or one that cannot be placed. The
+// eBPF source keys an accepted socket's resets by its port; but close()
+// on one with unread data (TCP_ABORT_ON_CLOSE: Node's
+// server.maxConnections closes newcomers so) releases the port before
+// the reset goes out, and the reset comes keyed by neither port. Such
+// one is placed on the namespace's only listening port when there is
+// one.
+func ResetPort(s *snapshot.Snapshot, r snapshot.EventReset) (uint16, bool) {
+	switch {
+	case !r.Sent:
+		return 0, false
+	case r.LocalPort != 0:
+		return r.LocalPort, true
+	case r.Remote.Port() != 0 || !AbortiveClose(r.Reason):
+		return 0, false
+	}
+	return SoleListeningPort(s)
+}
+
+// SoleListeningPort is the one port the namespace listens on, ok false
+// when it listens on none or several.
+func SoleListeningPort(s *snapshot.Snapshot) (uint16, bool) {
+	var port uint16
+	for i := range s.Sockets {
+		sk := &s.Sockets[i]
+		if sk.State != snapshot.Listen {
+			continue
+		}
+		if port != 0 && sk.Local.Port() != port {
+			return 0, false
+		}
+		port = sk.Local.Port()
+	}
+	return port, port != 0
 }

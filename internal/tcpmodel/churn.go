@@ -360,22 +360,26 @@ func resetCloses(s *snapshot.Snapshot, ls Listeners, m map[Flow]*Churn, get func
 		iv = window
 	}
 	for _, r := range ev.Resets {
-		// Only the two shapes EventReset documents: the opener's side
-		// (the service's address and port, LocalPort 0) or the service's
-		// (the opener's address, port 0, and LocalPort).
-		if !r.Sent || !AbortiveClose(r.Reason) || r.Count == 0 || (r.LocalPort == 0) == (r.Remote.Port() == 0) {
+		// The opener's side (the service's address and port, LocalPort
+		// 0) or the service's (the opener's address, port 0, and the
+		// port it was accepted on, ResetPort).
+		if !r.Sent || !AbortiveClose(r.Reason) || r.Count == 0 || r.LocalPort != 0 && r.Remote.Port() != 0 {
 			continue
 		}
 		var c *Churn
-		if r.LocalPort == 0 {
+		if r.Remote.Port() != 0 {
 			// The opener's socket: Remote is the service.
 			svc := Unmapped(r.Remote)
 			c = get(FlowOf(openerAddr(s, ls, m, svc), svc))
 			c.ResetByOpener += int(r.Count)
 		} else {
 			// The service's accepted socket: Remote is the opener.
+			port, ok := ResetPort(s, r)
+			if !ok {
+				continue
+			}
 			opener := r.Remote.Addr().Unmap()
-			c = get(FlowOf(opener, serviceAddr(s, m, opener, r.LocalPort)))
+			c = get(FlowOf(opener, serviceAddr(s, m, opener, port)))
 			c.ResetByService += int(r.Count)
 		}
 		c.ResetInterval = iv
