@@ -313,6 +313,13 @@ func scenarios() []scenario {
 				{Rule: "connection-churn", Optional: true, Max: diag.Warning},
 			},
 			body: func(r *run) { postgresCap(r, 20) }},
+		{name: "postgresql behind pgbouncer at its slots",
+			software: "the same cluster at max_connections 20 (17 for ordinary clients) behind pgbouncer (transaction pooling, default_pool_size and max_db_connections 17: a pool sized exactly to the server's slots), pgbench -C -c 60 -T 12 running SELECT pg_sleep(3) through pgbouncer: pgbouncer holds the 17 server connections and queues the 60 clients; nobody is refused",
+			want: []Expect{
+				{Rule: "app-connection-cap", Min: diag.Info, Max: diag.Info, Command: "postgres", Service: pgAddr, Fix: "holds these connections"},
+				{Rule: "connection-churn", Optional: true, Max: diag.Info},
+			},
+			body: pgbouncerPool},
 		{name: "postgresql under max_connections",
 			software: "the same cluster with max_connections = 100 under the same pgbench",
 			want: []Expect{
@@ -1454,9 +1461,83 @@ func failures(m map[string]int) string {
 // postgresCap: a PostgreSQL cluster with max_connections max in its
 // postgresql.conf, under pgbench -C -c 60 started 1 s into the check.
 func postgresCap(r *run, max int) {
+	ns := testns.New(r.t, "pg").Name
+	ap := netip.MustParseAddrPort(pgAddr)
+	port := strconv.Itoa(int(ap.Port()))
+	startPostgres(r, ns, max)
+	script := r.writeFile("sleep.sql", "SELECT pg_sleep(3);\n")
+	// pgbench starts 1 s into check's 3 s window (sh execs it).
+	pb := r.start(ns, "pgbench", "sh", "-c", fmt.Sprintf("sleep 1; exec pgbench -h %s -p %s -U postgres -n -C -f %s -c 60 -T 10 postgres", ap.Addr(), port, script))
+	r.check(place{"postgresql", ns})
+	_ = pb.wait(r.t, 40*time.Second) // exit 2 when clients were aborted
+	errs := pb.stderr()
+	tooMany := strings.Count(errs, "sorry, too many clients already")
+	tps := "none"
+	if m := regexp.MustCompile(`tps = ([0-9.]+)`).FindStringSubmatch(pb.stdout()); m != nil {
+		tps = m[1]
+	}
+	r.measured("pgbench: tps %s; %d clients refused \"sorry, too many clients already\", %d aborted", tps, tooMany, strings.Count(errs, "aborted while establishing connection"))
+	if max < 60 && tooMany == 0 || max >= 60 && tooMany > 0 {
+		r.t.Errorf("max_connections %d under 60 clients: %d refusals\n%s", max, tooMany, errs)
+	}
+}
+
+// pgbouncerPool: the cluster at max_connections 20 (17 for ordinary
+// clients) behind pgbouncer with a pool of exactly those 17, under
+// pgbench -C -c 60 through pgbouncer; check runs 4 s in.
+func pgbouncerPool(r *run) {
+	r.need("pgbouncer")
+	ns := testns.New(r.t, "pgb").Name
+	data := startPostgres(r, ns, 20)
+	dir := filepath.Join(r.dir, "pgbouncer")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		r.t.Fatal(err)
+	}
+	users := r.writeFile("userlist.txt", "\"postgres\" \"\"\n")
+	ini := r.writeFile("pgbouncer.ini", fmt.Sprintf(`[databases]
+postgres = host=127.0.0.1 port=5432 dbname=postgres
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = 6432
+unix_socket_dir = %[1]s
+auth_type = trust
+auth_file = %[2]s
+pool_mode = transaction
+default_pool_size = 17
+max_db_connections = 17
+max_client_conn = 200
+logfile = %[1]s/pgbouncer.log
+pidfile = %[1]s/pgbouncer.pid
+`, dir, users))
+	nsRun(r.t, ns, "chown", "-R", "postgres:postgres", dir, ini, users)
+	_ = data
+	asPG := []string{"setpriv", "--reuid=postgres", "--regid=postgres", "--init-groups", "--"}
+	pgb := r.start(ns, "pgbouncer", append(asPG, "pgbouncer", ini)...)
+	waitListen(r.t, ns, 6432, pgb)
+	script := r.writeFile("sleep.sql", "SELECT pg_sleep(3);\n")
+	pb := r.start(ns, "pgbench", "pgbench", "-h", "127.0.0.1", "-p", "6432", "-U", "postgres", "-n", "-C", "-f", script, "-c", "60", "-T", "12", "postgres")
+	time.Sleep(4 * time.Second)
+	r.check(place{"postgresql", ns})
+	held := strings.Count(nsRun(r.t, ns, "ss", "-Htn", "state", "established", "( sport = :5432 )"), "\n")
+	_ = pb.wait(r.t, 40*time.Second)
+	errs := pb.stderr()
+	tooMany := strings.Count(errs, "sorry, too many clients already")
+	tps := "none"
+	if m := regexp.MustCompile(`tps = ([0-9.]+)`).FindStringSubmatch(pb.stdout()); m != nil {
+		tps = m[1]
+	}
+	r.measured("pgbench through pgbouncer: tps %s; %d refused \"sorry, too many clients already\"; the server's connections after the check: %d (pgbouncer's pool 17 of max_connections 20 less 3 reserved)", tps, tooMany, held)
+	if tooMany > 0 || held < 15 {
+		r.t.Errorf("pgbouncer should hold its pool of 17 and refuse nobody: %d held, %d refusals\n%s", held, tooMany, errs)
+	}
+}
+
+// startPostgres makes a cluster with initdb, sets max_connections to max
+// in its postgresql.conf and starts it on pgAddr in ns; it returns its
+// directory.
+func startPostgres(r *run, ns string, max int) string {
 	const bin = "/usr/lib/postgresql/15/bin"
 	r.need(bin+"/initdb", bin+"/postgres", "pgbench", "setpriv")
-	ns := testns.New(r.t, "pg").Name
 	openDir(r.t, r.dir)
 	data := filepath.Join(r.dir, "pg")
 	if err := os.Mkdir(data, 0o700); err != nil {
@@ -1485,21 +1566,7 @@ func postgresCap(r *run, max int) {
 	srv := r.start(ns, "postgres", append(asPG, bin+"/postgres", "-D", data+"/data", "-c", "listen_addresses="+ap.Addr().String(),
 		"-c", "port="+port, "-c", "unix_socket_directories="+data)...)
 	waitListen(r.t, ns, int(ap.Port()), srv)
-	script := r.writeFile("sleep.sql", "SELECT pg_sleep(3);\n")
-	// pgbench starts 1 s into check's 3 s window (sh execs it).
-	pb := r.start(ns, "pgbench", "sh", "-c", fmt.Sprintf("sleep 1; exec pgbench -h %s -p %s -U postgres -n -C -f %s -c 60 -T 10 postgres", ap.Addr(), port, script))
-	r.check(place{"postgresql", ns})
-	_ = pb.wait(r.t, 40*time.Second) // exit 2 when clients were aborted
-	errs := pb.stderr()
-	tooMany := strings.Count(errs, "sorry, too many clients already")
-	tps := "none"
-	if m := regexp.MustCompile(`tps = ([0-9.]+)`).FindStringSubmatch(pb.stdout()); m != nil {
-		tps = m[1]
-	}
-	r.measured("pgbench: tps %s; %d clients refused \"sorry, too many clients already\", %d aborted", tps, tooMany, strings.Count(errs, "aborted while establishing connection"))
-	if max < 60 && tooMany == 0 || max >= 60 && tooMany > 0 {
-		r.t.Errorf("max_connections %d under 60 clients: %d refusals\n%s", max, tooMany, errs)
-	}
+	return data
 }
 
 // haproxyCap: haproxy (master-worker, as Debian's unit runs it) with

@@ -317,7 +317,7 @@ func capFixes(cur *snapshot.Snapshot, u *tcpmodel.CapUse, perSec float64, ev *[]
 	case "redis":
 		return remedy.RedisMaxclients(value, file)
 	case "postgresql":
-		return remedy.PostgresMaxConnections(value, file, clients)
+		return remedy.PostgresMaxConnections(value, file, clients, tcpmodel.CapLimitIn(cur, c), tcpmodel.PoolerHolding(cur, u.Listeners))
 	case "haproxy":
 		fe := ""
 		if n, ok := strings.CutPrefix(c.Setting, "maxconn (frontend "); ok {

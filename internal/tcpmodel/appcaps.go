@@ -330,3 +330,35 @@ func SoleListeningPort(s *snapshot.Snapshot) (uint16, bool) {
 	}
 	return port, port != 0
 }
+
+// poolers are connection poolers by command: a server's connections held
+// by one are a pool sized on purpose.
+var poolers = []string{"pgbouncer", "odyssey", "pgpool", "pgcat", "pgagroal", "proxysql"}
+
+// PoolerHolding names the connection pooler in s holding most of the
+// connections to the listeners (the client side of them, in this
+// namespace), when one holds at least half of those whose owner is
+// known; "" otherwise.
+func PoolerHolding(s *snapshot.Snapshot, listeners []*snapshot.Socket) string {
+	by := map[string]int{}
+	total := 0
+	for i := range s.Sockets {
+		sk := &s.Sockets[i]
+		if sk.State != snapshot.Established || sk.Pids.Len() == 0 {
+			continue
+		}
+		for _, ln := range listeners {
+			if sk.Remote.Port() == ln.Local.Port() && (ln.Local.IsUnspecified() || Unmapped(sk.Remote.AddrPort()).Addr() == Unmapped(ln.Local.AddrPort()).Addr()) {
+				total++
+				by[Command(s, sk.Pids.List()[0])]++
+				break
+			}
+		}
+	}
+	for cmd, n := range by {
+		if slices.Contains(poolers, cmd) && 2*n >= total {
+			return cmd
+		}
+	}
+	return ""
+}
