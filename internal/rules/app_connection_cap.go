@@ -15,6 +15,12 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/units"
 )
 
+// capWarnFrac is the share of its own limit a server holds from which
+// the finding is a warning; at the limit (tcpmodel.AtCap: less 5 %, at
+// least 2) it is critical: the same headroom fd-exhaustion gives open
+// files (80 %, 95 %).
+const capWarnFrac = 0.80
+
 // capTurnedRate is the rate (per second, over the window) of connections
 // a server at its cap ends itself from which clients count as turned
 // away: the finding is then critical.
@@ -105,7 +111,7 @@ func judgeAppCaps(in *diag.Input) ([]diag.Finding, []*snapshot.Socket, error) {
 	for i := range cur.AppCaps {
 		c := &cur.AppCaps[i]
 		u := tcpmodel.CapUseOf(cur, c)
-		if !tcpmodel.AtCap(u.Held[u.Top], tcpmodel.CapLimitIn(cur, c)) {
+		if lim := tcpmodel.CapLimitIn(cur, c); lim <= 0 || float64(u.Held[u.Top]) < capWarnFrac*float64(lim) {
 			continue
 		}
 		f := capFinding(in, &u, prevHeld)
@@ -194,7 +200,19 @@ func capFinding(in *diag.Input, u *tcpmodel.CapUse, prevHeld map[int]int) diag.F
 	// Who was turned away in the window.
 	passive, hasPassive := in.CounterDelta("Tcp.PassiveOpens")
 	ta := tcpmodel.TurnedAwayOf(cur, u, prevState(in), win, passive, hasPassive)
-	sev := diag.Info
+	// Headroom as fd-exhaustion judges open files: at the limit (less
+	// 5 %, at least 2) the next client is turned away, critical even
+	// before one is seen; from capWarnFrac a warning. A pooler holding
+	// the connections sized its pool to the limit on purpose: a note.
+	atCap := tcpmodel.AtCap(held, limit)
+	pooler := tcpmodel.PoolerHolding(cur, u.Listeners)
+	sev := diag.Warning
+	if atCap {
+		sev = diag.Critical
+	}
+	if pooler != "" {
+		sev = diag.Info
+	}
 	var perSec float64
 	turned := ""
 	if win > 0 {
@@ -236,7 +254,7 @@ func capFinding(in *diag.Input, u *tcpmodel.CapUse, prevHeld map[int]int) diag.F
 			ev = append(ev, diag.Evidence{Name: "resets its clients on this host received (eBPF)", Value: fmt.Sprintf("%d in %s", ta.ResetsToClients, units.Dur(win)),
 				Source: "eBPF tp_btf/tcp_receive_reset, connections from this namespace to its listeners"})
 		}
-		if evidenceOfRequests && perSec >= capTurnedRate {
+		if atCap && evidenceOfRequests && perSec >= capTurnedRate {
 			sev = diag.Critical
 			turned = fmt.Sprintf(" and ends %.0f connections/s on %s right after accepting them: clients are turned away", perSec, strings.Join(addrs, ", "))
 		}
@@ -247,15 +265,22 @@ func capFinding(in *diag.Input, u *tcpmodel.CapUse, prevHeld map[int]int) diag.F
 		if acceptNearFull(ln.RecvQ, ln.SendQ) {
 			ev = append(ev, diag.Evidence{Name: "accept queue of " + tcpmodel.Unmapped(ln.Local.AddrPort()).String(), Value: fmt.Sprintf("%d of %d", ln.RecvQ, ln.SendQ),
 				Source: "sock_diag LISTEN Recv-Q / Send-Q", Threshold: fmt.Sprintf(">= %.0f%% of the backlog: it stopped accepting", listenNearFull*100)})
-			if sev != diag.Critical {
+			if turned == "" && atCap {
 				sev = diag.Critical
 				turned = fmt.Sprintf(" and has stopped accepting: the accept queue of %s is full, clients wait in it or are dropped", tcpmodel.Unmapped(ln.Local.AddrPort()))
 			}
 			break
 		}
 	}
-	if sev == diag.Info {
-		turned = "; nobody was seen turned away in the window yet"
+	if turned == "" {
+		switch {
+		case pooler != "":
+			turned = fmt.Sprintf("; nobody was seen turned away in the window yet, and %s (a pooler) holds them: its pool is sized to the limit, its clients wait in it", pooler)
+		case atCap:
+			turned = "; nobody was seen turned away in the window yet, but the next client will be (at the limit: critical, as fd-exhaustion judges open files)"
+		default:
+			turned = fmt.Sprintf("; %d left before the limit (warning from %.0f%%)", limit-int64(held), capWarnFrac*100)
+		}
 	}
 	summary := fmt.Sprintf("%s is at its %s (%s): %s holds %d connections%s", c.Command, setting, c.Source, whose, held, turned)
 	if c.Per == snapshot.CapPerListener {

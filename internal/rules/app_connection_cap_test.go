@@ -2,9 +2,11 @@ package rules
 
 import (
 	"fmt"
+	"net/netip"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
@@ -32,7 +34,8 @@ func TestAppCapUnknown(t *testing.T) {
 }
 
 // TestAppCapOneSample: at the cap in a single sample nobody can be seen
-// turned away: info, with the fix.
+// turned away, but the next client will be: critical (the headroom
+// fd-exhaustion gives open files), with the fix.
 func TestAppCapOneSample(t *testing.T) {
 	snaps := readSnaps(t, "testdata/app-connection-cap/fires.jsonl")
 	fs, err := checkAppCap(diag.NewInput(nil, snaps[len(snaps)-1], diag.Options{}))
@@ -40,7 +43,7 @@ func TestAppCapOneSample(t *testing.T) {
 		t.Fatalf("findings %+v, err %v", fs, err)
 	}
 	f := fs[0]
-	if f.Severity != diag.Info || !strings.Contains(f.Summary, "nobody was seen turned away") {
+	if f.Severity != diag.Critical || !strings.Contains(f.Summary, "nobody was seen turned away in the window yet, but the next client will be") {
 		t.Errorf("one sample: %s %q", f.Severity, f.Summary)
 	}
 	if len(f.Fixes) == 0 || !strings.Contains(f.Fixes[0].Command, "worker_connections 512") {
@@ -53,7 +56,7 @@ func TestAppCapOneSample(t *testing.T) {
 // (3504 in the fixture's window, less the 24 new connections open now on
 // its two listeners: 12 clients and their 12 upstream connections), and the namespace's resets stand in for the
 // listener's: still critical. Without the counter nothing shows clients
-// turned away, and it is info.
+// turned away, and it is critical for being at the limit.
 func TestAppCapWithoutBPF(t *testing.T) {
 	snaps := readSnaps(t, "testdata/app-connection-cap/fires.jsonl")
 	prev, cur := snaps[0], snaps[len(snaps)-1]
@@ -76,8 +79,8 @@ func TestAppCapWithoutBPF(t *testing.T) {
 	}
 	delete(cur.Counters, "Tcp.PassiveOpens")
 	fs, err = checkAppCap(diag.NewInput(prev, cur, diag.Options{}))
-	if err != nil || len(fs) != 1 || fs[0].Severity != diag.Info {
-		t.Errorf("without Tcp.PassiveOpens: %+v, %v; want one info finding", fs, err)
+	if err != nil || len(fs) != 1 || fs[0].Severity != diag.Critical || !strings.Contains(fs[0].Summary, "the next client will be") {
+		t.Errorf("without Tcp.PassiveOpens: %+v, %v; want one critical finding at the limit", fs, err)
 	}
 }
 
@@ -246,6 +249,42 @@ func TestNodeMaxConnections(t *testing.T) {
 		}
 		if value < 256 {
 			t.Errorf("%s: raise to %d for 200 clients: %+v", c.file, value, f.Fixes)
+		}
+	}
+}
+
+// TestAppCapHeadroom: a server at its own limit follows fd-exhaustion's
+// headroom: at 80 % a warning, at the limit (less 5 %) critical before
+// anyone is seen turned away, below 80 % nothing; a pooler holding the
+// connections (a pool sized to the limit on purpose) a note.
+func TestAppCapHeadroom(t *testing.T) {
+	lo := netip.MustParseAddr("127.0.0.1")
+	ln := snapshot.Socket{Family: 2, State: snapshot.Listen, Local: snapshot.EndpointOf(netip.AddrPortFrom(lo, 5432)), SendQ: 244, Cookie: 1, Pids: snapshot.PidsOf(10)}
+	build := func(held int, client string) *snapshot.Snapshot {
+		s := &snapshot.Snapshot{Taken: time.Unix(100, 0), Netns: snapshot.Netns{Name: "pg"},
+			Procs:   map[int]*snapshot.Proc{10: {Pid: 10, Command: "postgres", FDs: 40}, 20: {Pid: 20, Command: client, FDs: 40}},
+			AppCaps: []snapshot.AppCap{{Pid: 10, Command: "postgres", App: "postgresql", Setting: "max_connections", Value: 20, Reserved: 3, Source: "/etc/postgresql/15/main/postgresql.conf:65", Per: snapshot.CapPerListener}}}
+		s.Sockets = append(s.Sockets, ln)
+		for i := range held {
+			cl := snapshot.EndpointFrom(lo, uint16(40000+i))
+			s.Sockets = append(s.Sockets,
+				snapshot.Socket{Family: 2, State: snapshot.Established, Local: ln.Local, Remote: cl, Cookie: uint64(100 + i), Pids: snapshot.PidsOf(10)},
+				snapshot.Socket{Family: 2, State: snapshot.Established, Local: cl, Remote: ln.Local, Cookie: uint64(1000 + i), Pids: snapshot.PidsOf(20)})
+		}
+		return s
+	}
+	for _, c := range []struct {
+		held   int
+		client string
+		want   diag.Severity
+	}{{13, "python3", 0}, {14, "python3", diag.Warning}, {16, "python3", diag.Critical}, {17, "python3", diag.Critical}, {17, "pgbouncer", diag.Info}} {
+		fs, err := checkAppCap(diag.NewInput(nil, build(c.held, c.client), diag.Options{}))
+		var got diag.Severity
+		if len(fs) > 0 {
+			got = fs[0].Severity
+		}
+		if err != nil || got != c.want {
+			t.Errorf("%d of 17 held by %s: %v (%+v), err %v; want %v", c.held, c.client, got, fs, err, c.want)
 		}
 	}
 }
