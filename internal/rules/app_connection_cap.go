@@ -254,7 +254,10 @@ func capFinding(in *diag.Input, u *tcpmodel.CapUse, prevHeld map[int]int) diag.F
 			ev = append(ev, diag.Evidence{Name: "resets its clients on this host received (eBPF)", Value: fmt.Sprintf("%d in %s", ta.ResetsToClients, units.Dur(win)),
 				Source: "eBPF tp_btf/tcp_receive_reset, connections from this namespace to its listeners"})
 		}
-		if atCap && evidenceOfRequests && perSec >= capTurnedRate {
+		// Turned away proves the limit binds, even when the sample
+		// caught the holder a little below it (nginx's workers swing by
+		// a few connections between turning clients away).
+		if evidenceOfRequests && perSec >= capTurnedRate {
 			sev = diag.Critical
 			turned = fmt.Sprintf(" and ends %.0f connections/s on %s right after accepting them: clients are turned away", perSec, strings.Join(addrs, ", "))
 		}
