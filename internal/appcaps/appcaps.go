@@ -432,7 +432,10 @@ func (r Reader) memcached(pid int) (*snapshot.AppCap, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &snapshot.AppCap{Pid: pid, App: "memcached", Setting: "-c", Value: n, Source: src, Per: snapshot.CapPerListener}, nil
+	t, tsrc := memcachedThreads(argv)
+	res := min(memcachedReserved(t), n)
+	return &snapshot.AppCap{Pid: pid, App: "memcached", Setting: "-c", Value: n, Reserved: res, Source: src, Per: snapshot.CapPerListener,
+		Related: []snapshot.AppSetting{{Name: "-t", Value: fmt.Sprint(t), Source: tsrc}}}, nil
 }
 
 // haproxy reads the global maxconn and each frontend's from the files

@@ -118,11 +118,14 @@ const (
 	apacheAddr   = "127.0.0.1:80"    // apache2, listening on [::]:80
 	echoLocal    = "127.0.0.1:7000"  // churn server on loopback
 	echoRemote   = "198.18.3.2:7000" // churn server behind the veth
+	smtpRemote   = "198.18.4.2:25"   // Python's smtpd behind a veth
 	closedAddr   = "127.0.0.1:8090"  // the health checker's target: nothing listens
 	capAddr      = "127.0.0.1:8080"  // nginx proxying to the slow upstream
 	slowAddr     = "127.0.0.1:9000"  // the slow upstream
 	redisCapAddr = "127.0.0.1:6380"  // redis-server with a small maxclients
 	pgAddr       = "127.0.0.1:5432"  // the PostgreSQL cluster
+	memcAddr     = "127.0.0.1:11211" // memcached with a small -c
+	nodeAddr     = "127.0.0.1:8084"  // node with server.maxConnections
 	haCapAddr    = "127.0.0.1:8088"  // haproxy's frontend in front of the slow upstream
 	apaCapAddr   = "127.0.0.1:8082"  // apache2 proxying to the slow upstream
 )
@@ -222,6 +225,13 @@ func scenarios() []scenario {
 			},
 			known: noOpener,
 			body:  churnLoopback},
+		{name: "short connections closed with SO_LINGER 0",
+			software: "python3 client opens about 2,000 connections/s for 12 s to a python3 echo server on 127.0.0.1, sends a byte, reads the answer and closes with SO_LINGER 0: every close is a reset (the kernel's reason TCP_STATE) and leaves no TIME_WAIT",
+			want: []Expect{
+				{Rule: "connection-churn", Min: diag.Warning, Max: diag.Warning, Command: "python3", Proc: "churn-client", Remote: echoLocal},
+			},
+			known: noOpener,
+			body:  churnLinger},
 		{name: "short connections, peer behind veth",
 			software: "the same churn at 120/s for 20 s to a server in a second namespace behind a veth (198.18.3.2): loopback TIME_WAIT reuse does not apply, connect() fails with EADDRNOTAVAIL once the 1,000 ports are in TIME_WAIT; check runs once all 1,000 are",
 			want: []Expect{
@@ -231,6 +241,15 @@ func scenarios() []scenario {
 			},
 			known: noFailures,
 			body:  churnRemote},
+		{name: "SMTP mailer, a session per mail",
+			software: "python3 smtplib with 8 senders opening a new SMTP session for every mail (EHLO, MAIL, RCPT, DATA, QUIT: the client closes first) to Python's smtpd on port 25 in a second namespace behind a veth (198.18.4.2), ip_local_port_range 40000-40999 for 20 s: the 1,000 ports fill with TIME_WAIT within seconds and connect() fails with EADDRNOTAVAIL; the reuse fix must be SMTP's (keep the session), not an HTTP pool",
+			want: []Expect{
+				{Rule: "port-exhaustion", Min: diag.Critical, Command: "python3", Proc: "smtp-client", Remote: smtpRemote, Fix: "reuse SMTP sessions"},
+				{Rule: "time-wait-churn", Optional: true, Command: "python3", Remote: smtpRemote},
+				{Rule: "connection-churn", Optional: true, Command: "python3", Remote: smtpRemote},
+			},
+			known: noFailures,
+			body:  smtpPerMail},
 		{name: "nginx at worker_connections",
 			software: "nginx as Debian ships it (worker_processes auto) with worker_connections 256, proxying to a slow upstream (a python3 server answering each request after 5 s) for 400 clients that each send one request at a time (Connection: close) and retry 0.2 s after a failure, for 14 s: each worker holds at most 256 connections, a client and its upstream connection count two, and nginx closes every client beyond them right after accepting it (its error.log: \"256 worker_connections are not enough\")",
 			want: []Expect{
@@ -259,6 +278,34 @@ func scenarios() []scenario {
 		{name: "redis under maxclients",
 			software: "the same Redis and 80 clients with --maxclients 128",
 			body:     func(r *run) { redisCap(r, 128) }},
+		{name: "memcached at its -c",
+			software: "memcached as Debian ships it (1.6, 4 worker threads, -U 0) with -c 64 on 127.0.0.1:11211, and 50 clients each holding a connection and sending a get every 0.5 s for 14 s, reconnecting 0.2 s after a failure: memcached turns a client away (\"ERROR Too many open connections\", rejected_connections) once accept() returns a descriptor at -c - 1, and it holds about 24 descriptors of its own, so it takes 39 clients, not 64; it set its own open-file limit to 64",
+			want: []Expect{
+				{Rule: "app-connection-cap", Min: diag.Critical, Command: "memcached", Proc: "memcached", Service: memcAddr, Fix: "-c 128"},
+				{Rule: "fd-exhaustion", Optional: true, Max: diag.Info, Command: "memcached"},
+				{Rule: "connection-churn", Optional: true, Max: diag.Warning},
+			},
+			body: func(r *run) { memcachedCap(r, 64) }},
+		{name: "memcached under its -c",
+			software: "the same memcached and 50 clients with -c 128",
+			want: []Expect{
+				{Rule: "fd-exhaustion", Optional: true, Max: diag.Info, Command: "memcached"},
+			},
+			body: func(r *run) { memcachedCap(r, 128) }},
+		{name: "node at server.maxConnections",
+			software: "node v20's http server with server.maxConnections 64 answering each request after 5 s (as behind a slow backend), for 200 clients that each send one request at a time (Connection: close) and retry 0.2 s after a failure, for 14 s: Node accepts every newcomer beyond 64 and destroys it at once (its 'drop' event), so each gets a reset; no file tcpdoctor reads names the limit (it is set in the program)",
+			want: []Expect{
+				{Rule: "app-connection-cap", Min: diag.Critical, Command: "node", Proc: "node", Service: nodeAddr, Fix: "server.maxConnections"},
+				{Rule: "connection-churn", Optional: true, Max: diag.Warning},
+				{Rule: "time-wait-churn", Optional: true, Max: diag.Warning},
+			},
+			body: func(r *run) { nodeCap(r, 64) }},
+		{name: "node under server.maxConnections",
+			software: "the same node server and 200 clients with server.maxConnections 256: every client is served in turn",
+			want: []Expect{
+				{Rule: "connection-churn", Optional: true, Max: diag.Info},
+			},
+			body: func(r *run) { nodeCap(r, 256) }},
 		{name: "postgresql at max_connections",
 			software: "PostgreSQL 15 (a cluster made by initdb, max_connections = 20 in its postgresql.conf, 3 of them reserved for superusers; pgbench connects as the superuser postgres) under pgbench -C -c 60 -T 10 running SELECT pg_sleep(3) (a new connection per transaction), started 1 s into check's window: the clients beyond the limit get \"FATAL: sorry, too many clients already\" and pgbench aborts them",
 			want: []Expect{
@@ -266,6 +313,13 @@ func scenarios() []scenario {
 				{Rule: "connection-churn", Optional: true, Max: diag.Warning},
 			},
 			body: func(r *run) { postgresCap(r, 20) }},
+		{name: "postgresql behind pgbouncer at its slots",
+			software: "the same cluster at max_connections 20 (17 for ordinary clients) behind pgbouncer (transaction pooling, default_pool_size and max_db_connections 17: a pool sized exactly to the server's slots), pgbench -C -c 60 -T 12 running SELECT pg_sleep(3) through pgbouncer: pgbouncer holds the 17 server connections and queues the 60 clients; nobody is refused",
+			want: []Expect{
+				{Rule: "app-connection-cap", Min: diag.Info, Max: diag.Info, Command: "postgres", Service: pgAddr, Fix: "holds these connections"},
+				{Rule: "connection-churn", Optional: true, Max: diag.Info},
+			},
+			body: pgbouncerPool},
 		{name: "postgresql under max_connections",
 			software: "the same cluster with max_connections = 100 under the same pgbench",
 			want: []Expect{
@@ -301,6 +355,16 @@ func scenarios() []scenario {
 				{Rule: "time-wait-churn", Optional: true, Max: diag.Warning},
 			},
 			body: func(r *run) { apacheCap(r, 2, 5, 64) }},
+		{name: "apache2 at MaxRequestWorkers, queue not full",
+			software: "the same apache2 proxying to the slow upstream for 200 clients, with ServerLimit 2 x ThreadsPerChild 8 (MaxRequestWorkers 16) and apache2's default ListenBacklog 511: its 16 workers hold 16 connections flat, the other clients wait in an accept queue that never drains but never fills (about 184 of 511), give up after 6 s (the upstream answers in 5) and leave their connections there in CLOSE_WAIT, never accepted; no SYN is dropped and no file tcpdoctor reads names the limit",
+			want: []Expect{
+				{Rule: "app-connection-cap", Min: diag.Critical, Command: "apache2", Service: apaCapAddr, Fix: "MaxRequestWorkers"},
+				{Rule: "listen-overflow", Optional: true, Command: "apache2", Service: apaCapAddr},
+				{Rule: "syn-queue-overflow", Optional: true, Max: diag.Warning, Command: "apache2", Service: apaCapAddr},
+				{Rule: "connection-churn", Optional: true, Max: diag.Warning},
+				{Rule: "time-wait-churn", Optional: true, Max: diag.Warning},
+			},
+			body: func(r *run) { apacheCap(r, 2, 8, 511, "6") }},
 		{name: "apache2 under MaxRequestWorkers",
 			software: "the same apache2, upstream and 200 clients with Debian's own event MPM sizes (ServerLimit 16 x ThreadsPerChild 25: MaxRequestWorkers 400) and apache2's default ListenBacklog (511; at 64 the 200 clients reconnecting together every 5 s overflow the SYN queue, which syn-queue-overflow rightly names): every client is served in turn, 200 connections held flat",
 			want: []Expect{
@@ -899,6 +963,12 @@ func closeWaitLeak(r *run) {
 // waits for warm to return, checks, and returns the client's summary with
 // how long after its start the check began.
 func churn(r *run, srvNS, cliNS, addr string, secs int, warm func(), places ...place) (churnSummary, time.Duration) {
+	return churnAt(r, srvNS, cliNS, addr, 120, "", secs, warm, places...)
+}
+
+// churnAt is churn at rate connections/s, with the client's mode ("" or
+// "linger0": close() with SO_LINGER 0, a reset and no TIME_WAIT).
+func churnAt(r *run, srvNS, cliNS, addr string, rate int, mode string, secs int, warm func(), places ...place) (churnSummary, time.Duration) {
 	r.need("python3")
 	ap := netip.MustParseAddrPort(addr)
 	host, port := ap.Addr().String(), int(ap.Port())
@@ -912,7 +982,11 @@ func churn(r *run, srvNS, cliNS, addr string, secs int, warm func(), places ...p
 	}
 	srv := r.start(srvNS, "echo-server", "python3", server, host, strconv.Itoa(port), strconv.Itoa(secs+10))
 	waitListen(r.t, srvNS, port, srv)
-	c := r.start(cliNS, "churn-client", "python3", client, host, strconv.Itoa(port), "120", strconv.Itoa(secs))
+	argv := []string{"python3", client, host, strconv.Itoa(port), strconv.Itoa(rate), strconv.Itoa(secs)}
+	if mode != "" {
+		argv = append(argv, mode)
+	}
+	c := r.start(cliNS, "churn-client", argv...)
 	started := time.Now()
 	warm()
 	checkAt := time.Since(started)
@@ -970,6 +1044,36 @@ func churnLoopback(r *run) {
 	}
 }
 
+// churnLinger: a client opening about 2,000 connections/s to a loopback
+// echo server and closing each with SO_LINGER 0: every close a reset, no
+// TIME_WAIT; Tcp.OutRsts climbs with Tcp.ActiveOpens.
+func churnLinger(r *run) {
+	r.need("python3")
+	ns := testns.New(r.t, "chr").Name
+	before, err := readStat(ns)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	s, _ := churnAt(r, ns, ns, echoLocal, 2000, "linger0", 12, func() { time.Sleep(4 * time.Second) }, place{"client and server", ns})
+	after, err := readStat(ns)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if len(s.Errors) > 0 {
+		r.t.Errorf("connect() failed on loopback: %v", s.Errors)
+	}
+	// Under load python3 may fall short of 2,000/s; 500/s is still five
+	// times the warning rate.
+	if s.OK < 6000 {
+		r.t.Errorf("want about 24,000 connections in 12 s, got %d", s.OK)
+	}
+	rsts := after.outRsts - before.outRsts
+	r.measured("resets sent over the run: Tcp.OutRsts +%d for %d connections; TIME-WAIT after: %d", rsts, s.OK, after.states["TIME-WAIT"])
+	if rsts < int64(s.OK)*9/10 {
+		r.t.Errorf("SO_LINGER 0 should reset every connection: Tcp.OutRsts +%d for %d", rsts, s.OK)
+	}
+}
+
 // churnRemote: the same churn to a peer behind a veth, where TIME_WAIT
 // ports are not reused and the 1,000-port range runs out.
 func churnRemote(r *run) {
@@ -1000,6 +1104,61 @@ func churnRemote(r *run) {
 			first = fmt.Sprintf("%.1f s in", *s.FirstError)
 		}
 		r.t.Errorf("the range should run out before the check starts (%.1f s in): first failure %s", checkAt.Seconds(), first)
+	}
+}
+
+// smtpPerMail: a python3 mailer opening a session per mail to an SMTP
+// server behind a veth, with a 1,000-port range: the client closes first,
+// the range fills with TIME_WAIT and connect() fails; check runs then.
+func smtpPerMail(r *run) {
+	r.need("python3")
+	cns := testns.New(r.t, "smc").Name
+	sns := testns.New(r.t, "sms").Name
+	veth(r.t, cns, sns, "198.18.4.1/24", "198.18.4.2/24") // the server is smtpRemote
+	nsRun(r.t, cns, "sysctl", "-q", "-w", "net.ipv4.ip_local_port_range=40000 40999")
+	server, err := filepath.Abs("testdata/smtp_server.py")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	client, err := filepath.Abs("testdata/smtp_client.py")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	const secs = 20
+	srv := r.start(sns, "smtp-server", "python3", server, "198.18.4.2", "25", strconv.Itoa(secs+15))
+	waitListen(r.t, sns, 25, srv)
+	c := r.start(cns, "smtp-client", "python3", client, "198.18.4.2", "25", "8", strconv.Itoa(secs))
+	started := time.Now()
+	deadline := started.Add(secs * time.Second * 3 / 4)
+	for time.Now().Before(deadline) {
+		if strings.Count(nsRun(r.t, cns, "ss", "-Htan", "state", "time-wait"), "\n") >= 1000 {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	checkAt := time.Since(started)
+	r.check(place{"client", cns}, place{"server", sns})
+	if !c.running() {
+		r.t.Errorf("the mailer ended before the check did")
+	}
+	if err := c.wait(r.t, (secs+20)*time.Second); err != nil {
+		r.t.Fatal(err)
+	}
+	var s churnSummary
+	if err := json.Unmarshal([]byte(c.stdout()), &s); err != nil {
+		r.t.Fatalf("smtp client: %v\n%s\n%s", err, c.stdout(), c.stderr())
+	}
+	failed := failures(s.Errors)
+	first := "none"
+	if s.FirstError != nil {
+		first = fmt.Sprintf("%.1f s in", *s.FirstError)
+	}
+	r.measured("mailer: %d sessions in %.1f s, %d mails sent; failed: %s (first failure %s; check began %.1f s in)", s.Attempts, s.Seconds, s.OK, failed, first, checkAt.Seconds())
+	if s.Errors["EADDRNOTAVAIL"] == 0 {
+		r.t.Errorf("want connect() to fail with EADDRNOTAVAIL once the range is in TIME_WAIT: %v", s.Errors)
+	}
+	if s.FirstError == nil || *s.FirstError > checkAt.Seconds()+1 {
+		r.t.Errorf("the range should run out before the check starts (%.1f s in): %v", checkAt.Seconds(), s.FirstError)
 	}
 }
 
@@ -1086,9 +1245,10 @@ func nginxCap(r *run, conns int) {
 // secs, checks 4 s in, then waits for them and stops the server srv. It
 // returns the clients' summary, how many connections failed, and the
 // server's error.log.
-func (r *run) holdClients(ns string, at place, srv *proc, clients string, addr netip.AddrPort, n, secs int) (holdSummary, int, []byte) {
+func (r *run) holdClients(ns string, at place, srv *proc, clients string, addr netip.AddrPort, n, secs int, extra ...string) (holdSummary, int, []byte) {
 	r.t.Helper()
-	c := r.start(ns, "clients", "python3", clients, addr.Addr().String(), strconv.Itoa(int(addr.Port())), strconv.Itoa(n), strconv.Itoa(secs), "0.2")
+	argv := append([]string{"python3", clients, addr.Addr().String(), strconv.Itoa(int(addr.Port())), strconv.Itoa(n), strconv.Itoa(secs), "0.2"}, extra...)
+	c := r.start(ns, "clients", argv...)
 	time.Sleep(4 * time.Second)
 	r.check(at)
 	if !c.running() {
@@ -1161,6 +1321,130 @@ func redisCap(r *run, max int) {
 	}
 }
 
+// nodeCap: a node http server with server.maxConnections max, each
+// answer after 5 s, under 200 clients; check runs 4 s in.
+func nodeCap(r *run, max int) {
+	r.need("node", "python3")
+	ns := testns.New(r.t, "ncap").Name
+	server, err := filepath.Abs("testdata/node_server.js")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	clients, err := filepath.Abs("testdata/hold_clients.py")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	ap := netip.MustParseAddrPort(nodeAddr)
+	const secs, n = 14, 200
+	srv := r.start(ns, "node", "node", server, ap.Addr().String(), strconv.Itoa(int(ap.Port())), strconv.Itoa(max), "5000", strconv.Itoa(secs+30))
+	waitListen(r.t, ns, int(ap.Port()), srv)
+	before, err := readStat(ns)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	c := r.start(ns, "clients", "python3", clients, ap.Addr().String(), strconv.Itoa(int(ap.Port())), strconv.Itoa(n), strconv.Itoa(secs), "0.2")
+	time.Sleep(4 * time.Second)
+	r.check(place{"node", ns})
+	if !c.running() {
+		r.t.Errorf("the clients ended before the check did")
+	}
+	if err := c.wait(r.t, (secs+40)*time.Second); err != nil {
+		r.t.Fatal(err)
+	}
+	after, err := readStat(ns)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	var hs holdSummary
+	if err := json.Unmarshal([]byte(c.stdout()), &hs); err != nil {
+		r.t.Fatalf("clients: %v\n%s\n%s", err, c.stdout(), c.stderr())
+	}
+	failed := 0
+	for _, v := range hs.Errors {
+		failed += v
+	}
+	r.measured("clients: %d answers in %.1f s; failures: %s; over the run Tcp.PassiveOpens +%d, Tcp.OutRsts +%d", hs.OK, hs.Seconds, failures(hs.Errors), after.passiveOpens-before.passiveOpens, after.outRsts-before.outRsts)
+	if max < n && failed == 0 {
+		r.t.Errorf("maxConnections %d under %d clients should turn some away: %v", max, n, hs.Errors)
+	} else if max >= n && (failed > 0 || hs.OK < n) {
+		r.t.Errorf("maxConnections %d should serve every client: %d answers, failures %v", max, hs.OK, hs.Errors)
+	}
+}
+
+// memcachedCap: memcached -c max under 50 clients that each hold a
+// connection; check runs 4 s in. memcached's stats say what it turned away.
+func memcachedCap(r *run, max int) {
+	r.need("memcached", "python3")
+	ns := testns.New(r.t, "mcap").Name
+	clients, err := filepath.Abs("testdata/memcached_clients.py")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	ap := netip.MustParseAddrPort(memcAddr)
+	port := strconv.Itoa(int(ap.Port()))
+	srv := r.start(ns, "memcached", "memcached", "-u", "nobody", "-l", ap.Addr().String(), "-p", port, "-U", "0", "-c", strconv.Itoa(max))
+	waitListen(r.t, ns, int(ap.Port()), srv)
+	const secs, n = 14, 50
+	c := r.start(ns, "clients", "python3", clients, ap.Addr().String(), port, strconv.Itoa(n), strconv.Itoa(secs), "0.2")
+	time.Sleep(4 * time.Second)
+	r.check(place{"memcached", ns})
+	if !c.running() {
+		r.t.Errorf("the clients ended before the check did")
+	}
+	limits, _ := os.ReadFile(fmt.Sprintf("/proc/%d/limits", srv.pid()))
+	nofile := ""
+	for _, l := range strings.Split(string(limits), "\n") {
+		if strings.HasPrefix(l, "Max open files") {
+			nofile = strings.Join(strings.Fields(l)[3:5], "/")
+		}
+	}
+	if err := c.wait(r.t, (secs+30)*time.Second); err != nil {
+		r.t.Fatal(err)
+	}
+	var hs holdSummary
+	if err := json.Unmarshal([]byte(c.stdout()), &hs); err != nil {
+		r.t.Fatalf("clients: %v\n%s\n%s", err, c.stdout(), c.stderr())
+	}
+	// After the clients: at its cap memcached turns the stats client away too.
+	stats := memcachedStats(r, ns, ap)
+	rejected, _ := strconv.Atoi(stats["rejected_connections"])
+	r.measured("clients: %d answers in %.1f s; failures: %s; memcached stats after the clients: curr_connections %s, rejected_connections %d, max_connections %s, threads %s; its open-file limit (soft/hard) %s",
+		hs.OK, hs.Seconds, failures(hs.Errors), stats["curr_connections"], rejected, stats["max_connections"], stats["threads"], nofile)
+	if max < 2*n {
+		if rejected == 0 || hs.Errors["too many"] == 0 {
+			r.t.Errorf("-c %d under %d clients should turn some away: rejected_connections %d, clients saw %v", max, n, rejected, hs.Errors)
+		}
+	} else if rejected > 0 || len(hs.Errors) > 0 {
+		r.t.Errorf("-c %d should take all %d clients: rejected_connections %d, errors %v", max, n, rejected, hs.Errors)
+	}
+}
+
+// memcachedStats reads memcached's "stats" in ns (python3 as the client).
+func memcachedStats(r *run, ns string, ap netip.AddrPort) map[string]string {
+	const script = `import socket, sys
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=3)
+s.sendall(b"stats\r\n")
+b = b""
+while b"END\r\n" not in b:
+    d = s.recv(16384)
+    if not d:
+        break
+    b += d
+sys.stdout.write(b.decode())`
+	out := map[string]string{}
+	text, err := nsOut(ns, "python3", "-c", script, ap.Addr().String(), strconv.Itoa(int(ap.Port())))
+	if err != nil {
+		r.t.Errorf("memcached stats: %v", err)
+		return out
+	}
+	for _, l := range strings.Split(text, "\n") {
+		if f := strings.Fields(l); len(f) == 3 && f[0] == "STAT" {
+			out[f[1]] = f[2]
+		}
+	}
+	return out
+}
+
 // failures lists failure counts by kind, or "none".
 func failures(m map[string]int) string {
 	var kinds []string
@@ -1177,9 +1461,83 @@ func failures(m map[string]int) string {
 // postgresCap: a PostgreSQL cluster with max_connections max in its
 // postgresql.conf, under pgbench -C -c 60 started 1 s into the check.
 func postgresCap(r *run, max int) {
+	ns := testns.New(r.t, "pg").Name
+	ap := netip.MustParseAddrPort(pgAddr)
+	port := strconv.Itoa(int(ap.Port()))
+	startPostgres(r, ns, max)
+	script := r.writeFile("sleep.sql", "SELECT pg_sleep(3);\n")
+	// pgbench starts 1 s into check's 3 s window (sh execs it).
+	pb := r.start(ns, "pgbench", "sh", "-c", fmt.Sprintf("sleep 1; exec pgbench -h %s -p %s -U postgres -n -C -f %s -c 60 -T 10 postgres", ap.Addr(), port, script))
+	r.check(place{"postgresql", ns})
+	_ = pb.wait(r.t, 40*time.Second) // exit 2 when clients were aborted
+	errs := pb.stderr()
+	tooMany := strings.Count(errs, "sorry, too many clients already")
+	tps := "none"
+	if m := regexp.MustCompile(`tps = ([0-9.]+)`).FindStringSubmatch(pb.stdout()); m != nil {
+		tps = m[1]
+	}
+	r.measured("pgbench: tps %s; %d clients refused \"sorry, too many clients already\", %d aborted", tps, tooMany, strings.Count(errs, "aborted while establishing connection"))
+	if max < 60 && tooMany == 0 || max >= 60 && tooMany > 0 {
+		r.t.Errorf("max_connections %d under 60 clients: %d refusals\n%s", max, tooMany, errs)
+	}
+}
+
+// pgbouncerPool: the cluster at max_connections 20 (17 for ordinary
+// clients) behind pgbouncer with a pool of exactly those 17, under
+// pgbench -C -c 60 through pgbouncer; check runs 4 s in.
+func pgbouncerPool(r *run) {
+	r.need("pgbouncer")
+	ns := testns.New(r.t, "pgb").Name
+	data := startPostgres(r, ns, 20)
+	dir := filepath.Join(r.dir, "pgbouncer")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		r.t.Fatal(err)
+	}
+	users := r.writeFile("userlist.txt", "\"postgres\" \"\"\n")
+	ini := r.writeFile("pgbouncer.ini", fmt.Sprintf(`[databases]
+postgres = host=127.0.0.1 port=5432 dbname=postgres
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = 6432
+unix_socket_dir = %[1]s
+auth_type = trust
+auth_file = %[2]s
+pool_mode = transaction
+default_pool_size = 17
+max_db_connections = 17
+max_client_conn = 200
+logfile = %[1]s/pgbouncer.log
+pidfile = %[1]s/pgbouncer.pid
+`, dir, users))
+	nsRun(r.t, ns, "chown", "-R", "postgres:postgres", dir, ini, users)
+	_ = data
+	asPG := []string{"setpriv", "--reuid=postgres", "--regid=postgres", "--init-groups", "--"}
+	pgb := r.start(ns, "pgbouncer", append(asPG, "pgbouncer", ini)...)
+	waitListen(r.t, ns, 6432, pgb)
+	script := r.writeFile("sleep.sql", "SELECT pg_sleep(3);\n")
+	pb := r.start(ns, "pgbench", "pgbench", "-h", "127.0.0.1", "-p", "6432", "-U", "postgres", "-n", "-C", "-f", script, "-c", "60", "-T", "12", "postgres")
+	time.Sleep(4 * time.Second)
+	r.check(place{"postgresql", ns})
+	held := strings.Count(nsRun(r.t, ns, "ss", "-Htn", "state", "established", "( sport = :5432 )"), "\n")
+	_ = pb.wait(r.t, 40*time.Second)
+	errs := pb.stderr()
+	tooMany := strings.Count(errs, "sorry, too many clients already")
+	tps := "none"
+	if m := regexp.MustCompile(`tps = ([0-9.]+)`).FindStringSubmatch(pb.stdout()); m != nil {
+		tps = m[1]
+	}
+	r.measured("pgbench through pgbouncer: tps %s; %d refused \"sorry, too many clients already\"; the server's connections after the check: %d (pgbouncer's pool 17 of max_connections 20 less 3 reserved)", tps, tooMany, held)
+	if tooMany > 0 || held < 15 {
+		r.t.Errorf("pgbouncer should hold its pool of 17 and refuse nobody: %d held, %d refusals\n%s", held, tooMany, errs)
+	}
+}
+
+// startPostgres makes a cluster with initdb, sets max_connections to max
+// in its postgresql.conf and starts it on pgAddr in ns; it returns its
+// directory.
+func startPostgres(r *run, ns string, max int) string {
 	const bin = "/usr/lib/postgresql/15/bin"
 	r.need(bin+"/initdb", bin+"/postgres", "pgbench", "setpriv")
-	ns := testns.New(r.t, "pg").Name
 	openDir(r.t, r.dir)
 	data := filepath.Join(r.dir, "pg")
 	if err := os.Mkdir(data, 0o700); err != nil {
@@ -1208,21 +1566,7 @@ func postgresCap(r *run, max int) {
 	srv := r.start(ns, "postgres", append(asPG, bin+"/postgres", "-D", data+"/data", "-c", "listen_addresses="+ap.Addr().String(),
 		"-c", "port="+port, "-c", "unix_socket_directories="+data)...)
 	waitListen(r.t, ns, int(ap.Port()), srv)
-	script := r.writeFile("sleep.sql", "SELECT pg_sleep(3);\n")
-	// pgbench starts 1 s into check's 3 s window (sh execs it).
-	pb := r.start(ns, "pgbench", "sh", "-c", fmt.Sprintf("sleep 1; exec pgbench -h %s -p %s -U postgres -n -C -f %s -c 60 -T 10 postgres", ap.Addr(), port, script))
-	r.check(place{"postgresql", ns})
-	_ = pb.wait(r.t, 40*time.Second) // exit 2 when clients were aborted
-	errs := pb.stderr()
-	tooMany := strings.Count(errs, "sorry, too many clients already")
-	tps := "none"
-	if m := regexp.MustCompile(`tps = ([0-9.]+)`).FindStringSubmatch(pb.stdout()); m != nil {
-		tps = m[1]
-	}
-	r.measured("pgbench: tps %s; %d clients refused \"sorry, too many clients already\", %d aborted", tps, tooMany, strings.Count(errs, "aborted while establishing connection"))
-	if max < 60 && tooMany == 0 || max >= 60 && tooMany > 0 {
-		r.t.Errorf("max_connections %d under 60 clients: %d refusals\n%s", max, tooMany, errs)
-	}
+	return data
 }
 
 // haproxyCap: haproxy (master-worker, as Debian's unit runs it) with
@@ -1345,7 +1689,7 @@ func haproxyFrontendStats(sock, fe string) (scur, smax, slim int, err error) {
 // reached MaxRequestWorkers; the clients say whether anyone was turned
 // away. The configuration is written whole (Debian's apache2.conf pulls
 // in its sites and mods), with Debian's module files.
-func apacheCap(r *run, servers, threads, backlog int) {
+func apacheCap(r *run, servers, threads, backlog int, extra ...string) {
 	const mods = "/usr/lib/apache2/modules"
 	r.need("apache2", "python3")
 	for _, m := range []string{"mpm_event", "authz_core", "proxy", "proxy_http"} {
@@ -1398,7 +1742,7 @@ ProxyTimeout 60
 	srv := r.start(ns, "apache2", "apache2", "-f", conf, "-D", "FOREGROUND")
 	ca := netip.MustParseAddrPort(apaCapAddr)
 	waitListen(r.t, ns, int(ca.Port()), srv)
-	hs, failed, b := r.holdClients(ns, place{"apache2", ns}, srv, clients, ca, n, secs)
+	hs, failed, b := r.holdClients(ns, place{"apache2", ns}, srv, clients, ca, n, secs, extra...)
 	reached := strings.Count(string(b), "server reached MaxRequestWorkers setting")
 	r.measured("clients: %d answers in %.1f s; failures: %s; apache2 error.log: %d \"server reached MaxRequestWorkers setting\" (MaxRequestWorkers %d)",
 		hs.OK, hs.Seconds, failures(hs.Errors), reached, workers)

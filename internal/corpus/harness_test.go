@@ -203,9 +203,9 @@ func veth(t testing.TB, a, b, aAddr, bAddr string) {
 
 // tcpStat is a namespace's TCP counters and socket states at one moment.
 type tcpStat struct {
-	at                        time.Time
-	activeOpens, passiveOpens int64
-	states                    map[string]int
+	at                                 time.Time
+	activeOpens, passiveOpens, outRsts int64
+	states                             map[string]int
 	// TIME-WAIT sockets on a listener's port (this host closed an
 	// incoming connection first) by local address, the others (outgoing)
 	// by remote address.
@@ -241,6 +241,8 @@ func readStat(ns string) (tcpStat, error) {
 				s.activeOpens = v
 			case "PassiveOpens":
 				s.passiveOpens = v
+			case "OutRsts":
+				s.outRsts = v
 			}
 		}
 	}

@@ -2,6 +2,7 @@ package remedy
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 )
@@ -57,17 +58,47 @@ func RedisMaxclients(value int64, file string) []diag.Fix {
 // PostgresMaxConnections is the fix for PostgreSQL at max_connections:
 // a pooler first (each connection is a backend process), then the
 // setting; clients is how many it held.
-func PostgresMaxConnections(value int64, file string, clients int) []diag.Fix {
+func PostgresMaxConnections(value int64, file string, clients int, usable int64, pooler string) []diag.Fix {
+	raise := diag.Fix{Scope: "application", Target: "postgresql",
+		Text:    fmt.Sprintf("raise max_connections to %d in %s and restart PostgreSQL", value, file),
+		Command: fmt.Sprintf("ALTER SYSTEM SET max_connections = %d;  then restart (%s)", value, PostgresRestart(file)),
+		Risk:    "each connection is a backend process with its own memory (work_mem per sort or hash, temp_buffers); shared memory for locks grows with it: size the host for it"}
+	// A pool's server connections come out of the same slots: never more
+	// than the ordinary clients' share, less one for an administrator.
+	pool := max(min(20, usable-1), 1)
+	if pooler != "" {
+		// The holder is a pooler already: no second one in front; its
+		// pool must fit the server's slots.
+		return []diag.Fix{{Scope: "application", Target: pooler,
+			Text:    fmt.Sprintf("%s holds these connections: its pool is sized to the server's %d slots for ordinary clients, so the clients wait in %s, not here; if they wait too long, raise max_connections (below) and then %s's pool, keeping the pool (default_pool_size x databases and users, capped by max_db_connections) at most the slots less one for an administrator", pooler, usable, pooler, pooler),
+			Command: fmt.Sprintf("pgbouncer.ini: max_db_connections = %d  (at most max_connections - superuser_reserved_connections - 1)", max(usable-1, 1)),
+			Risk:    "a pool larger than the server's slots has its extra connections refused (\"sorry, too many clients already\")"}, raise}
+	}
 	return []diag.Fix{
 		{Scope: "application", Target: "pooler",
-			Text:    fmt.Sprintf("put a connection pooler in front (PgBouncer in transaction mode): the %d clients share a few server connections instead of a backend process each", clients),
-			Command: "pgbouncer: pool_mode = transaction, default_pool_size = 20, max_client_conn = " + fmt.Sprint(value),
+			Text:    fmt.Sprintf("put a connection pooler in front (PgBouncer in transaction mode): the %d clients share a few server connections instead of a backend process each; its pool at most %d, the server's %d slots for ordinary clients less one for an administrator", clients, pool, usable),
+			Command: fmt.Sprintf("pgbouncer: pool_mode = transaction, default_pool_size = %d, max_db_connections = %d, max_client_conn = %d", pool, pool, value),
 			Risk:    "session state (prepared statements, SET, advisory locks) does not carry across transactions in transaction mode"},
-		{Scope: "application", Target: "postgresql",
-			Text:    fmt.Sprintf("or raise max_connections to %d in %s and restart PostgreSQL", value, file),
-			Command: fmt.Sprintf("ALTER SYSTEM SET max_connections = %d;  then restart (pg_ctlcluster VERSION main restart)", value),
-			Risk:    "each connection is a backend process with its own memory (work_mem per sort or hash, temp_buffers); shared memory for locks grows with it: size the host for it"},
+		raise,
 	}
+}
+
+// PostgresRestart is how to restart the cluster whose configuration is
+// file: pg_ctlcluster for a cluster made by pg_createcluster (Debian's,
+// its configuration in /etc/postgresql/VERSION/NAME/), else pg_ctl on
+// the data directory (initdb's keeps postgresql.conf there), or the
+// service manager that runs it.
+func PostgresRestart(file string) string {
+	if rest, ok := strings.CutPrefix(file, "/etc/postgresql/"); ok {
+		if parts := strings.Split(rest, "/"); len(parts) >= 3 && parts[0] != "" && parts[1] != "" {
+			return fmt.Sprintf("pg_ctlcluster %s %s restart", parts[0], parts[1])
+		}
+	}
+	dir := "DATADIR"
+	if i := strings.LastIndexByte(file, '/'); i > 0 {
+		dir = file[:i]
+	}
+	return fmt.Sprintf("pg_ctl -D %s restart, or through the service manager that runs it", dir)
 }
 
 // HAProxyMaxconn is the fix for haproxy at maxconn: the global one, or
@@ -88,7 +119,7 @@ func MemcachedConns(value int64) []diag.Fix {
 	return []diag.Fix{{Scope: "application", Target: "memcached",
 		Text:    fmt.Sprintf("raise memcached's connection limit to %d (-c in /etc/memcached.conf on Debian) and restart it", value),
 		Command: fmt.Sprintf("-c %d", value),
-		Risk:    fmt.Sprintf("a descriptor and a read buffer per connection: LimitNOFILE must be above %d", value)}}
+		Risk:    fmt.Sprintf("a descriptor and a read buffer per connection; memcached sets its own open-file limit to -c when it starts, which it can only raise above the hard limit LimitNOFILE gives as root: keep LimitNOFILE at %d or above", value)}}
 }
 
 // TomcatMaxConnections is the fix for a Tomcat Connector at

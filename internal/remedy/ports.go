@@ -2,7 +2,6 @@ package remedy
 
 import (
 	"fmt"
-	"net/netip"
 	"sort"
 	"strings"
 
@@ -13,35 +12,6 @@ import (
 // KeepBelow is the share of the usable range that fixes aim to keep each
 // destination under: the warning threshold of port-exhaustion.
 const KeepBelow = 0.7
-
-// Reuse is the first fix for connection churn: keep connections open and
-// reuse them. cmd is the opener's command, service where it connects,
-// pool the pool size to ask for (at least the concurrency seen).
-func Reuse(cmd string, service netip.AddrPort, pool int) diag.Fix {
-	f := diag.Fix{Scope: "application", Target: "connection-pool",
-		Text: fmt.Sprintf("reuse connections to %s instead of opening one per request: keep-alive with a pool of at least %d (HTTP keep-alive; Java: Apache HttpClient PoolingHttpClientConnectionManager setDefaultMaxPerRoute(%d), OkHttp ConnectionPool(%d, 5, MINUTES), HikariCP maximumPoolSize; Go: one shared http.Client with Transport.MaxIdleConnsPerHost = %d (the default 2 closes the rest) and every response body read to EOF and closed; Python: requests.Session with HTTPAdapter(pool_maxsize=%d); Redis: a pooled client (JedisPool, redis-py ConnectionPool, go-redis PoolSize = %d); SMTP: keep the session and send RSET between mails)",
-			service, pool, pool, pool, pool, pool, pool),
-		Risk: "pooled connections must be health-checked and evicted when idle, or they fail when the peer closes them"}
-	switch {
-	case strings.HasPrefix(cmd, "nginx"):
-		f.Target = "nginx"
-		f.Text = fmt.Sprintf("nginx opens a new upstream connection per request unless the upstream block keeps a pool: keepalive %d (at least the concurrent upstream requests) with HTTP/1.1 and the Connection header cleared", pool)
-		f.Command = fmt.Sprintf("upstream backend { server %s; keepalive %d; }  location / { proxy_pass http://backend; proxy_http_version 1.1; proxy_set_header Connection \"\"; }", service, pool)
-		f.Risk = "each worker keeps up to that many idle connections; the upstream must allow keep-alive (keepalive_requests, keepalive_timeout above nginx's)"
-	case strings.HasPrefix(cmd, "java"):
-		f.Target = "java"
-		f.Command = fmt.Sprintf("one shared client with a pool of %d: PoolingHttpClientConnectionManager.setDefaultMaxPerRoute(%d) / new ConnectionPool(%d, 5, TimeUnit.MINUTES); JavaMail: keep the Transport connected", pool, pool, pool)
-	case strings.HasPrefix(cmd, "python"):
-		f.Target = "python"
-		f.Command = fmt.Sprintf("s = requests.Session(); s.mount('http://', HTTPAdapter(pool_maxsize=%d))  /  redis.ConnectionPool(max_connections=%d)", pool, pool)
-	case strings.HasPrefix(cmd, "redis-benchmark"):
-		f.Target = "redis"
-		f.Command = "redis-benchmark -k 1 (keep-alive, the default); -k 0 measures a new connection per request"
-	case strings.HasPrefix(cmd, "redis"), strings.HasPrefix(cmd, "node"):
-		f.Target = "client"
-	}
-	return f
-}
 
 // Spread computes how many destination ports, destination addresses or
 // source addresses keep each 4-tuple space below KeepBelow.

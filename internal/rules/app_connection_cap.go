@@ -15,6 +15,12 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/units"
 )
 
+// capWarnFrac is the share of its own limit a server holds from which
+// the finding is a warning; at the limit (tcpmodel.AtCap: less 5 %, at
+// least 2) it is critical: the same headroom fd-exhaustion gives open
+// files (80 %, 95 %).
+const capWarnFrac = 0.80
+
 // capTurnedRate is the rate (per second, over the window) of connections
 // a server at its cap ends itself from which clients count as turned
 // away: the finding is then critical.
@@ -80,7 +86,13 @@ func judgeAppCaps(in *diag.Input) ([]diag.Finding, []*snapshot.Socket, error) {
 		return nil, nil, err
 	}
 	msg, failed := cur.Failed(snapshot.SourceAppCaps)
-	if cur.AppCaps == nil {
+	// A recording drops an empty list (omitempty): the source's own
+	// record says whether it ran.
+	read := false
+	for _, st := range cur.Sources {
+		read = read || st.Source == snapshot.SourceAppCaps && st.OK
+	}
+	if cur.AppCaps == nil && !read {
 		switch why := tcpmodel.OwnersMissing(cur); {
 		case failed:
 			return nil, nil, diag.Unknownf("servers' own limits not read: %s", msg)
@@ -99,7 +111,7 @@ func judgeAppCaps(in *diag.Input) ([]diag.Finding, []*snapshot.Socket, error) {
 	for i := range cur.AppCaps {
 		c := &cur.AppCaps[i]
 		u := tcpmodel.CapUseOf(cur, c)
-		if !tcpmodel.AtCap(u.Held[u.Top], tcpmodel.CapLimit(c)) {
+		if lim := tcpmodel.CapLimitIn(cur, c); lim <= 0 || float64(u.Held[u.Top]) < capWarnFrac*float64(lim) {
 			continue
 		}
 		f := capFinding(in, &u, prevHeld)
@@ -124,7 +136,7 @@ func capFinding(in *diag.Input, u *tcpmodel.CapUse, prevHeld map[int]int) diag.F
 	cur, c := in.Cur, u.Cap
 	win := in.Window()
 	held := u.Held[u.Top]
-	limit := tcpmodel.CapLimit(c)
+	limit := tcpmodel.CapLimitIn(cur, c)
 	sub := diag.Subject{Netns: cur.Netns.Name, Pid: c.Pid, Command: c.Command}
 	var addrs []string
 	for _, ln := range u.Listeners {
@@ -139,7 +151,17 @@ func capFinding(in *diag.Input, u *tcpmodel.CapUse, prevHeld map[int]int) diag.F
 	}
 	ev := []diag.Evidence{{Name: c.Setting, Value: fmt.Sprint(c.Value), Source: c.Source + " (read through /proc/PID/root)"}}
 	setting := fmt.Sprintf("%s %d", c.Setting, c.Value)
-	if c.Reserved > 0 {
+	switch reserved := c.Value - limit; {
+	case c.App == "memcached" && reserved > 0:
+		setting += fmt.Sprintf(", %d of them for clients", limit)
+		v := fmt.Sprintf("%d: memcached turns a client away once accept() returns a descriptor at -c - 1 (%d) or above, and holds %d descriptors besides its clients'", reserved, c.Value-1, reserved-1)
+		src := "/proc/PID/fd open files less its TCP connections (sock_diag), plus one"
+		if own := cur.Procs[c.Pid]; own == nil || own.FDs < 0 {
+			v = fmt.Sprintf("about %d: memcached turns a client away once accept() returns a descriptor at -c - 1 or above; estimated from its threads (4 descriptors each plus 9, memcached 1.6.18): its open files were not read", reserved)
+			src = "internal/appcaps estimate from -t"
+		}
+		ev = append(ev, diag.Evidence{Name: "kept from -c for itself", Value: v, Source: src})
+	case reserved > 0:
 		setting += fmt.Sprintf(", %d of them for ordinary clients", limit)
 	}
 	for _, r := range c.Related {
@@ -178,7 +200,19 @@ func capFinding(in *diag.Input, u *tcpmodel.CapUse, prevHeld map[int]int) diag.F
 	// Who was turned away in the window.
 	passive, hasPassive := in.CounterDelta("Tcp.PassiveOpens")
 	ta := tcpmodel.TurnedAwayOf(cur, u, prevState(in), win, passive, hasPassive)
-	sev := diag.Info
+	// Headroom as fd-exhaustion judges open files: at the limit (less
+	// 5 %, at least 2) the next client is turned away, critical even
+	// before one is seen; from capWarnFrac a warning. A pooler holding
+	// the connections sized its pool to the limit on purpose: a note.
+	atCap := tcpmodel.AtCap(held, limit)
+	pooler := tcpmodel.PoolerHolding(cur, u.Listeners)
+	sev := diag.Warning
+	if atCap {
+		sev = diag.Critical
+	}
+	if pooler != "" {
+		sev = diag.Info
+	}
 	var perSec float64
 	turned := ""
 	if win > 0 {
@@ -220,6 +254,9 @@ func capFinding(in *diag.Input, u *tcpmodel.CapUse, prevHeld map[int]int) diag.F
 			ev = append(ev, diag.Evidence{Name: "resets its clients on this host received (eBPF)", Value: fmt.Sprintf("%d in %s", ta.ResetsToClients, units.Dur(win)),
 				Source: "eBPF tp_btf/tcp_receive_reset, connections from this namespace to its listeners"})
 		}
+		// Turned away proves the limit binds, even when the sample
+		// caught the holder a little below it (nginx's workers swing by
+		// a few connections between turning clients away).
 		if evidenceOfRequests && perSec >= capTurnedRate {
 			sev = diag.Critical
 			turned = fmt.Sprintf(" and ends %.0f connections/s on %s right after accepting them: clients are turned away", perSec, strings.Join(addrs, ", "))
@@ -231,15 +268,22 @@ func capFinding(in *diag.Input, u *tcpmodel.CapUse, prevHeld map[int]int) diag.F
 		if acceptNearFull(ln.RecvQ, ln.SendQ) {
 			ev = append(ev, diag.Evidence{Name: "accept queue of " + tcpmodel.Unmapped(ln.Local.AddrPort()).String(), Value: fmt.Sprintf("%d of %d", ln.RecvQ, ln.SendQ),
 				Source: "sock_diag LISTEN Recv-Q / Send-Q", Threshold: fmt.Sprintf(">= %.0f%% of the backlog: it stopped accepting", listenNearFull*100)})
-			if sev != diag.Critical {
+			if turned == "" && atCap {
 				sev = diag.Critical
 				turned = fmt.Sprintf(" and has stopped accepting: the accept queue of %s is full, clients wait in it or are dropped", tcpmodel.Unmapped(ln.Local.AddrPort()))
 			}
 			break
 		}
 	}
-	if sev == diag.Info {
-		turned = "; nobody was seen turned away in the window yet"
+	if turned == "" {
+		switch {
+		case pooler != "":
+			turned = fmt.Sprintf("; nobody was seen turned away in the window yet, and %s (a pooler) holds them: its pool is sized to the limit, its clients wait in it", pooler)
+		case atCap:
+			turned = "; nobody was seen turned away in the window yet, but the next client will be (at the limit: critical, as fd-exhaustion judges open files)"
+		default:
+			turned = fmt.Sprintf("; %d left before the limit (warning from %.0f%%)", limit-int64(held), capWarnFrac*100)
+		}
 	}
 	summary := fmt.Sprintf("%s is at its %s (%s): %s holds %d connections%s", c.Command, setting, c.Source, whose, held, turned)
 	if c.Per == snapshot.CapPerListener {
@@ -271,7 +315,7 @@ func capFixes(cur *snapshot.Snapshot, u *tcpmodel.CapUse, perSec float64, ev *[]
 		per += float64(outgoing) / float64(clients)
 	}
 	need := int64(math.Ceil(want*per/float64(len(u.Pids)))) + int64(max(listeners, 0))
-	value := tcpmodel.NextPow2(max(need+c.Reserved, 2*c.Value))
+	value := tcpmodel.NextPow2(max(need+tcpmodel.CapReserved(cur, c), 2*c.Value))
 	*ev = append(*ev, diag.Evidence{Name: "connections wanted",
 		Value:  fmt.Sprintf("about %.0f clients (%d held + %.0f turned away each second) x %.2f connections each, over %d process(es): %d each", want, clients, math.Ceil(perSec), per, len(u.Pids), need),
 		Source: "the counts above: a client turned away that retries within a second counts once, one that retries faster once per retry, so this is an upper bound for fast retriers (the value below is on the safe side)"})
@@ -301,7 +345,7 @@ func capFixes(cur *snapshot.Snapshot, u *tcpmodel.CapUse, perSec float64, ev *[]
 	case "redis":
 		return remedy.RedisMaxclients(value, file)
 	case "postgresql":
-		return remedy.PostgresMaxConnections(value, file, clients)
+		return remedy.PostgresMaxConnections(value, file, clients, tcpmodel.CapLimitIn(cur, c), tcpmodel.PoolerHolding(cur, u.Listeners))
 	case "haproxy":
 		fe := ""
 		if n, ok := strings.CutPrefix(c.Setting, "maxconn (frontend "); ok {
@@ -380,7 +424,7 @@ func measuredCaps(in *diag.Input) []measuredHit {
 		if acc.owned < measuredMinHeld || was < measuredMinHeld || !flat(was, acc.owned) || nearFDLimit(cur, acc.byPid) {
 			continue
 		}
-		if f, ok := measuredCapFinding(in, ln, p, acc, was); ok {
+		if f, ok := measuredCapFinding(in, ln, p, acc, was, queued[p.Cookie]); ok {
 			hs = append(hs, measuredHit{f: f, ln: ln})
 		}
 	}
@@ -455,7 +499,7 @@ func nearFDLimit(s *snapshot.Snapshot, byPid map[int]int) bool {
 // measuredCapFinding is the finding for listener ln (p in the window's
 // first sample) whose owners held acc at the end and was at the start,
 // if clients were turned away; ok is false when none were.
-func measuredCapFinding(in *diag.Input, ln *snapshot.Socket, p *snapshot.Was, acc accepted, was int) (diag.Finding, bool) {
+func measuredCapFinding(in *diag.Input, ln *snapshot.Socket, p *snapshot.Was, acc accepted, was int, startQueued []uint64) (diag.Finding, bool) {
 	cur := in.Cur
 	win := in.Window()
 	secs := win.Seconds()
@@ -493,18 +537,68 @@ func measuredCapFinding(in *diag.Input, ln *snapshot.Socket, p *snapshot.Was, ac
 		}
 		why = fmt.Sprintf("its accept queue stayed full (%d of %d) and handshakes were dropped: clients wait or are turned away", ln.RecvQ, ln.SendQ)
 	}
+	// Or a long accept queue that does not drain, before it fills: at
+	// both ends as many connections waiting as held (and at least
+	// measuredMinHeld), and of those waiting at the window's start at most
+	// a quarter given to the server: each waits longer than the window
+	// for a slot (apache2 at MaxRequestWorkers 16 behind a slow backend:
+	// 184 of 511 waiting, 16 held, clients timing out).
+	if why == "" {
+		taken := 0
+		for i := range cur.Sockets {
+			sk := &cur.Sockets[i]
+			if sk.Pids.Len() > 0 && tcpmodel.AcceptedOn(ln, sk) {
+				if _, ok := slices.BinarySearch(startQueued, sk.Cookie); ok {
+					taken++
+				}
+			}
+		}
+		n := len(startQueued)
+		if int(ln.RecvQ) >= max(measuredMinHeld, acc.owned) && int(p.RecvQ) >= max(measuredMinHeld, was) && n > 0 && 4*taken <= n {
+			ev = append(ev, diag.Evidence{Name: "accept queue of " + addr, Value: fmt.Sprintf("%d of %d now, %d at the window's start; %d of the %d connections waiting at its start were taken in %s", ln.RecvQ, ln.SendQ, p.RecvQ, taken, n, units.Dur(win)),
+				Source:    "sock_diag LISTEN Recv-Q / Send-Q; connections accepted on the listener without an owner at the window's start, and which of them a process holds at its end (by socket cookie)",
+				Threshold: fmt.Sprintf("at both ends at least as many waiting as held (and >= %d), and at most a quarter of those waiting at the start taken: the queue does not drain", measuredMinHeld)})
+			why = fmt.Sprintf("its accept queue held %d and %d connections (backlog %d) and gave the server %d of the %d waiting at the window's start: each client waits longer than %s for a slot", p.RecvQ, ln.RecvQ, ln.SendQ, taken, n, units.Dur(win))
+		}
+	}
 	// Or the server ended connections right after accepting them: resets
 	// for requests that came after its close, while it kept a quarter or
 	// more of what it holds across the window. A keep-alive server that
 	// ends its connections after some requests resets the requests racing
 	// its close too, but what it holds is all new.
+	// Either way a keep-alive server that ends connections after some
+	// requests looks alike, but what it holds is then all new; unless
+	// most of what the namespace accepted ended in a reset (Node at
+	// server.maxConnections with clients arriving in step).
+	passive, hasPassive := in.CounterDelta("Tcp.PassiveOpens")
+	var turnedPerSec float64
+	steady := acc.owned-acc.fresh >= max(1, acc.owned/4)
+	var ta tcpmodel.TurnedAway
 	if why == "" {
-		if kept := acc.owned - acc.fresh; kept < max(1, acc.owned/4) {
+		u := tcpmodel.CapUse{Cap: &snapshot.AppCap{Pid: sub.Pid}, Listeners: []*snapshot.Socket{ln}, Pids: pids}
+		ta = tcpmodel.TurnedAwayOf(cur, &u, prevState(in), win, passive, hasPassive && passive >= 0)
+	}
+	// Without the eBPF source: the namespace's counters, where the
+	// listener is its only one. Connections it accepted in the window
+	// that are neither held now nor closed first by another listener's
+	// server (TurnedAway.Estimated), at capTurnedRate or more, with as
+	// many resets sent (Tcp.OutRsts) as half of them: ended as they came.
+	if why == "" && !ta.HasResets {
+		rsts, hasRsts := in.CounterDelta("Tcp.OutRsts")
+		_, sole := tcpmodel.SoleListeningPort(cur)
+		est := ta.Estimated
+		if !sole || !hasRsts || !ta.HasEstimate || float64(est)/secs < capTurnedRate || 2*rsts < est || !steady && 2*rsts < passive {
 			return diag.Finding{}, false
 		}
-		u := tcpmodel.CapUse{Cap: &snapshot.AppCap{Pid: sub.Pid}, Listeners: []*snapshot.Socket{ln}, Pids: pids}
-		ta := tcpmodel.TurnedAwayOf(cur, &u, prevState(in), win, 0, false)
-		if !ta.HasResets || float64(ta.Resets())/secs < capTurnedRate {
+		ev = append(ev, diag.Evidence{Name: "accepted and ended at once (netns)", Value: fmt.Sprintf("%d of the %d connections accepted in %s (%.1f/s) neither held now nor closed first by another listener; Tcp.OutRsts +%d", est, passive, units.Dur(win), float64(est)/secs, rsts),
+			Source:    "/proc/net/snmp Tcp.PassiveOpens and Tcp.OutRsts; sock_diag held connections and other listeners' TIME_WAIT (the namespace's only listening port)",
+			Threshold: fmt.Sprintf(">= %.0f/s, with resets at least half of them", capTurnedRate)})
+		why = fmt.Sprintf("the namespace accepted %.0f connections/s more than it holds and sent %d resets: clients are ended right after being accepted", float64(est)/secs, rsts)
+		turnedPerSec = float64(est) / secs
+	}
+	if why == "" {
+		mostly := hasPassive && passive > 0 && 2*int64(ta.Resets()) >= passive
+		if !steady && !mostly || float64(ta.Resets())/secs < capTurnedRate {
 			return diag.Finding{}, false
 		}
 		var rs []string
@@ -516,6 +610,7 @@ func measuredCapFinding(in *diag.Input, ln *snapshot.Socket, p *snapshot.Was, ac
 			Source:    "eBPF tp_btf/tcp_send_reset: TCP_TIMEWAIT_SOCKET and TCP_ABORT_ON_DATA are requests that arrived after the server closed, TCP_ABORT_ON_CLOSE requests it closed unread",
 			Threshold: fmt.Sprintf(">= %.0f/s", capTurnedRate)})
 		why = fmt.Sprintf("it sent %.0f resets/s from %s for requests it closed before reading: clients are turned away", float64(ta.Resets())/secs, addr)
+		turnedPerSec = float64(ta.Resets()) / secs
 	}
 	held := acc.owned
 	var each []string
@@ -531,7 +626,14 @@ func measuredCapFinding(in *diag.Input, ln *snapshot.Socket, p *snapshot.Was, ac
 	d := distinctWanted(cur, ln)
 	ev = append(ev, diag.Evidence{Name: "connections wanted at once", Value: d.String(),
 		Source: "sock_diag: distinct client address:port pairs of the connections on the listener (held and queued), its SYN-RECV requests, and this namespace's own SYN-SENT connects to it; a client whose SYN was dropped and who is on another host is not seen"})
-	value := tcpmodel.NextPow2(int64(max(2*held, d.total())))
+	// Clients it ends at once come back: as for a limit read from its
+	// files, each turned away in a second counts once (an upper bound
+	// for clients that retry faster).
+	value := tcpmodel.NextPow2(int64(max(2*held, d.total(), held+int(math.Ceil(turnedPerSec)))))
+	if turnedPerSec > 0 {
+		ev = append(ev, diag.Evidence{Name: "connections wanted", Value: fmt.Sprintf("about %d: %d held + %.0f turned away each second", held+int(math.Ceil(turnedPerSec)), held, math.Ceil(turnedPerSec)),
+			Source: "the counts above: a client turned away that retries within a second counts once, one that retries faster once per retry, so this is an upper bound for fast retriers (the value below is on the safe side)"})
+	}
 	summary := fmt.Sprintf("%s's own limit near %d on %s (measured: held %d at both ends of %s while %s); no file tcpdoctor reads names it",
 		cmd, held, addr, held, units.Dur(win), why)
 	if was != held {

@@ -2,6 +2,7 @@ package rules
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"strings"
 	"testing"
@@ -124,8 +125,20 @@ func TestAppCapMeasuredQuiet(t *testing.T) {
 	}{
 		{"held grows", capWindow{heldBefore: 10, heldNow: 14, queueBefore: 65, overflows: 180}, nil},
 		{"held shrinks", capWindow{heldBefore: 14, heldNow: 10, queueBefore: 65, overflows: 180}, nil},
-		{"queue not full at the start", capWindow{heldBefore: 10, heldNow: 10, queueBefore: 20, overflows: 180}, nil},
-		{"nothing dropped", capWindow{heldBefore: 10, heldNow: 10, queueBefore: 65}, nil},
+		// Fewer waiting than held at the start: a queue, not a backlog of
+		// clients that never get in.
+		{"queue shorter than held at the start", capWindow{heldBefore: 10, heldNow: 10, queueBefore: 5}, nil},
+		// The server took every one it holds at the end from those waiting
+		// at the start: 10 of 20, the queue drains.
+		{"queue drains", capWindow{heldBefore: 10, heldNow: 10, queueBefore: 20}, func(_, cur *snapshot.Snapshot) {
+			n := 0
+			for i := range cur.Sockets {
+				if sk := &cur.Sockets[i]; sk.Pids.Len() > 0 && sk.State == snapshot.Established && sk.Local.Port() == 8082 {
+					sk.Cookie = 1000 + uint64(n)
+					n++
+				}
+			}
+		}},
 		{"too few held", capWindow{heldBefore: 3, heldNow: 3, queueBefore: 65, overflows: 180}, nil},
 		{"steady load, empty queue", atCap, func(prev, cur *snapshot.Snapshot) {
 			prev.Sockets[0].RecvQ, cur.Sockets[0].RecvQ = 0, 0
@@ -238,7 +251,40 @@ func TestAppCapMeasuredResets(t *testing.T) {
 			sk.Cookie += 5_000_000 // a connection the first sample did not have
 		}
 	}
+	// A keep-alive server's connections mostly end cleanly: the racing
+	// requests' resets are under half of what it accepted.
+	cur.Counters = maps.Clone(cur.Counters)
+	p0, _ := prev.Counter("Tcp.PassiveOpens")
+	cur.Counters["Tcp.PassiveOpens"] = p0 + 3*3550
 	if fs, err := checkAppCap(diag.NewInput(prev, cur, diag.Options{})); err != nil || len(fs) != 0 {
 		t.Errorf("every held connection new: %+v, %v; want nothing", fs, err)
+	}
+	// Unless most of what it accepted ended in a reset: a server that
+	// ends newcomers at once (Node at server.maxConnections), its
+	// clients arriving in step so that what it holds is all new.
+	cur.Counters["Tcp.PassiveOpens"] = p0 + 3550
+	if fs, err := checkAppCap(diag.NewInput(prev, cur, diag.Options{})); err != nil || len(fs) != 1 || fs[0].Severity != diag.Critical {
+		t.Errorf("all new, but most accepted reset: %+v, %v; want the cap", fs, err)
+	}
+}
+
+// TestAppCapMeasuredQueueNotDraining: a long accept queue that does not
+// drain beside a flat plateau is the same cap before it fills or drops a
+// handshake: 10 held at both ends, 20 or 65 waiting, 5 of those waiting
+// at the start taken in 3 s (each client waits longer than the window).
+func TestAppCapMeasuredQueueNotDraining(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		w    capWindow
+		want string
+	}{
+		{"queue not full at the start", capWindow{heldBefore: 10, heldNow: 10, queueBefore: 20, overflows: 180}, "gave the server 5 of the 20 waiting"},
+		{"nothing dropped", capWindow{heldBefore: 10, heldNow: 10, queueBefore: 65}, "gave the server 5 of the 65 waiting"},
+	} {
+		prev, cur := c.w.build()
+		fs, err := checkAppCap(diag.NewInput(prev, cur, diag.Options{}))
+		if err != nil || len(fs) != 1 || fs[0].Severity != diag.Critical || !strings.Contains(fs[0].Summary, c.want) {
+			t.Errorf("%s: %+v, err %v; want one critical finding saying %q", c.name, fs, err, c.want)
+		}
 	}
 }

@@ -39,7 +39,10 @@ type cwKey struct {
 type cwGroup struct {
 	cwKey
 	n, prevN, aged int
-	recvQ          uint64
+	// queued is how many of the group's CLOSE_WAIT sockets the accept
+	// queue holds (left out of n): never accepted.
+	queued int
+	recvQ  uint64
 	// remotes counts sockets per peer: the client address for accepted
 	// sockets, the destination ip:port for outgoing ones.
 	remotes map[string]int
@@ -96,6 +99,36 @@ func checkCloseWaitLeak(in *diag.Input) ([]diag.Finding, error) {
 			if g := groups[cwKeyOf(pls, sk)]; g != nil {
 				g.prevN++
 			}
+		}
+	}
+	// CLOSE_WAIT sockets still in a listener's accept queue were never
+	// accepted: no process has them to close, and they are not its leak
+	// (clients that gave up waiting for a server at its limit: see
+	// app-connection-cap). They have no owner; up to the queue's length
+	// of a listener's ownerless ones are taken as queued.
+	queuedOn := func(ls tcpmodel.Listeners, svc netip.AddrPort) int {
+		q := 0
+		for _, ln := range ls.At(svc.Port()) {
+			if tcpmodel.SameListener(tcpmodel.Unmapped(ln.Local.AddrPort()), tcpmodel.Unmapped(svc)) {
+				q += int(ln.RecvQ)
+			}
+		}
+		return q
+	}
+	var pls tcpmodel.Listeners
+	if in.Prev != nil {
+		pls = tcpmodel.ListenersOf(in.Prev)
+	}
+	for _, g := range groups {
+		if g.pid != 0 || !g.service.IsValid() {
+			continue
+		}
+		q := min(queuedOn(ls, g.service), g.n)
+		g.queued = q
+		g.n -= q
+		g.aged -= min(q, g.aged)
+		if pls != nil {
+			g.prevN -= min(queuedOn(pls, g.service), g.prevN)
 		}
 	}
 	// Owners read in full and none for these sockets: their process closed
@@ -195,6 +228,10 @@ func cwFinding(in *diag.Input, g *cwGroup) diag.Finding {
 	}
 	if g.service.IsValid() {
 		ev = append(ev, diag.Evidence{Name: "service", Value: g.service.String() + ": the listener these connections were accepted on", Source: "sock_diag LISTEN socket on the same local port"})
+		if g.queued > 0 {
+			ev = append(ev, diag.Evidence{Name: "left out: still in the accept queue", Value: fmt.Sprintf("%d more CLOSE_WAIT sockets without an owner, as many as the listener's accept queue holds: never accepted, so no process can close them", g.queued),
+				Source: "sock_diag LISTEN Recv-Q"})
+		}
 	} else {
 		ev = append(ev, diag.Evidence{Name: "side", Value: "client: the application opened these connections and never closed them after the servers did", Source: "sock_diag: local port is no listener's"})
 	}

@@ -2,6 +2,7 @@ package rules
 
 import (
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -67,5 +68,31 @@ func TestCloseWaitLeakClosedSinceDump(t *testing.T) {
 	}
 	if fs, _ := checkCloseWaitLeak(diag.NewInput(fresh, cur, diag.Options{})); len(fs) != 1 || fs[0].Subject.Pid != 7 {
 		t.Errorf("owned by pid 7: %+v, want one finding", fs)
+	}
+}
+
+// TestCloseWaitInAcceptQueue: apache2 at MaxRequestWorkers 16 behind a
+// slow backend (the corpus case "apache2 at MaxRequestWorkers, queue not
+// full"): clients give up while waiting in its accept queue, and their
+// connections sit there in CLOSE_WAIT, never accepted and owned by no
+// one, for the whole window. No process can close them: not a leak. More
+// ownerless CLOSE_WAIT than the queue holds still are, less the queued.
+func TestCloseWaitInAcceptQueue(t *testing.T) {
+	snap := func(at int64, queue uint32, cw int) *snapshot.Snapshot {
+		s := &snapshot.Snapshot{Taken: time.Unix(at, 0), Netns: snapshot.Netns{Name: "apa"}}
+		s.Sockets = append(s.Sockets, snapshot.Socket{State: snapshot.Listen, Local: snapshot.EndpointOf(netip.MustParseAddrPort("127.0.0.1:8082")), RecvQ: queue, SendQ: 511, Cookie: 1, Pids: snapshot.PidsOf(100)})
+		for i := range cw {
+			s.Sockets = append(s.Sockets, snapshot.Socket{State: snapshot.CloseWait, Cookie: uint64(10 + i),
+				Local: snapshot.EndpointOf(netip.MustParseAddrPort("127.0.0.1:8082")), Remote: snapshot.EndpointFrom(netip.MustParseAddr("127.0.0.1"), uint16(40000+i))})
+		}
+		return s
+	}
+	fs, _ := checkCloseWaitLeak(diag.NewInput(snap(10, 184, 120), snap(13, 184, 168), diag.Options{}))
+	if len(fs) != 0 {
+		t.Errorf("CLOSE_WAIT inside the accept queue called a leak: %+v", fs)
+	}
+	fs, _ = checkCloseWaitLeak(diag.NewInput(snap(10, 20, 150), snap(13, 20, 150), diag.Options{}))
+	if len(fs) != 1 || !strings.Contains(fs[0].Summary, "holds 130 CLOSE_WAIT") {
+		t.Errorf("150 ownerless, 20 queued: want one finding for 130: %+v", fs)
 	}
 }

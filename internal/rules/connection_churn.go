@@ -2,6 +2,7 @@ package rules
 
 import (
 	"fmt"
+	"net/netip"
 	"sort"
 	"strings"
 	"time"
@@ -54,7 +55,11 @@ func checkConnectionChurn(in *diag.Input) ([]diag.Finding, error) {
 		return nil, diag.Unknownf("needs two samples: connection rates come from TIME_WAIT sockets closed during the window")
 	}
 	var hits []scored
-	for _, c := range tcpmodel.ChurnOf(cur, prevState(in), in.Window()) {
+	flows := tcpmodel.ChurnOf(cur, prevState(in), in.Window())
+	if f, ok := resetChurnUnseen(in, flows); ok {
+		hits = append(hits, scored{f: f, score: 0})
+	}
+	for _, c := range flows {
 		sev := churnSeverity(c)
 		if sev == 0 {
 			continue
@@ -130,8 +135,16 @@ func churnFinding(in *diag.Input, c *tcpmodel.Churn, sev diag.Severity) diag.Fin
 	if life < churnShortLife && !long {
 		sum += ": about one request per connection"
 	}
-	byService := c.ClosedByService > c.ClosedByOpener
+	byService := c.ServiceCloses()
+	// Connections ended by a reset of their own side's close leave no
+	// TIME_WAIT (close() with SO_LINGER 0, or with unread data).
+	byReset := byService && 2*c.ResetByService > c.ClosedByService+c.ResetByService ||
+		!byService && 2*c.ResetByOpener > c.ClosedByOpener+c.ResetByOpener
 	switch {
+	case byService && byReset:
+		sum += "; the service ends them with a reset (its close() with SO_LINGER 0 or with the request unread: no TIME_WAIT)"
+	case byReset:
+		sum += "; the opener ends each with a reset (close() with SO_LINGER 0: no TIME_WAIT, so each close costs the service a reset instead)"
 	case byService && long:
 		sum += "; the service closes first (TIME_WAIT on its side)"
 	case byService:
@@ -147,10 +160,8 @@ func churnFinding(in *diag.Input, c *tcpmodel.Churn, sev diag.Severity) diag.Fin
 		// with "Connection: close" (wrk against nginx: both, about half each).
 		sum += "; these connections are reused, and end after a number of requests or an idle time set by the client's pool (a maximum lifetime) or by the service: " + remedy.KeepAliveLimits(server)
 	}
-	w := units.Dur(c.Window)
 	ev := []diag.Evidence{
-		{Name: "connections closed", Value: fmt.Sprintf("%.1f/s: %d in %s (%d closed first by the opener, %d by the service), %d in the last %s", c.CloseRate(), c.Closed(), w, c.ClosedByOpener, c.ClosedByService, c.ClosedRecent, units.Dur(c.Recent)),
-			Source: "sock_diag TIME-WAIT sockets younger than the window (idiag_expires), either side; the higher of the window's rate and the last second's (TIME_WAIT sockets are recycled within the window at high rates)", Threshold: fmt.Sprintf("warning >= %.0f/s with the opener on this host, info >= %.0f/s", churnWarnRate, churnInfoRate)},
+		closedEvidence(c),
 		{Name: "open now", Value: fmt.Sprintf("%d, %d of them opened in the window (their mean lifetime %s by Little's law: opened in the window and open / rate; %s over all open)", c.Open, c.OpenNew, units.Dur(life), units.Dur(c.Lifetime())),
 			Source: "sock_diag connections of the flow in other states; the previous sample for which are new"},
 	}
@@ -209,6 +220,8 @@ func churnFinding(in *diag.Input, c *tcpmodel.Churn, sev diag.Severity) diag.Fin
 	default:
 		fixes = append(fixes, remedy.Reuse(cmd, c.Service, poolSize(c.Open)))
 		switch {
+		case byReset && !byService:
+			// The opener ends them: the service has nothing to change.
 		case byService && c.LocalService:
 			fixes = append(fixes, diag.Fix{Scope: "application", Target: "server", Text: "make the service keep connections open between requests with HTTP/1.1 keep-alive, and have clients send Connection: keep-alive; the service's settings: " + remedy.KeepAliveLimits(server),
 				Risk: "idle connections use memory and a file descriptor each"})
@@ -224,6 +237,22 @@ func churnFinding(in *diag.Input, c *tcpmodel.Churn, sev diag.Severity) diag.Fin
 		sub.Service = c.Service.String()
 	}
 	return diag.Finding{Severity: sev, Subject: sub, Summary: sum, Evidence: ev, Fixes: fixes}
+}
+
+// closedEvidence is the closes in the window: TIME_WAIT sockets, and the
+// resets of abortive closes where the eBPF source counted them.
+func closedEvidence(c *tcpmodel.Churn) diag.Evidence {
+	w := units.Dur(c.Window)
+	tw := c.ClosedByOpener + c.ClosedByService
+	v := fmt.Sprintf("%.1f/s: %d in %s (%d closed first by the opener, %d by the service), %d in the last %s", c.CloseRate(), tw, w, c.ClosedByOpener, c.ClosedByService, c.ClosedRecent, units.Dur(c.Recent))
+	src := "sock_diag TIME-WAIT sockets younger than the window (idiag_expires), either side; the higher of the window's rate and the last second's (TIME_WAIT sockets are recycled within the window at high rates)"
+	if n := c.Resets(); n > 0 {
+		v = fmt.Sprintf("%.1f/s: %d with a FIN in %s (%d closed first by the opener, %d by the service), %d in the last %s; %d with a reset in %s (%d by the opener, %d by the service)",
+			c.CloseRate(), tw, w, c.ClosedByOpener, c.ClosedByService, c.ClosedRecent, units.Dur(c.Recent), n, units.Dur(c.ResetInterval), c.ResetByOpener, c.ResetByService)
+		src += "; eBPF tp_btf/tcp_send_reset for resets sent by a side's own close (TCP_STATE: close() with SO_LINGER 0; TCP_ABORT_ON_CLOSE: closed unread), which leave no TIME_WAIT"
+	}
+	return diag.Evidence{Name: "connections closed", Value: v, Source: src,
+		Threshold: fmt.Sprintf("warning >= %.0f/s with the opener on this host, info >= %.0f/s", churnWarnRate, churnInfoRate)}
 }
 
 // churnShortLife: connections living less than this on average carry
@@ -290,4 +319,133 @@ func churnOwnersGone(cur *snapshot.Snapshot, hits []scored) error {
 		}
 	}
 	return nil
+}
+
+// resetChurnUnseen is the churn of connections this namespace opens and
+// ends with a reset (close() with SO_LINGER 0 leaves no TIME_WAIT) when
+// the eBPF source, which would name the flow, did not count resets: the
+// namespace's counters show it. Tcp.ActiveOpens counts the connect()s;
+// TcpExt.TCPAbortOnData (close() with SO_LINGER 0, or data arriving after
+// close), TCPAbortOnClose (closed unread) and TCPAbortOnLinger the
+// abortive closes, each a reset (Tcp.OutRsts). It fires when the opens
+// the flows' TIME_WAIT closes leave unexplained reach churnWarnRate and
+// at least half of them match an abortive close.
+func resetChurnUnseen(in *diag.Input, flows []*tcpmodel.Churn) (diag.Finding, bool) {
+	cur := in.Cur
+	if tcpmodel.ProgramMissing(cur, snapshot.ProgResetsSent) == "" {
+		return diag.Finding{}, false // the flows carry their resets
+	}
+	w := in.Window().Seconds()
+	opens, ok := in.CounterDelta("Tcp.ActiveOpens")
+	if !ok || w <= 0 || opens <= 0 {
+		return diag.Finding{}, false
+	}
+	var aborts int64
+	for _, k := range []string{"TcpExt.TCPAbortOnData", "TcpExt.TCPAbortOnClose", "TcpExt.TCPAbortOnLinger"} {
+		if d, ok := in.CounterDelta(k); ok && d > 0 {
+			aborts += d
+		}
+	}
+	explained := 0
+	for _, c := range flows {
+		if c.LocalOpener {
+			explained += c.Closed()
+		}
+	}
+	unexplained := opens - int64(explained)
+	if float64(unexplained)/w < churnWarnRate || 2*aborts < unexplained {
+		return diag.Finding{}, false
+	}
+	rate := float64(unexplained) / w
+	passive, _ := in.CounterDelta("Tcp.PassiveOpens")
+	rsts, _ := in.CounterDelta("Tcp.OutRsts")
+	svc, how := resetChurnService(in, opens, passive)
+	sub := diag.Subject{Netns: cur.Netns.Name}
+	sum := fmt.Sprintf("processes in this namespace open %.0f connections/s and end them with a reset, leaving no TIME_WAIT (close() with SO_LINGER 0, or closed with data unread)", rate)
+	if svc.IsValid() {
+		sub.Remote = svc.String()
+		sum += fmt.Sprintf(", most likely to %s (%s)", svc, how)
+		if tcpmodel.ListenersOf(cur).Of(&snapshot.Socket{State: snapshot.Established, Local: snapshot.EndpointOf(svc)}) != nil {
+			sub.Service = svc.String()
+		}
+	}
+	sum += ": about one request per connection; which process opens them is not known without the eBPF source"
+	sev := diag.Warning
+	if svc.IsValid() && diag.MemoOf(in, capsOf{}).turnsAway(svc) {
+		sev = diag.Info
+		sum += fmt.Sprintf("; %s is at its own connection limit and turns clients away (app-connection-cap): this churn is them reconnecting", svc)
+	}
+	ev := []diag.Evidence{
+		{Name: "Tcp.ActiveOpens (netns)", Value: fmt.Sprintf("%.1f/s: %d in %s, %d of them closed with a FIN (TIME_WAIT) by the flows above", float64(opens)/w, opens, units.Dur(in.Window()), explained),
+			Source: "/proc/net/snmp Tcp.ActiveOpens; sock_diag TIME-WAIT sockets", Threshold: fmt.Sprintf("warning when those without a TIME_WAIT reach %.0f/s", churnWarnRate)},
+		{Name: "abortive closes (netns)", Value: fmt.Sprintf("%.1f/s: %d (Tcp.OutRsts %d, Tcp.PassiveOpens %d)", float64(aborts)/w, aborts, rsts, passive),
+			Source: "/proc/net/netstat TcpExt.TCPAbortOnData (close() with SO_LINGER 0, or data after close) + TCPAbortOnClose (closed unread) + TCPAbortOnLinger; /proc/net/snmp", Threshold: "at least half of the opens without a TIME_WAIT"},
+		{Name: "opener", Value: "unknown: the connections end before a socket scan sees them; the eBPF source (--bpf) names the process and the destination from its connect() calls and resets: " + tcpmodel.ProgramMissing(cur, snapshot.ProgResetsSent),
+			Source: "sock_diag, /proc/PID/fd"},
+	}
+	return diag.Finding{Severity: sev, Subject: sub, Summary: sum, Evidence: ev,
+		Fixes: []diag.Fix{remedy.Reuse("", svc, poolSize(1))}}, true
+}
+
+// resetChurnService is the service the unseen reset churn most likely
+// goes to, and how it was chosen: the destination of most connections
+// the current sample caught that the previous one did not have, else the
+// one listener of the namespace when it accepted about as many
+// connections as the namespace opened (within a tenth).
+func resetChurnService(in *diag.Input, opens, passive int64) (netip.AddrPort, string) {
+	cur := in.Cur
+	ls := tcpmodel.ListenersOf(cur)
+	prev := prevState(in)
+	n := map[netip.AddrPort]int{}
+	var best netip.AddrPort
+	for i := range cur.Sockets {
+		sk := &cur.Sockets[i]
+		switch sk.State {
+		case snapshot.Listen, snapshot.TimeWait, snapshot.Close, snapshot.BoundInactive:
+			continue
+		}
+		if ls.Of(sk) != nil {
+			continue
+		}
+		if prev != nil {
+			if _, was := prev(sk); was {
+				continue
+			}
+		}
+		d := tcpmodel.Unmapped(sk.Remote.AddrPort())
+		n[d]++
+		if n[d] > n[best] || n[d] == n[best] && d.String() < best.String() {
+			best = d
+		}
+	}
+	if best.IsValid() {
+		return best, fmt.Sprintf("%d new connection(s) to it caught at the sample", n[best])
+	}
+	var only *snapshot.Socket
+	for i := range cur.Sockets {
+		if sk := &cur.Sockets[i]; sk.State == snapshot.Listen {
+			if only != nil {
+				return netip.AddrPort{}, ""
+			}
+			only = sk
+		}
+	}
+	if only != nil && 10*abs64(passive-opens) <= opens {
+		a := only.Local.Addr().Unmap()
+		if a.IsUnspecified() {
+			a = netip.AddrFrom4([4]byte{127, 0, 0, 1})
+			if only.Local.Addr().Is6() && !only.Local.Addr().Is4In6() {
+				a = netip.IPv6Loopback()
+			}
+		}
+		return netip.AddrPortFrom(a, only.Local.Port()), fmt.Sprintf("the namespace's only listener, which accepted %d connections as it opened %d", passive, opens)
+	}
+	return netip.AddrPort{}, ""
+}
+
+func abs64(x int64) int64 {
+	if x < 0 {
+		return -x
+	}
+	return x
 }

@@ -2,6 +2,7 @@ package rules
 
 import (
 	"net/netip"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -118,5 +119,49 @@ func TestChurnNamesTheServersKeepAliveSettings(t *testing.T) {
 	if sev != diag.Warning || !strings.Contains(f.Summary, "the service closes first (TIME_WAIT on its side: Connection: close after MaxKeepAliveRequests, or its event MPM") ||
 		!strings.Contains(strings.Join(fixes, "\n"), "every worker thread is busy") {
 		t.Errorf("busy apache2: %v %q, fixes %q", sev, f.Summary, fixes)
+	}
+}
+
+// TestChurnResetCloses: a python3 client (internal/corpus's
+// churn_client.py with linger0) opens about 2,000 connections/s to an
+// echo server in the same namespace and closes each with SO_LINGER 0:
+// every close is a reset, no TIME_WAIT is left. Recorded with tcpdoctor
+// record --interval 3s, with the eBPF source (linger0.jsonl: 5,232
+// connects, 5,231 TCP_STATE resets) and with --bpf off
+// (linger0-nobpf.jsonl: Tcp.ActiveOpens, OutRsts and TCPAbortOnData
+// +5,996 each). Both are churn at a warning, not silence.
+func TestChurnResetCloses(t *testing.T) {
+	r := connectionChurn()
+	for _, c := range []struct {
+		file, cmd, sum string
+	}{
+		{"linger0.jsonl", "python3", "the opener ends each with a reset"},
+		{"linger0-nobpf.jsonl", "", "end them with a reset, leaving no TIME_WAIT"},
+	} {
+		res := runFixtureOpts(t, r, filepath.Join("testdata", r.ID, c.file), diag.Options{})
+		if len(res.Unknown) > 0 {
+			t.Errorf("%s: unknown %+v", c.file, res.Unknown)
+		}
+		var hit *diag.Finding
+		for i, f := range res.Findings {
+			if f.Severity >= diag.Warning {
+				if hit != nil {
+					t.Errorf("%s: a second warning: %+v", c.file, f)
+				}
+				hit = &res.Findings[i]
+			}
+		}
+		if hit == nil {
+			t.Errorf("%s: no warning: %+v", c.file, res.Findings)
+			continue
+		}
+		if hit.Subject.Remote != "127.0.0.1:7000" || hit.Subject.Command != c.cmd || !strings.Contains(hit.Summary, c.sum) {
+			t.Errorf("%s: %+v %q, want %s to 127.0.0.1:7000 saying %q", c.file, hit.Subject, hit.Summary, c.cmd, c.sum)
+		}
+		for _, x := range hit.Fixes {
+			if x.Target == "server" {
+				t.Errorf("%s: the opener resets its own connections, yet a server fix: %q", c.file, x.Text)
+			}
+		}
 	}
 }

@@ -2,6 +2,7 @@ package rules
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -143,8 +144,48 @@ func fdProcFinding(in *diag.Input, p *snapshot.Proc, frac float64, socks, cw int
 		{Scope: "kernel", Target: "limits.conf", Text: "for processes started from a login shell",
 			Command: fmt.Sprintf("ulimit -n %d  (or in /etc/security/limits.conf: USER soft nofile %d / USER hard nofile %d)", n, n, n)},
 	}
-	return diag.Finding{Severity: fdSeverity(frac), Subject: diag.Subject{Netns: cur.Netns.Name, Pid: p.Pid, Command: p.Command},
+	sev := fdSeverity(frac)
+	if c, own, ok := capBindsFirst(cur, p, socks); ok {
+		// The server's own connection limit turns clients away before
+		// its descriptors run out: no accept() fails with EMFILE, and a
+		// higher LimitNOFILE lifts nothing (memcached even sets its own
+		// to -c). app-connection-cap judges that limit.
+		sev = diag.Info
+		limit := tcpmodel.CapLimitIn(cur, c)
+		summary = fmt.Sprintf("%s (pid %d) has %d of %d file descriptors open (%s), but its own connection limit binds first: %s %d lets clients have %d connections, and with the %d descriptors it holds besides them that stays below %d, so it turns clients away before accept() could fail with EMFILE; raising the open-file limit does not lift it (app-connection-cap judges that limit)",
+			p.Command, p.Pid, p.FDs, soft, units.Pct(frac), c.Setting, c.Value, limit, own, soft)
+		if c.App == "memcached" {
+			summary += "; memcached sets its own open-file limit to -c when it starts"
+		}
+		ev = append(ev, diag.Evidence{Name: "its own connection limit", Value: fmt.Sprintf("%s %d (%s): %d for clients + %d other descriptors <= %d", c.Setting, c.Value, c.Source, limit, own, soft),
+			Source: "internal/appcaps; tcpmodel.CapLimitIn", Threshold: "the limit binds first when clients at it plus the other descriptors fit the open-file limit: not above info"})
+		fixes = []diag.Fix{{Scope: "application", Target: c.App,
+			Text: fmt.Sprintf("if clients are turned away, raise %s's own limit (%s), as app-connection-cap computes it, not the open-file limit", c.Command, c.Setting)}}
+		if cw > 0 || in.Prev != nil && in.Prev.Procs[p.Pid] != nil && in.Prev.Procs[p.Pid].FDs < p.FDs {
+			fixes = append([]diag.Fix{leak}, fixes...)
+		}
+	}
+	return diag.Finding{Severity: sev, Subject: diag.Subject{Netns: cur.Netns.Name, Pid: p.Pid, Command: p.Command},
 		Summary: summary, Evidence: ev, Fixes: fixes}
+}
+
+// capBindsFirst finds the connection limit p's server set for itself
+// (snapshot.AppCaps: p is its process or one of its held processes) that
+// binds before the open-file limit: the connections clients may have at
+// it plus the descriptors p holds besides its socks TCP sockets fit
+// under NofileSoft. own is those other descriptors.
+func capBindsFirst(cur *snapshot.Snapshot, p *snapshot.Proc, socks int) (c *snapshot.AppCap, own int64, ok bool) {
+	for i := range cur.AppCaps {
+		c := &cur.AppCaps[i]
+		if c.Pid != p.Pid && !slices.Contains(c.Pids, p.Pid) {
+			continue
+		}
+		own := int64(max(p.FDs-socks, 0))
+		if limit := tcpmodel.CapLimitIn(cur, c); limit > 0 && limit+own <= *p.NofileSoft {
+			return c, own, true
+		}
+	}
+	return nil, 0, false
 }
 
 // fdHostFinding checks fs.file-nr (allocated, 0, max) against file-max.

@@ -214,7 +214,8 @@ func portFinding(in *diag.Input, p *tcpmodel.PortSpace, h destHit) diag.Finding 
 	ev := portEvidence(p, u, f, in.Window(), fmt.Sprintf("warning >= %.0f%%, critical >= %.0f%%; or forecast exhaustion within %s / %s",
 		portWarnFrac*100, portCritFrac*100, units.Dur(portWarnETA), units.Dur(portCritETA)))
 	ev = append(ev, processesEvidence(in, prevPid, u), connectFailures(cur, h.key.Dst, u.Connects))
-	peak := f.Peak(u.Held())
+	peak, dev := portDemand(f, u)
+	ev = append(ev, dev)
 	fixes := []diag.Fix{remedy.Reuse(cmd, h.key.Dst, poolSize(u.Open)), remedy.Spread(peak, p.Usable())}
 	if fx, ok := remedy.WidenRange(p, peak); ok {
 		fixes = append(fixes, fx)
@@ -225,6 +226,34 @@ func portFinding(in *diag.Input, p *tcpmodel.PortSpace, h destHit) diag.Finding 
 		}
 	}
 	return diag.Finding{Severity: h.sev, Subject: sub, Summary: summary, Evidence: ev, Fixes: fixes}
+}
+
+// portDemand is the ports the destination's connect() calls want held:
+// a range that is full caps what sockets show (held, and the close rate
+// of the connects that got a port), so the demand is the failed connects
+// plus the held ones. With the eBPF source, every connect() that got a
+// port or failed for want of one (refused and unanswered ones aside), per
+// second, holds its port for Hold after it ends: open + that rate x Hold,
+// at least the sockets' own peak (Forecast.Peak). Without it failed
+// connects leave no trace, and the demand is at least the peak.
+func portDemand(f tcpmodel.Forecast, u *tcpmodel.DestUse) (int, diag.Evidence) {
+	held := u.Held()
+	peak := f.Peak(held)
+	ev := diag.Evidence{Name: "demand", Source: "derived: open sockets + (connect() calls that got a port or failed for want of one, per second) x " + units.Dur(f.Hold) + " (how long a closed port stays held)"}
+	cn := u.Connects
+	if cn == nil || cn.Interval <= 0 {
+		ev.Value = fmt.Sprintf("at least %d ports (what the sockets hold or level off at); connect() calls that failed are not counted without the eBPF source", peak)
+		if f.Full {
+			ev.Value = fmt.Sprintf("more than the %d ports the range holds: connect() calls that failed for want of a port are not counted without the eBPF source, so the fixes below size for %d at least", held, peak)
+		}
+		ev.Source = "sock_diag; the kernel keeps no counter of EADDRNOTAVAIL"
+		return peak, ev
+	}
+	attempts := cn.Opens - min(cn.Unanswered, cn.Opens)
+	rate := float64(attempts) / cn.Interval.Seconds()
+	want := int(float64(u.Open) + rate*f.Hold.Seconds() + 0.5)
+	ev.Value = fmt.Sprintf("about %d ports: %d open + %.1f connect() calls/s (%d in %s, %d of them failed for want of a port) x %s", max(want, peak), u.Open, rate, attempts, units.Dur(cn.Interval), cn.Failed, units.Dur(f.Hold))
+	return max(want, peak), ev
 }
 
 // connectFailures is the eBPF count of connect() calls to dst that found

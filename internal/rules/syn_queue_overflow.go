@@ -288,6 +288,9 @@ func synSysctlEvidence(s *snapshot.Snapshot) []diag.Evidence {
 	msb := diag.Evidence{Name: "tcp_max_syn_backlog", Source: "sysctl net.ipv4.tcp_max_syn_backlog"}
 	if v, ok := s.SysctlInt("net.ipv4.tcp_max_syn_backlog"); ok {
 		msb.Value = fmt.Sprintf("%d (with tcp_syncookies=0, SYNs from unproven peers are dropped once a listener's SYN queue passes 3/4 of it: %d)", v, v-v>>2)
+		if c, ok := s.SysctlInt("net.ipv4.tcp_syncookies"); ok && c != 0 {
+			msb.Value = fmt.Sprintf("%d: not a cap here (tcp_syncookies=%d): a listener's SYN queue is full at its own backlog, then SYNs get cookies", v, c)
+		}
 	} else {
 		msb.Value = "unknown (not collected)"
 	}
@@ -448,16 +451,24 @@ func synFixes(s *snapshot.Snapshot, sk *snapshot.Socket, peak int, flood bool, t
 	} else if somax, ok := s.SysctlInt("net.core.somaxconn"); !ok || somax < n {
 		fixes = append(fixes, remedy.Somaxconn(n, somax, ok))
 	}
-	if v, ok := s.SysctlInt("net.ipv4.tcp_max_syn_backlog"); !ok || v < n {
-		fixes = append(fixes, remedy.SetSysctls(diag.Fix{Scope: "kernel", Target: "sysctl",
-			Text: fmt.Sprintf("raise tcp_max_syn_backlog to %d: without cookies, SYNs from unproven peers are dropped once a SYN queue passes 3/4 of it", n),
-			Risk: "each pending request holds a small request socket (a few hundred bytes) for up to about a minute of SYN-ACK retries"},
-			"60-syn-backlog.conf", remedy.Known("net.ipv4.tcp_max_syn_backlog", n, v, ok)))
+	// tcp_max_syn_backlog caps nothing with cookies on: a SYN queue is
+	// full at the listener's own backlog (inet_csk_reqsk_queue_is_full),
+	// and then SYNs get cookies. Only with tcp_syncookies=0 does it drop
+	// SYNs from unproven peers, once a queue passes 3/4 of it: it must
+	// then be 4/3 of the backlog wanted.
+	cookies, hasCookies := s.SysctlInt("net.ipv4.tcp_syncookies")
+	if want := tcpmodel.NextPow2((4*n + 2) / 3); !hasCookies || cookies == 0 {
+		if v, ok := s.SysctlInt("net.ipv4.tcp_max_syn_backlog"); !ok || v-v>>2 < n {
+			fixes = append(fixes, remedy.SetSysctls(diag.Fix{Scope: "kernel", Target: "sysctl",
+				Text: fmt.Sprintf("raise tcp_max_syn_backlog to %d: with tcp_syncookies=0, SYNs from unproven peers are dropped once a SYN queue passes 3/4 of it, before a backlog of %d fills (with cookies on it caps nothing)", want, n),
+				Risk: "each pending request holds a small request socket (a few hundred bytes) for up to about a minute of SYN-ACK retries"},
+				"60-syn-backlog.conf", remedy.Known("net.ipv4.tcp_max_syn_backlog", want, v, ok)))
+		}
 	}
-	if v, ok := s.SysctlInt("net.ipv4.tcp_syncookies"); !ok || v != 1 {
+	if !hasCookies || cookies != 1 {
 		now := "unknown"
-		if ok {
-			now = fmt.Sprint(v)
+		if hasCookies {
+			now = fmt.Sprint(cookies)
 		}
 		fixes = append(fixes, remedy.SetSysctls(diag.Fix{Scope: "kernel", Target: "sysctl",
 			Text: fmt.Sprintf("answer SYNs with cookies when a SYN queue is full instead of dropping them (now %s)", now),

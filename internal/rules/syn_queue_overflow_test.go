@@ -115,3 +115,58 @@ func TestSynSourcesFlood(t *testing.T) {
 		t.Errorf("9 requests from one source: few=%v top=%v", few, top)
 	}
 }
+
+// TestSynFixWithCookies: with tcp_syncookies=1 a SYN queue is capped by
+// the listener's own backlog (128 here, full), and tcp_max_syn_backlog
+// changes nothing: the fix is the backlog, not that sysctl. With cookies
+// off the sysctl's 3/4 clause binds first and is raised to 4/3 of the
+// backlog wanted.
+func TestSynFixWithCookies(t *testing.T) {
+	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	t1 := t0.Add(5 * time.Second)
+	snap := func(at time.Time, ctr map[string]int64, cookies string) *snapshot.Snapshot {
+		s := synSnap(at, 128, "198.18.0.9", ctr, cookies)
+		s.Sockets[0].SendQ = 128
+		s.Sysctls["net.ipv4.tcp_max_syn_backlog"] = "128"
+		return s
+	}
+	for _, c := range []struct {
+		cookies      string
+		ctr          map[string]int64
+		wantSysctl   string // "" for none
+		wantInEvTMSB string
+	}{
+		{"1", synCtr(0, 0, 0, 300, 300, 0), "", "not a cap here"},
+		{"0", synCtr(300, 0, 300, 0, 0, 0), "net.ipv4.tcp_max_syn_backlog=8192", "3/4 of it: 96"},
+	} {
+		var res diag.Result
+		diag.Run([]diag.Rule{synQueueOverflow()}, diag.NewInput(snap(t0, synCtr(0, 0, 0, 0, 0, 0), c.cookies), snap(t1, c.ctr, c.cookies), diag.Options{}), &res)
+		if len(res.Findings) == 0 {
+			t.Fatalf("cookies=%s: no finding", c.cookies)
+		}
+		f := res.Findings[0]
+		var sysctl, backlog string
+		for _, x := range f.Fixes {
+			if strings.Contains(x.Command, "tcp_max_syn_backlog") {
+				sysctl = x.Command
+			}
+			if strings.Contains(x.Text+x.Command, "backlog") && !strings.Contains(x.Command, "tcp_max_syn_backlog") {
+				backlog = x.Text
+			}
+		}
+		switch {
+		case c.wantSysctl == "" && sysctl != "":
+			t.Errorf("cookies=%s: tcp_max_syn_backlog proposed, though it caps nothing with cookies on: %s", c.cookies, sysctl)
+		case c.wantSysctl != "" && !strings.Contains(sysctl, c.wantSysctl):
+			t.Errorf("cookies=%s: tcp_max_syn_backlog fix %q, want %q", c.cookies, sysctl, c.wantSysctl)
+		}
+		if backlog == "" {
+			t.Errorf("cookies=%s: no backlog fix: %+v", c.cookies, f.Fixes)
+		}
+		for _, e := range f.Evidence {
+			if e.Name == "tcp_max_syn_backlog" && !strings.Contains(e.Value, c.wantInEvTMSB) {
+				t.Errorf("cookies=%s: evidence %q, want %q", c.cookies, e.Value, c.wantInEvTMSB)
+			}
+		}
+	}
+}

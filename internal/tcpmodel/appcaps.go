@@ -36,6 +36,42 @@ func CapNear(value int64) int64 { return value - max(2, value/20) }
 // it reserves.
 func CapLimit(c *snapshot.AppCap) int64 { return c.Value - c.Reserved }
 
+// CapLimitIn is CapLimit with what the server reserves as s shows it
+// (CapReserved).
+func CapLimitIn(s *snapshot.Snapshot, c *snapshot.AppCap) int64 { return c.Value - CapReserved(s, c) }
+
+// CapReserved is what of c.Value its server keeps from its clients in s.
+// memcached turns a client away once accept() returns a descriptor at -c
+// - 1 or above (maxconns_fast, its default), so every descriptor it holds
+// that is not a client connection counts against -c: its open files
+// (/proc/PID/fd) less its TCP connections, plus that last one. Without
+// the process's open files, or for another server, c.Reserved (for
+// memcached, the reading's estimate from its threads).
+func CapReserved(s *snapshot.Snapshot, c *snapshot.AppCap) int64 {
+	if c.App != "memcached" || s == nil {
+		return c.Reserved
+	}
+	p := s.Procs[c.Pid]
+	if p == nil || p.FDs < 0 {
+		return c.Reserved
+	}
+	conns := 0
+	for i := range s.Sockets {
+		sk := &s.Sockets[i]
+		if sk.State != snapshot.Listen && slices.Contains(sk.Pids.List(), c.Pid) {
+			conns++
+		}
+	}
+	own := int64(p.FDs - conns)
+	if own < 0 {
+		return c.Reserved
+	}
+	// The connections it holds fit, whatever the descriptor count says:
+	// fds and sockets are read moments apart, and a client being turned
+	// away holds a descriptor for that moment.
+	return max(min(own+1, c.Value-int64(conns)), 0)
+}
+
 // AtCap says whether held reached the limit value (CapNear).
 func AtCap(held int, value int64) bool { return value > 0 && int64(held) >= CapNear(value) }
 
@@ -196,7 +232,7 @@ func TurnedAwayOf(s *snapshot.Snapshot, u *CapUse, prev PrevState, window time.D
 		t.HasResets = true
 		t.ResetsSent = map[string]uint64{}
 		for _, r := range ev.Resets {
-			if r.Sent && r.LocalPort != 0 && slices.Contains(ports, r.LocalPort) {
+			if port, ok := ResetPort(s, r); ok && slices.Contains(ports, port) {
 				t.ResetsSent[r.Reason] += r.Count
 			}
 		}
@@ -256,4 +292,73 @@ func acceptedTurnover(s *snapshot.Snapshot, u *CapUse, prev PrevState, window ti
 		}
 	}
 	return fresh, elsewhere
+}
+
+// ResetPort is the local port of the accepted connection a sent reset
+// ended, ok false for an opener's reset or one that cannot be placed. The
+// eBPF source keys an accepted socket's resets by its port; but close()
+// on one with unread data (TCP_ABORT_ON_CLOSE: Node's
+// server.maxConnections closes newcomers so) releases the port before
+// the reset goes out, and the reset comes keyed by neither port. Such
+// one is placed on the namespace's only listening port when there is
+// one.
+func ResetPort(s *snapshot.Snapshot, r snapshot.EventReset) (uint16, bool) {
+	switch {
+	case !r.Sent:
+		return 0, false
+	case r.LocalPort != 0:
+		return r.LocalPort, true
+	case r.Remote.Port() != 0 || !AbortiveClose(r.Reason):
+		return 0, false
+	}
+	return SoleListeningPort(s)
+}
+
+// SoleListeningPort is the one port the namespace listens on, ok false
+// when it listens on none or several.
+func SoleListeningPort(s *snapshot.Snapshot) (uint16, bool) {
+	var port uint16
+	for i := range s.Sockets {
+		sk := &s.Sockets[i]
+		if sk.State != snapshot.Listen {
+			continue
+		}
+		if port != 0 && sk.Local.Port() != port {
+			return 0, false
+		}
+		port = sk.Local.Port()
+	}
+	return port, port != 0
+}
+
+// poolers are connection poolers by command: a server's connections held
+// by one are a pool sized on purpose.
+var poolers = []string{"pgbouncer", "odyssey", "pgpool", "pgcat", "pgagroal", "proxysql"}
+
+// PoolerHolding names the connection pooler in s holding most of the
+// connections to the listeners (the client side of them, in this
+// namespace), when one holds at least half of those whose owner is
+// known; "" otherwise.
+func PoolerHolding(s *snapshot.Snapshot, listeners []*snapshot.Socket) string {
+	by := map[string]int{}
+	total := 0
+	for i := range s.Sockets {
+		sk := &s.Sockets[i]
+		if sk.State != snapshot.Established || sk.Pids.Len() == 0 {
+			continue
+		}
+		for _, ln := range listeners {
+			if sk.Remote.Port() == ln.Local.Port() && (ln.Local.IsUnspecified() || Unmapped(sk.Remote.AddrPort()).Addr() == Unmapped(ln.Local.AddrPort()).Addr()) {
+				total++
+				by[Command(s, sk.Pids.List()[0])]++
+				break
+			}
+		}
+	}
+	for cmd, n := range by {
+		if slices.Contains(poolers, cmd) && 2*n >= total {
+			return cmd
+		}
+	}
+	return ""
 }

@@ -34,13 +34,21 @@ func Unmapped(ap netip.AddrPort) netip.AddrPort {
 // closed with FIN leaves one TIME_WAIT socket, on the side that closed
 // first, for 60 s; its timer dates the close. So a single sample counts
 // the connections closed during the window on whichever side closed,
-// even ones that lived less than a millisecond.
+// even ones that lived less than a millisecond. A connection ended by a
+// reset (close() with SO_LINGER 0, or with unread data) leaves none: the
+// eBPF source counts the reset its close sent (ResetByOpener,
+// ResetByService).
 type Churn struct {
 	Flow
 	Window time.Duration
 	// ClosedByOpener and ClosedByService count TIME_WAIT sockets that
 	// entered TIME_WAIT during the window on each side.
 	ClosedByOpener, ClosedByService int
+	// ResetByOpener and ResetByService count connections each side ended
+	// with a reset of its own close (AbortiveClose reasons) over the eBPF
+	// source's interval, ResetInterval: no TIME_WAIT is left of them.
+	ResetByOpener, ResetByService int
+	ResetInterval                 time.Duration
 	// ClosedRecent counts those younger than Recent, on either side: a
 	// fast churn recycles TIME_WAIT sockets within the window (connect()
 	// reuses them after tcp_tw_reuse_delay; a new SYN to a server-side one
@@ -74,8 +82,36 @@ type Churn struct {
 	flowOwned bool
 }
 
-// Closed is the number of connections closed during the window.
-func (c *Churn) Closed() int { return c.ClosedByOpener + c.ClosedByService }
+// Closed is the number of connections closed during the window, with a
+// FIN (TIME_WAIT) or a reset.
+func (c *Churn) Closed() int {
+	return c.ClosedByOpener + c.ClosedByService + c.ResetByOpener + c.ResetByService
+}
+
+// Resets is the number of connections ended by a reset of either side's
+// own close.
+func (c *Churn) Resets() int { return c.ResetByOpener + c.ResetByService }
+
+// ServiceCloses says whether the service ended more of the connections
+// than the opener did, by FIN or reset.
+func (c *Churn) ServiceCloses() bool {
+	return c.ClosedByService+c.ResetByService > c.ClosedByOpener+c.ResetByOpener
+}
+
+// AbortiveClose says whether a reset sent for this reason (the kernel's
+// sk_rst_reason) ended a connection its own side closed, leaving no
+// TIME_WAIT: close() with SO_LINGER 0 or connect(AF_UNSPEC) (TCP_STATE,
+// measured on 6.18), close() with unread data (TCP_ABORT_ON_CLOSE:
+// Node's server.maxConnections closes newcomers so), data arriving after
+// close (TCP_ABORT_ON_DATA), the FIN_WAIT2 timeout (TCP_ABORT_ON_LINGER),
+// or a disconnect with data queued (TCP_DISCONNECT_WITH_DATA).
+func AbortiveClose(reason string) bool {
+	switch reason {
+	case "TCP_STATE", "TCP_ABORT_ON_CLOSE", "TCP_ABORT_ON_LINGER", "TCP_ABORT_ON_DATA", "TCP_DISCONNECT_WITH_DATA":
+		return true
+	}
+	return false
+}
 
 // Rate is connections opened per second as the eBPF source counted them
 // when it did, else connections closed per second, over the window or,
@@ -108,9 +144,16 @@ func (c *Churn) CloseRate() float64 {
 	if w <= 0 {
 		return 0
 	}
-	r := float64(c.Closed()) / w
+	r := float64(c.ClosedByOpener+c.ClosedByService) / w
 	if c.Recent > 0 {
 		r = max(r, float64(c.ClosedRecent)/c.Recent.Seconds())
+	}
+	if n := c.Resets(); n > 0 {
+		iv := c.ResetInterval
+		if iv <= 0 {
+			iv = c.Window
+		}
+		r += float64(n) / iv.Seconds()
 	}
 	return r
 }
@@ -190,6 +233,7 @@ func ChurnOf(s *snapshot.Snapshot, prev PrevState, window time.Duration) []*Chur
 			}
 		}
 	}
+	resetCloses(s, ls, m, get, window)
 	if len(m) == 0 {
 		return []*Churn{} // no close in the window: no flow to look behind
 	}
@@ -267,8 +311,8 @@ func ChurnOf(s *snapshot.Snapshot, prev PrevState, window time.Duration) []*Chur
 			perService[f.Service]++
 		}
 		for f, c := range m {
-			if c.LocalOpener || c.ClosedByOpener > 0 || perService[f.Service] == 1 {
-				if cn := byDst.To(f.Service); cn.Opens > 0 || c.LocalOpener || c.ClosedByOpener > 0 {
+			if c.LocalOpener || c.ClosedByOpener+c.ResetByOpener > 0 || perService[f.Service] == 1 {
+				if cn := byDst.To(f.Service); cn.Opens > 0 || c.LocalOpener || c.ClosedByOpener+c.ResetByOpener > 0 {
 					c.Connects = cn
 					c.LocalOpener = c.LocalOpener || cn.Opens > 0
 				}
@@ -286,8 +330,9 @@ func ChurnOf(s *snapshot.Snapshot, prev PrevState, window time.Duration) []*Chur
 			slices.Sort(ts)
 			c.Exchanges = ts[len(ts)/2]
 		}
-		// A TIME_WAIT on the opener's side proves the opener is here too.
-		if c.ClosedByOpener > 0 {
+		// A TIME_WAIT or a reset close on the opener's side proves the
+		// opener is here too.
+		if c.ClosedByOpener+c.ResetByOpener > 0 {
 			c.LocalOpener = true
 		}
 		if ln := ls.Of(&snapshot.Socket{State: snapshot.Established, Local: snapshot.EndpointOf(f.Service)}); ln != nil {
@@ -299,4 +344,99 @@ func ChurnOf(s *snapshot.Snapshot, prev PrevState, window time.Duration) []*Chur
 		out = append(out, c)
 	}
 	return out
+}
+
+// resetCloses adds to m the connections ended by a reset of their own
+// side's close that the eBPF source counted (no TIME_WAIT is left of
+// them), making flows of them where no TIME_WAIT did. Only sent resets
+// count: the other side's received one is the same connection.
+func resetCloses(s *snapshot.Snapshot, ls Listeners, m map[Flow]*Churn, get func(Flow) *Churn, window time.Duration) {
+	ev := s.Events
+	if ev == nil || !ev.Has(snapshot.ProgResetsSent) {
+		return
+	}
+	iv := ev.Interval()
+	if iv <= 0 {
+		iv = window
+	}
+	for _, r := range ev.Resets {
+		// The opener's side (the service's address and port, LocalPort
+		// 0) or the service's (the opener's address, port 0, and the
+		// port it was accepted on, ResetPort).
+		if !r.Sent || !AbortiveClose(r.Reason) || r.Count == 0 || r.LocalPort != 0 && r.Remote.Port() != 0 {
+			continue
+		}
+		var c *Churn
+		if r.Remote.Port() != 0 {
+			// The opener's socket: Remote is the service.
+			svc := Unmapped(r.Remote)
+			c = get(FlowOf(openerAddr(s, ls, m, svc), svc))
+			c.ResetByOpener += int(r.Count)
+		} else {
+			// The service's accepted socket: Remote is the opener.
+			port, ok := ResetPort(s, r)
+			if !ok {
+				continue
+			}
+			opener := r.Remote.Addr().Unmap()
+			c = get(FlowOf(opener, serviceAddr(s, m, opener, port)))
+			c.ResetByService += int(r.Count)
+		}
+		c.ResetInterval = iv
+	}
+}
+
+// openerAddr is the local address connections to svc leave from: that of
+// a flow already known, else of a socket of s connected to svc, else
+// 127.0.0.1 (::1) for a loopback service; else unspecified (unknown).
+func openerAddr(s *snapshot.Snapshot, ls Listeners, m map[Flow]*Churn, svc netip.AddrPort) netip.Addr {
+	for f := range m {
+		if f.Service == svc && f.Opener.IsValid() && !f.Opener.IsUnspecified() {
+			return f.Opener
+		}
+	}
+	for i := range s.Sockets {
+		sk := &s.Sockets[i]
+		if sk.State == snapshot.Listen || ls.Of(sk) != nil {
+			continue
+		}
+		if Unmapped(sk.Remote.AddrPort()) == svc {
+			return sk.Local.Addr().Unmap()
+		}
+	}
+	switch a := svc.Addr(); {
+	case a.Is4() && a.IsLoopback():
+		return netip.AddrFrom4([4]byte{127, 0, 0, 1})
+	case a.IsLoopback():
+		return netip.IPv6Loopback()
+	case a.Is4():
+		return netip.IPv4Unspecified()
+	}
+	return netip.IPv6Unspecified()
+}
+
+// serviceAddr is the address:port a connection from opener accepted on
+// port reached: that of a flow already known from opener to the port,
+// else of the listener bound to a specific address, else (a wildcard
+// listener) the opener's own address when it is a loopback one, else
+// unspecified.
+func serviceAddr(s *snapshot.Snapshot, m map[Flow]*Churn, opener netip.Addr, port uint16) netip.AddrPort {
+	for f := range m {
+		if f.Opener == opener && f.Service.Port() == port {
+			return f.Service
+		}
+	}
+	for i := range s.Sockets {
+		sk := &s.Sockets[i]
+		if sk.State == snapshot.Listen && sk.Local.Port() == port && !sk.Local.IsUnspecified() {
+			return Unmapped(sk.Local.AddrPort())
+		}
+	}
+	if opener.IsLoopback() {
+		return netip.AddrPortFrom(opener, port)
+	}
+	if opener.Is4() {
+		return netip.AddrPortFrom(netip.IPv4Unspecified(), port)
+	}
+	return netip.AddrPortFrom(netip.IPv6Unspecified(), port)
 }

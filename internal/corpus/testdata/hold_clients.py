@@ -4,13 +4,15 @@ request fails waits RETRY seconds before it tries again, one that got its
 answer goes on at once. Prints a JSON summary: answers, and failures by
 kind ("closed without answer": the server closed before answering,
 "reset", "refused", "timeout", "answer NNN" for a status other than 200).
-Usage: hold_clients.py HOST PORT N SECONDS RETRY"""
+A client gives up on an answer after WAIT seconds (default 30) and closes.
+Usage: hold_clients.py HOST PORT N SECONDS RETRY [WAIT]"""
 import asyncio
 import json
 import sys
 import time
 
 host, port, n, seconds, retry = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
+wait = float(sys.argv[6]) if len(sys.argv) > 6 else 30.0
 out = {"clients": n, "ok": 0, "errors": {}}
 
 
@@ -25,7 +27,7 @@ async def one(end):
             r, w = await asyncio.wait_for(asyncio.open_connection(host, port), 5)
             w.write(b"GET / HTTP/1.1\r\nHost: corpus\r\nConnection: close\r\n\r\n")
             await w.drain()
-            data = await asyncio.wait_for(r.read(), 30)
+            data = await asyncio.wait_for(r.read(), wait)
             if data.startswith(b"HTTP/1.1 200"):
                 out["ok"] += 1
                 continue
