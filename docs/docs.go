@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package docs embeds the rule pages so `tcpdoctor explain` works from a
 // lone binary.
 package docs

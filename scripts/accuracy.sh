@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Regenerates docs/accuracy.md: runs the real-software corpus
 # (internal/corpus: nginx, redis, wrk, iperf3 and python3 in network
 # namespaces, each diagnosed with `tcpdoctor check`) and writes its table.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Regenerates the committed eBPF objects and their Go bindings
 # (internal/bpfsource/{lifecycle,events,socklocks,traceprog,owners}_bpfel.{o,go}) from internal/bpfsource/bpf/*.c.
 # Needs clang-14 and llvm-strip-14 (Debian: apt-get install clang-14 llvm-14);

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Compare `check --interval 1s --json` of two or more tcpdoctor binaries in
 # one namespace filled once: the binaries run in turn, ROUNDS times, each
 # run printing its wall, user and system CPU time, peak RSS and the

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Builds Kubernetes' kubelet, kube-apiserver, kube-controller-manager and
 # kube-scheduler from the k8s.io/kubernetes module that tools/k8snode/go.mod
 # pins, with the version variables Kubernetes' own build sets (as its

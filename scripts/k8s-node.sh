@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The real-node test (internal/kubenode, docs/kubernetes-node.md): builds
 # Kubernetes from its Go module and helm (scripts/k8s-build.sh, cached
 # between runs), then runs, as root:

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Assembles docs/lab.md from the full scenario outputs in docs/lab/*.txt."""
 import re, subprocess
 

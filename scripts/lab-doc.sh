@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Regenerates docs/lab/*.txt (full runs of every scenario) and docs/lab.md
 # from them. Needs root and a few minutes; run on a quiet machine.
 set -euo pipefail

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Rerun the commands behind docs/performance.md's figures, one after the
 # other, each output saved with the time, load average, process count and
 # commit it ran under, so the document can be checked or refreshed in one

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Reproduces the example in README.md: a server that listens with backlog 8
 # and never accepts, a burst of 200 connects, and `tcpdoctor check` on its
 # namespace. Everything happens in a namespace this script creates and

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The proof of the release (docs/release.md), run by .ci/run after the test
 # suite: scripts/release.sh twice (the two runs must give the same bytes),
 # then internal/release's checks on the artifacts: the .deb installed with

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # scripts/release.sh VERSION [OUTDIR]: the release artifacts of the commit
 # checked out (HEAD), built from a clean clone of it, reproducibly: two runs
 # of one commit give the same bytes (docs/release.md).

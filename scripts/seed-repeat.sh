@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Repeats the seed's own case (C1) on real software: the corpus's Dubbo 3 and
 # grpc-java cases (one connection with 32K buffers, named; autotuned buffers,
 # quiet) N times on this host as it is and N times with both CPUs kept busy

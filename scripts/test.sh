@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The whole test suite: unit tests, fuzz seeds, and (as root) the kernel,
 # netns, lab and real-software corpus tiers. Installs the Debian packages
 # the real-peer tests use when run as root and they are missing.

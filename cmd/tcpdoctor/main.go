@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command tcpdoctor tells why TCP services are slow or fail to connect.
 package main
 

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package appcaps reads the connection limits servers set for themselves
 // (nginx worker_connections, ...) from their own configuration, as the
 // process sees it: its command line from /proc/PID/cmdline and its files

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package bdp does the bandwidth-delay arithmetic behind buffer sizing:
 // how many bytes a path holds in flight, what send and receive buffers
 // that takes, and whether a host's sysctls allow it.

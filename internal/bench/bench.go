@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package bench holds the measurements behind docs/performance.md:
 // collection against ss (Collection) and the exporter (Exporter), both at
 // N connections held by child processes in a lab topology's server

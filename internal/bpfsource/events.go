@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package bpfsource
 
 // The loader of bpf/events.c and the stream of its ring buffer (Events).

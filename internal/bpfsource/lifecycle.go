@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package bpfsource
 
 // The loader and reader of bpf/lifecycle.c (tp_btf/inet_sock_set_state).

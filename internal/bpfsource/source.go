@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package bpfsource watches TCP in the kernel with eBPF programs on BTF
 // tracepoints, each loaded and attached on its own (a kernel that refuses
 // one runs the rest; Missing says which and why):

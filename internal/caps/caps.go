@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package caps says which Linux capabilities this process holds: what a
 // refusal (EPERM) means depends on it.
 package caps

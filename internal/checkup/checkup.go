@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package checkup turns windows into a diagnosis report: the rules run
 // over each namespace's window and the findings, unknowns and source
 // errors gathered in one report, the same for `check`, the exporter and

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package cli holds tcpdoctor's commands, one file each. I/O is injected
 // through Env so commands are testable in-process.
 package cli

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package collect runs every source for one or more network namespaces
 // and assembles snapshots. It is the only place that knows the order of
 // sources; each source records its own failures in the snapshot.

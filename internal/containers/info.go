@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package containers names the container, Kubernetes pod or systemd unit
 // a process or a network namespace belongs to, from files only: the
 // process's cgroup path and the runtime's own state files (containerd's

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package corpus runs stock software (nginx, redis, wrk, iperf3, small
 // python3 servers) in network namespaces, diagnoses each with the real
 // command line, and judges the findings against what the software is

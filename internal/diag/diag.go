@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package diag holds the diagnosis model: rules, findings and the engine
 // that runs rules over snapshots.
 package diag

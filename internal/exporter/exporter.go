@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package exporter turns snapshots and the findings of the rules into
 // Prometheus metrics. A background loop (Loop) collects every interval and
 // calls Update, which diagnoses and prepares every sample; a scrape only

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package history is serve's incident store (docs/history.md): a compact
 // timeline of every window's findings, in append-only gzip segments, and
 // for each window in which a finding at warning or above starts, worsens

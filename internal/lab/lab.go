@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package lab reproduces the case catalogue in network namespaces: it
 // builds a topology with an emulated link, runs a workload, diagnoses it
 // with the same code as `check`, applies the fix, runs again and reports

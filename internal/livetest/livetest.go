@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package livetest holds root tests that create each rule's condition for
 // real in a namespace the test owns, sample it with the collector, run the
 // rules and check the JSON names the right rule and subject. This file is

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package netns finds network namespaces (named by `ip netns` or held only by
 // processes) and runs code inside one on a dedicated OS thread.
 package netns

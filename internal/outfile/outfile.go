@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package outfile creates the files tcpdoctor writes where its user says
 // (record -o, trace -o, trace --html, lab run --html). They hold process
 // names and addresses, and tcpdoctor often runs as root in directories

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package output is the output layer's shared part: Subject, the one
 // place that formats what a printed line is about (its network namespace
 // and process; pods and containers go here too), and the compact cells of

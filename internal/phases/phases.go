@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package phases times the parts of one command run for the bench's
 // --phases view: spans on the system's monotonic clock, which the bench
 // shares, so it can place them between the fork and the exit it saw.

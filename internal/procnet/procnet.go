@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package procnet reads the /proc/net counters (netstat, snmp, sockstat)
 // and the /proc/sys settings tcpdoctor reasons about.
 package procnet

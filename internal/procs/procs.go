@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package procs maps socket inodes to the processes holding them, with each
 // owner's command, open fd count and RLIMIT_NOFILE, by walking /proc/PID/fd.
 package procs

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package remedy builds the fixes rules prescribe, with their values
 // worked out and in each ecosystem's own terms (the listen() backlog in
 // Netty, Tomcat, nginx, Redis; connection reuse in nginx, Java, Go,

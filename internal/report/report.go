@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package report prints diagnosis results for people (text) and programs
 // (JSON, docs/json.md).
 package report

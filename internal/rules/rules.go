@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package rules holds every diagnosis rule, one file each. All returns
 // them in a fixed order, sorted by id; the registry test checks that each
 // has a unique id, a doc page and firing and quiet fixtures.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package snapshot is tcpdoctor's data model: one picture of one network
 // namespace's TCP state at one instant. Sources fill it; rules read it.
 package snapshot

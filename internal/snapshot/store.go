@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package snapshot
 
 // storeBlock is how many meminfo values one block of a Store holds.

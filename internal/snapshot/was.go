@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package snapshot
 
 // Was is what a window's rules read of a socket in the sample that starts

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package snapshot
 
 // Workload is the container, Kubernetes pod or systemd unit a process or

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package sockdiag dumps TCP sockets through NETLINK_SOCK_DIAG (inet_diag),
 // decoding each reply as it arrives.
 package sockdiag

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package tcpmodel is tcpdoctor's one model of the kernel's TCP facts:
 // the ephemeral port space a connect() picks from (with TIME_WAIT reuse),
 // connection churn per opener and service, listener fill, socket owners

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package testbrowser renders tcpdoctor's HTML pages in Debian's headless
 // Chromium for tests: the DOM after the page's scripts ran, and a
 // screenshot.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package testns gives root tests a named network namespace of their own,
 // removed when the test ends (also when it fails).
 package testns

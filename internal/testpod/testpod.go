@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package testpod gives root tests a real Kubernetes-style pod: a private
 // containerd (its own root, state directory and sockets, the CRI plugin
 // off) running, with runc, a sandbox container holding a CNI-style

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package textsafe makes strings from outside tcpdoctor (process names,
 // namespace names, snapshot files, errors quoting them) safe to print on
 // a terminal: every text printer passes them through String.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package trace is tcpdoctor's per-transfer flight recorder: it samples
 // chosen connections many times a second (sock_diag, filtered in the
 // kernel), cuts each connection's life into transfers, splits each

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package units prints the quantities tcpdoctor reports the way network
 // engineers read them: buffer sizes (16K, 3.4M), rates in bits per second,
 // durations and round-trip times rounded for people, and shares.

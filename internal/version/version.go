@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package version says which build of tcpdoctor this is: the release's
 // version (set by scripts/release.sh through -ldflags), and the commit,
 // commit time and Go version the Go toolchain stamps into every binary

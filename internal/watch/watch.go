@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package watch streams the notable TCP events the eBPF source sees as
 // they happen: failed connects (EADDRNOTAVAIL), resets sent and received,
 // listen overflow drops, SYN retransmits, and retransmission bursts towards

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package window samples each namespace's window (the sample that starts
 // it and the one that ends it, an interval apart) and keeps of a sample
 // what the next one needs: the first as a diag.Base (its established

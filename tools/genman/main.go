@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command genman writes tcpdoctor's man pages, generated from its cobra
 // command tree, and its bash, zsh and fish completions (scripts/release.sh
 // runs it; docs/release.md).

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command ociimage writes tcpdoctor's container image without a container
 // daemon: one image per platform, FROM scratch with the static binary as
 // /tcpdoctor, and a multi-arch OCI index over them, as an OCI image

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 /* Drop, retransmit and reset counters, and the ring buffer of rare events.
  *
  * Each program is loaded and attached on its own (a kernel may refuse one

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 /* The ring buffer of rare events and the lost-event counters, shared by
  * events.c and lifecycle.c: the loader creates both maps once and hands
  * them to every object. Include after the helper declarations and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 /* Kernel types events.c reads, beyond vmlinux.h, with CO-RE relocations
  * (preserve_access_index): offsets come from the running kernel's BTF. */
 #ifndef TCPDOCTOR_EVENTS_TYPES_H

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 /* Connection lifecycle counters from tp_btf/inet_sock_set_state.
  *
  * Counted in a hash map keyed by (netns, pid, peer, family), read and

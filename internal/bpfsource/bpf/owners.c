@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 /* Open files of every process, from an iter/task_file iterator: the
  * in-kernel replacement for reading /proc/PID/fd/N one readlink at a time.
  *

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 /* Buffer lock bits of every TCP socket, from an iter/tcp iterator.
  *
  * For each full TCP socket of the network namespace of the task that

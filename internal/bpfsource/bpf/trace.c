@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: BSD-2-Clause OR GPL-2.0-only
 /* Exact-time events of the sockets `tcpdoctor trace` follows.
  *
  * User space puts the cookie of each traced socket in the hash map

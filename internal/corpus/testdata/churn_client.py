@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Short connections at a fixed rate: connect, send a byte, read the
 answer, close (the client closes first, so it holds TIME_WAIT; with
 "linger0", SO_LINGER 0 makes each close a reset and leaves no TIME_WAIT).

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """One request per connection: reads a byte, answers a byte, then waits
 for the client to close first and closes too.
 Usage: echo_server.py HOST PORT SECONDS (exits by itself after SECONDS)."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """N clients, each sending one HTTP request at a time (Connection: close)
 to HOST:PORT and waiting for the whole answer, for SECONDS; a client whose
 request fails waits RETRY seconds before it tries again, one that got its

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A server that forgets close(): it accepts, reads the request and keeps
 the socket, so every connection the client closes stays in CLOSE_WAIT.
 Usage: leaky_server.py PORT SECONDS (exits by itself after SECONDS)."""

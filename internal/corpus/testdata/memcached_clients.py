@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """N memcached clients, each keeping one connection and sending
 "get corpus:none" every 0.5 s for SECONDS, as an application's cache
 clients do. A client whose connection is refused, closed or answered

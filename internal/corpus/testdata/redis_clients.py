@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """N Redis clients, each keeping one connection and blocking on
 BLPOP KEY 2 (an empty list: the answer is a nil after 2 s) again and
 again for SECONDS, as a worker waiting on a queue does. A client whose

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A slow HTTP upstream: reads each request, waits DELAY seconds, answers
 200 "ok" and closes; a thread per connection. Exits after LIFE seconds.
 Usage: slow_upstream.py HOST PORT DELAY LIFE; prints "ready" once listening."""

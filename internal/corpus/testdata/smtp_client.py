@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A mailer that opens a new SMTP session for every mail, as simple
 scripts do with smtplib: connect, EHLO, MAIL, RCPT, DATA, QUIT, close
 (the client closes first: it holds the TIME_WAIT). THREADS senders send

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Python's own SMTP server (smtpd, in the standard library up to 3.11)
 accepting every mail and discarding it.
 Usage: smtp_server.py HOST PORT SECONDS (exits by itself after SECONDS)."""

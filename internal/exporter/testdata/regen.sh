@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Regenerate pair.jsonl (root): two real samples 1 s apart of a namespace
 # running workload.py. Then: go test ./internal/exporter -run Golden -update
 set -euo pipefail

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Run inside a fresh namespace by regen.sh: a listener (backlog 8, never
 accepts) hit by 40 connects spread over 3 s; a bulk flow into a reader
 with a pinned 16K SO_RCVBUF that reads slowly; 20 short connections the

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command podapp is the one program of the real-node test's images
 // (internal/kubenode): the pod sandbox's pause process, and the two
 // application pods tcpdoctor must name.

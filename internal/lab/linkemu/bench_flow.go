@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // The bench's throughput run: one bulk TCP flow through the link.
 
 package linkemu

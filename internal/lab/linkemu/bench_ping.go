@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // The bench's delay accuracy run: UDP ping-pongs through the link.
 
 package linkemu

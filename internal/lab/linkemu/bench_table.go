@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // The bench's results for people: tables and the lab's targets.
 
 package linkemu

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package linkemu emulates a network link in the lab's router namespace:
 // a TUN "delay line" holds every forwarded packet for the one-way delay
 // (with optional random loss), and tbf on the router's egress veths sets

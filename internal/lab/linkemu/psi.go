@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // The machine's CPU pressure and steal time around a bench.
 
 package linkemu

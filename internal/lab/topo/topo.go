@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package topo builds the lab's network: three namespaces (client, router,
 // server) joined by veth pairs on 198.18.0.0/15, using iproute2 commands.
 //

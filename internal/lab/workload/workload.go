@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package workload holds the lab's traffic generators: rpc, bulk, storm,
 // churn (with a proxy) and bigresponse. Each has a server and a client that
 // run in-process with a context and a config, and return a JSON-serialisable

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package sockets prints `tcpdoctor sockets`: the listing as an aligned
 // table or a JSON array with one socket a line, streamed as the dump
 // comes (nothing holds the sockets), and the tables of eBPF connection

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Regenerates the live-kernel fixtures from this machine:
 #   testdata/linux-$(uname -r | cut -d. -f1,2)/{net,sys}
 # then rewrite the golden files with: go test ./internal/procnet -run Golden -update

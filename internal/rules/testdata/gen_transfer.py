@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Writes the fixtures of the transfer rules (sndbuf-limited, rwnd-limited,
 slow-reader, connection-bottleneck, retransmissions, buffer-limits).
 

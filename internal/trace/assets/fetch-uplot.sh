@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Fetches uPlot from the npm registry and copies the files the trace
 # report embeds (go:embed in internal/trace/html.go) next to this script.
 # Usage: internal/trace/assets/fetch-uplot.sh [VERSION]

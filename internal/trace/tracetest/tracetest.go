@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package tracetest makes recordings for the tests of the packages that
 // render or judge traces.
 package tracetest

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package workloadcmd is the hidden `tcpdoctor workload` command the lab
 // runs inside its namespaces: one subcommand per side of each workload in
 // internal/lab/workload, flags in, one JSON result line out.

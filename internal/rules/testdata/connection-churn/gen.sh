@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Regenerate fires.jsonl and quiet.jsonl as real captures (root):
 #   sh internal/rules/testdata/connection-churn/gen.sh
 # then: go test ./internal/rules -run TestFixtures -update, and update

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Regenerate fires.jsonl and quiet.jsonl: python3 gen.py (from this dir).
 
 A Java server (pid 6100) started with the default soft limit 1024: 900 ->

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Regenerate fires.jsonl and quiet.jsonl: python3 gen.py (from this dir).
 
 C2 round 2: a Netty server (java) listening on :8080 with SO_BACKLOG 128

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Regenerate fires.jsonl and quiet.jsonl: python3 gen.py (from this dir).
 
 C2 round 3 in a lab namespace whose ephemeral range was narrowed to 200

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Cut the fixtures from a real capture (Linux 6.18):
 
   LIVETEST_RECORD=/tmp/rec go test ./internal/livetest -run TestSynQueueOverflow

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Regenerate fires.jsonl and quiet.jsonl: python3 gen.py (from this dir).
 
 C4 in a lab namespace with the ephemeral range narrowed to 400 ports

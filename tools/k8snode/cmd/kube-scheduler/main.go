@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command kube-scheduler is Kubernetes' own kube-scheduler, built from k8s.io/kubernetes at the
 // version this module's go.mod pins.
 package main
