@@ -328,8 +328,8 @@ func serveTrace(ctx context.Context, e *Env, nss *namespaceMap, req history.Trac
 		return nil, err
 	}
 	tr.Header.Filter += " (" + req.Rule + ")"
-	e.progress("history: traced %s for %s: %d samples of %d connection(s), %s CPU on the sampling thread", tr.Header.Filter, req.Subject.Netns,
-		st.Ticks, len(tr.Conns), st.CPU.Round(time.Millisecond))
+	e.progress("history: traced %s for %s: %d samples of %s, %s CPU on the sampling thread", tr.Header.Filter, req.Subject.Netns,
+		st.Ticks, units.N(len(tr.Conns), "connection"), st.CPU.Round(time.Millisecond))
 	return tr, nil
 }
 

@@ -100,7 +100,7 @@ func WriteText(w io.Writer, l *Listing, loc *time.Location) {
 	if l.Windows > 0 {
 		fmt.Fprintf(w, " from %s to %s", day(l.First), day(l.Last))
 	}
-	fmt.Fprintf(w, ", %d incident(s)\n", len(l.Incidents))
+	fmt.Fprintf(w, ", %s\n", units.N(len(l.Incidents), "incident"))
 	for i, in := range l.Incidents {
 		end := day(in.End) + " (" + units.Dur(in.End.Sub(in.Start)) + ")"
 		if in.Ongoing {
@@ -140,7 +140,7 @@ func WriteEntries(w io.Writer, es []Entry, loc *time.Location) {
 			fmt.Fprintln(w)
 			continue
 		}
-		fmt.Fprintf(w, "%d finding(s)\n", len(e.Findings))
+		fmt.Fprintf(w, "%s\n", units.N(len(e.Findings), "finding"))
 		for _, f := range e.Findings {
 			fmt.Fprintf(w, "    %s %s  %s: %s\n", f.Severity.Label(), textsafe.String(f.Rule), report.SubjectText(f.Subject), textsafe.String(f.Summary))
 		}

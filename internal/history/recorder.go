@@ -22,6 +22,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/report"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/units"
 )
 
 // Defaults (docs/history.md): a week, or 256 MiB, whichever is reached
@@ -293,7 +294,7 @@ func (r *Recorder) Add(snaps []*snapshot.Snapshot, rep *report.Report) {
 		return
 	}
 	if r.lost > 0 {
-		j.entries[0].Note = fmt.Sprintf("%d collection(s) before this one not kept: the writer was busy", r.lost)
+		j.entries[0].Note = units.N(r.lost, "collection") + " before this one not kept: the writer was busy"
 	}
 	select {
 	case r.jobs <- j:

@@ -206,8 +206,8 @@ func checkConnectionBottleneck(in *diag.Input) ([]diag.Finding, error) {
 		if verdict.Lost {
 			sev = diag.Warning
 		}
-		sum := fmt.Sprintf("%s carries its traffic to %s on %d connection(s), each held back by its buffer or window while busy; use about %d",
-			tcpmodel.Who(cur, sk.Pids.List()), peer, n, want)
+		sum := fmt.Sprintf("%s carries its traffic to %s on %s, each held back by its buffer or window while busy; use about %d",
+			tcpmodel.Who(cur, sk.Pids.List()), peer, units.N(n, "connection"), want)
 		sub := subject(cur, ls, sk)
 		if _, other, there := elsewhere(in, sk); there != nil && !k.local.IsValid() {
 			// The provider is on this host: name it, and what it holds

@@ -421,7 +421,7 @@ func resetChurnService(in *diag.Input, opens, passive int64) (netip.AddrPort, st
 		}
 	}
 	if best.IsValid() {
-		return best, fmt.Sprintf("%d new connection(s) to it caught at the sample", n[best])
+		return best, units.N(n[best], "new connection") + " to it caught at the sample"
 	}
 	var only *snapshot.Socket
 	for i := range cur.Sockets {
