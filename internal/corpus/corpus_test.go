@@ -811,7 +811,7 @@ func redis(r *run, keepalive bool) {
 	c0, n0 := redisStats(r, ns)
 	k, n := "0", "120000"
 	if keepalive {
-		k, n = "1", "600000"
+		k, n = "1", "3000000"
 	}
 	start := time.Now()
 	// The pid under this label is timeout's; redis-benchmark is its child.
