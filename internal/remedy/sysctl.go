@@ -92,7 +92,7 @@ func SetSysctls(f diag.Fix, persist string, ss ...diag.Sysctl) diag.Fix {
 // unknown (diag.Sysctl.Guarded) is set only where lower, each value
 // compared with the host's own:
 //
-//	[ "$(sysctl -n net.core.rmem_max)" -lt 8192 ] && sysctl -w net.core.rmem_max=8192
+//	if [ "$(sysctl -n net.core.rmem_max)" -lt 8192 ]; then sysctl -w net.core.rmem_max=8192; fi
 //	set -- $(sysctl -n net.ipv4.tcp_rmem) && sysctl -w net.ipv4.tcp_rmem="$(($1>4096?$1:4096)) ..."
 func Render(pre string, ss []diag.Sysctl, persist string) string {
 	var parts, plain []string
@@ -134,7 +134,9 @@ func Render(pre string, ss []diag.Sysctl, persist string) string {
 func guard(s diag.Sysctl) string {
 	v := strings.Fields(s.Value)
 	if len(v) == 1 {
-		return fmt.Sprintf(`[ "$(sysctl -n %s)" -lt %s ] && sysctl -w %s=%s`, s.Name, v[0], s.Name, v[0])
+		// if, not &&: a value already high enough leaves the exit status
+		// 0, so a persist chain after it (&& echo ...) still runs.
+		return fmt.Sprintf(`if [ "$(sysctl -n %s)" -lt %s ]; then sysctl -w %s=%s; fi`, s.Name, v[0], s.Name, v[0])
 	}
 	e := make([]string, len(v))
 	for i, x := range v {

@@ -57,7 +57,7 @@ func TestRender(t *testing.T) {
 		{SetSysctls(diag.Fix{}, "", Sysctl(host, "net.ipv4.tcp_timestamps", 1), Sysctl(host, "net.ipv4.tcp_tw_reuse", 1)),
 			`sysctl -w net.ipv4.tcp_timestamps=1 net.ipv4.tcp_tw_reuse=1`},
 		{SetSysctls(diag.Fix{}, "", Sysctl(nil, "net.core.rmem_max", 8192), Sysctl(nil, "net.ipv4.tcp_rmem", 4096, 131072, 6291456)),
-			`[ "$(sysctl -n net.core.rmem_max)" -lt 8192 ] && sysctl -w net.core.rmem_max=8192; set -- $(sysctl -n net.ipv4.tcp_rmem) && sysctl -w net.ipv4.tcp_rmem="$((${1}>4096?${1}:4096)) $((${2}>131072?${2}:131072)) $((${3}>6291456?${3}:6291456))"`},
+			`if [ "$(sysctl -n net.core.rmem_max)" -lt 8192 ]; then sysctl -w net.core.rmem_max=8192; fi; set -- $(sysctl -n net.ipv4.tcp_rmem) && sysctl -w net.ipv4.tcp_rmem="$((${1}>4096?${1}:4096)) $((${2}>131072?${2}:131072)) $((${3}>6291456?${3}:6291456))"`},
 	} {
 		if c.f.Command != c.want {
 			t.Errorf("command\n %s\nwant\n %s", c.f.Command, c.want)
@@ -113,7 +113,7 @@ esac
 	run := exec.Command(sh, "-c", cmd)
 	run.Env = append(os.Environ(), "PATH="+dir+":"+os.Getenv("PATH"))
 	if out, err := run.CombinedOutput(); len(out) > 0 || err != nil {
-		t.Logf("%s: %v %s", cmd, err, out) // the last guard may end false: not an error
+		t.Errorf("%s: %v %s", cmd, err, out)
 	}
 	for name, want := range map[string]string{
 		"net.core.rmem_max":            "4194304",
@@ -124,5 +124,33 @@ esac
 		if got := get(name); got != want {
 			t.Errorf("%s = %q after %s, want %q", name, got, cmd, want)
 		}
+	}
+}
+
+// TestGuardKeepsThePersistChain: a guard whose host value is already
+// higher ends with status 0, so the persist lines after it still run.
+func TestGuardKeepsThePersistChain(t *testing.T) {
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Skip("no sh: ", err)
+	}
+	dir := t.TempDir()
+	fake := "#!/bin/sh\ncase \"$1\" in -n) echo 4194304 ;; -w) echo \"$2\" >> " + dir + "/written ;; esac\n"
+	if err := os.WriteFile(filepath.Join(dir, "sysctl"), []byte(fake), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := Render("", []diag.Sysctl{Sysctl(nil, "net.core.rmem_max", 8192)}, "60-test.conf")
+	cmd = strings.ReplaceAll(cmd, "/etc/sysctl.d/", dir+"/")
+	run := exec.Command(sh, "-c", cmd)
+	run.Env = append(os.Environ(), "PATH="+dir+":"+os.Getenv("PATH"))
+	if out, err := run.CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v %s", cmd, err, out)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "written")); err == nil {
+		t.Errorf("%s lowered the host's 4194304", cmd)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "60-test.conf"))
+	if err != nil || !strings.Contains(string(b), "net.core.rmem_max = 4194304") {
+		t.Errorf("%s: persist file %q, %v; want the host's value kept", cmd, b, err)
 	}
 }

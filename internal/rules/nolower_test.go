@@ -34,7 +34,7 @@ var capacityLimits = map[string]string{
 // TestNoFixLowersALimit runs every rule over every fixture (each rule's
 // and every other's, with no --bandwidth and with two) and reads every
 // fix's command as a shell would: a `sysctl -w` of a capacity limit that
-// is not behind a guard (a `[ ... -lt N ] &&` test, or a value worked out
+// is not behind a guard (`if [ ... -lt N ]; then`, or a value worked out
 // from the current one) must not set any value below the fixture host's,
 // and one whose host value the fixture lacks must be guarded. A fix made
 // at the other end (Peer) is held to the fixture host's values too: that
@@ -82,10 +82,20 @@ func lowered(cmd string, host map[string]string) []string {
 	var why []string
 	parts := shellParts(cmd)
 	for i, p := range parts {
+		// `if [ ... -lt N ]; then sysctl -w ...; fi`: the command after then.
+		thenPart := len(p.words) > 0 && p.words[0] == "then"
+		if thenPart {
+			p.words = p.words[1:]
+		}
 		if len(p.words) < 2 || p.words[0] != "sysctl" || p.words[1] != "-w" {
 			continue
 		}
-		guarded := i > 0 && parts[i-1].and && len(parts[i-1].words) > 0 && parts[i-1].words[0] == "["
+		prev := []string{}
+		if i > 0 {
+			prev = parts[i-1].words
+		}
+		guarded := i > 0 && parts[i-1].and && len(prev) > 0 && prev[0] == "[" ||
+			thenPart && len(prev) > 1 && prev[0] == "if" && prev[1] == "["
 		for _, a := range p.words[2:] {
 			name, value, ok := strings.Cut(a, "=")
 			if !ok {
