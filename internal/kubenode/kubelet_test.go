@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +19,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v2"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/testchart"
 )
 
 const chartDir = "../../deploy/helm/tcpdoctor"
@@ -38,52 +39,15 @@ func chartValues(historyDir string) []string {
 // renderDaemonSet runs helm template on the chart and returns its DaemonSet.
 func renderDaemonSet(t *testing.T, namespace string, set []string) map[any]any {
 	t.Helper()
-	args := []string{"template", "tcpdoctor", chartDir, "--namespace", namespace}
-	for _, s := range set {
-		args = append(args, "--set", s)
+	ds := testchart.Render(t, os.Getenv(envHelm), chartDir, namespace, set...)["DaemonSet"]
+	if len(ds) == 0 {
+		t.Fatal("helm template rendered no DaemonSet")
 	}
-	out, err := exec.Command(os.Getenv(envHelm), args...).Output()
-	if err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			t.Fatalf("helm %v: %v\n%s", args, err, ee.Stderr)
-		}
-		t.Fatal(err)
-	}
-	dec := yaml.NewDecoder(bytes.NewReader(out))
-	for {
-		var o map[any]any
-		if err := dec.Decode(&o); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			t.Fatalf("helm template output: %v", err)
-		}
-		if o["kind"] == "DaemonSet" {
-			return o
-		}
-	}
-	t.Fatal("helm template rendered no DaemonSet")
-	return nil
+	return ds[0]
 }
 
-// at walks a parsed object by keys and list indexes.
-func at(o any, path ...any) any {
-	for _, k := range path {
-		switch v := o.(type) {
-		case map[any]any:
-			o = v[k]
-		case []any:
-			i, ok := k.(int)
-			if !ok || i >= len(v) {
-				return nil
-			}
-			o = v[i]
-		default:
-			return nil
-		}
-	}
-	return o
-}
+// at is testchart.At.
+func at(o any, path ...any) any { return testchart.At(o, path...) }
 
 // chartHostPaths are the DaemonSet's hostPath directories.
 func chartHostPaths(ds map[any]any) []string {

@@ -15,6 +15,8 @@ import (
 	"testing"
 
 	"go.yaml.in/yaml/v2"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/testchart"
 )
 
 const chartDir = "../../deploy/helm/tcpdoctor"
@@ -29,56 +31,14 @@ func helm(t *testing.T) string {
 	return h
 }
 
-// render runs helm template on chart with the --set values and returns
-// its objects by kind.
+// render renders chart as the chart checks do (namespace monitoring).
 func render(t *testing.T, h, chart string, set ...string) map[string][]map[any]any {
 	t.Helper()
-	args := []string{"template", "tcpdoctor", chart, "--namespace", "monitoring"}
-	for _, s := range set {
-		args = append(args, "--set", s)
-	}
-	out, err := exec.Command(h, args...).Output()
-	if err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			t.Fatalf("helm %v: %v\n%s", args, err, ee.Stderr)
-		}
-		t.Fatal(err)
-	}
-	objs := map[string][]map[any]any{}
-	dec := yaml.NewDecoder(bytes.NewReader(out))
-	for {
-		var o map[any]any
-		if err := dec.Decode(&o); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			t.Fatalf("helm template output: %v", err)
-		}
-		if o != nil {
-			objs[fmt.Sprint(o["kind"])] = append(objs[fmt.Sprint(o["kind"])], o)
-		}
-	}
-	return objs
+	return testchart.Render(t, h, chart, "monitoring", set...)
 }
 
-// at walks a parsed object by keys and list indexes.
-func at(o any, path ...any) any {
-	for _, k := range path {
-		switch v := o.(type) {
-		case map[any]any:
-			o = v[k]
-		case []any:
-			i, ok := k.(int)
-			if !ok || i >= len(v) {
-				return nil
-			}
-			o = v[i]
-		default:
-			return nil
-		}
-	}
-	return o
-}
+// at is testchart.At.
+func at(o any, path ...any) any { return testchart.At(o, path...) }
 
 func readYAML(t *testing.T, path string) []map[any]any {
 	t.Helper()
