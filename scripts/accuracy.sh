@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Regenerates docs/accuracy.md: runs the real-software corpus
-# (internal/corpus: nginx, redis, wrk, iperf3 and python3 in network
+# (internal/testkit/corpus: nginx, redis, wrk, iperf3 and python3 in network
 # namespaces, each diagnosed with `tcpdoctor check`) and writes its table.
 # Needs root and the packages .ci/run installs. Every false alarm and miss
 # fails here, also those the corpus marks as known; the table is written
@@ -21,7 +21,7 @@ export TCPDOCTOR_ACCURACY_REV="$rev" TCPDOCTOR_CORPUS_STRICT=1
 rm -f docs/accuracy.md.new
 status=0
 TCPDOCTOR_ACCURACY_TABLE="$PWD/docs/accuracy.md.new" \
-  go test -p 1 -count=1 -v -timeout 20m -run '^TestCorpus$' ./internal/corpus/ || status=$?
+  go test -p 1 -count=1 -v -timeout 20m -run '^TestCorpus$' ./internal/testkit/corpus/ || status=$?
 if [ -s docs/accuracy.md.new ]; then
   mv docs/accuracy.md.new docs/accuracy.md
   echo "accuracy.sh: wrote docs/accuracy.md (test exit $status)" >&2

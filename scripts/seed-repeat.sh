@@ -4,7 +4,7 @@
 # grpc-java cases (one connection with 32K buffers, named; autotuned buffers,
 # quiet) N times on this host as it is and N times with both CPUs kept busy
 # by shell loops, and writes how often each was judged right, with the load
-# average at each run's start, to docs/accuracy-seed.md (internal/corpus
+# average at each run's start, to docs/accuracy-seed.md (internal/testkit/corpus
 # TestSeedRepeat); the section in docs/accuracy.md is replaced by it, and
 # scripts/accuracy.sh includes it. Needs root, java 17 and mvn (Maven
 # Central, or the jars already in ~/.m2).
@@ -24,7 +24,7 @@ fi
 status=0
 rm -f docs/accuracy-seed.md.new
 TCPDOCTOR_ACCURACY_REV="$rev" TCPDOCTOR_SEED_RUNS="$n" TCPDOCTOR_SEED_TABLE="$PWD/docs/accuracy-seed.md.new" \
-  go test -p 1 -count=1 -v -timeout 0 -run '^TestSeedRepeat$' ./internal/corpus/ || status=$?
+  go test -p 1 -count=1 -v -timeout 0 -run '^TestSeedRepeat$' ./internal/testkit/corpus/ || status=$?
 if [ ! -s docs/accuracy-seed.md.new ]; then
   echo "seed-repeat.sh: the runs did not finish; nothing written (test exit $status)" >&2
   exit 1

@@ -54,7 +54,7 @@ fi
 # The race detector on the packages outside the namespace, lab, corpus and
 # live tiers (those measure timing, which -race would distort); all run
 # again without it below.
-go test -race -count=1 $(go list ./... | grep -v -E '/internal/(lab|livetest|corpus|netns|testns|bench|cli)(/|$)')
+go test -race -count=1 $(go list ./... | grep -v -E '/internal/(testkit/)?(lab|livetest|corpus|netns|testns|bench|cli)(/|$)')
 CGO_ENABLED=0 go build -trimpath -o bin/tcpdoctor ./cmd/tcpdoctor
 if [ "$(id -u)" != 0 ]; then
   echo "test.sh: not root: kernel, netns and lab tests will skip (run as root for the full suite)" >&2

@@ -16,7 +16,7 @@ import (
 
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/topo"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/testns"
+	"github.com/tcpdoctor/tcpdoctor/internal/testkit/testns"
 )
 
 func TestServeAddr(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/topo"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/testns"
+	"github.com/tcpdoctor/tcpdoctor/internal/testkit/testns"
 )
 
 func TestSummarize(t *testing.T) {

@@ -16,7 +16,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
-	"github.com/tcpdoctor/tcpdoctor/internal/testns"
+	"github.com/tcpdoctor/tcpdoctor/internal/testkit/testns"
 )
 
 // costEnv turns TestCost on: it takes a few minutes and measures, so it

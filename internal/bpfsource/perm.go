@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/caps"
+	"github.com/tcpdoctor/tcpdoctor/internal/capability"
 )
 
 // needRoot says what loading the programs takes.
@@ -23,7 +23,7 @@ const memlockGuess = " (MEMLOCK may be too low, consider rlimit.RemoveMemlock)"
 // privileged reports whether this thread may load tracing programs:
 // CAP_SYS_ADMIN, or CAP_BPF with CAP_PERFMON, in its effective set (uid
 // 0 alone is not enough: its capabilities may have been dropped).
-func privileged() bool { return canLoad(caps.Have) }
+func privileged() bool { return canLoad(capability.Have) }
 
 func canLoad(have func(uint) bool) bool {
 	return have(unix.CAP_SYS_ADMIN) || have(unix.CAP_BPF) && have(unix.CAP_PERFMON)
@@ -46,7 +46,7 @@ func permissionCause(have func(uint) bool, memlock func() (uint64, bool)) string
 // refused is loadError's message for an EPERM: the cause, then the
 // error without cilium/ebpf's memlock guess.
 func refused(err error) error {
-	return notSupported("the kernel refused the program: %s: %s", permissionCause(caps.Have, memlockLimit), strings.ReplaceAll(err.Error(), memlockGuess, ""))
+	return notSupported("the kernel refused the program: %s: %s", permissionCause(capability.Have, memlockLimit), strings.ReplaceAll(err.Error(), memlockGuess, ""))
 }
 
 // memlockLimit returns RLIMIT_MEMLOCK when it can be why a load was

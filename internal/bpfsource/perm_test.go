@@ -15,7 +15,7 @@ import (
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/caps"
+	"github.com/tcpdoctor/tcpdoctor/internal/capability"
 )
 
 func TestPermissionCause(t *testing.T) {
@@ -96,7 +96,7 @@ func refusedChild(t *testing.T) {
 	if err := unix.Capset(&hdr, &none[0]); err != nil {
 		t.Fatalf("dropping capabilities: %v", err)
 	}
-	if caps.Have(unix.CAP_BPF) || caps.Have(unix.CAP_SYS_ADMIN) {
+	if capability.Have(unix.CAP_BPF) || capability.Have(unix.CAP_SYS_ADMIN) {
 		t.Fatal("capabilities still held")
 	}
 	check := func(what string, err error) {

@@ -16,7 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
-	"github.com/tcpdoctor/tcpdoctor/internal/testns"
+	"github.com/tcpdoctor/tcpdoctor/internal/testkit/testns"
 )
 
 // TestTimedOutConnectsCounted counts connects the retransmit timer ends,

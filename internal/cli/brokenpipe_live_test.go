@@ -18,7 +18,7 @@ import (
 
 	"github.com/tcpdoctor/tcpdoctor/internal/lab"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/topo"
-	"github.com/tcpdoctor/tcpdoctor/internal/testns"
+	"github.com/tcpdoctor/tcpdoctor/internal/testkit/testns"
 )
 
 // TestBenchClosedStdout runs the built tcpdoctor's bench as `bench | head

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
-	"github.com/tcpdoctor/tcpdoctor/internal/testns"
+	"github.com/tcpdoctor/tcpdoctor/internal/testkit/testns"
 )
 
 // TestCheckTraceAgreeBursty (root): a sender that writes 4 MB and sleeps

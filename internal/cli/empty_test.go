@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
-	"github.com/tcpdoctor/tcpdoctor/internal/testns"
+	"github.com/tcpdoctor/tcpdoctor/internal/testkit/testns"
 )
 
 // TestNoSilentEmpties: a filter that names what is not there is refused

@@ -14,9 +14,9 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/history"
 	"github.com/tcpdoctor/tcpdoctor/internal/rules"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
-	"github.com/tcpdoctor/tcpdoctor/internal/testbrowser"
+	"github.com/tcpdoctor/tcpdoctor/internal/testkit/testbrowser"
+	"github.com/tcpdoctor/tcpdoctor/internal/testkit/tracetest"
 	"github.com/tcpdoctor/tcpdoctor/internal/trace"
-	"github.com/tcpdoctor/tcpdoctor/internal/trace/tracetest"
 )
 
 // TestTriggeredTracePageFits: a trace serve --history recorded for a

@@ -14,7 +14,7 @@ import (
 
 	"github.com/tcpdoctor/tcpdoctor/internal/bench"
 	"github.com/tcpdoctor/tcpdoctor/internal/history"
-	"github.com/tcpdoctor/tcpdoctor/internal/testns"
+	"github.com/tcpdoctor/tcpdoctor/internal/testkit/testns"
 )
 
 // historyRSSBound is the most `history` may hold of a store, whatever its

@@ -18,7 +18,7 @@ import (
 
 	"github.com/tcpdoctor/tcpdoctor/internal/history"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
-	"github.com/tcpdoctor/tcpdoctor/internal/testns"
+	"github.com/tcpdoctor/tcpdoctor/internal/testkit/testns"
 )
 
 // slowReader makes, in ns, a connection on 127.0.0.1 whose receiver

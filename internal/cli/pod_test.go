@@ -22,8 +22,8 @@ import (
 
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/report"
-	"github.com/tcpdoctor/tcpdoctor/internal/testns"
-	"github.com/tcpdoctor/tcpdoctor/internal/testpod"
+	"github.com/tcpdoctor/tcpdoctor/internal/testkit/testns"
+	"github.com/tcpdoctor/tcpdoctor/internal/testkit/testpod"
 	"github.com/tcpdoctor/tcpdoctor/internal/window"
 )
 

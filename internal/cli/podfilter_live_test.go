@@ -20,8 +20,8 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
 	"github.com/tcpdoctor/tcpdoctor/internal/containers"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
-	"github.com/tcpdoctor/tcpdoctor/internal/testns"
-	"github.com/tcpdoctor/tcpdoctor/internal/testpod"
+	"github.com/tcpdoctor/tcpdoctor/internal/testkit/testns"
+	"github.com/tcpdoctor/tcpdoctor/internal/testkit/testpod"
 	"github.com/tcpdoctor/tcpdoctor/internal/window"
 )
 

@@ -20,7 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/bpfsource"
-	"github.com/tcpdoctor/tcpdoctor/internal/caps"
+	"github.com/tcpdoctor/tcpdoctor/internal/capability"
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
 	"github.com/tcpdoctor/tcpdoctor/internal/containers"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/linkemu"
@@ -423,11 +423,11 @@ func exitCode(root *cobra.Command, args []string, err error, stderr io.Writer) i
 // printErr prints err on one line, escaped: errors quote file, process
 // and namespace names (and errors.Join's newlines show as \n).
 func printErr(stderr io.Writer, err error) {
-	fmt.Fprintf(stderr, "tcpdoctor: %s%s\n", textsafe.String(err.Error()), permissionHint(err, caps.Have))
+	fmt.Fprintf(stderr, "tcpdoctor: %s%s\n", textsafe.String(err.Error()), permissionHint(err, capability.Have))
 }
 
 // permissionHint says how to get the permission err lacked: the
-// capability its package names, when have (caps.Have) says this process
+// capability its package names, when have (capability.Have) says this process
 // does not hold it (holding it, something else refused: an LSM or a user
 // namespace).
 func permissionHint(err error, have func(uint) bool) string {

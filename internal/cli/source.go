@@ -14,7 +14,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/caps"
+	"github.com/tcpdoctor/tcpdoctor/internal/capability"
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
@@ -182,7 +182,7 @@ func (o *sourceOpts) findNamespaces(e *Env) ([]netns.NS, error) {
 func (o *sourceOpts) namespaces(e *Env) ([]netns.NS, error) {
 	nss, err := o.findNamespaces(e)
 	if err != nil && len(nss) > 0 {
-		e.progress("note: %v; their namespaces may be missing%s", err, permissionHint(err, caps.Have))
+		e.progress("note: %v; their namespaces may be missing%s", err, permissionHint(err, capability.Have))
 		err = nil
 	}
 	if err != nil {

@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/testpod"
+	"github.com/tcpdoctor/tcpdoctor/internal/testkit/testpod"
 )
 
 var update = flag.Bool("update", false, "recapture testdata/containerd/ from a real containerd + runc pod (needs root, containerd, runc, busybox)")

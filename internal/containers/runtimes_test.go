@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/testpod"
+	"github.com/tcpdoctor/tcpdoctor/internal/testkit/testpod"
 )
 
 // The real Docker and Podman tests: each runs a private daemon or store

@@ -23,7 +23,7 @@ import (
 
 	"github.com/tcpdoctor/tcpdoctor/internal/cli"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
-	"github.com/tcpdoctor/tcpdoctor/internal/testns"
+	"github.com/tcpdoctor/tcpdoctor/internal/testkit/testns"
 )
 
 // startServe runs `tcpdoctor serve` in-process until the test ends and

@@ -22,8 +22,8 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/cli"
 	"github.com/tcpdoctor/tcpdoctor/internal/containers"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
-	"github.com/tcpdoctor/tcpdoctor/internal/testns"
-	"github.com/tcpdoctor/tcpdoctor/internal/testpod"
+	"github.com/tcpdoctor/tcpdoctor/internal/testkit/testns"
+	"github.com/tcpdoctor/tcpdoctor/internal/testkit/testpod"
 )
 
 // podListenerEnv, set in the environment, makes this test binary the
@@ -129,7 +129,7 @@ func seriesWhere(mfs map[string]*dto.MetricFamily, name string, match map[string
 }
 
 // TestServePodLabels is issue 24's exporter proof on a real pod: a
-// private containerd + runc runs pod shop/web-1 (internal/testpod); a
+// private containerd + runc runs pod shop/web-1 (internal/testkit/testpod); a
 // listener with backlog 4 that never accepts runs in the pod's network
 // namespace, joined to its container "api"; `serve --netns shop/web-1`
 // collects every second while connects from inside the pod overflow the

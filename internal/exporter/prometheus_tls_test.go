@@ -16,7 +16,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/exporter"
-	"github.com/tcpdoctor/tcpdoctor/internal/testns"
+	"github.com/tcpdoctor/tcpdoctor/internal/testkit/testns"
 )
 
 type promTarget struct {

@@ -22,7 +22,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/testns"
+	"github.com/tcpdoctor/tcpdoctor/internal/testkit/testns"
 )
 
 // childEnv makes the test binary a server under a lowered RLIMIT_NOFILE

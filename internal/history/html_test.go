@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
-	"github.com/tcpdoctor/tcpdoctor/internal/testbrowser"
+	"github.com/tcpdoctor/tcpdoctor/internal/testkit/testbrowser"
 )
 
 // pageListing is pictureTimeline's listing, with a store name and a

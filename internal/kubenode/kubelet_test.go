@@ -20,7 +20,7 @@ import (
 
 	"go.yaml.in/yaml/v2"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/testchart"
+	"github.com/tcpdoctor/tcpdoctor/internal/testkit/testchart"
 )
 
 const chartDir = "../../deploy/helm/tcpdoctor"

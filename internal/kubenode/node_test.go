@@ -28,7 +28,7 @@ import (
 	"time"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
-	"github.com/tcpdoctor/tcpdoctor/internal/testns"
+	"github.com/tcpdoctor/tcpdoctor/internal/testkit/testns"
 )
 
 // What the tests need from outside the module, found by these variables

@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/testbrowser"
+	"github.com/tcpdoctor/tcpdoctor/internal/testkit/testbrowser"
+	"github.com/tcpdoctor/tcpdoctor/internal/testkit/tracetest"
 	"github.com/tcpdoctor/tcpdoctor/internal/trace"
-	"github.com/tcpdoctor/tcpdoctor/internal/trace/tracetest"
 )
 
 func TestTraceAccuracy(t *testing.T) {

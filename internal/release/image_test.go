@@ -12,11 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/testpod"
+	"github.com/tcpdoctor/tcpdoctor/internal/testkit/testpod"
 )
 
 // TestImage imports the OCI image into the private containerd the pod
-// tests start (internal/testpod), with every platform of its index, and
+// tests start (internal/testkit/testpod), with every platform of its index, and
 // runs the image's tcpdoctor version and check in a container with the
 // host's network namespace: the image runs FROM scratch on its own.
 func TestImage(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
-	"github.com/tcpdoctor/tcpdoctor/internal/testns"
+	"github.com/tcpdoctor/tcpdoctor/internal/testkit/testns"
 )
 
 // The sysctls fixes set, and the node-wide ones PerNetns names.

@@ -216,7 +216,7 @@ func TestMemcachedCapFromFDs(t *testing.T) {
 
 // TestNodeMaxConnections: node v20's http server with
 // server.maxConnections 64 answering each request after 5 s, 200 clients
-// (internal/corpus's hold_clients.py), recorded with tcpdoctor record
+// (internal/testkit/corpus's hold_clients.py), recorded with tcpdoctor record
 // --interval 3s with the eBPF source and with --bpf off. Node accepts a
 // newcomer beyond 64 and destroys it: a reset for each (TCP_ABORT_ON_CLOSE
 // when the request was already there, whose port the close releases

@@ -32,7 +32,7 @@ func runFixtureOpts(t *testing.T, r diag.Rule, path string, o diag.Options) diag
 	return res
 }
 
-// Real recordings (internal/livetest with LIVETEST_RECORD, cut to the
+// Real recordings (internal/testkit/livetest with LIVETEST_RECORD, cut to the
 // flow): fires.jsonl is C1, one connection with 32K buffers carrying 100
 // callers' requests (bbr, 20 ms, 200 Mbit/s).
 func TestConnectionBottleneckRecordings(t *testing.T) {

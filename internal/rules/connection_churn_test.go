@@ -124,7 +124,7 @@ func TestChurnNamesTheServersKeepAliveSettings(t *testing.T) {
 	}
 }
 
-// TestChurnResetCloses: a python3 client (internal/corpus's
+// TestChurnResetCloses: a python3 client (internal/testkit/corpus's
 // churn_client.py with linger0) opens about 2,000 connections/s to an
 // echo server in the same namespace and closes each with SO_LINGER 0:
 // every close is a reset, no TIME_WAIT is left. Recorded with tcpdoctor

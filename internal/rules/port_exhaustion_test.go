@@ -44,7 +44,7 @@ func TestPortExhaustionUnknown(t *testing.T) {
 	}
 }
 
-// TestPortDemandAndSMTPReuse: a python3 mailer (internal/corpus's
+// TestPortDemandAndSMTPReuse: a python3 mailer (internal/testkit/corpus's
 // smtp_client.py, 8 senders, a new smtplib session per mail) to Python's
 // smtpd behind a veth, ip_local_port_range 40000-40999, recorded with
 // tcpdoctor record --interval 3s (eBPF on) once the range was all in

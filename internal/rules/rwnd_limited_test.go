@@ -13,7 +13,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/tcpmodel"
 )
 
-// Real recordings (internal/livetest with LIVETEST_RECORD): one bulk flow
+// Real recordings (internal/testkit/livetest with LIVETEST_RECORD): one bulk flow
 // over a 30 ms, 100 Mbit/s path into a client whose SO_RCVBUF is pinned at
 // 128K (C5), or autotuned. fires.jsonl is cubic (rwnd_limited 99 %).
 func TestRwndLimitedRecordings(t *testing.T) {

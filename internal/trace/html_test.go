@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
-	"github.com/tcpdoctor/tcpdoctor/internal/testbrowser"
+	"github.com/tcpdoctor/tcpdoctor/internal/testkit/testbrowser"
 )
 
 // pageTrace is a trace of two connections with a few transfers each.

@@ -3,7 +3,7 @@
 """Regenerate fires.jsonl and quiet.jsonl: python3 gen.py (from this dir).
 
 The shape of a real capture (tcpdoctor record --netns capx --interval 3s,
-internal/corpus's "nginx at worker_connections" case): nginx master
+internal/testkit/corpus's "nginx at worker_connections" case): nginx master
 10862 and its one worker 10866 (worker_connections 256, read from
 /tmp/capx/nginx.conf:5) proxy 127.0.0.1:8080 to a slow upstream on
 127.0.0.1:9000 (python3 pid 23599) for 400 clients (python3 pid 23782).

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Cut the fixtures from a real capture (Linux 6.18):
 
-  LIVETEST_RECORD=/tmp/rec go test ./internal/livetest -run TestSynQueueOverflow
+  LIVETEST_RECORD=/tmp/rec go test ./internal/testkit/livetest -run TestSynQueueOverflow
   python3 cut.py /tmp/rec/syn-queue-overflow-cookies0.jsonl
 
 fires.jsonl: the capture with the listener, its SYN-RECV requests and a few

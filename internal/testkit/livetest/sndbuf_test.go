@@ -13,7 +13,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/linkemu"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
-	"github.com/tcpdoctor/tcpdoctor/internal/testns"
+	"github.com/tcpdoctor/tcpdoctor/internal/testkit/testns"
 )
 
 // TestSndbufLimited: a bulk sender with SO_SNDBUF pinned at 16K (sndbuf
@@ -87,7 +87,7 @@ func TestSndbufLimited(t *testing.T) {
 // of the kernel's sndbuf_limited chronograph: for the same pinned 16K
 // sender through the same 20 ms, 1 Gbit/s link it reads near 0 when the
 // sender is not paced (cubic) and high when it is (bbr paces internally).
-// go test -v -run TestSndbufChronograph ./internal/livetest prints both.
+// go test -v -run TestSndbufChronograph ./internal/testkit/livetest prints both.
 func TestSndbufChronograph(t *testing.T) {
 	testns.NeedRoot(t)
 	share := map[string]float64{}

@@ -23,8 +23,8 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/rules"
-	"github.com/tcpdoctor/tcpdoctor/internal/testns"
-	"github.com/tcpdoctor/tcpdoctor/internal/testpod"
+	"github.com/tcpdoctor/tcpdoctor/internal/testkit/testns"
+	"github.com/tcpdoctor/tcpdoctor/internal/testkit/testpod"
 	"github.com/tcpdoctor/tcpdoctor/internal/window"
 )
 
@@ -85,7 +85,7 @@ func init() {
 // TestBothEndsPod: the receiver is a process of a real pod's container
 // (testpod: private containerd and runc, pod shop/web-1, container api),
 // pinned at SO_RCVBUF 2K, reached over a veth pair from a sender in a
-// namespace of internal/testns. Diagnosed together, the sender's
+// namespace of internal/testkit/testns. Diagnosed together, the sender's
 // rwnd-limited finding names the receiver's pod, container, process and
 // pinned buffer.
 func TestBothEndsPod(t *testing.T) {

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package caps says which Linux capabilities this process holds: what a
+// Package capability says which Linux capabilities this process holds: what a
 // refusal (EPERM) means depends on it.
-package caps
+package capability
 
 import "golang.org/x/sys/unix"
 

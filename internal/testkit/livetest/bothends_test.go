@@ -19,7 +19,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/linkemu"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/rules"
-	"github.com/tcpdoctor/tcpdoctor/internal/testns"
+	"github.com/tcpdoctor/tcpdoctor/internal/testkit/testns"
 	"github.com/tcpdoctor/tcpdoctor/internal/window"
 )
 
@@ -36,14 +36,14 @@ func TestBothEndsOnOneHost(t *testing.T) {
 	t.Run("link", func(t *testing.T) {
 		bothEnds(t, newPath(t, linkemu.Params{RTT: 20 * time.Millisecond, RateUp: 100e6, RateDown: 100e6}), 8<<10, "pinned at 16K (SO_RCVBUF 8K)")
 	})
-	// Two namespaces of internal/testns joined by a veth pair, no delay:
+	// Two namespaces of internal/testkit/testns joined by a veth pair, no delay:
 	// the smallest receive buffer holds the flow below 1 Gbit/s.
 	t.Run("veth", func(t *testing.T) {
 		bothEnds(t, vethPair(t), 2048, "(SO_RCVBUF 2K)")
 	})
 }
 
-// vethPair is two namespaces of internal/testns joined by a veth pair,
+// vethPair is two namespaces of internal/testkit/testns joined by a veth pair,
 // 198.18.7.1 and 198.18.7.2.
 func vethPair(t *testing.T) path {
 	a, b := testns.New(t, "peera"), testns.New(t, "peerb")
