@@ -16,12 +16,14 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/appcaps"
+	"github.com/tcpdoctor/tcpdoctor/internal/bpfsource"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/phases"
 	"github.com/tcpdoctor/tcpdoctor/internal/procnet"
 	"github.com/tcpdoctor/tcpdoctor/internal/procs"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/sockdiag"
+	"github.com/tcpdoctor/tcpdoctor/internal/source"
 )
 
 // Options says what to collect: one value for Collector (whole
@@ -105,7 +107,12 @@ type Collector struct {
 func (c *Collector) Collect(nss []netns.NS) []*snapshot.Snapshot {
 	host, _ := os.Hostname()
 	kernel := KernelRelease()
-	out := make([]*snapshot.Snapshot, 0, len(nss))
+	out := make([]*snapshot.Snapshot, len(nss))
+	for i, ns := range nss {
+		out[i] = header(ns)
+		out[i].Host, out[i].Kernel = host, kernel
+	}
+	p := &pass{opts: c.Opts, now: c.Now}
 	// On a big host the kernel's walks of the file tables and of each
 	// namespace's sockets for lock bits run beside the dumps (on another
 	// CPU) and are joined after them; on a small one they follow the
@@ -114,103 +121,81 @@ func (c *Collector) Collect(nss []netns.NS) []*snapshot.Snapshot {
 	var files func() *fileWalk
 	if c.Opts.Owners && c.Opts.Files != nil && c.procRoot() == "/proc" {
 		open := OpenFiles(c.procRoot())
-		walk := func() *fileWalk {
-			end := c.Opts.Phases.Begin("owners: eBPF iter/task_file load")
-			l, err := c.Opts.Files()
-			end()
-			if err != nil {
-				return nil // the /proc walk stands in
-			}
-			end = c.Opts.Phases.Begin("owners: kernel file walk")
-			w := walkFiles(l, open)
-			end()
-			return &w
-		}
+		files = func() *fileWalk { return p.walkFiles(open) }
 		if open >= besideMin {
-			files = beside(walk)
-		} else {
-			files = walk
+			files = beside(files)
 		}
 	}
-	for _, ns := range nss {
-		s := header(ns)
-		s.Host, s.Kernel = host, kernel
-		// In the namespace: counters, sysctls, the lock bits (or their
-		// walk started beside) and the netlink socket, which belongs to
-		// it from then on. The dump runs after, on this goroutine rather
-		// than netns.Do's locked thread, which would have to be woken
-		// for each datagram the receiver hands over.
-		var locks lockWalk
-		var conn *sockdiag.Conn
-		var openErr error
-		err := netns.Do(ns, func() error {
-			s.Taken = c.Now()
-			// Counters first: sockstat sizes the socket slice.
-			end := c.Opts.Phases.Begin("counters and sysctls")
-			procnet.Default().Fill(s)
-			end()
-			_, expect := expectedSockets(s)
-			if expect >= besideMin {
-				locks = c.startLocks(ns, expect)
-			} else {
-				end = c.Opts.Phases.Begin("lock bits (iter/tcp)")
-				locks = lockNow(c.Opts.Locks, expect)
-				end()
-			}
-			conn, openErr = sockdiag.Open()
-			return nil
-		})
-		if err == nil {
-			end := c.Opts.Phases.Begin("dump")
-			c.dump(s, conn, openErr)
-			end()
-			end = c.Opts.Phases.Begin("lock bits: wait")
-			l := locks.record(c.Opts.LocksOff, s)
-			end()
-			if l != nil {
-				end = c.Opts.Phases.Begin("lock bits: join")
-				joinLocks(s, l)
-				end()
-			}
-		}
-		if err != nil {
-			u := Unreachable(s.Netns, c.Now(), err)
-			u.Host, u.Kernel, u.Errors = host, kernel, append(s.Errors[:len(s.Errors):len(s.Errors)], u.Errors...)
-			s = u
-		}
-		out = append(out, s)
-	}
+	_ = p.namespaces(nss, out, snapshots{c}) // a snapshot sink never stops
 	if c.Events != nil {
-		c.addEvents(out)
+		p.events(c.Events, out)
 	}
 	if c.Opts.Owners {
 		var fw *fileWalk
 		if files != nil {
 			fw = files()
 		}
-		end := c.Opts.Phases.Begin("owners: join and name")
-		endJoin := c.Opts.Phases.Begin("owners: join")
-		own := c.attachOwners(out, fw)
-		endJoin()
-		for i, s := range out {
-			c.nameFlowOwners(nss[i], s, own, c.procRoot())
-			nameProcs(s, c.Opts.Workloads)
-		}
-		end()
+		_ = p.step(source.Step{Phase: "owners: join and name", Run: func() error {
+			own := c.attachOwners(p, out, fw)
+			for i, s := range out {
+				c.nameFlowOwners(nss[i], s, own, c.procRoot())
+				nameProcs(s, c.Opts.Workloads)
+			}
+			return nil
+		}})
 		// The servers' own limits, read once the listeners' owners are
 		// known, within one budget and deadline for every namespace
 		// (appcaps.CollectionLimits): a server not read by then is
 		// unknown, and the collection goes on.
-		defer c.Opts.Phases.Begin("application limits")()
-		budget := appcaps.NewBudget(appcaps.CollectionLimits(), time.Now())
-		for _, s := range out {
-			start := time.Now()
-			n := len(s.Errors)
-			appcaps.Reader{ProcRoot: c.procRoot(), Budget: budget}.Fill(s)
-			s.Sources = append(s.Sources, snapshot.SourceStat{Source: snapshot.SourceAppCaps, OK: len(s.Errors) == n, Duration: time.Since(start)})
-		}
+		_ = p.step(source.Step{Phase: "application limits", Run: func() error {
+			budget := appcaps.NewBudget(appcaps.CollectionLimits(), time.Now())
+			for _, s := range out {
+				_ = p.step(source.Step{Name: snapshot.SourceAppCaps, Run: func() error {
+					n := len(s.Errors)
+					appcaps.Reader{ProcRoot: c.procRoot(), Budget: budget}.Fill(s)
+					if len(s.Errors) > n {
+						return source.ErrRecorded
+					}
+					return nil
+				}}, s)
+			}
+			return nil
+		}})
 	}
 	return out
+}
+
+// snapshots is Collector's sink: each namespace's sockets in its
+// snapshot, for the rules.
+type snapshots struct{ c *Collector }
+
+func (snapshots) counters(p *pass, s *snapshot.Snapshot) (used, room int) {
+	// Counters first: sockstat sizes the socket slice.
+	_ = p.step(source.Step{Phase: "counters and sysctls", Run: func() error {
+		procnet.Default().Fill(s)
+		return nil
+	}})
+	return expectedSockets(s)
+}
+
+func (snapshots) joinsAfter() bool { return true }
+
+func (to snapshots) dump(p *pass, s *snapshot.Snapshot, in *opened) error {
+	_ = p.step(source.Step{Name: snapshot.SourceSockdiag, Phase: "dump", Run: func() error {
+		return to.c.dump(s, in.conn, in.err)
+	}}, s)
+	var l *bpfsource.Locks
+	_ = p.step(source.Step{Phase: "lock bits: wait", Run: func() error {
+		l = in.locks.record(p.opts.LocksOff, s)
+		return nil
+	}})
+	if l != nil {
+		_ = p.step(source.Step{Phase: "lock bits: join", Run: func() error {
+			joinLocks(s, l)
+			return nil
+		}})
+	}
+	return nil
 }
 
 // Settings is a snapshot of ns without sockets or owners: its counters
@@ -245,12 +230,9 @@ func Unreachable(ns snapshot.Netns, taken time.Time, err error) *snapshot.Snapsh
 
 // dump fills s.Sockets over conn, opened in s's namespace (openErr when
 // that failed), and closes it.
-func (c *Collector) dump(s *snapshot.Snapshot, conn *sockdiag.Conn, openErr error) {
-	start := time.Now()
+func (c *Collector) dump(s *snapshot.Snapshot, conn *sockdiag.Conn, openErr error) error {
 	if openErr != nil {
-		s.Sources = append(s.Sources, snapshot.SourceStat{Source: snapshot.SourceSockdiag, Duration: time.Since(start)})
-		s.AddError(snapshot.SourceSockdiag, openErr)
-		return
+		return openErr
 	}
 	defer conn.Close()
 	b, hasBase := c.Base[s.Netns.Name]
@@ -296,10 +278,7 @@ func (c *Collector) dump(s *snapshot.Snapshot, conn *sockdiag.Conn, openErr erro
 		}
 		return nil
 	})
-	s.Sources = append(s.Sources, snapshot.SourceStat{Source: snapshot.SourceSockdiag, OK: err == nil, Duration: time.Since(start)})
-	if err != nil {
-		s.AddError(snapshot.SourceSockdiag, err)
-	}
+	return err
 }
 
 // expectedSockets sizes the dump from this namespace's sockstat: used is
@@ -324,28 +303,24 @@ func expectedOf(sockstat map[string]int64) (used, room int) {
 //
 // fw, when not nil, is the kernel's walk of every file table
 // (Options.Files); the /proc walk stands in if it failed.
-func (c *Collector) attachOwners(snaps []*snapshot.Snapshot, fw *fileWalk) *procs.Owners {
-	start := time.Now()
+func (c *Collector) attachOwners(p *pass, snaps []*snapshot.Snapshot, fw *fileWalk) *procs.Owners {
 	root := c.procRoot()
 	// Every socket is kept: the join with the dumps is by sorting
 	// (Owners.Attach), and sockets in none of them tell NoteNewest which
 	// processes opened sockets since.
-	var own *procs.Owners
-	var err error
-	if fw != nil && fw.err == nil {
-		own = fw.own
-	} else {
-		own, err = procs.Scanner{Root: root}.Scan(nil)
-	}
-	for _, s := range snaps {
-		if own != nil {
-			own.Attach(s)
+	own := fw.owners()
+	res := source.Exec(p.opts.Phases, source.Step{Name: snapshot.SourceOwners, Phase: "owners: join", Run: func() (err error) {
+		if own == nil {
+			own, err = procs.Scanner{Root: root}.Scan(nil)
 		}
-	}
-	if own != nil {
-		own.NoteNewest()
-	}
-	d := time.Since(start)
+		if own != nil {
+			for _, s := range snaps {
+				own.Attach(s)
+			}
+			own.NoteNewest()
+		}
+		return err
+	}})
 	for _, s := range snaps {
 		// The walk may have run beside the dumps: its own time;
 		// procs.owners is the join.
@@ -357,10 +332,7 @@ func (c *Collector) attachOwners(snaps []*snapshot.Snapshot, fw *fileWalk) *proc
 				probeBufLocks(s, own, c.probe)
 			}
 		}
-		s.Sources = append(s.Sources, snapshot.SourceStat{Source: snapshot.SourceOwners, OK: err == nil, Duration: d})
-		if err != nil {
-			s.AddError(snapshot.SourceOwners, err)
-		}
+		res.Record(s)
 	}
 	return own
 }
@@ -410,38 +382,6 @@ func OpenFiles(procRoot string) int64 {
 	}
 	n, _ := strconv.ParseInt(f[0], 10, 64)
 	return n
-}
-
-// walkFiles lists every process's files with l and indexes their
-// sockets' owners (it needs nothing from the dumps); open is the host's
-// open files (OpenFiles), to size the records.
-func walkFiles(l procs.FileLister, open int64) fileWalk {
-	start := time.Now()
-	files, err := procs.ReadFiles(l, int(min(open, 10_000_000)))
-	took := time.Since(start)
-	if err != nil {
-		return fileWalk{err: err, took: took}
-	}
-	return fileWalk{own: procs.Scanner{Root: "/proc"}.OwnersOf(files, nil), took: took}
-}
-
-// note records the walk as a source of s; nothing when there was none.
-func (fw *fileWalk) note(s *snapshot.Snapshot) {
-	if fw == nil {
-		return
-	}
-	s.Sources = append(s.Sources, snapshot.SourceStat{Source: snapshot.SourceFileOwners, OK: fw.err == nil, Duration: fw.took})
-	if fw.err != nil {
-		s.AddError(snapshot.SourceFileOwners, fmt.Errorf("%w; owners read from /proc/PID/fd instead", fw.err))
-	}
-}
-
-// fileWalk is the outcome of the kernel's walk of every file table,
-// indexed.
-type fileWalk struct {
-	own  *procs.Owners // every socket's holders, not yet attached
-	err  error
-	took time.Duration // the walk alone
 }
 
 // background runs fn in a goroutine of its own; the func returned waits

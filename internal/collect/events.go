@@ -4,10 +4,8 @@ package collect
 
 import (
 	"cmp"
-	"errors"
 	"net/netip"
 	"slices"
-	"time"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/bpfsource"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
@@ -19,24 +17,9 @@ type EventReader interface {
 	Read() (*bpfsource.Reading, error)
 }
 
-// addEvents reads the event counters once and gives each snapshot its
-// namespace's share. A namespace without events gets an empty section:
-// the source ran and saw nothing, which differs from no source.
+// addEvents is the events step of the order (pass.events) for snaps.
 func (c *Collector) addEvents(snaps []*snapshot.Snapshot) {
-	start := time.Now()
-	r, err := c.Events.Read()
-	if errors.Is(err, errEventsOff) {
-		return // no source, as when its load failed before (noted)
-	}
-	d := time.Since(start)
-	for _, s := range snaps {
-		s.Sources = append(s.Sources, snapshot.SourceStat{Source: snapshot.SourceBPF, OK: err == nil, Duration: d})
-		if err != nil {
-			s.AddError(snapshot.SourceBPF, err)
-			continue
-		}
-		s.Events = eventsOf(r, s.Netns.Inode)
-	}
+	(&pass{opts: c.Opts, now: c.Now}).events(c.Events, snaps)
 }
 
 func eventsOf(r *bpfsource.Reading, inode uint64) *snapshot.Events {

@@ -13,6 +13,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/phases"
 	"github.com/tcpdoctor/tcpdoctor/internal/procnet"
 	"github.com/tcpdoctor/tcpdoctor/internal/procs"
+	"github.com/tcpdoctor/tcpdoctor/internal/source"
 )
 
 // Mode is the --bpf choice: what to do about the eBPF extras.
@@ -299,7 +300,7 @@ type pendingEvents struct {
 }
 
 // errEventsOff is a pendingEvents' Read when its load failed.
-var errEventsOff = errors.New("eBPF connection events not loaded")
+var errEventsOff = fmt.Errorf("eBPF connection events not loaded: %w", source.ErrAbsent)
 
 func (p *pendingEvents) Read() (*bpfsource.Reading, error) {
 	<-p.done

@@ -4,12 +4,12 @@ package collect
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/bpfsource"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/sockdiag"
+	"github.com/tcpdoctor/tcpdoctor/internal/source"
 )
 
 // LockReader walks the TCP sockets of the namespace the calling thread is
@@ -20,45 +20,44 @@ type LockReader interface {
 }
 
 // lockWalk is a walk of one namespace's sockets for their lock bits,
-// started by startLocks.
+// started by startLocks or lockNow.
 type lockWalk struct {
 	r    LockReader
 	wait func() lockResult
 }
 
 type lockResult struct {
-	l    *bpfsource.Locks
-	err  error
-	took time.Duration
+	l   *bpfsource.Locks
+	res source.Result
 }
 
-// startLocks starts reading the lock bits of ns beside the dump, in a
-// thread of its own in that namespace; nothing is read without a
-// LockReader.
+// startLocks is startLocks of c's LockReader (the tests' way in).
 func (c *Collector) startLocks(ns netns.NS, hint int) lockWalk {
-	r := c.Opts.Locks
+	return startLocks(c.Opts.Locks, ns, hint)
+}
+
+// startLocks starts reading the lock bits of ns with r beside the dump,
+// in a thread of its own in that namespace; nothing is read without a
+// LockReader.
+func startLocks(r LockReader, ns netns.NS, hint int) lockWalk {
 	if r == nil {
 		return lockWalk{}
 	}
 	return lockWalk{r: r, wait: background(func() lockResult {
-		var res lockResult
-		start := time.Now()
-		if err := netns.Do(ns, func() error {
-			yieldToDump() // Do's thread exits with it
-			res.l, res.err = r.Read(hint)
-			return nil
-		}); err != nil {
-			res.err = err
-		}
-		res.took = time.Since(start)
-		return res
+		var out lockResult
+		out.res = source.Exec(nil, source.Step{Name: snapshot.SourceSockLocks, Run: func() error {
+			var err error
+			if derr := netns.Do(ns, func() error {
+				yieldToDump() // Do's thread exits with it
+				out.l, err = r.Read(hint)
+				return nil
+			}); derr != nil {
+				return derr
+			}
+			return err
+		}})
+		return out
 	})}
-}
-
-// readLocks reads the lock bits of the namespace the thread is in with
-// r, now, and records them as lockWalk.record does.
-func readLocks(r LockReader, off string, s *snapshot.Snapshot) *bpfsource.Locks {
-	return lockNow(r, len(s.Sockets)).record(off, s)
 }
 
 // lockNow is startLocks in the calling thread, which is in the
@@ -66,10 +65,12 @@ func readLocks(r LockReader, off string, s *snapshot.Snapshot) *bpfsource.Locks 
 func lockNow(r LockReader, hint int) lockWalk {
 	w := lockWalk{r: r}
 	if r != nil {
-		start := time.Now()
-		l, err := r.Read(hint)
-		res := lockResult{l, err, time.Since(start)}
-		w.wait = func() lockResult { return res }
+		var out lockResult
+		out.res = source.Exec(nil, source.Step{Name: snapshot.SourceSockLocks, Run: func() (err error) {
+			out.l, err = r.Read(hint)
+			return err
+		}})
+		w.wait = func() lockResult { return out }
 	}
 	return w
 }
@@ -85,15 +86,14 @@ func (w lockWalk) record(off string, s *snapshot.Snapshot) *bpfsource.Locks {
 		s.BufLocks = &snapshot.BufLockOrigin{Why: off}
 		return nil
 	}
-	res := w.wait()
-	l, err := res.l, res.err
-	if err == nil && l.Netns != 0 && s.Netns.Inode != 0 && l.Netns != s.Netns.Inode {
-		err = fmt.Errorf("bpfsource: socklocks: the iterator walked namespace %d, not %d", l.Netns, s.Netns.Inode)
+	out := w.wait()
+	l, res := out.l, out.res
+	if res.Err == nil && l.Netns != 0 && s.Netns.Inode != 0 && l.Netns != s.Netns.Inode {
+		res.Err = fmt.Errorf("bpfsource: socklocks: the iterator walked namespace %d, not %d", l.Netns, s.Netns.Inode)
 	}
-	s.Sources = append(s.Sources, snapshot.SourceStat{Source: snapshot.SourceSockLocks, OK: err == nil, Duration: res.took})
-	if err != nil {
-		s.AddError(snapshot.SourceSockLocks, err)
-		s.BufLocks = &snapshot.BufLockOrigin{Why: err.Error()}
+	res.Record(s)
+	if res.Err != nil {
+		s.BufLocks = &snapshot.BufLockOrigin{Why: res.Err.Error()}
 		return nil
 	}
 	s.BufLocks = &snapshot.BufLockOrigin{From: snapshot.LocksIter}

@@ -13,6 +13,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/procs"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/sockdiag"
+	"github.com/tcpdoctor/tcpdoctor/internal/source"
 )
 
 // maxHeld is how many sockets Stream holds while the owners are found
@@ -22,9 +23,8 @@ const maxHeld = 32768
 // ownersDone is the outcome of Stream's owner walk.
 type ownersDone struct {
 	own *procs.Owners
-	fw  *fileWalk // the kernel's walk, if one ran
-	err error     // the /proc walk's
-	d   time.Duration
+	fw  *fileWalk     // the kernel's walk, if one ran
+	res source.Result // the whole walk's
 	// named is what could not be resolved of the owners' workloads.
 	named error
 }
@@ -36,31 +36,28 @@ type ownersDone struct {
 //
 // The owners' workloads are resolved here too, so that a walk beside the
 // dump names them beside it as well.
-func (st *Streamer) walkOwners(root string) ownersDone {
-	start := time.Now()
-	ph := st.Opts.Phases
+func (p *pass) walkOwners(root string) ownersDone {
 	var out ownersDone
-	if st.Opts.Files != nil && root == "/proc" {
-		end := ph.Begin("owners: eBPF iter/task_file load")
-		l, err := st.Opts.Files()
-		end()
-		if err == nil {
-			end := ph.Begin("owners: kernel file walk")
-			w := walkFiles(l, OpenFiles(root))
-			end()
-			out.fw, out.own = &w, w.own
+	out.res = source.Exec(p.opts.Phases, source.Step{Name: snapshot.SourceOwners, Run: func() error {
+		if p.opts.Files != nil && root == "/proc" {
+			out.fw = p.walkFiles(OpenFiles(root))
+			out.own = out.fw.owners()
 		}
-	}
-	if out.own == nil {
-		end := ph.Begin("owners: /proc walk")
-		out.own, out.err = procs.Scanner{Root: root}.Scan(nil)
-		end()
-	}
-	out.d = time.Since(start)
+		if out.own != nil {
+			return nil
+		}
+		var err error
+		_ = p.step(source.Step{Phase: "owners: /proc walk", Run: func() error {
+			out.own, err = procs.Scanner{Root: root}.Scan(nil)
+			return nil
+		}})
+		return err
+	}})
 	if out.own != nil {
-		end := ph.Begin("owners: name workloads")
-		out.named = nameAll(out.own.Procs, st.Opts.Workloads)
-		end()
+		_ = p.step(source.Step{Phase: "owners: name workloads", Run: func() error {
+			out.named = nameAll(out.own.Procs, p.opts.Workloads)
+			return nil
+		}})
 	}
 	return out
 }
@@ -69,10 +66,7 @@ func (st *Streamer) walkOwners(root string) ownersDone {
 func (o ownersDone) record(heads []*snapshot.Snapshot) {
 	for _, s := range heads {
 		o.fw.note(s)
-		s.Sources = append(s.Sources, snapshot.SourceStat{Source: snapshot.SourceOwners, OK: o.err == nil, Duration: o.d})
-		if o.err != nil {
-			s.AddError(snapshot.SourceOwners, o.err)
-		}
+		o.res.Record(s)
 		if o.own != nil {
 			s.Procs = o.own.Procs
 		}
@@ -124,172 +118,170 @@ func (st *Streamer) Stream(nss []netns.NS, fn func(s *snapshot.Snapshot, sk *sna
 	if root == "" {
 		root = "/proc"
 	}
-	var own *procs.Owners
+	p := &pass{opts: st.Opts, now: st.Now}
+	to := &rows{fn: fn, heads: heads, limit: st.hold}
+	if to.limit == 0 {
+		to.limit = maxHeld
+	}
 	// With the kernel's walk to load, the owners are found beside the
 	// first dump (the load is mostly user-space work, the dump the
 	// kernel's); otherwise before it.
-	var beside chan ownersDone
 	if st.Opts.Owners {
 		if st.Opts.Files != nil && root == "/proc" && !st.Opts.BufLock {
-			beside = make(chan ownersDone, 1)
-			go func() { beside <- st.walkOwners(root) }()
+			to.beside = make(chan ownersDone, 1)
+			go func() { to.beside <- p.walkOwners(root) }()
 		} else {
-			o := st.walkOwners(root)
+			o := p.walkOwners(root)
 			o.record(heads)
-			own = o.own
+			to.own = o.own
 		}
-	}
-	// takeOwners puts the walk's owners in place once it is done, waiting
-	// for it if block; it reports whether they are in place.
-	takeOwners := func(block bool) bool {
-		if beside == nil {
-			return true
-		}
-		var o ownersDone
-		if block {
-			end := st.Opts.Phases.Begin("dump: wait for owners")
-			o = <-beside
-			end()
-		} else {
-			select {
-			case o = <-beside:
-			default:
-				return false
-			}
-		}
-		beside = nil
-		o.record(heads)
-		own = o.own
-		return true
 	}
 	// Never return while the walk runs: the caller closes what it loaded.
-	defer takeOwners(true)
-	limit := st.hold
-	if limit == 0 {
-		limit = maxHeld
-	}
-	var pids []int
-	probe := st.Opts.BufLock && own != nil
-	if probe {
+	defer to.takeOwners(p, true)
+	to.probe = st.Opts.BufLock && to.own != nil
+	if to.probe {
 		if why := netCgroupV1(root); why != "" {
-			probe = false
+			to.probe = false
 			for _, s := range heads {
 				s.AddError(snapshot.SourceBufLock, fmt.Errorf("not probed: %s", why))
 			}
 		}
 	}
-	opts := sockdiag.Options{States: st.Opts.States, Info: true, Mem: true, Filter: st.Opts.Filter, Reuse: true, OneWalk: true, Split: true}
-	for i, ns := range nss {
-		s := heads[i]
-		var fnErr error
-		var probes probeCount
-		// In the namespace: the lock bits and the netlink socket, which
-		// belongs to it from then on. The dump runs after, on this
-		// goroutine rather than netns.Do's locked thread, which would
-		// have to be woken for each datagram the receiver hands over.
-		var find func(int, uint64) (bpfsource.SockLock, bool)
-		var conn *sockdiag.Conn
-		var openErr error
-		var start time.Time
-		err := netns.Do(ns, func() error {
-			s.Taken = st.Now()
-			if locks := readLocks(st.Opts.Locks, st.Opts.LocksOff, s); locks != nil {
-				find = locks.Joiner()
-			}
-			start = time.Now()
-			conn, openErr = sockdiag.Open()
-			if openErr == nil {
-				// A big namespace is dumped in two halves at once:
-				// sockstat says how big (the dump is whole where
-				// sockstat or the second socket fails).
-				counts := make(map[string]int64, 16)
-				if procnet.Default().Sockstats(counts) == nil {
-					if used, _ := expectedOf(counts); st.Opts.splits(used) {
-						_ = conn.OpenHalf()
-					}
-				}
-			}
+	if err := p.namespaces(nss, heads, to); err != nil {
+		return heads, err
+	}
+	if st.Events != nil {
+		p.events(st.Events, heads)
+	}
+	return heads, nil
+}
+
+// rows is Streamer's sink: each socket handed to fn as the dump decodes
+// it, with its owners and lock bits.
+type rows struct {
+	fn    func(s *snapshot.Snapshot, sk *snapshot.Socket) error
+	heads []*snapshot.Snapshot
+	own   *procs.Owners
+	// beside, when set, brings the owners walked beside the first dump;
+	// its sockets wait in held (limit at most) until they come.
+	beside chan ownersDone
+	limit  int
+	probe  bool
+	pids   []int
+}
+
+// counters reads sockstat alone: how big the namespace is, to split
+// its dump; nothing is kept.
+func (*rows) counters(_ *pass, _ *snapshot.Snapshot) (used, room int) {
+	counts := make(map[string]int64, 16)
+	if procnet.Default().Sockstats(counts) != nil {
+		return 0, 0 // dumped whole
+	}
+	used, _ = expectedOf(counts)
+	return used, 0
+}
+
+func (*rows) joinsAfter() bool { return false }
+
+// takeOwners puts the walk's owners in place once it is done, waiting
+// for it if block; it reports whether they are in place.
+func (r *rows) takeOwners(p *pass, block bool) bool {
+	if r.beside == nil {
+		return true
+	}
+	var o ownersDone
+	if block {
+		_ = p.step(source.Step{Phase: "dump: wait for owners", Run: func() error {
+			o = <-r.beside
 			return nil
-		})
-		emit := func(sk *snapshot.Socket) error {
-			sk.Pids = snapshot.PidList{}
-			if own != nil {
-				pids = ownerPids(own, sk.Inode, pids[:0])
-				sk.Pids = snapshot.PidsAt(&pids) // rewritten for the next socket
-			}
-			if probe && find == nil {
-				probes.probe(own, sk)
-			}
-			if err := fn(s, sk); err != nil {
-				fnErr = err
+		}})
+	} else {
+		select {
+		case o = <-r.beside:
+		default:
+			return false
+		}
+	}
+	r.beside = nil
+	o.record(r.heads)
+	r.own = o.own
+	return true
+}
+
+func (r *rows) dump(p *pass, s *snapshot.Snapshot, in *opened) error {
+	var find func(int, uint64) (bpfsource.SockLock, bool)
+	if locks := in.locks.record(p.opts.LocksOff, s); locks != nil {
+		find = locks.Joiner()
+	}
+	var fnErr error
+	var probes probeCount
+	emit := func(sk *snapshot.Socket) error {
+		sk.Pids = snapshot.PidList{}
+		if r.own != nil {
+			r.pids = ownerPids(r.own, sk.Inode, r.pids[:0])
+			sk.Pids = snapshot.PidsAt(&r.pids) // rewritten for the next socket
+		}
+		if r.probe && find == nil {
+			probes.probe(r.own, sk)
+		}
+		if err := r.fn(s, sk); err != nil {
+			fnErr = err
+			return err
+		}
+		return nil
+	}
+	var held heldRows
+	flush := func() error {
+		for i := range held.socks {
+			if err := emit(&held.socks[i]); err != nil {
 				return err
 			}
-			return nil
 		}
-		var held heldRows
-		flush := func() error {
-			for i := range held.socks {
-				if err := emit(&held.socks[i]); err != nil {
+		held = heldRows{}
+		return nil
+	}
+	res := source.Exec(nil, source.Step{Name: snapshot.SourceSockdiag, Run: func() error {
+		if in.conn == nil {
+			return in.err
+		}
+		opts := sockdiag.Options{States: p.opts.States, Info: true, Mem: true, Filter: p.opts.Filter, Reuse: true, OneWalk: true, Split: true}
+		began := p.opts.Phases.Stamp()
+		split, err := in.conn.DumpHalves(opts, func(_ int, sk *snapshot.Socket) error {
+			if find != nil {
+				if v := lockOf(find, sk); v.Known() {
+					sk.BufLock = v
+				}
+			}
+			if len(held.socks) > 0 || r.beside != nil {
+				if !r.takeOwners(p, len(held.socks) >= r.limit) {
+					held.add(sk)
+					return nil
+				}
+				if err := flush(); err != nil {
 					return err
 				}
 			}
-			held = heldRows{}
-			return nil
+			return emit(sk)
+		})
+		_ = in.conn.Close()
+		// The phase is named by how the dump went.
+		if split {
+			p.opts.Phases.Span("dump, two halves at once", began)
+		} else {
+			p.opts.Phases.Span("dump", began)
 		}
-		if err == nil {
-			dumpErr := openErr
-			if conn != nil {
-				began := st.Opts.Phases.Stamp()
-				var split bool
-				split, dumpErr = conn.DumpHalves(opts, func(_ int, sk *snapshot.Socket) error {
-					if find != nil {
-						if v := lockOf(find, sk); v.Known() {
-							sk.BufLock = v
-						}
-					}
-					if len(held.socks) > 0 || beside != nil {
-						if !takeOwners(len(held.socks) >= limit) {
-							held.add(sk)
-							return nil
-						}
-						if err := flush(); err != nil {
-							return err
-						}
-					}
-					return emit(sk)
-				})
-				if split {
-					st.Opts.Phases.Span("dump, two halves at once", began)
-				} else {
-					st.Opts.Phases.Span("dump", began)
-				}
-				_ = conn.Close()
-			}
-			if fnErr == nil && len(held.socks) > 0 {
-				takeOwners(true)
-				_ = flush() // an error is in fnErr
-			}
-			if fnErr == nil {
-				probes.record(s)
-				s.Sources = append(s.Sources, snapshot.SourceStat{Source: snapshot.SourceSockdiag, OK: dumpErr == nil, Duration: time.Since(start)})
-				if dumpErr != nil {
-					s.AddError(snapshot.SourceSockdiag, dumpErr)
-				}
-			}
+		if fnErr == nil && len(held.socks) > 0 {
+			r.takeOwners(p, true)
+			_ = flush() // an error is in fnErr
 		}
-		if fnErr != nil {
-			return heads, fnErr
-		}
-		if err != nil {
-			u := Unreachable(s.Netns, st.Now(), err)
-			s.Taken, s.Errors = u.Taken, append(s.Errors, u.Errors...)
-		}
+		return err
+	}})
+	if fnErr != nil {
+		return fnErr
 	}
-	if st.Events != nil {
-		// Collector.addEvents reads once for all namespaces as well.
-		(&Collector{Events: st.Events}).addEvents(heads)
-	}
-	return heads, nil
+	probes.record(s)
+	res.Record(s)
+	return nil
 }
 
 // probeCount is the pidfd_getfd probes of one namespace (Stream's, or

@@ -11,11 +11,11 @@ import (
 	"io/fs"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/source"
 )
 
 // FS reads /proc/net files and sysctls. Production: NetDir
@@ -99,18 +99,14 @@ func (p FS) Fill(s *snapshot.Snapshot) {
 	if s.Sysctls == nil {
 		s.Sysctls = make(map[string]string, len(sysctlNames))
 	}
-	run := func(source string, f func() error) {
-		start := time.Now()
-		err := f()
-		s.Sources = append(s.Sources, snapshot.SourceStat{Source: source, OK: err == nil, Duration: time.Since(start)})
-		if err != nil {
-			s.AddError(source, err)
-		}
+	for _, st := range []source.Step{
+		{Name: snapshot.SourceNetstat, Run: func() error { return p.counterFile("netstat", s.Counters) }},
+		{Name: snapshot.SourceSNMP, Run: func() error { return p.counterFile("snmp", s.Counters) }},
+		{Name: snapshot.SourceSockstat, Run: func() error { return p.Sockstats(s.Sockstat) }},
+		{Name: snapshot.SourceSysctl, Run: func() error { return p.sysctls(s.Sysctls) }},
+	} {
+		_ = source.Run(nil, st, s) // recorded in s
 	}
-	run(snapshot.SourceNetstat, func() error { return p.counterFile("netstat", s.Counters) })
-	run(snapshot.SourceSNMP, func() error { return p.counterFile("snmp", s.Counters) })
-	run(snapshot.SourceSockstat, func() error { return p.Sockstats(s.Sockstat) })
-	run(snapshot.SourceSysctl, func() error { return p.sysctls(s.Sysctls) })
 }
 
 // Sockstats reads sockstat and sockstat6 into into; a missing sockstat6
