@@ -5,7 +5,7 @@ package cli
 import (
 	"github.com/spf13/pflag"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/collect"
+	"github.com/tcpdoctor/tcpdoctor/internal/bpfload"
 )
 
 // bpfOpts is --bpf, shared by the commands that collect live, and the
@@ -23,12 +23,12 @@ func (o *bpfOpts) register(fs *pflag.FlagSet) {
 }
 
 func (o *bpfOpts) validate(src *sourceOpts) error {
-	m, err := collect.ParseMode(o.mode)
+	m, err := bpfload.ParseMode(o.mode)
 	if err != nil {
 		return usageErr("%v", err)
 	}
-	src.noBPF = m == collect.ModeOff
-	if m == collect.ModeOn && src.from != "" {
+	src.noBPF = m == bpfload.ModeOff
+	if m == bpfload.ModeOn && src.from != "" {
 		return usageErr("--bpf on applies to live collection; --from replays the events recorded in the file")
 	}
 	if o.pidfd && src.from != "" {
@@ -39,8 +39,8 @@ func (o *bpfOpts) validate(src *sourceOpts) error {
 
 // extras loads what --bpf chose of the extras a command needs: the one
 // way every command that collects live gets its eBPF sources.
-func (o *bpfOpts) extras(e *Env, src *sourceOpts, need collect.Need) (*collect.Extras, error) {
-	x, err := collect.OpenExtras(collect.ExtrasConfig{Mode: collect.Mode(o.mode), Need: need, Replay: src.from != "",
+func (o *bpfOpts) extras(e *Env, src *sourceOpts, need bpfload.Need) (*bpfload.Extras, error) {
+	x, err := bpfload.Open(bpfload.Config{Mode: bpfload.Mode(o.mode), Need: need, Replay: src.from != "",
 		PidFD: o.pidfd, ProcRoot: e.ProcRoot, Loaders: e.BPF, Note: e.progress, Phases: e.Phases})
 	if err != nil {
 		return nil, collectErr(err)
@@ -49,6 +49,6 @@ func (o *bpfOpts) extras(e *Env, src *sourceOpts, need collect.Need) (*collect.E
 }
 
 // allExtras is extras for check, record and serve, which use every one.
-func (o *bpfOpts) allExtras(e *Env, src *sourceOpts) (*collect.Extras, error) {
-	return o.extras(e, src, collect.Need{Events: true, EventsBeside: true, Locks: true, Files: true})
+func (o *bpfOpts) allExtras(e *Env, src *sourceOpts) (*bpfload.Extras, error) {
+	return o.extras(e, src, bpfload.Need{Events: true, EventsBeside: true, Locks: true, Files: true})
 }

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/collect"
+	"github.com/tcpdoctor/tcpdoctor/internal/bpfload"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/testkit/testns"
@@ -20,7 +20,7 @@ import (
 // bpfEnv is the production Env (the eBPF loaders) writing to buffers.
 func bpfEnv(t *testing.T, out, errb *bytes.Buffer) *Env {
 	testns.NeedRoot(t)
-	src, err := collect.BPFLoaders().Events(nil)
+	src, err := bpfload.Programs().Events(nil)
 	if err != nil {
 		t.Skipf("eBPF events cannot load here: %v", err)
 	}

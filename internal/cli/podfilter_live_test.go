@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/collect"
+	"github.com/tcpdoctor/tcpdoctor/internal/bpfload"
 	"github.com/tcpdoctor/tcpdoctor/internal/containers"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/testkit/testns"
@@ -98,7 +98,7 @@ func init() {
 func podEnv(p *testpod.Pod, out, errb *bytes.Buffer) *Env {
 	proc, state, runc, docker := p.Roots()
 	return &Env{Stdout: out, Stderr: errb, Getenv: func(string) string { return "" }, Now: time.Now,
-		Sleep: window.Sleep, ProcRoot: "/proc", Args0: os.Args[0], BPF: collect.BPFLoaders(),
+		Sleep: window.Sleep, ProcRoot: "/proc", Args0: os.Args[0], BPF: bpfload.Programs(),
 		Workloads: containers.NewResolver(containers.Options{Roots: containers.Roots{Proc: proc, ContainerdState: state, Runc: runc, Docker: docker}})}
 }
 
@@ -173,7 +173,7 @@ func TestPodFiltersReal(t *testing.T) {
 		t.Errorf("trace --pod shop/web-1 --container api: exit %d, stderr %q, out:\n%s", code, errb.String(), out.String())
 	}
 
-	src, err := collect.BPFLoaders().Events(nil)
+	src, err := bpfload.Programs().Events(nil)
 	if err != nil {
 		t.Skipf("eBPF events cannot load here: %v", err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
+	"github.com/tcpdoctor/tcpdoctor/internal/bpfload"
 	"github.com/tcpdoctor/tcpdoctor/internal/bpfsource"
 	"github.com/tcpdoctor/tcpdoctor/internal/capability"
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
@@ -60,9 +61,9 @@ type Env struct {
 	// Columns is the terminal's width, to wrap long lines to; 0 (a pipe,
 	// a file) wraps nothing. $COLUMNS, when set, overrides it.
 	Columns int
-	// BPF loads the eBPF programs behind --bpf (collect.OpenExtras); a
+	// BPF loads the eBPF programs behind --bpf (bpfload.Open); a
 	// nil loader is one this build lacks.
-	BPF collect.Loaders
+	BPF bpfload.Loaders
 	// FileLimit returns the soft RLIMIT_NOFILE, 0 if unknown; serve caps
 	// its HTTP connections by it. nil means unknown.
 	FileLimit func() uint64
@@ -167,7 +168,7 @@ func DefaultEnv() *Env {
 		Args0:     self,
 		IsTTY:     fi != nil && fi.Mode()&os.ModeCharDevice != 0,
 		Columns:   termColumns(),
-		BPF:       collect.BPFLoaders(),
+		BPF:       bpfload.Programs(),
 		Tasks:     processNetns,
 		FileLimit: softFileLimit,
 		Workloads: containers.NewResolver(containers.Options{}),

@@ -19,6 +19,7 @@ import (
 
 	"github.com/tcpdoctor/tcpdoctor/internal/bdp"
 	"github.com/tcpdoctor/tcpdoctor/internal/bench"
+	"github.com/tcpdoctor/tcpdoctor/internal/bpfload"
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/exporter"
@@ -335,7 +336,7 @@ func serveTrace(ctx context.Context, e *Env, nss *namespaceMap, req history.Trac
 
 // programStats reads the kernel's statistics of the eBPF programs ext
 // attached; nil when none is.
-func programStats(ext *collect.Extras) func() ([]exporter.ProgramStat, error) {
+func programStats(ext *bpfload.Extras) func() ([]exporter.ProgramStat, error) {
 	if ext == nil || ext.Source == nil {
 		return nil
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tcpdoctor/tcpdoctor/internal/bpfload"
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
 	"github.com/tcpdoctor/tcpdoctor/internal/output"
 	"github.com/tcpdoctor/tcpdoctor/internal/output/sockets"
@@ -207,7 +208,7 @@ func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
 	// more than the readlinks it saves on a host with few open files).
 	bpf := o.bpf
 	bpf.pidfd = bpf.pidfd && o.locks
-	x, err := bpf.extras(e, &o.src, collect.Need{Events: o.interval > 0, Locks: o.locks, FilesLazily: true})
+	x, err := bpf.extras(e, &o.src, bpfload.Need{Events: o.interval > 0, Locks: o.locks, FilesLazily: true})
 	if err != nil {
 		return err
 	}

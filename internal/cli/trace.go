@@ -17,7 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/bdp"
-	"github.com/tcpdoctor/tcpdoctor/internal/collect"
+	"github.com/tcpdoctor/tcpdoctor/internal/bpfload"
 	"github.com/tcpdoctor/tcpdoctor/internal/outfile"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/sockdiag"
@@ -96,7 +96,7 @@ func runTrace(cmd *cobra.Command, e *Env, o *traceOpts) error {
 	if o.duration < 0 || o.gap < 0 || o.top < 0 || o.discover < 0 || o.idleEvery < 0 {
 		return usageErr("trace: --duration, --gap, --discover, --idle-every and --top must not be negative")
 	}
-	if _, err := collect.ParseMode(o.bpf); err != nil {
+	if _, err := bpfload.ParseMode(o.bpf); err != nil {
 		return usageErr("trace: %v", err)
 	}
 	live := len(o.ports)+len(o.lports)+len(o.rports)+len(o.peers) > 0 || o.pid != 0 || o.netns != "" || o.duration > 0 || o.out != "" || o.discover > 0 || o.bpf != "auto" || o.wl.set()
@@ -234,12 +234,12 @@ func traceLive(cmd *cobra.Command, e *Env, o *traceOpts, sink *sinkFile) (*trace
 	lo := trace.LiveOptions{Filter: flt, Pid: o.pid, ProcRoot: e.ProcRoot, Interval: time.Second / time.Duration(o.rate),
 		Duration: o.duration, Discover: o.discover, IdleEvery: o.idleEvery, Now: e.Now, Sleep: trace.PreciseSleep}
 	// The programs load once trace knows the namespace and ports.
-	x, err := collect.OpenExtras(collect.ExtrasConfig{Mode: collect.Mode(o.bpf), ProcRoot: e.ProcRoot, Loaders: e.BPF, Note: e.progress})
+	x, err := bpfload.Open(bpfload.Config{Mode: bpfload.Mode(o.bpf), ProcRoot: e.ProcRoot, Loaders: e.BPF, Note: e.progress})
 	if err != nil {
 		return nil, collectErr(err)
 	}
 	defer x.Close()
-	if o.bpf == string(collect.ModeOff) {
+	if o.bpf == string(bpfload.ModeOff) {
 		lo.NoEvents = "eBPF off (--bpf off)"
 	} else {
 		lo.OpenEvents = func(ns uint64, ports []uint16) (trace.EventSource, func() error, string, error) {

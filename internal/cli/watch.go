@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/collect"
+	"github.com/tcpdoctor/tcpdoctor/internal/bpfload"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/watch"
@@ -111,7 +111,7 @@ func runWatch(ctx context.Context, e *Env, o *watchOpts) error {
 		f.Workload = o.wl.match
 	}
 	// watch is the event stream: eBPF or nothing.
-	x, err := collect.OpenExtras(collect.ExtrasConfig{Mode: collect.ModeOn, Need: collect.Need{Events: true},
+	x, err := bpfload.Open(bpfload.Config{Mode: bpfload.ModeOn, Need: bpfload.Need{Events: true},
 		Command: "watch", ProcRoot: e.ProcRoot, Loaders: e.BPF, Note: e.progress})
 	if err != nil {
 		return collectErr(err)

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/collect"
+	"github.com/tcpdoctor/tcpdoctor/internal/bpfload"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/testkit/testns"
 	"github.com/tcpdoctor/tcpdoctor/internal/window"
@@ -43,7 +43,7 @@ func TestWatchUsage(t *testing.T) {
 // namespace.
 func TestWatchFailedConnects(t *testing.T) {
 	testns.NeedRoot(t)
-	src, err := collect.BPFLoaders().Events(nil)
+	src, err := bpfload.Programs().Events(nil)
 	if err != nil {
 		t.Skipf("eBPF events cannot load here: %v", err)
 	}
@@ -52,7 +52,7 @@ func TestWatchFailedConnects(t *testing.T) {
 	testns.Run(t, "ip", "netns", "exec", ns.Name, "sysctl", "-qw", "net.ipv4.ip_local_port_range=40000 40001")
 	var out, errb bytes.Buffer
 	e := &Env{Stdout: &out, Stderr: &errb, Getenv: func(string) string { return "" }, Now: time.Now,
-		Sleep: window.Sleep, ProcRoot: "/proc", Args0: os.Args[0], BPF: collect.BPFLoaders()}
+		Sleep: window.Sleep, ProcRoot: "/proc", Args0: os.Args[0], BPF: bpfload.Programs()}
 	done := make(chan int)
 	go func() {
 		done <- Main([]string{"watch", "--json", "--netns", ns.Name, "--kind", "failed-connect", "--count", "3", "--duration", "20s"}, e)

@@ -28,7 +28,7 @@ import (
 
 // Options says what to collect: one value for Collector (whole
 // snapshots, for the rules) and Streamer (one socket at a time, for
-// listings). ExtrasConfig's Extras.Options fills in what --bpf loaded.
+// listings). bpfload's Extras.Options fills in what --bpf loaded.
 type Options struct {
 	// Owners maps sockets to processes (walks /proc/*/fd).
 	Owners bool

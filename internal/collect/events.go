@@ -17,9 +17,10 @@ type EventReader interface {
 	Read() (*bpfsource.Reading, error)
 }
 
-// addEvents is the events step of the order (pass.events) for snaps.
-func (c *Collector) addEvents(snaps []*snapshot.Snapshot) {
-	(&pass{opts: c.Opts, now: c.Now}).events(c.Events, snaps)
+// AddEvents reads the event counters of r once and gives each of snaps
+// its namespace's share, as a collection does after its dumps.
+func AddEvents(r EventReader, snaps ...*snapshot.Snapshot) {
+	(&pass{}).events(r, snaps)
 }
 
 func eventsOf(r *bpfsource.Reading, inode uint64) *snapshot.Events {

@@ -30,8 +30,7 @@ func TestAddEvents(t *testing.T) {
 		8: {{Pid: 1, Comm: "other"}},
 	}}
 	snaps := []*snapshot.Snapshot{{Netns: snapshot.Netns{Name: "x", Inode: 7}}, {Netns: snapshot.Netns{Name: "y", Inode: 99}}}
-	c := &Collector{Events: fakeEvents{r: r}}
-	c.addEvents(snaps)
+	AddEvents(fakeEvents{r: r}, snaps...)
 	ev := snaps[0].Events
 	if ev == nil || len(ev.Flows) != 2 || ev.Flows[0].Pid != 3 || ev.Flows[0].FailedPorts != 4 || ev.Flows[0].Ended != 2 ||
 		ev.Flows[0].Lifetime != time.Second || ev.Lost != 2 || ev.Interval() != 5*time.Second {
@@ -41,8 +40,7 @@ func TestAddEvents(t *testing.T) {
 		t.Errorf("quiet namespace: events = %+v, want an empty section", ev)
 	}
 	snaps = []*snapshot.Snapshot{{Netns: snapshot.Netns{Name: "x", Inode: 7}}}
-	c.Events = fakeEvents{err: errors.New("bpfsource: read flows: boom")}
-	c.addEvents(snaps)
+	AddEvents(fakeEvents{err: errors.New("bpfsource: read flows: boom")}, snaps...)
 	if snaps[0].Events != nil || len(snaps[0].Errors) != 1 || snaps[0].Errors[0].Source != snapshot.SourceBPF {
 		t.Errorf("failed read: events %+v, errors %+v", snaps[0].Events, snaps[0].Errors)
 	}
@@ -65,7 +63,7 @@ func TestAddEventsCounters(t *testing.T) {
 		Skipped: map[string]uint64{"kfree_skb": 2, "inet_sock_set_state": 5},
 	}
 	snaps := []*snapshot.Snapshot{{Netns: snapshot.Netns{Inode: 7}}}
-	(&Collector{Events: fakeEvents{r: r}}).addEvents(snaps)
+	AddEvents(fakeEvents{r: r}, snaps...)
 	ev := snaps[0].Events
 	if ev.Lost != 10 || len(ev.Drops) != 2 || ev.Drops[1] != (snapshot.EventDrop{Reason: "TCP_LISTEN_OVERFLOW", Listener: ovf, Count: 380}) {
 		t.Errorf("drops: %+v lost %d", ev.Drops, ev.Lost)

@@ -1,6 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package collect
+// Package bpfload is the eBPF loading policy: which of the optional eBPF
+// extras a command loads (Need), as its --bpf choice says (Mode), from one
+// set of loaders (Loaders); what loaded (Extras) builds the command's
+// collect.Collector or collect.Streamer, gives watch its event stream and
+// trace its programs.
+package bpfload
 
 import (
 	"errors"
@@ -10,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/bpfsource"
+	"github.com/tcpdoctor/tcpdoctor/internal/collect"
 	"github.com/tcpdoctor/tcpdoctor/internal/phases"
 	"github.com/tcpdoctor/tcpdoctor/internal/procnet"
 	"github.com/tcpdoctor/tcpdoctor/internal/procs"
@@ -39,7 +45,7 @@ func ParseMode(s string) (Mode, error) {
 }
 
 // Loaders load the eBPF programs; a nil field is one this build lacks.
-// Production uses BPFLoaders; tests inject their own.
+// Production uses Programs; tests inject their own.
 type Loaders struct {
 	Events func(*bpfsource.Kernel) (*bpfsource.Source, error)
 	Locks  func(*bpfsource.Kernel) (*bpfsource.SockLocks, error)
@@ -47,8 +53,8 @@ type Loaders struct {
 	Trace  func(bpfsource.TraceOptions) (*bpfsource.Tracer, error)
 }
 
-// BPFLoaders are the real programs of internal/bpfsource.
-func BPFLoaders() Loaders {
+// Programs are the real programs of internal/bpfsource.
+func Programs() Loaders {
 	return Loaders{
 		Events: func(k *bpfsource.Kernel) (*bpfsource.Source, error) {
 			return bpfsource.Open(bpfsource.Options{Kernel: k})
@@ -79,19 +85,19 @@ type Need struct {
 	// (iter/task_file), loaded now; a failure is a note.
 	Files bool
 	// FilesLazily: the same walk, loaded when the owners are first
-	// walked and only on a host with KernelFilesMin open files (any, with
+	// walked and only on a host with collect.KernelFilesMin open files (any, with
 	// Mode on); a failure leaves the /proc walk without a word (the owners
 	// are the same).
 	FilesLazily bool
 }
 
-// ExtrasConfig is one command's request for the eBPF extras.
-type ExtrasConfig struct {
+// Config is one command's request for the eBPF extras.
+type Config struct {
 	Mode Mode
 	Need Need
 	// Replay: the snapshots come from a file; nothing is loaded.
 	Replay bool
-	// PidFD turns on the opt-in pidfd_getfd probe (Options.BufLock).
+	// PidFD turns on the opt-in pidfd_getfd probe (collect.Options.BufLock).
 	PidFD bool
 	// Command names a command that has no --bpf flag of its own and
 	// says itself which programs did not load (watch): errors name it
@@ -106,26 +112,27 @@ type ExtrasConfig struct {
 	Phases *phases.Recorder
 }
 
-// Extras is what the --bpf choice loaded, used by every way in (Collector,
-// Streamer, watch's stream, trace's programs); Close frees it.
+// Extras is what the --bpf choice loaded, used by every way in
+// (collect.Collector, collect.Streamer, watch's stream, trace's programs); Close frees it.
 type Extras struct {
-	cfg ExtrasConfig
+	cfg Config
 	// Source is the connection-event source (nil when not loaded): the
-	// counters for Collector and Streamer, the event stream for watch.
+	// counters for collect.Collector and Streamer, the event stream for
+	// watch.
 	Source *bpfsource.Source
-	locks  LockReader
+	locks  collect.LockReader
 	// locksOff says why locks is nil, for the snapshot.
 	locksOff string
-	files    FileSource
+	files    collect.FileSource
 	// events, when set, is the connection events loading beside the
 	// first collection (Need.EventsBeside); Source is then nil.
 	events  *pendingEvents
 	closers []func() error
 }
 
-// Events is the event counters for Collector and Streamer; nil when not
+// Events is the event counters for collect.Collector and Streamer; nil when not
 // loaded.
-func (x *Extras) Events() EventReader {
+func (x *Extras) Events() collect.EventReader {
 	if x.events != nil {
 		return x.events
 	}
@@ -138,7 +145,7 @@ func (x *Extras) Events() EventReader {
 // Options adds the extras to a command's collect options: lock bits,
 // the pidfd probe where asked (never without owners), the kernel's file
 // walk for owners. Without PidFD nothing is written to any socket.
-func (x *Extras) Options(o Options) Options {
+func (x *Extras) Options(o collect.Options) collect.Options {
 	o.Locks, o.LocksOff = x.locks, x.locksOff
 	o.BufLock = x.cfg.PidFD && o.Owners
 	if o.Owners {
@@ -160,11 +167,11 @@ func (x *Extras) Close() {
 	x.closers = nil
 }
 
-// OpenExtras loads the extras cfg.Need names, each on its own, as
+// Open loads the extras cfg.Need names, each on its own, as
 // cfg.Mode says. An extra left out (off, replaying a file, or in auto
 // not loadable) says why; with Mode on a failure is the error. Close the
 // result once collection is done.
-func OpenExtras(cfg ExtrasConfig) (*Extras, error) {
+func Open(cfg Config) (*Extras, error) {
 	x := &Extras{cfg: cfg}
 	if cfg.Note == nil {
 		x.cfg.Note = func(string, ...any) {}
@@ -189,10 +196,10 @@ func OpenExtras(cfg ExtrasConfig) (*Extras, error) {
 		if err != nil {
 			flErr = err
 		} else {
-			x.files = Loaded(f)
+			x.files = collect.Loaded(f)
 			x.closers = append(x.closers, f.Close)
 		}
-	case cfg.Need.FilesLazily && ld.Files != nil && (cfg.Mode == ModeOn || OpenFiles(cfg.ProcRoot) >= KernelFilesMin):
+	case cfg.Need.FilesLazily && ld.Files != nil && (cfg.Mode == ModeOn || collect.OpenFiles(cfg.ProcRoot) >= collect.KernelFilesMin):
 		x.files = x.lazyFiles(ld.Files)
 	}
 	switch {
@@ -289,7 +296,7 @@ func hostSockets(procRoot string) int64 {
 // pendingEvents is the connection events loading on their own
 // goroutine (Need.EventsBeside): Read waits for the load. A load that
 // failed reads as errEventsOff, which the collector takes as no source,
-// as when the load failed in OpenExtras; the failure, or what did not
+// as when the load failed in Open; the failure, or what did not
 // attach, is noted at the first Read or at Close.
 type pendingEvents struct {
 	done  chan struct{}
@@ -344,7 +351,7 @@ func (x *Extras) eventsBeside(load func(*bpfsource.Kernel) (*bpfsource.Source, e
 const eventsOffNote = "note: eBPF connection events off: %v (--bpf off silences this)"
 
 // noteMissing names the event programs of s that did not attach, unless
-// the command says so itself (ExtrasConfig.Command).
+// the command says so itself (Config.Command).
 func (x *Extras) noteMissing(s *bpfsource.Source) {
 	if x.cfg.Command != "" {
 		return
@@ -371,7 +378,7 @@ func (x *Extras) noteFiles(flErr error, said ...error) {
 }
 
 // lazyFiles loads the file walk once, when first asked; Close frees it.
-func (x *Extras) lazyFiles(load func(*bpfsource.Kernel) (*bpfsource.FileOwners, error)) FileSource {
+func (x *Extras) lazyFiles(load func(*bpfsource.Kernel) (*bpfsource.FileOwners, error)) collect.FileSource {
 	var loaded *bpfsource.FileOwners
 	var loadErr error
 	var once sync.Once
@@ -418,12 +425,12 @@ func (x *Extras) OpenTrace(netns uint64, ports []uint16) (tr *bpfsource.Tracer, 
 
 // Collector is the way in of the commands that diagnose (check, record,
 // serve): whole snapshots of every namespace, with these extras.
-func (x *Extras) Collector(o Options, now func() time.Time) *Collector {
-	return &Collector{Opts: x.Options(o), Now: now, Events: x.Events()}
+func (x *Extras) Collector(o collect.Options, now func() time.Time) *collect.Collector {
+	return &collect.Collector{Opts: x.Options(o), Now: now, Events: x.Events()}
 }
 
 // Streamer is the way in of the listing (sockets): one socket at a
 // time, with these extras.
-func (x *Extras) Streamer(o Options, now func() time.Time) *Streamer {
-	return &Streamer{Opts: x.Options(o), Now: now, Events: x.Events()}
+func (x *Extras) Streamer(o collect.Options, now func() time.Time) *collect.Streamer {
+	return &collect.Streamer{Opts: x.Options(o), Now: now, Events: x.Events()}
 }

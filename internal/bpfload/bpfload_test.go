@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package collect
+package bpfload
 
 import (
 	"errors"
@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/bpfsource"
+	"github.com/tcpdoctor/tcpdoctor/internal/collect"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 )
 
@@ -38,30 +39,30 @@ func procWithFiles(t *testing.T, n int) string {
 	return root
 }
 
-// TestOpenExtras: the one way every command gets its eBPF sources says
+// TestOpen: the one way every command gets its eBPF sources says
 // the same things as each did on its own: off and replay load nothing,
 // auto notes one cause once, on fails naming the command.
-func TestOpenExtras(t *testing.T) {
+func TestOpen(t *testing.T) {
 	boom := errors.New("boom")
 	all := Need{Events: true, Locks: true, Files: true}
 	for _, c := range []struct {
 		name    string
-		cfg     ExtrasConfig
+		cfg     Config
 		calls   int
 		err     string
 		notes   []string
 		locksOf string
 	}{
-		{name: "off", cfg: ExtrasConfig{Mode: ModeOff, Need: all}, locksOf: "eBPF off (--bpf off)"},
-		{name: "replay", cfg: ExtrasConfig{Mode: ModeOn, Need: all, Replay: true}},
-		{name: "auto, one cause said once", cfg: ExtrasConfig{Mode: ModeAuto, Need: all}, calls: 3,
+		{name: "off", cfg: Config{Mode: ModeOff, Need: all}, locksOf: "eBPF off (--bpf off)"},
+		{name: "replay", cfg: Config{Mode: ModeOn, Need: all, Replay: true}},
+		{name: "auto, one cause said once", cfg: Config{Mode: ModeAuto, Need: all}, calls: 3,
 			notes:   []string{"note: eBPF off: boom: no connection events, and pinned buffers judged from their sizes only (--bpf off silences this)"},
 			locksOf: "eBPF iter/tcp not loaded: boom"},
-		{name: "auto, locks not needed", cfg: ExtrasConfig{Mode: ModeAuto, Need: Need{Events: true}}, calls: 1,
+		{name: "auto, locks not needed", cfg: Config{Mode: ModeAuto, Need: Need{Events: true}}, calls: 1,
 			notes:   []string{"note: eBPF connection events off: boom (--bpf off silences this)"},
 			locksOf: "not read: sockets reads buffer lock bits with --json --locks"},
-		{name: "on", cfg: ExtrasConfig{Mode: ModeOn, Need: all}, calls: 3, err: "--bpf on: boom"},
-		{name: "on, watch", cfg: ExtrasConfig{Mode: ModeOn, Need: Need{Events: true}, Command: "watch"}, calls: 1, err: "watch: boom"},
+		{name: "on", cfg: Config{Mode: ModeOn, Need: all}, calls: 3, err: "--bpf on: boom"},
+		{name: "on, watch", cfg: Config{Mode: ModeOn, Need: Need{Events: true}, Command: "watch"}, calls: 1, err: "watch: boom"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var calls int
@@ -69,7 +70,7 @@ func TestOpenExtras(t *testing.T) {
 			cfg := c.cfg
 			cfg.Loaders = failing(boom, &calls)
 			cfg.Note = func(f string, a ...any) { notes = append(notes, fmt.Sprintf(f, a...)) }
-			x, err := OpenExtras(cfg)
+			x, err := Open(cfg)
 			if calls != c.calls {
 				t.Errorf("%d loads, want %d", calls, c.calls)
 			}
@@ -86,7 +87,7 @@ func TestOpenExtras(t *testing.T) {
 			if strings.Join(notes, "\n") != strings.Join(c.notes, "\n") {
 				t.Errorf("notes %q, want %q", notes, c.notes)
 			}
-			o := x.Options(Options{Owners: true})
+			o := x.Options(collect.Options{Owners: true})
 			if o.Locks != nil || o.LocksOff != c.locksOf || o.Files != nil || x.Events() != nil {
 				t.Errorf("options %+v, events %v; want nothing loaded and LocksOff %q", o, x.Events(), c.locksOf)
 			}
@@ -95,12 +96,12 @@ func TestOpenExtras(t *testing.T) {
 }
 
 // TestLazyFiles: sockets' owner walk loads once, when first walked, and
-// only on a host with KernelFilesMin open files or with --bpf on; never
+// only on a host with collect.KernelFilesMin open files or with --bpf on; never
 // without owners.
 func TestLazyFiles(t *testing.T) {
 	boom := errors.New("boom")
 	var calls int
-	x, err := OpenExtras(ExtrasConfig{Mode: ModeAuto, Need: Need{FilesLazily: true}, ProcRoot: procWithFiles(t, KernelFilesMin),
+	x, err := Open(Config{Mode: ModeAuto, Need: Need{FilesLazily: true}, ProcRoot: procWithFiles(t, collect.KernelFilesMin),
 		Loaders: Loaders{Files: failing(boom, &calls).Files}})
 	if err != nil {
 		t.Fatal(err)
@@ -109,10 +110,10 @@ func TestLazyFiles(t *testing.T) {
 	if calls != 0 {
 		t.Fatalf("loaded %d times before the walk", calls)
 	}
-	if x.Options(Options{}).Files != nil {
+	if x.Options(collect.Options{}).Files != nil {
 		t.Error("a file walk without owners")
 	}
-	f := x.Options(Options{Owners: true}).Files
+	f := x.Options(collect.Options{Owners: true}).Files
 	if f == nil {
 		t.Fatal("no file walk with owners on a big host")
 	}
@@ -124,22 +125,22 @@ func TestLazyFiles(t *testing.T) {
 	if calls != 1 {
 		t.Errorf("loaded %d times, want once", calls)
 	}
-	small, err := OpenExtras(ExtrasConfig{Mode: ModeAuto, Need: Need{FilesLazily: true}, ProcRoot: procWithFiles(t, KernelFilesMin-1),
+	small, err := Open(Config{Mode: ModeAuto, Need: Need{FilesLazily: true}, ProcRoot: procWithFiles(t, collect.KernelFilesMin-1),
 		Loaders: Loaders{Files: failing(boom, &calls).Files}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if small.Options(Options{Owners: true}).Files != nil {
+	if small.Options(collect.Options{Owners: true}).Files != nil {
 		t.Error("the kernel's walk on a host where the readlinks cost less")
 	}
 	// --bpf on asks for it however few files are open.
-	on, err := OpenExtras(ExtrasConfig{Mode: ModeOn, Need: Need{FilesLazily: true}, ProcRoot: procWithFiles(t, KernelFilesMin-1),
+	on, err := Open(Config{Mode: ModeOn, Need: Need{FilesLazily: true}, ProcRoot: procWithFiles(t, collect.KernelFilesMin-1),
 		Loaders: Loaders{Files: failing(boom, &calls).Files}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer on.Close()
-	if on.Options(Options{Owners: true}).Files == nil {
+	if on.Options(collect.Options{Owners: true}).Files == nil {
 		t.Error("--bpf on: no kernel walk on a small host")
 	}
 }
@@ -159,7 +160,7 @@ func TestOpenTrace(t *testing.T) {
 	} {
 		var calls int
 		var notes []string
-		x, err := OpenExtras(ExtrasConfig{Mode: c.mode, Loaders: failing(boom, &calls),
+		x, err := Open(Config{Mode: c.mode, Loaders: failing(boom, &calls),
 			Note: func(f string, a ...any) { notes = append(notes, fmt.Sprintf(f, a...)) }})
 		if err != nil {
 			t.Fatal(err)
@@ -182,11 +183,11 @@ func TestOpenTrace(t *testing.T) {
 // TestEventsBeside: with Need.EventsBeside the events load on their own
 // goroutine once iter/tcp has loaded, and the collector's reading waits
 // for them; one that fails reads as no source and is noted once, as a
-// failure in OpenExtras is. Where iter/tcp cannot load, the events load
-// in OpenExtras as before (the "auto" cases of TestOpenExtras), and so
+// failure in Open is. Where iter/tcp cannot load, the events load
+// in Open as before (the "auto" cases of TestOpen), and so
 // they do on a host of eventsBesideMax sockets or more.
 func TestEventsBeside(t *testing.T) {
-	real := BPFLoaders()
+	real := Programs()
 	if l, err := real.Locks(nil); err != nil {
 		t.Skipf("iter/tcp cannot load here: %v", err)
 	} else {
@@ -197,16 +198,16 @@ func TestEventsBeside(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 		return real.Events(k)
 	}
-	x, err := OpenExtras(ExtrasConfig{Mode: ModeAuto, Need: need, Loaders: Loaders{Events: slow, Locks: real.Locks}})
+	x, err := Open(Config{Mode: ModeAuto, Need: need, Loaders: Loaders{Events: slow, Locks: real.Locks}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if x.Source != nil || x.events == nil {
-		t.Fatalf("events loaded in OpenExtras (Source %v), want beside", x.Source)
+		t.Fatalf("events loaded in Open (Source %v), want beside", x.Source)
 	}
 	snaps := []*snapshot.Snapshot{{Netns: snapshot.Netns{Inode: 1}}}
-	(&Collector{Events: x.Events()}).addEvents(snaps)
-	if !hasSource(snaps[0], snapshot.SourceBPF, true) || snaps[0].Events == nil {
+	collect.AddEvents(x.Events(), snaps...)
+	if !slices.ContainsFunc(snaps[0].Sources, func(st snapshot.SourceStat) bool { return st.Source == snapshot.SourceBPF && st.OK }) || snaps[0].Events == nil {
 		if errors.Is(x.events.err, bpfsource.ErrNotSupported) {
 			x.Close()
 			t.Skipf("the events cannot load here: %v", x.events.err)
@@ -217,14 +218,14 @@ func TestEventsBeside(t *testing.T) {
 
 	boom := errors.New("boom")
 	var notes []string
-	x, err = OpenExtras(ExtrasConfig{Mode: ModeAuto, Need: need, Note: func(f string, a ...any) { notes = append(notes, fmt.Sprintf(f, a...)) },
+	x, err = Open(Config{Mode: ModeAuto, Need: need, Note: func(f string, a ...any) { notes = append(notes, fmt.Sprintf(f, a...)) },
 		Loaders: Loaders{Events: func(*bpfsource.Kernel) (*bpfsource.Source, error) { return nil, boom }, Locks: real.Locks}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	snaps = []*snapshot.Snapshot{{Netns: snapshot.Netns{Inode: 1}}}
 	for range 2 {
-		(&Collector{Events: x.Events()}).addEvents(snaps)
+		collect.AddEvents(x.Events(), snaps...)
 	}
 	x.Close()
 	if len(snaps[0].Sources) != 0 || snaps[0].Events != nil || len(snaps[0].Errors) != 0 {
@@ -244,7 +245,7 @@ func TestEventsBeside(t *testing.T) {
 	if n := hostSockets(big); n != eventsBesideMax {
 		t.Fatalf("hostSockets = %d, want %d", n, eventsBesideMax)
 	}
-	x, err = OpenExtras(ExtrasConfig{Mode: ModeAuto, Need: need, ProcRoot: big, Loaders: Loaders{Events: slow, Locks: real.Locks}})
+	x, err = Open(Config{Mode: ModeAuto, Need: need, ProcRoot: big, Loaders: Loaders{Events: slow, Locks: real.Locks}})
 	if err != nil {
 		t.Fatal(err)
 	}
