@@ -236,12 +236,6 @@ func TestRulesAndExplain(t *testing.T) {
 	}
 }
 
-func TestNothingCollected(t *testing.T) {
-	if !nothingCollected([]series{{Snaps: nil}}) {
-		t.Error("empty series counted as collected")
-	}
-}
-
 func TestBDP(t *testing.T) {
 	code, out, _ := run(t, "bdp", "--rtt", "20ms", "--bandwidth", "100mbit", "--from", overflowFixture)
 	if code != ExitOK || !strings.Contains(out, "BDP: 250000 bytes") {

@@ -112,7 +112,7 @@ func runRecord(cmd *cobra.Command, e *Env, o *recordOpts) error {
 		endWrite()
 		fmt.Fprintf(e.Stderr, "tcpdoctor: sample %d/%d: %d namespaces, %d sockets\n", i+1, o.count, len(snaps), got)
 		got = 0
-		if nothingCollected(ss) {
+		if window.NothingCollected(ss) {
 			return collectErr(fmt.Errorf("record: nothing could be collected: %s", firstErrors(ss)))
 		}
 		if i < o.count-1 {

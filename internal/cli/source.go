@@ -143,38 +143,19 @@ func (o *sourceOpts) narrowSeries(ss []series) ([]series, error) {
 // series is the samples of one namespace, oldest first.
 type series = window.Series
 
-// findNamespaces resolves --netns / --all-netns (default: our own). With
-// --all-netns a partial list (processes we may not inspect) comes with
-// the error.
+// findNamespaces resolves --netns / --all-netns / --pid (default: our
+// own). With --all-netns a partial list (processes we may not inspect)
+// comes with the error.
 func (o *sourceOpts) findNamespaces(e *Env) ([]netns.NS, error) {
-	f := e.finder()
-	if o.noBPF {
-		f.Tasks = nil
-	}
-	switch {
-	case o.allNetns:
-		return f.All()
-	case o.netns != "":
-		ns, err := f.Named(o.netns)
-		if err != nil {
-			return nil, err
-		}
-		return []netns.NS{ns}, nil
-	case o.pid > 0:
-		ns, err := f.OfPid(o.pid)
+	w := collect.Where{All: o.allNetns, Netns: o.netns, Pid: o.pid, ProcOnly: o.noBPF}
+	nss, err := w.Find(e.finder())
+	if err != nil && !w.All && w.Netns == "" && w.Pid > 0 {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, usageErr("--pid %d: no such process", o.pid)
 		}
-		if err != nil {
-			return nil, usageErr("--pid %d: %v", o.pid, err)
-		}
-		return []netns.NS{ns}, nil
+		return nil, usageErr("--pid %d: %v", o.pid, err)
 	}
-	ns, err := f.Current()
-	if err != nil {
-		return nil, err
-	}
-	return []netns.NS{ns}, nil
+	return nss, err
 }
 
 // namespaces is findNamespaces for one-shot commands: a partial list is
@@ -223,69 +204,44 @@ func (o *sourceOpts) sample(ctx context.Context, e *Env, c *collect.Collector, c
 	if err != nil {
 		return nil, err
 	}
-	if nothingCollected(out) {
+	if window.NothingCollected(out) {
 		return out, collectErr(errors.New("nothing could be collected: " + firstErrors(out)))
 	}
 	return out, nil
 }
 
-// readSeries groups a snapshot file by namespace, keeping file order. A
-// last line cut short is dropped with a note (torn true); any other fault
-// of the file is a usage error.
+// readSeries reads a snapshot file's series (window.ReadSeries). A last
+// line cut short is dropped with a note (torn true); any other fault of
+// the file is a usage error.
 func readSeries(e *Env, path string) (ss []series, torn bool, err error) {
 	f, err := e.openInput(path)
 	if err != nil {
 		return nil, false, usageErr("--from: %v", err)
 	}
 	defer f.Close()
-	snaps, err := snapshot.ReadAll(f)
+	ss, err = window.ReadSeries(f)
 	var te *snapshot.TornError
-	if errors.As(err, &te) && len(snaps) > 0 {
+	if n := window.Samples(ss); errors.As(err, &te) && n > 0 {
 		plural := "s"
-		if len(snaps) == 1 {
+		if n == 1 {
 			plural = ""
 		}
-		e.progress("note: %s: line %d is incomplete (a recorder stopped mid-write): used the %d complete sample%s before it", path, te.Line, len(snaps), plural)
+		e.progress("note: %s: line %d is incomplete (a recorder stopped mid-write): used the %d complete sample%s before it", path, te.Line, n, plural)
 		err, torn = nil, true
 	}
-	if te != nil && len(snaps) == 0 {
+	if te != nil && len(ss) == 0 {
 		return nil, false, usageErr("--from %s: no complete sample: %v", path, err)
 	}
 	if err != nil {
 		return nil, false, usageErr("--from %s: %v", path, err)
 	}
-	byNS := make(map[string]int)
-	for _, s := range snaps {
-		i, ok := byNS[s.Netns.Name]
-		if !ok {
-			i = len(ss)
-			byNS[s.Netns.Name] = i
-			ss = append(ss, series{Netns: s.Netns.Name})
-		}
-		ss[i].Snaps = append(ss[i].Snaps, s)
-	}
 	return ss, torn, nil
 }
 
-// nothingCollected is true when every snapshot came back empty-handed.
-func nothingCollected(ss []series) bool {
-	for _, sr := range ss {
-		for _, s := range sr.Snaps {
-			if len(s.Sockets) > 0 || len(s.Counters) > 0 || len(s.Sysctls) > 0 {
-				return false
-			}
-		}
-	}
-	return true
-}
-
+// firstErrors is the first source failure of ss, for an error.
 func firstErrors(ss []series) string {
-	for _, sr := range ss {
-		for _, s := range sr.Snaps {
-			if len(s.Errors) > 0 {
-				return sourceErr(s.Errors[0])
-			}
-		}
+	if er, ok := window.FirstError(ss); ok {
+		return sourceErr(er)
 	}
 	return "no source answered"
 }
@@ -294,25 +250,9 @@ func firstErrors(ss []series) string {
 // namespaces it struck (their names listed), escaped: a snapshot file's
 // errors and names come from outside.
 func warnErrors(e *Env, ss []series) {
-	type failure struct{ source, err string }
-	var order []failure
-	where := map[failure][]string{}
-	for _, sr := range ss {
-		for _, s := range sr.Snaps {
-			for _, er := range s.Errors {
-				k := failure{er.Source, er.Err}
-				if _, ok := where[k]; !ok {
-					order = append(order, k)
-				}
-				if !slices.Contains(where[k], s.Netns.Name) {
-					where[k] = append(where[k], s.Netns.Name)
-				}
-			}
-		}
-	}
-	for _, k := range order {
+	for _, f := range window.Failures(ss) {
 		fmt.Fprintf(e.Stderr, "tcpdoctor: note: %s: source %s incomplete: %s\n",
-			netnsList(where[k]), textsafe.String(k.source), textsafe.String(k.err))
+			netnsList(f.Netns), textsafe.String(f.Source), textsafe.String(f.Err))
 	}
 }
 

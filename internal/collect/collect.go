@@ -2,7 +2,9 @@
 
 // Package collect runs every source for one or more network namespaces
 // and assembles snapshots. It is the only place that knows the order of
-// sources; each source records its own failures in the snapshot.
+// sources (order.go), one for whole snapshots (Collector) and listings
+// (Streamer); each source is a source.Step, timed and recorded in the
+// snapshot by the one executor.
 package collect
 
 import (

@@ -1,0 +1,94 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package window
+
+import (
+	"io"
+	"slices"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+)
+
+// ReadSeries reads a snapshot file (`tcpdoctor record`) as each
+// namespace's series, in the order the file names them. A file whose last
+// line was cut short (a recorder stopped mid-write) gives the complete
+// samples before it with the *snapshot.TornError; any other fault, the
+// error alone.
+func ReadSeries(r io.Reader) ([]Series, error) {
+	snaps, err := snapshot.ReadAll(r)
+	var ss []Series
+	byNS := make(map[string]int)
+	for _, s := range snaps {
+		i, ok := byNS[s.Netns.Name]
+		if !ok {
+			i = len(ss)
+			byNS[s.Netns.Name] = i
+			ss = append(ss, Series{Netns: s.Netns.Name})
+		}
+		ss[i].Snaps = append(ss[i].Snaps, s)
+	}
+	return ss, err
+}
+
+// Samples is how many samples ss hold.
+func Samples(ss []Series) int {
+	n := 0
+	for _, sr := range ss {
+		n += len(sr.Snaps)
+	}
+	return n
+}
+
+// NothingCollected is true when every sample came back empty-handed: no
+// socket, counter or sysctl (a collection that failed).
+func NothingCollected(ss []Series) bool {
+	for _, sr := range ss {
+		for _, s := range sr.Snaps {
+			if len(s.Sockets) > 0 || len(s.Counters) > 0 || len(s.Sysctls) > 0 {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// FirstError is the first source failure of ss, false when none failed.
+func FirstError(ss []Series) (snapshot.SourceError, bool) {
+	for _, sr := range ss {
+		for _, s := range sr.Snaps {
+			if len(s.Errors) > 0 {
+				return s.Errors[0], true
+			}
+		}
+	}
+	return snapshot.SourceError{}, false
+}
+
+// Failure is one source failure and every namespace it struck.
+type Failure struct {
+	snapshot.SourceError
+	Netns []string
+}
+
+// Failures is each source failure of ss once, however many namespaces
+// and samples it struck, in the order they first came.
+func Failures(ss []Series) []Failure {
+	var out []Failure
+	at := map[snapshot.SourceError]int{}
+	for _, sr := range ss {
+		for _, s := range sr.Snaps {
+			for _, er := range s.Errors {
+				i, ok := at[er]
+				if !ok {
+					i = len(out)
+					at[er] = i
+					out = append(out, Failure{SourceError: er})
+				}
+				if !slices.Contains(out[i].Netns, s.Netns.Name) {
+					out[i].Netns = append(out[i].Netns, s.Netns.Name)
+				}
+			}
+		}
+	}
+	return out
+}
