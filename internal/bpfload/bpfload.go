@@ -190,14 +190,11 @@ func Open(cfg Config) (*Extras, error) {
 	kernel := bpfsource.NewKernel()
 	switch {
 	case cfg.Need.Files && ld.Files != nil:
-		end := cfg.Phases.Begin("eBPF load: owners (iter/task_file)")
-		f, err := ld.Files(kernel)
-		end()
+		f, err := load(x, "eBPF load: owners (iter/task_file)", func() (*bpfsource.FileOwners, error) { return ld.Files(kernel) })
 		if err != nil {
 			flErr = err
 		} else {
 			x.files = collect.Loaded(f)
-			x.closers = append(x.closers, f.Close)
 		}
 	case cfg.Need.FilesLazily && ld.Files != nil && (cfg.Mode == ModeOn || collect.OpenFiles(cfg.ProcRoot) >= collect.KernelFilesMin):
 		x.files = x.lazyFiles(ld.Files)
@@ -208,14 +205,11 @@ func Open(cfg Config) (*Extras, error) {
 	case ld.Locks == nil:
 		lkErr = errors.New("this build has no eBPF loader")
 	default:
-		end := cfg.Phases.Begin("eBPF load: lock bits (iter/tcp)")
-		l, err := ld.Locks(kernel)
-		end()
+		l, err := load(x, "eBPF load: lock bits (iter/tcp)", func() (*bpfsource.SockLocks, error) { return ld.Locks(kernel) })
 		if err != nil {
 			lkErr = err
 		} else {
 			x.locks = l
-			x.closers = append(x.closers, l.Close)
 		}
 	}
 	if lkErr != nil {
@@ -231,15 +225,12 @@ func Open(cfg Config) (*Extras, error) {
 		// it.
 		x.events = x.eventsBeside(ld.Events, kernel)
 	default:
-		end := cfg.Phases.Begin("eBPF load: connection events")
-		s, err := ld.Events(kernel)
-		end()
+		s, err := load(x, "eBPF load: connection events", func() (*bpfsource.Source, error) { return ld.Events(kernel) })
 		if err != nil {
 			evErr = err
 		} else {
 			x.Source = s
 			x.noteMissing(s)
-			x.closers = append(x.closers, s.Close)
 		}
 	}
 	if cfg.Mode == ModeOn {
@@ -272,6 +263,20 @@ func Open(cfg Config) (*Extras, error) {
 	}
 	x.noteFiles(flErr, evErr, lkErr)
 	return x, nil
+}
+
+// load runs one loader as a step timed in a phase of its own; what loads
+// is closed with the rest.
+func load[T interface{ Close() error }](x *Extras, phase string, fn func() (T, error)) (T, error) {
+	var v T
+	err := source.Run(x.cfg.Phases, source.Step{Phase: phase, Run: func() (err error) {
+		v, err = fn()
+		return err
+	}})
+	if err == nil {
+		x.closers = append(x.closers, v.Close)
+	}
+	return v, err
 }
 
 // eventsBesideMax is the count of TCP sockets on the host (hostSockets)
@@ -332,9 +337,10 @@ func (x *Extras) eventsBeside(load func(*bpfsource.Kernel) (*bpfsource.Source, e
 	}
 	go func() {
 		defer close(p.done)
-		end := cfg.Phases.Begin("eBPF load: connection events (beside)")
-		p.src, p.err = load(k)
-		end()
+		_ = source.Run(cfg.Phases, source.Step{Phase: "eBPF load: connection events (beside)", Run: func() error {
+			p.src, p.err = load(k)
+			return nil
+		}})
 	}()
 	x.closers = append(x.closers, func() error {
 		<-p.done

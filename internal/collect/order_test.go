@@ -3,7 +3,6 @@
 package collect
 
 import (
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -27,7 +26,7 @@ func TestOrder(t *testing.T) {
 	}
 	events := fakeEvents{r: &bpfsource.Reading{}}
 	var s *snapshot.Snapshot
-	marked := spanNames(t, func(ph *phases.Recorder) {
+	marked := spanNames(func(ph *phases.Recorder) {
 		s = (&Collector{Opts: opts(ph), Now: time.Now, Events: events}).Collect([]netns.NS{ns})[0]
 	})
 	want := []string{snapshot.SourceNetstat, snapshot.SourceSNMP, snapshot.SourceSockstat, snapshot.SourceSysctl,
@@ -53,7 +52,7 @@ func TestOrder(t *testing.T) {
 	// The listing walks the owners first (its rows carry them), reads
 	// no counters, and joins the lock bits as each socket comes.
 	var heads []*snapshot.Snapshot
-	marked = spanNames(t, func(ph *phases.Recorder) {
+	marked = spanNames(func(ph *phases.Recorder) {
 		o := opts(ph)
 		o.Files = nil
 		var err error
@@ -75,20 +74,11 @@ func TestOrder(t *testing.T) {
 
 // spanNames runs fn with a phases recorder and returns the names of the
 // spans it marked.
-func spanNames(t *testing.T, fn func(*phases.Recorder)) []string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "phases.json")
-	ph := phases.New(phases.Now(), path)
+func spanNames(fn func(*phases.Recorder)) []string {
+	ph := phases.New(phases.Now(), "")
 	fn(ph)
-	if err := ph.Write(); err != nil {
-		t.Fatal(err)
-	}
-	f, err := phases.Read(path)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var names []string
-	for _, sp := range f.Spans {
+	for _, sp := range ph.Spans() {
 		names = append(names, sp.Name)
 	}
 	return names

@@ -148,6 +148,16 @@ func (r *Recorder) Stamp() int64 {
 	return r.now()
 }
 
+// Spans is a copy of the spans recorded so far; nil for a nil Recorder.
+func (r *Recorder) Spans() []Span {
+	if r == nil {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]Span(nil), r.file.Spans...)
+}
+
 // Write writes the spans as JSON to the recorder's path.
 func (r *Recorder) Write() error {
 	if r == nil {

@@ -29,14 +29,14 @@ type Step struct {
 	Run func() error
 }
 
-// ErrAbsent, returned or wrapped by a Run, says the source was not there
-// to read (an eBPF program that did not load): nothing is recorded, as
-// when there was no step.
+// ErrAbsent is what a Run returns (or wraps) when its source was not
+// there to read (an eBPF program that did not load): nothing is
+// recorded, as when there was no step.
 var ErrAbsent = errors.New("source absent")
 
-// ErrRecorded, returned or wrapped by a Run, says the source recorded its
-// own errors in the snapshot (several, each under its own name): the step
-// is recorded as failed, and no error is added.
+// ErrRecorded is what a Run returns (or wraps) when its source recorded
+// its own errors in the snapshot (several, each under its own name): the
+// step is recorded as failed, and no error is added.
 var ErrRecorded = errors.New("source errors recorded in the snapshot")
 
 // Result is how a step went.

@@ -19,19 +19,10 @@ import (
 )
 
 // spans runs fn with a recorder and returns the spans it marked.
-func spans(t *testing.T, fn func(*phases.Recorder)) []phases.Span {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "phases.json")
-	r := phases.New(phases.Now(), path)
+func spans(fn func(*phases.Recorder)) []phases.Span {
+	r := phases.New(phases.Now(), "")
 	fn(r)
-	if err := r.Write(); err != nil {
-		t.Fatal(err)
-	}
-	f, err := phases.Read(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return f.Spans
+	return r.Spans()
 }
 
 // TestRun: a step that works is timed, its phase marked, and recorded OK
@@ -40,7 +31,7 @@ func spans(t *testing.T, fn func(*phases.Recorder)) []phases.Span {
 func TestRun(t *testing.T) {
 	a, b := &snapshot.Snapshot{}, &snapshot.Snapshot{}
 	var got error
-	marked := spans(t, func(ph *phases.Recorder) {
+	marked := spans(func(ph *phases.Recorder) {
 		_ = Run(ph, Step{Name: "sockdiag", Phase: "dump", Run: func() error {
 			time.Sleep(2 * time.Millisecond)
 			return nil
@@ -72,7 +63,7 @@ func TestRun(t *testing.T) {
 // fails without a panic.
 func TestRecordKinds(t *testing.T) {
 	s := &snapshot.Snapshot{}
-	marked := spans(t, func(ph *phases.Recorder) {
+	marked := spans(func(ph *phases.Recorder) {
 		_ = Run(ph, Step{Phase: "counters and sysctls", Run: func() error { return errors.New("a group's error") }}, s)
 	})
 	if len(s.Sources) != 0 || len(s.Errors) != 0 || len(marked) != 1 || marked[0].Name != "counters and sysctls" {
