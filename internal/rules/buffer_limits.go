@@ -114,7 +114,7 @@ func checkBufferLimits(in *diag.Input) ([]diag.Finding, error) {
 			// at least half its path (or of 1 Gbit/s, unknown) is not
 			// held back: a saturated gigabit path fills 4M buffers too.
 			own := max(tcpmodel.OwnRate(ti), float64(ti.DeliveryRate))
-			pp := tcpmodel.PathOf(in.Options.Bandwidth, rates, idx, sk, own)
+			pp := tcpmodel.PathOf(in.Options.Bandwidth, rates, idx, sk)
 			if pp.Judge(own).Lost {
 				atMax.n++
 				atMax.rtt = max(atMax.rtt, rtt)

@@ -166,7 +166,7 @@ func checkConnectionBottleneck(in *diag.Input) ([]diag.Finding, error) {
 		sk := f.socks[0]
 		n := f.n
 		per := f.acked / float64(n) / window.Seconds()
-		pp := tcpmodel.PathOf(in.Options.Bandwidth, rates, idx, sk, per)
+		pp := tcpmodel.PathOf(in.Options.Bandwidth, rates, idx, sk)
 		path, pathSrc := pp.Rate, pp.Source
 		verdict := pp.Judge(f.acked / window.Seconds())
 		want := max(bottleneckMinConns, 2*n)

@@ -80,13 +80,13 @@ func sampleTCP(pr *peerRetrans, buf *snapshot.TCPInfo) *snapshot.TCPInfo {
 
 // known is false when the path's rate is unknown: then only a loss rate
 // that hurts any loss-based sender (retransPeerUnknownPath) warns.
-func (pr *peerRetrans) verdict(in *diag.Input, rates tcpmodel.PeerRateMap, idx tcpmodel.Tuples) (v tcpmodel.Verdict, known bool) {
+func (pr *peerRetrans) verdict(in *diag.Input, rates tcpmodel.PathRates, idx tcpmodel.Tuples) (v tcpmodel.Verdict, known bool) {
 	w := in.Window().Seconds()
 	if pr.sample == nil || w <= 0 {
 		return tcpmodel.Verdict{Why: "throughput unknown"}, false
 	}
 	rate := float64(pr.acked) / w
-	p := tcpmodel.PathOf(in.Options.Bandwidth, rates, idx, pr.sample, rate)
+	p := tcpmodel.PathOf(in.Options.Bandwidth, rates, idx, pr.sample)
 	return p.Judge(rate), p.Rate > 0
 }
 

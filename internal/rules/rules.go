@@ -151,17 +151,23 @@ func ownersNote(s *snapshot.Snapshot) (diag.Evidence, bool) {
 	return diag.Evidence{Name: "owners", Value: "unknown for some sockets: " + why, Source: "/proc/PID/fd socket inodes"}, true
 }
 
-// peerRates is tcpmodel.PeerRates of the current sample, computed once
-// for the five rules that judge a path against other connections' rates.
-func peerRates(in *diag.Input) tcpmodel.PeerRateMap {
+// peerRates is the path's rate to each peer measured over the window
+// (tcpmodel.PathRatesOf, as trace measures it), computed once for the
+// rules that judge a flow against its path; empty for one snapshot.
+func peerRates(in *diag.Input) tcpmodel.PathRates {
 	return diag.MemoOf(in, peerRatesOf{})
 }
 
 // peerRatesOf is peerRates' key.
 type peerRatesOf struct{}
 
-// Compute rates in.Cur's peers.
-func (peerRatesOf) Compute(in *diag.Input) tcpmodel.PeerRateMap { return tcpmodel.PeerRates(in.Cur) }
+// Compute measures in.Cur's paths against the window's first sample.
+func (peerRatesOf) Compute(in *diag.Input) tcpmodel.PathRates {
+	if in.Prev == nil {
+		return tcpmodel.PathRates{}
+	}
+	return tcpmodel.PathRatesOf(in.Cur, in.Window(), func(sk *snapshot.Socket) *snapshot.Socket { return prevAs(in, sk) })
+}
 
 // flowOpeners keeps the process holding most sockets of each flow in the
 // window's first sample (tcpmodel.Openers), which a rule names when no

@@ -219,7 +219,7 @@ type rwndSupp struct {
 // rwndSupport gathers it: the window full in both samples, the window
 // small against a known path's BDP, a local receiver's small buffer
 // advertising zero windows.
-func rwndSupport(in *diag.Input, sk, prev *snapshot.Socket, rates tcpmodel.PeerRateMap,
+func rwndSupport(in *diag.Input, sk, prev *snapshot.Socket, rates tcpmodel.PathRates,
 	idx tcpmodel.Tuples, zeroWnd bool) rwndSupp {
 	var s rwndSupp
 	look, ok := lookWnd(sk)
@@ -244,7 +244,7 @@ func rwndSupport(in *diag.Input, sk, prev *snapshot.Socket, rates tcpmodel.PeerR
 	// can carry: a window-limited flow's own rate is window / RTT.
 	var tb snapshot.TCPInfo
 	ti := sk.TCP(&tb)
-	if path := tcpmodel.PathOf(in.Options.Bandwidth, rates, nil, sk, float64(ti.DeliveryRate)).Rate; path > 0 {
+	if path := tcpmodel.PathOf(in.Options.Bandwidth, rates, nil, sk).Rate; path > 0 {
 		if rtt := tcpmodel.RTT(ti); rtt > 0 {
 			if b := path * rtt.Seconds(); look.wnd < rwndSmallWnd*b {
 				s.why = append(s.why, fmt.Sprintf("the peer's window %s is under %s of the path's BDP %s", units.Bytes(look.wnd), units.Pct(rwndSmallWnd), units.Bytes(b)))
@@ -262,7 +262,7 @@ func rwndSupport(in *diag.Input, sk, prev *snapshot.Socket, rates tcpmodel.PeerR
 // when no performance that matters is lost: a host-local path, a flow
 // near its path's rate, or a receiver reading slowly on purpose.
 func rwndFinding(in *diag.Input, sk *snapshot.Socket, sh snapshot.Shares, share float64, lifetime bool,
-	idx tcpmodel.Tuples, rates tcpmodel.PeerRateMap, zw []diag.Evidence, sup rwndSupp) (diag.Finding, bool) {
+	idx tcpmodel.Tuples, rates tcpmodel.PathRates, zw []diag.Evidence, sup rwndSupp) (diag.Finding, bool) {
 	var tb, pb snapshot.TCPInfo
 	cur, ti := in.Cur, sk.TCP(&tb)
 	rtt := tcpmodel.RTT(ti)
@@ -310,7 +310,7 @@ func rwndFinding(in *diag.Input, sk *snapshot.Socket, sh snapshot.Shares, share 
 		}
 		ev = append(ev, diag.Evidence{Name: "peer's window", Value: v, Source: "sock_diag tcp_info.snd_wnd"})
 	}
-	pp := tcpmodel.PathOf(in.Options.Bandwidth, rates, idx, sk, own)
+	pp := tcpmodel.PathOf(in.Options.Bandwidth, rates, idx, sk)
 	verdict := pp.Judge(own)
 	var plan bdp.Plan
 	if pp.Rate > 0 && rtt > 0 {

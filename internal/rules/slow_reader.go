@@ -203,7 +203,7 @@ func checkSlowReader(in *diag.Input) ([]diag.Finding, error) {
 // flow moves well below its path's rate; none when the reader keeps up
 // with what the path delivers (a fast local stream whose reader is the
 // bottleneck is healthy).
-func slowReaderFinding(in *diag.Input, g *readerGroup, idx tcpmodel.Tuples, ls tcpmodel.Listeners, rates tcpmodel.PeerRateMap) (diag.Finding, bool) {
+func slowReaderFinding(in *diag.Input, g *readerGroup, idx tcpmodel.Tuples, ls tcpmodel.Listeners, rates tcpmodel.PathRates) (diag.Finding, bool) {
 	cur := in.Cur
 	// Worst connection first: the largest queue.
 	w := 0
@@ -255,7 +255,7 @@ func slowReaderFinding(in *diag.Input, g *readerGroup, idx tcpmodel.Tuples, ls t
 		}
 	}
 	rate, _ := received(sk, p, in.Window())
-	verdict := tcpmodel.PathOf(in.Options.Bandwidth, rates, idx, sk, rate).Judge(rate)
+	verdict := tcpmodel.PathOf(in.Options.Bandwidth, rates, idx, sk).Judge(rate)
 	var sev diag.Severity
 	switch {
 	case g.crit:

@@ -191,7 +191,7 @@ func sndbufGate(sk *snapshot.Socket, prev *snapshot.Was, window time.Duration) (
 }
 
 func sndbufFinding(in *diag.Input, sk *snapshot.Socket, prev *snapshot.Was, look sndbufLook, rtt, window time.Duration,
-	rates tcpmodel.PeerRateMap, idx tcpmodel.Tuples, lim tcpmodel.Limits) (scored, bool) {
+	rates tcpmodel.PathRates, idx tcpmodel.Tuples, lim tcpmodel.Limits) (scored, bool) {
 	var tb, pb snapshot.TCPInfo
 	ti := sk.TCP(&tb)
 	ev := []diag.Evidence{}
@@ -281,7 +281,7 @@ func sndbufFinding(in *diag.Input, sk *snapshot.Socket, prev *snapshot.Was, look
 		ev = append(ev, diag.Evidence{Name: "pinned", Value: pin.Why, Source: pin.Source()})
 	}
 
-	pp := tcpmodel.PathOf(in.Options.Bandwidth, rates, idx, sk, own)
+	pp := tcpmodel.PathOf(in.Options.Bandwidth, rates, idx, sk)
 	path := pp.Rate
 	verdict := pp.Judge(own)
 	var plan bdp.Plan

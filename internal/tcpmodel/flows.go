@@ -80,60 +80,6 @@ func (t *TupleIndex) Peer(sk *snapshot.Socket) *snapshot.Socket {
 	return t.m[keyOf(sk.Remote, sk.Local)]
 }
 
-// PeerRate is the best delivery rate (bytes/s) seen towards one remote
-// address, the connection that showed it, and the best of the others.
-type PeerRate struct {
-	Best, Second  float64
-	Local, Remote snapshot.Endpoint // the connection showing Best
-}
-
-// PeerRateMap holds a PeerRate for each remote address.
-type PeerRateMap map[netip.Addr]PeerRate
-
-// Other is the best delivery rate towards sk's remote address shown by a
-// connection other than sk: what the path has been shown to carry. A
-// connection's own delivery rate is not the path's: a bursty connection
-// delivers a burst faster than it moves on average, and would seem to
-// move more than half its path.
-func (m PeerRateMap) Other(sk *snapshot.Socket) float64 {
-	r, ok := m[sk.Remote.Addr().Unmap()]
-	if !ok {
-		return 0
-	}
-	if r.Local == sk.Local && r.Remote == sk.Remote {
-		return r.Second
-	}
-	return r.Best
-}
-
-// PeerRates is, for each remote address, the best delivery rates seen
-// towards it (PeerRate), so that a connection is judged by what the
-// others to the same address showed (PeerRateMap.Other).
-func PeerRates(s *snapshot.Snapshot) PeerRateMap {
-	m := make(PeerRateMap)
-	var tb snapshot.TCPInfo
-	for i := range s.Sockets {
-		sk := &s.Sockets[i]
-		if sk.State != snapshot.Established {
-			continue
-		}
-		ti := sk.TCP(&tb)
-		if !ti.Has(snapshot.EndDeliveryRate) {
-			continue
-		}
-		a := sk.Remote.Addr().Unmap()
-		r, x := m[a], float64(ti.DeliveryRate)
-		switch {
-		case x > r.Best:
-			r.Second, r.Best, r.Local, r.Remote = r.Best, x, sk.Local, sk.Remote
-		case x > r.Second:
-			r.Second = x
-		}
-		m[a] = r
-	}
-	return m
-}
-
 // ReferenceRate (bytes/s) is what a flow over a network path is judged
 // against when the path's rate is unknown: 1 Gbit/s, the slowest link a
 // server commonly has. --bandwidth replaces it.
@@ -155,18 +101,18 @@ type Path struct {
 
 // PathOf finds the rate to judge sk by: bandwidth (bits/s, from
 // --bandwidth) when given, else, for a path that leaves the host, the
-// best delivery rate another connection showed to the same peer when
-// clearly above own (the path can do more); sk's own is never taken.
-func PathOf(bandwidth float64, rates PeerRateMap, t Tuples, sk *snapshot.Socket, own float64) Path {
+// path's rate measured from the connections to the same peer that only
+// the path held (PathRatesOf, the estimate trace uses too).
+func PathOf(bandwidth float64, rates PathRates, t Tuples, sk *snapshot.Socket) Path {
 	p := Path{Local: IsLoopback(sk.Remote.Addr()) || t != nil && t.Peer(sk) != nil}
-	switch r := rates.Other(sk); {
+	switch e, ok := rates[sk.Remote.Addr().Unmap()]; {
 	case bandwidth > 0:
 		p.Rate, p.Source = bandwidth/8, "--bandwidth"
 	case p.Local:
 		// Inside the host a delivery-rate sample is a burst of memory
 		// copies (50+ Gbit/s seen on loopback), not a path's rate.
-	case r > 1.5*own && r > 0:
-		p.Rate, p.Source = r, "best tcp_info.delivery_rate to "+sk.Remote.Addr().String()
+	case ok && e.Rate > 0:
+		p.Rate, p.Source = e.Rate, e.Source()
 	}
 	return p
 }

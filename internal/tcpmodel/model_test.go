@@ -274,60 +274,28 @@ func TestFill(t *testing.T) {
 
 func TestPathJudge(t *testing.T) {
 	sk := &snapshot.Socket{Remote: snapshot.EndpointOf(netip.AddrPortFrom(far, 5201))}
-	if v := PathOf(100e6, nil, nil, sk, 0).Judge(30e6 / 8); !v.Lost || v.Against != 100e6/8 {
+	if v := PathOf(100e6, nil, nil, sk).Judge(30e6 / 8); !v.Lost || v.Against != 100e6/8 {
 		t.Errorf("30 of 100 Mbit/s: %+v", v)
 	}
-	if v := PathOf(100e6, nil, nil, sk, 0).Judge(90e6 / 8); v.Lost {
+	if v := PathOf(100e6, nil, nil, sk).Judge(90e6 / 8); v.Lost {
 		t.Errorf("90 of 100 Mbit/s: %+v", v)
 	}
 	loop := &snapshot.Socket{Remote: snapshot.EndpointOf(netip.AddrPortFrom(lo, 5201))}
-	p := PathOf(0, nil, nil, loop, 0)
+	p := PathOf(0, nil, nil, loop)
 	if !p.Local || p.Judge(30e9/8).Lost {
 		t.Errorf("a 30 Gbit/s loopback stream is healthy: %+v", p)
 	}
-	if v := PathOf(0, nil, nil, sk, 0).Judge(20e6 / 8); !v.Lost || v.Against != ReferenceRate {
+	if v := PathOf(0, nil, nil, sk).Judge(20e6 / 8); !v.Lost || v.Against != ReferenceRate {
 		t.Errorf("unknown path: %+v", v)
 	}
-	rates := PeerRateMap{far: {Best: 100e6 / 8}, lo: {Best: 53.6e9 / 8}}
-	if p := PathOf(0, rates, nil, sk, 10e6/8); p.Rate != 100e6/8 {
-		t.Errorf("another connection's delivery rate: %+v", p)
+	rates := PathRates{far: {Rate: 100e6 / 8, Busy: time.Second, Spans: 1}, lo: {Rate: 53.6e9 / 8, Busy: time.Second, Spans: 1}}
+	if p := PathOf(0, rates, nil, sk); p.Rate != 100e6/8 || p.Source != rates[far].Source() {
+		t.Errorf("the measured path: %+v", p)
 	}
-	// On loopback a delivery-rate sample is a burst, not a path: a
-	// 20 Gbit/s stream is not judged against a 53.6 Gbit/s sample.
-	if p := PathOf(0, rates, nil, loop, 20e9/8); p.Rate != 0 || p.Judge(20e9/8).Lost {
+	// On loopback a rate is a burst of memory copies, not a path: a
+	// 20 Gbit/s stream is not judged against 53.6 Gbit/s.
+	if p := PathOf(0, rates, nil, loop); p.Rate != 0 || p.Judge(20e9/8).Lost {
 		t.Errorf("loopback judged by a delivery-rate burst: %+v", p)
-	}
-}
-
-// A connection's own delivery rate is not its path's: a bursty RPC
-// connection moving 6.8 Mbit/s over the window delivers its bursts at 12,
-// which taken as the path would make it move more than half of it.
-func TestPeerRatesOwnNotPath(t *testing.T) {
-	est := func(port uint16, rate uint64) snapshot.Socket {
-		sk := snapshot.Socket{State: snapshot.Established,
-			Local:  snapshot.EndpointOf(netip.AddrPortFrom(netip.MustParseAddr("198.18.1.2"), 20880)),
-			Remote: snapshot.EndpointOf(netip.AddrPortFrom(far, port))}
-		sk.Info = snapshot.TCPOf(&snapshot.TCPInfo{Len: snapshot.EndDeliveryRate, DeliveryRate: rate})
-		return sk
-	}
-	s := &snapshot.Snapshot{Sockets: []snapshot.Socket{est(40000, 12e6/8)}}
-	rates := PeerRates(s)
-	one := &s.Sockets[0]
-	if r := rates.Other(one); r != 0 {
-		t.Errorf("the only connection to a peer is judged by its own rate: %v", r)
-	}
-	if p := PathOf(0, rates, nil, one, 6.8e6/8); p.Rate != 0 || !p.Judge(6.8e6/8).Lost {
-		t.Errorf("a bursty connection's own delivery rate taken for its path: %+v", p)
-	}
-	// A second connection to the same address: each is judged by the
-	// other's rate.
-	s.Sockets = append(s.Sockets, est(40001, 40e6/8))
-	rates = PeerRates(s)
-	if r := rates.Other(&s.Sockets[0]); r != 40e6/8 {
-		t.Errorf("the slower connection: path %v, want the other's 40 Mbit/s", r*8)
-	}
-	if r := rates.Other(&s.Sockets[1]); r != 12e6/8 {
-		t.Errorf("the faster connection: path %v, want the other's 12 Mbit/s", r*8)
 	}
 }
 

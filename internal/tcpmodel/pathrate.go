@@ -2,33 +2,202 @@
 
 package tcpmodel
 
-import "slices"
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"time"
 
-// PathMinSamples is how many delivery-rate samples taken while the
-// sender was held by nothing but the path (cwnd or pacing) a recording
-// needs before their median is taken for the path's rate. One sample is
-// one round trip's burst, which can read many times the link's rate.
-const PathMinSamples = 5
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/units"
+)
 
-// PathEstimate is the median of rates (bytes/s), each a delivery-rate
-// sample taken while the sender was held only by the path; false with
-// fewer than PathMinSamples. The median, not the best: a single burst
-// (a sample over a few packets, or over a sub-RTT ACK train) reads many
-// times the link, and a flow limited by its own window reads below it.
-func PathEstimate(rates []float64) (float64, bool) {
-	var rs []float64
-	for _, r := range rates {
-		if r > 0 {
-			rs = append(rs, r)
+// The path's rate is measured, by check and by trace alike, as what a
+// sender moved per second of busy time (tcp_info bytes_acked over
+// busy_time) in stretches in which nothing but the path held it: not a
+// delivery_rate sample, which is one round trip's burst and can read many
+// times the link (463 Mbit/s on a link shaped to 20 Mbit/s). A stretch is
+// the time between two readings of one sender (check: its window's two
+// samples; trace: consecutive samples, joined while they qualify).
+//
+// A stretch qualifies when the sender was busy at least PathBusyShare of
+// it, the peer's window and the send buffer (chronographs) held it at most
+// PathHeldShare of that busy time, neither reading shows the window
+// bounding the flight (WndBound) nor the send buffer full (SndbufFull) at
+// the end, and data waited unsent at the end (the application was ahead
+// of the network). The chronographs count whole jiffies (4 ms at HZ=250):
+// at 100 samples a second one interval reads 8 or 12 ms busy, hence the
+// margins.
+const (
+	PathBusyShare = 0.75
+	PathHeldShare = 0.25
+	// PathMinBusy is the busy time the qualifying stretches to one peer
+	// need in all before their rate is taken for the path's: 25 jiffies,
+	// so the chronograph's steps move it by a few percent at most.
+	PathMinBusy = 100 * time.Millisecond
+)
+
+// Reading is what the path estimate reads of a sender at one instant.
+type Reading struct {
+	Chrono             bool   // the kernel sent the chronographs
+	Acked              uint64 // bytes_acked
+	Busy, Rwnd, Sndbuf uint64 // busy_time, rwnd_limited, sndbuf_limited, µs
+	Unacked, Cwnd      uint32 // segments
+	MSS, SndWnd        uint32 // bytes
+	Notsent            uint32 // bytes
+	SkSndbuf, Queued   uint32 // SK_MEMINFO sndbuf, wmem_queued; 0 unknown
+}
+
+// ReadingOf reads sk's tcp_info and SK_MEMINFO; false without tcp_info.
+func ReadingOf(sk *snapshot.Socket) (Reading, bool) {
+	var tb snapshot.TCPInfo
+	ti := sk.TCP(&tb)
+	if ti == nil {
+		return Reading{}, false
+	}
+	r := Reading{Chrono: ti.Has(snapshot.EndChrono), Acked: ti.BytesAcked, Busy: ti.BusyTime, Rwnd: ti.RwndLimited, Sndbuf: ti.SndbufLimited,
+		Unacked: ti.Unacked, Cwnd: ti.SndCwnd, MSS: ti.SndMSS, Notsent: ti.NotsentBytes}
+	if ti.Has(snapshot.EndSndWnd) {
+		r.SndWnd = ti.SndWnd
+	}
+	if m := sk.Mem; m != nil {
+		r.SkSndbuf, r.Queued = m.Sndbuf, m.WmemQueued
+	}
+	return r, true
+}
+
+// WndBound: the peer's window bounds the flight at this reading: it is at
+// most half of what cwnd allows and more than a window of data waits.
+// Neither cwnd nor the application holds such a sender.
+func (r Reading) WndBound() bool {
+	if r.SndWnd == 0 || r.MSS == 0 {
+		return false
+	}
+	return uint64(r.SndWnd)*2 <= uint64(r.Cwnd)*uint64(r.MSS) && r.Notsent >= r.SndWnd
+}
+
+// SndbufFull: the send buffer is the limit at this reading: it is at
+// least three quarters full, everything in it is in flight (under two
+// segments not sent) and cwnd has room. A pinned or too small buffer looks
+// so; a congestion-limited sender has data not yet sent.
+func (r Reading) SndbufFull() bool {
+	if r.SkSndbuf == 0 || r.MSS == 0 {
+		return false
+	}
+	return uint64(r.Queued)*4 >= uint64(r.SkSndbuf)*3 && r.Notsent < 2*r.MSS && r.Unacked < r.Cwnd
+}
+
+// PathSpan is a stretch of one sender's life in which only the path held
+// it: the bytes acked and the busy time over it.
+type PathSpan struct {
+	Acked uint64
+	Busy  time.Duration
+}
+
+// Rate is the span's bytes per busy second.
+func (s PathSpan) Rate() float64 {
+	if s.Busy <= 0 {
+		return 0
+	}
+	return float64(s.Acked) / s.Busy.Seconds()
+}
+
+// PathSpanOf is the stretch from reading a to reading b, dt apart, when
+// only the path held the sender over it (the thresholds above).
+func PathSpanOf(a, b Reading, dt time.Duration) (PathSpan, bool) {
+	if dt <= 0 || !a.Chrono || !b.Chrono || b.Busy <= a.Busy || b.Rwnd < a.Rwnd || b.Sndbuf < a.Sndbuf || b.Acked < a.Acked {
+		return PathSpan{}, false
+	}
+	busy := time.Duration(b.Busy-a.Busy) * time.Microsecond
+	held := time.Duration(b.Rwnd-a.Rwnd+b.Sndbuf-a.Sndbuf) * time.Microsecond
+	if float64(busy) < PathBusyShare*float64(dt) || float64(held) > PathHeldShare*float64(busy) || b.Notsent == 0 ||
+		a.WndBound() || b.WndBound() || b.SndbufFull() {
+		return PathSpan{}, false
+	}
+	return PathSpan{Acked: b.Acked - a.Acked, Busy: busy}, true
+}
+
+// PathEst is the path's rate measured from the spans of the senders to
+// one peer address.
+type PathEst struct {
+	Rate  float64       // bytes/s
+	Busy  time.Duration // the spans' busy time in all
+	Spans int
+}
+
+// PathEstimate is the busy-time median of the spans' rates: the rate at
+// or above which half of their busy time ran. A short stretch reading far
+// above the rest (a burst of ACKs, a jiffy's rounding) does not move it;
+// false under PathMinBusy in all.
+func PathEstimate(spans []PathSpan) (PathEst, bool) {
+	var ss []PathSpan
+	var total time.Duration
+	for _, s := range spans {
+		if s.Busy > 0 {
+			ss = append(ss, s)
+			total += s.Busy
 		}
 	}
-	if len(rs) < PathMinSamples {
-		return 0, false
+	if total < PathMinBusy {
+		return PathEst{}, false
 	}
-	slices.Sort(rs)
-	n := len(rs)
-	if n%2 == 1 {
-		return rs[n/2], true
+	slices.SortFunc(ss, func(a, b PathSpan) int {
+		switch ra, rb := a.Rate(), b.Rate(); {
+		case ra < rb:
+			return -1
+		case ra > rb:
+			return 1
+		}
+		return 0
+	})
+	var run time.Duration
+	for _, s := range ss {
+		if run += s.Busy; 2*run >= total {
+			return PathEst{Rate: s.Rate(), Busy: total, Spans: len(ss)}, true
+		}
 	}
-	return (rs[n/2-1] + rs[n/2]) / 2, true
+	return PathEst{}, false // not reached: run ends at total
+}
+
+// Source says where the estimate comes from, as check's evidence and
+// trace's path line both print it.
+func (e PathEst) Source() string {
+	return fmt.Sprintf("tcp_info.bytes_acked per busy_time over %s in which only the path held a sender (busy-time median of %s; --bandwidth overrides)",
+		units.Dur(e.Busy), units.N(e.Spans, "span"))
+}
+
+// PathRates holds the measured path rate for each remote address.
+type PathRates map[netip.Addr]PathEst
+
+// PathRatesOf measures the path to each remote address from the
+// established connections of cur with a reading in the sample taken dt
+// before (prevOf finds it; nil when the connection was not there).
+func PathRatesOf(cur *snapshot.Snapshot, dt time.Duration, prevOf func(*snapshot.Socket) *snapshot.Socket) PathRates {
+	spans := map[netip.Addr][]PathSpan{}
+	for i := range cur.Sockets {
+		sk := &cur.Sockets[i]
+		if sk.State != snapshot.Established {
+			continue
+		}
+		p := prevOf(sk)
+		if p == nil {
+			continue
+		}
+		a, okA := ReadingOf(p)
+		b, okB := ReadingOf(sk)
+		if !okA || !okB {
+			continue
+		}
+		if s, ok := PathSpanOf(a, b, dt); ok {
+			addr := sk.Remote.Addr().Unmap()
+			spans[addr] = append(spans[addr], s)
+		}
+	}
+	out := PathRates{}
+	for a, ss := range spans {
+		if e, ok := PathEstimate(ss); ok {
+			out[a] = e
+		}
+	}
+	return out
 }

@@ -2,20 +2,135 @@
 
 package tcpmodel
 
-import "testing"
+import (
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
 
-// One burst of 463 Mbit/s among samples of a 20 Mbit/s link does not
-// move the estimate; too few samples give none.
-func TestPathEstimate(t *testing.T) {
-	mbit := func(v float64) float64 { return v * 1e6 / 8 }
-	rs := []float64{mbit(18), mbit(17), mbit(463), mbit(19), mbit(18), 0, mbit(18.5), mbit(18)}
-	if got, ok := PathEstimate(rs); !ok || got != mbit(18) {
-		t.Errorf("PathEstimate = %g, %v; want %g (18 Mbit/s)", got, ok, mbit(18))
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+)
+
+func mbit(v float64) float64 { return v * 1e6 / 8 }
+
+// spanAt is a span of busy time d at rate r (bytes/s).
+func spanAt(r float64, d time.Duration) PathSpan {
+	return PathSpan{Acked: uint64(r * d.Seconds()), Busy: d}
+}
+
+// Issue 38: on a link shaped to 20 Mbit/s one reading of 463 Mbit/s among
+// readings of 17-19 (median 18) made every transfer slow. The busy-time
+// median is 18 whatever that one reads, as long as it holds under half
+// the busy time; the sum of bytes over the sum of busy time would not be.
+func TestPathEstimateOneBurst(t *testing.T) {
+	ss := []PathSpan{spanAt(mbit(18), 300*time.Millisecond), spanAt(mbit(17), 200*time.Millisecond),
+		spanAt(mbit(463), 100*time.Millisecond), spanAt(mbit(19), 200*time.Millisecond), spanAt(mbit(18.5), 100*time.Millisecond)}
+	e, ok := PathEstimate(ss)
+	if !ok || e.Rate < mbit(17.99) || e.Rate > mbit(18.01) || e.Busy != 900*time.Millisecond || e.Spans != 5 {
+		t.Errorf("PathEstimate = %.1f Mbit/s over %v in %d spans, %v; want 18 Mbit/s over 900ms in 5", e.Rate*8/1e6, e.Busy, e.Spans, ok)
 	}
-	if got, ok := PathEstimate(rs[:4]); ok {
-		t.Errorf("PathEstimate of 4 samples = %g, want none", got)
+	var acked uint64
+	var busy time.Duration
+	for _, s := range ss {
+		acked, busy = acked+s.Acked, busy+s.Busy
 	}
-	if got, _ := PathEstimate([]float64{1, 2, 3, 4, 5, 6}); got != 3.5 {
-		t.Errorf("even count: %g, want 3.5", got)
+	if sum := (PathSpan{Acked: acked, Busy: busy}).Rate(); sum < mbit(60) {
+		t.Fatalf("the test's burst no longer moves a plain average (%.1f Mbit/s): it proves nothing", sum*8/1e6)
+	}
+	if !strings.Contains(e.Source(), "900ms") || !strings.Contains(e.Source(), "5 spans") || !strings.Contains(e.Source(), "--bandwidth overrides") {
+		t.Errorf("source %q", e.Source())
+	}
+	// One span is the whole estimate (check's single bulk flow).
+	if e, ok := PathEstimate([]PathSpan{spanAt(mbit(19.4), 1900*time.Millisecond)}); !ok || e.Rate < mbit(19.39) || e.Rate > mbit(19.41) {
+		t.Errorf("one span: %.2f Mbit/s, %v", e.Rate*8/1e6, ok)
+	}
+	// Under PathMinBusy in all: no estimate.
+	if e, ok := PathEstimate([]PathSpan{spanAt(mbit(18), 40*time.Millisecond), spanAt(mbit(18), 50*time.Millisecond), {Acked: 5}}); ok {
+		t.Errorf("90ms of busy time gave %+v", e)
+	}
+}
+
+// reading is a sender at one instant: busy, rwnd-limited and
+// sndbuf-limited times (ms), bytes acked, data unsent; cwnd 10 segments
+// of 1448 bytes, the peer's window 1 MB.
+func reading(busy, rwnd, sndbuf, acked uint64, notsent uint32) Reading {
+	return Reading{Chrono: true, Acked: acked, Busy: busy * 1000, Rwnd: rwnd * 1000, Sndbuf: sndbuf * 1000,
+		Unacked: 10, Cwnd: 10, MSS: 1448, SndWnd: 1 << 20, Notsent: notsent, SkSndbuf: 4 << 20, Queued: 1 << 20}
+}
+
+func TestPathSpanOf(t *testing.T) {
+	const window = 2 * time.Second
+	a := reading(1000, 0, 0, 0, 1<<20)
+	if s, ok := PathSpanOf(a, reading(2980, 100, 0, 4_950_000, 1<<20), window); !ok || s.Busy != 1980*time.Millisecond || s.Rate() != 2.5e6 {
+		t.Errorf("a bulk sender held by cwnd: %+v %v", s, ok)
+	}
+	for _, c := range []struct {
+		why string
+		b   Reading
+		dt  time.Duration
+	}{
+		{"busy 30% of the window (bursty)", reading(1600, 0, 0, 1_500_000, 1<<20), window},
+		{"the window held it 30% of busy", reading(2980, 600, 0, 4_950_000, 1<<20), window},
+		{"the send buffer held it 30% of busy", reading(2980, 0, 600, 4_950_000, 1<<20), window},
+		{"nothing unsent at the end (application-limited)", reading(2980, 0, 0, 4_950_000, 0), window},
+		{"no time between the readings", reading(2980, 0, 0, 4_950_000, 1<<20), 0},
+	} {
+		if s, ok := PathSpanOf(a, c.b, c.dt); ok {
+			t.Errorf("%s: taken as the path (%+v)", c.why, s)
+		}
+	}
+	// A 2K window under cwnd's 14K with more than it waiting: the window,
+	// not the path, bounds the flight, whatever the chronographs say.
+	small := reading(2980, 0, 0, 4_950_000, 1<<20)
+	small.SndWnd = 2048
+	if !small.WndBound() {
+		t.Fatal("a 2K window under a 14K cwnd with 1M unsent is not window-bound")
+	}
+	if _, ok := PathSpanOf(a, small, window); ok {
+		t.Error("a window-bound sender taken as the path")
+	}
+	full := reading(2980, 0, 0, 4_950_000, 1000)
+	full.Unacked, full.Queued = 5, 3<<20
+	if !full.SndbufFull() {
+		t.Fatal("3M of 4M queued, 1000 bytes unsent, cwnd room: not sndbuf-full")
+	}
+	if _, ok := PathSpanOf(a, full, window); ok {
+		t.Error("a sender held by its full send buffer taken as the path")
+	}
+}
+
+// check measures the path from its window's two samples: a bulk sender
+// busy the whole window gives the path; a bursty one and a window-bound
+// one give none, so a lone bursty connection is never judged by its own
+// rate.
+func TestPathRatesOf(t *testing.T) {
+	far := netip.MustParseAddr("198.18.1.2")
+	sock := func(port uint16, r Reading) snapshot.Socket {
+		ti := &snapshot.TCPInfo{Len: snapshot.SizeKnown, BytesAcked: r.Acked, BusyTime: r.Busy, RwndLimited: r.Rwnd, SndbufLimited: r.Sndbuf,
+			Unacked: r.Unacked, SndCwnd: r.Cwnd, SndMSS: r.MSS, SndWnd: r.SndWnd, NotsentBytes: r.Notsent}
+		sk := snapshot.Socket{State: snapshot.Established, Cookie: uint64(port),
+			Local:  snapshot.EndpointOf(netip.AddrPortFrom(netip.MustParseAddr("198.18.0.1"), port)),
+			Remote: snapshot.EndpointOf(netip.AddrPortFrom(far, 5201)), Mem: &snapshot.MemInfo{Sndbuf: r.SkSndbuf, WmemQueued: r.Queued}}
+		sk.Info = snapshot.TCPOf(ti)
+		return sk
+	}
+	prev := &snapshot.Snapshot{Sockets: []snapshot.Socket{sock(1, reading(1000, 0, 0, 0, 1<<20)), sock(2, reading(1000, 0, 0, 0, 1<<20))}}
+	bursty := reading(1400, 0, 0, 12_000_000, 1<<20) // 400 ms busy of 2 s at 240 Mbit/s
+	cur := &snapshot.Snapshot{Sockets: []snapshot.Socket{sock(2, bursty)}}
+	prevOf := func(sk *snapshot.Socket) *snapshot.Socket {
+		for i := range prev.Sockets {
+			if prev.Sockets[i].Cookie == sk.Cookie {
+				return &prev.Sockets[i]
+			}
+		}
+		return nil
+	}
+	if r := PathRatesOf(cur, 2*time.Second, prevOf); len(r) != 0 {
+		t.Errorf("a lone bursty connection measured the path: %+v", r)
+	}
+	cur.Sockets = append(cur.Sockets, sock(1, reading(2990, 0, 0, 4_975_000, 1<<20)))
+	r := PathRatesOf(cur, 2*time.Second, prevOf)
+	if e := r[far]; e.Rate != 2.5e6 || e.Spans != 1 {
+		t.Errorf("path to %v: %+v, want 20 Mbit/s from the bulk connection alone", far, e)
 	}
 }

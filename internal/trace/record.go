@@ -21,6 +21,7 @@ import (
 
 	"github.com/tcpdoctor/tcpdoctor/internal/output"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/tcpmodel"
 )
 
 // Version is the trace file format's version (the header's "trace").
@@ -123,6 +124,12 @@ type Point struct {
 
 // Inflight is what is in flight, in bytes.
 func (p *Point) Inflight() uint64 { return uint64(p.Unacked) * uint64(p.MSS) }
+
+// reading is what tcpmodel's path estimate reads of the sample.
+func (p *Point) reading() tcpmodel.Reading {
+	return tcpmodel.Reading{Chrono: p.Chrono, Acked: p.Acked, Busy: p.Busy, Rwnd: p.Rwnd, Sndbuf: p.Sndbuf,
+		Unacked: p.Unacked, Cwnd: p.Cwnd, MSS: p.MSS, SndWnd: p.SndWnd, Notsent: p.Notsent, SkSndbuf: p.SkSnd, Queued: p.Queued}
+}
 
 // pointOf reads the fields of a Point from a socket.
 func pointOf(t time.Duration, id int, sk *snapshot.Socket) Point {

@@ -449,26 +449,14 @@ func recovering(a, b *Point) bool {
 // idle: nothing unsent and nothing in flight.
 func idle(p *Point) bool { return p.Notsent == 0 && p.Unacked == 0 && p.SendQ == 0 }
 
-// sndbufFull: the send buffer is the limit at this sample: it is at least
-// three quarters full, everything in it is in flight (under two segments
-// not sent) and cwnd has room. A pinned or too small buffer looks so; a
-// congestion-limited sender has data not yet sent.
-func sndbufFull(p *Point) bool {
-	if p.SkSnd == 0 || p.MSS == 0 {
-		return false
-	}
-	return uint64(p.Queued)*4 >= uint64(p.SkSnd)*3 && p.Notsent < 2*p.MSS && p.Unacked < p.Cwnd
-}
+// sndbufFull: the send buffer holds the sender at this sample
+// (tcpmodel.Reading.SndbufFull).
+func sndbufFull(p *Point) bool { return p.reading().SndbufFull() }
 
-// wndBound: the peer's window bounds the flight at this sample: it is at
-// most half of what cwnd allows and more than a window of data waits.
-// Neither cwnd nor the application holds such a sender.
-func wndBound(p *Point) bool {
-	if p.SndWnd == 0 || p.MSS == 0 {
-		return false
-	}
-	return uint64(p.SndWnd)*2 <= uint64(p.Cwnd)*uint64(p.MSS) && p.Notsent >= p.SndWnd
-}
+// wndBound: the peer's window bounds the flight at this sample
+// (tcpmodel.Reading.WndBound): neither cwnd nor the application holds
+// such a sender.
+func wndBound(p *Point) bool { return p.reading().WndBound() }
 
 // wndInterval: the window bounds the interval's busy time: one end is
 // window-bound and the other too, or idle (nothing unsent or in flight:

@@ -82,55 +82,48 @@ type PathRate struct {
 	Local bool
 }
 
-// Thresholds for a sampling interval whose delivery rate measures the
-// path: the sender busy at least pathBusyShare of it, the peer's window
-// and the send buffer (chronographs) at most pathHeldShare of that busy
-// time, neither seen holding it in the samples, and data waiting unsent
-// at its end (so the kernel's sample is not application-limited). The
-// chronographs count whole jiffies (4 ms at HZ=250): at 100 samples a
-// second one interval reads 8 or 12 ms busy, hence the margins.
-const (
-	pathBusyShare = 0.75
-	pathHeldShare = 0.25
-)
-
-// pathSamples lists, per peer address, the delivery rates sampled at the
-// end of intervals in which only the path held the sender.
-func pathSamples(tr *Trace) map[netip.Addr][]float64 {
-	out := map[netip.Addr][]float64{}
+// pathSpans lists, per peer address, the stretches in which only the
+// path held a sender to it (tcpmodel.PathSpanOf over each sampling
+// interval), consecutive qualifying intervals of a connection joined into
+// one stretch so that the chronographs' jiffies are counted over it whole.
+func pathSpans(tr *Trace) map[netip.Addr][]tcpmodel.PathSpan {
+	out := map[netip.Addr][]tcpmodel.PathSpan{}
 	for _, c := range tr.Conns {
 		a := c.Remote.Addr().Unmap()
+		var run tcpmodel.PathSpan
+		flush := func() {
+			if run.Busy > 0 {
+				out[a] = append(out[a], run)
+			}
+			run = tcpmodel.PathSpan{}
+		}
 		for i := 1; i < len(c.Points); i++ {
 			p, q := &c.Points[i-1], &c.Points[i]
-			dt := q.T - p.T
-			if q.Rate == 0 || dt <= 0 || !p.Chrono || !q.Chrono || q.Busy < p.Busy || q.Rwnd < p.Rwnd || q.Sndbuf < p.Sndbuf {
+			s, ok := tcpmodel.PathSpanOf(p.reading(), q.reading(), q.T-p.T)
+			if !ok {
+				flush()
 				continue
 			}
-			busy := float64(q.Busy-p.Busy) * float64(time.Microsecond)
-			held := float64(q.Rwnd-p.Rwnd+q.Sndbuf-p.Sndbuf) * float64(time.Microsecond)
-			if busy < pathBusyShare*float64(dt) || held > pathHeldShare*busy || q.Notsent == 0 ||
-				wndBound(p) || wndBound(q) || sndbufFull(q) {
-				continue
-			}
-			out[a] = append(out[a], float64(q.Rate))
+			run.Acked, run.Busy = run.Acked+s.Acked, run.Busy+s.Busy
 		}
+		flush()
 	}
 	return out
 }
 
 // Paths says what each peer address of tr is judged by: --bandwidth when
 // given; a path inside the host (a loopback peer, or both ends traced)
-// against tcpmodel.ReferenceRate, as check does (a delivery-rate sample
-// there is a burst of memory copies); else the median of the delivery
-// rates sampled while only the path held a sender to that address
-// (tcpmodel.PathEstimate); else unknown, judged against the reference
-// rate as check does.
+// against tcpmodel.ReferenceRate, as check does (a rate there is a burst
+// of memory copies); else the path's rate measured from the stretches in
+// which only the path held a sender to that address (tcpmodel's
+// PathEstimate, as check measures it); else unknown, judged against the
+// reference rate as check does.
 func Paths(tr *Trace, o JudgeOptions) map[netip.Addr]PathRate {
 	traced := map[tcpmodel.Tuple]bool{}
 	for _, c := range tr.Conns {
 		traced[tcpmodel.Tuple{Local: c.Local, Remote: c.Remote}] = true
 	}
-	samples := pathSamples(tr)
+	spans := pathSpans(tr)
 	out := map[netip.Addr]PathRate{}
 	for _, c := range tr.Conns {
 		a := c.Remote.Addr().Unmap()
@@ -140,17 +133,16 @@ func Paths(tr *Trace, o JudgeOptions) map[netip.Addr]PathRate {
 		out[a] = p
 	}
 	for a, p := range out {
-		switch r, ok := tcpmodel.PathEstimate(samples[a]); {
+		switch e, ok := tcpmodel.PathEstimate(spans[a]); {
 		case o.Bandwidth > 0:
 			p.Rate, p.Source = o.Bandwidth/8, "--bandwidth"
 		case p.Local:
 			p.Source = "inside the host: judged against the reference " + units.Rate(tcpmodel.ReferenceRate) + " as check does (--bandwidth overrides)"
 		case ok:
-			p.Rate = r
-			p.Source = fmt.Sprintf("median of %d tcp_info.delivery_rate samples taken while only the path held the sender (--bandwidth overrides)", len(samples[a]))
+			p.Rate, p.Source = e.Rate, e.Source()
 		default:
-			p.Source = fmt.Sprintf("unknown (fewer than %d delivery-rate samples taken while only the path held the sender): judged against the reference %s as check does; give --bandwidth",
-				tcpmodel.PathMinSamples, units.Rate(tcpmodel.ReferenceRate))
+			p.Source = fmt.Sprintf("unknown (under %s of busy time in which only the path held a sender): judged against the reference %s as check does; give --bandwidth",
+				units.Dur(tcpmodel.PathMinBusy), units.Rate(tcpmodel.ReferenceRate))
 		}
 		out[a] = p
 	}
