@@ -195,7 +195,7 @@ func checkConnectionBottleneck(in *diag.Input) ([]diag.Finding, error) {
 			ev = append(ev, diag.Evidence{Name: "per connection", Value: v, Source: "sock_diag tcp_info.bytes_acked (delta / window); --bandwidth",
 				Threshold: fmt.Sprintf("all connections < %s of the path rate when known", units.Pct(bottleneckPathFrac))})
 		}
-		ev = append(ev, diag.Evidence{Name: "performance", Value: verdict.Why, Source: "sock_diag tcp_info.bytes_acked (delta); --bandwidth or delivery rates",
+		ev = append(ev, diag.Evidence{Name: "performance", Value: verdict.Why, Source: "sock_diag tcp_info.bytes_acked (delta); --bandwidth or the path's measured rate",
 			Threshold: fmt.Sprintf("warning below %s of the path", units.Pct(tcpmodel.LostShare))})
 		if k.pid == 0 {
 			if note, ok := ownersNote(cur); ok {

@@ -231,7 +231,7 @@ func checkRetransmissions(in *diag.Input) ([]diag.Finding, error) {
 		if len(pr.pids) > 0 {
 			ev = append(ev, diag.Evidence{Name: "processes", Value: tcpmodel.Who(cur, pr.pids), Source: "procs owners"})
 		}
-		ev = append(ev, diag.Evidence{Name: "performance", Value: v.Why, Source: "sock_diag tcp_info.bytes_acked (delta); --bandwidth or delivery rates",
+		ev = append(ev, diag.Evidence{Name: "performance", Value: v.Why, Source: "sock_diag tcp_info.bytes_acked (delta); --bandwidth or the path's measured rate",
 			Threshold: fmt.Sprintf("warning when the flows move below %s of a known path rate; with the rate unknown, at %.0f%% loss, or at any loss above %.0f%% without a queue on the path; critical at %.0f%% whatever the rate", units.Pct(tcpmodel.LostShare), 100*retransPeerUnknownPath, 100*retransPeerWarn, 100*retransPeerCrit)})
 		var sb snapshot.TCPInfo
 		if ti := sampleTCP(pr, &sb); ti != nil && ti.MinRTT > 0 {

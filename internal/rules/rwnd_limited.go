@@ -285,7 +285,7 @@ func rwndFinding(in *diag.Input, sk *snapshot.Socket, sh snapshot.Shares, share 
 	}
 	if len(sup.why) > 0 {
 		ev = append(ev, diag.Evidence{Name: "window is the limit", Value: strings.Join(sup.why, "; "),
-			Source: "derived from tcp_info.unacked, snd_wnd, snd_cwnd, rtt; --bandwidth or other connections' delivery_rate; TcpExt zero-window counters"})
+			Source: "derived from tcp_info.unacked, snd_wnd, snd_cwnd, rtt; --bandwidth or the path's measured rate; TcpExt zero-window counters"})
 	}
 	var acked float64
 	if !lifetime {
@@ -378,7 +378,7 @@ func rwndFinding(in *diag.Input, sk *snapshot.Socket, sh snapshot.Shares, share 
 		pacing = prevZero || prevFull
 	}
 	sized := rcvPin.Pinned || sup.full && !lifetime && steadyWindow(prevAs(in, sk), sk)
-	ev = append(ev, diag.Evidence{Name: "performance", Value: verdict.Why, Source: "sock_diag tcp_info.bytes_acked or delivery_rate; --bandwidth or other connections' delivery rates",
+	ev = append(ev, diag.Evidence{Name: "performance", Value: verdict.Why, Source: "sock_diag tcp_info.bytes_acked or delivery_rate; --bandwidth or the path's measured rate",
 		Threshold: fmt.Sprintf("warning below %s of the path's rate, with the window shown to be the limit", units.Pct(tcpmodel.LostShare))})
 	var sev diag.Severity
 	switch {

@@ -271,7 +271,7 @@ func slowReaderFinding(in *diag.Input, g *readerGroup, idx tcpmodel.Tuples, ls t
 	default:
 		sev = diag.Info
 	}
-	ev = append(ev, diag.Evidence{Name: "performance", Value: verdict.Why, Source: "sock_diag tcp_info.bytes_received (delta); --bandwidth or delivery rates",
+	ev = append(ev, diag.Evidence{Name: "performance", Value: verdict.Why, Source: "sock_diag tcp_info.bytes_received (delta); --bandwidth or the path's measured rate",
 		Threshold: fmt.Sprintf("critical when nothing is read; warning with the window closed in both samples and the flow below %s of the path", units.Pct(tcpmodel.LostShare))})
 	n := ""
 	if len(g.socks) > 1 {

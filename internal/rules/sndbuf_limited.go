@@ -293,7 +293,7 @@ func sndbufFinding(in *diag.Input, sk *snapshot.Socket, prev *snapshot.Was, look
 			short = 1 - own/path
 		}
 	}
-	ev = append(ev, diag.Evidence{Name: "performance", Value: verdict.Why, Source: "sock_diag tcp_info.bytes_acked or delivery_rate; --bandwidth or other connections' delivery rates",
+	ev = append(ev, diag.Evidence{Name: "performance", Value: verdict.Why, Source: "sock_diag tcp_info.bytes_acked or delivery_rate; --bandwidth or the path's measured rate",
 		Threshold: fmt.Sprintf("warning below %s of the path's rate", units.Pct(tcpmodel.LostShare))})
 	if !confident {
 		ev = append(ev, diag.Evidence{Name: "confidence", Value: "instantaneous evidence from one sample", Source: "sock_diag", Threshold: "two samples agreeing for full confidence"})
