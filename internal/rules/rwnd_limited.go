@@ -331,6 +331,10 @@ func rwndFinding(in *diag.Input, sk *snapshot.Socket, sh snapshot.Shares, share 
 	}
 	receiver := "the remote receiver " + sk.Remote.String()
 	var rcvPin tcpmodel.Pin
+	// atMax: the local receiver's buffer is at net.ipv4.tcp_rmem's
+	// maximum and not pinned: autotuning, not the application, stopped
+	// there, so the sysctl is what to raise.
+	var atMax int64
 	if peer != nil {
 		who := tcpmodel.Who(ps, peer.Pids.List())
 		receiver = fmt.Sprintf("the local receiver %s (%s)", sk.Remote, who)
@@ -354,6 +358,19 @@ func rwndFinding(in *diag.Input, sk *snapshot.Socket, sh snapshot.Shares, share 
 				v += "; the size SO_RCVBUF gives, a hint: " + rcvPin.Why
 			}
 			ev = append(ev, diag.Evidence{Name: "receiver", Value: who + ": " + v, Source: src + bufLockSourceIf(rcvPin)})
+			if lim := tcpmodel.RcvLimits(ps); !rcvPin.Pinned && lim.Auto > 0 && int64(peer.Mem.Rcvbuf) >= lim.Auto {
+				atMax = lim.Auto
+				v := fmt.Sprintf("rcvbuf at net.ipv4.tcp_rmem's maximum %s: autotuning can grow it no further", units.Bytes(float64(lim.Auto)))
+				src := "sysctl net.ipv4.tcp_rmem"
+				if there != nil {
+					src += " in netns " + there.Netns
+				}
+				if rcvPin.Proof {
+					v += "; not pinned (" + rcvPin.Why + ")"
+					src += " and " + rcvPin.Source()
+				}
+				ev = append(ev, diag.Evidence{Name: "autotuning maximum", Value: v, Source: src})
+			}
 		}
 	}
 	// Severity is the consequence: a warning when the flow moves well
@@ -377,7 +394,7 @@ func rwndFinding(in *diag.Input, sk *snapshot.Socket, sh snapshot.Shares, share 
 		prevFull := peer != nil && fill(peer) >= rwndPacingFill && prevPeer != nil && fill(prevPeer) >= rwndPacingFill
 		pacing = prevZero || prevFull
 	}
-	sized := rcvPin.Pinned || sup.full && !lifetime && steadyWindow(prevAs(in, sk), sk)
+	sized := rcvPin.Pinned || atMax > 0 || sup.full && !lifetime && steadyWindow(prevAs(in, sk), sk)
 	ev = append(ev, diag.Evidence{Name: "performance", Value: verdict.Why, Source: "sock_diag tcp_info.bytes_acked or delivery_rate; --bandwidth or the path's measured rate",
 		Threshold: fmt.Sprintf("warning below %s of the path's rate, with the window shown to be the limit", units.Pct(tcpmodel.LostShare))})
 	var sev diag.Severity
@@ -419,6 +436,8 @@ func rwndFinding(in *diag.Input, sk *snapshot.Socket, sh snapshot.Shares, share 
 		sum += fmt.Sprintf(", its receive buffer pinned at %s (SO_RCVBUF %s)", units.Bytes(float64(peer.Mem.Rcvbuf)), units.Bytes(float64(peer.Mem.Rcvbuf/2)))
 	case rcvPin.Pinned && peer != nil && peer.Mem != nil:
 		sum += fmt.Sprintf(", its receive buffer %s, the size SO_RCVBUF %s gives (a hint: the lock bits were not read)", units.Bytes(float64(peer.Mem.Rcvbuf)), units.Bytes(float64(peer.Mem.Rcvbuf/2)))
+	case atMax > 0:
+		sum += fmt.Sprintf(", its receive buffer at net.ipv4.tcp_rmem's maximum %s (autotuned, not set by the application)", units.Bytes(float64(atMax)))
 	}
 	sub := subject(cur, tcpmodel.ListenersOf(cur), sk)
 	sub.Peer = there
@@ -426,7 +445,7 @@ func rwndFinding(in *diag.Input, sk *snapshot.Socket, sh snapshot.Shares, share 
 		// The receiver's own sysctls are the ones its fixes set.
 		plan = bdp.For(plan.RTT, plan.Rate, ps)
 	}
-	return diag.Finding{Severity: sev, Subject: sub, Summary: sum, Evidence: ev, Fixes: rwndFixes(ps, peer, there, rcvPin, plan, rtt)}, true
+	return diag.Finding{Severity: sev, Subject: sub, Summary: sum, Evidence: ev, Fixes: rwndFixes(ps, peer, there, rcvPin, atMax > 0, plan, rtt)}, true
 }
 
 // sameWindow: the peer advertised the same window in both samples, as a
@@ -474,8 +493,10 @@ func bufLockSourceIf(p tcpmodel.Pin) string {
 // "Stop pinning" is said outright only when the receiver's lock bit
 // shows SO_RCVBUF set (pin), as a condition when the bit is unknown (a
 // receiver elsewhere, or bits not read), not at all when the bit shows
-// the buffer autotuned.
-func rwndFixes(s *snapshot.Snapshot, peer *snapshot.Socket, there *diag.Peer, pin tcpmodel.Pin, plan bdp.Plan, rtt time.Duration) []diag.Fix {
+// the buffer autotuned or it sits at tcp_rmem's maximum (atMax): then
+// the fix is that maximum, raised to what the path needs when its rate
+// is known, else doubled.
+func rwndFixes(s *snapshot.Snapshot, peer *snapshot.Socket, there *diag.Peer, pin tcpmodel.Pin, atMax bool, plan bdp.Plan, rtt time.Duration) []diag.Fix {
 	who := "on the receiving host"
 	if peer != nil {
 		who = "in " + tcpmodel.Who(s, peer.Pids.List())
@@ -491,10 +512,12 @@ func rwndFixes(s *snapshot.Snapshot, peer *snapshot.Socket, there *diag.Peer, pi
 	switch {
 	case pin.Proof && pin.Pinned:
 		fs = append(fs, remedy.UnpinRcvBuf(who))
-	case !pin.Proof:
+	case !pin.Proof && !atMax:
 		fs = append(fs, remedy.IfSet(remedy.UnpinRcvBuf(who), "the receiver", "SO_RCVBUF"))
 	}
-	fs = append(fs, remedy.SizeRcvBuf(plan, rtt))
+	if !atMax {
+		fs = append(fs, remedy.SizeRcvBuf(plan, rtt))
+	}
 	for i := range fs {
 		fs[i].Peer = true
 	}
@@ -511,19 +534,33 @@ func rwndFixes(s *snapshot.Snapshot, peer *snapshot.Socket, there *diag.Peer, pi
 		}
 		return fs
 	}
+	// Set where the receiver lives, not in the sender's namespace.
+	addressed := func(f diag.Fix) diag.Fix {
+		if there != nil {
+			f.Text = "receiver side, " + who + ": " + f.Text
+			f.Peer = true
+		}
+		return f
+	}
+	rmem := false
 	for _, c := range plan.Checks {
 		if !c.OK && c.Command != "" && (c.Setting == "net.core.rmem_max" || c.Setting == "net.ipv4.tcp_rmem[2]" || c.Setting == "net.ipv4.tcp_moderate_rcvbuf") {
 			if set, ok := remedy.FromCheck(s, c); ok {
-				f := diag.Fix{Scope: "kernel", Target: "sysctl", Text: fmt.Sprintf("raise %s from %s to %d (%s)", c.Setting, c.Current, c.Needed, c.Note),
-					Risk: "host-wide; persist in /etc/sysctl.d/ once verified"}
-				if there != nil {
-					// Set where the receiver lives, not in the sender's namespace.
-					f.Text = "receiver side, " + who + ": " + f.Text
-					f.Peer = true
-				}
+				f := addressed(diag.Fix{Scope: "kernel", Target: "sysctl", Text: fmt.Sprintf("raise %s from %s to %d (%s)", c.Setting, c.Current, c.Needed, c.Note),
+					Risk: "host-wide; persist in /etc/sysctl.d/ once verified"})
 				fs = append(fs, remedy.SetSysctls(f, "", set))
+				rmem = rmem || c.Setting == "net.ipv4.tcp_rmem[2]"
 			}
 		}
+	}
+	if r, _ := s.SysctlInts("net.ipv4.tcp_rmem"); atMax && !rmem && len(r) == 3 {
+		why := "doubling shown, give --bandwidth to compute it"
+		if plan.BDP > 0 {
+			why = fmt.Sprintf("it holds the %s twice the BDP asks, yet the window binds: doubling shown", units.Bytes(plan.RcvBuf))
+		}
+		f := addressed(diag.Fix{Scope: "kernel", Target: "sysctl", Text: "receive autotuning is at its maximum: raise net.ipv4.tcp_rmem's maximum to at least twice the path's BDP (about half of rcvbuf becomes window): " + why,
+			Risk: "host-wide memory per busy connection"})
+		fs = append(fs, remedy.SetSysctls(f, "", remedy.Sysctl(s, "net.ipv4.tcp_rmem", r[0], r[1], 2*r[2])))
 	}
 	return fs
 }

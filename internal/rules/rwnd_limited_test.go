@@ -183,3 +183,52 @@ func TestRwndLimitedPeerInAnotherNamespace(t *testing.T) {
 		}
 	}
 }
+
+// TestRwndReceiverAtRmemMax (issue 38 item 5): a real recording
+// (TestReceiveBufferAtRmemMax in internal/testkit/livetest, LIVETEST_RECORD)
+// of a bulk sender in one namespace into a receiver in another of the same
+// host, through a 40 ms, 100 Mbit/s link, the receiver's namespace
+// capping receive autotuning at 64K (net.ipv4.tcp_rmem max) and neither
+// end calling setsockopt (the lock bits read: not set). The finding
+// says the buffer is at tcp_rmem's maximum, names that sysctl with a
+// larger maximum in the receiver's namespace, and never says pinned or
+// stop pinning; given the path's rate (--bandwidth 100mbit), the maximum
+// asked for is twice the BDP (over 500K at the recorded RTT), rounded up:
+// 2M (bdp.For).
+func TestRwndReceiverAtRmemMax(t *testing.T) {
+	dir := filepath.Join("testdata", "rwnd-limited")
+	cs, ss := readFixture(t, filepath.Join(dir, "fires-rmem-max-client.jsonl")), readFixture(t, filepath.Join(dir, "fires-rmem-max-server.jsonl"))
+	for _, c := range []struct {
+		bw  float64
+		max string
+	}{{0, "131072"}, {100e6, "2097152"}} {
+		in := diag.NewInput(cs[0], cs[1], diag.Options{Bandwidth: c.bw})
+		in.Host = tcpmodel.NewHostPeers([]*snapshot.Snapshot{cs[1], ss[1]})
+		var res diag.Result
+		diag.Run([]diag.Rule{rwndLimited()}, in, &res)
+		if len(res.Findings) != 1 {
+			t.Fatalf("bandwidth %g: %d findings: %+v", c.bw, len(res.Findings), res.Findings)
+		}
+		f := res.Findings[0]
+		if f.Severity != diag.Warning || !strings.Contains(f.Summary, "its receive buffer at net.ipv4.tcp_rmem's maximum 64K (autotuned, not set by the application)") {
+			t.Errorf("bandwidth %g: %s %s", c.bw, f.Severity, f.Summary)
+		}
+		if v := evidence(f, "autotuning maximum"); !strings.HasPrefix(v, "rcvbuf at net.ipv4.tcp_rmem's maximum 64K: autotuning can grow it no further; not pinned") {
+			t.Errorf("bandwidth %g: autotuning maximum %q", c.bw, v)
+		}
+		named := false
+		for _, fx := range f.Fixes {
+			if strings.Contains(fx.Text, "stop pinning") || strings.Contains(fx.Text, "SO_RCVBUF") {
+				t.Errorf("bandwidth %g: fix for a pinned buffer: %s", c.bw, fx.Text)
+			}
+			for _, sc := range fx.Sysctls {
+				if v := strings.Fields(sc.Value); sc.Name == "net.ipv4.tcp_rmem" && len(v) == 3 {
+					named = named || v[2] == c.max && fx.Peer && strings.Contains(fx.Text, "receiver side")
+				}
+			}
+		}
+		if !named {
+			t.Errorf("bandwidth %g: no fix raises net.ipv4.tcp_rmem's maximum to %s on the receiver's side: %+v", c.bw, c.max, f.Fixes)
+		}
+	}
+}
