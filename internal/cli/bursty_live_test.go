@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"net"
-	"os"
 	"strconv"
 	"strings"
 	"syscall"
@@ -23,19 +22,17 @@ import (
 // trace calls each of its transfers slow, held by the peer's receive
 // window, with one verdict for the connection: the two agree.
 //
-// It runs only with TCPDOCTOR_BURSTY=1: what the kernel says of this flow
-// depends on the host's load. On a loaded host (load average 15-30) the
-// chronographs give the 2K window most of the busy time and both commands
-// name it; on a quiet one each 4 MB burst takes 70-90 ms, tcp_info calls
-// 77-80 % of the busy time cwnd-limited and 20-23 % rwnd-limited (loopback
-// and a veth alike), and rwnd-limited's 30 % threshold is not crossed in
-// some windows while it is in others. Until the rule judges such a flow
-// the same way on both, this test would fail CI by the host's mood.
+// What the kernel's chronographs say of this flow depends on the host's
+// load: loaded, they give the 2K window most of the busy time; quiet, a
+// burst takes 70-90 ms and tcp_info calls only 20-23 % of it
+// rwnd-limited (bbr's pacing is counted busy). The truth is the window:
+// 2K against a cwnd of about 200K in every sample, so cwnd never binds.
+// rwnd-limited judges it so (the window under cwnd in both samples, with
+// rwnd_limited >= 10 % of busy time), and counts a window busy 50 ms or
+// more, which one burst always is (docs/rules/rwnd-limited.md says the
+// margins). Each check's figures are logged.
 func TestCheckTraceAgreeBursty(t *testing.T) {
 	testns.NeedRoot(t)
-	if os.Getenv("TCPDOCTOR_BURSTY") != "1" {
-		t.Skip("TCPDOCTOR_BURSTY=1 runs it: its verdict depends on the host's load (see the comment)")
-	}
 	ns := testns.New(t, "bursty")
 	var ln net.Listener
 	var cli, srv net.Conn
@@ -95,6 +92,7 @@ func TestCheckTraceAgreeBursty(t *testing.T) {
 			Findings []struct {
 				Rule, Severity string
 				Subject        struct{ Local string }
+				Evidence       []struct{ Name, Value string }
 			}
 		}
 		if err := json.Unmarshal([]byte(out), &rep); err != nil {
@@ -104,6 +102,13 @@ func TestCheckTraceAgreeBursty(t *testing.T) {
 		for _, f := range rep.Findings {
 			if f.Rule == "rwnd-limited" && f.Subject.Local == local {
 				found = true
+				var ev []string
+				for _, e := range f.Evidence {
+					if e.Name == "rwnd_limited" || e.Name == "this transfer" || e.Name == "window is the limit" || e.Name == "performance" {
+						ev = append(ev, e.Name+" = "+e.Value)
+					}
+				}
+				t.Logf("check %d: %s; %s", i+1, f.Severity, strings.Join(ev, " | "))
 				if f.Severity != "warning" {
 					t.Errorf("check %d: rwnd-limited %s, want warning", i+1, f.Severity)
 				}
@@ -113,16 +118,23 @@ func TestCheckTraceAgreeBursty(t *testing.T) {
 			t.Errorf("check %d: no rwnd-limited finding for %s: %s", i+1, local, out)
 		}
 	}
-	code, out, stderr := run(t, "trace", "--netns", ns.Name, "--port", strconv.Itoa(port), "--duration", "4s", "--bpf", "off", "--json")
+	// Six seconds hold at least two whole bursts of a 1.1-1.6 s cycle.
+	code, out, stderr := run(t, "trace", "--netns", ns.Name, "--port", strconv.Itoa(port), "--duration", "6s", "--bpf", "off", "--json")
 	if code != ExitFindings {
 		t.Fatalf("trace: exit %d, want %d (slow transfers): %s", code, ExitFindings, stderr)
 	}
-	sends, lines := 0, 0
+	// One verdict for the connection, on whichever of its transfers lost
+	// the most (clipped ones too), naming the window; each whole burst
+	// that is slow is held by the window. A burst moved at over half of
+	// the 1 Gbit/s reference is not slow: the rule check judges the
+	// window's busy-time rate by (tcpmodel.Path.Judge).
+	sends, slow, lines := 0, 0, 0
 	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
 		var tr struct {
 			Local, Dir string
 			Bytes      int
 			Clipped    bool
+			Dur        time.Duration `json:"duration_ns"`
 			Verdict    struct {
 				Slow     bool
 				HeldBy   string `json:"held_by"`
@@ -132,18 +144,29 @@ func TestCheckTraceAgreeBursty(t *testing.T) {
 		if err := json.Unmarshal([]byte(l), &tr); err != nil {
 			t.Fatalf("trace line %q: %v", l, err)
 		}
-		if tr.Local != local || tr.Dir != "send" || tr.Clipped || tr.Bytes < 1<<20 {
+		if tr.Local != local || tr.Dir != "send" {
 			continue
-		}
-		sends++
-		if !tr.Verdict.Slow || tr.Verdict.HeldBy != "peer's receive window" {
-			t.Errorf("trace: a %d-byte transfer slow %v held by %q, want slow, the peer's receive window", tr.Bytes, tr.Verdict.Slow, tr.Verdict.HeldBy)
 		}
 		if tr.Verdict.ConnLine != "" {
 			lines++
+			t.Logf("trace: %s", tr.Verdict.ConnLine)
+			if !strings.Contains(tr.Verdict.ConnLine, "waiting for the peer's receive window") {
+				t.Errorf("trace's verdict on the connection does not name the receive window: %s", tr.Verdict.ConnLine)
+			}
+		}
+		if tr.Clipped || tr.Bytes < 1<<20 {
+			continue
+		}
+		sends++
+		t.Logf("trace: %d bytes in %v (%.0f Mbit/s), slow %v, held by %q", tr.Bytes, tr.Dur, float64(tr.Bytes)*8/tr.Dur.Seconds()/1e6, tr.Verdict.Slow, tr.Verdict.HeldBy)
+		if tr.Verdict.Slow {
+			slow++
+			if tr.Verdict.HeldBy != "peer's receive window" {
+				t.Errorf("trace: a slow %d-byte transfer held by %q, want the peer's receive window", tr.Bytes, tr.Verdict.HeldBy)
+			}
 		}
 	}
-	if sends < 2 || lines != 1 {
-		t.Errorf("trace: %d whole bursts, %d connection verdicts; want at least 2 and exactly 1", sends, lines)
+	if sends < 2 || slow == 0 || lines != 1 {
+		t.Errorf("trace: %d whole bursts, %d slow, %d connection verdicts; want at least 2, some slow, exactly 1 verdict", sends, slow, lines)
 	}
 }

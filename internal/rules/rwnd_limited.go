@@ -26,10 +26,13 @@ const (
 	rwndMinBusy = 0.1
 	// rwndMinBusyTime: busy this long is enough whatever the window: a
 	// bursty sender (4 MB, then 1 s asleep) into a 2K window was busy
-	// 188-760 ms of 2 s windows, 9-38 %, and one window under 10 % made
-	// the same flow quiet. 100 ms is 25 jiffies of the chronographs
-	// (4 ms at HZ=250), so its shares are good to a few points.
-	rwndMinBusyTime = 100 * time.Millisecond
+	// 188-760 ms of 2 s windows on a loaded host, 9-38 %, and one window
+	// under 10 % made the same flow quiet; on a quiet host one burst takes
+	// 70-90 ms, and a 2 s window can hold only one. A 4 MB burst that
+	// takes under 64 ms moves over half of 1 Gbit/s and loses nothing
+	// against the reference, so 50 ms (12 jiffies of the chronographs,
+	// 4 ms at HZ=250) hides no lost burst of that size.
+	rwndMinBusyTime = 50 * time.Millisecond
 	// rwndMinLifetime: with one sample, the lifetime chronographs are used
 	// only when the connection has been busy this long.
 	rwndMinLifetime = time.Second
@@ -92,6 +95,22 @@ func (l wndLook) full() bool {
 
 // large: the window is well above what is in flight.
 func (l wndLook) large() bool { return l.wnd >= rwndLargeWnd*max(l.inflight, 1) }
+
+// underCwnd reads sk's window and cwnd when the window is at most
+// 1/rwndCwndRoom of cwnd, or shut (0) with data waiting to be sent.
+func underCwnd(sk *snapshot.Socket) (wndLook, bool) {
+	var tb snapshot.TCPInfo
+	ti := sk.TCP(&tb)
+	if ti == nil || !ti.Has(snapshot.EndSndWnd) || ti.SndMSS == 0 {
+		return wndLook{}, false
+	}
+	inflight, cwnd := tcpmodel.Flight(ti)
+	l := wndLook{inflight: inflight, wnd: float64(ti.SndWnd), cwnd: cwnd}
+	if l.wnd == 0 {
+		return l, ti.NotsentBytes > 0
+	}
+	return l, l.cwnd >= rwndCwndRoom*l.wnd
+}
 
 // wndFullBoth says the peer's window was full in sk and, when given, in
 // its previous sample p.
@@ -213,6 +232,7 @@ type rwndSupp struct {
 	full  bool     // in flight fills the window in every sample, or bound
 	bound bool     // the unchanged window bounds the rate across the samples
 	large bool     // the window is well above in flight in every sample
+	under bool     // the window is well under cwnd in both samples
 	look  wndLook
 }
 
@@ -222,8 +242,32 @@ type rwndSupp struct {
 func rwndSupport(in *diag.Input, sk, prev *snapshot.Socket, rates tcpmodel.PathRates,
 	idx tcpmodel.Tuples, zeroWnd bool) rwndSupp {
 	var s rwndSupp
+	var under string // said when no stronger evidence (full, bound) is
+	// A window that cwnd exceeds by rwndCwndRoom in both samples, about
+	// the same in both (or shut, with data waiting, in one), bounds every
+	// flight whatever the samples' instant (between a bursty sender's
+	// bursts nothing is in flight): cwnd never binds such a sender, and
+	// what the chronographs call busy rather than rwnd-limited is pacing
+	// (bbr paces at the rate the window let it deliver) or the
+	// application.
+	if prev != nil {
+		c, cok := underCwnd(sk)
+		p, pok := underCwnd(prev)
+		if cok && pok && (c.wnd == 0 || p.wnd == 0 || steadyWindow(prev, sk)) {
+			s.under = true
+			w := c
+			if w.wnd == 0 {
+				w = p
+			}
+			under = fmt.Sprintf("the peer's window %s is under cwnd's %s in both samples (at most %s of it, or shut with data waiting): cwnd never bound the flight",
+				units.Bytes(w.wnd), units.Bytes(w.cwnd), units.Pct(1/rwndCwndRoom))
+		}
+	}
 	look, ok := lookWnd(sk)
 	if !ok {
+		if s.under {
+			s.why = append(s.why, under)
+		}
 		return s
 	}
 	s.look = look
@@ -233,6 +277,8 @@ func rwndSupport(in *diag.Input, sk, prev *snapshot.Socket, rates tcpmodel.PathR
 	} else if _, frac, ok := wndBound(sk, prev, in.Window()); ok {
 		s.full, s.bound = true, true
 		s.why = append(s.why, fmt.Sprintf("the peer's window was the same in both samples and the flow moved %s of that window per RTT, cwnd has room", units.Pct(frac)))
+	} else if s.under {
+		s.why = append(s.why, under)
 	}
 	s.large = look.large()
 	if prev != nil {
@@ -394,7 +440,7 @@ func rwndFinding(in *diag.Input, sk *snapshot.Socket, sh snapshot.Shares, share 
 		prevFull := peer != nil && fill(peer) >= rwndPacingFill && prevPeer != nil && fill(prevPeer) >= rwndPacingFill
 		pacing = prevZero || prevFull
 	}
-	sized := rcvPin.Pinned || atMax > 0 || sup.full && !lifetime && steadyWindow(prevAs(in, sk), sk)
+	sized := rcvPin.Pinned || atMax > 0 || sup.under || sup.full && !lifetime && steadyWindow(prevAs(in, sk), sk)
 	ev = append(ev, diag.Evidence{Name: "performance", Value: verdict.Why, Source: "sock_diag tcp_info.bytes_acked or delivery_rate; --bandwidth or the path's measured rate",
 		Threshold: fmt.Sprintf("warning below %s of the path's rate, with the window shown to be the limit", units.Pct(tcpmodel.LostShare))})
 	var sev diag.Severity
