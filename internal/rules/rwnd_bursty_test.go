@@ -87,3 +87,32 @@ func TestRwndLimitedBurstyQuietHost(t *testing.T) {
 		t.Errorf("severities over %d windows: %v; want a warning in every one", len(snaps)-1, counts)
 	}
 }
+
+// TestRwndLimitedSmallBufferNotPacing: the bursty recording's windows
+// with its local receiver caught holding 2K unread of its 4K rcvbuf in
+// both samples, as a prompt reader was under load in one live window of
+// 30: a buffer under rwndPacingMinBuf shows no pacing, so each is still a
+// warning (it was info: "the receiver reads slowly").
+func TestRwndLimitedSmallBufferNotPacing(t *testing.T) {
+	snaps := readFixture(t, filepath.Join("testdata", "rwnd-limited", "fires-bursty.jsonl"))
+	half := func(s *snapshot.Snapshot) *snapshot.Snapshot {
+		c := *s
+		c.Sockets = append([]snapshot.Socket(nil), s.Sockets...)
+		for i := range c.Sockets {
+			sk := &c.Sockets[i]
+			if sk.State == snapshot.Established && sk.Mem != nil && sk.Mem.Rcvbuf == 4096 {
+				m := *sk.Mem
+				m.RmemAlloc = 2048
+				sk.Mem = &m
+			}
+		}
+		return &c
+	}
+	for i := 1; i < len(snaps); i++ {
+		var res diag.Result
+		diag.Run([]diag.Rule{rwndLimited()}, diag.NewInput(half(snaps[i-1]), half(snaps[i]), diag.Options{}), &res)
+		if res.Worst() != diag.Warning {
+			t.Errorf("window %d: %v, want a warning: %+v", i, res.Worst(), res.Findings)
+		}
+	}
+}

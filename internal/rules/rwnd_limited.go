@@ -41,6 +41,12 @@ const (
 	// its buffer is reading slowly, on purpose or not: the window is not
 	// too small, the reader is the limit.
 	rwndPacingFill = 0.5
+	// rwndPacingMinBuf: a local receiver's buffer under this size never
+	// shows pacing: 2K unread is half of a 4K rcvbuf (2 x SO_RCVBUF 2048),
+	// and under load a prompt reader was caught so, or with its window
+	// shut, in both samples of one window in 30 (the bursty sender,
+	// TestCheckTraceAgreeBursty). A slow reader behind it is slow-reader's.
+	rwndPacingMinBuf = 64 << 10
 	// rwndShareSupported: a lower share is enough when evidence that does
 	// not depend on congestion control shows the window is the limit. bbr
 	// paces, so its rwnd_limited reads 20-41 % on flows where cubic reads
@@ -439,6 +445,11 @@ func rwndFinding(in *diag.Input, sk *snapshot.Socket, sh snapshot.Shares, share 
 		prevZero := zeroWnd && pi != nil && pi.Has(snapshot.EndSndWnd) && pi.SndWnd == 0
 		prevFull := peer != nil && fill(peer) >= rwndPacingFill && prevPeer != nil && fill(prevPeer) >= rwndPacingFill
 		pacing = prevZero || prevFull
+	}
+	if peer != nil && peer.Mem != nil && peer.Mem.Rcvbuf < rwndPacingMinBuf {
+		// So small a buffer holds a segment or two: any reader shows
+		// it half full, or the window shut, at some instants.
+		pacing = false
 	}
 	sized := rcvPin.Pinned || atMax > 0 || sup.under || sup.full && !lifetime && steadyWindow(prevAs(in, sk), sk)
 	ev = append(ev, diag.Evidence{Name: "performance", Value: verdict.Why, Source: "sock_diag tcp_info.bytes_acked or delivery_rate; --bandwidth or the path's measured rate",
