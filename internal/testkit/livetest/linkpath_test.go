@@ -5,11 +5,14 @@ package livetest
 import (
 	"fmt"
 	"net/netip"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/linkemu"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/topo"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
@@ -106,6 +109,39 @@ func pairAcross(t *testing.T, p path, clientSetup, serverSetup func(fd int) erro
 	}
 	s4 := sa.(*unix.SockaddrInet4)
 	return client, server, netip.AddrPortFrom(netip.AddrFrom4(s4.Addr), uint16(s4.Port)), srv
+}
+
+// bulkCapped builds a 40 ms, 100 Mbit/s path (BDP 500K), sets sysctl
+// (key=value) in the server's namespace when server, else the client's,
+// and starts an autotuned bulk flow from the client to the server
+// (pairAcross, a writer and a prompt reader); after a second out of slow
+// start it returns the path and the sender's address.
+func bulkCapped(t *testing.T, sysctl string, server bool) (path, netip.AddrPort) {
+	t.Helper()
+	p := newPath(t, linkemu.Params{RTT: 40 * time.Millisecond, RateUp: 100e6, RateDown: 100e6})
+	ns := p.client
+	if server {
+		ns = p.server
+	}
+	Sysctl(t, ns, sysctl)
+	c, s, local, _ := pairAcross(t, p, nil, nil)
+	loop(t, []int{c, s}, writer(c))
+	loop(t, []int{c, s}, reader(s, 256<<10, 0))
+	time.Sleep(time.Second)
+	return p, local
+}
+
+// raisesMax: fx sets the three-value sysctl name (tcp_rmem, tcp_wmem)
+// with a maximum above above.
+func raisesMax(fx diag.Fix, name string, above int) bool {
+	for _, sc := range fx.Sysctls {
+		if v := strings.Fields(sc.Value); sc.Name == name && len(v) == 3 {
+			if m, err := strconv.Atoi(v[2]); err == nil && m > above {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // acked is the rate (bits/s) at which the connection from local was acked

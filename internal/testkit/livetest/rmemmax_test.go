@@ -4,7 +4,6 @@ package livetest
 
 import (
 	"encoding/json"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -12,7 +11,6 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
-	"github.com/tcpdoctor/tcpdoctor/internal/lab/linkemu"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/rules"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
@@ -29,12 +27,7 @@ import (
 // to raise it to, and never calls the buffer pinned or tells the receiver
 // to stop pinning it (the send side: TestSendBufferAtWmemMax).
 func TestReceiveBufferAtRmemMax(t *testing.T) {
-	p := newPath(t, linkemu.Params{RTT: 40 * time.Millisecond, RateUp: 100e6, RateDown: 100e6})
-	Sysctl(t, p.server, "net.ipv4.tcp_rmem=4096 16384 65536")
-	c, s, local, _ := pairAcross(t, p, nil, nil)
-	loop(t, []int{c, s}, writer(c))
-	loop(t, []int{c, s}, reader(s, 256<<10, 0))
-	time.Sleep(time.Second)
+	p, local := bulkCapped(t, "net.ipv4.tcp_rmem=4096 16384 65536", true)
 	// Whole samples of both namespaces (LIVETEST_RECORD=dir keeps them:
 	// internal/rules/testdata/rwnd-limited/fires-rmem-max-{client,server}.jsonl),
 	// diagnosed as check --all-netns diagnoses its window.
@@ -72,13 +65,7 @@ func TestReceiveBufferAtRmemMax(t *testing.T) {
 		var fixes []string
 		for _, fx := range f.Fixes {
 			fixes = append(fixes, fx.Text+" "+fx.Command)
-			for _, sc := range fx.Sysctls {
-				if v := strings.Fields(sc.Value); sc.Name == "net.ipv4.tcp_rmem" && len(v) == 3 {
-					if m, err := strconv.Atoi(v[2]); err == nil && m > 65536 {
-						named = true
-					}
-				}
-			}
+			named = named || raisesMax(fx, "net.ipv4.tcp_rmem", 65536)
 		}
 		t.Logf("  fixes: %s", strings.Join(fixes, " || "))
 		all := text + " " + strings.Join(fixes, " ")

@@ -3,12 +3,10 @@
 package livetest
 
 import (
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/lab/linkemu"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 )
 
@@ -21,12 +19,7 @@ import (
 // Without --bandwidth: the sender's own rate is the buffer's, so the rule
 // must not size the buffer from it.
 func TestSendBufferAtWmemMax(t *testing.T) {
-	p := newPath(t, linkemu.Params{RTT: 40 * time.Millisecond, RateUp: 100e6, RateDown: 100e6})
-	Sysctl(t, p.client, "net.ipv4.tcp_wmem=4096 16384 65536")
-	c, s, local, _ := pairAcross(t, p, nil, nil)
-	loop(t, []int{c, s}, writer(c))
-	loop(t, []int{c, s}, reader(s, 256<<10, 0))
-	time.Sleep(time.Second)
+	p, local := bulkCapped(t, "net.ipv4.tcp_wmem=4096 16384 65536", false)
 	var named, limits bool
 	var r Report
 	var b []byte
@@ -44,15 +37,8 @@ func TestSendBufferAtWmemMax(t *testing.T) {
 			var fixes []string
 			for _, fx := range f.Fixes {
 				fixes = append(fixes, fx.Text+" "+fx.Command)
-				for _, sc := range fx.Sysctls {
-					if sc.Name != "net.ipv4.tcp_wmem" || f.Subject.Local != local.String() && f.Rule != "buffer-limits" {
-						continue
-					}
-					if v := strings.Fields(sc.Value); len(v) == 3 {
-						if max, err := strconv.Atoi(v[2]); err == nil && max > 65536 {
-							named = true
-						}
-					}
+				if f.Subject.Local == local.String() || f.Rule == "buffer-limits" {
+					named = named || raisesMax(fx, "net.ipv4.tcp_wmem", 65536)
 				}
 			}
 			all := text + " " + strings.Join(fixes, " ")
