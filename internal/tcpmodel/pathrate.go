@@ -66,7 +66,7 @@ func ReadingOf(sk *snapshot.Socket) (Reading, bool) {
 	return r, true
 }
 
-// WndBound: the peer's window bounds the flight at this reading: it is at
+// WndBound says the peer's window bounds the flight at this reading: it is at
 // most half of what cwnd allows and more than a window of data waits.
 // Neither cwnd nor the application holds such a sender.
 func (r Reading) WndBound() bool {
@@ -76,7 +76,7 @@ func (r Reading) WndBound() bool {
 	return uint64(r.SndWnd)*2 <= uint64(r.Cwnd)*uint64(r.MSS) && r.Notsent >= r.SndWnd
 }
 
-// SndbufFull: the send buffer is the limit at this reading: it is at
+// SndbufFull says the send buffer is the limit at this reading: it is at
 // least three quarters full, everything in it is in flight (under two
 // segments not sent) and cwnd has room. A pinned or too small buffer looks
 // so; a congestion-limited sender has data not yet sent.
