@@ -60,7 +60,7 @@ Exit codes: 0 nothing at or above --fail-on, 1 findings, 2 usage error, 3 collec
 	fs.BoolVar(&o.json, "json", false, "print the versioned JSON report (docs/json.md)")
 	fs.StringVar(&o.failOn, "fail-on", "warning", "exit 1 when a finding is at or above this severity (info, warning, critical)")
 	fs.BoolVarP(&o.verbose, "verbose", "v", false, "also print info findings")
-	fs.StringVar(&o.bandwidth, "bandwidth", "", "path bandwidth for BDP arithmetic, e.g. 100mbit (default: estimated from delivery rate)")
+	fs.StringVar(&o.bandwidth, "bandwidth", "", "path bandwidth for BDP arithmetic, e.g. 100mbit (default: the path's rate measured to the peer, bytes_acked per busy_time, as trace)")
 	fs.BoolVar(&o.noOwners, "no-owners", false, "do not map sockets to processes (faster, less to say)")
 	fs.StringSliceVar(&o.only, "rule", nil, "run only these rules")
 	fs.IntVar(&o.pid, "pid", 0, "only the findings about this process (checked in its network namespace unless --netns or --all-netns)")

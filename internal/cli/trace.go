@@ -80,7 +80,7 @@ and written whole or not at all. Exit codes: 0 no slow transfer, 1 slow transfer
 	fs.StringVar(&o.from, "from", "", "analyse a recording instead of the live system (- for standard input)")
 	fs.StringVar(&o.html, "html", "", "write the report page to this file")
 	fs.BoolVar(&o.json, "json", false, "print one JSON line per transfer instead of the table")
-	fs.StringVar(&o.bandwidth, "bandwidth", "", "the path's rate, e.g. 100mbit (default: best delivery rate measured to the peer)")
+	fs.StringVar(&o.bandwidth, "bandwidth", "", "the path's rate, e.g. 100mbit (default: the path's rate measured to the peer, bytes_acked per busy_time, as check)")
 	fs.IntVar(&o.top, "top", 20, "rows in the table of slowest transfers (0: all)")
 	fs.DurationVar(&o.gap, "gap", 0, "idle time that ends a transfer (default: max(50ms, 3 samples))")
 	fs.IntVar(&o.idleEvery, "idle-every", 1, "read connections with nothing queued, in flight or moving only every Nth sample until they move (cheaper; short transfers on them are seen coarsely)")
