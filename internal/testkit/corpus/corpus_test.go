@@ -82,6 +82,9 @@ func TestCorpus(t *testing.T) {
 			}
 			row.Outcome = Judge(row.Want, row.Got)
 			judged = true
+			for _, why := range r.invalid {
+				row.Outcome.Notes = append(row.Outcome.Notes, "the workload broke the case's claim: "+why)
+			}
 			t.Logf("expected: %s", ExpectedText(row.Want))
 			t.Logf("result: %s", row.Outcome.Verdict())
 			report := t.Errorf
