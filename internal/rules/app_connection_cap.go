@@ -163,6 +163,10 @@ func capFinding(in *diag.Input, u *tcpmodel.CapUse, prevHeld map[int]int) diag.F
 			src = "internal/appcaps estimate from -t"
 		}
 		ev = append(ev, diag.Evidence{Name: "kept from -c for itself", Value: v, Source: src})
+	case c.App == "nginx" && reserved > 0:
+		ev = append(ev, diag.Evidence{Name: "kept from worker_connections by each worker",
+			Value:  fmt.Sprintf("%d: one for its channel to the master, and %d (worker_connections / 16) it keeps free by closing connections still waiting for a request and idle keep-alive ones as newcomers need slots (\"worker_connections are not enough, reusing connections\", a warn-level log line)", reserved, reserved-1),
+			Source: "nginx's own connection handling (ngx_drain_connections); tcpmodel.NginxReserve"})
 	case reserved > 0:
 		setting += fmt.Sprintf(", %d of them for ordinary clients", limit)
 	}
@@ -178,7 +182,13 @@ func capFinding(in *diag.Input, u *tcpmodel.CapUse, prevHeld map[int]int) diag.F
 		}
 		parts = fmt.Sprintf(" (%d clients, %d it opened, %d %s)", u.Clients[u.Top], u.Outgoing[u.Top], nl, ls)
 	}
-	heldV := fmt.Sprintf("%d of %d%s", held, limit, parts)
+	of := limit
+	if c.App == "nginx" {
+		// Held against worker_connections itself: an nginx worker keeps
+		// part of it (above) and is at its cap below it.
+		of = c.Value
+	}
+	heldV := fmt.Sprintf("%d of %d%s", held, of, parts)
 	if p, ok := prevHeld[u.Top]; ok {
 		heldV += fmt.Sprintf("; %d at the window's start", p)
 		if p == held {
@@ -197,7 +207,7 @@ func capFinding(in *diag.Input, u *tcpmodel.CapUse, prevHeld map[int]int) diag.F
 		src = "sock_diag connections accepted on its listeners"
 	}
 	ev = append(ev, diag.Evidence{Name: "connections held by " + whose, Value: heldV, Source: src,
-		Threshold: fmt.Sprintf("at the cap from %d (the limit less 5%%, at least 2)", tcpmodel.CapNear(limit))})
+		Threshold: capThreshold(limit, of)})
 
 	// Who was turned away in the window.
 	passive, hasPassive := in.CounterDelta("Tcp.PassiveOpens")
@@ -298,6 +308,16 @@ func capFinding(in *diag.Input, u *tcpmodel.CapUse, prevHeld map[int]int) diag.F
 	return diag.Finding{Severity: sev, Subject: sub, Summary: summary, Evidence: ev, Fixes: fixes}
 }
 
+// capThreshold says from how many held connections a server is at its
+// cap: limit less 5 %, at least 2; of is what the held count is shown
+// against (worker_connections for nginx, which keeps part of it).
+func capThreshold(limit, of int64) string {
+	if of != limit {
+		return fmt.Sprintf("at the cap from %d (the %d it gives its connections less 5%%, at least 2)", tcpmodel.CapNear(limit), limit)
+	}
+	return fmt.Sprintf("at the cap from %d (the limit less 5%%, at least 2)", tcpmodel.CapNear(limit))
+}
+
 // capFixes works out the new limit from what was measured: the clients
 // held plus those turned away in one second, times the connections each
 // client costs (itself and its share of the connections the server
@@ -318,6 +338,10 @@ func capFixes(cur *snapshot.Snapshot, u *tcpmodel.CapUse, perSec float64, ev *[]
 	}
 	need := int64(math.Ceil(want*per/float64(len(u.Pids)))) + int64(max(listeners, 0))
 	value := tcpmodel.NextPow2(max(need+tcpmodel.CapReserved(cur, c), 2*c.Value))
+	// nginx's reserve grows with the value (tcpmodel.NginxReserve).
+	for c.App == "nginx" && c.Per == snapshot.CapPerProcess && value-tcpmodel.NginxReserve(value) < need {
+		value *= 2
+	}
 	*ev = append(*ev, diag.Evidence{Name: "connections wanted",
 		Value:  fmt.Sprintf("about %.0f clients (%d held + %.0f turned away each second) x %.2f connections each, over %d process(es): %d each", want, clients, math.Ceil(perSec), per, len(u.Pids), need),
 		Source: "the counts above: a client turned away that retries within a second counts once, one that retries faster once per retry, so this is an upper bound for fast retriers (the value below is on the safe side)"})

@@ -266,6 +266,13 @@ func scenarios() []scenario {
 				{Rule: "time-wait-churn", Optional: true, Max: diag.Warning},
 			},
 			body: func(r *run) { nginxCap(r, 256) }},
+		{name: "nginx full at worker_connections, nobody arriving",
+			software: "nginx as Debian ships it (worker_processes auto) with worker_connections 64, proxying to a slow upstream (a python3 server answering each request after 20 s, as a long report or upload would take) for 80 clients that arrive at once and each send one request (Connection: close): each worker fills to its worker_connections (a client and its upstream connection count two, with its listener) and turns the rest away: it keeps 64 / 16 slots free by closing the newcomers still waiting for their request (its error.log at warn level: \"64 worker_connections are not enough, reusing connections\"), so each worker holds 59 TCP connections with its channel to the master taking one more; those turned away retry only 20 s later, and check's window starts 2 s after the burst, so nobody arrives inside it: a server at its own limit with no headroom left, the cliff fd-exhaustion calls critical at 95 % of the open-file limit before any failure",
+			want: []Expect{
+				{Rule: "app-connection-cap", Min: diag.Critical, Command: "nginx", Proc: "nginx", Service: capAddr, Fix: "worker_connections"},
+				{Rule: "connection-churn", Optional: true, Max: diag.Info},
+			},
+			body: nginxFull},
 		{name: "nginx under worker_connections",
 			software: "the same nginx, upstream and 400 clients with worker_connections 1024: every client is served in turn",
 			want: []Expect{
@@ -1243,6 +1250,79 @@ func nginxCap(r *run, conns int) {
 		}
 	} else if notEnough > 0 || failed > 0 || hs.OK < 400 {
 		r.t.Errorf("worker_connections %d should serve every client: %d answers, %d failures, %d log lines", conns, hs.OK, failed, notEnough)
+	}
+}
+
+// nginxFull: nginx at worker_connections 64 filled by clients that
+// arrived at once, each waiting 20 s for a slow upstream, the rest turned
+// away before check's window and not back inside it.
+func nginxFull(r *run) {
+	r.need("nginx", "python3")
+	ns := testns.New(r.t, "full").Name
+	upstream, err := filepath.Abs("testdata/slow_upstream.py")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	clients, err := filepath.Abs("testdata/hold_clients.py")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	// The clients call once (their loop ends after secs) and a turned
+	// away one waits retry before its loop ends: none comes back.
+	const conns, n, secs, delay, retry = 64, 80, 6, 20, 20
+	up := netip.MustParseAddrPort(slowAddr)
+	u := r.start(ns, "slow-upstream", "python3", upstream, up.Addr().String(), strconv.Itoa(int(up.Port())), strconv.Itoa(delay), strconv.Itoa(delay+30))
+	waitListen(r.t, ns, int(up.Port()), u)
+	ap := netip.MustParseAddrPort(capAddr)
+	// At warn level nginx logs "worker_connections are not enough,
+	// reusing connections" when it closes waiting connections to keep
+	// some free (tcpmodel.NginxReserve).
+	openDir(r.t, r.dir)
+	conf := r.writeFile("nginx.conf", strings.Replace(nginxConfWith(r.dir, fmt.Sprintf(" worker_connections %d; ", conns), `    server {
+        listen `+capAddr+`;
+        access_log off;
+        location / { proxy_pass http://`+slowAddr+`; proxy_read_timeout 60s; }
+    }`), "error.log;", "error.log warn;", 1))
+	ngx := r.start(ns, "nginx", "nginx", "-p", r.dir, "-c", conf, "-e", filepath.Join(r.dir, "error.log"))
+	waitListen(r.t, ns, int(ap.Port()), ngx)
+	c := r.start(ns, "clients", "python3", clients, ap.Addr().String(), strconv.Itoa(int(ap.Port())), strconv.Itoa(n), strconv.Itoa(secs), strconv.Itoa(retry))
+	time.Sleep(2 * time.Second)
+	before, err := readStat(ns)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.check(place{"nginx", ns})
+	after, err := readStat(ns)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if err := c.wait(r.t, (delay+retry+20)*time.Second); err != nil {
+		r.t.Fatal(err)
+	}
+	if err := ngx.stop(r.t); err != nil {
+		r.t.Logf("nginx: %v", err)
+	}
+	var hs holdSummary
+	if err := json.Unmarshal([]byte(c.stdout()), &hs); err != nil {
+		r.t.Fatalf("clients: %v\n%s\n%s", err, c.stdout(), c.stderr())
+	}
+	failed := 0
+	for _, v := range hs.Errors {
+		failed += v
+	}
+	b, err := os.ReadFile(filepath.Join(r.dir, "error.log"))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	notEnough := strings.Count(string(b), "worker_connections are not enough")
+	arrived := after.passiveOpens - before.passiveOpens
+	r.measured("clients: %d answered after the upstream's %d s, %d turned away (%s); nginx error.log: %d \"%d worker_connections are not enough\"; connections accepted in the namespace inside check's window (Tcp.PassiveOpens): %d",
+		hs.OK, delay, failed, failures(hs.Errors), notEnough, conns, arrived)
+	if failed == 0 || notEnough == 0 || hs.OK == 0 || hs.OK+failed != n {
+		r.claimFailed(false, "nginx should serve the clients it holds and turn the rest away once: %d answers, %d failures, %d log lines", hs.OK, failed, notEnough)
+	}
+	if arrived != 0 {
+		r.claimFailed(false, "%d connections arrived inside check's window; the case claims none", arrived)
 	}
 }
 
