@@ -652,13 +652,21 @@ func measuredCapFinding(in *diag.Input, ln *snapshot.Socket, p *snapshot.Was, ac
 	d := distinctWanted(cur, ln)
 	ev = append(ev, diag.Evidence{Name: "connections wanted at once", Value: d.String(),
 		Source: "sock_diag: distinct client address:port pairs of the connections on the listener (held and queued), its SYN-RECV requests, and this namespace's own SYN-SENT connects to it; a client whose SYN was dropped and who is on another host is not seen"})
-	// Clients it ends at once come back: as for a limit read from its
-	// files, each turned away in a second counts once (an upper bound
-	// for clients that retry faster).
-	value := tcpmodel.NextPow2(int64(max(2*held, d.total(), held+int(math.Ceil(turnedPerSec)))))
+	value := tcpmodel.NextPow2(int64(max(2*held, d.total())))
+	basis := ""
 	if turnedPerSec > 0 {
-		ev = append(ev, diag.Evidence{Name: "connections wanted", Value: fmt.Sprintf("about %d: %d held + %.0f turned away each second", held+int(math.Ceil(turnedPerSec)), held, math.Ceil(turnedPerSec)),
-			Source: "the counts above: a client turned away that retries within a second counts once, one that retries faster once per retry, so this is an upper bound for fast retriers (the value below is on the safe side)"})
+		// Clients it ends at once come back: the clients seen are those
+		// it holds and those it turned away in a second of the window (a
+		// client that retries within a second counts once, one that
+		// retries faster once per retry: an upper bound for them). The
+		// value gives them the headroom a limit read from a file is
+		// judged by: they fill at most capWarnFrac of it.
+		seen := held + int(math.Ceil(turnedPerSec))
+		value = max(int64(2*held), int64(d.total()), capHeadroom(seen))
+		ev = append(ev, diag.Evidence{Name: "clients seen", Value: fmt.Sprintf("%d: %d held + %.0f turned away each second (%d in %s)", seen, held, math.Ceil(turnedPerSec), int(math.Round(turnedPerSec*secs)), units.Dur(win)),
+			Source:    "the counts above: a client turned away that retries within a second counts once, one that retries faster once per retry (an upper bound for them), one that waits longer than a second may be missed; at least the connections wanted at once were there",
+			Threshold: fmt.Sprintf("the new limit at least %d: these clients at most %.0f%% of it, below the warning line", capHeadroom(seen), capWarnFrac*100)})
+		basis = fmt.Sprintf("%d clients seen (%d held + %.0f turned away each second; fewer if they retry more often than once a second, as each retry counts), at most %.0f%% of the new value: the headroom below the warning line a server's own limit is judged by", seen, held, math.Ceil(turnedPerSec), capWarnFrac*100)
 	}
 	summary := fmt.Sprintf("%s's own limit near %d on %s (measured: held %d at both ends of %s while %s); no file tcpdoctor reads names it",
 		cmd, held, addr, held, units.Dur(win), why)
@@ -667,8 +675,12 @@ func measuredCapFinding(in *diag.Input, ln *snapshot.Socket, p *snapshot.Was, ac
 			cmd, held, addr, was, held, units.Dur(win), why)
 	}
 	return diag.Finding{Severity: diag.Critical, Subject: sub, Summary: summary, Evidence: ev,
-		Fixes: remedy.MeasuredCap(cmd, held, value, d.String())}, true
+		Fixes: remedy.MeasuredCap(cmd, held, value, d.String(), basis)}, true
 }
+
+// capHeadroom is the smallest limit that n connections fill less than
+// capWarnFrac of: a server at it is below the warning line.
+func capHeadroom(n int) int64 { return int64(float64(n)/capWarnFrac) + 1 }
 
 // turnover says how many of the held connections the server took in the
 // window.

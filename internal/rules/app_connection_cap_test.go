@@ -252,6 +252,21 @@ func TestNodeMaxConnections(t *testing.T) {
 		if value < 256 {
 			t.Errorf("%s: raise to %d for 200 clients: %+v", c.file, value, f.Fixes)
 		}
+		// The value is what the clients seen need with the headroom a
+		// limit read from a file is judged by (they fill at most 80 %
+		// of it), said in the fix; not a power of two above it.
+		seen := 0
+		for _, e := range f.Evidence {
+			if e.Name == "clients seen" {
+				fmt.Sscanf(e.Value, "%d:", &seen)
+			}
+		}
+		if want := int(float64(seen)/0.8) + 1; seen < 200 || value != want || float64(seen) >= 0.8*float64(value) {
+			t.Errorf("%s: raise to %d for %d clients seen; want %d (the clients at most 80%% of it)", c.file, value, seen, want)
+		}
+		if !strings.Contains(f.Fixes[0].Text, fmt.Sprintf("%d clients seen", seen)) || !strings.Contains(f.Fixes[0].Text, "at most 80% of the new value") {
+			t.Errorf("%s: the fix does not say how %d was sized: %s", c.file, value, f.Fixes[0].Text)
+		}
 	}
 }
 
