@@ -84,10 +84,10 @@ func CapReserved(s *snapshot.Snapshot, c *snapshot.AppCap) int64 {
 // waiting for their first request and idle keep-alive ones whenever
 // another connection needs a slot and no more than n/16 are free
 // (ngx_drain_connections, logged at warn level as "N worker_connections
-// are not enough, reusing connections"). With newcomers arriving, a
-// worker at its limit holds n - n/16 - 1 TCP connections: 59 of 64 in
-// the corpus case "nginx full at worker_connections, nobody arriving",
-// about 239 of 256 in "nginx at worker_connections".
+// are not enough, reusing connections"). A worker at its limit holds from
+// n - n/16 - 1 TCP connections (59 of 64 in the corpus case "nginx full
+// at worker_connections, nobody arriving") up to n - 1 when none is left
+// to close (248 of 256 in one run of "nginx at worker_connections").
 func NginxReserve(n int64) int64 { return n/16 + 1 }
 
 // AtCap says whether held reached the limit value (CapNear).
