@@ -1223,18 +1223,8 @@ type holdSummary struct {
 func nginxCap(r *run, conns int) {
 	r.need("nginx", "python3")
 	ns := testns.New(r.t, "cap").Name
-	upstream, err := filepath.Abs("testdata/slow_upstream.py")
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	clients, err := filepath.Abs("testdata/hold_clients.py")
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	up := netip.MustParseAddrPort(slowAddr)
 	const secs = 14
-	u := r.start(ns, "slow-upstream", "python3", upstream, up.Addr().String(), strconv.Itoa(int(up.Port())), "5", strconv.Itoa(secs+20))
-	waitListen(r.t, ns, int(up.Port()), u)
+	clients := slowUpstream(r, ns, 5, secs+20)
 	ngx := startNginxWith(r, ns, fmt.Sprintf(" worker_connections %d; ", conns), `    server {
         listen `+capAddr+`;
         access_log off;
@@ -1253,26 +1243,43 @@ func nginxCap(r *run, conns int) {
 	}
 }
 
+// testdataPaths are the absolute paths of files in testdata.
+func testdataPaths(r *run, names ...string) []string {
+	r.t.Helper()
+	out := make([]string, len(names))
+	for i, n := range names {
+		p, err := filepath.Abs(filepath.Join("testdata", n))
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		out[i] = p
+	}
+	return out
+}
+
+// slowUpstream starts slow_upstream.py on slowAddr in ns, answering after
+// delay seconds and exiting after life, and returns the path of the
+// holding clients (hold_clients.py).
+func slowUpstream(r *run, ns string, delay, life int) string {
+	r.t.Helper()
+	p := testdataPaths(r, "slow_upstream.py", "hold_clients.py")
+	upstream, clients := p[0], p[1]
+	up := netip.MustParseAddrPort(slowAddr)
+	u := r.start(ns, "slow-upstream", "python3", upstream, up.Addr().String(), strconv.Itoa(int(up.Port())), strconv.Itoa(delay), strconv.Itoa(life))
+	waitListen(r.t, ns, int(up.Port()), u)
+	return clients
+}
+
 // nginxFull: nginx at worker_connections 64 filled by clients that
 // arrived at once, each waiting 20 s for a slow upstream, the rest turned
 // away before check's window and not back inside it.
 func nginxFull(r *run) {
 	r.need("nginx", "python3")
 	ns := testns.New(r.t, "full").Name
-	upstream, err := filepath.Abs("testdata/slow_upstream.py")
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	clients, err := filepath.Abs("testdata/hold_clients.py")
-	if err != nil {
-		r.t.Fatal(err)
-	}
 	// The clients call once (their loop ends after secs) and a turned
 	// away one waits retry before its loop ends: none comes back.
 	const conns, n, secs, delay, retry = 64, 80, 6, 20, 20
-	up := netip.MustParseAddrPort(slowAddr)
-	u := r.start(ns, "slow-upstream", "python3", upstream, up.Addr().String(), strconv.Itoa(int(up.Port())), strconv.Itoa(delay), strconv.Itoa(delay+30))
-	waitListen(r.t, ns, int(up.Port()), u)
+	clients := slowUpstream(r, ns, delay, delay+30)
 	ap := netip.MustParseAddrPort(capAddr)
 	// At warn level nginx logs "worker_connections are not enough,
 	// reusing connections" when it closes waiting connections to keep
@@ -1296,20 +1303,7 @@ func nginxFull(r *run) {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	if err := c.wait(r.t, (delay+retry+20)*time.Second); err != nil {
-		r.t.Fatal(err)
-	}
-	if err := ngx.stop(r.t); err != nil {
-		r.t.Logf("nginx: %v", err)
-	}
-	var hs holdSummary
-	if err := json.Unmarshal([]byte(c.stdout()), &hs); err != nil {
-		r.t.Fatalf("clients: %v\n%s\n%s", err, c.stdout(), c.stderr())
-	}
-	failed := 0
-	for _, v := range hs.Errors {
-		failed += v
-	}
+	hs, failed := r.clientsDone(c, ngx, (delay+retry+20)*time.Second)
 	b, err := os.ReadFile(filepath.Join(r.dir, "error.log"))
 	if err != nil {
 		r.t.Fatal(err)
@@ -1339,11 +1333,24 @@ func (r *run) holdClients(ns string, at place, srv *proc, clients string, addr n
 	if !c.running() {
 		r.t.Errorf("the clients ended before the check did")
 	}
-	if err := c.wait(r.t, time.Duration(secs+40)*time.Second); err != nil {
+	hs, failed := r.clientsDone(c, srv, time.Duration(secs+40)*time.Second)
+	b, err := os.ReadFile(filepath.Join(r.dir, "error.log"))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return hs, failed, b
+}
+
+// clientsDone waits up to d for the holding clients c (hold_clients.py)
+// to end, stops the server srv, and returns the clients' summary and how
+// many of their connections failed.
+func (r *run) clientsDone(c, srv *proc, d time.Duration) (holdSummary, int) {
+	r.t.Helper()
+	if err := c.wait(r.t, d); err != nil {
 		r.t.Fatal(err)
 	}
 	if err := srv.stop(r.t); err != nil {
-		r.t.Logf("%s: %v", at.role, err)
+		r.t.Logf("%s: %v", srv.label, err)
 	}
 	var hs holdSummary
 	if err := json.Unmarshal([]byte(c.stdout()), &hs); err != nil {
@@ -1353,11 +1360,7 @@ func (r *run) holdClients(ns string, at place, srv *proc, clients string, addr n
 	for _, v := range hs.Errors {
 		failed += v
 	}
-	b, err := os.ReadFile(filepath.Join(r.dir, "error.log"))
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	return hs, failed, b
+	return hs, failed
 }
 
 // redisCap: redis-server with --maxclients max and 80 clients that each
@@ -1440,18 +1443,12 @@ func nodeCap(r *run, max int) {
 }
 
 // nodeServe runs node_server.js ("node", or "node-fix" without check) at
-// server.maxConnections max in ns for 200 clients (hold_clients.py, retrying 0.2 s after a failure) for 14 s,
-// with check 4 s in when check is set, and returns the clients' summary
-// and failures.
+// server.maxConnections max in ns for 200 clients (hold_clients.py,
+// retrying 0.2 s after a failure) for 14 s, with check 4 s in when check
+// is set, and returns the clients' summary and failures.
 func nodeServe(r *run, ns string, max int, check bool) (holdSummary, int) {
-	server, err := filepath.Abs("testdata/node_server.js")
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	clients, err := filepath.Abs("testdata/hold_clients.py")
-	if err != nil {
-		r.t.Fatal(err)
-	}
+	p := testdataPaths(r, "node_server.js", "hold_clients.py")
+	server, clients := p[0], p[1]
 	ap := netip.MustParseAddrPort(nodeAddr)
 	const secs, n = 14, 200
 	label := "node"
@@ -1472,23 +1469,10 @@ func nodeServe(r *run, ns string, max int, check bool) (holdSummary, int) {
 			r.t.Errorf("the clients ended before the check did")
 		}
 	}
-	if err := c.wait(r.t, (secs+40)*time.Second); err != nil {
-		r.t.Fatal(err)
-	}
+	hs, failed := r.clientsDone(c, srv, (secs+40)*time.Second)
 	after, err := readStat(ns)
 	if err != nil {
 		r.t.Fatal(err)
-	}
-	if err := srv.stop(r.t); err != nil {
-		r.t.Logf("node: %v", err)
-	}
-	var hs holdSummary
-	if err := json.Unmarshal([]byte(c.stdout()), &hs); err != nil {
-		r.t.Fatalf("clients: %v\n%s\n%s", err, c.stdout(), c.stderr())
-	}
-	failed := 0
-	for _, v := range hs.Errors {
-		failed += v
 	}
 	if check {
 		r.measured("clients: %d answers in %.1f s; failures: %s; over the run Tcp.PassiveOpens +%d, Tcp.OutRsts +%d", hs.OK, hs.Seconds, failures(hs.Errors), after.passiveOpens-before.passiveOpens, after.outRsts-before.outRsts)
