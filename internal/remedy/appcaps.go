@@ -137,10 +137,13 @@ func TomcatMaxConnections(value int64, file string, port uint16) []diag.Fix {
 // tcpdoctor reads names, by its command: where such servers set it, and
 // the new value worked out from what was measured (held, the plateau;
 // value, at least double it and enough for wanted, the connections that
-// wanted it at once). The current setting was not read, so none is
-// claimed.
-func MeasuredCap(command string, held int, value int64, wanted string) []diag.Fix {
+// wanted it at once; basis, when set, says how value was sized from the
+// clients seen). The current setting was not read, so none is claimed.
+func MeasuredCap(command string, held int, value int64, wanted, basis string) []diag.Fix {
 	measured := fmt.Sprintf("it stopped at %d connections (measured; its setting was not read); %s wanted it at once", held, wanted)
+	if basis != "" {
+		measured += fmt.Sprintf("; %d: %s", value, basis)
+	}
 	f := diag.Fix{Scope: "application", Target: command,
 		Risk: "each connection (or the worker serving it) costs memory and a descriptor: size the host and the open-file limit (LimitNOFILE=) for the new value"}
 	switch command {

@@ -163,6 +163,10 @@ func capFinding(in *diag.Input, u *tcpmodel.CapUse, prevHeld map[int]int) diag.F
 			src = "internal/appcaps estimate from -t"
 		}
 		ev = append(ev, diag.Evidence{Name: "kept from -c for itself", Value: v, Source: src})
+	case c.App == "nginx" && reserved > 0:
+		ev = append(ev, diag.Evidence{Name: "kept from worker_connections by each worker",
+			Value:  fmt.Sprintf("%d: one for its channel to the master, and %d (worker_connections / 16) it keeps free by closing connections still waiting for a request and idle keep-alive ones as newcomers need slots (\"worker_connections are not enough, reusing connections\", a warn-level log line)", reserved, reserved-1),
+			Source: "nginx's own connection handling (ngx_drain_connections); tcpmodel.NginxReserve"})
 	case reserved > 0:
 		setting += fmt.Sprintf(", %d of them for ordinary clients", limit)
 	}
@@ -178,7 +182,13 @@ func capFinding(in *diag.Input, u *tcpmodel.CapUse, prevHeld map[int]int) diag.F
 		}
 		parts = fmt.Sprintf(" (%d clients, %d it opened, %d %s)", u.Clients[u.Top], u.Outgoing[u.Top], nl, ls)
 	}
-	heldV := fmt.Sprintf("%d of %d%s", held, limit, parts)
+	of := limit
+	if c.App == "nginx" {
+		// Held against worker_connections itself: an nginx worker keeps
+		// part of it (above) and is at its cap below it.
+		of = c.Value
+	}
+	heldV := fmt.Sprintf("%d of %d%s", held, of, parts)
 	if p, ok := prevHeld[u.Top]; ok {
 		heldV += fmt.Sprintf("; %d at the window's start", p)
 		if p == held {
@@ -197,7 +207,7 @@ func capFinding(in *diag.Input, u *tcpmodel.CapUse, prevHeld map[int]int) diag.F
 		src = "sock_diag connections accepted on its listeners"
 	}
 	ev = append(ev, diag.Evidence{Name: "connections held by " + whose, Value: heldV, Source: src,
-		Threshold: fmt.Sprintf("at the cap from %d (the limit less 5%%, at least 2)", tcpmodel.CapNear(limit))})
+		Threshold: capThreshold(limit, of)})
 
 	// Who was turned away in the window.
 	passive, hasPassive := in.CounterDelta("Tcp.PassiveOpens")
@@ -298,6 +308,16 @@ func capFinding(in *diag.Input, u *tcpmodel.CapUse, prevHeld map[int]int) diag.F
 	return diag.Finding{Severity: sev, Subject: sub, Summary: summary, Evidence: ev, Fixes: fixes}
 }
 
+// capThreshold says from how many held connections a server is at its
+// cap: limit less 5 %, at least 2; of is what the held count is shown
+// against (worker_connections for nginx, which keeps part of it).
+func capThreshold(limit, of int64) string {
+	if of != limit {
+		return fmt.Sprintf("at the cap from %d (the %d it gives its connections less 5%%, at least 2)", tcpmodel.CapNear(limit), limit)
+	}
+	return fmt.Sprintf("at the cap from %d (the limit less 5%%, at least 2)", tcpmodel.CapNear(limit))
+}
+
 // capFixes works out the new limit from what was measured: the clients
 // held plus those turned away in one second, times the connections each
 // client costs (itself and its share of the connections the server
@@ -318,6 +338,10 @@ func capFixes(cur *snapshot.Snapshot, u *tcpmodel.CapUse, perSec float64, ev *[]
 	}
 	need := int64(math.Ceil(want*per/float64(len(u.Pids)))) + int64(max(listeners, 0))
 	value := tcpmodel.NextPow2(max(need+tcpmodel.CapReserved(cur, c), 2*c.Value))
+	// nginx's reserve grows with the value (tcpmodel.NginxReserve).
+	for c.App == "nginx" && c.Per == snapshot.CapPerProcess && value-tcpmodel.NginxReserve(value) < need {
+		value *= 2
+	}
 	*ev = append(*ev, diag.Evidence{Name: "connections wanted",
 		Value:  fmt.Sprintf("about %.0f clients (%d held + %.0f turned away each second) x %.2f connections each, over %d process(es): %d each", want, clients, math.Ceil(perSec), per, len(u.Pids), need),
 		Source: "the counts above: a client turned away that retries within a second counts once, one that retries faster once per retry, so this is an upper bound for fast retriers (the value below is on the safe side)"})
@@ -628,13 +652,21 @@ func measuredCapFinding(in *diag.Input, ln *snapshot.Socket, p *snapshot.Was, ac
 	d := distinctWanted(cur, ln)
 	ev = append(ev, diag.Evidence{Name: "connections wanted at once", Value: d.String(),
 		Source: "sock_diag: distinct client address:port pairs of the connections on the listener (held and queued), its SYN-RECV requests, and this namespace's own SYN-SENT connects to it; a client whose SYN was dropped and who is on another host is not seen"})
-	// Clients it ends at once come back: as for a limit read from its
-	// files, each turned away in a second counts once (an upper bound
-	// for clients that retry faster).
-	value := tcpmodel.NextPow2(int64(max(2*held, d.total(), held+int(math.Ceil(turnedPerSec)))))
+	value := tcpmodel.NextPow2(int64(max(2*held, d.total())))
+	basis := ""
 	if turnedPerSec > 0 {
-		ev = append(ev, diag.Evidence{Name: "connections wanted", Value: fmt.Sprintf("about %d: %d held + %.0f turned away each second", held+int(math.Ceil(turnedPerSec)), held, math.Ceil(turnedPerSec)),
-			Source: "the counts above: a client turned away that retries within a second counts once, one that retries faster once per retry, so this is an upper bound for fast retriers (the value below is on the safe side)"})
+		// Clients it ends at once come back: the clients seen are those
+		// it holds and those it turned away in a second of the window (a
+		// client that retries within a second counts once, one that
+		// retries faster once per retry: an upper bound for them). The
+		// value gives them the headroom a limit read from a file is
+		// judged by: they fill at most capWarnFrac of it.
+		seen := held + int(math.Ceil(turnedPerSec))
+		value = max(int64(2*held), int64(d.total()), capHeadroom(seen))
+		ev = append(ev, diag.Evidence{Name: "clients seen", Value: fmt.Sprintf("%d: %d held + %.0f turned away each second (%d in %s)", seen, held, math.Ceil(turnedPerSec), int(math.Round(turnedPerSec*secs)), units.Dur(win)),
+			Source:    "the counts above: a client turned away that retries within a second counts once, one that retries faster once per retry (an upper bound for them), one that waits longer than a second may be missed; at least the connections wanted at once were there",
+			Threshold: fmt.Sprintf("the new limit at least %d: these clients at most %.0f%% of it, below the warning line", capHeadroom(seen), capWarnFrac*100)})
+		basis = fmt.Sprintf("%d clients seen (%d held + %.0f turned away each second; fewer if they retry more often than once a second, as each retry counts), at most %.0f%% of the new value: the headroom below the warning line a server's own limit is judged by", seen, held, math.Ceil(turnedPerSec), capWarnFrac*100)
 	}
 	summary := fmt.Sprintf("%s's own limit near %d on %s (measured: held %d at both ends of %s while %s); no file tcpdoctor reads names it",
 		cmd, held, addr, held, units.Dur(win), why)
@@ -643,8 +675,12 @@ func measuredCapFinding(in *diag.Input, ln *snapshot.Socket, p *snapshot.Was, ac
 			cmd, held, addr, was, held, units.Dur(win), why)
 	}
 	return diag.Finding{Severity: diag.Critical, Subject: sub, Summary: summary, Evidence: ev,
-		Fixes: remedy.MeasuredCap(cmd, held, value, d.String())}, true
+		Fixes: remedy.MeasuredCap(cmd, held, value, d.String(), basis)}, true
 }
+
+// capHeadroom is the smallest limit that n connections fill less than
+// capWarnFrac of: a server at it is below the warning line.
+func capHeadroom(n int) int64 { return int64(float64(n)/capWarnFrac) + 1 }
 
 // turnover says how many of the held connections the server took in the
 // window.

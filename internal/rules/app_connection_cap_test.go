@@ -252,6 +252,21 @@ func TestNodeMaxConnections(t *testing.T) {
 		if value < 256 {
 			t.Errorf("%s: raise to %d for 200 clients: %+v", c.file, value, f.Fixes)
 		}
+		// The value is what the clients seen need with the headroom a
+		// limit read from a file is judged by (they fill at most 80 %
+		// of it), said in the fix; not a power of two above it.
+		seen := 0
+		for _, e := range f.Evidence {
+			if e.Name == "clients seen" {
+				fmt.Sscanf(e.Value, "%d:", &seen)
+			}
+		}
+		if want := int(float64(seen)/0.8) + 1; seen < 200 || value != want || float64(seen) >= 0.8*float64(value) {
+			t.Errorf("%s: raise to %d for %d clients seen; want %d (the clients at most 80%% of it)", c.file, value, seen, want)
+		}
+		if !strings.Contains(f.Fixes[0].Text, fmt.Sprintf("%d clients seen", seen)) || !strings.Contains(f.Fixes[0].Text, "at most 80% of the new value") {
+			t.Errorf("%s: the fix does not say how %d was sized: %s", c.file, value, f.Fixes[0].Text)
+		}
 	}
 }
 
@@ -288,5 +303,51 @@ func TestAppCapHeadroom(t *testing.T) {
 		if err != nil || got != c.want {
 			t.Errorf("%d of 17 held by %s: %v (%+v), err %v; want %v", c.held, c.client, got, fs, err, c.want)
 		}
+	}
+}
+
+// TestNginxReserve: an nginx worker keeps worker_connections / 16 slots
+// free (closing connections still waiting for a request) and one for its
+// channel, so at 64 it holds 59 TCP connections at its cap: critical with
+// nobody arriving in the window (the corpus case "nginx full at
+// worker_connections, nobody arriving"; warning before, against 64); the
+// fix's value leaves room for that reserve too.
+func TestNginxReserve(t *testing.T) {
+	lo := netip.MustParseAddr("127.0.0.1")
+	ln := snapshot.Socket{Family: 2, State: snapshot.Listen, Local: snapshot.EndpointOf(netip.AddrPortFrom(lo, 8080)), SendQ: 511, Cookie: 1, Pids: snapshot.PidsOf(10, 11)}
+	build := func(clients int) *snapshot.Snapshot {
+		s := &snapshot.Snapshot{Taken: time.Unix(100, 0), Netns: snapshot.Netns{Name: "ngx"},
+			Procs: map[int]*snapshot.Proc{10: {Pid: 10, Command: "nginx", FDs: 8}, 11: {Pid: 11, Command: "nginx", FDs: 2*clients + 4}, 20: {Pid: 20, Command: "python3", FDs: 40}},
+			AppCaps: []snapshot.AppCap{{Pid: 10, Pids: []int{11}, Command: "nginx", App: "nginx", Setting: "worker_connections", Value: 64,
+				Source: "/etc/nginx/nginx.conf:5", Per: snapshot.CapPerProcess}}}
+		s.Sockets = append(s.Sockets, ln)
+		up := snapshot.EndpointFrom(lo, 9000)
+		for i := range clients {
+			cl, out := snapshot.EndpointFrom(lo, uint16(40000+i)), snapshot.EndpointFrom(lo, uint16(50000+i))
+			s.Sockets = append(s.Sockets,
+				snapshot.Socket{Family: 2, State: snapshot.Established, Local: ln.Local, Remote: cl, Cookie: uint64(100 + i), Pids: snapshot.PidsOf(11)},
+				snapshot.Socket{Family: 2, State: snapshot.Established, Local: cl, Remote: ln.Local, Cookie: uint64(1000 + i), Pids: snapshot.PidsOf(20)},
+				snapshot.Socket{Family: 2, State: snapshot.Established, Local: out, Remote: up, Cookie: uint64(2000 + i), Pids: snapshot.PidsOf(11)})
+		}
+		return s
+	}
+	for _, c := range []struct {
+		clients int
+		want    diag.Severity
+	}{{23, 0}, {24, diag.Warning}, {28, diag.Critical}, {29, diag.Critical}} {
+		fs, err := checkAppCap(diag.NewInput(nil, build(c.clients), diag.Options{}))
+		var got diag.Severity
+		if len(fs) > 0 {
+			got = fs[0].Severity
+		}
+		if err != nil || got != c.want {
+			t.Errorf("nginx worker with %d clients and their upstreams (%d TCP connections of worker_connections 64): %v (%+v), err %v; want %v", c.clients, 2*c.clients+1, got, fs, err, c.want)
+		}
+	}
+	// The fix: 1,000 clients and their upstreams need 2,001 TCP
+	// connections; 2048 keeps 129 of them, so the value is 4096.
+	fs, err := checkAppCap(diag.NewInput(nil, build(1000), diag.Options{}))
+	if err != nil || len(fs) != 1 || len(fs[0].Fixes) == 0 || !strings.Contains(fs[0].Fixes[0].Command, "worker_connections 4096;") {
+		t.Errorf("1000 clients: want worker_connections 4096, got %+v, err %v", fs, err)
 	}
 }

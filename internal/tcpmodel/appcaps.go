@@ -48,8 +48,12 @@ func CapLimitIn(s *snapshot.Snapshot, c *snapshot.AppCap) int64 { return c.Value
 // that is not a client connection counts against -c: its open files
 // (/proc/PID/fd) less its TCP connections, plus that last one. Without
 // the process's open files, or for another server, c.Reserved (for
-// memcached, the reading's estimate from its threads).
+// memcached, the reading's estimate from its threads). An nginx worker
+// keeps NginxReserve of its worker_connections.
 func CapReserved(s *snapshot.Snapshot, c *snapshot.AppCap) int64 {
+	if c.App == "nginx" && c.Per == snapshot.CapPerProcess {
+		return c.Reserved + NginxReserve(c.Value)
+	}
 	if c.App != "memcached" || s == nil {
 		return c.Reserved
 	}
@@ -73,6 +77,18 @@ func CapReserved(s *snapshot.Snapshot, c *snapshot.AppCap) int64 {
 	// away holds a descriptor for that moment.
 	return max(min(own+1, c.Value-int64(conns)), 0)
 }
+
+// NginxReserve is what of worker_connections n an nginx worker does not
+// give its TCP connections: one slot for its channel to the master (a
+// socketpair), and n/16 it keeps free by closing connections still
+// waiting for their first request and idle keep-alive ones whenever
+// another connection needs a slot and no more than n/16 are free
+// (ngx_drain_connections, logged at warn level as "N worker_connections
+// are not enough, reusing connections"). A worker at its limit holds from
+// n - n/16 - 1 TCP connections (59 of 64 in the corpus case "nginx full
+// at worker_connections, nobody arriving") up to n - 1 when none is left
+// to close (248 of 256 in one run of "nginx at worker_connections").
+func NginxReserve(n int64) int64 { return n/16 + 1 }
 
 // AtCap says whether held reached the limit value (CapNear).
 func AtCap(held int, value int64) bool { return value > 0 && int64(held) >= CapNear(value) }

@@ -82,6 +82,9 @@ func TestCorpus(t *testing.T) {
 			}
 			row.Outcome = Judge(row.Want, row.Got)
 			judged = true
+			for _, why := range r.invalid {
+				row.Outcome.Notes = append(row.Outcome.Notes, "the workload broke the case's claim: "+why)
+			}
 			t.Logf("expected: %s", ExpectedText(row.Want))
 			t.Logf("result: %s", row.Outcome.Verdict())
 			report := t.Errorf
@@ -263,6 +266,13 @@ func scenarios() []scenario {
 				{Rule: "time-wait-churn", Optional: true, Max: diag.Warning},
 			},
 			body: func(r *run) { nginxCap(r, 256) }},
+		{name: "nginx full at worker_connections, nobody arriving",
+			software: "nginx as Debian ships it (worker_processes auto) with worker_connections 64, proxying to a slow upstream (a python3 server answering each request after 20 s, as a long report or upload would take) for 80 clients that arrive at once and each send one request (Connection: close): each worker fills to its worker_connections (a client and its upstream connection count two, with its listener) and turns the rest away: it keeps 64 / 16 slots free by closing the newcomers still waiting for their request (its error.log at warn level: \"64 worker_connections are not enough, reusing connections\"), so each worker holds 59 TCP connections with its channel to the master taking one more; those turned away retry only 20 s later, and check's window starts 2 s after the burst, so nobody arrives inside it: a server at its own limit with no headroom left, the cliff fd-exhaustion calls critical at 95 % of the open-file limit before any failure",
+			want: []Expect{
+				{Rule: "app-connection-cap", Min: diag.Critical, Command: "nginx", Proc: "nginx", Service: capAddr, Fix: "worker_connections"},
+				{Rule: "connection-churn", Optional: true, Max: diag.Info},
+			},
+			body: nginxFull},
 		{name: "nginx under worker_connections",
 			software: "the same nginx, upstream and 400 clients with worker_connections 1024: every client is served in turn",
 			want: []Expect{
@@ -1213,18 +1223,8 @@ type holdSummary struct {
 func nginxCap(r *run, conns int) {
 	r.need("nginx", "python3")
 	ns := testns.New(r.t, "cap").Name
-	upstream, err := filepath.Abs("testdata/slow_upstream.py")
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	clients, err := filepath.Abs("testdata/hold_clients.py")
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	up := netip.MustParseAddrPort(slowAddr)
 	const secs = 14
-	u := r.start(ns, "slow-upstream", "python3", upstream, up.Addr().String(), strconv.Itoa(int(up.Port())), "5", strconv.Itoa(secs+20))
-	waitListen(r.t, ns, int(up.Port()), u)
+	clients := slowUpstream(r, ns, 5, secs+20)
 	ngx := startNginxWith(r, ns, fmt.Sprintf(" worker_connections %d; ", conns), `    server {
         listen `+capAddr+`;
         access_log off;
@@ -1243,6 +1243,83 @@ func nginxCap(r *run, conns int) {
 	}
 }
 
+// testdataPaths are the absolute paths of files in testdata.
+func testdataPaths(r *run, names ...string) []string {
+	r.t.Helper()
+	out := make([]string, len(names))
+	for i, n := range names {
+		p, err := filepath.Abs(filepath.Join("testdata", n))
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		out[i] = p
+	}
+	return out
+}
+
+// slowUpstream starts slow_upstream.py on slowAddr in ns, answering after
+// delay seconds and exiting after life, and returns the path of the
+// holding clients (hold_clients.py).
+func slowUpstream(r *run, ns string, delay, life int) string {
+	r.t.Helper()
+	p := testdataPaths(r, "slow_upstream.py", "hold_clients.py")
+	upstream, clients := p[0], p[1]
+	up := netip.MustParseAddrPort(slowAddr)
+	u := r.start(ns, "slow-upstream", "python3", upstream, up.Addr().String(), strconv.Itoa(int(up.Port())), strconv.Itoa(delay), strconv.Itoa(life))
+	waitListen(r.t, ns, int(up.Port()), u)
+	return clients
+}
+
+// nginxFull: nginx at worker_connections 64 filled by clients that
+// arrived at once, each waiting 20 s for a slow upstream, the rest turned
+// away before check's window and not back inside it.
+func nginxFull(r *run) {
+	r.need("nginx", "python3")
+	ns := testns.New(r.t, "full").Name
+	// The clients call once (their loop ends after secs) and a turned
+	// away one waits retry before its loop ends: none comes back.
+	const conns, n, secs, delay, retry = 64, 80, 6, 20, 20
+	clients := slowUpstream(r, ns, delay, delay+30)
+	ap := netip.MustParseAddrPort(capAddr)
+	// At warn level nginx logs "worker_connections are not enough,
+	// reusing connections" when it closes waiting connections to keep
+	// some free (tcpmodel.NginxReserve).
+	openDir(r.t, r.dir)
+	conf := r.writeFile("nginx.conf", strings.Replace(nginxConfWith(r.dir, fmt.Sprintf(" worker_connections %d; ", conns), `    server {
+        listen `+capAddr+`;
+        access_log off;
+        location / { proxy_pass http://`+slowAddr+`; proxy_read_timeout 60s; }
+    }`), "error.log;", "error.log warn;", 1))
+	ngx := r.start(ns, "nginx", "nginx", "-p", r.dir, "-c", conf, "-e", filepath.Join(r.dir, "error.log"))
+	waitListen(r.t, ns, int(ap.Port()), ngx)
+	c := r.start(ns, "clients", "python3", clients, ap.Addr().String(), strconv.Itoa(int(ap.Port())), strconv.Itoa(n), strconv.Itoa(secs), strconv.Itoa(retry))
+	time.Sleep(2 * time.Second)
+	before, err := readStat(ns)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.check(place{"nginx", ns})
+	after, err := readStat(ns)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	hs, failed := r.clientsDone(c, ngx, (delay+retry+20)*time.Second)
+	b, err := os.ReadFile(filepath.Join(r.dir, "error.log"))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	notEnough := strings.Count(string(b), "worker_connections are not enough")
+	arrived := after.passiveOpens - before.passiveOpens
+	r.measured("clients: %d answered after the upstream's %d s, %d turned away (%s); nginx error.log: %d \"%d worker_connections are not enough\"; connections accepted in the namespace inside check's window (Tcp.PassiveOpens): %d",
+		hs.OK, delay, failed, failures(hs.Errors), notEnough, conns, arrived)
+	if failed == 0 || notEnough == 0 || hs.OK == 0 || hs.OK+failed != n {
+		r.claimFailed(false, "nginx should serve the clients it holds and turn the rest away once: %d answers, %d failures, %d log lines", hs.OK, failed, notEnough)
+	}
+	if arrived != 0 {
+		r.claimFailed(false, "%d connections arrived inside check's window; the case claims none", arrived)
+	}
+}
+
 // holdClients runs n holding clients (hold_clients.py) against addr for
 // secs, checks 4 s in, then waits for them and stops the server srv. It
 // returns the clients' summary, how many connections failed, and the
@@ -1256,11 +1333,24 @@ func (r *run) holdClients(ns string, at place, srv *proc, clients string, addr n
 	if !c.running() {
 		r.t.Errorf("the clients ended before the check did")
 	}
-	if err := c.wait(r.t, time.Duration(secs+40)*time.Second); err != nil {
+	hs, failed := r.clientsDone(c, srv, time.Duration(secs+40)*time.Second)
+	b, err := os.ReadFile(filepath.Join(r.dir, "error.log"))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return hs, failed, b
+}
+
+// clientsDone waits up to d for the holding clients c (hold_clients.py)
+// to end, stops the server srv, and returns the clients' summary and how
+// many of their connections failed.
+func (r *run) clientsDone(c, srv *proc, d time.Duration) (holdSummary, int) {
+	r.t.Helper()
+	if err := c.wait(r.t, d); err != nil {
 		r.t.Fatal(err)
 	}
 	if err := srv.stop(r.t); err != nil {
-		r.t.Logf("%s: %v", at.role, err)
+		r.t.Logf("%s: %v", srv.label, err)
 	}
 	var hs holdSummary
 	if err := json.Unmarshal([]byte(c.stdout()), &hs); err != nil {
@@ -1270,11 +1360,7 @@ func (r *run) holdClients(ns string, at place, srv *proc, clients string, addr n
 	for _, v := range hs.Errors {
 		failed += v
 	}
-	b, err := os.ReadFile(filepath.Join(r.dir, "error.log"))
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	return hs, failed, b
+	return hs, failed
 }
 
 // redisCap: redis-server with --maxclients max and 80 clients that each
@@ -1328,49 +1414,70 @@ func redisCap(r *run, max int) {
 func nodeCap(r *run, max int) {
 	r.need("node", "python3")
 	ns := testns.New(r.t, "ncap").Name
-	server, err := filepath.Abs("testdata/node_server.js")
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	clients, err := filepath.Abs("testdata/hold_clients.py")
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	ap := netip.MustParseAddrPort(nodeAddr)
-	const secs, n = 14, 200
-	srv := r.start(ns, "node", "node", server, ap.Addr().String(), strconv.Itoa(int(ap.Port())), strconv.Itoa(max), "5000", strconv.Itoa(secs+30))
-	waitListen(r.t, ns, int(ap.Port()), srv)
-	before, err := readStat(ns)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	c := r.start(ns, "clients", "python3", clients, ap.Addr().String(), strconv.Itoa(int(ap.Port())), strconv.Itoa(n), strconv.Itoa(secs), "0.2")
-	time.Sleep(4 * time.Second)
-	r.check(place{"node", ns})
-	if !c.running() {
-		r.t.Errorf("the clients ended before the check did")
-	}
-	if err := c.wait(r.t, (secs+40)*time.Second); err != nil {
-		r.t.Fatal(err)
-	}
-	after, err := readStat(ns)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	var hs holdSummary
-	if err := json.Unmarshal([]byte(c.stdout()), &hs); err != nil {
-		r.t.Fatalf("clients: %v\n%s\n%s", err, c.stdout(), c.stderr())
-	}
-	failed := 0
-	for _, v := range hs.Errors {
-		failed += v
-	}
-	r.measured("clients: %d answers in %.1f s; failures: %s; over the run Tcp.PassiveOpens +%d, Tcp.OutRsts +%d", hs.OK, hs.Seconds, failures(hs.Errors), after.passiveOpens-before.passiveOpens, after.outRsts-before.outRsts)
+	const n = 200
+	hs, failed := nodeServe(r, ns, max, true)
 	if max < n && failed == 0 {
 		r.t.Errorf("maxConnections %d under %d clients should turn some away: %v", max, n, hs.Errors)
 	} else if max >= n && (failed > 0 || hs.OK < n) {
 		r.t.Errorf("maxConnections %d should serve every client: %d answers, failures %v", max, hs.OK, hs.Errors)
 	}
+	if max >= n {
+		return
+	}
+	// The fix's value, tried: the same clients against it are all served.
+	value := 0
+	for _, f := range r.row.Got {
+		if f.Rule == "app-connection-cap" && len(f.Fixes) > 0 {
+			fmt.Sscanf(f.Fixes[0].Command, "server.maxConnections = %d", &value)
+		}
+	}
+	if value == 0 {
+		r.t.Errorf("no server.maxConnections value in the findings to try")
+		return
+	}
+	hs, failed = nodeServe(r, ns, value, false)
+	r.measured("the fix's server.maxConnections %d tried with the same %d clients: %d answers, failures: %s", value, n, hs.OK, failures(hs.Errors))
+	if failed > 0 || hs.OK < n {
+		r.t.Errorf("the fix's server.maxConnections %d did not serve every one of %d clients: %d answers, failures %v", value, n, hs.OK, hs.Errors)
+	}
+}
+
+// nodeServe runs node_server.js ("node", or "node-fix" without check) at
+// server.maxConnections max in ns for 200 clients (hold_clients.py,
+// retrying 0.2 s after a failure) for 14 s, with check 4 s in when check
+// is set, and returns the clients' summary and failures.
+func nodeServe(r *run, ns string, max int, check bool) (holdSummary, int) {
+	p := testdataPaths(r, "node_server.js", "hold_clients.py")
+	server, clients := p[0], p[1]
+	ap := netip.MustParseAddrPort(nodeAddr)
+	const secs, n = 14, 200
+	label := "node"
+	if !check {
+		label = "node-fix"
+	}
+	srv := r.start(ns, label, "node", server, ap.Addr().String(), strconv.Itoa(int(ap.Port())), strconv.Itoa(max), "5000", strconv.Itoa(secs+30))
+	waitListen(r.t, ns, int(ap.Port()), srv)
+	before, err := readStat(ns)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	c := r.start(ns, label+"-clients", "python3", clients, ap.Addr().String(), strconv.Itoa(int(ap.Port())), strconv.Itoa(n), strconv.Itoa(secs), "0.2")
+	if check {
+		time.Sleep(4 * time.Second)
+		r.check(place{"node", ns})
+		if !c.running() {
+			r.t.Errorf("the clients ended before the check did")
+		}
+	}
+	hs, failed := r.clientsDone(c, srv, (secs+40)*time.Second)
+	after, err := readStat(ns)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if check {
+		r.measured("clients: %d answers in %.1f s; failures: %s; over the run Tcp.PassiveOpens +%d, Tcp.OutRsts +%d", hs.OK, hs.Seconds, failures(hs.Errors), after.passiveOpens-before.passiveOpens, after.outRsts-before.outRsts)
+	}
+	return hs, failed
 }
 
 // memcachedCap: memcached -c max under 50 clients that each hold a

@@ -35,6 +35,21 @@ type run struct {
 	row  *Row
 	dir  string
 	pids map[string]int // label -> pid of the processes started
+	// invalid says why the workload did not do what the case claims,
+	// when it did not: the run then tests nothing, whatever check said.
+	invalid []string
+}
+
+// claimFailed records that the workload broke the case's own claim and
+// fails the test (fatal stops it).
+func (r *run) claimFailed(fatal bool, format string, args ...any) {
+	r.t.Helper()
+	s := fmt.Sprintf(format, args...)
+	r.invalid = append(r.invalid, s)
+	if fatal {
+		r.t.Fatal(s)
+	}
+	r.t.Error(s)
 }
 
 // need skips the case, and notes why in its row, unless we are root and
