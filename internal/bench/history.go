@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -225,7 +226,7 @@ func HistoryWeek(dir string, interval time.Duration) (int, error) {
 	n := int(7 * 24 * time.Hour / interval)
 	r := history.New(history.Options{Dir: dir, MaxBytes: 1 << 40, MaxAge: 1 << 62, Tool: "tcpdoctor bench", Now: func() time.Time { return t0.Add(7 * 24 * time.Hour) }})
 	f := diag.Finding{Rule: "listen-overflow", Severity: diag.Warning,
-		Subject: diag.Subject{Netns: "host", Local: "127.0.0.1:8080", Pid: 4242, Command: "java"},
+		Subject: diag.Subject{Netns: "host", Local: diag.At(netip.MustParseAddrPort("127.0.0.1:8080")), Pid: 4242, Command: "java"},
 		Summary: "listener :8080 (java pid 4242) has a full accept queue: 9/8, backlog 8 is the application's own (somaxconn 4096)"}
 	for i := range n + 1 {
 		s := &snapshot.Snapshot{Netns: snapshot.Netns{Name: "host", Inode: 1}, Taken: t0.Add(time.Duration(i) * interval), Host: "bench"}

@@ -6,6 +6,7 @@ import (
 	"compress/gzip"
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"time"
@@ -76,12 +77,12 @@ func HistoryStore(dir string, size int64, namespaces int, end time.Time) (window
 			e := history.Entry{Netns: name, Inode: uint64(4026531840 + ns), From: from, To: to}
 			if (i+ns)%4 != 0 { // a warning that flaps: three windows on, one off
 				e.Findings = append(e.Findings, history.Finding{Rule: "listen-overflow", Severity: diag.Warning,
-					Subject: diag.Subject{Netns: name, Local: fmt.Sprintf("10.%d.%d.%d:8080", ns/65536, ns/256%256, ns%256), Pid: 1000 + ns, Command: "java"},
+					Subject: diag.Subject{Netns: name, Local: diag.At(netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, byte(ns / 65536), byte(ns / 256 % 256), byte(ns % 256)}), 8080)), Pid: 1000 + ns, Command: "java"},
 					Summary: fmt.Sprintf("listener :8080 (java pid %d) dropped %d connections in %s: its accept queue was full (%d/%d)", 1000+ns, (i*7+ns)%997, interval, 100+i%29, 128)})
 			}
 			if ns%10 == 0 {
 				e.Findings = append(e.Findings, history.Finding{Rule: "port-exhaustion", Severity: diag.Critical,
-					Subject: diag.Subject{Netns: name, Local: "10.0.0.1", Remote: fmt.Sprintf("10.96.%d.%d:5432", ns/256, ns%256), Pid: 2000 + ns, Command: "worker"},
+					Subject: diag.Subject{Netns: name, Local: diag.Host(netip.AddrFrom4([4]byte{10, 0, 0, 1})), Remote: diag.At(netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 96, byte(ns / 256), byte(ns % 256)}), 5432)), Pid: 2000 + ns, Command: "worker"},
 					Summary: fmt.Sprintf("connections from 10.0.0.1 to 10.96.0.%d:5432 (worker pid %d) hold %d of 28231 usable ephemeral ports (%d%%)", ns%256, 2000+ns, 26000+(i*13+ns)%2000, 92+(i+ns)%7)})
 			}
 			if i%17 == 0 {

@@ -77,13 +77,13 @@ func runCheck(cmd *cobra.Command, e *Env, o *checkOpts) error {
 	if err := o.bpf.validate(&o.src); err != nil {
 		return err
 	}
-	if o.wl.container != "" && o.noOwners {
+	if o.wl.Container != "" && o.noOwners {
 		return usageErr("check: --container needs the sockets' owners; drop --no-owners")
 	}
 	if o.pid < 0 {
 		return usageErr("check: --pid %d: not a process id", o.pid)
 	}
-	if o.pid != 0 && (o.noOwners || o.wl.set()) {
+	if o.pid != 0 && (o.noOwners || o.wl.Set()) {
 		return usageErr("check: --pid needs the sockets' owners and chooses the process itself; drop --no-owners, --pod and --container")
 	}
 	o.src.pid = o.pid
@@ -129,19 +129,19 @@ func runCheck(cmd *cobra.Command, e *Env, o *checkOpts) error {
 		return err
 	}
 	e.Phases.Mark("samples, --interval apart")
-	if o.wl.set() {
+	if o.wl.Set() {
 		// Only the namespaces about the pod or container: their
 		// unknowns and counts are the report's.
 		ss = slices.DeleteFunc(ss, func(sr series) bool { return !o.wl.holds(sr) })
 		if len(ss) == 0 {
-			e.progress("note: %s holds no namespace and owns no socket: nothing to check", o.wl.what())
+			e.progress("note: %s holds no namespace and owns no socket: nothing to check", o.wl.What())
 		}
 	}
 	rep := checkup.Diagnose(window.Inputs(ss, opts), rs)
 	e.Phases.Mark("rules")
-	if o.wl.set() {
+	if o.wl.Set() {
 		rep.Findings = slices.DeleteFunc(rep.Findings, func(f diag.Finding) bool {
-			return !o.wl.matchFields(f.Subject.Pod, f.Subject.PodNamespace, f.Subject.Container)
+			return !o.wl.Match(f.Subject.Workload)
 		})
 	}
 	if o.pid != 0 {

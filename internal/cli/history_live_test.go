@@ -179,7 +179,7 @@ func TestHistoryLiveBurst(t *testing.T) {
 	stopChild(t, serve, syscall.SIGTERM)
 
 	in, replay := burstIncident(t, dir, "listen-overflow", t0, t1, stderr.String())
-	if in.Subject.Netns != ns.Name || in.Subject.Local != "127.0.0.1:8000" || !strings.HasPrefix(in.Subject.Command, "python3") {
+	if in.Subject.Netns != ns.Name || in.Subject.Local.String() != "127.0.0.1:8000" || !strings.HasPrefix(in.Subject.Command, "python3") {
 		t.Errorf("subject %+v", in.Subject)
 	}
 	replaysAsFrom(t, dir, in, replay, interval, t0, t1, "listen-overflow", "127.0.0.1:8000")
@@ -482,7 +482,7 @@ func TestHistoryLivePortExhaustion(t *testing.T) {
 	stopChild(t, serve, syscall.SIGTERM)
 
 	in, replay := burstIncident(t, dir, "port-exhaustion", t0, t1, stderr.String())
-	if in.Subject.Netns != ns.Name || in.Subject.Remote != "127.0.0.2:9090" || in.Severity != diag.Critical {
+	if in.Subject.Netns != ns.Name || in.Subject.Remote.String() != "127.0.0.2:9090" || in.Severity != diag.Critical {
 		t.Errorf("incident %v %+v, want critical towards 127.0.0.2:9090 in %s", in.Severity, in.Subject, ns.Name)
 	}
 	// One culprit: every incident about the destination (the TIME_WAIT
@@ -494,7 +494,7 @@ func TestHistoryLivePortExhaustion(t *testing.T) {
 	}
 	rules := map[string]int{}
 	for _, x := range l.Incidents {
-		if x.Subject.Remote != "127.0.0.2:9090" {
+		if x.Subject.Remote.String() != "127.0.0.2:9090" {
 			continue
 		}
 		rules[x.Rule]++

@@ -96,7 +96,7 @@ func TestHistoryReplaysAsFrom(t *testing.T) {
 		t.Fatalf("%d incidents in %d windows: %s", len(l.Incidents), l.Windows, out)
 	}
 	in := l.Incidents[0]
-	if in.Rule != "listen-overflow" || in.Subject.Local != "0.0.0.0:8080" || in.Subject.Netns != "host" ||
+	if in.Rule != "listen-overflow" || in.Subject.Local.String() != "0.0.0.0:8080" || in.Subject.Netns != "host" ||
 		!in.Start.Equal(from) || !in.End.Equal(to) || in.Ongoing || l.Replay[0] == "" {
 		t.Errorf("incident %+v, replay %q", in, l.Replay[0])
 	}

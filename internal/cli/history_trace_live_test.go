@@ -204,7 +204,7 @@ func TestHistoryLiveTrace(t *testing.T) {
 	}
 	in := l.Incidents[k]
 	if in.Rule != "slow-reader" && in.Rule != "rwnd-limited" || in.Subject.Netns != ns.Name ||
-		(in.Subject.Local != recv && in.Subject.Remote != recv) || l.TraceReplay[k] == "" {
+		(in.Subject.Local.String() != recv && in.Subject.Remote.String() != recv) || l.TraceReplay[k] == "" {
 		t.Errorf("incident %+v (receiver %s), trace command %q", in, recv, l.TraceReplay[k])
 	}
 	text := mustRun(t, 0, "history", "--history", dir, "--since", "1h")
@@ -224,8 +224,8 @@ func TestHistoryLiveTrace(t *testing.T) {
 		t.Fatalf("%s: %v %+v", in.Trace, err, tr)
 	}
 	c := tr.Conns[0]
-	if c.Local.String() != in.Subject.Local || len(c.Points) < 100 {
-		t.Errorf("traced %s -> %s, %d points; the finding's connection is %s -> %s", c.Local, c.Remote, len(c.Points), in.Subject.Local, in.Subject.Remote)
+	if c.Local.String() != in.Subject.Local.String() || len(c.Points) < 100 {
+		t.Errorf("traced %s -> %s, %d points; the finding's connection is %s -> %s", c.Local, c.Remote, len(c.Points), in.Subject.Local.String(), in.Subject.Remote.String())
 	}
 	page, err := os.ReadFile(argv[len(argv)-1])
 	if err != nil || !strings.Contains(string(page), c.Local.String()) {

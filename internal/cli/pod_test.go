@@ -172,7 +172,7 @@ func TestPodNamedEverywhere(t *testing.T) {
 		}
 		found = true
 		s := f.Subject
-		if s.Netns != "shop/web-1" || s.Pod != testpod.Name || s.PodNamespace != testpod.Namespace || s.Container != testpod.App ||
+		if s.Netns != "shop/web-1" || s.Workload.PodName() != testpod.Namespace+"/"+testpod.Name || s.Workload.ContainerName() != testpod.App ||
 			s.Pid != pid || s.Command != "api-server" {
 			t.Errorf("listen-overflow subject %+v; want netns shop/web-1, pod web-1 in shop, container api, api-server pid %d", s, pid)
 		}

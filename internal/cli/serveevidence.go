@@ -195,11 +195,11 @@ func incidentPath(in *history.Incident) string {
 		at = in.At
 	}
 	q := url.Values{"rule": {in.Rule}, "netns": {in.Subject.Netns}, "at": {at.UTC().Format(time.RFC3339Nano)}}
-	if in.Subject.Local != "" {
-		q.Set("local", in.Subject.Local)
+	if in.Subject.Local.IsValid() {
+		q.Set("local", in.Subject.Local.String())
 	}
-	if in.Subject.Remote != "" {
-		q.Set("remote", in.Subject.Remote)
+	if in.Subject.Remote.IsValid() {
+		q.Set("remote", in.Subject.Remote.String())
 	}
 	return pathIncident + "?" + q.Encode()
 }
@@ -259,10 +259,10 @@ func findIncident(st *history.Store, rule, ns, local, remote string, at time.Tim
 // for.
 func endpointScore(in *history.Incident, local, remote string) int {
 	s := 0
-	if local != "" && in.Subject.Local == local {
+	if local != "" && in.Subject.Local.String() == local {
 		s += 2
 	}
-	if remote != "" && in.Subject.Remote == remote {
+	if remote != "" && in.Subject.Remote.String() == remote {
 		s++
 	}
 	return s

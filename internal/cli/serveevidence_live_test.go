@@ -113,7 +113,7 @@ func TestServeEvidencePages(t *testing.T) {
 	if in == nil || in.URL == "" || in.Evidence == "" {
 		t.Fatalf("no listen-overflow incident with a url and evidence:\n%s\nserve:\n%s", body, stderr.String())
 	}
-	if in.Severity != diag.Critical || in.Subject.Local != "127.0.0.1:8000" {
+	if in.Severity != diag.Critical || in.Subject.Local.String() != "127.0.0.1:8000" {
 		t.Errorf("incident %s %+v, want critical on 127.0.0.1:8000", in.Severity, in.Subject)
 	}
 	if !strings.HasPrefix(in.URL, base+"/history/incident?") {
@@ -131,7 +131,7 @@ func TestServeEvidencePages(t *testing.T) {
 	}
 	found := false
 	for _, f := range rep.Findings {
-		if f.Rule == "listen-overflow" && f.Severity == diag.Critical && f.Subject.Local == "127.0.0.1:8000" {
+		if f.Rule == "listen-overflow" && f.Severity == diag.Critical && f.Subject.Local.String() == "127.0.0.1:8000" {
 			found = true
 		}
 	}

@@ -157,11 +157,11 @@ func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
 	if o.pid < 0 {
 		return usageErr("sockets: --pid %d: not a process id", o.pid)
 	}
-	if o.pid != 0 && o.wl.set() {
+	if o.pid != 0 && o.wl.Set() {
 		return usageErr("sockets: --pod and --container choose the processes; leave out --pid")
 	}
 	o.src.pid = o.pid
-	if o.wl.container != "" && o.noOwners {
+	if o.wl.Container != "" && o.noOwners {
 		return usageErr("sockets: --container needs owners; drop --no-owners")
 	}
 	flt := &socketFilter{port: o.port, lport: o.lport, rport: o.rport, pid: o.pid}
@@ -190,7 +190,7 @@ func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
 			return err
 		}
 		warnErrors(e, ss)
-		keep := func(r *sockets.Row) bool { return flt.match(r.Socket) && o.wl.match(r.Subject.Workload) }
+		keep := func(r *sockets.Row) bool { return flt.match(r.Socket) && o.wl.Match(r.Subject.Workload) }
 		rows, err := sockets.WriteWindows(w, windows(ss), keep, sockets.Options{JSON: o.json, Locks: o.locks})
 		if err != nil {
 			return err
@@ -228,7 +228,7 @@ func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
 	if o.interval > 0 {
 		prev = tcpmodel.NewChronos()
 		first, err = st.Stream(nss, func(s *snapshot.Snapshot, sk *snapshot.Socket) error {
-			if flt.match(sk) && o.wl.match(output.SocketSubject(&s.Netns, sk, s.Procs).Workload) {
+			if flt.match(sk) && o.wl.Match(output.SocketSubject(&s.Netns, sk, s.Procs).Workload) {
 				prev.Add(s, sk)
 			}
 			return nil
@@ -258,7 +258,7 @@ func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
 		}
 		defer e.Phases.Add("format rows (during the dump)", e.Phases.Stamp())
 		r := sockets.Row{Subject: output.SocketSubject(&s.Netns, sk, s.Procs), Socket: sk}
-		if !o.wl.match(r.Subject.Workload) {
+		if !o.wl.Match(r.Subject.Workload) {
 			return nil
 		}
 		if p == nil {
@@ -317,7 +317,7 @@ func (o *socketsOpts) noneMatched(e *Env, rows int) {
 	}{
 		{"--pid", o.pid != 0, o.pid}, {"--port", o.port != 0, o.port}, {"--lport", o.lport != 0, o.lport},
 		{"--rport", o.rport != 0, o.rport}, {"--state", len(o.states) > 0, strings.Join(o.states, ",")},
-		{"--pod", o.wl.pod != "", o.wl.pod}, {"--container", o.wl.container != "", o.wl.container},
+		{"--pod", o.wl.Pod != "", o.wl.Pod}, {"--container", o.wl.Container != "", o.wl.Container},
 	} {
 		if f.set {
 			given = append(given, fmt.Sprintf("%s %v", f.name, f.val))

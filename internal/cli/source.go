@@ -47,7 +47,7 @@ type sourceOpts struct {
 // plain reports whether only our own namespace is read live, as a bare
 // command does.
 func (o *sourceOpts) plain() bool {
-	return o.from == "" && o.netns == "" && !o.allNetns && o.pid == 0 && (o.workload == nil || !o.workload.set())
+	return o.from == "" && o.netns == "" && !o.allNetns && o.pid == 0 && (o.workload == nil || !o.workload.Set())
 }
 
 // othersNote says, after a plain command, how many other network
@@ -97,7 +97,7 @@ func (o *sourceOpts) validate() error {
 	if o.from != "" && (o.netns != "" || o.allNetns) {
 		return usageErr("--from reads a file; --netns and --all-netns apply to live collection only")
 	}
-	if w := o.workload; w != nil && w.set() {
+	if w := o.workload; w != nil && w.Set() {
 		if err := w.validate(); err != nil {
 			return err
 		}
@@ -112,7 +112,7 @@ func (o *sourceOpts) validate() error {
 // what does).
 func (o *sourceOpts) narrow(e *Env, nss []netns.NS) ([]netns.NS, error) {
 	w := o.workload
-	if w == nil || !w.set() {
+	if w == nil || !w.Set() {
 		return nss, nil
 	}
 	known, _, err := knownLive(e, w.cmd, nss)
@@ -122,21 +122,21 @@ func (o *sourceOpts) narrow(e *Env, nss []netns.NS) ([]netns.NS, error) {
 	if err := w.find("on this host", known); err != nil {
 		return nil, err
 	}
-	return slices.DeleteFunc(nss, func(ns netns.NS) bool { return !w.mayHold(ns.Workload) }), nil
+	return slices.DeleteFunc(nss, func(ns netns.NS) bool { return !w.MayHold(ns.Workload) }), nil
 }
 
 // narrowSeries is narrow for a snapshot file's series: names are the
 // ones the file stored.
 func (o *sourceOpts) narrowSeries(ss []series) ([]series, error) {
 	w := o.workload
-	if w == nil || !w.set() {
+	if w == nil || !w.Set() {
 		return ss, nil
 	}
 	if err := w.find("in "+o.from, knownIn(ss)); err != nil {
 		return nil, err
 	}
 	return slices.DeleteFunc(ss, func(sr series) bool {
-		return len(sr.Snaps) > 0 && !w.mayHold(sr.Snaps[len(sr.Snaps)-1].Netns.Workload)
+		return len(sr.Snaps) > 0 && !w.MayHold(sr.Snaps[len(sr.Snaps)-1].Netns.Workload)
 	}), nil
 }
 

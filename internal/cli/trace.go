@@ -99,14 +99,14 @@ func runTrace(cmd *cobra.Command, e *Env, o *traceOpts) error {
 	if _, err := bpfload.ParseMode(o.bpf); err != nil {
 		return usageErr("trace: %v", err)
 	}
-	live := len(o.ports)+len(o.lports)+len(o.rports)+len(o.peers) > 0 || o.pid != 0 || o.netns != "" || o.duration > 0 || o.out != "" || o.discover > 0 || o.bpf != "auto" || o.wl.set()
+	live := len(o.ports)+len(o.lports)+len(o.rports)+len(o.peers) > 0 || o.pid != 0 || o.netns != "" || o.duration > 0 || o.out != "" || o.discover > 0 || o.bpf != "auto" || o.wl.Set()
 	if o.from != "" && live {
 		return usageErr("trace: --from reads a recording; filters, --pid, --netns, --pod, --container, --duration, -o and --bpf apply to live tracing")
 	}
 	if err := o.wl.validate(); err != nil {
 		return err
 	}
-	if o.wl.set() && (o.pid != 0 || o.netns != "") {
+	if o.wl.Set() && (o.pid != 0 || o.netns != "") {
 		return usageErr("trace: --pod and --container choose the namespace and processes; leave out --pid and --netns")
 	}
 	var jo trace.JudgeOptions
@@ -263,7 +263,7 @@ func traceLive(cmd *cobra.Command, e *Env, o *traceOpts, sink *sinkFile) (*trace
 			return nil, usageErr("trace: --pid %d: %v", o.pid, err)
 		}
 		lo.NS = ns
-	case o.wl.set():
+	case o.wl.Set():
 		if err := traceWorkload(e, &o.wl, &lo); err != nil {
 			return nil, err
 		}
@@ -384,16 +384,16 @@ func traceWorkload(e *Env, wl *workloadOpts, lo *trace.LiveOptions) error {
 		return err
 	}
 	for _, ns := range nss {
-		if w := ns.Workload; w != nil && w.Pod != "" && wl.mayHold(w) {
+		if w := ns.Workload; w != nil && w.Pod != "" && wl.MayHold(w) {
 			lo.NS, lo.Workload = ns, w
 			break
 		}
 	}
-	if wl.container == "" && lo.NS.Path != "" {
+	if wl.Container == "" && lo.NS.Path != "" {
 		return nil // the pod's namespace, whole
 	}
 	for pid, w := range byPid {
-		if wl.match(&w) {
+		if wl.Match(&w) {
 			lo.Pids = append(lo.Pids, pid)
 			if lo.Workload == nil || lo.Workload.Sandbox {
 				lo.Workload = &w
@@ -401,13 +401,13 @@ func traceWorkload(e *Env, wl *workloadOpts, lo *trace.LiveOptions) error {
 		}
 	}
 	if len(lo.Pids) == 0 {
-		return usageErr("trace: %s has no process to trace", wl.what())
+		return usageErr("trace: %s has no process to trace", wl.What())
 	}
 	slices.Sort(lo.Pids)
 	if lo.NS.Path == "" {
 		ns, err := f.OfPid(lo.Pids[0])
 		if err != nil {
-			return usageErr("trace: %s: %v", wl.what(), err)
+			return usageErr("trace: %s: %v", wl.What(), err)
 		}
 		lo.NS = ns
 	}

@@ -99,7 +99,7 @@ func runWatch(ctx context.Context, e *Env, o *watchOpts) error {
 			f.Netns[ino] = true
 		}
 	}
-	if o.wl.set() {
+	if o.wl.Set() {
 		nss, _ := names.Find.All() // a partial list still names what it can
 		known, _, err := knownLive(e, "watch", nss)
 		if err != nil {
@@ -108,7 +108,7 @@ func runWatch(ctx context.Context, e *Env, o *watchOpts) error {
 		if err := o.wl.find("on this host", known); err != nil {
 			return err
 		}
-		f.Workload = o.wl.match
+		f.Workload = o.wl.Match
 	}
 	// watch is the event stream: eBPF or nothing.
 	x, err := bpfload.Open(bpfload.Config{Mode: bpfload.ModeOn, Need: bpfload.Need{Events: true},

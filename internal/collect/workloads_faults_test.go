@@ -195,9 +195,9 @@ func TestWorkloadFaults(t *testing.T) {
 			}
 			named := strings.Contains(text.String(), "pod shop/web-1 container api")
 			switch {
-			case c.label != "" && (!named || f.Subject.Pod != "web-1" || f.Subject.PodNamespace != "shop" || f.Subject.Container != "api"):
+			case c.label != "" && (!named || f.Subject.Workload.PodName() != "shop/web-1" || f.Subject.Workload.ContainerName() != "api"):
 				t.Errorf("subject %+v; want %s:\n%s", f.Subject, c.label, text.String())
-			case c.label == "" && (named || f.Subject.Pod != ""):
+			case c.label == "" && (named || f.Subject.Workload.PodName() != ""):
 				t.Errorf("subject %+v named a pod it could not read:\n%s", f.Subject, text.String())
 			}
 			var notes []string

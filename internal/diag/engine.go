@@ -65,7 +65,9 @@ func Run(rules []Rule, in *Input, res *Result) {
 			if fs[i].Subject.Netns == "" {
 				fs[i].Subject.Netns = ns
 			}
-			fs[i].Subject.nameWorkload(in.Cur)
+			if sub := &fs[i].Subject; sub.Workload == nil {
+				sub.Workload = snapshot.WorkloadIn(&in.Cur.Netns, in.Cur.Procs, sub.Pid)
+			}
 		}
 		res.Findings = append(res.Findings, fs...)
 		if !contains(res.Ran, r.ID) {
@@ -91,10 +93,10 @@ func (res *Result) Sort() {
 		if a.Subject.Netns != b.Subject.Netns {
 			return a.Subject.Netns < b.Subject.Netns
 		}
-		if a.Subject.Local != b.Subject.Local {
-			return a.Subject.Local < b.Subject.Local
+		if al, bl := a.Subject.Local.String(), b.Subject.Local.String(); al != bl {
+			return al < bl
 		}
-		return a.Subject.Remote < b.Subject.Remote
+		return a.Subject.Remote.String() < b.Subject.Remote.String()
 	})
 	sort.SliceStable(res.Unknown, func(i, j int) bool {
 		if res.Unknown[i].Rule != res.Unknown[j].Rule {
@@ -132,19 +134,4 @@ func contains(xs []string, x string) bool {
 		}
 	}
 	return false
-}
-
-// nameWorkload fills the subject's pod, container and unit from its
-// process's workload in s, else from its namespace's: the one place
-// findings get them, whichever rule made them.
-func (sub *Subject) nameWorkload(s *snapshot.Snapshot) {
-	w := s.Netns.Workload
-	if p := s.Procs[sub.Pid]; sub.Pid != 0 && p != nil && p.Workload != nil {
-		w = p.Workload
-	}
-	if w == nil {
-		return
-	}
-	sub.Pod, sub.PodNamespace = w.Pod, w.PodNamespace
-	sub.Container, sub.Unit = w.ContainerName(), w.Unit
 }

@@ -76,25 +76,23 @@ func TestRunNamesWorkloads(t *testing.T) {
 	}}}
 	var res Result
 	Run(rules, NewInput(nil, cur, Options{}), &res)
-	want := []Subject{
-		{Pid: 10, Pod: "web-1", PodNamespace: "shop", Container: "api"},
-		{Pid: 11, Unit: "nginx.service"},
-		{Pid: 12, Pod: "web-1", PodNamespace: "shop"},
-		{Command: "curl", Pod: "web-1", PodNamespace: "shop"},
-		{Pid: 99, Pod: "web-1", PodNamespace: "shop"},
+	want := []workloadJSON{
+		{Pod: "web-1", PodNamespace: "shop", Container: "api"},
+		{Unit: "nginx.service"},
+		{Pod: "web-1", PodNamespace: "shop"},
+		{Pod: "web-1", PodNamespace: "shop"},
+		{Pod: "web-1", PodNamespace: "shop"},
 	}
 	for i, f := range res.Findings {
-		w := want[i]
-		w.Netns = "shop/web-1"
-		if f.Subject.Pod != w.Pod || f.Subject.PodNamespace != w.PodNamespace || f.Subject.Container != w.Container || f.Subject.Unit != w.Unit {
-			t.Errorf("finding %d: subject %+v, want %+v", i, f.Subject, w)
+		if got := workloadMembers(f.Subject.Workload); got != want[i] {
+			t.Errorf("finding %d: subject %+v (%+v), want %+v", i, f.Subject, got, want[i])
 		}
 	}
 	// A namespace and processes in nothing known: no names.
 	var plain Result
 	Run(rules, NewInput(nil, &snapshot.Snapshot{Netns: snapshot.Netns{Name: "host"}}, Options{}), &plain)
 	for _, f := range plain.Findings {
-		if f.Subject.Pod != "" || f.Subject.Container != "" || f.Subject.Unit != "" {
+		if workloadMembers(f.Subject.Workload) != (workloadJSON{}) {
 			t.Errorf("plain host: subject %+v", f.Subject)
 		}
 	}

@@ -196,22 +196,8 @@ func (x *Exporter) Update(snaps []*snapshot.Snapshot, collectTook time.Duration)
 	if len(ins) > 0 {
 		// The rules run exactly as `check` runs them.
 		rep = checkup.Diagnose(slices.Values(ins), x.opts.Rules)
-		for _, f := range rep.Findings {
-			s := f.Subject
-			pid := ""
-			if s.Pid > 0 {
-				pid = strconv.Itoa(s.Pid)
-			}
-			// The engine named the subject's pod and container (its
-			// process's, else its namespace's).
-			fl := nsLabels{s.Netns, s.Pod, s.PodNamespace, s.Container}
-			// The other end's pod, only when the finding found it on this
-			// host in a pod (one value per finding: no new series).
-			var peerPod, peerNS string
-			if s.Peer != nil {
-				peerPod, peerNS = s.Peer.Pod, s.Peer.PodNamespace
-			}
-			b.add(d.finding, prometheus.GaugeValue, 1, fl.with(f.Rule, f.Severity.String(), s.Local, s.Remote, pid, s.Command, peerPod, peerNS)...)
+		for i := range rep.Findings {
+			b.add(d.finding, prometheus.GaugeValue, 1, findingLabels(&rep.Findings[i])...)
 		}
 		for _, u := range rep.Unknown {
 			nl, ok := nsl[u.Netns]
@@ -297,12 +283,9 @@ func (x *Exporter) addSources(b *viewBuilder, s *snapshot.Snapshot, ns nsLabels)
 	}
 }
 
-// command names a socket's first owner, "" when unknown.
+// command names a socket's owner, "" when unknown.
 func command(s *snapshot.Snapshot, sk *snapshot.Socket) string {
-	if sk.Pids.Len() == 0 {
-		return ""
-	}
-	if p := s.Procs[sk.Pids.List()[0]]; p != nil {
+	if _, p := s.Owner(sk); p != nil {
 		return p.Command
 	}
 	return ""
@@ -323,7 +306,7 @@ func (x *Exporter) addListeners(b *viewBuilder, s *snapshot.Snapshot) {
 		if sk.State != snapshot.Listen {
 			continue
 		}
-		ls = append(ls, lis{local: sk.Local.String(), port: strconv.Itoa(int(sk.Local.Port())), cmd: command(s, sk), q: sk.RecvQ, max: sk.SendQ, w: ownerWorkload(s, sk)})
+		ls = append(ls, lis{local: sk.Local.String(), port: strconv.Itoa(int(sk.Local.Port())), cmd: command(s, sk), q: sk.RecvQ, max: sk.SendQ, w: s.WorkloadOf(sk)})
 	}
 	fill := func(l lis) float64 { return tcpmodel.Fill{Queue: l.q, Backlog: l.max}.Frac() }
 	sort.SliceStable(ls, func(i, j int) bool {

@@ -210,7 +210,7 @@ func TestBounded(t *testing.T) {
 func TestFindingCollision(t *testing.T) {
 	snaps := readPair(t)
 	twice := diag.Rule{ID: "twice", Check: func(in *diag.Input) ([]diag.Finding, error) {
-		f := diag.Finding{Severity: diag.Warning, Subject: diag.Subject{Local: "1.2.3.4:5"}}
+		f := diag.Finding{Severity: diag.Warning, Subject: diag.Subject{Local: diag.MustParseAddress("1.2.3.4:5")}}
 		return []diag.Finding{f, f}, nil
 	}}
 	boom := diag.Rule{ID: "boom", Check: func(in *diag.Input) ([]diag.Finding, error) { panic("bad rule") }}

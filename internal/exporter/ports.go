@@ -75,7 +75,7 @@ func (x *Exporter) addListenerConns(b *viewBuilder, s *snapshot.Snapshot, ns nsL
 		if i == x.opts.Top {
 			break
 		}
-		own := labelsOf(s.Netns.Name, ownerWorkload(s, l.sk))
+		own := labelsOf(s.Netns.Name, s.WorkloadOf(l.sk))
 		b.add(x.d.listenerConns, prometheus.GaugeValue, float64(l.n), own.with(l.sk.Local.String(), strconv.Itoa(int(l.sk.Local.Port())), command(s, l.sk))...)
 	}
 	for i := range s.AppCaps {

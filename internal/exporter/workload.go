@@ -2,7 +2,12 @@
 
 package exporter
 
-import "github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+import (
+	"strconv"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/diag"
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+)
 
 // nsLabels are the values of the labels every per-subject family starts
 // with: netns, then the workload's pod, Kubernetes namespace and
@@ -16,7 +21,9 @@ func subjectLabels(extra ...string) []string {
 	return append([]string{"netns", "pod", "namespace", "container"}, extra...)
 }
 
-// labelsOf names namespace netns and workload w (nil: none known).
+// labelsOf names namespace netns and workload w (nil: none known): the
+// one place a subject's workload becomes labels. The pod's namespace is
+// the label "namespace" (JSON's "pod_namespace"; docs/exporter.md).
 // container is the name, else the short id; empty for a pod's sandbox,
 // which has no container of its own.
 func labelsOf(netns string, w *snapshot.Workload) nsLabels {
@@ -33,13 +40,20 @@ func (n nsLabels) with(extra ...string) []string {
 	return append(out, extra...)
 }
 
-// ownerWorkload is the workload of a socket's first owner, else its
-// namespace's.
-func ownerWorkload(s *snapshot.Snapshot, sk *snapshot.Socket) *snapshot.Workload {
-	if sk.Pids.Len() > 0 {
-		if p := s.Procs[sk.Pids.List()[0]]; p != nil && p.Workload != nil {
-			return p.Workload
-		}
+// findingLabels are the values of tcpdoctor_finding's labels for f
+// (descs.go names them): its subject's namespace and workload (labelsOf),
+// its rule and severity, addresses, process, and the pod of its other
+// end when the finding found that on this host (one value per finding:
+// no new series).
+func findingLabels(f *diag.Finding) []string {
+	s := &f.Subject
+	pid := ""
+	if s.Pid > 0 {
+		pid = strconv.Itoa(s.Pid)
 	}
-	return s.Netns.Workload
+	var peer nsLabels
+	if s.Peer != nil {
+		peer = labelsOf(s.Peer.Netns, s.Peer.Workload)
+	}
+	return labelsOf(s.Netns, s.Workload).with(f.Rule, f.Severity.String(), s.Local.String(), s.Remote.String(), pid, s.Command, peer[1], peer[2])
 }

@@ -14,7 +14,7 @@ import (
 
 // portFinding is a finding about endpoints owned by pid (0: no owner).
 func portFinding(rule string, sev diag.Severity, pid int) diag.Finding {
-	s := diag.Subject{Netns: "a", Local: "127.0.0.1", Remote: "127.0.0.2:9090", Pid: pid}
+	s := diag.Subject{Netns: "a", Local: diag.MustParseAddress("127.0.0.1"), Remote: diag.MustParseAddress("127.0.0.2:9090"), Pid: pid}
 	if pid != 0 {
 		s.Command = "client"
 	}

@@ -171,7 +171,7 @@ func at(ns string, sec int) *snapshot.Snapshot {
 }
 
 func finding(ns string, sev diag.Severity, summary string) diag.Finding {
-	return diag.Finding{Rule: "listen-overflow", Severity: sev, Subject: diag.Subject{Netns: ns, Local: "0.0.0.0:80"}, Summary: summary}
+	return diag.Finding{Rule: "listen-overflow", Severity: sev, Subject: diag.Subject{Netns: ns, Local: diag.MustParseAddress("0.0.0.0:80")}, Summary: summary}
 }
 
 // Evidence is kept when a finding at warning or above starts, worsens, or

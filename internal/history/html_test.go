@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/testkit/testbrowser"
 )
 
@@ -119,8 +120,8 @@ func TestHTMLInChromium(t *testing.T) {
 func busyListing() (*Listing, *Picture) {
 	base := time.Date(2026, 12, 6, 23, 29, 0, 0, time.UTC)
 	subj := func(i int) diag.Subject {
-		return diag.Subject{Netns: "cni-4f1c2a9e-7b3d-4c55-9a1e-0d2f6b8c9e01", Local: "10.244.1.17:8080", Remote: fmt.Sprintf("10.244.2.31:%d", 51000+i),
-			Pod: "checkout-service-7d9f8b6c5d-x2k4q", PodNamespace: "shop-production", Container: "checkout-api-server"}
+		return diag.Subject{Netns: "cni-4f1c2a9e-7b3d-4c55-9a1e-0d2f6b8c9e01", Local: diag.MustParseAddress("10.244.1.17:8080"), Remote: diag.MustParseAddress(fmt.Sprintf("10.244.2.31:%d", 51000+i)),
+			Workload: &snapshot.Workload{Pod: "checkout-service-7d9f8b6c5d-x2k4q", PodNamespace: "shop-production", Container: "checkout-api-server"}}
 	}
 	rules := []string{"rwnd-limited", "retransmissions", "sndbuf-limited"}
 	var es []Entry

@@ -102,7 +102,10 @@ type span struct{ from, to time.Time }
 
 // endpoints is what an owner is remembered by: a namespace's local and
 // remote endpoints as a finding names them.
-type endpoints struct{ netns, local, remote string }
+type endpoints struct {
+	netns         string
+	local, remote diag.Address
+}
 
 type owner struct {
 	pid     int
@@ -170,7 +173,7 @@ func (g *Grouper) Add(e *Entry) {
 // about them would otherwise say "unknown".
 func (g *Grouper) owned(e *Entry, fd *Finding) diag.Subject {
 	sub := fd.Subject
-	if sub.Local == "" && sub.Remote == "" {
+	if !sub.Local.IsValid() && !sub.Remote.IsValid() {
 		return sub
 	}
 	k := endpoints{sub.Netns, sub.Local, sub.Remote}

@@ -18,7 +18,8 @@ func pictureTimeline() []Entry {
 	w, c := finding("a", diag.Warning, "w"), finding("a", diag.Critical, "c")
 	b := finding("b", diag.Warning, "b")
 	b.Rule = "port-exhaustion"
-	b.Subject.Local = "10.0.0.1:80\x1b[31m<x>"
+	b.Subject.Local = diag.MustParseAddress("10.0.0.1:80")
+	b.Subject.Command = "\x1b[31m<x>" // an address no longer holds outside text; a command does
 	es := []Entry{
 		entry(15, ""), entry(30, "", w), entry(45, "", w), entry(60, "e", c), entry(75, ""), entry(90, ""),
 		entry(105, ""), entry(120, ""), entry(165, "", w), entry(180, ""),

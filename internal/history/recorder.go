@@ -130,12 +130,13 @@ func (r *Recorder) pace() time.Duration {
 // (its sockets left in TIME_WAIT belong to no process) or be named anew
 // while it goes on; one about a process alone by the process.
 type findingKey struct {
-	rule, netns, local, remote, service, command string
-	pid                                          int
+	rule, netns, command   string
+	local, remote, service diag.Address
+	pid                    int
 }
 
 func keyOf(rule string, s *diag.Subject) findingKey {
-	if s.Local != "" || s.Remote != "" {
+	if s.Local.IsValid() || s.Remote.IsValid() {
 		return findingKey{rule: rule, netns: s.Netns, local: s.Local, remote: s.Remote}
 	}
 	return findingKey{rule: rule, netns: s.Netns, service: s.Service, command: s.Command, pid: s.Pid}

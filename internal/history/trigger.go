@@ -55,27 +55,24 @@ type TraceOptions struct {
 	Run func(ctx context.Context, req TraceRequest) (*trace.Trace, error)
 }
 
-// SubjectFilter selects a finding's connections: its local address and
-// port, and its remote address (and port, where the subject names one: a
-// server-side connection-bottleneck names the client's address only).
+// SubjectFilter selects a finding's connections from its typed subject:
+// its local address and port, and its remote address (and port, where
+// the subject names one: a server-side connection-bottleneck names the
+// client's address only).
 func SubjectFilter(s diag.Subject) (sockdiag.Filter, error) {
 	var f sockdiag.Filter
-	local, err := netip.ParseAddrPort(s.Local)
-	if err != nil || local.Port() == 0 {
+	local, ok := s.Local.AddrPort()
+	if !ok || local.Port() == 0 {
 		return f, fmt.Errorf("history: trace: local %q is not an address and port", s.Local)
+	}
+	if !s.Remote.IsValid() {
+		return f, fmt.Errorf("history: trace: the subject names no remote address")
 	}
 	f.Locals = []netip.Prefix{hostPrefix(local.Addr())}
 	f.LPorts = []uint16{local.Port()}
-	switch remote, err := netip.ParseAddrPort(s.Remote); {
-	case err == nil && remote.Port() != 0:
-		f.Peers = []netip.Prefix{hostPrefix(remote.Addr())}
+	f.Peers = []netip.Prefix{hostPrefix(s.Remote.Addr())}
+	if remote, ok := s.Remote.AddrPort(); ok && remote.Port() != 0 {
 		f.RPorts = []uint16{remote.Port()}
-	default:
-		addr, err := netip.ParseAddr(s.Remote)
-		if err != nil {
-			return f, fmt.Errorf("history: trace: remote %q is not an address", s.Remote)
-		}
-		f.Peers = []netip.Prefix{hostPrefix(addr)}
 	}
 	return f, nil
 }

@@ -50,7 +50,8 @@ func (f *fakeTracer) run(ctx context.Context, req TraceRequest) (*trace.Trace, e
 		return nil, f.err
 	}
 	tr := &trace.Trace{Header: trace.Header{Trace: trace.Version, Started: time.Unix(1_700_000_000, 0).UTC(), Interval: 10 * time.Millisecond, Netns: req.Subject.Netns}}
-	c := &trace.Conn{ID: 1, Local: netip.MustParseAddrPort(req.Subject.Local), Remote: netip.MustParseAddrPort("10.0.0.2:5000"), Cookie: 7}
+	local, _ := req.Subject.Local.AddrPort()
+	c := &trace.Conn{ID: 1, Local: local, Remote: netip.MustParseAddrPort("10.0.0.2:5000"), Cookie: 7}
 	for i := range f.points {
 		// Counters that do not repeat, so the file does not compress to
 		// nothing.
@@ -70,7 +71,7 @@ func (f *fakeTracer) n() int {
 // warn is a finding of rule at sev on the connection from local to
 // 10.0.0.2:5000 in namespace "a".
 func warn(rule string, sev diag.Severity, local string) diag.Finding {
-	return diag.Finding{Rule: rule, Severity: sev, Subject: diag.Subject{Netns: "a", Local: local, Remote: "10.0.0.2:5000"}, Summary: rule}
+	return diag.Finding{Rule: rule, Severity: sev, Subject: diag.Subject{Netns: "a", Local: diag.MustParseAddress(local), Remote: diag.MustParseAddress("10.0.0.2:5000")}, Summary: rule}
 }
 
 // settle waits for r's trace to be recorded and written.
@@ -161,7 +162,7 @@ func TestTriggeredTraceBounds(t *testing.T) {
 	ft.mu.Lock()
 	var locals []string
 	for _, q := range ft.reqs {
-		locals = append(locals, q.Subject.Local)
+		locals = append(locals, q.Subject.Local.String())
 	}
 	first := ft.reqs[0]
 	ft.mu.Unlock()
@@ -326,16 +327,16 @@ func TestSubjectFilter(t *testing.T) {
 		want sockdiag.Filter
 		err  bool
 	}{
-		{diag.Subject{Local: "10.0.0.1:80", Remote: "10.0.0.2:5000"}, sockdiag.Filter{LPorts: []uint16{80}, RPorts: []uint16{5000},
+		{diag.Subject{Local: diag.MustParseAddress("10.0.0.1:80"), Remote: diag.MustParseAddress("10.0.0.2:5000")}, sockdiag.Filter{LPorts: []uint16{80}, RPorts: []uint16{5000},
 			Locals: []netip.Prefix{netip.MustParsePrefix("10.0.0.1/32")}, Peers: []netip.Prefix{netip.MustParsePrefix("10.0.0.2/32")}}, false},
 		// A server-side connection-bottleneck: the client's address only.
-		{diag.Subject{Local: "[::1]:80", Remote: "::2"}, sockdiag.Filter{LPorts: []uint16{80},
+		{diag.Subject{Local: diag.MustParseAddress("[::1]:80"), Remote: diag.MustParseAddress("::2")}, sockdiag.Filter{LPorts: []uint16{80},
 			Locals: []netip.Prefix{netip.MustParsePrefix("::1/128")}, Peers: []netip.Prefix{netip.MustParsePrefix("::2/128")}}, false},
-		{diag.Subject{Local: "[::ffff:10.0.0.1]:80", Remote: "[::ffff:10.0.0.2]:9"}, sockdiag.Filter{LPorts: []uint16{80}, RPorts: []uint16{9},
+		{diag.Subject{Local: diag.MustParseAddress("[::ffff:10.0.0.1]:80"), Remote: diag.MustParseAddress("[::ffff:10.0.0.2]:9")}, sockdiag.Filter{LPorts: []uint16{80}, RPorts: []uint16{9},
 			Locals: []netip.Prefix{netip.MustParsePrefix("10.0.0.1/32")}, Peers: []netip.Prefix{netip.MustParsePrefix("10.0.0.2/32")}}, false},
-		{diag.Subject{Local: "10.0.0.1", Remote: "10.0.0.2:5000"}, sockdiag.Filter{}, true},
-		{diag.Subject{Local: "10.0.0.1:80"}, sockdiag.Filter{}, true},
-		{diag.Subject{Local: "10.0.0.1:0", Remote: "10.0.0.2:1"}, sockdiag.Filter{}, true},
+		{diag.Subject{Local: diag.MustParseAddress("10.0.0.1"), Remote: diag.MustParseAddress("10.0.0.2:5000")}, sockdiag.Filter{}, true},
+		{diag.Subject{Local: diag.MustParseAddress("10.0.0.1:80")}, sockdiag.Filter{}, true},
+		{diag.Subject{Local: diag.MustParseAddress("10.0.0.1:0"), Remote: diag.MustParseAddress("10.0.0.2:1")}, sockdiag.Filter{}, true},
 	} {
 		got, err := SubjectFilter(c.s)
 		if (err != nil) != c.err {
@@ -345,6 +346,40 @@ func TestSubjectFilter(t *testing.T) {
 		if err == nil && (!slices.Equal(got.LPorts, c.want.LPorts) || !slices.Equal(got.RPorts, c.want.RPorts) ||
 			!slices.Equal(got.Locals, c.want.Locals) || !slices.Equal(got.Peers, c.want.Peers)) {
 			t.Errorf("%+v: %+v, want %+v", c.s, got, c.want)
+		}
+	}
+}
+
+// TestSubjectFilterTyped: the filter comes from the subject's typed
+// addresses, never from their text: an IPv6 peer named by its address
+// alone (which a host:port split of its text reads as "2001:db8:" port
+// 50), a zoned link-local address, and a subject in a pod whose
+// namespace is named after it select exactly the connection.
+func TestSubjectFilterTyped(t *testing.T) {
+	pod := &snapshot.Workload{Runtime: "containerd", ID: strings.Repeat("a", 64), Container: "api", Pod: "web-1", PodNamespace: "shop"}
+	for _, c := range []struct {
+		s            diag.Subject
+		local, peer  string
+		lport, rport uint16
+	}{
+		{diag.Subject{Netns: "shop/web-1", Workload: pod, Local: diag.At(netip.MustParseAddrPort("[2001:db8::1]:8080")), Remote: diag.Host(netip.MustParseAddr("2001:db8::50"))},
+			"2001:db8::1/128", "2001:db8::50/128", 8080, 0},
+		{diag.Subject{Local: diag.At(netip.MustParseAddrPort("[fe80::1%eth0]:80")), Remote: diag.At(netip.MustParseAddrPort("[fe80::2%eth0]:40000"))},
+			"fe80::1/128", "fe80::2/128", 80, 40000},
+		{diag.Subject{Netns: "shop/web-1", Workload: pod, Local: diag.At(netip.MustParseAddrPort("[::ffff:198.18.0.1]:80")), Remote: diag.Host(netip.MustParseAddr("::ffff:198.18.0.2"))},
+			"198.18.0.1/32", "198.18.0.2/32", 80, 0},
+	} {
+		got, err := SubjectFilter(c.s)
+		if err != nil {
+			t.Errorf("%s: %v", report.SubjectText(c.s), err)
+			continue
+		}
+		want := sockdiag.Filter{Locals: []netip.Prefix{netip.MustParsePrefix(c.local)}, Peers: []netip.Prefix{netip.MustParsePrefix(c.peer)}, LPorts: []uint16{c.lport}}
+		if c.rport != 0 {
+			want.RPorts = []uint16{c.rport}
+		}
+		if !slices.Equal(got.LPorts, want.LPorts) || !slices.Equal(got.RPorts, want.RPorts) || !slices.Equal(got.Locals, want.Locals) || !slices.Equal(got.Peers, want.Peers) {
+			t.Errorf("%s: %+v, want %+v", report.SubjectText(c.s), got, want)
 		}
 	}
 }

@@ -241,7 +241,7 @@ func nsCountSockets(ctx context.Context, ns string, filter ...string) int {
 // names reports whether finding f names a local address ending in port,
 // and the process pid with command comm.
 func names(f diag.Finding, port string, pid int, comm string) bool {
-	return strings.HasSuffix(f.Subject.Local, port) && f.Subject.Pid == pid && f.Subject.Command == comm
+	return strings.HasSuffix(f.Subject.Local.String(), port) && f.Subject.Pid == pid && f.Subject.Command == comm
 }
 
 func fmtMs(v float64) string {

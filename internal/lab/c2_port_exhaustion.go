@@ -176,7 +176,7 @@ func measureProxy(ctx context.Context, o Options, ph *proxyPhase, ld proxyLoad) 
 		return nil, err
 	}
 	for _, f := range FiredOn(rep.Findings, "port-exhaustion") {
-		ph.named = ph.named || (f.Subject.Pid == px.Pid && f.Subject.Command == "proxy" && f.Subject.Remote == ph.backends[0])
+		ph.named = ph.named || (f.Subject.Pid == px.Pid && f.Subject.Command == "proxy" && f.Subject.Remote.String() == ph.backends[0])
 	}
 	return rep.Findings, nil
 }

@@ -183,8 +183,8 @@ func c5Receiver(tb *Testbed, fs []diag.Finding) string {
 	if len(fired) == 0 {
 		return ""
 	}
-	remote, err := netip.ParseAddrPort(fired[0].Subject.Remote)
-	if err != nil {
+	remote, ok := fired[0].Subject.Remote.AddrPort()
+	if !ok {
 		return ""
 	}
 	ns, err := netns.Default().Named(tb.Topo.Client)
@@ -198,11 +198,10 @@ func c5Receiver(tb *Testbed, fs []diag.Finding) string {
 				continue
 			}
 			who := "unknown owner"
-			if sk.Pids.Len() > 0 {
-				who = fmt.Sprintf("pid %d", sk.Pids.List()[0])
-				if p := s.Procs[sk.Pids.List()[0]]; p != nil {
-					who = fmt.Sprintf("%s (pid %d)", p.Command, sk.Pids.List()[0])
-				}
+			if pid, p := s.Owner(&sk); p != nil {
+				who = fmt.Sprintf("%s (pid %d)", p.Command, pid)
+			} else if pid != 0 {
+				who = fmt.Sprintf("pid %d", pid)
 			}
 			if !sk.BufLock.Known() {
 				sk.BufLock = c5BufLock(sk.Inode)

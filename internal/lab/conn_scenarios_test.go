@@ -21,7 +21,7 @@ func connQuick(t *testing.T, s Scenario) *Result {
 
 func TestC2AcceptBacklogQuick(t *testing.T) {
 	res := connQuick(t, c2AcceptBacklog())
-	if fs := FiredOn(res.Before, "listen-overflow"); len(fs) == 0 || !strings.Contains(fs[0].Subject.Local, ":7001") {
+	if fs := FiredOn(res.Before, "listen-overflow"); len(fs) == 0 || !strings.Contains(fs[0].Subject.Local.String(), ":7001") {
 		t.Errorf("listen-overflow before the fix does not name :7001: %+v", fs)
 	}
 }
@@ -45,7 +45,7 @@ func TestHealthyQuick(t *testing.T) {
 func TestC2AppCapQuick(t *testing.T) {
 	res := connQuick(t, c2AppCap())
 	fs := FiredOn(res.Before, "app-connection-cap")
-	if len(fs) == 0 || fs[0].Subject.Command != "nginx" || !strings.Contains(fs[0].Subject.Local, ":8080") || !strings.Contains(fs[0].Summary, "worker_connections 256") {
+	if len(fs) == 0 || fs[0].Subject.Command != "nginx" || !strings.Contains(fs[0].Subject.Local.String(), ":8080") || !strings.Contains(fs[0].Summary, "worker_connections 256") {
 		t.Errorf("app-connection-cap before the fix does not name nginx, :8080 and worker_connections 256: %+v", fs)
 	}
 }

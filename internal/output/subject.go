@@ -31,19 +31,14 @@ type Subject struct {
 	Workload *snapshot.Workload
 }
 
-// SocketSubject is a socket's subject: its namespace and its first owner,
-// whose command and workload come from procs when the snapshot has it.
+// SocketSubject is a socket's subject: its namespace and its owner
+// (snapshot.Snapshot.Owner's rule, for a socket streamed apart from its
+// snapshot), whose command and workload come from procs when known.
 func SocketSubject(ns *snapshot.Netns, sk *snapshot.Socket, procs map[int]*snapshot.Proc) Subject {
-	s := Subject{Netns: ns.Name, Workload: ns.Workload}
-	if sk.Pids.Len() == 0 {
-		return s
-	}
-	s.Pid, s.HasPid = sk.Pids.List()[0], true
-	if p := procs[s.Pid]; p != nil {
+	pid := sk.Pids.First()
+	s := Subject{Netns: ns.Name, Pid: pid, HasPid: pid != 0, Workload: snapshot.WorkloadIn(ns, procs, pid)}
+	if p := procs[pid]; pid != 0 && p != nil {
 		s.Command, s.HasCommand = p.Command, true
-		if p.Workload != nil {
-			s.Workload = p.Workload
-		}
 	}
 	return s
 }

@@ -12,7 +12,7 @@ import (
 )
 
 // InPods restates the fixes of findings whose subject is in a Kubernetes
-// pod (Subject.Pod, named by the engine) in the pod's terms: a namespaced
+// pod (Subject.Workload, named by the engine) in the pod's terms: a namespaced
 // sysctl goes in the pod spec's securityContext.sysctls (a host sysctl -w
 // does not reach the pod's network namespace), saying whether the
 // kubelet allows it by default; a sysctl that is not per network
@@ -22,19 +22,16 @@ import (
 // learn of pods (docs/containers.md, "Fixes in a pod").
 func InPods(fs []diag.Finding, ns *snapshot.Netns) {
 	for i := range fs {
-		sub := &fs[i].Subject
-		if sub.Pod == "" {
+		w := fs[i].Subject.Workload
+		pod := w.PodName()
+		if pod == "" {
 			continue
-		}
-		pod := sub.Pod
-		if sub.PodNamespace != "" {
-			pod = sub.PodNamespace + "/" + pod
 		}
 		// A pod with hostNetwork: true runs in the node's namespace, which
 		// its own sandbox does not hold.
 		hostNet := ns == nil || ns.Workload.PodName() != pod
 		for j := range fs[i].Fixes {
-			inPod(&fs[i].Fixes[j], pod, sub.Container, hostNet)
+			inPod(&fs[i].Fixes[j], pod, w.ContainerName(), hostNet)
 		}
 	}
 }

@@ -14,7 +14,6 @@ import (
 
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/output"
-	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/textsafe"
 	"github.com/tcpdoctor/tcpdoctor/internal/units"
 	"github.com/tcpdoctor/tcpdoctor/internal/version"
@@ -114,7 +113,7 @@ func WriteText(w io.Writer, r *Report, st Style) {
 		case diag.Warning:
 			col = yellow
 		}
-		fmt.Fprintf(w, "%s %s  %s\n", paint(col, f.Severity.Label()), safe(f.Rule), subjectText(f.Subject))
+		fmt.Fprintf(w, "%s %s  %s\n", paint(col, f.Severity.Label()), safe(f.Rule), SubjectText(f.Subject))
 		wrap(w, st, "  ", 4, safe(f.Summary), "")
 		if len(f.Evidence) > 0 {
 			fmt.Fprintln(w, "  evidence:")
@@ -286,28 +285,27 @@ func counts(cs []diag.Count) string {
 	return strings.Join(parts, ", ")
 }
 
-// subjectText prints a finding's subject, its strings escaped; its
-// process and namespace as output.Subject formats them.
-func subjectText(s diag.Subject) string {
-	safe := textsafe.String
-	sub := output.Subject{Netns: s.Netns, Pid: s.Pid, HasPid: s.Pid != 0, Command: s.Command, HasCommand: s.Command != ""}
-	if s.Pod != "" || s.Container != "" || s.Unit != "" {
-		sub.Workload = &snapshot.Workload{Pod: s.Pod, PodNamespace: s.PodNamespace, Container: s.Container, Unit: s.Unit}
-	}
+// SubjectText is a finding's subject as the text report prints it (and
+// history's listings and pages): the one text of a diag.Subject, its
+// process, workload and namespace as output.Subject formats them,
+// outside strings escaped.
+func SubjectText(s diag.Subject) string {
+	sub := output.Subject{Netns: s.Netns, Pid: s.Pid, HasPid: s.Pid != 0, Command: s.Command, HasCommand: s.Command != "", Workload: s.Workload}
+	safe := textsafe.String // an IPv6 address's zone is an outside string
 	var parts []string
-	if s.Local != "" {
-		parts = append(parts, safe(s.Local))
+	if s.Local.IsValid() {
+		parts = append(parts, safe(s.Local.String()))
 	}
-	if s.Remote != "" {
-		parts = append(parts, "-> "+safe(s.Remote))
+	if s.Remote.IsValid() {
+		parts = append(parts, "-> "+safe(s.Remote.String()))
 	}
 	if p := sub.ProcessPid(); p != "" {
 		parts = append(parts, p)
 	}
-	if s.Service != "" && s.Service != s.Local {
-		parts = append(parts, "service "+safe(s.Service))
+	if s.Service.IsValid() && s.Service != s.Local {
+		parts = append(parts, "service "+safe(s.Service.String()))
 	}
-	if len(s.Peers) > 1 || len(s.Peers) == 1 && s.Remote == "" {
+	if len(s.Peers) > 1 || len(s.Peers) == 1 && !s.Remote.IsValid() {
 		parts = append(parts, "peers "+counts(s.Peers))
 	}
 	if len(s.Ports) > 0 {
@@ -321,7 +319,3 @@ func subjectText(s diag.Subject) string {
 	}
 	return strings.Join(parts, " ")
 }
-
-// SubjectText is a finding's subject as the text report prints it,
-// escaped (history's listing prints subjects the same way).
-func SubjectText(s diag.Subject) string { return subjectText(s) }

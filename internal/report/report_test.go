@@ -4,16 +4,24 @@ package report
 
 import (
 	"bytes"
+	"net/netip"
 	"strings"
 	"testing"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 )
 
 // hostile is a process name any local user can set (prctl PR_SET_NAME):
 // printed raw it retitles the window, clears the screen and starts a
 // forged line.
 const hostile = "\x1b]0;PWN\x07\x1b[2J\nX"
+
+// zoned is an address whose IPv6 zone is zone: the one outside string
+// an address carries.
+func zoned(zone string, port uint16) diag.Address {
+	return diag.At(netip.AddrPortFrom(netip.MustParseAddr("fe80::1%"+zone), port))
+}
 
 // TestWriteTextEscapes puts hostile in every string a finding, an
 // unknown rule and a source error carry: none reaches the text raw.
@@ -24,7 +32,7 @@ func TestWriteTextEscapes(t *testing.T) {
 		Sockets: 3,
 		Findings: []diag.Finding{{
 			Rule: "rule" + h, Severity: diag.Critical,
-			Subject: diag.Subject{Netns: h, Local: h, Remote: h, Service: "svc" + h, Pid: 7, Command: h,
+			Subject: diag.Subject{Netns: h, Local: zoned(h, 1), Remote: zoned(h, 2), Service: zoned("svc"+h, 3), Pid: 7, Command: h,
 				Peers: []diag.Count{{Key: h, N: 2}, {Key: "b", N: 1}}, Ports: []diag.Count{{Key: h, N: 1}}},
 			Summary:  h,
 			Evidence: []diag.Evidence{{Name: h, Value: h, Source: h, Threshold: h}},
@@ -66,7 +74,7 @@ func TestWriteTextEscapes(t *testing.T) {
 func TestWriteTextPodSpec(t *testing.T) {
 	yaml := "spec:\n  securityContext:\n    sysctls:\n    - name: net.core.somaxconn  # unsafe: needs kubelet --allowed-unsafe-sysctls\n      value: \"4096\"\n"
 	r := &Report{Findings: []diag.Finding{{
-		Rule: "listen-overflow", Severity: diag.Critical, Subject: diag.Subject{Pod: "web-1", PodNamespace: "shop"},
+		Rule: "listen-overflow", Severity: diag.Critical, Subject: diag.Subject{Workload: &snapshot.Workload{Pod: "web-1", PodNamespace: "shop"}},
 		Fixes: []diag.Fix{{Scope: "kernel", Target: "sysctl", Text: "raise somaxconn",
 			Pod: &diag.PodFix{Pod: "shop/web-1" + hostile, YAML: yaml + "\x1b]0;PWN\x07"}}},
 	}}}

@@ -144,8 +144,9 @@ func capFinding(in *diag.Input, u *tcpmodel.CapUse, prevHeld map[int]int) diag.F
 	for _, ln := range u.Listeners {
 		addrs = append(addrs, tcpmodel.Unmapped(ln.Local.AddrPort()).String())
 	}
-	if len(addrs) > 0 {
-		sub.Local, sub.Service = addrs[0], addrs[0]
+	if len(u.Listeners) > 0 {
+		first := diag.At(tcpmodel.Unmapped(u.Listeners[0].Local.AddrPort()))
+		sub.Local, sub.Service = first, first
 	}
 	whose := fmt.Sprintf("%s (pid %d)", c.Command, c.Pid)
 	if c.Per == snapshot.CapPerProcess && u.Top != c.Pid {
@@ -532,9 +533,10 @@ func measuredCapFinding(in *diag.Input, ln *snapshot.Socket, p *snapshot.Was, ac
 	if secs <= 0 {
 		return diag.Finding{}, false
 	}
-	addr := tcpmodel.Unmapped(ln.Local.AddrPort()).String()
+	svc := tcpmodel.Unmapped(ln.Local.AddrPort())
+	addr := svc.String()
 	sub := subject(cur, nil, ln)
-	sub.Service = addr
+	sub.Service = diag.At(svc)
 	pids := make([]int, 0, len(acc.byPid))
 	for pid := range acc.byPid {
 		pids = append(pids, pid)

@@ -86,7 +86,7 @@ func TestAppCapMeasured(t *testing.T) {
 		t.Fatalf("findings %+v, err %v", fs, err)
 	}
 	f := fs[0]
-	if f.Severity != diag.Critical || f.Subject.Command != "apache2" || f.Subject.Pid != 100 || f.Subject.Service != "127.0.0.1:8082" {
+	if f.Severity != diag.Critical || f.Subject.Command != "apache2" || f.Subject.Pid != 100 || f.Subject.Service.String() != "127.0.0.1:8082" {
 		t.Errorf("%s %+v", f.Severity, f.Subject)
 	}
 	for _, want := range []string{"apache2's own limit near 10 on 127.0.0.1:8082", "held 10 at both ends of 3s", "accept queue stayed full (65 of 64)"} {
@@ -212,7 +212,7 @@ func TestChurnAtAppCap(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i := range fs {
-			if fs[i].Subject.Service == "127.0.0.1:8080" {
+			if fs[i].Subject.Service.String() == "127.0.0.1:8080" {
 				return &fs[i]
 			}
 		}

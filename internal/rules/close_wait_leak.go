@@ -48,15 +48,15 @@ type cwGroup struct {
 	// remotes counts sockets per peer: the client address for accepted
 	// sockets, the destination ip:port for outgoing ones.
 	remotes map[string]int
-	sev     diag.Severity
+	// first is the first peer seen, the subject's remote when it is
+	// the only one.
+	first diag.Address
+	sev   diag.Severity
 }
 
-// cwKeyOf is the group a CLOSE_WAIT socket belongs to.
-func cwKeyOf(ls tcpmodel.Listeners, sk *snapshot.Socket) cwKey {
-	pid := 0
-	if sk.Pids.Len() > 0 {
-		pid = sk.Pids.List()[0]
-	}
+// cwKeyOf is the group a CLOSE_WAIT socket of s belongs to.
+func cwKeyOf(s *snapshot.Snapshot, ls tcpmodel.Listeners, sk *snapshot.Socket) cwKey {
+	pid, _ := s.Owner(sk)
 	return cwKey{pid: pid, service: ls.Service(sk)}
 }
 
@@ -72,7 +72,7 @@ func checkCloseWaitLeak(in *diag.Input) ([]diag.Finding, error) {
 		if sk.State != snapshot.CloseWait {
 			continue
 		}
-		k := cwKeyOf(ls, sk)
+		k := cwKeyOf(cur, ls, sk)
 		g := groups[k]
 		if g == nil {
 			g = &cwGroup{cwKey: k, remotes: map[string]int{}}
@@ -80,12 +80,15 @@ func checkCloseWaitLeak(in *diag.Input) ([]diag.Finding, error) {
 		}
 		g.n++
 		g.recvQ += uint64(sk.RecvQ)
-		peer := sk.Remote.String()
+		peer := diag.At(sk.Remote.AddrPort())
 		if k.service.IsValid() {
-			peer = sk.Remote.Addr().String()
+			peer = diag.Host(sk.Remote.Addr())
 		}
-		if len(g.remotes) < 1000 || g.remotes[peer] > 0 {
-			g.remotes[peer]++
+		if len(g.remotes) == 0 {
+			g.first = peer
+		}
+		if key := peer.String(); len(g.remotes) < 1000 || g.remotes[key] > 0 {
+			g.remotes[key]++
 		}
 		if p := in.PrevOf(sk); p != nil && in.Prev != nil && p.State == snapshot.CloseWait {
 			g.aged++
@@ -98,7 +101,7 @@ func checkCloseWaitLeak(in *diag.Input) ([]diag.Finding, error) {
 			if sk.State != snapshot.CloseWait {
 				continue
 			}
-			if g := groups[cwKeyOf(pls, sk)]; g != nil {
+			if g := groups[cwKeyOf(in.Prev, pls, sk)]; g != nil {
 				g.prevN++
 			}
 		}
@@ -215,12 +218,12 @@ func cwFinding(in *diag.Input, g *cwGroup) diag.Finding {
 	sub := diag.Subject{Netns: cur.Netns.Name, Pid: g.pid, Command: cmd, Peers: peers}
 	where := "on outgoing connections"
 	if g.service.IsValid() {
-		sub.Service = g.service.String()
-		sub.Local = g.service.String()
+		sub.Service = diag.At(g.service)
+		sub.Local = diag.At(g.service)
 		where = "accepted on " + g.service.String()
 	}
 	if len(peers) == 1 {
-		sub.Remote = peers[0].Key
+		sub.Remote = g.first
 	}
 	summary := fmt.Sprintf("%s holds %d CLOSE_WAIT sockets %s: the peers closed, the application never called close()", who, g.n, where)
 	ev := []diag.Evidence{

@@ -35,10 +35,10 @@ func TestCloseWaitLeakWithoutOwners(t *testing.T) {
 	if len(fs) != 2 {
 		t.Fatalf("want one finding per service, got %d: %+v", len(fs), fs)
 	}
-	if fs[0].Subject.Service != "10.0.0.1:8080" || fs[0].Subject.Pid != 0 || len(fs[0].Subject.Peers) != 1 || fs[0].Subject.Peers[0] != (diag.Count{Key: "10.0.0.9", N: 120}) {
+	if fs[0].Subject.Service.String() != "10.0.0.1:8080" || fs[0].Subject.Pid != 0 || len(fs[0].Subject.Peers) != 1 || fs[0].Subject.Peers[0] != (diag.Count{Key: "10.0.0.9", N: 120}) {
 		t.Errorf("first finding subject %+v", fs[0].Subject)
 	}
-	if fs[1].Subject.Service != "10.0.0.1:9090" {
+	if fs[1].Subject.Service.String() != "10.0.0.1:9090" {
 		t.Errorf("second finding subject %+v", fs[1].Subject)
 	}
 }

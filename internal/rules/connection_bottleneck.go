@@ -94,10 +94,7 @@ func checkConnectionBottleneck(in *diag.Input) ([]diag.Finding, error) {
 		}
 		// Sockets whose owner is unknown group under pid 0: judged the
 		// same way, named "owner unknown" with the reason.
-		pid := 0 // tcpmodel.FirstOwner's pid, without its command's lookup
-		if sk.Pids.Len() > 0 {
-			pid = sk.Pids.List()[0]
-		}
+		pid, _ := cur.Owner(sk)
 		k := flowKey{pid: pid, remote: sk.Remote}
 		if ls.At(sk.Local.Port()) != nil {
 			k = flowKey{pid: pid, local: sk.Local, remote: sk.Remote.WithPort(0)}
@@ -223,7 +220,7 @@ func checkConnectionBottleneck(in *diag.Input) ([]diag.Finding, error) {
 		if k.local.IsValid() {
 			// Server side: the peer is the client's address, its ports
 			// are one per connection.
-			sub.Remote = k.remote.Addr().String()
+			sub.Remote = diag.Host(k.remote.Addr())
 			sub.Peers = []diag.Count{{Key: k.remote.Addr().String(), N: n}}
 		}
 		fixes := []diag.Fix{

@@ -82,7 +82,8 @@ func checkConnectionChurn(in *diag.Input) ([]diag.Finding, error) {
 	}
 	sort.SliceStable(hits, func(i, j int) bool {
 		a, b := hits[i].f.Subject, hits[j].f.Subject
-		return a.Remote < b.Remote || a.Remote == b.Remote && a.Local < b.Local
+		ar, br := a.Remote.String(), b.Remote.String()
+		return ar < br || ar == br && a.Local.String() < b.Local.String()
 	})
 	return rankFindings(hits, churnMaxFindings, func(n int) diag.Finding {
 		return moreFinding(cur, n, "flows", "open a new connection per request", "sock_diag TIME-WAIT sockets by opener and service")
@@ -234,9 +235,9 @@ func churnFinding(in *diag.Input, c *tcpmodel.Churn, sev diag.Severity) diag.Fin
 				Risk: "idle connections use memory and a file descriptor each"})
 		}
 	}
-	sub := diag.Subject{Netns: cur.Netns.Name, Local: c.Opener.String(), Remote: c.Service.String(), Pid: pid, Command: cmd}
+	sub := diag.Subject{Netns: cur.Netns.Name, Local: diag.Host(c.Opener), Remote: diag.At(c.Service), Pid: pid, Command: cmd}
 	if c.LocalService {
-		sub.Service = c.Service.String()
+		sub.Service = diag.At(c.Service)
 	}
 	return diag.Finding{Severity: sev, Subject: sub, Summary: sum, Evidence: ev, Fixes: fixes}
 }
@@ -365,10 +366,10 @@ func resetChurnUnseen(in *diag.Input, flows []*tcpmodel.Churn) (diag.Finding, bo
 	sub := diag.Subject{Netns: cur.Netns.Name}
 	sum := fmt.Sprintf("processes in this namespace open %.0f connections/s and end them with a reset, leaving no TIME_WAIT (close() with SO_LINGER 0, or closed with data unread)", rate)
 	if svc.IsValid() {
-		sub.Remote = svc.String()
+		sub.Remote = diag.At(svc)
 		sum += fmt.Sprintf(", most likely to %s (%s)", svc, how)
 		if tcpmodel.ListenersOf(cur).Of(&snapshot.Socket{State: snapshot.Established, Local: snapshot.EndpointOf(svc)}) != nil {
-			sub.Service = svc.String()
+			sub.Service = diag.At(svc)
 		}
 	}
 	sum += ": about one request per connection; which process opens them is not known without the eBPF source"

@@ -157,7 +157,7 @@ func TestChurnResetCloses(t *testing.T) {
 			t.Errorf("%s: no warning: %+v", c.file, res.Findings)
 			continue
 		}
-		if hit.Subject.Remote != "127.0.0.1:7000" || hit.Subject.Command != c.cmd || !strings.Contains(hit.Summary, c.sum) {
+		if hit.Subject.Remote.String() != "127.0.0.1:7000" || hit.Subject.Command != c.cmd || !strings.Contains(hit.Summary, c.sum) {
 			t.Errorf("%s: %+v %q, want %s to 127.0.0.1:7000 saying %q", c.file, hit.Subject, hit.Summary, c.cmd, c.sum)
 		}
 		for _, x := range hit.Fixes {

@@ -118,7 +118,7 @@ func TestPortExhaustionFailuresFromEvents(t *testing.T) {
 	res := runRule(portExhaustion(), prev, cur)
 	var found bool
 	for _, f := range res.Findings {
-		if f.Subject.Remote != dst.String() {
+		if f.Subject.Remote.String() != dst.String() {
 			continue
 		}
 		found = true
@@ -213,13 +213,13 @@ func TestRetransmissionsPerPeerFromEvents(t *testing.T) {
 	}
 	seen := 0
 	for i, f := range on.Findings {
-		if f.Subject.Remote == "" || f.Subject.Remote == "203.0.113.9" {
+		if f.Subject.Remote.String() == "" || f.Subject.Remote.String() == "203.0.113.9" {
 			seen++
 		}
 		if f.Severity != off.Findings[i].Severity || f.Summary != off.Findings[i].Summary {
 			t.Errorf("verdict changed with events: %v %q -> %v %q", off.Findings[i].Severity, off.Findings[i].Summary, f.Severity, f.Summary)
 		}
-		switch f.Subject.Remote {
+		switch f.Subject.Remote.String() {
 		case "":
 			if v := evidence(f, "retransmits by peer (eBPF)"); !strings.HasPrefix(v, "203.0.113.9:443 40; 198.18.0.7 on :8080 5; 203.0.113.9:80 2 in ") {
 				t.Errorf("host-wide: %q", v)
@@ -261,7 +261,7 @@ func TestResetsOnFlowFromEvents(t *testing.T) {
 	res = runRule(closeWaitLeak(), prev, cur)
 	found := false
 	for _, f := range res.Findings {
-		if f.Subject.Remote == cw.String() {
+		if f.Subject.Remote.String() == cw.String() {
 			found = true
 			if v := evidence(f, "resets with these peers (eBPF)"); !strings.HasPrefix(v, "sent TCP_ABORT_ON_DATA 2; received 3 in ") {
 				t.Errorf("close-wait resets: %q", v)

@@ -75,10 +75,11 @@ func checkFDExhaustion(in *diag.Input) ([]diag.Finding, error) {
 	if len(counts) > 0 {
 		for i := range cur.Sockets {
 			sk := &cur.Sockets[i]
-			if sk.Pids.Len() == 0 {
+			pid, _ := cur.Owner(sk)
+			if pid == 0 {
 				continue
 			}
-			if c := counts[sk.Pids.List()[0]]; c != nil {
+			if c := counts[pid]; c != nil {
 				c[0]++
 				if sk.State == snapshot.CloseWait {
 					c[1]++

@@ -339,9 +339,8 @@ func acceptedOnAll(s *snapshot.Snapshot, lns []*snapshot.Socket, isNew func(k in
 			}
 			a := &out[k]
 			a.total++
-			if sk.Pids.Len() > 0 {
+			if pid, _ := s.Owner(sk); pid != 0 {
 				a.owned++
-				pid := sk.Pids.List()[0]
 				if k != runK || pid != runPid {
 					flush()
 					runK, runPid = k, pid

@@ -137,7 +137,7 @@ func TestPodFixPortExhaustion(t *testing.T) {
 	if host.Pod != nil || !strings.Contains(host.Command, "sysctl -w") {
 		t.Errorf("outside a pod the fix changed: %+v", host)
 	}
-	if f.Subject.Pod != "web-1" || f.Subject.Container != "api" {
+	if f.Subject.Workload.PodName() != "shop/web-1" || f.Subject.Workload.ContainerName() != "api" {
 		t.Errorf("subject %+v", f.Subject)
 	}
 	podSysctl(t, pod, "net.ipv4.ip_local_port_range", hostValue(t, host, "net.ipv4.ip_local_port_range"), "1.11")

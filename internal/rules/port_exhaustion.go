@@ -202,7 +202,7 @@ func portFinding(in *diag.Input, p *tcpmodel.PortSpace, h destHit) diag.Finding 
 	u, f := h.use, h.f
 	prevPid := destPrevOwner(in, h.key, u)
 	pid, cmd, who := destOwner(in, prevPid, u)
-	sub := diag.Subject{Netns: cur.Netns.Name, Local: h.key.Src.String(), Remote: h.key.Dst.String(), Pid: pid, Command: cmd}
+	sub := diag.Subject{Netns: cur.Netns.Name, Local: diag.Host(h.key.Src), Remote: diag.At(h.key.Dst), Pid: pid, Command: cmd}
 	summary := fmt.Sprintf("connections from %s to %s (%s) hold %d of %d usable ephemeral ports (%s)",
 		h.key.Src, h.key.Dst, who, u.Held(), p.Usable(), units.Pct(f.Frac))
 	switch {

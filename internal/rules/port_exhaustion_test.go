@@ -55,7 +55,7 @@ func TestPortExhaustionUnknown(t *testing.T) {
 func TestPortDemandAndSMTPReuse(t *testing.T) {
 	r := portExhaustion()
 	res := runFixtureOpts(t, r, filepath.Join("testdata", r.ID, "smtp-exhausted.jsonl"), diag.Options{})
-	if len(res.Findings) != 1 || res.Findings[0].Severity != diag.Critical || res.Findings[0].Subject.Remote != "198.18.4.2:25" {
+	if len(res.Findings) != 1 || res.Findings[0].Severity != diag.Critical || res.Findings[0].Subject.Remote.String() != "198.18.4.2:25" {
 		t.Fatalf("want one critical finding to 198.18.4.2:25: %+v", res.Findings)
 	}
 	f := res.Findings[0]

@@ -174,8 +174,8 @@ func checkRetransmissions(in *diag.Input) ([]diag.Finding, error) {
 		}
 		pr.maxRTO = max(pr.maxRTO, ti.RTO)
 		pr.lost += ti.Lost
-		if sk.Pids.Len() > 0 && len(pr.pids) < 3 && !containsInt(pr.pids, sk.Pids.List()[0]) {
-			pr.pids = append(pr.pids, sk.Pids.List()[0])
+		if pid, _ := cur.Owner(sk); pid != 0 && len(pr.pids) < 3 && !containsInt(pr.pids, pid) {
+			pr.pids = append(pr.pids, pid)
 		}
 	}
 	if !hostKnown && !sawInfo {
@@ -209,7 +209,7 @@ func checkRetransmissions(in *diag.Input) ([]diag.Finding, error) {
 			sev = diag.Warning
 		}
 		costly = costly || sev >= diag.Warning
-		sub := diag.Subject{Netns: cur.Netns.Name, Remote: pr.addr.String()}
+		sub := diag.Subject{Netns: cur.Netns.Name, Remote: diag.Host(pr.addr)}
 		if len(pr.pids) == 1 {
 			sub.Pid = pr.pids[0]
 			if p := cur.Procs[sub.Pid]; p != nil {

@@ -55,14 +55,12 @@ func ByID(id string) (diag.Rule, bool) {
 // subject builds a finding subject for a socket: its first owner and,
 // for a server-side socket, the service (listener) it belongs to.
 func subject(s *snapshot.Snapshot, ls tcpmodel.Listeners, sk *snapshot.Socket) diag.Subject {
-	sub := diag.Subject{Netns: s.Netns.Name, Local: sk.Local.String()}
+	sub := diag.Subject{Netns: s.Netns.Name, Local: diag.At(sk.Local.AddrPort())}
 	if sk.State != snapshot.Listen {
-		sub.Remote = sk.Remote.String()
+		sub.Remote = diag.At(sk.Remote.AddrPort())
 	}
 	if ls != nil {
-		if svc := ls.Service(sk); svc.IsValid() {
-			sub.Service = svc.String()
-		}
+		sub.Service = diag.At(ls.Service(sk))
 	}
 	sub.Pid, sub.Command = tcpmodel.FirstOwner(s, sk)
 	return sub

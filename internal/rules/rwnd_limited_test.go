@@ -167,7 +167,7 @@ func TestRwndLimitedPeerInAnotherNamespace(t *testing.T) {
 	}
 	f := run(true)
 	pe := f.Subject.Peer
-	if pe == nil || pe.Netns != "cni-receiver" || pe.Pod != "web-1" || pe.PodNamespace != "shop" || pe.Container != "api" || pe.Pid == 0 || pe.Command == "" {
+	if pe == nil || pe.Netns != "cni-receiver" || pe.Workload.PodName() != "shop/web-1" || pe.Workload.ContainerName() != "api" || pe.Pid == 0 || pe.Command == "" {
 		t.Fatalf("peer %+v, want the receiver's namespace, pid, command, pod shop/web-1 container api", pe)
 	}
 	name := pe.String()

@@ -139,9 +139,9 @@ func checkSlowReader(in *diag.Input) ([]diag.Finding, error) {
 		if p == nil || !backedUp(p) {
 			continue
 		}
-		pid := -1 // unknown owner: one group per socket below
-		if sk.Pids.Len() > 0 {
-			pid = sk.Pids.List()[0]
+		pid, _ := cur.Owner(sk)
+		if pid == 0 {
+			pid = -1 // unknown owner: one group per socket below
 		}
 		key := pid
 		if pid < 0 {

@@ -114,7 +114,7 @@ func twFinding(in *diag.Input, p *tcpmodel.PortSpace, h destHit) diag.Finding {
 		fixes = append(fixes, fx)
 	}
 	fixes = append(fixes, remedy.Spread(peak, p.Usable()), remedy.Linger())
-	return diag.Finding{Severity: h.sev, Subject: diag.Subject{Netns: cur.Netns.Name, Local: h.key.Src.String(), Remote: h.key.Dst.String(), Pid: pid, Command: cmd},
+	return diag.Finding{Severity: h.sev, Subject: diag.Subject{Netns: cur.Netns.Name, Local: diag.Host(h.key.Src), Remote: diag.At(h.key.Dst), Pid: pid, Command: cmd},
 		Summary: summary, Evidence: ev, Fixes: fixes}
 }
 

@@ -85,3 +85,12 @@ func (s *PidSlab) Of(pids []int) PidList {
 	s.heads = append(s.heads, pids)
 	return PidList{&s.heads[len(s.heads)-1]}
 }
+
+// First is the first (lowest) pid, 0 for none: the owner every output
+// names (Snapshot.Owner).
+func (p PidList) First() int {
+	if l := p.List(); len(l) > 0 {
+		return l[0]
+	}
+	return 0
+}

@@ -81,3 +81,30 @@ func ShortID(id string) string {
 	}
 	return id
 }
+
+// Owner is the one rule for whose a socket is: its first (lowest) pid,
+// 0 when the owner scan found none, and that process as s has it (nil
+// when unknown). Outputs, rules and metrics all name this one.
+func (s *Snapshot) Owner(sk *Socket) (int, *Proc) {
+	pid := sk.Pids.First()
+	if pid == 0 {
+		return 0, nil
+	}
+	return pid, s.Procs[pid]
+}
+
+// WorkloadOf is the workload a socket is named by: its owner's (Owner),
+// else its namespace's; nil when neither is known.
+func (s *Snapshot) WorkloadOf(sk *Socket) *Workload {
+	return WorkloadIn(&s.Netns, s.Procs, sk.Pids.First())
+}
+
+// WorkloadIn is the workload of process pid as procs has it, else ns's
+// (pid 0: no process): WorkloadOf's rule, for a subject known by its pid
+// (a finding's) or a socket streamed apart from its snapshot.
+func WorkloadIn(ns *Netns, procs map[int]*Proc, pid int) *Workload {
+	if p := procs[pid]; pid != 0 && p != nil && p.Workload != nil {
+		return p.Workload
+	}
+	return ns.Workload
+}

@@ -368,7 +368,8 @@ func PoolerHolding(s *snapshot.Snapshot, listeners []*snapshot.Socket) string {
 		for _, ln := range listeners {
 			if sk.Remote.Port() == ln.Local.Port() && (ln.Local.IsUnspecified() || Unmapped(sk.Remote.AddrPort()).Addr() == Unmapped(ln.Local.AddrPort()).Addr()) {
 				total++
-				by[Command(s, sk.Pids.List()[0])]++
+				pid, _ := s.Owner(sk)
+				by[Command(s, pid)]++
 				break
 			}
 		}

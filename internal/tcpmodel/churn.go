@@ -286,8 +286,8 @@ func ChurnOf(s *snapshot.Snapshot, prev PrevState, window time.Duration) []*Chur
 				c.OpenNew++
 			}
 			c.LocalOpener = true
-			if sk.Pids.Len() > 0 {
-				c.Openers.Add(sk.Pids.List()[0])
+			if pid, _ := s.Owner(sk); pid != 0 {
+				c.Openers.Add(pid)
 			}
 		}
 	}

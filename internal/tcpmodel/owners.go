@@ -21,10 +21,11 @@ func Command(s *snapshot.Snapshot, pid int) string {
 // FirstOwner returns a socket's first owning pid and its command; 0 and
 // "" when the owner scan did not find it.
 func FirstOwner(s *snapshot.Snapshot, sk *snapshot.Socket) (int, string) {
-	if sk.Pids.Len() == 0 {
-		return 0, ""
+	pid, p := s.Owner(sk)
+	if p == nil {
+		return pid, ""
 	}
-	return sk.Pids.List()[0], Command(s, sk.Pids.List()[0])
+	return pid, p.Command
 }
 
 // Who describes owners as "nginx(pid 12), nginx(pid 13)", or "unknown
@@ -298,7 +299,8 @@ func Openers(s *snapshot.Snapshot, ls Listeners) map[Flow]int {
 		if sk.State == snapshot.TimeWait || sk.Pids.Len() == 0 || ls.Of(sk) != nil {
 			continue
 		}
-		add(FlowOf(sk.Local.Addr(), sk.Remote.AddrPort()), sk.Pids.List()[0])
+		pid, _ := s.Owner(sk)
+		add(FlowOf(sk.Local.Addr(), sk.Remote.AddrPort()), pid)
 	}
 	for _, fo := range s.FlowOwners {
 		add(FlowOf(fo.Local, fo.Remote), fo.Pid)

@@ -282,8 +282,8 @@ func (p *PortSpace) DestUsage(cur *snapshot.Snapshot, prev PrevState, window tim
 		}
 		if sk.State != snapshot.TimeWait {
 			u.Open++
-			if sk.Pids.Len() > 0 {
-				u.Owners.Add(sk.Pids.List()[0])
+			if pid, _ := cur.Owner(sk); pid != 0 {
+				u.Owners.Add(pid)
 			}
 			if sk.State == snapshot.Established {
 				if ti := sk.TCP(&tb); ti != nil && ti.Options&OptTimestamps == 0 {

@@ -137,7 +137,7 @@ func TestBothEndsPod(t *testing.T) {
 		for i := range rep.Findings {
 			x := &rep.Findings[i]
 			logFinding(t, *x)
-			if x.Rule == "rwnd-limited" && strings.HasPrefix(x.Subject.Local, "198.18.8.1:") {
+			if x.Rule == "rwnd-limited" && strings.HasPrefix(x.Subject.Local.String(), "198.18.8.1:") {
 				f = x
 			}
 		}
@@ -146,7 +146,7 @@ func TestBothEndsPod(t *testing.T) {
 		t.Fatal("no rwnd-limited finding for the sender")
 	}
 	pe := f.Subject.Peer
-	if pe == nil || pe.Pod != testpod.Name || pe.PodNamespace != testpod.Namespace || pe.Container != testpod.App || pe.Pid != cmd.Process.Pid || pe.Local != srv.String() {
+	if pe == nil || pe.Workload.PodName() != testpod.Namespace+"/"+testpod.Name || pe.Workload.ContainerName() != testpod.App || pe.Pid != cmd.Process.Pid || pe.Local.String() != srv.String() {
 		t.Fatalf("peer %+v, want pod %s/%s container %s pid %d at %s", pe, testpod.Namespace, testpod.Name, testpod.App, cmd.Process.Pid, srv)
 	}
 	if !strings.Contains(f.Summary, "in pod shop/web-1 container api") || !strings.Contains(f.Summary, "(SO_RCVBUF 2K)") {

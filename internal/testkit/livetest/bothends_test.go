@@ -78,7 +78,7 @@ func bothEnds(t *testing.T, p path, rcvbuf int, pinned string) {
 			t.Fatal(err)
 		}
 		for i := range rep.Findings {
-			if x := &rep.Findings[i]; x.Rule == "rwnd-limited" && x.Subject.Local == local.String() {
+			if x := &rep.Findings[i]; x.Rule == "rwnd-limited" && x.Subject.Local.String() == local.String() {
 				f = x
 			}
 		}
@@ -91,7 +91,7 @@ func bothEnds(t *testing.T, p path, rcvbuf int, pinned string) {
 	if pe == nil {
 		t.Fatalf("subject names no peer on this host: %+v\n%s", f.Subject, b)
 	}
-	if pe.Netns != p.server.Name || pe.Local != srv.String() || pe.Pid != os.Getpid() || pe.Command == "" {
+	if pe.Netns != p.server.Name || pe.Local.String() != srv.String() || pe.Pid != os.Getpid() || pe.Command == "" {
 		t.Errorf("peer %+v, want netns %s, %s, pid %d", *pe, p.server.Name, srv, os.Getpid())
 	}
 	if !strings.Contains(f.Summary, "on this host") || !strings.Contains(f.Summary, "netns "+p.server.Name) ||

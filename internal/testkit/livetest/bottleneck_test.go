@@ -112,7 +112,7 @@ func TestConnectionBottleneck(t *testing.T) {
 			}
 			// Server side: the peer is the caller's address (its ports are
 			// one per connection), the service the listener.
-			if f.Subject.Local != addr || f.Subject.Service != addr || f.Subject.Remote != p.cli.String() || f.Subject.Pid != os.Getpid() {
+			if f.Subject.Local.String() != addr || f.Subject.Service.String() != addr || f.Subject.Remote.String() != p.cli.String() || f.Subject.Pid != os.Getpid() {
 				t.Errorf("subject %+v, want the provider's connection %s to the caller at %s, pid %d", f.Subject, addr, p.cli, os.Getpid())
 			}
 			n := 0

@@ -81,7 +81,7 @@ func TestListenOverflowCLI(t *testing.T) {
 		t.Fatalf("json: %v\n%s", err, out.String())
 	}
 	f := one(t, r, out.Bytes(), "listen-overflow")
-	if f.Subject.Local != ln.String() || f.Subject.Pid != os.Getpid() || f.Subject.Netns != ns.Name {
+	if f.Subject.Local.String() != ln.String() || f.Subject.Pid != os.Getpid() || f.Subject.Netns != ns.Name {
 		t.Errorf("subject %+v, want %s pid %d in %s", f.Subject, ln, os.Getpid(), ns.Name)
 	}
 	t.Logf("evidence: queue %q, overflows %q", Evidence(f, "accept queue (Recv-Q)"), Evidence(f, "ListenOverflows"))
@@ -121,7 +121,7 @@ func TestPortExhaustion(t *testing.T) {
 	t.Logf("%d connects to %s, then EADDRNOTAVAIL", n, ln)
 	r, b, _ := Sample(t, ns, time.Second, nil)
 	f := one(t, r, b, "port-exhaustion")
-	if f.Severity != diag.Critical || f.Subject.Remote != ln.String() || f.Subject.Pid != os.Getpid() {
+	if f.Severity != diag.Critical || f.Subject.Remote.String() != ln.String() || f.Subject.Pid != os.Getpid() {
 		t.Errorf("finding %v %+v, want critical, remote %s, pid %d", f.Severity, f.Subject, ln, os.Getpid())
 	}
 	t.Logf("evidence: %s", Evidence(f, "ephemeral ports in use to this destination"))
@@ -163,7 +163,7 @@ func TestTimeWaitChurn(t *testing.T) {
 	f := one(t, r, b, "time-wait-churn")
 	// TIME_WAIT sockets belong to no process: the rule can name the
 	// destination, not the pid, once the connections are closed.
-	if f.Subject.Remote != ln.String() {
+	if f.Subject.Remote.String() != ln.String() {
 		t.Errorf("subject %+v, want remote %s", f.Subject, ln)
 	}
 	for _, e := range f.Evidence {

@@ -104,7 +104,7 @@ func TestRwndLimited(t *testing.T) {
 	if len(fs) != 1 || fs[0].Severity != diag.Info {
 		t.Fatalf("rwnd-limited: want one note (info), got %+v\n%s", fs, b)
 	}
-	if f := fs[0]; f.Subject.Remote != srv.String() || f.Subject.Pid != os.Getpid() {
+	if f := fs[0]; f.Subject.Remote.String() != srv.String() || f.Subject.Pid != os.Getpid() {
 		t.Errorf("subject %+v, want the sender to %s, pid %d", f.Subject, srv, os.Getpid())
 	}
 	if Evidence(fs[0], "receiver reads slowly") == "" {
@@ -120,7 +120,7 @@ func TestSlowReader(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	r, b, _ := Sample(t, ns, time.Second, nil)
 	f := one(t, r, b, "slow-reader")
-	if f.Subject.Local != srv.String() || f.Subject.Pid != os.Getpid() {
+	if f.Subject.Local.String() != srv.String() || f.Subject.Pid != os.Getpid() {
 		t.Errorf("subject %+v, want the receiver %s, pid %d", f.Subject, srv, os.Getpid())
 	}
 	for _, e := range f.Evidence {

@@ -100,7 +100,7 @@ func TestPathRateAgrees(t *testing.T) {
 	// the same way.
 	var stated bool
 	for _, f := range r.Findings {
-		if f.Rule != "rwnd-limited" || f.Subject.Local != wlocal.String() {
+		if f.Rule != "rwnd-limited" || f.Subject.Local.String() != wlocal.String() {
 			continue
 		}
 		logFinding(t, f)

@@ -63,7 +63,7 @@ func TestRetransmissions(t *testing.T) {
 			}
 			var peer *diag.Finding
 			for i := range fs {
-				if fs[i].Subject.Remote == srv.Addr().String() {
+				if fs[i].Subject.Remote.String() == srv.Addr().String() {
 					peer = &fs[i]
 				}
 			}

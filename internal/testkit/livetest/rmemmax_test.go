@@ -46,14 +46,14 @@ func TestReceiveBufferAtRmemMax(t *testing.T) {
 	}
 	found := false
 	for _, f := range rep.Findings {
-		found = found || f.Rule == "rwnd-limited" && f.Subject.Local == local.String()
+		found = found || f.Rule == "rwnd-limited" && f.Subject.Local.String() == local.String()
 	}
 	if !found {
 		t.Fatalf("no rwnd-limited finding for the sender %v:\n%s", local, b)
 	}
 	var named, evidence bool
 	for _, f := range rep.Findings {
-		if f.Rule != "rwnd-limited" || f.Subject.Local != local.String() {
+		if f.Rule != "rwnd-limited" || f.Subject.Local.String() != local.String() {
 			continue
 		}
 		logFinding(t, f)

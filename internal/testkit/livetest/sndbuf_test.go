@@ -66,7 +66,7 @@ func TestSndbufLimited(t *testing.T) {
 			for _, e := range f.Evidence {
 				t.Logf("  %s = %s  [%s]", e.Name, e.Value, e.Source)
 			}
-			if f.Subject.Local != local.String() || f.Subject.Remote != srv.String() || f.Subject.Pid != os.Getpid() {
+			if f.Subject.Local.String() != local.String() || f.Subject.Remote.String() != srv.String() || f.Subject.Pid != os.Getpid() {
 				t.Errorf("subject %+v, want the sender %s -> %s, pid %d", f.Subject, local, srv, os.Getpid())
 			}
 			if !strings.Contains(f.Summary, "pinned at 32K (SO_SNDBUF 16K)") {

@@ -63,7 +63,7 @@ func TestSynQueueOverflow(t *testing.T) {
 			for _, e := range f.Evidence {
 				t.Logf("  %s = %s", e.Name, e.Value)
 			}
-			if f.Subject.Local != fmt.Sprintf("127.0.0.1:%d", port) || f.Subject.Pid != os.Getpid() {
+			if f.Subject.Local.String() != fmt.Sprintf("127.0.0.1:%d", port) || f.Subject.Pid != os.Getpid() {
 				t.Errorf("subject %+v, want 127.0.0.1:%d pid %d", f.Subject, port, os.Getpid())
 			}
 			want := "SYNs dropped"

@@ -37,12 +37,12 @@ func TestSendBufferAtWmemMax(t *testing.T) {
 			var fixes []string
 			for _, fx := range f.Fixes {
 				fixes = append(fixes, fx.Text+" "+fx.Command)
-				if f.Subject.Local == local.String() || f.Rule == "buffer-limits" {
+				if f.Subject.Local.String() == local.String() || f.Rule == "buffer-limits" {
 					named = named || raisesMax(fx, "net.ipv4.tcp_wmem", 65536)
 				}
 			}
 			all := text + " " + strings.Join(fixes, " ")
-			if f.Subject.Local == local.String() || f.Rule == "buffer-limits" {
+			if f.Subject.Local.String() == local.String() || f.Rule == "buffer-limits" {
 				logFinding(t, f)
 				t.Logf("  fixes: %s", strings.Join(fixes, " || "))
 				if strings.Contains(all, "pinned at") || strings.Contains(all, " = pinned") || strings.Contains(all, "| pinned =") ||
