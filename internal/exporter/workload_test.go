@@ -3,6 +3,9 @@
 package exporter
 
 import (
+	"encoding/json"
+	"maps"
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -182,5 +185,49 @@ func TestWorkloadLabelsContainer(t *testing.T) {
 				t.Errorf("%s%v: want container web and no pod", mf.GetName(), l)
 			}
 		}
+	}
+}
+
+// TestFindingLabels: a finding's labels come from its typed subject,
+// named as descs.go declares them, with the values check --json writes
+// of the same subject (the pod's namespace is the label "namespace",
+// JSON's "pod_namespace").
+func TestFindingLabels(t *testing.T) {
+	names := subjectLabels("rule", "severity", "local", "remote", "pid", "command", "peer_pod", "peer_namespace")
+	f := diag.Finding{Rule: "rwnd-limited", Severity: diag.Warning, Subject: diag.Subject{Netns: "shop/web-1", Workload: appOf(),
+		Local: diag.At(netip.MustParseAddrPort("[2001:db8::1]:8080")), Remote: diag.Host(netip.MustParseAddr("2001:db8::50")), Pid: 7, Command: "api-server",
+		Peer: &diag.Peer{Netns: "cni-9", Workload: &snapshot.Workload{Runtime: "containerd", ID: "c0ffee", Container: "db", Pod: "db-0", PodNamespace: "data"}}}}
+	got := findingLabels(&f)
+	if len(got) != len(names) {
+		t.Fatalf("%d values for %d labels: %q", len(got), len(names), got)
+	}
+	labels := map[string]string{}
+	for i, n := range names {
+		labels[n] = got[i]
+	}
+	want := map[string]string{"netns": "shop/web-1", "pod": "web-1", "namespace": "shop", "container": "api", "rule": "rwnd-limited", "severity": "warning",
+		"local": "[2001:db8::1]:8080", "remote": "2001:db8::50", "pid": "7", "command": "api-server", "peer_pod": "db-0", "peer_namespace": "data"}
+	if !maps.Equal(labels, want) {
+		t.Errorf("labels %v\nwant %v", labels, want)
+	}
+	b, err := json.Marshal(f.Subject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var js map[string]any
+	if err := json.Unmarshal(b, &js); err != nil {
+		t.Fatal(err)
+	}
+	peer := js["peer"].(map[string]any)
+	for label, member := range map[string]any{"netns": js["netns"], "pod": js["pod"], "namespace": js["pod_namespace"], "container": js["container"],
+		"local": js["local"], "remote": js["remote"], "command": js["command"], "peer_pod": peer["pod"], "peer_namespace": peer["pod_namespace"]} {
+		if labels[label] != member {
+			t.Errorf("label %s %q, JSON %v", label, labels[label], member)
+		}
+	}
+	// Outside anything known: empty, which Prometheus stores as absent.
+	plain := findingLabels(&diag.Finding{Rule: "r", Severity: diag.Info, Subject: diag.Subject{Netns: "host"}})
+	if plain[1] != "" || plain[2] != "" || plain[3] != "" || plain[len(plain)-2] != "" || plain[len(plain)-1] != "" {
+		t.Errorf("plain host: %q", plain)
 	}
 }
