@@ -76,7 +76,7 @@ func TestRunNamesWorkloads(t *testing.T) {
 	}}}
 	var res Result
 	Run(rules, NewInput(nil, cur, Options{}), &res)
-	want := []workloadJSON{
+	want := []snapshot.Names{
 		{Pod: "web-1", PodNamespace: "shop", Container: "api"},
 		{Unit: "nginx.service"},
 		{Pod: "web-1", PodNamespace: "shop"},
@@ -84,7 +84,7 @@ func TestRunNamesWorkloads(t *testing.T) {
 		{Pod: "web-1", PodNamespace: "shop"},
 	}
 	for i, f := range res.Findings {
-		if got := workloadMembers(f.Subject.Workload); got != want[i] {
+		if got := f.Subject.Workload.Names(); got != want[i] {
 			t.Errorf("finding %d: subject %+v (%+v), want %+v", i, f.Subject, got, want[i])
 		}
 	}
@@ -92,7 +92,7 @@ func TestRunNamesWorkloads(t *testing.T) {
 	var plain Result
 	Run(rules, NewInput(nil, &snapshot.Snapshot{Netns: snapshot.Netns{Name: "host"}}, Options{}), &plain)
 	for _, f := range plain.Findings {
-		if workloadMembers(f.Subject.Workload) != (workloadJSON{}) {
+		if f.Subject.Workload.Names() != (snapshot.Names{}) {
 			t.Errorf("plain host: subject %+v", f.Subject)
 		}
 	}

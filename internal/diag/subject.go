@@ -48,40 +48,16 @@ type subjectJSON struct {
 	Service Address `json:"service,omitzero"`
 	Pid     int     `json:"pid,omitempty"`
 	Command string  `json:"command,omitempty"`
-	workloadJSON
+	snapshot.Names
 	Peers []Count `json:"peers,omitempty"`
 	Ports []Count `json:"ports,omitempty"`
 	Peer  *Peer   `json:"peer,omitempty"`
 }
 
-// workloadJSON is a workload's members in a subject: the container by
-// its name, else its short id (none for a pod's sandbox).
-type workloadJSON struct {
-	Pod          string `json:"pod,omitempty"`
-	PodNamespace string `json:"pod_namespace,omitempty"`
-	Container    string `json:"container,omitempty"`
-	Unit         string `json:"unit,omitempty"`
-}
-
-func workloadMembers(w *snapshot.Workload) workloadJSON {
-	if w == nil {
-		return workloadJSON{}
-	}
-	return workloadJSON{Pod: w.Pod, PodNamespace: w.PodNamespace, Container: w.ContainerName(), Unit: w.Unit}
-}
-
-// workload is what the members say of a workload: nil for none.
-func (m workloadJSON) workload() *snapshot.Workload {
-	if m == (workloadJSON{}) {
-		return nil
-	}
-	return &snapshot.Workload{Pod: m.Pod, PodNamespace: m.PodNamespace, Container: m.Container, Unit: m.Unit}
-}
-
 // MarshalJSON writes the subject's members of docs/json.md.
 func (s Subject) MarshalJSON() ([]byte, error) {
 	return json.Marshal(subjectJSON{Netns: s.Netns, Local: s.Local, Remote: s.Remote, Service: s.Service,
-		Pid: s.Pid, Command: s.Command, workloadJSON: workloadMembers(s.Workload), Peers: s.Peers, Ports: s.Ports, Peer: s.Peer})
+		Pid: s.Pid, Command: s.Command, Names: s.Workload.Names(), Peers: s.Peers, Ports: s.Ports, Peer: s.Peer})
 }
 
 // UnmarshalJSON reads what MarshalJSON writes; the workload is what the
@@ -92,7 +68,7 @@ func (s *Subject) UnmarshalJSON(b []byte) error {
 		return err
 	}
 	*s = Subject{Netns: j.Netns, Local: j.Local, Remote: j.Remote, Service: j.Service, Pid: j.Pid, Command: j.Command,
-		Workload: j.workload(), Peers: j.Peers, Ports: j.Ports, Peer: j.Peer}
+		Workload: j.Names.Workload(), Peers: j.Peers, Ports: j.Ports, Peer: j.Peer}
 	return nil
 }
 
@@ -197,7 +173,7 @@ type peerJSON struct {
 
 // MarshalJSON writes the peer's members of docs/json.md.
 func (p Peer) MarshalJSON() ([]byte, error) {
-	m := workloadMembers(p.Workload)
+	m := p.Workload.Names()
 	return json.Marshal(peerJSON{Netns: p.Netns, Local: p.Local, Pid: p.Pid, Command: p.Command,
 		Pod: m.Pod, PodNamespace: m.PodNamespace, Container: m.Container})
 }
@@ -209,7 +185,7 @@ func (p *Peer) UnmarshalJSON(b []byte) error {
 		return err
 	}
 	*p = Peer{Netns: j.Netns, Local: j.Local, Pid: j.Pid, Command: j.Command,
-		Workload: workloadJSON{Pod: j.Pod, PodNamespace: j.PodNamespace, Container: j.Container}.workload()}
+		Workload: snapshot.Names{Pod: j.Pod, PodNamespace: j.PodNamespace, Container: j.Container}.Workload()}
 	return nil
 }
 

@@ -27,10 +27,8 @@ func subjectLabels(extra ...string) []string {
 // container is the name, else the short id; empty for a pod's sandbox,
 // which has no container of its own.
 func labelsOf(netns string, w *snapshot.Workload) nsLabels {
-	if w == nil {
-		return nsLabels{netns}
-	}
-	return nsLabels{netns, w.Pod, w.PodNamespace, w.ContainerName()}
+	n := w.Names()
+	return nsLabels{netns, n.Pod, n.PodNamespace, n.Container}
 }
 
 // with returns the label values followed by extra, for viewBuilder.add.

@@ -168,13 +168,13 @@ func (s *Subject) AppendJSON(b []byte) []byte {
 // known: "pod", "pod_namespace", "container", "unit" (as check's subject
 // has them).
 func (s *Subject) AppendWorkloadJSON(b []byte) []byte {
-	w := s.Workload
-	if w == nil {
+	if s.Workload == nil {
 		return b
 	}
+	n := s.Workload.Names()
 	for _, f := range [...]struct{ k, v string }{
-		{`,"pod":`, w.Pod}, {`,"pod_namespace":`, w.PodNamespace},
-		{`,"container":`, w.ContainerName()}, {`,"unit":`, w.Unit},
+		{`,"pod":`, n.Pod}, {`,"pod_namespace":`, n.PodNamespace},
+		{`,"container":`, n.Container}, {`,"unit":`, n.Unit},
 	} {
 		if f.v != "" {
 			b = append(b, f.k...)

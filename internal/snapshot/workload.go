@@ -51,6 +51,34 @@ func (w *Workload) ContainerName() string {
 	return ShortID(w.ID)
 }
 
+// Names is what every output says of a workload: its pod, the pod's
+// namespace, its container (ContainerName) and its unit, empty when
+// unknown. check's and sockets' JSON write them under these names; the
+// metrics name PodNamespace "namespace" (docs/exporter.md).
+type Names struct {
+	Pod          string `json:"pod,omitempty"`
+	PodNamespace string `json:"pod_namespace,omitempty"`
+	Container    string `json:"container,omitempty"`
+	Unit         string `json:"unit,omitempty"`
+}
+
+// Names is w's Names; none for nil.
+func (w *Workload) Names() Names {
+	if w == nil {
+		return Names{}
+	}
+	return Names{Pod: w.Pod, PodNamespace: w.PodNamespace, Container: w.ContainerName(), Unit: w.Unit}
+}
+
+// Workload is the workload n names (without its runtime's id): nil for
+// none. A subject read back from JSON has its workload so.
+func (n Names) Workload() *Workload {
+	if n == (Names{}) {
+		return nil
+	}
+	return &Workload{Pod: n.Pod, PodNamespace: n.PodNamespace, Container: n.Container, Unit: n.Unit}
+}
+
 // Label is w for people, unescaped: "shop/web-1 api" for a pod's
 // container, "shop/web-1" for its sandbox, the container's name or short
 // id, "nginx.service" for a unit, "" for nothing.

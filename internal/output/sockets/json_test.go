@@ -22,10 +22,7 @@ import (
 // viewOf is the reflection-encoded form of a row: what `sockets --json`
 // printed before the hand encoder, and the reference it must equal.
 func viewOf(r *Row) view {
-	v := view{Netns: r.Subject.Netns, Socket: *r.Socket}
-	if w := r.Subject.Workload; w != nil {
-		v.Pod, v.PodNamespace, v.Container, v.Unit = w.Pod, w.PodNamespace, w.ContainerName(), w.Unit
-	}
+	v := view{Netns: r.Subject.Netns, Names: r.Subject.Workload.Names(), Socket: *r.Socket}
 	if l := r.Limited; l != nil {
 		v.Limited = &limitedView{WindowMS: float64(l.Window) / float64(time.Millisecond), Busy: l.Busy, Sndbuf: l.Sndbuf,
 			Rwnd: l.Rwnd, Congestion: l.Congestion}

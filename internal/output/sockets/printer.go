@@ -35,10 +35,7 @@ type view struct {
 	Pid     *int    `json:"pid"`
 	Command *string `json:"command"`
 	// The owner's workload, else the namespace's, each when known.
-	Pod          string `json:"pod,omitempty"`
-	PodNamespace string `json:"pod_namespace,omitempty"`
-	Container    string `json:"container,omitempty"`
-	Unit         string `json:"unit,omitempty"`
+	snapshot.Names
 	snapshot.Socket
 	Limited *limitedView `json:"limited,omitempty"`
 }
