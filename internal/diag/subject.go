@@ -68,7 +68,7 @@ func (s *Subject) UnmarshalJSON(b []byte) error {
 		return err
 	}
 	*s = Subject{Netns: j.Netns, Local: j.Local, Remote: j.Remote, Service: j.Service, Pid: j.Pid, Command: j.Command,
-		Workload: j.Names.Workload(), Peers: j.Peers, Ports: j.Ports, Peer: j.Peer}
+		Workload: j.Workload(), Peers: j.Peers, Ports: j.Ports, Peer: j.Peer}
 	return nil
 }
 
