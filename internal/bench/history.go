@@ -14,9 +14,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
-	"github.com/tcpdoctor/tcpdoctor/internal/exporter"
 	"github.com/tcpdoctor/tcpdoctor/internal/history"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/report"
@@ -61,7 +61,7 @@ type HistoryResult struct {
 
 // History measures serve --history's own cost on a namespace of o.Conns
 // real connections: each case collects o.Windows windows back to back as
-// serve's loop does (collection, exporter.Update), and times only what
+// serve's loop does (collection, then checkup.Windows), and times only what
 // the Recorder adds (its Add and the writer it waits for). "quiet" has no
 // finding; "warning" adds a listener whose accept queue stays full (a
 // listen-overflow warning persisting every window) with evidence kept
@@ -102,7 +102,7 @@ func historyCase(ctx context.Context, c *collect.Collector, ns netns.NS, name st
 		// o.Windows times. The per-day figures apply the default pace.
 		opts.EvidenceEvery, opts.MaxBytes = time.Nanosecond, 1<<50
 	}
-	x := exporter.New(exporter.Options{Rules: rules.All()})
+	w := checkup.NewWindows(rules.All(), diag.Options{})
 	r := history.New(opts)
 	hc := &HistoryCase{Name: name}
 	if o.Progress != nil {
@@ -114,7 +114,7 @@ func historyCase(ctx context.Context, c *collect.Collector, ns netns.NS, name st
 			return nil, err
 		}
 		snaps := c.Collect([]netns.NS{ns})
-		rep := x.Update(snaps, 0)
+		_, rep := w.Next(snaps)
 		before := cpuTime()
 		r.Add(snaps, rep)
 		r.Sync()

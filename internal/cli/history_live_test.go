@@ -279,7 +279,8 @@ func segments(t *testing.T, dir string) map[string][32]byte {
 func TestHistoryKill9(t *testing.T) {
 	ns := testns.New(t, "hkill")
 	dir := filepath.Join(t.TempDir(), "history")
-	args := []string{"--netns", ns.Name, "--interval", "100ms", "--history", dir, "--history-segment", "500ms", "--no-owners"}
+	t.Setenv(childSegment, "500ms") // a segment every few windows
+	args := []string{"--netns", ns.Name, "--interval", "100ms", "--history", dir, "--no-owners"}
 	serve, _, _ := serveChild(t, args...)
 	time.Sleep(4 * time.Second)
 	stopChild(t, serve, syscall.SIGKILL)

@@ -10,7 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/exporter"
+	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
+	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/history"
 	"github.com/tcpdoctor/tcpdoctor/internal/rules"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
@@ -44,12 +45,13 @@ func TestTriggeredTracePageFits(t *testing.T) {
 		return tr, nil
 	}
 	dir := filepath.Join(t.TempDir(), "history")
-	x := exporter.New(exporter.Options{Rules: rules.All()})
+	x := checkup.NewWindows(rules.All(), diag.Options{})
 	r := history.New(history.Options{Dir: dir, Tool: "tcpdoctor test",
-		Trace: &history.TraceOptions{Duration: time.Second, PerHour: 6, Cooldown: time.Hour, Run: run1}})
+		Trace: &history.TraceOptions{Duration: time.Second, PerHour: 6, Cooldown: time.Hour, Rules: rules.All(), Run: run1}})
 	for _, s := range snaps {
 		col := []*snapshot.Snapshot{s}
-		r.Add(col, x.Update(col, time.Millisecond))
+		_, rep := x.Next(col)
+		r.Add(col, rep)
 	}
 	r.Close()
 	if r.Errors() != 0 || r.Traces() != 1 {

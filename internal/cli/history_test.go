@@ -14,7 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/exporter"
+	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
+	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/history"
 	"github.com/tcpdoctor/tcpdoctor/internal/rules"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
@@ -47,11 +48,12 @@ func storeFrom(t *testing.T, fixture string) (dir, recorded string, snaps []*sna
 	if err != nil {
 		t.Fatal(err)
 	}
-	x := exporter.New(exporter.Options{Rules: rules.All()})
+	x := checkup.NewWindows(rules.All(), diag.Options{})
 	r := history.New(history.Options{Dir: dir, Tool: "tcpdoctor test"})
 	for _, s := range snaps {
 		col := []*snapshot.Snapshot{s}
-		r.Add(col, x.Update(col, time.Millisecond))
+		_, rep := x.Next(col)
+		r.Add(col, rep)
 		if err := w.Write(s); err != nil {
 			t.Fatal(err)
 		}
@@ -205,12 +207,13 @@ func TestHistoryTriggeredTrace(t *testing.T) {
 		return readTraceFile(recorded)
 	}
 	dir := filepath.Join(t.TempDir(), "history")
-	x := exporter.New(exporter.Options{Rules: rules.All()})
+	x := checkup.NewWindows(rules.All(), diag.Options{})
 	r := history.New(history.Options{Dir: dir, Tool: "tcpdoctor test",
-		Trace: &history.TraceOptions{Duration: time.Second, PerHour: 6, Cooldown: time.Hour, Run: run1}})
+		Trace: &history.TraceOptions{Duration: time.Second, PerHour: 6, Cooldown: time.Hour, Rules: rules.All(), Run: run1}})
 	for _, s := range snaps {
 		col := []*snapshot.Snapshot{s}
-		r.Add(col, x.Update(col, time.Millisecond))
+		_, rep := x.Next(col)
+		r.Add(col, rep)
 	}
 	r.Close()
 	// The fixture's window also has an rwnd-limited warning (the

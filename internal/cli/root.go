@@ -29,6 +29,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/phases"
 	"github.com/tcpdoctor/tcpdoctor/internal/procs"
+	"github.com/tcpdoctor/tcpdoctor/internal/serve"
 	"github.com/tcpdoctor/tcpdoctor/internal/textsafe"
 	"github.com/tcpdoctor/tcpdoctor/internal/version"
 	"github.com/tcpdoctor/tcpdoctor/internal/window"
@@ -85,6 +86,9 @@ type Env struct {
 	// runtime ending the process by SIGPIPE, so the command removes what
 	// it built before it exits. nil leaves the default (tests in process).
 	CatchSIGPIPE func()
+	// TuneServe, when set, adjusts serve's options after its flags: what
+	// no flag sets (a test's shorter timeline segment). nil: none.
+	TuneServe func(*serve.Options)
 }
 
 // cleansUp is the annotation of the commands that build namespaces or

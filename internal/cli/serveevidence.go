@@ -17,6 +17,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/history"
 	"github.com/tcpdoctor/tcpdoctor/internal/report"
 	"github.com/tcpdoctor/tcpdoctor/internal/rules"
+	"github.com/tcpdoctor/tcpdoctor/internal/serve"
 	"github.com/tcpdoctor/tcpdoctor/internal/trace"
 	"github.com/tcpdoctor/tcpdoctor/internal/window"
 )
@@ -24,9 +25,9 @@ import (
 // Paths of serve --history's evidence pages (docs/history.md, "Evidence
 // pages").
 const (
-	pathHistory  = "/history"
-	pathIncident = "/history/incident"
-	pathTrace    = "/history/trace"
+	pathHistory  = serve.PathHistory
+	pathIncident = pathHistory + "/incident"
+	pathTrace    = pathHistory + "/trace"
 )
 
 // Bounds of one evidence page: pages are built one at a time (a request

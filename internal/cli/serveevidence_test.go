@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
-	"github.com/tcpdoctor/tcpdoctor/internal/exporter"
 	"github.com/tcpdoctor/tcpdoctor/internal/history"
 	"github.com/tcpdoctor/tcpdoctor/internal/rules"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
@@ -133,12 +133,13 @@ func TestEvidencePagesEscape(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(t.TempDir(), "history")
-	x := exporter.New(exporter.Options{Rules: rules.All()})
+	x := checkup.NewWindows(rules.All(), diag.Options{})
 	r := history.New(history.Options{Dir: dir, Tool: "tcpdoctor test"})
 	for _, s := range snaps {
 		s.Netns.Name = evil
 		col := []*snapshot.Snapshot{s}
-		r.Add(col, x.Update(col, time.Millisecond))
+		_, rep := x.Next(col)
+		r.Add(col, rep)
 	}
 	r.Close()
 	e := &Env{Stderr: io.Discard, Now: time.Now, Getenv: func(string) string { return "" }}

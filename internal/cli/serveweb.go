@@ -3,15 +3,11 @@
 package cli
 
 import (
-	"io"
-	"net"
-	"net/http"
 	"net/url"
 
 	"github.com/spf13/pflag"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/exporter"
-	"github.com/tcpdoctor/tcpdoctor/internal/version"
 )
 
 // webOpts are serve's exporter-toolkit flags (docs/exporter.md).
@@ -62,21 +58,4 @@ func (w *webOpts) validate() error {
 
 func (w *webOpts) exporter() exporter.Web {
 	return exporter.Web{ListenAddress: w.addr, SystemdSocket: w.systemd, ConfigFile: w.config}
-}
-
-func (w *webOpts) listen() (net.Listener, error) { return w.exporter().Listen() }
-
-func (w *webOpts) scheme() string {
-	if w.exporter().TLS() {
-		return "https"
-	}
-	return "http"
-}
-
-func (w *webOpts) handler(metrics http.Handler, b version.Info, pages ...exporter.Page) (http.Handler, error) {
-	return w.exporter().Handler(metrics, b.Version, pages...)
-}
-
-func (w *webOpts) serve(srv *http.Server, l net.Listener, log io.Writer) error {
-	return w.exporter().Serve(srv, l, log)
 }

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tcpdoctor/tcpdoctor/internal/serve"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/window"
 )
@@ -26,12 +27,20 @@ const childArgs = "TCPDOCTOR_CLI_TEST_ARGS"
 
 const sleepingMark = "test: sleeping"
 
+// childSegment, set in the environment with childArgs, is the span of
+// the child serve's timeline segments (serve.Options.History.SegmentSpan;
+// no flag sets it).
+const childSegment = "TCPDOCTOR_CLI_TEST_SEGMENT"
+
 func TestMain(m *testing.M) {
 	if args, ok := os.LookupEnv(childArgs); ok {
 		e := DefaultEnv()
 		e.Sleep = func(ctx context.Context, d time.Duration) error {
 			fmt.Fprintln(os.Stderr, sleepingMark)
 			return window.Sleep(ctx, d)
+		}
+		if seg, err := time.ParseDuration(os.Getenv(childSegment)); err == nil {
+			e.TuneServe = func(o *serve.Options) { o.History.SegmentSpan = seg }
 		}
 		os.Exit(Main(strings.Split(args, "\x1f"), e))
 	}

@@ -303,7 +303,12 @@ type Rule struct {
 	// Keeps lists what the rule reads of the window's first sample with
 	// KeptOf: the window keeps that of it, not the sample whole.
 	Keeps []Keeper
-	Check func(in *Input) ([]Finding, error)
+	// Traceable: the rule's findings are about how a connection's
+	// transfers move, which a trace splits by what held them; serve
+	// --history records a short trace of a warning's connections
+	// (history.TraceOptions).
+	Traceable bool
+	Check     func(in *Input) ([]Finding, error)
 }
 
 // Unknown records a rule that could not run, with the reason.

@@ -20,7 +20,7 @@ func eventsSnap(taken time.Time, ev *snapshot.Events) *snapshot.Snapshot {
 }
 
 func TestEventCounters(t *testing.T) {
-	x := New(Options{Top: 2, Clock: fixedClock})
+	x := NewTested(nil, Options{Top: 2, Clock: fixedClock})
 	t0 := time.Unix(1000, 0)
 	dst := func(i int) netip.AddrPort { return netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, 0, byte(i)}), 80) }
 	ev := &snapshot.Events{
@@ -37,7 +37,7 @@ func TestEventCounters(t *testing.T) {
 	}
 	x.Update([]*snapshot.Snapshot{eventsSnap(t0, ev)}, time.Millisecond)
 	x.Update([]*snapshot.Snapshot{eventsSnap(t0.Add(5*time.Second), ev)}, time.Millisecond)
-	reg, err := NewRegistry(x)
+	reg, err := NewRegistry(x.Exporter)
 	if err != nil {
 		t.Fatal(err)
 	}

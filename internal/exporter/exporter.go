@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package exporter turns snapshots and the findings of the rules into
-// Prometheus metrics. A background loop (Loop) collects every interval and
-// calls Update, which diagnoses and prepares every sample; a scrape only
-// copies the latest prepared samples, so it costs the same at 100 or
-// 100,000 sockets and never starts a socket dump. No label names a single
+// Prometheus metrics, and serves them. serve's loop (internal/serve)
+// collects every interval, diagnoses, and hands each collection to
+// Publish, which prepares every sample; a scrape only copies the latest
+// prepared samples, so it costs the same at 100 or 100,000 sockets and
+// never starts a socket dump. No label names a single
 // connection: every per-object family is cut to the top N.
 package exporter
 
@@ -19,12 +20,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/report"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/tcpmodel"
-	"github.com/tcpdoctor/tcpdoctor/internal/window"
 )
 
 // DefaultTop is the default number of listeners and destinations exported
@@ -35,10 +34,6 @@ const DefaultTop = 20
 type Options struct {
 	// Top bounds the listener and destination series per namespace.
 	Top int
-	// Rules are run on each window, as `check` runs them.
-	Rules []diag.Rule
-	// Diag are the user inputs some rules use.
-	Diag diag.Options
 	// Clock times the diagnosis; time.Now when nil.
 	Clock func() time.Time
 }
@@ -48,10 +43,8 @@ type Exporter struct {
 	opts Options
 	d    *descs
 
-	// mu serialises Update; windows keeps, per namespace, the newest
-	// snapshot as the next window's start. Nothing older is kept.
+	// mu serialises Publish.
 	mu          sync.Mutex
-	windows     *window.Chain
 	collections int64
 	// events adds up each namespace's eBPF counts (forgotten with it).
 	events map[string]*eventTotals
@@ -67,7 +60,7 @@ func New(opts Options) *Exporter {
 	if opts.Clock == nil {
 		opts.Clock = time.Now
 	}
-	x := &Exporter{opts: opts, d: newDescs(), windows: window.NewChain(opts.Rules), events: map[string]*eventTotals{}}
+	x := &Exporter{opts: opts, d: newDescs(), events: map[string]*eventTotals{}}
 	x.view.Store(&view{})
 	return x
 }
@@ -132,23 +125,24 @@ func (x *Exporter) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// Update takes one collection (one snapshot per namespace, taken at about
-// the same time), runs the rules over each namespace's window (the
-// previous snapshot of that namespace to this one) and publishes the new
-// view. collectTook is what the collection cost. Namespaces absent from
-// snaps are forgotten. The first snapshot of a namespace only starts its
-// window: findings and limiter shares appear from the second on. It
-// returns the diagnosis of the windows, nil when no namespace had one.
-func (x *Exporter) Update(snaps []*snapshot.Snapshot, collectTook time.Duration) *report.Report {
+// Publish makes the view of one collection (one snapshot per namespace,
+// taken at about the same time) and its diagnosis: ins are the windows
+// the collection ended (checkup.Windows.Next) and rep their report, nil
+// when there was none. collectTook is what the collection cost; started
+// is when its diagnosis began (the view's diagnosis time runs from it to
+// the view's end). Namespaces absent from snaps are forgotten.
+func (x *Exporter) Publish(snaps []*snapshot.Snapshot, ins []*diag.Input, rep *report.Report, collectTook time.Duration, started time.Time) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	start := x.opts.Clock()
 	x.collections++
 	b := &viewBuilder{seen: map[string]bool{}}
 	d := x.d
+	windows := make(map[*snapshot.Snapshot]*diag.Input, len(ins))
+	for _, in := range ins {
+		windows[in.Cur] = in
+	}
 	next := make(map[string]*snapshot.Snapshot, len(snaps))
 	nsl := make(map[string]nsLabels, len(snaps))
-	var ins []*diag.Input
 	var newest time.Time
 	for _, cur := range snaps {
 		ns := cur.Netns.Name
@@ -172,30 +166,14 @@ func (x *Exporter) Update(snaps []*snapshot.Snapshot, collectTook time.Duration)
 			t.expire(listening(cur))
 			x.addEvents(b, nl, cur.Events, t)
 		}
-		in := x.windows.Input(cur, x.opts.Diag)
+		in := windows[cur]
 		if in == nil {
 			continue // no window yet (window.Chain.Input says why)
 		}
-		ins = append(ins, in)
 		b.add(d.window, prometheus.GaugeValue, in.Window().Seconds(), nl[:]...)
 		x.addLimiters(b, in, nl)
 	}
-	var rep *report.Report
-	if len(ins) > 1 {
-		// Connections between the namespaces: each window finds the
-		// other end in the others' current samples.
-		curs := make([]*snapshot.Snapshot, len(ins))
-		for i, in := range ins {
-			curs[i] = in.Cur
-		}
-		host := tcpmodel.NewHostPeers(curs)
-		for _, in := range ins {
-			in.Host = host
-		}
-	}
-	if len(ins) > 0 {
-		// The rules run exactly as `check` runs them.
-		rep = checkup.Diagnose(slices.Values(ins), x.opts.Rules)
+	if rep != nil {
 		for i := range rep.Findings {
 			b.add(d.finding, prometheus.GaugeValue, 1, findingLabels(&rep.Findings[i])...)
 		}
@@ -207,9 +185,6 @@ func (x *Exporter) Update(snaps []*snapshot.Snapshot, collectTook time.Duration)
 			b.add(d.unknown, prometheus.GaugeValue, 1, nl.with(u.Rule)...)
 		}
 	}
-	// Each sample is kept as the next window's start only as what its
-	// rules read of it, not whole.
-	x.windows.Keep(snaps)
 	for ns := range x.events {
 		if next[ns] == nil {
 			delete(x.events, ns)
@@ -220,9 +195,8 @@ func (x *Exporter) Update(snaps []*snapshot.Snapshot, collectTook time.Duration)
 	if !newest.IsZero() {
 		b.add(d.lastCollect, prometheus.GaugeValue, float64(newest.UnixNano())/1e9)
 	}
-	b.add(d.diagDur, prometheus.GaugeValue, x.opts.Clock().Sub(start).Seconds())
+	b.add(d.diagDur, prometheus.GaugeValue, x.opts.Clock().Sub(started).Seconds())
 	x.view.Store(&b.v)
-	return rep
 }
 
 // addSnapshot adds what one snapshot shows on its own.

@@ -4,9 +4,7 @@ package exporter
 
 import (
 	"bytes"
-	"context"
 	"flag"
-	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -80,7 +78,7 @@ func scrape(t *testing.T, reg *prometheus.Registry) string {
 // whole exposition with testdata/pair.metrics.golden.
 func TestGolden(t *testing.T) {
 	snaps := readPair(t)
-	x := New(Options{Rules: goldenRules(t), Clock: fixedClock})
+	x := NewTested(goldenRules(t), Options{Clock: fixedClock})
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(x)
 	x.Update(snaps[:1], 120*time.Millisecond)
@@ -161,7 +159,7 @@ func diffLines(a, b string) string {
 // metrics runs) over the exposition of the recorded pair.
 func TestLintClean(t *testing.T) {
 	snaps := readPair(t)
-	x := New(Options{Rules: rules.All(), Clock: fixedClock})
+	x := NewTested(rules.All(), Options{Clock: fixedClock})
 	x.Update(snaps[:1], 0)
 	x.Update(snaps[1:], 0)
 	reg := prometheus.NewRegistry()
@@ -180,7 +178,7 @@ func TestLintClean(t *testing.T) {
 // forgotten.
 func TestBounded(t *testing.T) {
 	snaps := readPair(t)
-	x := New(Options{Top: 1, Rules: rules.All(), Clock: fixedClock})
+	x := NewTested(rules.All(), Options{Top: 1, Clock: fixedClock})
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(x)
 	x.Update(snaps[:1], 0)
@@ -214,7 +212,7 @@ func TestFindingCollision(t *testing.T) {
 		return []diag.Finding{f, f}, nil
 	}}
 	boom := diag.Rule{ID: "boom", Check: func(in *diag.Input) ([]diag.Finding, error) { panic("bad rule") }}
-	x := New(Options{Rules: []diag.Rule{twice, boom}, Clock: fixedClock})
+	x := NewTested([]diag.Rule{twice, boom}, Options{Clock: fixedClock})
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(x)
 	x.Update(snaps[:1], 0)
@@ -261,7 +259,7 @@ func TestLimiterOf(t *testing.T) {
 // with -race): a scrape sees one whole view or the next, never a mix.
 func TestConcurrentScrapes(t *testing.T) {
 	snaps := readPair(t)
-	x := New(Options{Rules: goldenRules(t), Clock: fixedClock})
+	x := NewTested(goldenRules(t), Options{Clock: fixedClock})
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(x)
 	x.Update(snaps[:1], 0)
@@ -299,64 +297,12 @@ func TestConcurrentScrapes(t *testing.T) {
 	}
 }
 
-// TestLoop drives the loop with an injected clock: collections start an
-// interval apart, an overrun is followed at once, and it stops with ctx.
-func TestLoop(t *testing.T) {
-	snaps := readPair(t)
-	x := New(Options{Rules: goldenRules(t), Clock: fixedClock})
-	now := snaps[0].Taken
-	var waits []time.Duration
-	samples := 0
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	l := &Loop{
-		X:        x,
-		Interval: 15 * time.Second,
-		Now:      func() time.Time { return now },
-		Sample: func() []*snapshot.Snapshot {
-			samples++
-			s := *snaps[samples%2]
-			s.Taken = now
-			took := 2 * time.Second
-			if samples == 2 {
-				took = 20 * time.Second // overrun
-			}
-			now = now.Add(took)
-			return []*snapshot.Snapshot{&s}
-		},
-		Sleep: func(ctx context.Context, d time.Duration) error {
-			waits = append(waits, d)
-			now = now.Add(d)
-			if len(waits) == 3 {
-				cancel()
-				return ctx.Err()
-			}
-			return nil
-		},
-	}
-	if err := l.Run(ctx); err != nil {
-		t.Fatal(err)
-	}
-	want := []time.Duration{13 * time.Second, 0, 13 * time.Second}
-	if fmt.Sprint(waits) != fmt.Sprint(want) {
-		t.Errorf("waits %v, want %v", waits, want)
-	}
-	if x.collections != 3 {
-		t.Errorf("collections: %d, want 3", x.collections)
-	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(x)
-	if got := scrape(t, reg); !strings.Contains(got, "tcpdoctor_collection_duration_seconds 2\n") {
-		t.Errorf("last collection's duration not 2 s:\n%s", got)
-	}
-}
-
 // TestWindowNeedsSameNamespace: a name now held by another namespace (an
 // inode change) starts afresh instead of diffing unrelated counters, and
 // a failed sock_diag gives no limiter counts rather than zeros.
 func TestWindowNeedsSameNamespace(t *testing.T) {
 	snaps := readPair(t)
-	x := New(Options{Rules: rules.All(), Clock: fixedClock})
+	x := NewTested(rules.All(), Options{Clock: fixedClock})
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(x)
 	x.Update(snaps[:1], 0)
@@ -367,7 +313,7 @@ func TestWindowNeedsSameNamespace(t *testing.T) {
 		t.Errorf("window across two namespaces: %d finding/window series", n)
 	}
 
-	y := New(Options{Rules: rules.All(), Clock: fixedClock})
+	y := NewTested(rules.All(), Options{Clock: fixedClock})
 	reg2 := prometheus.NewRegistry()
 	reg2.MustRegister(y)
 	y.Update(snaps[:1], 0)
@@ -393,7 +339,7 @@ func TestAppCaps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	x := New(Options{Rules: rules.All(), Clock: fixedClock})
+	x := NewTested(rules.All(), Options{Clock: fixedClock})
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(x)
 	x.Update(snaps[:1], 0)

@@ -73,7 +73,7 @@ func TestHonorLabels(t *testing.T) {
 	app := &snapshot.Workload{Runtime: "containerd", ID: "9f8e7d6c5b4a", Container: "api", Pod: "web-1", PodNamespace: "shop"}
 	pod := recordedPair(t, "shop/web-1", sandbox, app)
 	host := recordedPair(t, "host", nil, nil)
-	x := exporter.New(exporter.Options{Rules: rules.All()})
+	x := exporter.NewTested(rules.All(), exporter.Options{})
 	x.Update([]*snapshot.Snapshot{host[0], pod[0]}, time.Millisecond)
 	x.Update([]*snapshot.Snapshot{host[1], pod[1]}, time.Millisecond)
 	reg := prometheus.NewRegistry()

@@ -89,7 +89,7 @@ func capPair(t *testing.T, evil bool) []*snapshot.Snapshot {
 // and the scrape stays about the size of the plain one.
 func TestHostileLabels(t *testing.T) {
 	gather := func(evil bool) ([]*dto.MetricFamily, int) {
-		x := New(Options{Rules: rules.All(), Clock: fixedClock})
+		x := NewTested(rules.All(), Options{Clock: fixedClock})
 		reg := prometheus.NewPedanticRegistry()
 		reg.MustRegister(x)
 		snaps := capPair(t, evil)

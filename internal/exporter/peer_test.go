@@ -67,7 +67,7 @@ func TestPeerLabels(t *testing.T) {
 	if !ok {
 		t.Fatal("no rwnd-limited")
 	}
-	x := New(Options{Rules: []diag.Rule{r}, Clock: fixedClock})
+	x := NewTested([]diag.Rule{r}, Options{Clock: fixedClock})
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(x)
 	x.Update(split(snaps[0]), 100*time.Millisecond)

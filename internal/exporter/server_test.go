@@ -43,9 +43,9 @@ func TestMain(m *testing.M) {
 // ln with o, as `serve` does. It returns the server's error log.
 func testServer(t *testing.T, ln net.Listener, o ServerOptions) *testns.Buffer {
 	t.Helper()
-	x := New(Options{Rules: goldenRules(t), Clock: fixedClock})
+	x := NewTested(goldenRules(t), Options{Clock: fixedClock})
 	x.Update(readPair(t)[:1], 0)
-	reg, err := NewRegistry(x)
+	reg, err := NewRegistry(x.Exporter)
 	if err != nil {
 		t.Fatal(err)
 	}

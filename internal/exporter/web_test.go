@@ -96,9 +96,9 @@ func webServer(t *testing.T, w Web, o ServerOptions) string {
 	if err := w.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	x := New(Options{Rules: goldenRules(t), Clock: fixedClock})
+	x := NewTested(goldenRules(t), Options{Clock: fixedClock})
 	x.Update(readPair(t)[:1], 0)
-	reg, err := NewRegistry(x)
+	reg, err := NewRegistry(x.Exporter)
 	if err != nil {
 		t.Fatal(err)
 	}

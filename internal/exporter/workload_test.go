@@ -50,7 +50,7 @@ func inPod(t *testing.T, app bool) []*snapshot.Snapshot {
 // and label pairs.
 func gatherSeries(t *testing.T, snaps []*snapshot.Snapshot, rs []diag.Rule) []*dto.MetricFamily {
 	t.Helper()
-	x := New(Options{Rules: rs, Clock: fixedClock})
+	x := NewTested(rs, Options{Clock: fixedClock})
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(x)
 	x.Update(snaps[:1], 0)

@@ -16,7 +16,6 @@ import (
 
 	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
-	"github.com/tcpdoctor/tcpdoctor/internal/exporter"
 	"github.com/tcpdoctor/tcpdoctor/internal/report"
 	"github.com/tcpdoctor/tcpdoctor/internal/rules"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
@@ -92,12 +91,12 @@ func TestEvidenceReplaysServesFindings(t *testing.T) {
 	for _, fx := range fixtures {
 		t.Run(filepath.Base(filepath.Dir(fx)), func(t *testing.T) {
 			dir := t.TempDir()
-			x := exporter.New(exporter.Options{Rules: rules.All()})
+			x := checkup.NewWindows(rules.All(), diag.Options{})
 			r := New(Options{Dir: dir, Tool: "test"})
 			var served *report.Report
 			cols := collections(readFile(t, fx))
 			for _, col := range cols {
-				rep := x.Update(col, time.Millisecond)
+				_, rep := x.Next(col)
 				r.Add(col, rep)
 				if rep != nil {
 					served = rep

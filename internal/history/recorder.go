@@ -53,7 +53,7 @@ type Options struct {
 	// Logf says a failure once, and that writing works again.
 	Logf func(format string, a ...any)
 	// Trace, when set, records a short trace of the connections of a
-	// finding of TraceRules at warning or above (trigger.go).
+	// finding of a Traceable rule at warning or above (trigger.go).
 	Trace *TraceOptions
 }
 
@@ -172,7 +172,12 @@ func New(o Options) *Recorder {
 		jobs: make(chan *job, 1), done: make(chan struct{})}
 	r.traceCtx, r.traceCancel = context.WithCancel(context.Background())
 	if o.Trace != nil && o.Trace.Run != nil {
-		r.trig = &triggers{o: *o.Trace, last: map[findingKey]time.Time{}}
+		r.trig = &triggers{o: *o.Trace, traceable: map[string]bool{}, last: map[findingKey]time.Time{}}
+		for _, rl := range o.Trace.Rules {
+			if rl.Traceable {
+				r.trig.traceable[rl.ID] = true
+			}
+		}
 	}
 	go r.run()
 	return r

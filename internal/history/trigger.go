@@ -25,13 +25,6 @@ const (
 	DefaultTraceCooldown = 30 * time.Minute
 )
 
-// TraceRules are the rules whose findings at warning or above start a
-// trace of their subject's connections: the ones about how a transfer
-// moves, which a trace splits by what held it.
-func TraceRules() []string {
-	return []string{"connection-bottleneck", "rwnd-limited", "slow-reader", "sndbuf-limited"}
-}
-
 // TraceRequest is one trace to record.
 type TraceRequest struct {
 	Rule    string
@@ -50,6 +43,10 @@ type TraceOptions struct {
 	Duration time.Duration
 	PerHour  int
 	Cooldown time.Duration
+	// Rules are the rules run; the findings of those that declare
+	// themselves Traceable (diag.Rule), at warning or above, start a
+	// trace of their subject's connections.
+	Rules []diag.Rule
 	// Run records req until its Duration or ctx ends, whichever comes
 	// first (serve: trace.Live in the subject's namespace).
 	Run func(ctx context.Context, req TraceRequest) (*trace.Trace, error)
@@ -84,9 +81,10 @@ func hostPrefix(a netip.Addr) netip.Prefix {
 
 // triggers decides when a trace starts; owned by the caller of Add.
 type triggers struct {
-	o      TraceOptions
-	starts []time.Time // in the last hour, oldest first
-	last   map[findingKey]time.Time
+	o         TraceOptions
+	traceable map[string]bool // rule ids
+	starts    []time.Time     // in the last hour, oldest first
+	last      map[findingKey]time.Time
 }
 
 // room says whether a trace may start at now (a window's end): none
@@ -134,16 +132,15 @@ type traceJob struct {
 }
 
 // pickTrace picks the first finding of e at warning or above of a
-// TraceRules rule that the bounds allow, and names its trace file in the
+// Traceable rule that the bounds allow, and names its trace file in the
 // finding. Called by Add, which starts it once the entry is queued.
 func (r *Recorder) pickTrace(e *Entry) *pending {
 	if r.trig == nil || !r.trig.room(e.To, r.tracing.Load()) {
 		return nil
 	}
-	rules := TraceRules()
 	for i := range e.Findings {
 		f := &e.Findings[i]
-		if f.Severity < diag.Warning || !slices.Contains(rules, f.Rule) {
+		if f.Severity < diag.Warning || !r.trig.traceable[f.Rule] {
 			continue
 		}
 		k := keyOf(f.Rule, &f.Subject)

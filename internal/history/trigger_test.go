@@ -18,6 +18,7 @@ import (
 
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/report"
+	"github.com/tcpdoctor/tcpdoctor/internal/rules"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/sockdiag"
 	"github.com/tcpdoctor/tcpdoctor/internal/trace"
@@ -90,7 +91,7 @@ func traceFiles(t *testing.T, dir string) []string {
 	return m
 }
 
-// The bounds: only TraceRules at warning or above start a trace; one
+// The bounds: only Traceable rules at warning or above start a trace; one
 // records at a time; a subject waits out its cool-down; at most PerHour
 // start in any hour. Each trace is named in its window's finding, kept
 // as a gzip trace file that reads back, and listed with its incident.
@@ -98,7 +99,7 @@ func TestTriggeredTraceBounds(t *testing.T) {
 	dir := t.TempDir()
 	ft := &fakeTracer{points: 5}
 	r := New(Options{Dir: dir, EvidenceEvery: time.Hour,
-		Trace: &TraceOptions{Duration: 5 * time.Second, PerHour: 3, Cooldown: 10 * time.Minute, Run: ft.run}})
+		Trace: &TraceOptions{Duration: 5 * time.Second, PerHour: 3, Cooldown: 10 * time.Minute, Rules: rules.All(), Run: ft.run}})
 	sec := 0
 	add := func(fs ...diag.Finding) {
 		t.Helper()
@@ -239,7 +240,7 @@ func TestTriggeredTraceEvicted(t *testing.T) {
 	const limit = 48 << 10
 	ft := &fakeTracer{points: 2000}
 	r := New(Options{Dir: dir, MaxBytes: limit, MaxAge: time.Minute, EvidenceEvery: time.Nanosecond,
-		Trace: &TraceOptions{Duration: time.Second, PerHour: 100, Cooldown: time.Nanosecond, Run: ft.run}})
+		Trace: &TraceOptions{Duration: time.Second, PerHour: 100, Cooldown: time.Nanosecond, Rules: rules.All(), Run: ft.run}})
 	r.Add([]*snapshot.Snapshot{at("a", 0)}, nil)
 	var first string
 	var sizes []int64
@@ -283,7 +284,7 @@ func TestTriggeredTraceFails(t *testing.T) {
 	l := &logs{}
 	ft := &fakeTracer{err: errors.New("netns \"a\" is no longer collected")}
 	r := New(Options{Dir: dir, EvidenceEvery: time.Hour, Logf: l.logf,
-		Trace: &TraceOptions{Duration: time.Second, PerHour: 6, Cooldown: time.Hour, Run: ft.run}})
+		Trace: &TraceOptions{Duration: time.Second, PerHour: 6, Cooldown: time.Hour, Rules: rules.All(), Run: ft.run}})
 	r.Add([]*snapshot.Snapshot{at("a", 0)}, nil)
 	r.Add([]*snapshot.Snapshot{at("a", 15)}, &report.Report{Findings: []diag.Finding{warn("rwnd-limited", diag.Warning, "10.0.0.1:80")}})
 	settle(r)
@@ -303,7 +304,7 @@ func TestTriggeredTraceFails(t *testing.T) {
 func TestTriggeredTraceClose(t *testing.T) {
 	dir := t.TempDir()
 	ft := &fakeTracer{hold: true, release: make(chan struct{}), points: 3}
-	r := New(Options{Dir: dir, Trace: &TraceOptions{Duration: time.Hour, PerHour: 6, Cooldown: time.Hour, Run: ft.run}})
+	r := New(Options{Dir: dir, Trace: &TraceOptions{Duration: time.Hour, PerHour: 6, Cooldown: time.Hour, Rules: rules.All(), Run: ft.run}})
 	r.Add([]*snapshot.Snapshot{at("a", 0)}, nil)
 	r.Add([]*snapshot.Snapshot{at("a", 15)}, &report.Report{Findings: []diag.Finding{warn("slow-reader", diag.Critical, "10.0.0.1:80")}})
 	for ft.n() == 0 {
@@ -381,5 +382,45 @@ func TestSubjectFilterTyped(t *testing.T) {
 		if !slices.Equal(got.LPorts, want.LPorts) || !slices.Equal(got.RPorts, want.RPorts) || !slices.Equal(got.Locals, want.Locals) || !slices.Equal(got.Peers, want.Peers) {
 			t.Errorf("%s: %+v, want %+v", report.SubjectText(c.s), got, want)
 		}
+	}
+}
+
+// A rule is traced because it declares itself Traceable, not because of
+// its name: a new rule that declares it starts traces, and a traced
+// rule's id run without the declaration starts none.
+func TestTraceableIsTheRulesDeclaration(t *testing.T) {
+	for _, c := range []struct {
+		rule  diag.Rule
+		warns string
+		want  int
+	}{
+		{diag.Rule{ID: "new-transfer-rule", Traceable: true}, "new-transfer-rule", 1},
+		{diag.Rule{ID: "slow-reader"}, "slow-reader", 0},
+	} {
+		ft := &fakeTracer{points: 1}
+		r := New(Options{Dir: t.TempDir(), EvidenceEvery: time.Hour,
+			Trace: &TraceOptions{Duration: time.Second, PerHour: 6, Cooldown: time.Hour, Rules: []diag.Rule{c.rule}, Run: ft.run}})
+		r.Add([]*snapshot.Snapshot{at("a", 0)}, nil)
+		r.Add([]*snapshot.Snapshot{at("a", 15)}, &report.Report{Findings: []diag.Finding{warn(c.warns, diag.Warning, "10.0.0.1:80")}})
+		settle(r)
+		r.Close()
+		if ft.n() != c.want {
+			t.Errorf("%s (Traceable %t) warned: %d traces, want %d", c.rule.ID, c.rule.Traceable, ft.n(), c.want)
+		}
+	}
+}
+
+// The rules that declare themselves Traceable are the four about how a
+// connection's transfers move.
+func TestTraceableRules(t *testing.T) {
+	var got []string
+	for _, r := range rules.All() {
+		if r.Traceable {
+			got = append(got, r.ID)
+		}
+	}
+	want := []string{"connection-bottleneck", "rwnd-limited", "slow-reader", "sndbuf-limited"}
+	if !slices.Equal(got, want) {
+		t.Errorf("Traceable rules %v, want %v", got, want)
 	}
 }

@@ -55,7 +55,7 @@ const (
 )
 
 func connectionBottleneck() diag.Rule {
-	return diag.Rule{ID: "connection-bottleneck", Title: "Too few connections to a peer", NeedsDelta: true, Check: checkConnectionBottleneck}
+	return diag.Rule{ID: "connection-bottleneck", Title: "Too few connections to a peer", NeedsDelta: true, Traceable: true, Check: checkConnectionBottleneck}
 }
 
 // flowKey is one process's traffic to one peer: as a client (remote

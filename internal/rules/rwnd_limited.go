@@ -133,7 +133,7 @@ func wndFullBoth(sk, p *snapshot.Socket) (cur wndLook, ok bool) {
 }
 
 func rwndLimited() diag.Rule {
-	return diag.Rule{ID: "rwnd-limited", Title: "Sender limited by the peer's receive window", Check: checkRwndLimited}
+	return diag.Rule{ID: "rwnd-limited", Title: "Sender limited by the peer's receive window", Traceable: true, Check: checkRwndLimited}
 }
 
 func checkRwndLimited(in *diag.Input) ([]diag.Finding, error) {

@@ -31,7 +31,7 @@ const (
 )
 
 func slowReader() diag.Rule {
-	return diag.Rule{ID: "slow-reader", Title: "Application not reading fast enough", NeedsDelta: true, Check: checkSlowReader}
+	return diag.Rule{ID: "slow-reader", Title: "Application not reading fast enough", NeedsDelta: true, Traceable: true, Check: checkSlowReader}
 }
 
 // backedUp says whether a sample shows a receive queue that is not drained.

@@ -46,7 +46,7 @@ const (
 )
 
 func sndbufLimited() diag.Rule {
-	return diag.Rule{ID: "sndbuf-limited", Title: "Throughput capped by the send buffer", Check: checkSndbufLimited}
+	return diag.Rule{ID: "sndbuf-limited", Title: "Throughput capped by the send buffer", Traceable: true, Check: checkSndbufLimited}
 }
 
 // sndbufLook is the instantaneous evidence from one sample.

@@ -3,49 +3,12 @@
 package exporter
 
 import (
-	"context"
 	"net/http"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-
-	"github.com/tcpdoctor/tcpdoctor/internal/report"
-	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
-	"github.com/tcpdoctor/tcpdoctor/internal/window"
 )
-
-// Loop collects every Interval and feeds the Exporter. Sample does the
-// I/O: one snapshot per namespace. Sleep returns early with ctx's error.
-type Loop struct {
-	X        *Exporter
-	Sample   func() []*snapshot.Snapshot
-	Interval time.Duration
-	Now      func() time.Time
-	Sleep    func(ctx context.Context, d time.Duration) error
-	// Record, when set, is given each collection and its diagnosis (nil
-	// when no namespace had a window yet) after the metrics are updated:
-	// serve --history keeps them (internal/history).
-	Record func(snaps []*snapshot.Snapshot, rep *report.Report)
-}
-
-// Run collects until ctx ends. Collections start Interval apart; one that
-// overruns is followed at once by the next. Only one collection runs at a
-// time, whatever the number of scrapes.
-func (l *Loop) Run(ctx context.Context) error {
-	for {
-		start := l.Now()
-		snaps := l.Sample()
-		rep := l.X.Update(snaps, l.Now().Sub(start))
-		if l.Record != nil {
-			l.Record(snaps, rep)
-		}
-		if err := l.Sleep(ctx, window.Pause(l.Interval, l.Now().Sub(start))); err != nil {
-			return nil
-		}
-	}
-}
 
 // NewRegistry returns a registry holding x plus the process and Go
 // runtime collectors.

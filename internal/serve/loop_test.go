@@ -1,0 +1,202 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package serve
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
+	"github.com/tcpdoctor/tcpdoctor/internal/diag"
+	"github.com/tcpdoctor/tcpdoctor/internal/exporter"
+	"github.com/tcpdoctor/tcpdoctor/internal/rules"
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+)
+
+// readPair reads the exporter's two-sample fixture (one namespace,
+// "golden").
+func readPair(t *testing.T) []*snapshot.Snapshot {
+	t.Helper()
+	f, err := os.Open("../exporter/testdata/pair.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	snaps, err := snapshot.ReadAll(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snaps) != 2 {
+		t.Fatalf("pair.jsonl: want 2 snapshots, got %d", len(snaps))
+	}
+	return snaps
+}
+
+// scrape gathers reg in the text format.
+func scrape(t *testing.T, reg *prometheus.Registry) string {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("gather: %v", err)
+	}
+	var buf bytes.Buffer
+	enc := expfmt.NewEncoder(&buf, expfmt.NewFormat(expfmt.TypeTextPlain))
+	for _, mf := range mfs {
+		if err := enc.Encode(mf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return buf.String()
+}
+
+// TestLoop drives the loop with an injected clock: collections start an
+// interval apart, an overrun is followed at once, and it stops with ctx.
+func TestLoop(t *testing.T) {
+	snaps := readPair(t)
+	now := snaps[0].Taken
+	clock := func() time.Time { return now }
+	x := exporter.New(exporter.Options{Clock: clock})
+	var waits []time.Duration
+	samples := 0
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	l := &Loop{
+		Windows:  checkup.NewWindows(rules.All(), diag.Options{}),
+		Sinks:    []Sink{metricsSink{x}},
+		Interval: 15 * time.Second,
+		Now:      clock,
+		Logf:     t.Logf,
+		Collect: func() []*snapshot.Snapshot {
+			samples++
+			s := *snaps[samples%2]
+			s.Taken = now
+			took := 2 * time.Second
+			if samples == 2 {
+				took = 20 * time.Second // overrun
+			}
+			now = now.Add(took)
+			return []*snapshot.Snapshot{&s}
+		},
+		Sleep: func(ctx context.Context, d time.Duration) error {
+			waits = append(waits, d)
+			now = now.Add(d)
+			if len(waits) == 3 {
+				cancel()
+				return ctx.Err()
+			}
+			return nil
+		},
+	}
+	if err := l.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := []time.Duration{13 * time.Second, 0, 13 * time.Second}
+	if fmt.Sprint(waits) != fmt.Sprint(want) {
+		t.Errorf("waits %v, want %v", waits, want)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(x)
+	got := scrape(t, reg)
+	if !strings.Contains(got, "tcpdoctor_collections_total 3\n") {
+		t.Errorf("collections: want 3:\n%s", got)
+	}
+	if !strings.Contains(got, "tcpdoctor_collection_duration_seconds 2\n") {
+		t.Errorf("last collection's duration not 2 s:\n%s", got)
+	}
+}
+
+// step is a sink that logs what it was given, and fails when told.
+type step struct {
+	name string
+	log  *[]string
+	err  error
+}
+
+func (s step) Name() string { return s.name }
+
+func (s step) Take(c *Collection) error {
+	*s.log = append(*s.log, fmt.Sprintf("%s: %d snapshots, %d windows, report %t", s.name, len(c.Snaps), len(c.Windows), c.Report != nil))
+	return s.err
+}
+
+// TestLoopOrder: each turn collects, then windows and diagnoses, then
+// hands the same collection to every sink in their order; the first
+// collection of a namespace has no window and no report, the second has.
+func TestLoopOrder(t *testing.T) {
+	snaps := readPair(t)
+	var log []string
+	turn := 0
+	l := &Loop{
+		Collect: func() []*snapshot.Snapshot {
+			log = append(log, "collect")
+			turn++
+			return snaps[turn-1 : turn]
+		},
+		Windows: checkup.NewWindows(rules.All(), diag.Options{}),
+		Sinks:   []Sink{step{"metrics", &log, nil}, step{"history", &log, nil}, step{"traces", &log, nil}},
+		Now:     time.Now,
+		Logf:    func(f string, a ...any) { log = append(log, "said: "+fmt.Sprintf(f, a...)) },
+	}
+	first := l.Once()
+	second := l.Once()
+	want := []string{
+		"collect",
+		"metrics: 1 snapshots, 0 windows, report false",
+		"history: 1 snapshots, 0 windows, report false",
+		"traces: 1 snapshots, 0 windows, report false",
+		"collect",
+		"metrics: 1 snapshots, 1 windows, report true",
+		"history: 1 snapshots, 1 windows, report true",
+		"traces: 1 snapshots, 1 windows, report true",
+	}
+	if strings.Join(log, "\n") != strings.Join(want, "\n") {
+		t.Errorf("turns:\n%s\nwant\n%s", strings.Join(log, "\n"), strings.Join(want, "\n"))
+	}
+	if first.Report != nil || second.Report == nil || second.Windows[0].Cur != snaps[1] || second.Windows[0].Prev.Taken != snaps[0].Taken {
+		t.Errorf("windows: first report %v; second %v", first.Report, second.Windows)
+	}
+}
+
+// TestLoopFailingSink: a sink's error is said, once until it changes,
+// and the sinks after it still get every collection; when it works
+// again, that is said too.
+func TestLoopFailingSink(t *testing.T) {
+	snaps := readPair(t)
+	var log, said []string
+	broken := &step{"history", &log, errors.New("history: no space left on device")}
+	l := &Loop{
+		Collect: func() []*snapshot.Snapshot { return snaps[:1] },
+		Windows: checkup.NewWindows(rules.All(), diag.Options{}),
+		Now:     time.Now,
+		Logf:    func(f string, a ...any) { said = append(said, fmt.Sprintf(f, a...)) },
+	}
+	l.Sinks = []Sink{step{"metrics", &log, nil}, broken, step{"traces", &log, nil}}
+	l.Once()
+	l.Once()
+	broken.err = nil
+	l.Once()
+	if len(log) != 9 {
+		t.Errorf("sinks ran %d times in 3 turns, want 9:\n%s", len(log), strings.Join(log, "\n"))
+	}
+	for i := 2; i < len(log); i += 3 {
+		if !strings.HasPrefix(log[i], "traces:") {
+			t.Errorf("turn %d: the sink after the failing one did not run: %q", i/3, log[i])
+		}
+	}
+	want := []string{
+		"history: history: no space left on device (said once until it changes; serve goes on)",
+		"history: works again",
+	}
+	if strings.Join(said, "\n") != strings.Join(want, "\n") {
+		t.Errorf("said:\n%s\nwant\n%s", strings.Join(said, "\n"), strings.Join(want, "\n"))
+	}
+}
