@@ -22,6 +22,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/report"
 	"github.com/tcpdoctor/tcpdoctor/internal/rules"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/window"
 )
 
 // HistoryOptions configure History.
@@ -102,7 +103,7 @@ func historyCase(ctx context.Context, c *collect.Collector, ns netns.NS, name st
 		// o.Windows times. The per-day figures apply the default pace.
 		opts.EvidenceEvery, opts.MaxBytes = time.Nanosecond, 1<<50
 	}
-	w := checkup.NewWindows(rules.All(), diag.Options{})
+	w := checkup.NewWindows(window.NewChain(rules.All()), rules.All(), diag.Options{})
 	r := history.New(opts)
 	hc := &HistoryCase{Name: name}
 	if o.Progress != nil {
@@ -114,7 +115,7 @@ func historyCase(ctx context.Context, c *collect.Collector, ns netns.NS, name st
 			return nil, err
 		}
 		snaps := c.Collect([]netns.NS{ns})
-		_, rep := w.Next(snaps)
+		rep := w.Report(snaps)
 		before := cpuTime()
 		r.Add(snaps, rep)
 		r.Sync()

@@ -8,64 +8,52 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/report"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
-	"github.com/tcpdoctor/tcpdoctor/internal/tcpmodel"
-	"github.com/tcpdoctor/tcpdoctor/internal/window"
 )
 
+// Chain keeps each namespace's window start from one collection to the
+// next (window.Chain).
+type Chain interface {
+	Windows(snaps []*snapshot.Snapshot, opts diag.Options) []*diag.Input
+	Keep(snaps []*snapshot.Snapshot)
+}
+
 // Windows diagnoses one collection after another, as serve's loop does:
-// each namespace's window runs from its previous collection to this one
-// (window.Chain), and the rules run over them as `check` runs them. Not
-// safe for concurrent use.
+// each namespace's window runs from its previous collection to this one,
+// and the rules run over them as `check` runs them. Not safe for
+// concurrent use.
 type Windows struct {
-	chain *window.Chain
+	chain Chain
 	rules []diag.Rule
 	opts  diag.Options
 }
 
-// NewWindows returns Windows running rs with opts, nothing collected yet.
-func NewWindows(rs []diag.Rule, opts diag.Options) *Windows {
-	return &Windows{chain: window.NewChain(rs), rules: rs, opts: opts}
+// NewWindows returns Windows over ch running rs with opts.
+func NewWindows(ch Chain, rs []diag.Rule, opts diag.Options) *Windows {
+	return &Windows{chain: ch, rules: rs, opts: opts}
 }
 
-// Next takes one collection (one snapshot per namespace, taken at about
-// the same time) and returns the windows it ends, one per namespace that
-// had a start (the first of each name counts; a namespace's first
-// collection only starts its window, window.Chain.Input says when else),
-// and their diagnosis, nil when there is no window. Namespaces absent
-// from snaps are forgotten.
+// Next returns the windows one collection ends (one snapshot per
+// namespace; none for a namespace's first) and their diagnosis, nil when
+// there is no window. Keep then makes the collection the next windows'
+// start.
 func (w *Windows) Next(snaps []*snapshot.Snapshot) ([]*diag.Input, *report.Report) {
-	var ins []*diag.Input
-	seen := make(map[string]bool, len(snaps))
-	for _, cur := range snaps {
-		if seen[cur.Netns.Name] {
-			continue
-		}
-		seen[cur.Netns.Name] = true
-		if in := w.chain.Input(cur, w.opts); in != nil {
-			ins = append(ins, in)
-		}
+	ins := w.chain.Windows(snaps, w.opts)
+	if len(ins) == 0 {
+		return nil, nil
 	}
-	if len(ins) > 1 {
-		// Connections between the namespaces: each window finds the
-		// other end in the others' current samples.
-		curs := make([]*snapshot.Snapshot, len(ins))
-		for i, in := range ins {
-			curs[i] = in.Cur
-		}
-		host := tcpmodel.NewHostPeers(curs)
-		for _, in := range ins {
-			in.Host = host
-		}
-	}
-	var rep *report.Report
-	if len(ins) > 0 {
-		rep = Diagnose(slices.Values(ins), w.rules)
-	}
-	// Each sample is kept as the next window's start only as what its
-	// rules read of it, not whole.
-	w.chain.Keep(snaps)
-	return ins, rep
+	return ins, Diagnose(slices.Values(ins), w.rules)
 }
 
-// Chain is the windows' starts as kept.
-func (w *Windows) Chain() *window.Chain { return w.chain }
+// Keep makes snaps the starts of the next windows, kept as what the
+// rules read of them, and forgets the namespaces not among them. Called
+// once the windows Next returned are no longer used, so that two
+// collections' starts are not held at once.
+func (w *Windows) Keep(snaps []*snapshot.Snapshot) { w.chain.Keep(snaps) }
+
+// Report is the diagnosis of the windows snaps ends (Next), nil when
+// there is none, and keeps snaps as the next start.
+func (w *Windows) Report(snaps []*snapshot.Snapshot) *report.Report {
+	_, rep := w.Next(snaps)
+	w.Keep(snaps)
+	return rep
+}

@@ -18,6 +18,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/testkit/testbrowser"
 	"github.com/tcpdoctor/tcpdoctor/internal/testkit/tracetest"
 	"github.com/tcpdoctor/tcpdoctor/internal/trace"
+	"github.com/tcpdoctor/tcpdoctor/internal/window"
 )
 
 // TestTriggeredTracePageFits: a trace serve --history recorded for a
@@ -45,12 +46,12 @@ func TestTriggeredTracePageFits(t *testing.T) {
 		return tr, nil
 	}
 	dir := filepath.Join(t.TempDir(), "history")
-	x := checkup.NewWindows(rules.All(), diag.Options{})
+	x := checkup.NewWindows(window.NewChain(rules.All()), rules.All(), diag.Options{})
 	r := history.New(history.Options{Dir: dir, Tool: "tcpdoctor test",
 		Trace: &history.TraceOptions{Duration: time.Second, PerHour: 6, Cooldown: time.Hour, Rules: rules.All(), Run: run1}})
 	for _, s := range snaps {
 		col := []*snapshot.Snapshot{s}
-		_, rep := x.Next(col)
+		rep := x.Report(col)
 		r.Add(col, rep)
 	}
 	r.Close()

@@ -20,6 +20,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/rules"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/trace"
+	"github.com/tcpdoctor/tcpdoctor/internal/window"
 )
 
 // storeFrom runs a recording's samples through the exporter and a
@@ -48,11 +49,11 @@ func storeFrom(t *testing.T, fixture string) (dir, recorded string, snaps []*sna
 	if err != nil {
 		t.Fatal(err)
 	}
-	x := checkup.NewWindows(rules.All(), diag.Options{})
+	x := checkup.NewWindows(window.NewChain(rules.All()), rules.All(), diag.Options{})
 	r := history.New(history.Options{Dir: dir, Tool: "tcpdoctor test"})
 	for _, s := range snaps {
 		col := []*snapshot.Snapshot{s}
-		_, rep := x.Next(col)
+		rep := x.Report(col)
 		r.Add(col, rep)
 		if err := w.Write(s); err != nil {
 			t.Fatal(err)
@@ -207,12 +208,12 @@ func TestHistoryTriggeredTrace(t *testing.T) {
 		return readTraceFile(recorded)
 	}
 	dir := filepath.Join(t.TempDir(), "history")
-	x := checkup.NewWindows(rules.All(), diag.Options{})
+	x := checkup.NewWindows(window.NewChain(rules.All()), rules.All(), diag.Options{})
 	r := history.New(history.Options{Dir: dir, Tool: "tcpdoctor test",
 		Trace: &history.TraceOptions{Duration: time.Second, PerHour: 6, Cooldown: time.Hour, Rules: rules.All(), Run: run1}})
 	for _, s := range snaps {
 		col := []*snapshot.Snapshot{s}
-		_, rep := x.Next(col)
+		rep := x.Report(col)
 		r.Add(col, rep)
 	}
 	r.Close()

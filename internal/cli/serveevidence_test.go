@@ -22,6 +22,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/history"
 	"github.com/tcpdoctor/tcpdoctor/internal/rules"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/window"
 )
 
 func pageGet(t *testing.T, u string) (int, string, http.Header) {
@@ -133,12 +134,12 @@ func TestEvidencePagesEscape(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(t.TempDir(), "history")
-	x := checkup.NewWindows(rules.All(), diag.Options{})
+	x := checkup.NewWindows(window.NewChain(rules.All()), rules.All(), diag.Options{})
 	r := history.New(history.Options{Dir: dir, Tool: "tcpdoctor test"})
 	for _, s := range snaps {
 		s.Netns.Name = evil
 		col := []*snapshot.Snapshot{s}
-		_, rep := x.Next(col)
+		rep := x.Report(col)
 		r.Add(col, rep)
 	}
 	r.Close()

@@ -25,8 +25,8 @@ type Tested struct {
 
 // NewTested returns an Exporter behind Windows running rs.
 func NewTested(rs []diag.Rule, o Options) *Tested {
-	w := checkup.NewWindows(rs, diag.Options{})
-	return &Tested{Exporter: New(o), w: w, windows: w.Chain()}
+	ch := window.NewChain(rs)
+	return &Tested{Exporter: New(o), w: checkup.NewWindows(ch, rs, diag.Options{}), windows: ch}
 }
 
 // Update diagnoses one collection and publishes it, as serve's loop does.
@@ -34,5 +34,6 @@ func (t *Tested) Update(snaps []*snapshot.Snapshot, collectTook time.Duration) *
 	started := t.opts.Clock()
 	ins, rep := t.w.Next(snaps)
 	t.Publish(snaps, ins, rep, collectTook, started)
+	t.w.Keep(snaps)
 	return rep
 }

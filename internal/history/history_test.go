@@ -91,12 +91,12 @@ func TestEvidenceReplaysServesFindings(t *testing.T) {
 	for _, fx := range fixtures {
 		t.Run(filepath.Base(filepath.Dir(fx)), func(t *testing.T) {
 			dir := t.TempDir()
-			x := checkup.NewWindows(rules.All(), diag.Options{})
+			x := checkup.NewWindows(window.NewChain(rules.All()), rules.All(), diag.Options{})
 			r := New(Options{Dir: dir, Tool: "test"})
 			var served *report.Report
 			cols := collections(readFile(t, fx))
 			for _, col := range cols {
-				_, rep := x.Next(col)
+				rep := x.Report(col)
 				r.Add(col, rep)
 				if rep != nil {
 					served = rep

@@ -30,7 +30,7 @@ type Collection struct {
 
 // A Sink takes each collection after its diagnosis: one job each (the
 // metrics, the history store...). An error is said and the loop goes on
-// with the next sink.
+// with the next sink. A sink keeps nothing of Windows past Take.
 type Sink interface {
 	Name() string
 	Take(c *Collection) error
@@ -57,8 +57,8 @@ type Loop struct {
 }
 
 // Once runs one turn: collect, window, diagnose, then every sink in
-// order.
-func (l *Loop) Once() *Collection {
+// order; last, the collection becomes the next windows' start.
+func (l *Loop) Once() {
 	start := l.Now()
 	snaps := l.Collect()
 	c := &Collection{Snaps: snaps, Took: l.Now().Sub(start), Diagnosed: l.Now()}
@@ -66,7 +66,10 @@ func (l *Loop) Once() *Collection {
 	for _, s := range l.Sinks {
 		l.say(s.Name(), s.Take(c))
 	}
-	return c
+	// The windows' starts are dropped before the next ones are kept, so
+	// that two of a million connections are not held at once.
+	c.Windows = nil
+	l.Windows.Keep(snaps)
 }
 
 // say reports a sink's error once until it changes, and that it works

@@ -27,6 +27,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/history"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/version"
+	"github.com/tcpdoctor/tcpdoctor/internal/window"
 )
 
 // PathHistory is where the evidence pages are served (docs/history.md,
@@ -145,7 +146,7 @@ func Run(ctx context.Context, o Options) error {
 		_ = ln.Close()
 		return fmt.Errorf("serve: %w", err)
 	}
-	loop := &Loop{Collect: src.collect, Windows: checkup.NewWindows(o.Rules, o.Diag),
+	loop := &Loop{Collect: src.collect, Windows: checkup.NewWindows(window.NewChain(o.Rules), o.Rules, o.Diag),
 		Sinks:    []Sink{costSink{cost}, metricsSink{x}},
 		Interval: o.Interval, Now: o.Now, Sleep: o.Sleep, Logf: o.Logf}
 	var rec *history.Recorder

@@ -5,6 +5,7 @@ package window
 import (
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/tcpmodel"
 )
 
 // Chain keeps each namespace's latest sample as the start of its next
@@ -55,3 +56,33 @@ func (ch *Chain) Base(name string) *diag.Base { return ch.last[name] }
 
 // Len is how many namespaces have a kept start.
 func (ch *Chain) Len() int { return len(ch.last) }
+
+// Windows are the windows one collection ends (one snapshot per
+// namespace, taken at about the same time): each namespace's (the first
+// snapshot of each name counts) from its kept start, none for a namespace
+// without one (Input says when). Connections between the namespaces find
+// their other end in the others' current samples (diag.Input.Host).
+func (ch *Chain) Windows(snaps []*snapshot.Snapshot, opts diag.Options) []*diag.Input {
+	var ins []*diag.Input
+	seen := make(map[string]bool, len(snaps))
+	for _, cur := range snaps {
+		if seen[cur.Netns.Name] {
+			continue
+		}
+		seen[cur.Netns.Name] = true
+		if in := ch.Input(cur, opts); in != nil {
+			ins = append(ins, in)
+		}
+	}
+	if len(ins) > 1 {
+		curs := make([]*snapshot.Snapshot, len(ins))
+		for i, in := range ins {
+			curs[i] = in.Cur
+		}
+		host := tcpmodel.NewHostPeers(curs)
+		for _, in := range ins {
+			in.Host = host
+		}
+	}
+	return ins
+}
