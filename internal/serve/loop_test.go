@@ -3,17 +3,14 @@
 package serve
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/common/expfmt"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
@@ -23,50 +20,39 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/window"
 )
 
-// readPair reads the exporter's two-sample fixture (one namespace,
-// "golden").
-func readPair(t *testing.T) []*snapshot.Snapshot {
-	t.Helper()
-	f, err := os.Open("../exporter/testdata/pair.jsonl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	snaps, err := snapshot.ReadAll(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(snaps) != 2 {
-		t.Fatalf("pair.jsonl: want 2 snapshots, got %d", len(snaps))
-	}
-	return snaps
+// pair is two collections of one namespace, 15 s apart: the second
+// ends a window.
+func pair() []*snapshot.Snapshot {
+	t0 := time.Unix(1_700_000_000, 0)
+	ns := snapshot.Netns{Name: "a", Inode: 4026531840}
+	return []*snapshot.Snapshot{{Taken: t0, Netns: ns}, {Taken: t0.Add(15 * time.Second), Netns: ns}}
 }
 
 func newWindows() *checkup.Windows {
 	return checkup.NewWindows(window.NewChain(rules.All()), rules.All(), diag.Options{})
 }
 
-// scrape gathers reg in the text format.
-func scrape(t *testing.T, reg *prometheus.Registry) string {
+// value is the one sample of the family name reg gathers.
+func value(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatalf("gather: %v", err)
 	}
-	var buf bytes.Buffer
-	enc := expfmt.NewEncoder(&buf, expfmt.NewFormat(expfmt.TypeTextPlain))
 	for _, mf := range mfs {
-		if err := enc.Encode(mf); err != nil {
-			t.Fatal(err)
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			m := mf.GetMetric()[0]
+			return m.GetCounter().GetValue() + m.GetGauge().GetValue()
 		}
 	}
-	return buf.String()
+	t.Fatalf("no one sample of %s", name)
+	return 0
 }
 
 // TestLoop drives the loop with an injected clock: collections start an
 // interval apart, an overrun is followed at once, and it stops with ctx.
 func TestLoop(t *testing.T) {
-	snaps := readPair(t)
+	snaps := pair()
 	now := snaps[0].Taken
 	clock := func() time.Time { return now }
 	x := exporter.New(exporter.Options{Clock: clock})
@@ -110,12 +96,11 @@ func TestLoop(t *testing.T) {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(x)
-	got := scrape(t, reg)
-	if !strings.Contains(got, "tcpdoctor_collections_total 3\n") {
-		t.Errorf("collections: want 3:\n%s", got)
+	if n := value(t, reg, "tcpdoctor_collections_total"); n != 3 {
+		t.Errorf("collections: %v, want 3", n)
 	}
-	if !strings.Contains(got, "tcpdoctor_collection_duration_seconds 2\n") {
-		t.Errorf("last collection's duration not 2 s:\n%s", got)
+	if d := value(t, reg, "tcpdoctor_collection_duration_seconds"); d != 2 {
+		t.Errorf("last collection's duration %v s, want 2", d)
 	}
 }
 
@@ -142,7 +127,7 @@ func (s step) Take(c *Collection) error {
 // hands the same collection to every sink in their order; the first
 // collection of a namespace has no window and no report, the second has.
 func TestLoopOrder(t *testing.T) {
-	snaps := readPair(t)
+	snaps := pair()
 	var log []string
 	var windows [][]*diag.Input
 	turn := 0
@@ -181,7 +166,7 @@ func TestLoopOrder(t *testing.T) {
 // and the sinks after it still get every collection; when it works
 // again, that is said too.
 func TestLoopFailingSink(t *testing.T) {
-	snaps := readPair(t)
+	snaps := pair()
 	var log, said []string
 	broken := &step{"history", &log, errors.New("history: no space left on device"), nil}
 	l := &Loop{
