@@ -83,7 +83,7 @@ func (l *Loop) say(sink string, err error) {
 		msg = err.Error()
 	}
 	switch last := l.said[sink]; {
-	case msg == last:
+	case msg == last || l.Logf == nil:
 		return
 	case msg != "":
 		l.Logf("%s: %v (said once until it changes; serve goes on)", sink, err)

@@ -111,7 +111,7 @@ func Run(ctx context.Context, o Options) error {
 		defer lock.Close()
 	}
 	if nss, err := o.Namespaces(); len(nss) == 0 {
-		return &UsageError{err}
+		return &UsageError{fmt.Errorf("%v", err)}
 	}
 	x := exporter.New(exporter.Options{Top: o.Top, Clock: o.Now})
 	reg, err := exporter.NewRegistry(x)
