@@ -111,7 +111,10 @@ func Run(ctx context.Context, o Options) error {
 		defer lock.Close()
 	}
 	if nss, err := o.Namespaces(); len(nss) == 0 {
-		return &UsageError{fmt.Errorf("%v", err)}
+		if err == nil {
+			err = errors.New("no network namespace to collect")
+		}
+		return &UsageError{err}
 	}
 	x := exporter.New(exporter.Options{Top: o.Top, Clock: o.Now})
 	reg, err := exporter.NewRegistry(x)
