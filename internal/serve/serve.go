@@ -67,7 +67,7 @@ type Options struct {
 
 	// History keeps each window's findings and the evidence of incidents
 	// in History.Dir ("": no history); its SegmentSpan and EvidenceEvery
-	// default to history's. Tool, Now and Logf are set by Run.
+	// default to history's. Its Now and Logf are set by Run.
 	History history.Options
 	// HistoryBounds says the store's bounds as they were given, for the
 	// progress line.
@@ -154,17 +154,7 @@ func Run(ctx context.Context, o Options) error {
 		Interval: o.Interval, Now: o.Now, Sleep: o.Sleep, Logf: o.Logf}
 	var rec *history.Recorder
 	if hist {
-		// Never stops serve: a store it cannot write is said once and
-		// counted (tcpdoctor_history_errors_total).
-		hopts := o.History
-		hopts.Now, hopts.Logf = o.Now, o.Logf
-		if o.Trace.PerHour > 0 {
-			t := o.Trace
-			t.Rules = o.Rules
-			t.Run = (&tracer{nss: &src.byName, procRoot: o.ProcRoot, rate: o.TraceRate, now: o.Now, logf: o.Logf}).run
-			hopts.Trace = &t
-		}
-		rec = history.New(hopts)
+		rec = newRecorder(o, &src.byName)
 		loop.Sinks = append(loop.Sinks, historySink{rec})
 		if err := reg.Register(rec.Metrics()); err != nil {
 			rec.Close()
@@ -227,6 +217,22 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("serve: %w", err)
 	}
 	return nil
+}
+
+// newRecorder starts the history store, with the triggered traces of the
+// rules that declare themselves Traceable when o.Trace allows any. It
+// never stops serve: a store it cannot write is said once and counted
+// (tcpdoctor_history_errors_total).
+func newRecorder(o Options, nss *namespaceMap) *history.Recorder {
+	hopts := o.History
+	hopts.Now, hopts.Logf = o.Now, o.Logf
+	if o.Trace.PerHour > 0 {
+		t := o.Trace
+		t.Rules = o.Rules
+		t.Run = (&tracer{nss: nss, procRoot: o.ProcRoot, rate: o.TraceRate, now: o.Now, logf: o.Logf}).run
+		hopts.Trace = &t
+	}
+	return history.New(hopts)
 }
 
 // programStats reads the kernel's statistics of the eBPF programs ext
