@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/collect"
+	"github.com/tcpdoctor/tcpdoctor/internal/bpfload"
 	"github.com/tcpdoctor/tcpdoctor/internal/exporter"
 	"github.com/tcpdoctor/tcpdoctor/internal/history"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
@@ -48,8 +48,8 @@ func options(dir string, s *said) Options {
 	return Options{
 		Interval:   100 * time.Millisecond,
 		Namespaces: func() ([]netns.NS, error) { return []netns.NS{{Name: "host", Path: "/proc/self/ns/net"}}, nil },
-		OpenExtras: func() (*collect.Extras, error) {
-			return collect.OpenExtras(collect.ExtrasConfig{Mode: collect.ModeOff})
+		OpenExtras: func() (*bpfload.Extras, error) {
+			return bpfload.Open(bpfload.Config{Mode: bpfload.ModeOff})
 		},
 		Rules:     rules.All(),
 		Top:       exporter.DefaultTop,
