@@ -13,19 +13,20 @@ type metrics []prometheus.Collector
 // kept and the bytes written.
 func (r *Recorder) Metrics() prometheus.Collector {
 	return metrics{
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tcpdoctor_history_errors_total",
-			Help: "Writes to the --history directory that failed (full disk, unwritable directory); metrics go on."},
-			func() float64 { return float64(r.Errors()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tcpdoctor_history_dropped_total",
-			Help: "Collections not kept in --history because the writer was still busy with an earlier one."},
-			func() float64 { return float64(r.Dropped()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tcpdoctor_history_traces_total",
-			Help: "Traces serve --history recorded of a warning's connections and kept (docs/history.md, \"Triggered traces\")."},
-			func() float64 { return float64(r.Traces()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tcpdoctor_history_written_bytes_total",
-			Help: "Bytes written to the --history directory (compressed)."},
-			func() float64 { return float64(r.Written()) }),
+		counter("tcpdoctor_history_errors_total",
+			"Writes to the --history directory that failed (full disk, unwritable directory); metrics go on.", r.Errors),
+		counter("tcpdoctor_history_dropped_total",
+			"Collections not kept in --history because the writer was still busy with an earlier one.", r.Dropped),
+		counter("tcpdoctor_history_traces_total",
+			"Traces serve --history recorded of a warning's connections and kept (docs/history.md, \"Triggered traces\").", r.Traces),
+		counter("tcpdoctor_history_written_bytes_total",
+			"Bytes written to the --history directory (compressed).", r.Written),
 	}
+}
+
+// counter is a counter read from v at each scrape.
+func counter(name, help string, v func() int64) prometheus.Collector {
+	return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(v()) })
 }
 
 // Describe sends the four metrics' descriptions.
