@@ -7,7 +7,6 @@ import (
 
 	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
-	"github.com/tcpdoctor/tcpdoctor/internal/report"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/window"
 )
@@ -30,10 +29,9 @@ func NewTested(rs []diag.Rule, o Options) *Tested {
 }
 
 // Update diagnoses one collection and publishes it, as serve's loop does.
-func (t *Tested) Update(snaps []*snapshot.Snapshot, collectTook time.Duration) *report.Report {
+func (t *Tested) Update(snaps []*snapshot.Snapshot, collectTook time.Duration) {
 	started := t.opts.Clock()
 	ins, rep := t.w.Next(snaps)
 	t.Publish(snaps, ins, rep, collectTook, started)
 	t.w.Keep(snaps)
-	return rep
 }
