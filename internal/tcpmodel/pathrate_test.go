@@ -89,6 +89,27 @@ func TestPathSpanOf(t *testing.T) {
 	if _, ok := PathSpanOf(a, small, window); ok {
 		t.Error("a window-bound sender taken as the path")
 	}
+	// A sender the application paced (SO_MAX_PACING_RATE) at 2.6 MB/s
+	// moving 2.5: the cap, not the path, held it (issue 38: a sender
+	// paced at 50 Mbit/s over a lossy 100 Mbit/s link was taken for a
+	// 47 Mbit/s path). A cap four times the rate held nothing.
+	paced := reading(2980, 0, 0, 4_950_000, 1<<20)
+	paced.MaxPace = 2_600_000
+	if s, ok := PathSpanOf(a, paced, window); ok {
+		t.Errorf("a sender held by its application's pacing cap taken as the path (%+v)", s)
+	}
+	paced.MaxPace = 10_000_000
+	if _, ok := PathSpanOf(a, paced, window); !ok {
+		t.Error("a pacing cap four times the rate disqualified the span")
+	}
+	ti := &snapshot.TCPInfo{Len: snapshot.SizeKnown, MaxPacingRate: ^uint64(0)}
+	if c := AppPaceCap(ti); c != 0 {
+		t.Errorf("the kernel's ~0 (no cap) read as a cap of %d", c)
+	}
+	ti.MaxPacingRate = 6_250_000
+	if c := AppPaceCap(ti); c != 6_250_000 {
+		t.Errorf("SO_MAX_PACING_RATE 50 Mbit/s read as %d", c)
+	}
 	full := reading(2980, 0, 0, 4_950_000, 1000)
 	full.Unacked, full.Queued = 5, 3<<20
 	if !full.SndbufFull() {

@@ -120,6 +120,9 @@ type Point struct {
 	SkRcv   uint32         `json:"sk_rcvbuf"`
 	Queued  uint32         `json:"wmem_queued"`
 	Rmem    uint32         `json:"rmem_alloc"`
+	// MaxPace is the pacing cap the application set (SO_MAX_PACING_RATE),
+	// bytes/s; absent when none.
+	MaxPace uint64 `json:"max_pace,omitempty"`
 }
 
 // Inflight is what is in flight, in bytes.
@@ -128,7 +131,7 @@ func (p *Point) Inflight() uint64 { return uint64(p.Unacked) * uint64(p.MSS) }
 // reading is what tcpmodel's path estimate reads of the sample.
 func (p *Point) reading() tcpmodel.Reading {
 	return tcpmodel.Reading{Chrono: p.Chrono, Acked: p.Acked, Busy: p.Busy, Rwnd: p.Rwnd, Sndbuf: p.Sndbuf,
-		Unacked: p.Unacked, Cwnd: p.Cwnd, MSS: p.MSS, SndWnd: p.SndWnd, Notsent: p.Notsent, SkSndbuf: p.SkSnd, Queued: p.Queued}
+		Unacked: p.Unacked, Cwnd: p.Cwnd, MSS: p.MSS, SndWnd: p.SndWnd, Notsent: p.Notsent, SkSndbuf: p.SkSnd, Queued: p.Queued, MaxPace: p.MaxPace}
 }
 
 // pointOf reads the fields of a Point from a socket.
@@ -142,6 +145,7 @@ func pointOf(t time.Duration, id int, sk *snapshot.Socket) Point {
 		p.Retrans, p.CA = ti.TotalRetrans, ti.CAState
 		p.Unacked, p.MSS, p.Cwnd, p.RTT = ti.Unacked, ti.SndMSS, ti.SndCwnd, ti.RTT
 		p.SndWnd, p.RcvWnd, p.Notsent, p.Rate = ti.SndWnd, ti.RcvWnd, ti.NotsentBytes, ti.DeliveryRate
+		p.MaxPace = tcpmodel.AppPaceCap(ti)
 	}
 	if m := sk.Mem; m != nil {
 		p.SkSnd, p.SkRcv, p.Queued, p.Rmem = m.Sndbuf, m.Rcvbuf, m.WmemQueued, m.RmemAlloc
