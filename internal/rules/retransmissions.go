@@ -90,6 +90,29 @@ func (pr *peerRetrans) verdict(in *diag.Input, rates tcpmodel.PathRates, idx tcp
 	return p.Judge(rate), p.Rate > 0
 }
 
+// losslessPathRates is the path's rate to each peer (tcpmodel.PathRatesOf)
+// measured only from connections that retransmitted nothing in the
+// window. A sender that lost segments is held by a cwnd its loss shrank:
+// its rate is the loss's consequence, and taken for the path it would make
+// any loss seem free (TestRetransmissionsOwnRateNotPath).
+func losslessPathRates(in *diag.Input) tcpmodel.PathRates {
+	if in.Prev == nil {
+		return tcpmodel.PathRates{}
+	}
+	return tcpmodel.PathRatesOf(in.Cur, in.Window(), func(sk *snapshot.Socket) *snapshot.Socket {
+		p := prevAs(in, sk)
+		if p == nil {
+			return nil
+		}
+		var tb, pb snapshot.TCPInfo
+		ti, pi := sk.TCP(&tb), p.TCP(&pb)
+		if ti == nil || pi == nil || ti.TotalRetrans != pi.TotalRetrans || ti.BytesRetrans != pi.BytesRetrans {
+			return nil
+		}
+		return p
+	})
+}
+
 func checkRetransmissions(in *diag.Input) ([]diag.Finding, error) {
 	cur := in.Cur
 	var fs []diag.Finding
@@ -194,7 +217,7 @@ func checkRetransmissions(in *diag.Input) ([]diag.Finding, error) {
 		}
 		return bad[i].addr.Less(bad[j].addr)
 	})
-	rates := peerRates(in)
+	rates := losslessPathRates(in)
 	idx := in.CurTuples()
 	var pf []diag.Finding
 	costly := false
