@@ -333,7 +333,7 @@ func TestRetransmissionsOwnRateNotPath(t *testing.T) {
 	diag.Run([]diag.Rule{retransmissions()}, in, &res)
 	var got *diag.Finding
 	for i := range res.Findings {
-		if res.Findings[i].Subject.Remote == "203.0.113.9" {
+		if res.Findings[i].Subject.Remote.String() == "203.0.113.9" {
 			got = &res.Findings[i]
 		}
 	}
