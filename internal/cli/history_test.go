@@ -16,6 +16,7 @@ import (
 
 	"github.com/tcpdoctor/tcpdoctor/internal/exporter"
 	"github.com/tcpdoctor/tcpdoctor/internal/history"
+	"github.com/tcpdoctor/tcpdoctor/internal/jsonl"
 	"github.com/tcpdoctor/tcpdoctor/internal/rules"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/trace"
@@ -307,7 +308,7 @@ func storeWithLongIncident(t *testing.T) (dir, rec string, ends []time.Time) {
 	}
 	gz := gzip.NewWriter(f)
 	enc := json.NewEncoder(gz)
-	_ = enc.Encode(history.Header{Format: history.FormatName, Version: history.FormatVersion})
+	_ = enc.Encode(jsonl.Header{Format: history.FormatName, Version: history.FormatVersion})
 	for i := range out {
 		_ = enc.Encode(&out[i])
 	}
