@@ -19,7 +19,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/report"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
@@ -195,7 +194,7 @@ func (x *Exporter) Update(snaps []*snapshot.Snapshot, collectTook time.Duration)
 	}
 	if len(ins) > 0 {
 		// The rules run exactly as `check` runs them.
-		rep = checkup.Diagnose(slices.Values(ins), x.opts.Rules)
+		rep = report.Diagnose(slices.Values(ins), x.opts.Rules)
 		for i := range rep.Findings {
 			b.add(d.finding, prometheus.GaugeValue, 1, findingLabels(&rep.Findings[i])...)
 		}

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/exporter"
 	"github.com/tcpdoctor/tcpdoctor/internal/report"
@@ -131,7 +130,7 @@ func TestEvidenceReplaysServesFindings(t *testing.T) {
 				t.Fatalf("no evidence covers %s: %v", last, ev)
 			}
 			ss := seriesOf(readFile(t, st.Path(cover.Name)))
-			replayed := checkup.Diagnose(window.Inputs(ss, diag.Options{}), rules.All())
+			replayed := report.Diagnose(window.Inputs(ss, diag.Options{}), rules.All())
 			if got, want := findingsJSON(t, replayed.Findings), findingsJSON(t, served.Findings); got != want {
 				t.Errorf("replayed findings differ from served:\n%s\nserved:\n%s", got, want)
 			}
