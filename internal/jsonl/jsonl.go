@@ -39,10 +39,13 @@ const MaxHeader = 1 << 16
 func (r *Reader) ReadHeader(format string, max int, notFormat error) (Header, error) {
 	var h Header
 	l, err := r.Next()
-	if errors.Is(err, io.EOF) {
+	var torn *TornError
+	switch {
+	case errors.Is(err, io.EOF):
 		return h, fmt.Errorf("empty file: %w", notFormat)
-	}
-	if err != nil {
+	case errors.As(err, &torn): // no line before it: not torn, damaged
+		return h, &ReadError{Line: 1, Err: torn.Err}
+	case err != nil:
 		return h, err
 	}
 	b, err := io.ReadAll(io.LimitReader(l, MaxHeader))
@@ -366,22 +369,18 @@ func (w *Writer) WriteByte(c byte) error { return w.bw.WriteByte(c) }
 // Flush puts out the lines written so far; a gzip stream is flushed too,
 // so a reader of the output reads them at once.
 func (w *Writer) Flush() error {
-	if err := w.bw.Flush(); err != nil {
-		return err
+	err := w.bw.Flush()
+	if err == nil && w.gz != nil {
+		err = w.gz.Flush()
 	}
-	if w.gz != nil {
-		return w.gz.Flush()
-	}
-	return nil
+	return err
 }
 
 // Close flushes, and ends a gzip stream with its trailer.
 func (w *Writer) Close() error {
-	if err := w.bw.Flush(); err != nil {
-		return err
+	err := w.bw.Flush()
+	if err == nil && w.gz != nil {
+		err = w.gz.Close()
 	}
-	if w.gz != nil {
-		return w.gz.Close()
-	}
-	return nil
+	return err
 }

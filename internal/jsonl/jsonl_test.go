@@ -92,6 +92,7 @@ func TestReader(t *testing.T) {
 		"foreign": {[]byte(`{"format":"y","version":1}` + "\n"), o, `line 1: no "x" header: not an x file`},
 		"future":  {[]byte(`{"format":"x","version":3}` + "\n"), o, "format version 3 not supported (this build reads 1..2)"},
 		"empty":   {nil, o, "empty file: not an x file"},
+		"cut":     {gz("", true), o, "line 1: unexpected EOF"},
 		"plain":   {[]byte(body), Options{MaxLine: 100, Gzip: true}, "gzip: "},
 	} {
 		_, _, err := readAll(c.in, c.o)
@@ -125,8 +126,8 @@ func TestHeld(t *testing.T) {
 }
 
 // FuzzReader: any input is read or refused with an error, never a
-// panic; a torn line is the last one, after the header, and follows
-// every line read.
+// panic; a torn line is the last one, after the header (a header cut
+// short is no header, not a torn file).
 func FuzzReader(f *testing.F) {
 	body := head + `{"a":1}` + "\n" + `{"a":2}` + "\n"
 	f.Add([]byte(body), false)
@@ -138,6 +139,8 @@ func FuzzReader(f *testing.F) {
 	f.Add(whole[:len(whole)-8], false)
 	f.Add([]byte(head+`{"a":`+strings.Repeat("9", 80)+"}\n"), false)
 	f.Add([]byte("\x1f\x8b"), false)
+	f.Add([]byte(`{"format":"x"`), false)
+	f.Add(gz("", true), false)
 	f.Fuzz(func(t *testing.T, in []byte, growing bool) {
 		o := Options{MaxLine: 64, MaxHeld: 32, HeldName: "a value", GzipRatio: 50, GzipFloor: 1 << 10, Growing: growing}
 		r, err := NewReader(bytes.NewReader(in), o)
@@ -145,6 +148,9 @@ func FuzzReader(f *testing.F) {
 			return
 		}
 		if _, err := r.ReadHeader("x", 2, errNotX); err != nil {
+			if errors.As(err, new(*TornError)) {
+				t.Fatalf("a header cut short is torn: %v", err)
+			}
 			return
 		}
 		for range 1000 {

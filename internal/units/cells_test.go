@@ -10,29 +10,6 @@ import (
 	"testing"
 )
 
-// TestCells: a table's cells print as Rate and Bytes do.
-func TestCells(t *testing.T) {
-	for _, c := range []struct{ got, want string }{
-		{string(AppendMillis(nil, 20400)), "20.4ms"},
-		{string(AppendMillis(nil, 40)), "0.0ms"},
-		{string(AppendRate(nil, 20e6)), "160 Mbit/s"},
-		{string(AppendRate(nil, 20.1e6)), "160.8 Mbit/s"},
-		{string(AppendRate(nil, 125e6)), "1 Gbit/s"},
-		{string(AppendRate(nil, 1000)), "8 kbit/s"},
-		{string(AppendRate(nil, 0)), "0 bit/s"},
-		{string(AppendBytes(nil, 4<<20)), "4M"},
-		{string(AppendBytes(nil, 416<<10)), "416K"},
-		{string(AppendBytes(nil, 3939840)), "3.8M"},
-		{string(AppendBytes(nil, 2500000)), "2.4M"},
-		{string(AppendBytes(nil, 1000000)), "976.6K"},
-		{string(AppendBytes(nil, 512)), "512B"},
-	} {
-		if c.got != c.want {
-			t.Errorf("got %q, want %q", c.got, c.want)
-		}
-	}
-}
-
 // The style in strconv's float formatting, as Rate and Bytes printed it
 // with fmt: one decimal, a trailing ".0" dropped. The integer formatting
 // must give the very same bytes.
