@@ -252,7 +252,7 @@ func Read(r io.Reader) (*Trace, error) {
 		case errors.As(err, &torn) && tr.Header.Trace != 0:
 			return sorted(tr), err
 		case torn != nil: // no header before it: not a recording
-			return nil, fmt.Errorf("%w %d: %v", ErrFormat, n, torn.Err)
+			return nil, fmt.Errorf("%w %d: %w", ErrFormat, n, torn.Err)
 		case errors.As(err, &long):
 			return nil, fmt.Errorf("%w %d: longer than the limit of %d bytes", ErrFormat, n, maxLine)
 		case errors.As(err, &rerr):
