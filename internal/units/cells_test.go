@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unicode"
 )
 
 // The style in strconv's float formatting, as Rate and Bytes printed it
@@ -25,13 +26,13 @@ func strconvRate(bytesPerSec uint64) string {
 	bits := float64(bytesPerSec) * 8
 	switch {
 	case bits >= 1e9:
-		return strconvTrim(bits/1e9) + " Gbit/s"
+		return strconvTrim(bits/1e9) + "Gbit/s"
 	case bits >= 1e6:
-		return strconvTrim(bits/1e6) + " Mbit/s"
+		return strconvTrim(bits/1e6) + "Mbit/s"
 	case bits >= 1e3:
-		return strconvTrim(bits/1e3) + " kbit/s"
+		return strconvTrim(bits/1e3) + "kbit/s"
 	}
-	return strconv.FormatFloat(bits, 'f', 0, 64) + " bit/s"
+	return strconv.FormatFloat(bits, 'f', 0, 64) + "bit/s"
 }
 
 func strconvBytes(v uint64) string {
@@ -47,7 +48,8 @@ func strconvBytes(v uint64) string {
 	return strconv.FormatFloat(n, 'f', 0, 64) + "B"
 }
 
-// checkCell fails t when a cell of v differs from strconv's.
+// checkCell fails t when a cell of v differs from strconv's, or Rate
+// from the rate's cell with a space before its unit.
 func checkCell(t *testing.T, v uint64) {
 	t.Helper()
 	if v <= math.MaxUint32 {
@@ -60,6 +62,11 @@ func checkCell(t *testing.T, v uint64) {
 	}
 	if got, want := string(AppendRate(nil, float64(v))), strconvRate(v); got != want {
 		t.Fatalf("AppendRate(%d) = %q, strconv %q", v, got, want)
+	}
+	cell := strconvRate(v)
+	i := strings.IndexFunc(cell, unicode.IsLetter)
+	if got, want := Rate(float64(v)), cell[:i]+" "+cell[i:]; got != want {
+		t.Fatalf("Rate(%d) = %q, want %q", v, got, want)
 	}
 }
 

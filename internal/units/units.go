@@ -32,21 +32,27 @@ func AppendBytes(b []byte, n float64) []byte {
 
 // Rate prints bytes per second as bits per second: 93.2 Mbit/s. Every
 // rate on screen is printed in this style.
-func Rate(bytesPerSec float64) string { return string(AppendRate(nil, bytesPerSec)) }
+func Rate(bytesPerSec float64) string { return string(appendRate(nil, bytesPerSec, " ")) }
 
-// AppendRate appends what Rate prints, allocating nothing more (a table
-// cell).
-func AppendRate(b []byte, bytesPerSec float64) []byte {
+// AppendRate appends what Rate prints without its space, so that a
+// table's cell stays one field (columns are split at spaces): 93.2Mbit/s.
+// It allocates nothing more.
+func AppendRate(b []byte, bytesPerSec float64) []byte { return appendRate(b, bytesPerSec, "") }
+
+func appendRate(b []byte, bytesPerSec float64, sep string) []byte {
 	bits := bytesPerSec * 8
+	unit := "bit/s"
 	switch {
 	case bits >= 1e9:
-		return append(appendTrim(b, bits, 1e9), " Gbit/s"...)
+		b, unit = appendTrim(b, bits, 1e9), "Gbit/s"
 	case bits >= 1e6:
-		return append(appendTrim(b, bits, 1e6), " Mbit/s"...)
+		b, unit = appendTrim(b, bits, 1e6), "Mbit/s"
 	case bits >= 1e3:
-		return append(appendTrim(b, bits, 1e3), " kbit/s"...)
+		b, unit = appendTrim(b, bits, 1e3), "kbit/s"
+	default:
+		b = appendDiv(b, bits, 1, 0)
 	}
-	return append(appendDiv(b, bits, 1, 0), " bit/s"...)
+	return append(append(b, sep...), unit...)
 }
 
 // AppendMillis appends microseconds as milliseconds with one decimal, a
