@@ -29,8 +29,8 @@ type Header struct {
 	Build *version.Info `json:"build,omitempty"`
 }
 
-// MaxHeader bounds a header line.
-const MaxHeader = 1 << 16
+// maxHeader bounds a header line.
+const maxHeader = 1 << 16
 
 // ReadHeader reads the first line as the header of format, of a version
 // from 1 to max. A file that does not start with such a header is an
@@ -48,7 +48,7 @@ func (r *Reader) ReadHeader(format string, max int, notFormat error) (Header, er
 	case err != nil:
 		return h, err
 	}
-	b, err := io.ReadAll(io.LimitReader(l, MaxHeader))
+	b, err := io.ReadAll(io.LimitReader(l, maxHeader))
 	if err != nil {
 		return h, fmt.Errorf("line 1: %w", err)
 	}
