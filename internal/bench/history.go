@@ -14,7 +14,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/history"
@@ -62,7 +61,7 @@ type HistoryResult struct {
 
 // History measures serve --history's own cost on a namespace of o.Conns
 // real connections: each case collects o.Windows windows back to back as
-// serve's loop does (collection, then checkup.Windows), and times only what
+// serve's loop does (collection, then report.Windows), and times only what
 // the Recorder adds (its Add and the writer it waits for). "quiet" has no
 // finding; "warning" adds a listener whose accept queue stays full (a
 // listen-overflow warning persisting every window) with evidence kept
@@ -103,7 +102,7 @@ func historyCase(ctx context.Context, c *collect.Collector, ns netns.NS, name st
 		// o.Windows times. The per-day figures apply the default pace.
 		opts.EvidenceEvery, opts.MaxBytes = time.Nanosecond, 1<<50
 	}
-	w := checkup.NewWindows(window.NewChain(rules.All()), rules.All(), diag.Options{})
+	w := report.NewWindows(window.NewChain(rules.All()), rules.All(), diag.Options{})
 	r := history.New(opts)
 	hc := &HistoryCase{Name: name}
 	if o.Progress != nil {

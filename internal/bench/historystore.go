@@ -13,6 +13,7 @@ import (
 
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/history"
+	"github.com/tcpdoctor/tcpdoctor/internal/jsonl"
 )
 
 // HistoryStore writes a history store of about size bytes of timeline
@@ -68,7 +69,7 @@ func HistoryStore(dir string, size int64, namespaces int, end time.Time) (window
 			gz, _ = gzip.NewWriterLevel(segOut, gzip.BestSpeed)
 			enc = json.NewEncoder(gz)
 			segAt = to
-			if err := enc.Encode(history.Header{Format: history.FormatName, Version: history.FormatVersion, Tool: "tcpdoctor bench"}); err != nil {
+			if err := enc.Encode(jsonl.Header{Format: history.FormatName, Version: history.FormatVersion, Tool: "tcpdoctor bench"}); err != nil {
 				return windows, written, err
 			}
 		}

@@ -12,7 +12,6 @@ import (
 
 	"github.com/tcpdoctor/tcpdoctor/internal/bdp"
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
-	"github.com/tcpdoctor/tcpdoctor/internal/output"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/textsafe"
 	"github.com/tcpdoctor/tcpdoctor/internal/units"
@@ -69,11 +68,11 @@ func runBDP(e *Env, o *bdpOpts) error {
 	}
 	w := e.Stdout
 	fmt.Fprintf(w, "path: %s at %s\n", o.rtt, units.Rate(rate/8))
-	fmt.Fprintf(w, "BDP: %.0f bytes (%s): the data that must be in flight to fill the path\n", plan.BDP, output.Size(uint32(min(plan.BDP, 1<<31))))
+	fmt.Fprintf(w, "BDP: %.0f bytes (%s): the data that must be in flight to fill the path\n", plan.BDP, units.Bytes(plan.BDP))
 	fmt.Fprintf(w, "sender needs a send buffer of %s (setsockopt SO_SNDBUF %s, which the kernel doubles; or leave it autotuned)\n",
-		output.Size(uint32(plan.SndBuf)), output.Size(uint32(plan.AskSndBuf)))
+		units.Bytes(float64(plan.SndBuf)), units.Bytes(float64(plan.AskSndBuf)))
 	fmt.Fprintf(w, "receiver needs a receive buffer of %s (setsockopt SO_RCVBUF %s; about half of it becomes window)\n",
-		output.Size(uint32(plan.RcvBuf)), output.Size(uint32(plan.AskRcvBuf)))
+		units.Bytes(float64(plan.RcvBuf)), units.Bytes(float64(plan.AskRcvBuf)))
 	if s == nil {
 		return nil
 	}

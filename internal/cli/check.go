@@ -9,7 +9,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/bdp"
-	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/report"
@@ -137,7 +136,7 @@ func runCheck(cmd *cobra.Command, e *Env, o *checkOpts) error {
 			e.progress("note: %s holds no namespace and owns no socket: nothing to check", o.wl.What())
 		}
 	}
-	rep := checkup.Diagnose(window.Inputs(ss, opts), rs)
+	rep := report.Diagnose(window.Inputs(ss, opts), rs)
 	e.Phases.Mark("rules")
 	if o.wl.Set() {
 		rep.Findings = slices.DeleteFunc(rep.Findings, func(f diag.Finding) bool {

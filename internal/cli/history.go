@@ -16,10 +16,10 @@ import (
 
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/history"
+	"github.com/tcpdoctor/tcpdoctor/internal/jsonl"
 	"github.com/tcpdoctor/tcpdoctor/internal/outfile"
 	"github.com/tcpdoctor/tcpdoctor/internal/report"
 	"github.com/tcpdoctor/tcpdoctor/internal/rules"
-	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/textsafe"
 	"github.com/tcpdoctor/tcpdoctor/internal/trace"
 )
@@ -286,7 +286,7 @@ func writeTracePage(src, dst string) error {
 // splits its transfers, as trace --from does.
 func analyzeTraceFile(src string) (*trace.Trace, []trace.Transfer, error) {
 	tr, err := readTraceFile(src)
-	var torn *snapshot.TornError
+	var torn *jsonl.TornError
 	if err != nil && !errors.As(err, &torn) {
 		return nil, nil, err
 	}

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/history"
+	"github.com/tcpdoctor/tcpdoctor/internal/report"
 	"github.com/tcpdoctor/tcpdoctor/internal/rules"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/testkit/testbrowser"
@@ -46,7 +46,7 @@ func TestTriggeredTracePageFits(t *testing.T) {
 		return tr, nil
 	}
 	dir := filepath.Join(t.TempDir(), "history")
-	x := checkup.NewWindows(window.NewChain(rules.All()), rules.All(), diag.Options{})
+	x := report.NewWindows(window.NewChain(rules.All()), rules.All(), diag.Options{})
 	r := history.New(history.Options{Dir: dir, Tool: "tcpdoctor test",
 		Trace: &history.TraceOptions{Duration: time.Second, PerHour: 6, Cooldown: time.Hour, Rules: rules.All(), Run: run1}})
 	for _, s := range snaps {

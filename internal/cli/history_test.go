@@ -14,9 +14,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/history"
+	"github.com/tcpdoctor/tcpdoctor/internal/jsonl"
+	"github.com/tcpdoctor/tcpdoctor/internal/report"
 	"github.com/tcpdoctor/tcpdoctor/internal/rules"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/trace"
@@ -49,7 +50,7 @@ func storeFrom(t *testing.T, fixture string) (dir, recorded string, snaps []*sna
 	if err != nil {
 		t.Fatal(err)
 	}
-	x := checkup.NewWindows(window.NewChain(rules.All()), rules.All(), diag.Options{})
+	x := report.NewWindows(window.NewChain(rules.All()), rules.All(), diag.Options{})
 	r := history.New(history.Options{Dir: dir, Tool: "tcpdoctor test"})
 	for _, s := range snaps {
 		col := []*snapshot.Snapshot{s}
@@ -208,7 +209,7 @@ func TestHistoryTriggeredTrace(t *testing.T) {
 		return readTraceFile(recorded)
 	}
 	dir := filepath.Join(t.TempDir(), "history")
-	x := checkup.NewWindows(window.NewChain(rules.All()), rules.All(), diag.Options{})
+	x := report.NewWindows(window.NewChain(rules.All()), rules.All(), diag.Options{})
 	r := history.New(history.Options{Dir: dir, Tool: "tcpdoctor test",
 		Trace: &history.TraceOptions{Duration: time.Second, PerHour: 6, Cooldown: time.Hour, Rules: rules.All(), Run: run1}})
 	for _, s := range snaps {
@@ -311,7 +312,7 @@ func storeWithLongIncident(t *testing.T) (dir, rec string, ends []time.Time) {
 	}
 	gz := gzip.NewWriter(f)
 	enc := json.NewEncoder(gz)
-	_ = enc.Encode(history.Header{Format: history.FormatName, Version: history.FormatVersion})
+	_ = enc.Encode(jsonl.Header{Format: history.FormatName, Version: history.FormatVersion})
 	for i := range out {
 		_ = enc.Encode(&out[i])
 	}

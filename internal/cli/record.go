@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
+	"github.com/tcpdoctor/tcpdoctor/internal/jsonl"
 	"github.com/tcpdoctor/tcpdoctor/internal/outfile"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/window"
@@ -76,7 +77,7 @@ func runRecord(cmd *cobra.Command, e *Env, o *recordOpts) error {
 		defer f.Close()
 		w = f
 	}
-	sw, err := snapshot.NewWriterHeader(w, snapshot.Header{Tool: "tcpdoctor " + e.build().Version, Build: e.knownBuild()})
+	sw, err := snapshot.NewWriterHeader(w, jsonl.Header{Tool: "tcpdoctor " + e.build().Version, Build: e.knownBuild()})
 	if err != nil {
 		return collectErr(err)
 	}

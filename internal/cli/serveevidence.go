@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/history"
 	"github.com/tcpdoctor/tcpdoctor/internal/report"
@@ -376,7 +375,7 @@ func (p *evidencePages) diagnose(path string) (*report.Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	rep := checkup.Diagnose(window.Inputs(ss, p.diag), rules.All())
+	rep := report.Diagnose(window.Inputs(ss, p.diag), rules.All())
 	rep.Build = p.e.knownBuild()
 	return rep, nil
 }

@@ -17,9 +17,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/history"
+	"github.com/tcpdoctor/tcpdoctor/internal/report"
 	"github.com/tcpdoctor/tcpdoctor/internal/rules"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/window"
@@ -134,7 +134,7 @@ func TestEvidencePagesEscape(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(t.TempDir(), "history")
-	x := checkup.NewWindows(window.NewChain(rules.All()), rules.All(), diag.Options{})
+	x := report.NewWindows(window.NewChain(rules.All()), rules.All(), diag.Options{})
 	r := history.New(history.Options{Dir: dir, Tool: "tcpdoctor test"})
 	for _, s := range snaps {
 		s.Netns.Name = evil

@@ -17,6 +17,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/capability"
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
+	"github.com/tcpdoctor/tcpdoctor/internal/jsonl"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/textsafe"
@@ -220,7 +221,7 @@ func readSeries(e *Env, path string) (ss []series, torn bool, err error) {
 	}
 	defer f.Close()
 	ss, err = window.ReadSeries(f)
-	var te *snapshot.TornError
+	var te *jsonl.TornError
 	if n := window.Samples(ss); errors.As(err, &te) && n > 0 {
 		plural := "s"
 		if n == 1 {

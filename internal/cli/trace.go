@@ -3,11 +3,8 @@
 package cli
 
 import (
-	"bufio"
-	"compress/gzip"
 	"errors"
 	"fmt"
-	"io"
 	"net/netip"
 	"os"
 	"slices"
@@ -18,8 +15,8 @@ import (
 
 	"github.com/tcpdoctor/tcpdoctor/internal/bdp"
 	"github.com/tcpdoctor/tcpdoctor/internal/bpfload"
+	"github.com/tcpdoctor/tcpdoctor/internal/jsonl"
 	"github.com/tcpdoctor/tcpdoctor/internal/outfile"
-	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/sockdiag"
 	"github.com/tcpdoctor/tcpdoctor/internal/textsafe"
 	"github.com/tcpdoctor/tcpdoctor/internal/trace"
@@ -138,7 +135,7 @@ func runTrace(cmd *cobra.Command, e *Env, o *traceOpts) error {
 	if o.from != "" {
 		var err error
 		tr, err = readTraceInput(e, o.from)
-		var torn *snapshot.TornError
+		var torn *jsonl.TornError
 		if errors.As(err, &torn) {
 			e.progress("note: %s: line %d is incomplete (a recorder stopped mid-write): used the lines before it", o.from, torn.Line)
 			err = nil
@@ -292,14 +289,14 @@ func traceLive(cmd *cobra.Command, e *Env, o *traceOpts, sink *sinkFile) (*trace
 
 // readTraceFile reads a recording, gzip-compressed (as serve --history
 // keeps triggered traces) or not. A torn last line gives the trace before
-// it and a *snapshot.TornError.
+// it and a *jsonl.TornError.
 func readTraceFile(path string) (*trace.Trace, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	return decodeTrace(f)
+	return trace.Read(f)
 }
 
 // readTraceInput is readTraceFile for --from: "-" reads standard input.
@@ -309,22 +306,7 @@ func readTraceInput(e *Env, path string) (*trace.Trace, error) {
 		return nil, err
 	}
 	defer f.Close()
-	return decodeTrace(f)
-}
-
-// decodeTrace reads a recording from f, gunzipping it when it is gzip.
-func decodeTrace(f io.Reader) (*trace.Trace, error) {
-	br := bufio.NewReader(f)
-	var r io.Reader = br
-	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
-		gz, err := gzip.NewReader(br)
-		if err != nil {
-			return nil, fmt.Errorf("trace: gzip: %w", err)
-		}
-		defer gz.Close()
-		r = gz
-	}
-	return trace.Read(r)
+	return trace.Read(f)
 }
 
 // parsePrefix reads an address (a host prefix) or a prefix.

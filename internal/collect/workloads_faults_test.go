@@ -12,7 +12,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/containers"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/report"
@@ -178,7 +177,7 @@ func TestWorkloadFaults(t *testing.T) {
 				nameProcs(s, r)
 			}
 			rs := rules.All()
-			rep := checkup.Diagnose(slices.Values([]*diag.Input{diag.NewInput(snaps[0], snaps[len(snaps)-1], diag.Options{})}), rs)
+			rep := report.Diagnose(slices.Values([]*diag.Input{diag.NewInput(snaps[0], snaps[len(snaps)-1], diag.Options{})}), rs)
 			var f *diag.Finding
 			for i := range rep.Findings {
 				if rep.Findings[i].Rule == "listen-overflow" {

@@ -5,8 +5,8 @@ package exporter
 import (
 	"time"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
+	"github.com/tcpdoctor/tcpdoctor/internal/report"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/window"
 )
@@ -18,14 +18,14 @@ var TestWebConfig = webConfig
 // (internal/serve): each collection's windows and their diagnosis.
 type Tested struct {
 	*Exporter
-	w       *checkup.Windows
+	w       *report.Windows
 	windows *window.Chain
 }
 
 // NewTested returns an Exporter behind Windows running rs.
 func NewTested(rs []diag.Rule, o Options) *Tested {
 	ch := window.NewChain(rs)
-	return &Tested{Exporter: New(o), w: checkup.NewWindows(ch, rs, diag.Options{}), windows: ch}
+	return &Tested{Exporter: New(o), w: report.NewWindows(ch, rs, diag.Options{}), windows: ch}
 }
 
 // Update diagnoses one collection and publishes it, as serve's loop does.

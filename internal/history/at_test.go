@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
+	"github.com/tcpdoctor/tcpdoctor/internal/jsonl"
 )
 
 // portFinding is a finding about endpoints owned by pid (0: no owner).
@@ -64,7 +65,7 @@ func writeStore(t *testing.T, dir string, es []Entry) {
 	}
 	gz := gzip.NewWriter(f)
 	enc := json.NewEncoder(gz)
-	_ = enc.Encode(Header{Format: FormatName, Version: FormatVersion})
+	_ = enc.Encode(jsonl.Header{Format: FormatName, Version: FormatVersion})
 	for i := range es {
 		_ = enc.Encode(&es[i])
 		if es[i].Evidence != "" {

@@ -19,19 +19,12 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 )
 
-// FormatName is the first line of a timeline segment; FormatVersion its
-// version. Readers refuse a newer version.
+// FormatName names a timeline segment in its header (a jsonl.Header, its
+// first line); FormatVersion is its version. Readers refuse a newer one.
 const (
 	FormatName    = "tcpdoctor-history"
 	FormatVersion = 1
 )
-
-// Header is the first line of a timeline segment.
-type Header struct {
-	Format  string `json:"format"`
-	Version int    `json:"version"`
-	Tool    string `json:"tool,omitempty"`
-}
 
 // Entry is one namespace's window in the timeline: its findings, every
 // severity, without evidence or fixes.

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/report"
 	"github.com/tcpdoctor/tcpdoctor/internal/rules"
@@ -91,7 +90,7 @@ func TestEvidenceReplaysServesFindings(t *testing.T) {
 	for _, fx := range fixtures {
 		t.Run(filepath.Base(filepath.Dir(fx)), func(t *testing.T) {
 			dir := t.TempDir()
-			x := checkup.NewWindows(window.NewChain(rules.All()), rules.All(), diag.Options{})
+			x := report.NewWindows(window.NewChain(rules.All()), rules.All(), diag.Options{})
 			r := New(Options{Dir: dir, Tool: "test"})
 			var served *report.Report
 			cols := collections(readFile(t, fx))
@@ -130,7 +129,7 @@ func TestEvidenceReplaysServesFindings(t *testing.T) {
 				t.Fatalf("no evidence covers %s: %v", last, ev)
 			}
 			ss := seriesOf(readFile(t, st.Path(cover.Name)))
-			replayed := checkup.Diagnose(window.Inputs(ss, diag.Options{}), rules.All())
+			replayed := report.Diagnose(window.Inputs(ss, diag.Options{}), rules.All())
 			if got, want := findingsJSON(t, replayed.Findings), findingsJSON(t, served.Findings); got != want {
 				t.Errorf("replayed findings differ from served:\n%s\nserved:\n%s", got, want)
 			}

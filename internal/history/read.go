@@ -4,9 +4,6 @@ package history
 
 import (
 	"bufio"
-	"bytes"
-	"compress/gzip"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/jsonl"
 )
 
 // storeFile is a file of the store as listed.
@@ -90,66 +89,25 @@ var ErrNotTimeline = errors.New("not a tcpdoctor history segment")
 // trailer (the segment serve is writing, or one whose writer was killed)
 // is read without error. fn's own error stops it and is returned.
 func ReadSegment(r io.Reader, fn func(*Entry) error) error {
-	gz, err := gzip.NewReader(r)
+	jr, err := jsonl.NewReader(r, jsonl.Options{MaxLine: maxLine, Gzip: true, Growing: true})
 	if err != nil {
-		return fmt.Errorf("gzip: %w: %w", err, ErrNotTimeline)
+		return fmt.Errorf("%w: %w", err, ErrNotTimeline)
 	}
-	gz.Multistream(false)
-	br := bufio.NewReaderSize(gz, 1<<16)
-	line := 0
-	next := func() ([]byte, error) {
-		var buf []byte
-		for {
-			chunk, err := br.ReadSlice('\n')
-			buf = append(buf, chunk...)
-			if len(buf) > maxLine {
-				return nil, fmt.Errorf("line %d is longer than %d bytes", line+1, maxLine)
-			}
-			if errors.Is(err, bufio.ErrBufferFull) {
-				continue
-			}
-			if err == nil {
-				line++
-				return buf[:len(buf)-1], nil
-			}
-			if len(buf) == 0 && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)) {
-				// The end of a segment, or of one its writer has not
-				// closed (still open, or killed after a whole line).
-				return nil, io.EOF
-			}
-			if errors.Is(err, io.EOF) {
-				err = io.ErrUnexpectedEOF
-			}
-			return nil, fmt.Errorf("line %d is incomplete: %w", line+1, err)
-		}
-	}
-	b, err := next()
-	if err != nil {
-		if errors.Is(err, io.EOF) {
-			return fmt.Errorf("empty: %w", ErrNotTimeline)
-		}
+	if _, err := jr.ReadHeader(FormatName, FormatVersion, ErrNotTimeline); err != nil {
 		return err
 	}
-	var h Header
-	if json.Unmarshal(b, &h) != nil || h.Format != FormatName {
-		return fmt.Errorf("line 1: no %q header: %w", FormatName, ErrNotTimeline)
-	}
-	if h.Version < 1 || h.Version > FormatVersion {
-		return fmt.Errorf("format version %d not supported (this build reads 1..%d)", h.Version, FormatVersion)
-	}
 	for {
-		b, err := next()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if len(bytes.TrimSpace(b)) == 0 {
-			continue
-		}
 		var e Entry
-		if err := json.Unmarshal(b, &e); err != nil {
+		err := jr.Decode(&e)
+		line := jr.Line()
+		var torn *jsonl.TornError
+		var rerr *jsonl.ReadError
+		switch {
+		case errors.Is(err, io.EOF):
+			return nil
+		case errors.As(err, &torn), errors.As(err, &rerr):
+			return err
+		case err != nil:
 			return fmt.Errorf("line %d: %w", line, err)
 		}
 		if e.From.IsZero() || !e.To.After(e.From) {

@@ -3,11 +3,9 @@
 package history
 
 import (
-	"bytes"
 	"cmp"
 	"compress/gzip"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +18,7 @@ import (
 	"time"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
+	"github.com/tcpdoctor/tcpdoctor/internal/jsonl"
 	"github.com/tcpdoctor/tcpdoctor/internal/report"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/units"
@@ -93,7 +92,7 @@ type Recorder struct {
 
 	// Owned by the writer goroutine.
 	seg      *os.File
-	gz       *gzip.Writer
+	gz       *jsonl.Writer
 	segStart time.Time
 	segSize  int64 // bytes of seg known good (the last complete flush)
 	failing  bool
@@ -485,14 +484,12 @@ func (r *Recorder) appendEntries(es []Entry) error {
 			return err
 		}
 	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
+	var err error
 	for i := range es {
-		if err := enc.Encode(&es[i]); err != nil {
-			return fmt.Errorf("history: %w", err)
+		if err = r.gz.Encode(&es[i]); err != nil {
+			break
 		}
 	}
-	_, err := r.gz.Write(buf.Bytes())
 	if err == nil {
 		err = r.gz.Flush()
 	}
@@ -522,9 +519,8 @@ func (r *Recorder) openSegment(start time.Time) error {
 	if err != nil {
 		return fmt.Errorf("history: %w", err)
 	}
-	gz, _ := gzip.NewWriterLevel(f, gzip.BestCompression)
-	hb, _ := json.Marshal(Header{Format: FormatName, Version: FormatVersion, Tool: r.o.Tool})
-	_, err = gz.Write(append(hb, '\n'))
+	gz, _ := jsonl.NewGzipWriter(f, gzip.BestCompression)
+	err = gz.Encode(jsonl.Header{Format: FormatName, Version: FormatVersion, Tool: r.o.Tool})
 	if err == nil {
 		err = gz.Flush()
 	}

@@ -24,7 +24,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/linkemu"
@@ -346,7 +345,7 @@ func (tb *Testbed) Check(ctx context.Context, interval time.Duration, nsNames ..
 	if tb.Link != nil {
 		opts.Bandwidth = tb.linkRate()
 	}
-	return checkup.Diagnose(window.Inputs(ss, opts), rs), nil
+	return report.Diagnose(window.Inputs(ss, opts), rs), nil
 }
 
 // linkRate is the slower configured direction, 0 when unlimited.

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package report prints diagnosis results for people (text) and programs
-// (JSON, docs/json.md).
+// Package report is the diagnosis report: Diagnose runs the rules over
+// windows into a Report, pure (no sampling, no printing), and WriteText
+// and WriteJSON print it for people and for programs (docs/json.md).
 package report
 
 import (

@@ -8,14 +8,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
+	"github.com/tcpdoctor/tcpdoctor/internal/report"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 )
 
 // The fixes of a finding in a Kubernetes pod, tested on the rules'
 // own firing fixtures as if their namespace were pod shop/web-1's (its
-// processes in container api), through checkup.Diagnose: the path check,
+// processes in container api), through report.Diagnose: the path check,
 // serve and the lab take. Each is compared with the same fixture outside
 // a pod, so the values are the rule's, only restated.
 
@@ -44,7 +44,7 @@ func podFixes(t *testing.T, r diag.Rule, path string, pod, hostNet bool, o diag.
 			p.Workload = app
 		}
 	}
-	rep := checkup.Diagnose(slices.Values([]*diag.Input{diag.NewInput(prev, cur, o)}), []diag.Rule{r})
+	rep := report.Diagnose(slices.Values([]*diag.Input{diag.NewInput(prev, cur, o)}), []diag.Rule{r})
 	if len(rep.Findings) == 0 {
 		t.Fatalf("%s: no finding (unknown: %+v)", path, rep.Unknown)
 	}
@@ -316,7 +316,7 @@ func podFixesAll(t *testing.T, path string) []diag.Finding {
 		for _, s := range snaps {
 			s.Netns.Workload = &snapshot.Workload{Runtime: "containerd", ID: strings.Repeat("5b", 32), Pod: "web-1", PodNamespace: "shop", Sandbox: true}
 		}
-		rep := checkup.Diagnose(slices.Values([]*diag.Input{diag.NewInput(snaps[0], snaps[len(snaps)-1], diag.Options{})}), []diag.Rule{r})
+		rep := report.Diagnose(slices.Values([]*diag.Input{diag.NewInput(snaps[0], snaps[len(snaps)-1], diag.Options{})}), []diag.Rule{r})
 		fs = append(fs, rep.Findings...)
 	}
 	return fs

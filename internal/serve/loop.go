@@ -6,7 +6,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/report"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
@@ -43,7 +42,7 @@ type Loop struct {
 	Collect func() []*snapshot.Snapshot
 	// Windows runs the rules over each namespace's window, from its
 	// previous collection to this one.
-	Windows *checkup.Windows
+	Windows *report.Windows
 	Sinks   []Sink
 	// Interval is the time from one collection's start to the next's.
 	Interval time.Duration

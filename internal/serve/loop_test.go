@@ -12,9 +12,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/exporter"
+	"github.com/tcpdoctor/tcpdoctor/internal/report"
 	"github.com/tcpdoctor/tcpdoctor/internal/rules"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/window"
@@ -28,8 +28,8 @@ func pair() []*snapshot.Snapshot {
 	return []*snapshot.Snapshot{{Taken: t0, Netns: ns}, {Taken: t0.Add(15 * time.Second), Netns: ns}}
 }
 
-func newWindows() *checkup.Windows {
-	return checkup.NewWindows(window.NewChain(rules.All()), rules.All(), diag.Options{})
+func newWindows() *report.Windows {
+	return report.NewWindows(window.NewChain(rules.All()), rules.All(), diag.Options{})
 }
 
 // value is the one sample of the family name reg gathers.

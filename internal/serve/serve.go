@@ -20,12 +20,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/bpfload"
-	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/exporter"
 	"github.com/tcpdoctor/tcpdoctor/internal/history"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
+	"github.com/tcpdoctor/tcpdoctor/internal/report"
 	"github.com/tcpdoctor/tcpdoctor/internal/version"
 	"github.com/tcpdoctor/tcpdoctor/internal/window"
 )
@@ -149,7 +149,7 @@ func Run(ctx context.Context, o Options) error {
 		_ = ln.Close()
 		return fmt.Errorf("serve: %w", err)
 	}
-	loop := &Loop{Collect: src.collect, Windows: checkup.NewWindows(window.NewChain(o.Rules), o.Rules, o.Diag),
+	loop := &Loop{Collect: src.collect, Windows: report.NewWindows(window.NewChain(o.Rules), o.Rules, o.Diag),
 		Sinks:    []Sink{costSink{cost}, metricsSink{x}},
 		Interval: o.Interval, Now: o.Now, Sleep: o.Sleep, Logf: o.Logf}
 	var rec *history.Recorder

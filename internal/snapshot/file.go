@@ -3,10 +3,8 @@
 package snapshot
 
 import (
-	"bufio"
 	"bytes"
 	"cmp"
-	"compress/gzip"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/version"
+	"github.com/tcpdoctor/tcpdoctor/internal/jsonl"
 )
 
 // File format (docs/snapshot-format.md): JSON Lines. The first line is a
@@ -25,40 +23,30 @@ const (
 	FormatVersion = 1
 )
 
-// Header is the first line of a snapshot file.
-type Header struct {
-	Format  string `json:"format"`
-	Version int    `json:"version"`
-	Tool    string `json:"tool,omitempty"`
-	// Build is the tcpdoctor that recorded the file, when it knew.
-	Build *version.Info `json:"build,omitempty"`
-}
-
 // Writer writes a snapshot file.
 type Writer struct {
-	w *bufio.Writer
+	w *jsonl.Writer
 	// buf holds one socket's JSON at a time.
 	buf []byte
 }
 
 // NewWriter writes the header and returns a Writer.
 func NewWriter(w io.Writer, tool string) (*Writer, error) {
-	return NewWriterHeader(w, Header{Tool: tool})
+	return NewWriterHeader(w, jsonl.Header{Tool: tool})
 }
 
 // NewWriterHeader writes h, with this format's name and version, as the
 // header and returns a Writer.
-func NewWriterHeader(w io.Writer, h Header) (*Writer, error) {
+func NewWriterHeader(w io.Writer, h jsonl.Header) (*Writer, error) {
 	h.Format, h.Version = FormatName, FormatVersion
-	bw := bufio.NewWriterSize(w, 1<<16)
-	enc := json.NewEncoder(bw)
-	if err := enc.Encode(h); err != nil {
+	jw := jsonl.NewWriter(w)
+	if err := jw.Encode(h); err != nil {
 		return nil, fmt.Errorf("snapshot: write header: %w", err)
 	}
-	if err := bw.Flush(); err != nil {
+	if err := jw.Flush(); err != nil {
 		return nil, fmt.Errorf("snapshot: write header: %w", err)
 	}
-	return &Writer{w: bw}, nil
+	return &Writer{w: jw}, nil
 }
 
 // Write appends one snapshot and flushes it, so a killed recorder leaves
@@ -100,10 +88,9 @@ func (w *Writer) Write(s *Snapshot) error {
 // a tree of it is held, so reading costs about the snapshot's own size,
 // and Limits bound that size.
 type Reader struct {
-	br     *bufio.Reader
+	jr     *jsonl.Reader
 	lim    Limits
-	line   int
-	Header Header
+	Header jsonl.Header
 	// last is each namespace's previous sample: its time and line.
 	last map[string]sampleAt
 }
@@ -151,24 +138,6 @@ func DefaultLimits() Limits {
 // ErrNotSnapshot is wrapped by errors for files that are not snapshot files.
 var ErrNotSnapshot = errors.New("not a tcpdoctor snapshot file")
 
-// TornError is a last line the input ends inside, as a recorder stopped
-// mid-write (killed, disk full) leaves it: every line before it is
-// complete. Readers of recordings drop it and say so. Trace files
-// (internal/trace) use it too, so its text names no format.
-type TornError struct {
-	Line int   // the incomplete line
-	Err  error // what reading it met: an unexpected end
-}
-
-func (e *TornError) Error() string {
-	return fmt.Sprintf("line %d is incomplete (the file ends inside it): %v", e.Line, e.Err)
-}
-
-func (e *TornError) Unwrap() error { return e.Err }
-
-// maxHeader bounds the header line that is read before it is judged.
-const maxHeader = 1 << 16
-
 // NewReader checks the header and returns a Reader with DefaultLimits.
 func NewReader(r io.Reader) (*Reader, error) { return NewReaderLimits(r, DefaultLimits()) }
 
@@ -180,33 +149,16 @@ func NewReaderLimits(r io.Reader, lim Limits) (*Reader, error) {
 	lim.Value = cmp.Or(lim.Value, def.Value)
 	lim.Sockets = cmp.Or(lim.Sockets, def.Sockets)
 	lim.GzipRatio = cmp.Or(lim.GzipRatio, def.GzipRatio)
-	br := bufio.NewReaderSize(r, 1<<16)
-	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
-		in := &countReader{r: br}
-		gz, err := gzip.NewReader(in)
-		if err != nil {
-			return nil, fmt.Errorf("snapshot: gzip: %w", err)
-		}
-		br = bufio.NewReaderSize(&ratioReader{r: gz, in: in, ratio: lim.GzipRatio, floor: gzipFloor}, 1<<16)
+	jr, err := jsonl.NewReader(r, jsonl.Options{
+		MaxLine: lim.Line, MaxHeld: lim.Value, HeldName: "one value (a socket, or the fields besides the sockets)",
+		GzipRatio: lim.GzipRatio, GzipFloor: gzipFloor,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: %w", err)
 	}
-	rd := &Reader{br: br, lim: lim, last: map[string]sampleAt{}}
-	if _, err := br.Peek(1); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil, fmt.Errorf("snapshot: empty file: %w", ErrNotSnapshot)
-		}
-		return nil, fmt.Errorf("snapshot: line 1: %w", err)
-	}
-	rd.line = 1
-	lr := &lineReader{br: br, lim: Limits{Line: maxHeader, Value: maxHeader}}
-	dec := json.NewDecoder(lr)
-	if err := dec.Decode(&rd.Header); err != nil || rd.Header.Format != FormatName {
-		return nil, fmt.Errorf("snapshot: line 1: no %q header: %w", FormatName, ErrNotSnapshot)
-	}
-	if rd.Header.Version < 1 || rd.Header.Version > FormatVersion {
-		return nil, fmt.Errorf("snapshot: format version %d not supported (this build reads 1..%d)", rd.Header.Version, FormatVersion)
-	}
-	if _, err := io.Copy(io.Discard, lr); err != nil {
-		return nil, fmt.Errorf("snapshot: line 1: %w", err)
+	rd := &Reader{jr: jr, lim: lim, last: map[string]sampleAt{}}
+	if rd.Header, err = jr.ReadHeader(FormatName, FormatVersion, ErrNotSnapshot); err != nil {
+		return nil, fmt.Errorf("snapshot: %w", err)
 	}
 	return rd, nil
 }
@@ -216,39 +168,40 @@ func NewReaderLimits(r io.Reader, lim Limits) (*Reader, error) {
 // end is an error. Each namespace's samples must be in time order.
 func (r *Reader) Next() (*Snapshot, error) {
 	for {
-		if _, err := r.br.Peek(1); err != nil {
-			if errors.Is(err, io.EOF) {
-				return nil, io.EOF
+		lr, err := r.jr.Next()
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !isTorn(err) {
+				err = fmt.Errorf("snapshot: %w", err)
 			}
-			if errors.Is(err, io.ErrUnexpectedEOF) {
-				return nil, &TornError{Line: r.line + 1, Err: err} // a gzip stream cut after a line
-			}
-			return nil, fmt.Errorf("snapshot: line %d: %w", r.line+1, err)
+			return nil, err
 		}
-		r.line++
-		lr := &lineReader{br: r.br, lim: r.lim}
-		s, err := decodeLine(lr)
+		s, err := decodeLine(lr, r.lim.Sockets)
 		if errors.Is(err, io.EOF) {
 			err = io.ErrUnexpectedEOF // the line ended inside the snapshot
 		}
 		if err != nil {
-			if lr.ended && errors.Is(err, io.ErrUnexpectedEOF) {
-				return nil, &TornError{Line: r.line, Err: err}
+			if torn := lr.Torn(err); torn != nil {
+				return nil, torn
 			}
-			return nil, fmt.Errorf("snapshot: line %d: %w", r.line, err)
+			return nil, fmt.Errorf("snapshot: line %d: %w", r.Line(), err)
 		}
 		if s == nil {
 			continue // a blank line
 		}
 		if err := r.inOrder(s); err != nil {
-			return nil, fmt.Errorf("snapshot: line %d: %w", r.line, err)
+			return nil, fmt.Errorf("snapshot: line %d: %w", r.Line(), err)
 		}
 		return s, nil
 	}
 }
 
 // Line is the line of the snapshot Next returned last.
-func (r *Reader) Line() int { return r.line }
+func (r *Reader) Line() int { return r.jr.Line() }
+
+func isTorn(err error) bool {
+	var torn *jsonl.TornError
+	return errors.As(err, &torn)
+}
 
 // inOrder checks that s has a time and comes after its namespace's
 // previous sample, by a span time.Duration holds: the rules divide by
@@ -269,7 +222,7 @@ func (r *Reader) inOrder(s *Snapshot) error {
 				s.Netns.Name, s.Taken.Format(time.RFC3339Nano), p.taken.Format(time.RFC3339Nano), p.line)
 		}
 	}
-	r.last[s.Netns.Name] = sampleAt{taken: s.Taken, line: r.line}
+	r.last[s.Netns.Name] = sampleAt{taken: s.Taken, line: r.Line()}
 	return nil
 }
 
@@ -277,9 +230,9 @@ func (r *Reader) inOrder(s *Snapshot) error {
 // sockets are decoded one by one into a Store; every other field is
 // gathered as raw JSON and decoded as a Snapshot, so fields keep their
 // usual JSON rules.
-func decodeLine(lr *lineReader) (*Snapshot, error) {
+func decodeLine(lr *jsonl.Line, maxSockets int) (*Snapshot, error) {
 	dec := json.NewDecoder(lr)
-	done := func() { lr.mark = dec.InputOffset() } // a value or token is consumed
+	done := func() { lr.Mark(dec.InputOffset()) } // a value or token is consumed
 	t, err := dec.Token()
 	if errors.Is(err, io.EOF) {
 		return nil, nil
@@ -308,8 +261,8 @@ func decodeLine(lr *lineReader) (*Snapshot, error) {
 				return nil, err
 			}
 			done()
-			if int64(head.Len()+len(key)+len(raw)) > lr.lim.Value {
-				return nil, lr.valueErr()
+			if int64(head.Len()+len(key)+len(raw)) > lr.MaxHeld() {
+				return nil, lr.HeldErr()
 			}
 			if head.Len() > 1 {
 				head.WriteByte(',')
@@ -320,7 +273,7 @@ func decodeLine(lr *lineReader) (*Snapshot, error) {
 			head.Write(raw)
 			continue
 		}
-		if sockets, err = decodeSockets(dec, &st, lr, done); err != nil {
+		if sockets, err = decodeSockets(dec, &st, maxSockets, done); err != nil {
 			return nil, err
 		}
 	}
@@ -350,7 +303,7 @@ func isSyntax(err error) bool {
 }
 
 // decodeSockets decodes a "sockets" value: null or an array of sockets.
-func decodeSockets(dec *json.Decoder, st *Store, lr *lineReader, done func()) ([]Socket, error) {
+func decodeSockets(dec *json.Decoder, st *Store, maxSockets int, done func()) ([]Socket, error) {
 	t, err := dec.Token()
 	if err != nil {
 		return nil, err
@@ -365,8 +318,8 @@ func decodeSockets(dec *json.Decoder, st *Store, lr *lineReader, done func()) ([
 	out := []Socket{}
 	var w socketJSON // one for all: Keep copies it
 	for dec.More() {
-		if len(out) >= lr.lim.Sockets {
-			return nil, fmt.Errorf("more than the limit of %d sockets in one snapshot", lr.lim.Sockets)
+		if len(out) >= maxSockets {
+			return nil, fmt.Errorf("more than the limit of %d sockets in one snapshot", maxSockets)
 		}
 		w = socketJSON{}
 		if err := dec.Decode(&w); err != nil {
@@ -402,107 +355,7 @@ func socketErr(err error) error {
 	return err
 }
 
-// lineReader reads one line of br, without its newline, then io.EOF. It
-// gives at most lim.Line bytes of the line, and at most lim.Value past
-// mark, the end of what the decoder has consumed: what it holds at once.
-type lineReader struct {
-	br   *bufio.Reader
-	lim  Limits
-	n    int64 // bytes given
-	mark int64
-	done bool
-	err  error // returned again: the decoder asks anew after some errors
-	// ended: the input ended inside the line (no newline).
-	ended bool
-}
-
-func (l *lineReader) valueErr() error {
-	return fmt.Errorf("one value (a socket, or the fields besides the sockets) is longer than the limit of %d bytes", l.lim.Value)
-}
-
-func (l *lineReader) Read(p []byte) (int, error) {
-	if l.err != nil {
-		return 0, l.err
-	}
-	if l.done {
-		return 0, io.EOF
-	}
-	if len(p) == 0 {
-		return 0, nil
-	}
-	if l.br.Buffered() == 0 {
-		if _, err := l.br.Peek(1); err != nil {
-			l.done = true
-			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-				l.ended = true
-			}
-			if errors.Is(err, io.EOF) {
-				return 0, io.EOF // the last line has no newline
-			}
-			l.err = err
-			return 0, err
-		}
-	}
-	room := min(l.lim.Line-l.n, l.lim.Value-(l.n-l.mark))
-	if room <= 0 {
-		if b, _ := l.br.Peek(1); len(b) == 1 && b[0] == '\n' {
-			_, _ = l.br.Discard(1) // the line ends at the limit
-			l.done = true
-			return 0, io.EOF
-		}
-		if l.lim.Line-l.n <= 0 {
-			l.err = fmt.Errorf("the line is longer than the limit of %d bytes", l.lim.Line)
-		} else {
-			l.err = l.valueErr()
-		}
-		return 0, l.err
-	}
-	b, _ := l.br.Peek(int(min(int64(l.br.Buffered()), int64(len(p)), room)))
-	if i := bytes.IndexByte(b, '\n'); i >= 0 {
-		n := copy(p, b[:i])
-		_, _ = l.br.Discard(i + 1)
-		l.n += int64(n)
-		l.done = true
-		return n, nil
-	}
-	n := copy(p, b)
-	_, _ = l.br.Discard(n)
-	l.n += int64(n)
-	return n, nil
-}
-
-// countReader counts the bytes read through it.
-type countReader struct {
-	r io.Reader
-	n int64
-}
-
-func (c *countReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n += int64(n)
-	return n, err
-}
-
-// ratioReader is a gzip stream that stops once it has given more than
-// ratio bytes per compressed byte read (in), past floor bytes.
-type ratioReader struct {
-	r            io.Reader
-	in           *countReader
-	ratio, floor int64
-	out          int64
-}
-
-func (z *ratioReader) Read(p []byte) (int, error) {
-	if z.out > z.floor && z.out > z.ratio*z.in.n {
-		return 0, fmt.Errorf("gzip: %d bytes decompressed from %d, more than the limit of %d times the compressed size",
-			z.out, z.in.n, z.ratio)
-	}
-	n, err := z.r.Read(p)
-	z.out += int64(n)
-	return n, err
-}
-
-// ReadAll reads every snapshot in r. A *TornError comes with the complete
+// ReadAll reads every snapshot in r. A *jsonl.TornError comes with the complete
 // snapshots before it.
 func ReadAll(r io.Reader) ([]*Snapshot, error) {
 	rd, err := NewReader(r)
@@ -518,8 +371,7 @@ func ReadAll(r io.Reader) ([]*Snapshot, error) {
 			}
 			return out, nil
 		}
-		var torn *TornError
-		if errors.As(err, &torn) {
+		if isTorn(err) {
 			return out, err
 		}
 		if err != nil {

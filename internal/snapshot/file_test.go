@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/jsonl"
 )
 
 func sample() *Snapshot {
@@ -149,7 +151,7 @@ func FuzzReader(f *testing.F) {
 			i := 0
 			for ; i < 1000; i++ {
 				s, err := r.Next()
-				var torn *TornError
+				var torn *jsonl.TornError
 				if errors.As(err, &torn) && (torn.Line < 2 || !errors.Is(err, io.ErrUnexpectedEOF)) {
 					t.Fatalf("torn line %d: %v", torn.Line, err)
 				}

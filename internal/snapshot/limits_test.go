@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/jsonl"
 )
 
 const header = `{"format":"tcpdoctor-snapshot","version":1}` + "\n"
@@ -48,7 +50,7 @@ func TestReaderLimits(t *testing.T) {
 			t.Fatalf("%s: first line: %v", tc.name, err)
 		}
 		_, err = r.Next()
-		var torn *TornError
+		var torn *jsonl.TornError
 		if err == nil || !strings.Contains(err.Error(), tc.want) || errors.As(err, &torn) {
 			t.Errorf("%s: err %v, want %q", tc.name, err, tc.want)
 		}
@@ -67,33 +69,6 @@ func TestReaderLimits(t *testing.T) {
 	r, _ := NewReaderLimits(strings.NewReader(header+sockets+"\n"), Limits{Line: int64(len(sockets)), Value: 1 << 20, Sockets: 3})
 	if s, err := r.Next(); err != nil || len(s.Sockets) != 3 {
 		t.Errorf("a line at the limits: %v", err)
-	}
-}
-
-// TestGzipRatio: a gzip stream giving far more than it takes stops past
-// the floor with an error naming the ratio; a recording's does not.
-func TestGzipRatio(t *testing.T) {
-	var z bytes.Buffer
-	zw := gzip.NewWriter(&z)
-	zw.Write(bytes.Repeat([]byte(" "), 4<<20))
-	zw.Close()
-	open := func(ratio int64) *ratioReader {
-		in := &countReader{r: bytes.NewReader(z.Bytes())}
-		gz, err := gzip.NewReader(in)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return &ratioReader{r: gz, in: in, ratio: ratio, floor: 1 << 20}
-	}
-	n, err := io.Copy(io.Discard, open(400))
-	if err == nil || !strings.Contains(err.Error(), "more than the limit of 400 times the compressed size") || n > 2<<20 {
-		t.Errorf("bomb: %d bytes, err %v", n, err)
-	}
-	if n, err := io.Copy(io.Discard, open(2000)); err != nil || n != 4<<20 {
-		t.Errorf("under the ratio: %d bytes, err %v", n, err)
-	}
-	if DefaultGzipRatio*int64(z.Len()) > 4<<20 {
-		t.Errorf("this stream's ratio %d is under the default", (4<<20)/z.Len())
 	}
 }
 
@@ -164,7 +139,7 @@ func TestReaderMemoryBounded(t *testing.T) {
 }
 
 // TestReaderTornLastLine: the input ending inside the last line is a
-// *TornError after the complete snapshots; a damaged line before the end
+// *jsonl.TornError after the complete snapshots; a damaged line before the end
 // is another error.
 func TestReaderTornLastLine(t *testing.T) {
 	a, b := sample(), sample()
@@ -184,7 +159,7 @@ func TestReaderTornLastLine(t *testing.T) {
 		"open":      []byte(whole + "{"),
 	} {
 		got, err := ReadAll(bytes.NewReader(in))
-		var torn *TornError
+		var torn *jsonl.TornError
 		if len(got) != 2 || !errors.As(err, &torn) || torn.Line != 4 || !errors.Is(err, io.ErrUnexpectedEOF) {
 			t.Errorf("%s: %d snapshots, err %v; want 2 and line 4 torn", name, len(got), err)
 		}
@@ -195,7 +170,7 @@ func TestReaderTornLastLine(t *testing.T) {
 		"bad-end":     whole + `{"taken":12}`,
 	} {
 		got, err := ReadAll(strings.NewReader(in))
-		var torn *TornError
+		var torn *jsonl.TornError
 		if err == nil || errors.As(err, &torn) || !strings.Contains(err.Error(), "line 4") || got != nil {
 			t.Errorf("%s: %d snapshots, err %v; want an error on line 4", name, len(got), err)
 		}

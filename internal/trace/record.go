@@ -8,10 +8,7 @@
 package trace
 
 import (
-	"bufio"
-	"bytes"
 	"cmp"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +16,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/tcpdoctor/tcpdoctor/internal/jsonl"
 	"github.com/tcpdoctor/tcpdoctor/internal/output"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/tcpmodel"
@@ -167,13 +165,14 @@ type line struct {
 	Event  *Event  `json:"ev,omitempty"`
 }
 
-// Writer writes a trace as JSON lines as it is recorded.
+// Writer writes a trace as JSON lines as it is recorded, each line put
+// out as it is written.
 type Writer struct {
-	enc *json.Encoder
+	w *jsonl.Writer
 }
 
 // NewWriter returns a Writer on w.
-func NewWriter(w io.Writer) *Writer { return &Writer{enc: json.NewEncoder(w)} }
+func NewWriter(w io.Writer) *Writer { return &Writer{w: jsonl.NewWriter(w)} }
 
 // Header writes the header line.
 func (w *Writer) Header(h *Header) error { return w.write(line{Header: h}) }
@@ -188,7 +187,11 @@ func (w *Writer) Point(p *Point) error { return w.write(line{Point: p}) }
 func (w *Writer) Event(e *Event) error { return w.write(line{Event: e}) }
 
 func (w *Writer) write(l line) error {
-	if err := w.enc.Encode(l); err != nil {
+	err := w.w.Encode(l)
+	if err == nil {
+		err = w.w.Flush()
+	}
+	if err != nil {
 		return fmt.Errorf("trace: write: %w", err)
 	}
 	return nil
@@ -227,33 +230,38 @@ var (
 // maxLine bounds one line of a trace file.
 const maxLine = 1 << 20
 
-// Read reads a trace file. Points must name a connection defined on an
+// Read reads a trace file, gzip-compressed (as serve --history keeps
+// triggered traces) or not. Points must name a connection defined on an
 // earlier line and come in time order per connection, no two at one
 // time. A last line the file ends inside (a recorder stopped mid-write)
-// is a *snapshot.TornError, returned with the trace before it.
+// is a *jsonl.TornError, returned with the trace before it.
 func Read(r io.Reader) (*Trace, error) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), maxLine)
-	ended := false // the last line read has no newline
-	sc.Split(func(data []byte, atEOF bool) (int, []byte, error) {
-		adv, tok, err := bufio.ScanLines(data, atEOF)
-		ended = atEOF && tok != nil && adv == len(data) && data[len(data)-1] != '\n'
-		return adv, tok, err
-	})
+	jr, err := jsonl.NewReader(r, jsonl.Options{MaxLine: maxLine})
+	if err != nil {
+		return nil, fmt.Errorf("trace: %w", err)
+	}
 	tr := &Trace{}
 	byID := map[int]*Conn{}
-	n := 0
-	for sc.Scan() {
-		n++
-		b := sc.Bytes()
-		if len(b) == 0 {
-			continue
-		}
+	for {
 		var l line
-		if err := json.Unmarshal(b, &l); err != nil {
-			if ended && tr.Header.Trace != 0 && cutShort(b) {
-				return sorted(tr), &snapshot.TornError{Line: n, Err: io.ErrUnexpectedEOF}
-			}
+		err := jr.Decode(&l)
+		n := jr.Line()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		var torn *jsonl.TornError
+		var long *jsonl.LimitError
+		var rerr *jsonl.ReadError
+		switch {
+		case errors.As(err, &torn) && tr.Header.Trace != 0:
+			return sorted(tr), err
+		case torn != nil: // no header before it: not a recording
+			return nil, fmt.Errorf("%w %d: %w", ErrFormat, n, torn.Err)
+		case errors.As(err, &long):
+			return nil, fmt.Errorf("%w %d: longer than the limit of %d bytes", ErrFormat, n, maxLine)
+		case errors.As(err, &rerr):
+			return nil, fmt.Errorf("trace: read %w", err)
+		case err != nil:
 			return nil, fmt.Errorf("%w %d: %w", ErrFormat, n, err)
 		}
 		if tr.Header.Trace == 0 {
@@ -300,21 +308,10 @@ func Read(r io.Reader) (*Trace, error) {
 			return nil, fmt.Errorf("%w %d: neither header, conn nor point", ErrFormat, n)
 		}
 	}
-	if err := sc.Err(); err != nil {
-		if errors.Is(err, bufio.ErrTooLong) {
-			return nil, fmt.Errorf("%w %d: longer than the limit of %d bytes", ErrFormat, n+1, maxLine)
-		}
-		return nil, fmt.Errorf("trace: read line %d: %w", n+1, err)
-	}
 	if tr.Header.Trace == 0 {
 		return nil, ErrNoHeader
 	}
 	return sorted(tr), nil
-}
-
-// cutShort is true when b is the start of a JSON value that ends later.
-func cutShort(b []byte) bool {
-	return errors.Is(json.NewDecoder(bytes.NewReader(b)).Decode(new(line)), io.ErrUnexpectedEOF)
 }
 
 // sorted orders each connection's events: they are drained a tick late

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tcpdoctor/tcpdoctor/internal/jsonl"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/sockdiag"
 )
@@ -52,14 +53,14 @@ func TestReadErrors(t *testing.T) {
 }
 
 // TestReadTornAndTimes: a last line the file ends inside is dropped as a
-// *snapshot.TornError with what came before; a damaged line before the
+// *jsonl.TornError with what came before; a damaged line before the
 // end, two points of a connection at one time and an over-long line are
 // errors naming the line.
 func TestReadTornAndTimes(t *testing.T) {
 	head := `{"header":{"trace":2,"interval_ns":10000000}}` + "\n" + `{"conn":{"id":1}}` + "\n" + `{"p":{"t":5,"c":1,"acked":1}}` + "\n"
 	for _, cut := range []string{`{"p":{"t":6,"c":1,"ack`, `{"p":`, `{`} {
 		tr, err := Read(strings.NewReader(head + cut))
-		var torn *snapshot.TornError
+		var torn *jsonl.TornError
 		if !errors.As(err, &torn) || torn.Line != 4 || tr == nil || len(tr.Conns) != 1 || len(tr.Conns[0].Points) != 1 {
 			t.Errorf("%q cut: %v, %+v", cut, err, tr)
 		}
@@ -71,7 +72,7 @@ func TestReadTornAndTimes(t *testing.T) {
 		"too-long": {head + `{"p":{"t":6,"c":1,"cc":"` + strings.Repeat("x", maxLine) + `"}}` + "\n", "malformed line 4: longer than the limit of 1048576 bytes"},
 	} {
 		_, err := Read(strings.NewReader(c.in))
-		var torn *snapshot.TornError
+		var torn *jsonl.TornError
 		if err == nil || errors.As(err, &torn) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want %q", name, err, c.want)
 		}
@@ -91,7 +92,7 @@ func FuzzRead(f *testing.F) {
 	f.Add([]byte(`{"header":{"trace":2,"interval_ns":1}}` + "\n" + `{"conn":{"id":1}}` + "\n" + `{"p":{"t":3,"c":1}}` + "\n" + `{"p":{"t":3,"c":1}}` + "\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		tr, err := Read(bytes.NewReader(b))
-		var torn *snapshot.TornError
+		var torn *jsonl.TornError
 		if errors.As(err, &torn) {
 			if tr == nil || torn.Line < 2 {
 				t.Fatalf("torn line %d with trace %v", torn.Line, tr)

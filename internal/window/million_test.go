@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
+	"github.com/tcpdoctor/tcpdoctor/internal/report"
 	"github.com/tcpdoctor/tcpdoctor/internal/rules"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 )
@@ -72,14 +72,14 @@ func BenchmarkBaseMillion(b *testing.B) {
 }
 
 // BenchmarkRulesMillion runs every rule over a window of a million idle
-// sockets (checkup.Diagnose), its first sample kept as a base.
+// sockets (report.Diagnose), its first sample kept as a base.
 func BenchmarkRulesMillion(b *testing.B) {
 	rs := rules.All()
 	base := diag.NewBase(millionSockets(time.Unix(100, 0)), diag.KeepsOf(rs))
 	cur := millionSockets(time.Unix(101, 0))
 	for b.Loop() {
 		one := func(yield func(*diag.Input) bool) { yield(diag.NewInputFrom(base, cur, diag.Options{})) }
-		if rep := checkup.Diagnose(one, rs); len(rep.RulesRun) != len(rs) {
+		if rep := report.Diagnose(one, rs); len(rep.RulesRun) != len(rs) {
 			b.Fatalf("%d rules ran", len(rep.RulesRun))
 		}
 	}

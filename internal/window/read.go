@@ -12,7 +12,7 @@ import (
 // ReadSeries reads a snapshot file (`tcpdoctor record`) as each
 // namespace's series, in the order the file names them. A file whose last
 // line was cut short (a recorder stopped mid-write) gives the complete
-// samples before it with the *snapshot.TornError; any other fault, the
+// samples before it with the *jsonl.TornError; any other fault, the
 // error alone.
 func ReadSeries(r io.Reader) ([]Series, error) {
 	snaps, err := snapshot.ReadAll(r)

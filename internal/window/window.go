@@ -8,7 +8,7 @@
 // tcp_info and meminfo of connections that did not change
 // (snapshot.Prior) and whose socket slice the last dump fills. Chain
 // does the same from one collection to the next for serve. Running the
-// rules over the windows is checkup's, which samples nothing.
+// rules over the windows is report.Diagnose's, which samples nothing.
 package window
 
 import (
@@ -56,7 +56,7 @@ func (s Series) Input(opts diag.Options) *diag.Input {
 
 // Inputs yields each series' window input (Series.Input), built when it
 // is asked for, so that a caller that drops each before asking for the
-// next (checkup.Diagnose) holds one window's index at a time. Series
+// next (report.Diagnose) holds one window's index at a time. Series
 // without samples are skipped. With two namespaces or more, each input
 // finds connections' other ends in the others' last samples
 // (diag.Input.HostPeer).

@@ -14,6 +14,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/output"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/tcpmodel"
+	"github.com/tcpdoctor/tcpdoctor/internal/units"
 )
 
 // Row is one socket as the listing prints it. The socket is borrowed
@@ -137,19 +138,19 @@ func (p *Printer) Row(r *Row) error {
 	t.cell()
 	var tb snapshot.TCPInfo
 	if in := sk.TCP(&tb); in != nil && sk.State != snapshot.Listen {
-		t.row = output.AppendMS(t.row, in.RTT)
+		t.row = units.AppendMillis(t.row, in.RTT)
 		t.cell()
 		t.row = strconv.AppendUint(t.row, uint64(in.SndCwnd), 10)
 		t.cell()
-		t.row = output.AppendBps(t.row, in.DeliveryRate)
+		t.row = units.AppendRate(t.row, float64(in.DeliveryRate))
 		t.cell()
 	} else {
 		t.dashes(3)
 	}
 	if m := sk.Mem; m != nil {
-		t.row = output.AppendSize(t.row, m.Sndbuf)
+		t.row = units.AppendBytes(t.row, float64(m.Sndbuf))
 		t.cell()
-		t.row = output.AppendSize(t.row, m.Rcvbuf)
+		t.row = units.AppendBytes(t.row, float64(m.Rcvbuf))
 		t.cell()
 	} else {
 		t.dashes(2)

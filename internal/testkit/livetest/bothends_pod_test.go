@@ -17,11 +17,11 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
 	"github.com/tcpdoctor/tcpdoctor/internal/containers"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
+	"github.com/tcpdoctor/tcpdoctor/internal/report"
 	"github.com/tcpdoctor/tcpdoctor/internal/rules"
 	"github.com/tcpdoctor/tcpdoctor/internal/testkit/testns"
 	"github.com/tcpdoctor/tcpdoctor/internal/testkit/testpod"
@@ -133,7 +133,7 @@ func TestBothEndsPod(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rep := checkup.Diagnose(window.Inputs(ss, diag.Options{}), rs)
+		rep := report.Diagnose(window.Inputs(ss, diag.Options{}), rs)
 		for i := range rep.Findings {
 			x := &rep.Findings[i]
 			logFinding(t, *x)

@@ -13,11 +13,11 @@ import (
 	"golang.org/x/sys/unix"
 	"net/netip"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/linkemu"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
+	"github.com/tcpdoctor/tcpdoctor/internal/report"
 	"github.com/tcpdoctor/tcpdoctor/internal/rules"
 	"github.com/tcpdoctor/tcpdoctor/internal/testkit/testns"
 	"github.com/tcpdoctor/tcpdoctor/internal/window"
@@ -27,7 +27,7 @@ import (
 // pinned at SO_RCVBUF 8K, in another namespace of the same host (the
 // lab's client and server namespaces, 198.18.x addresses, through a
 // 20 ms, 100 Mbit/s emulated link), diagnosed together as check
-// --all-netns does (window.Sample, window.Inputs, checkup.Diagnose). The
+// --all-netns does (window.Sample, window.Inputs, report.Diagnose). The
 // sender's rwnd-limited finding names the receiver (its namespace,
 // address and process, as subject.peer in JSON), its pinned receive
 // buffer, and addresses the receiver's fixes to it by name; before, it
@@ -73,7 +73,7 @@ func bothEnds(t *testing.T, p path, rcvbuf int, pinned string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rep := checkup.Diagnose(window.Inputs(ss, diag.Options{}), rs)
+		rep := report.Diagnose(window.Inputs(ss, diag.Options{}), rs)
 		if b, err = json.MarshalIndent(rep.Findings, "", "  "); err != nil {
 			t.Fatal(err)
 		}

@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/checkup"
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
+	"github.com/tcpdoctor/tcpdoctor/internal/report"
 	"github.com/tcpdoctor/tcpdoctor/internal/rules"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/window"
@@ -39,7 +39,7 @@ func TestReceiveBufferAtRmemMax(t *testing.T) {
 	Record(t, "fires-rmem-max-server", first[1], last[1])
 	ss := []window.Series{{Netns: p.client.Name, Snaps: []*snapshot.Snapshot{first[0], last[0]}}, {Netns: p.server.Name, Snaps: []*snapshot.Snapshot{first[1], last[1]}}}
 	rs := rules.All()
-	rep := checkup.Diagnose(window.Inputs(ss, diag.Options{}), rs)
+	rep := report.Diagnose(window.Inputs(ss, diag.Options{}), rs)
 	b, err := json.MarshalIndent(rep.Findings, "", "  ")
 	if err != nil {
 		t.Fatal(err)

@@ -1,12 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package checkup
+package report
 
 import (
 	"slices"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
-	"github.com/tcpdoctor/tcpdoctor/internal/report"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 )
 
@@ -36,7 +35,7 @@ func NewWindows(ch Chain, rs []diag.Rule, opts diag.Options) *Windows {
 // namespace; none for a namespace's first) and their diagnosis, nil when
 // there is no window. Keep then makes the collection the next windows'
 // start.
-func (w *Windows) Next(snaps []*snapshot.Snapshot) ([]*diag.Input, *report.Report) {
+func (w *Windows) Next(snaps []*snapshot.Snapshot) ([]*diag.Input, *Report) {
 	ins := w.chain.Windows(snaps, w.opts)
 	if len(ins) == 0 {
 		return nil, nil
@@ -52,7 +51,7 @@ func (w *Windows) Keep(snaps []*snapshot.Snapshot) { w.chain.Keep(snaps) }
 
 // Report is the diagnosis of the windows snaps ends (Next), nil when
 // there is none, and keeps snaps as the next start.
-func (w *Windows) Report(snaps []*snapshot.Snapshot) *report.Report {
+func (w *Windows) Report(snaps []*snapshot.Snapshot) *Report {
 	_, rep := w.Next(snaps)
 	w.Keep(snaps)
 	return rep

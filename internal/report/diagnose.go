@@ -1,11 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package checkup turns windows into a diagnosis report: the rules run
-// over each namespace's window and the findings, unknowns and source
-// errors gathered in one report, the same for `check`, the exporter and
-// the lab. It samples nothing: the windows come from internal/window or
-// from a file read back.
-package checkup
+package report
 
 import (
 	"iter"
@@ -14,14 +9,17 @@ import (
 
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/remedy"
-	"github.com/tcpdoctor/tcpdoctor/internal/report"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 )
 
-// Diagnose runs the rules over each window and assembles the report.
+// Diagnose runs the rules over each window and assembles the report:
+// the findings, unknowns and source errors of every namespace's window
+// in one Report, the same for `check`, serve and the lab. It samples
+// nothing: the windows come from internal/window or from a file read
+// back.
 // Each input is dropped once its rules ran, so an iterator that builds
 // each when asked (window.Inputs) holds one window's index at a time.
-func Diagnose(ins iter.Seq[*diag.Input], rs []diag.Rule) *report.Report {
+func Diagnose(ins iter.Seq[*diag.Input], rs []diag.Rule) *Report {
 	var d diagnosis
 	for in := range ins {
 		d.add(in, rs)
@@ -32,7 +30,7 @@ func Diagnose(ins iter.Seq[*diag.Input], rs []diag.Rule) *report.Report {
 // diagnosis is a report being assembled, one window at a time.
 type diagnosis struct {
 	res diag.Result
-	rep report.Report
+	rep Report
 	// The eBPF counters are read once for every namespace: what they
 	// missed is looked at in the first window that has them and said
 	// once, for the host, after the namespaces' own notes.
@@ -63,25 +61,25 @@ func (d *diagnosis) add(in *diag.Input, rs []diag.Rule) {
 		// reported for the first as well.
 		for _, er := range prev.Errors {
 			if !slices.Contains(cur.Errors, er) {
-				rep.Sources = append(rep.Sources, report.SourceError{Netns: ns, Source: er.Source, Error: "first sample: " + er.Err})
+				rep.Sources = append(rep.Sources, SourceError{Netns: ns, Source: er.Source, Error: "first sample: " + er.Err})
 			}
 		}
 	}
 	for _, er := range cur.Errors {
-		rep.Sources = append(rep.Sources, report.SourceError{Netns: ns, Source: er.Source, Error: er.Err})
+		rep.Sources = append(rep.Sources, SourceError{Netns: ns, Source: er.Source, Error: er.Err})
 	}
 	if ev := cur.Events; ev != nil && !d.eventsSeen {
 		d.eventsSeen, d.eventsNote = true, ev.Incomplete()
 	}
 }
 
-func (d *diagnosis) report() *report.Report {
+func (d *diagnosis) report() *Report {
 	rep := &d.rep
-	rep.Version = report.JSONVersion
+	rep.Version = JSONVersion
 	d.res.Sort()
 	rep.Findings, rep.Unknown, rep.RulesRun = d.res.Findings, d.res.Unknown, d.res.Ran
 	if d.eventsNote != "" {
-		rep.Sources = append(rep.Sources, report.SourceError{Source: snapshot.SourceBPF, Error: d.eventsNote})
+		rep.Sources = append(rep.Sources, SourceError{Source: snapshot.SourceBPF, Error: d.eventsNote})
 	}
 	if rep.Host == "" {
 		rep.Host, _ = os.Hostname()
