@@ -127,7 +127,7 @@ func (x *Exporter) Collect(ch chan<- prometheus.Metric) {
 
 // Publish makes the view of one collection (one snapshot per namespace,
 // taken at about the same time) and its diagnosis: ins are the windows
-// the collection ended (checkup.Windows.Next) and rep their report, nil
+// the collection ended (report.Windows.Next) and rep their report, nil
 // when there was none. collectTook is what the collection cost; started
 // is when its diagnosis began (the view's diagnosis time runs from it to
 // the view's end). Namespaces absent from snaps are forgotten.
