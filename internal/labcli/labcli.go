@@ -174,19 +174,21 @@ else the one on $PATH.`,
 	return root
 }
 
-// usageArgs makes every argument validator in the tree return a usage
-// error.
-func usageArgs(c *cobra.Command) {
-	if v := c.Args; v != nil {
-		c.Args = func(cmd *cobra.Command, args []string) error {
-			if err := v(cmd, args); err != nil {
-				return &exitError{code: ExitUsage, err: err}
+// usageArgs makes the argument checks of every command below root
+// return usage errors (exit 2).
+func usageArgs(root *cobra.Command) {
+	todo := []*cobra.Command{root}
+	for len(todo) > 0 {
+		c := todo[len(todo)-1]
+		todo = append(todo[:len(todo)-1], c.Commands()...)
+		if check := c.Args; check != nil {
+			c.Args = func(cmd *cobra.Command, args []string) error {
+				if err := check(cmd, args); err != nil {
+					return usageErr("%w", err)
+				}
+				return nil
 			}
-			return nil
 		}
-	}
-	for _, sub := range c.Commands() {
-		usageArgs(sub)
 	}
 }
 
