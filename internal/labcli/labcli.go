@@ -62,8 +62,16 @@ func DefaultEnv() *Env {
 	return &Env{
 		Stdout: os.Stdout, Stderr: os.Stderr, Stdin: os.Stdin, ProcRoot: "/proc", Self: self,
 		LookPath:     exec.LookPath,
-		CatchSIGPIPE: func() { signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE) },
+		CatchSIGPIPE: catchSIGPIPE,
 	}
+}
+
+// catchSIGPIPE asks for SIGPIPE on a channel nobody reads (the signal
+// package never blocks on it) rather than ignoring it: an ignored signal
+// stays ignored in the processes we exec (holders, ss, traffic, tcpdoctor),
+// a caught one is reset to the default.
+func catchSIGPIPE() {
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 }
 
 // tcpdoctor is the product binary the lab and the benches run: the one
