@@ -2,15 +2,15 @@
 # SPDX-License-Identifier: Apache-2.0
 # Compare `check --interval 1s --json` of two or more tcpdoctor binaries in
 # one namespace filled once: the binaries run in turn, ROUNDS times, each
-# run printing its wall, user and system CPU time, peak RSS and the
-# parts of its time (the hidden --phases-to that `bench --phases` reads),
-# and, once a round, `ss -tin`'s times: its system time is what the
-# kernel spends filling one dump with tcp_info.
+# run printing its wall, user and system CPU time and peak RSS, and, once
+# a round, `ss -tin`'s times: its system time is what the kernel spends
+# filling one dump with tcp_info. (Where the collection's time goes:
+# `tcpdoctor-lab bench --phases`.)
 # Running both binaries against the very same sockets, back to back, is
 # what tells a change apart on a busy host, where a fresh bench fill per
 # binary moves the figures by seconds (docs/performance-history.md, "`check` at a million sockets").
 #
-#   sudo scripts/check-ab.sh [-n CONNS] [-r ROUNDS] [-c ARGS] BINARY...
+#   sudo scripts/check-ab.sh [-n CONNS] [-r ROUNDS] [-c ARGS] [-l LAB] BINARY...
 #
 # -c gives the arguments the binaries run with instead of `check
 # --interval 1s --json` (split as the shell splits words), e.g. -c
@@ -18,28 +18,36 @@
 # binary runs with each in turn, to compare two ways of one binary.
 # It needs root and GNU time (/usr/bin/time). The namespace (tdab-PID)
 # holds CONNS loopback connections (default 500000, a million sockets:
-# about 4 GB of kernel memory), opened by holders started from the first
-# binary (`bench --hold-in`, at most 9,000 connections each); they and the
-# namespace are removed on exit, Ctrl-C included.
+# about 4 GB of kernel memory), opened by holders started from
+# tcpdoctor-lab (`tcpdoctor-lab hold`, at most 9,000 connections each):
+# -l LAB, else the tcpdoctor-lab beside the first binary, else the one on
+# $PATH; they and the namespace are removed on exit, Ctrl-C included.
 set -euo pipefail
 
 conns=500000
 rounds=3
 argsets=()
-while getopts "n:r:c:" o; do
+lab=
+while getopts "n:r:c:l:" o; do
   case $o in
   n) conns=$OPTARG ;;
   r) rounds=$OPTARG ;;
   c) argsets+=("$OPTARG") ;;
+  l) lab=$OPTARG ;;
   *) exit 2 ;;
   esac
 done
 shift $((OPTIND - 1))
 [ ${#argsets[@]} -gt 0 ] || argsets=("check --interval 1s --json")
 if [ $# -lt 1 ]; then
-  echo "usage: sudo $0 [-n CONNS] [-r ROUNDS] [-c ARGS] BINARY..." >&2
+  echo "usage: sudo $0 [-n CONNS] [-r ROUNDS] [-c ARGS] [-l LAB] BINARY..." >&2
   exit 2
 fi
+if [ -z "$lab" ]; then
+  lab=$(dirname "$1")/tcpdoctor-lab
+  [ -x "$lab" ] || lab=$(command -v tcpdoctor-lab || true)
+fi
+[ -n "$lab" ] && [ -x "$lab" ] || { echo "check-ab.sh: no tcpdoctor-lab beside $1 nor on PATH (give -l LAB)" >&2; exit 2; }
 if [ "$(id -u)" != 0 ]; then
   echo "check-ab.sh: needs root (network namespaces, eBPF)" >&2
   exit 2
@@ -76,7 +84,7 @@ i=0
 start=$(date +%s)
 while [ "$left" -gt 0 ]; do
   k=$((left < 9000 ? left : 9000))
-  "$1" bench --hold-in "$ns" --conns "$k" <&$hold >"$work/out$i" 2>&1 &
+  "$lab" hold "$ns" --conns "$k" <&$hold >"$work/out$i" 2>&1 &
   pids+=($!)
   until grep -q ready "$work/out$i" 2>/dev/null; do
     kill -0 "${pids[-1]}" 2>/dev/null || { echo "check-ab.sh: holder failed: $(cat "$work/out$i")" >&2; exit 3; }
@@ -97,15 +105,8 @@ for r in $(seq "$rounds"); do
       echo "== round $r: $b $args; loadavg $(cut -d' ' -f1-3 /proc/loadavg)"
       # shellcheck disable=SC2086 # args are words
       /usr/bin/time -f "wall %e s, user %U s, sys %S s, peak RSS %M KiB" -o "$work/time" \
-        nsenter --net="/run/netns/$ns" "$b" $args --phases-to "$work/phases.json" >/dev/null 2>"$work/err" || true
+        nsenter --net="/run/netns/$ns" "$b" $args >/dev/null 2>"$work/err" || true
       cat "$work/time"
-      python3 - "$work/phases.json" <<'EOF'
-import json, sys
-f = json.load(open(sys.argv[1]))
-for s in f["spans"]:
-    if not s.get("count"):
-        print("  %7.0f ms  %6.0f ms  %s" % ((s["start_ns"] - f["main_ns"]) / 1e6, (s["end_ns"] - s["start_ns"]) / 1e6, s["name"]))
-EOF
     done
   done
 done

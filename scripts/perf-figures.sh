@@ -10,7 +10,8 @@
 # STEP is one of the names below (default: all, in this order; a step
 # named twice runs twice); outputs go to DIR/N-STEP.txt (default
 # /tmp/tcpdoctor-perf-figures). It needs
-# root (namespaces, eBPF), builds bin/tcpdoctor first, and runs nothing
+# root (namespaces, eBPF), builds bin/tcpdoctor and bin/tcpdoctor-lab
+# (which runs the tcpdoctor beside it) first, and runs nothing
 # beside the steps: run it alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,28 +30,29 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 td=bin/tcpdoctor
+lab=bin/tcpdoctor-lab
 declare -A steps=(
-  [collection]="$td bench --sizes 20000,100000 --runs 7 --phases"
-  [collection-procs]="$td bench --sizes 20000 --runs 7 --only sockets,no-owners,json,proc-owners --procs 2000 --phases"
-  [collection-procs4000]="$td bench --sizes 20000 --runs 15 --only sockets,json,no-owners --procs 4000 --phases"
+  [collection]="$lab bench --sizes 20000,100000 --runs 7 --phases"
+  [collection-procs]="$lab bench --sizes 20000 --runs 7 --only sockets,no-owners,json,proc-owners --procs 2000 --phases"
+  [collection-procs4000]="$lab bench --sizes 20000 --runs 15 --only sockets,json,no-owners --procs 4000 --phases"
   [netns-walk]="go test -count=1 -run XXX -bench ProcessNetns -benchtime 50x ./internal/bpfsource"
   [netns-links]="go test -count=1 -run XXX -bench ByProcess -benchtime 50x ./internal/netns"
-  [million]="$td bench --sizes 1000000 --runs 3 --only check,record,serve"
-  [million-phases]="$td bench --sizes 1000000 --runs 3 --only check --phases"
-  [serve-10k]="$td serve bench --conns 5000 --cycles 5 --interval 2s"
-  [serve-100k]="$td serve bench --conns 50000 --cycles 5 --interval 5s"
-  [trace-bpf]="$td trace bench --others 50000 --matched 100 --rate 100 --duration 30s --bpf"
-  [trace]="$td trace bench --others 50000 --matched 100 --rate 100 --duration 30s"
+  [million]="$lab bench --sizes 1000000 --runs 3 --only check,record,serve"
+  [million-phases]="$lab bench --sizes 1000000 --runs 3 --only check --phases"
+  [serve-10k]="$lab serve-bench --conns 5000 --cycles 5 --interval 2s"
+  [serve-100k]="$lab serve-bench --conns 50000 --cycles 5 --interval 5s"
+  [trace-bpf]="$lab trace-bench --others 50000 --matched 100 --rate 100 --duration 30s --bpf"
+  [trace]="$lab trace-bench --others 50000 --matched 100 --rate 100 --duration 30s"
   [lookup-cost]="env TCPDOCTOR_LOOKUP_COST=100 go test -count=1 ./internal/sockdiag -run TestLookupCost -v"
   [trace-hooks]="env TCPDOCTOR_BPF_COST=1 go test -count=1 -run TestTraceHookCost -v ./internal/bpfsource"
-  [trace-c5]="$td lab run c5-small-rcvbuf --quick --html $out/trace-reports"
-  [trace-c3]="$td lab run c3-pinned-sndbuf --quick --html $out/trace-reports"
-  [link]="$td lab link-bench"
+  [trace-c5]="$lab run c5-small-rcvbuf --quick --html $out/trace-reports"
+  [trace-c3]="$lab run c3-pinned-sndbuf --quick --html $out/trace-reports"
+  [link]="$lab link-bench"
   [bpf-cost]="env TCPDOCTOR_BPF_COST=1 go test -count=1 -run TestCost -v ./internal/bpfsource"
-  [history-10k]="$td serve bench --history --conns 5000 --cycles 20"
-  [history-100k]="$td serve bench --history --conns 50000 --cycles 6"
+  [history-10k]="$lab serve-bench --history --conns 5000 --cycles 20"
+  [history-100k]="$lab serve-bench --history --conns 50000 --cycles 6"
   [history-trace]="go test -count=1 -v -run TestHistoryLiveTrace ./internal/cli/"
-  [serve-with-history]="$td serve bench --conns 5000 --cycles 5 --interval 2s --with-history"
+  [serve-with-history]="$lab serve-bench --conns 5000 --cycles 5 --interval 2s --with-history"
 )
 order=(collection collection-procs collection-procs4000 netns-walk netns-links million million-phases serve-10k serve-100k trace-bpf trace
   lookup-cost trace-hooks trace-c5 trace-c3 link bpf-cost history-10k history-100k history-trace
@@ -61,6 +63,7 @@ for s in "${order[@]}"; do
 done
 
 go build -o "$td" ./cmd/tcpdoctor
+go build -o "$lab" ./cmd/tcpdoctor-lab
 mkdir -p "$out"
 n=0
 for s in "${order[@]}"; do

@@ -5,9 +5,9 @@
 # of one commit give the same bytes (docs/release.md).
 #
 #   OUTDIR (default dist/VERSION):
-#     tcpdoctor_X.Y.Z_linux_{amd64,arm64}.tar.gz  binary, README, LICENSE, NOTICE, licences, docs, man pages, completions
-#     tcpdoctor_X.Y.Z_{amd64,arm64}.deb, tcpdoctor-X.Y.Z-1.{x86_64,aarch64}.rpm
-#     tcpdoctor_X.Y.Z_oci.tar                    OCI image layout: multi-arch index, FROM scratch
+#     tcpdoctor_X.Y.Z_linux_{amd64,arm64}.tar.gz  tcpdoctor and tcpdoctor-lab, README, LICENSE, NOTICE, licences, docs, man pages, completions
+#     tcpdoctor_X.Y.Z_{amd64,arm64}.deb, tcpdoctor-X.Y.Z-1.{x86_64,aarch64}.rpm  (both binaries)
+#     tcpdoctor_X.Y.Z_oci.tar                    OCI image layout: multi-arch index, FROM scratch (tcpdoctor only)
 #     tcpdoctor-X.Y.Z.tgz                        the Helm chart (deploy/helm/tcpdoctor)
 #     SHA256SUMS
 #
@@ -55,8 +55,12 @@ export CGO_ENABLED=0 GOFLAGS=-mod=readonly GOTOOLCHAIN=local
 ldflags="-s -w -buildid= -X github.com/tcpdoctor/tcpdoctor/internal/version.version=$version"
 for arch in amd64 arm64; do
   echo "release.sh: building linux/$arch" >&2
-  (cd "$src" && GOOS=linux GOARCH=$arch go build -trimpath -buildvcs=true -ldflags="$ldflags" \
-    -o "$work/bin/$arch/tcpdoctor" ./cmd/tcpdoctor)
+  # tcpdoctor, and tcpdoctor-lab (the lab and benches), which runs the
+  # tcpdoctor beside it.
+  for cmd in tcpdoctor tcpdoctor-lab; do
+    (cd "$src" && GOOS=linux GOARCH=$arch go build -trimpath -buildvcs=true -ldflags="$ldflags" \
+      -o "$work/bin/$arch/$cmd" "./cmd/$cmd")
+  done
 done
 
 echo "release.sh: man pages and completions" >&2
@@ -134,13 +138,13 @@ for arch in amd64 arm64; do
   name=tcpdoctor_${semver}_linux_$arch
   stage=$work/stage/$name
   mkdir -p "$stage/docs" "$stage/licenses"
-  install -m 0755 "$work/bin/$arch/tcpdoctor" "$stage/tcpdoctor"
+  install -m 0755 "$work/bin/$arch/tcpdoctor" "$work/bin/$arch/tcpdoctor-lab" "$stage/"
   install -m 0644 "$src/README.md" "$stage/README.md"
   install -m 0644 "$src/LICENSE" "$src/NOTICE" "$stage/"
   (cd "$src/docs" && find . -name '*.md' -exec cp --parents {} "$stage/docs/" \;)
   cp -r "$work/gen/man" "$work/gen/completions" "$stage/"
   cp -r "$work/licenses/." "$stage/licenses/"
-  find "$stage" -type d -exec chmod 0755 {} + && find "$stage" -type f ! -name tcpdoctor -exec chmod 0644 {} +
+  find "$stage" -type d -exec chmod 0755 {} + && find "$stage" -type f ! -name tcpdoctor ! -name tcpdoctor-lab -exec chmod 0644 {} +
   tarball "$name" "$work/stage" "$out/$name.tar.gz"
 
   # .deb and .rpm: the same files at the system's places.
@@ -158,11 +162,15 @@ license: Apache-2.0
 description: |-
   Tells why TCP services are slow or fail to connect, with kernel evidence and the fix.
   check, sockets, trace, watch, record, and serve: a Prometheus exporter (systemd unit
-  tcpdoctor.service, installed but not enabled or started).
+  tcpdoctor.service, installed but not enabled or started); tcpdoctor-lab reproduces the
+  case catalogue in network namespaces and measures tcpdoctor.
 mtime: "$(date -u -d "@$SOURCE_DATE_EPOCH" +%Y-%m-%dT%H:%M:%SZ)"
 contents:
   - src: $stage/tcpdoctor
     dst: /usr/bin/tcpdoctor
+    file_info: {mode: 0755}
+  - src: $stage/tcpdoctor-lab
+    dst: /usr/bin/tcpdoctor-lab
     file_info: {mode: 0755}
   - src: $stage/man/man1
     dst: /usr/share/man/man1
@@ -218,6 +226,8 @@ tarball tcpdoctor "$work/chart" "$out/tcpdoctor-$semver.tgz"
 
 (cd "$out" && sha256sum tcpdoctor[_-]* >SHA256SUMS)
 # The binaries too, for the checks of scripts/release-test.sh.
-for arch in amd64 arm64; do install -D -m 0755 "$work/bin/$arch/tcpdoctor" "$out/bin/linux_$arch/tcpdoctor"; done
+for arch in amd64 arm64; do
+  for cmd in tcpdoctor tcpdoctor-lab; do install -D -m 0755 "$work/bin/$arch/$cmd" "$out/bin/linux_$arch/$cmd"; done
+done
 echo "release.sh: $version (commit ${commit:0:12}) in $out:" >&2
 (cd "$out" && ls -l tcpdoctor[_-]* SHA256SUMS) >&2

@@ -54,8 +54,9 @@ fi
 # The race detector on the packages outside the namespace, lab, corpus and
 # live tiers (those measure timing, which -race would distort); all run
 # again without it below.
-go test -race -count=1 $(go list ./... | grep -v -E '/internal/(testkit/)?(lab|livetest|corpus|netns|testns|bench|cli)(/|$)')
+go test -race -count=1 $(go list ./... | grep -v -E '/internal/(testkit/)?(lab|livetest|corpus|netns|testns|bench|cli|labcli)(/|$)')
 CGO_ENABLED=0 go build -trimpath -o bin/tcpdoctor ./cmd/tcpdoctor
+CGO_ENABLED=0 go build -trimpath -o bin/tcpdoctor-lab ./cmd/tcpdoctor-lab
 if [ "$(id -u)" != 0 ]; then
   echo "test.sh: not root: kernel, netns and lab tests will skip (run as root for the full suite)" >&2
 fi

@@ -27,6 +27,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/topo"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 )
 
 // MaxConns bounds the connections a bench opens (1,200,000 sockets).
@@ -57,6 +58,10 @@ type CollectionOptions struct {
 	ProcRoot string
 	Self     Self
 	Progress io.Writer
+	// Split also times the listing's dump (collect.Streamer, no owners)
+	// whole and in two halves at once (collect.Options.SplitMin), for
+	// where a split pays.
+	Split bool
 }
 
 // CollectionResult is what Collection measured.
@@ -72,6 +77,9 @@ type CollectionResult struct {
 	// PeakRSS is the peak resident memory of a fresh process collecting
 	// once with owners, in bytes.
 	PeakRSS int64
+	// Whole and Split, with CollectionOptions.Split, are the medians of
+	// the listing's dump in one piece and in two halves at once.
+	Whole, Split time.Duration
 }
 
 // Collection times our collection against ss -tinm (and, with owners,
@@ -107,6 +115,11 @@ func Collection(ctx context.Context, o CollectionOptions) (*CollectionResult, er
 			return netns.Do(sp.ns, func() error { return exec.Command("ss", args...).Run() })
 		}
 	}
+	if o.Split {
+		if res.Whole, res.Split, err = splitDumps(o, nss); err != nil {
+			return nil, err
+		}
+	}
 	if res.SS, err = median(o.Runs, ss("-tinm")); err != nil {
 		return nil, fmt.Errorf("bench: ss -tinm: %w", err)
 	}
@@ -127,6 +140,25 @@ func Collection(ctx context.Context, o CollectionOptions) (*CollectionResult, er
 		return nil, err
 	}
 	return res, nil
+}
+
+// splitDumps times the listing's dump of nss, without owners, whole and
+// split in two halves whatever the namespace's size.
+func splitDumps(o CollectionOptions, nss []netns.NS) (whole, split time.Duration, err error) {
+	dump := func(splitMin int) func() error {
+		st := &collect.Streamer{Opts: collect.Options{ProcRoot: o.ProcRoot, SplitMin: splitMin}, Now: time.Now}
+		return func() error {
+			_, err := st.Stream(nss, func(*snapshot.Snapshot, *snapshot.Socket) error { return nil })
+			return err
+		}
+	}
+	if whole, err = median(o.Runs, dump(-1)); err != nil {
+		return 0, 0, fmt.Errorf("bench: whole dump: %w", err)
+	}
+	if split, err = median(o.Runs, dump(1)); err != nil {
+		return 0, 0, fmt.Errorf("bench: split dump: %w", err)
+	}
+	return whole, split, nil
 }
 
 // median runs f n times (after a GC each) and returns the median time.

@@ -55,20 +55,23 @@ func TestCollection(t *testing.T) {
 		t.Skip("needs root (network namespaces)")
 	}
 	if testing.Short() {
-		t.Skip("builds tcpdoctor: not in -short")
+		t.Skip("builds tcpdoctor-lab: not in -short")
 	}
-	self := testns.Tcpdoctor(t)
+	self := testns.Lab(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	res, err := Collection(ctx, CollectionOptions{
 		Conns: 300, Runs: 1, ProcRoot: "/proc", Progress: io.Discard,
-		Self: Self{Hold: []string{self, "bench", "--hold-in"}, Once: []string{self, "bench", "--once-in"}, Stderr: os.Stderr},
+		Self: Self{Hold: []string{self, "hold"}, Once: []string{self, "collect-once"}, Stderr: os.Stderr}, Split: true,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if res.Sockets < 600 || res.Ours <= 0 || res.SS <= 0 || res.PeakRSS <= 0 {
 		t.Errorf("result %+v: want 600 sockets or more and every figure set", res)
+	}
+	if res.Whole <= 0 || res.Split <= 0 {
+		t.Errorf("split dumps whole %v, split %v: want both timed (CollectionOptions.Split)", res.Whole, res.Split)
 	}
 	left, err := topo.List(topo.Prefix)
 	if err != nil {

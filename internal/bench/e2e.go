@@ -85,8 +85,9 @@ type E2EOptions struct {
 	Exe string
 	// Parallel holders connect at a time while the namespace fills.
 	Parallel int
-	// Phases has each of our runs write the times of its parts
-	// (--phases-to) for the phases tables (WritePhases).
+	// Phases times, at each size, the collection library's parts in
+	// the bench's own process (Library) for the phases tables
+	// (WritePhases): the product carries no timing flag.
 	Phases bool
 	// Procs idle processes (sleep) are started on the host before the
 	// sizes, for a host with many processes: the owner walks of sockets
@@ -107,7 +108,7 @@ type Run struct {
 	// Floor is our own resident size when the child started: a PeakRSS
 	// not above it means "at most Floor" (see lowerHWM).
 	Floor int64
-	// Phases, with E2EOptions.Phases, is where our run's time went.
+	// Phases, for a run timed in parts, is where its time went.
 	Phases *RunPhases
 	// User and System are the child's CPU time (its rusage).
 	User, System time.Duration
@@ -141,6 +142,10 @@ type SizeResult struct {
 	// idle ones (IdleProcs) among them.
 	Procs, IdleProcs int
 	Rows             []Row
+	// Library, with E2EOptions.Phases, is Runs collections of the
+	// namespace (sockets with owners) by the collection library in the
+	// bench's process, timed in parts.
+	Library []Run
 }
 
 // KernelMem is the kernel memory that grows with sockets: /proc/meminfo
@@ -218,6 +223,12 @@ func EndToEnd(ctx context.Context, o E2EOptions) (*E2EResult, error) {
 			}
 			o.progress("%d sockets: %s", sr.Sockets, strings.Join(c.Args, " "))
 			sr.Rows = append(sr.Rows, o.row(ctx, sp.ns, c))
+		}
+		if o.Phases {
+			o.progress("%d sockets: the collection library's parts", sr.Sockets)
+			if sr.Library, err = o.library(sp.ns); err != nil {
+				return nil, err
+			}
 		}
 		sr.LoadTo = loadavg(o.ProcRoot)
 		res.Sizes = append(res.Sizes, sr)
@@ -299,17 +310,6 @@ func (o *E2EOptions) once(ctx context.Context, ns netns.NS, argv []string, findi
 		return Run{}, err
 	}
 	defer devnull.Close()
-	var ph *RunPhases
-	if o.Phases && argv[0] == o.Exe {
-		f, err := os.CreateTemp("", "tcpdoctor-phases-*.json")
-		if err != nil {
-			return Run{}, fmt.Errorf("bench: phases: %w", err)
-		}
-		f.Close()
-		defer os.Remove(f.Name())
-		argv = append(slices.Clip(argv), "--phases-to", f.Name())
-		ph = &RunPhases{path: f.Name()}
-	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout = devnull
 	stderr := &tail{max: 2048}
@@ -317,13 +317,12 @@ func (o *E2EOptions) once(ctx context.Context, ns netns.NS, argv []string, findi
 	floor := o.lowerHWM()
 	var start time.Time
 	// Started from a thread inside ns: the child is born there.
-	if err := netns.Do(ns, func() error { start = time.Now(); ph.fork(); return cmd.Start() }); err != nil {
+	if err := netns.Do(ns, func() error { start = time.Now(); return cmd.Start() }); err != nil {
 		return Run{}, fmt.Errorf("%s: %w", argv[0], err)
 	}
 	stop := o.watch(ctx, cmd.Process.Pid, func() { _ = cmd.Process.Kill() })
 	werr := cmd.Wait()
 	wall := time.Since(start)
-	ph.reap()
 	killedBy := stop()
 	name := strings.Join(argv, " ")
 	if killedBy != "" {
@@ -337,10 +336,7 @@ func (o *E2EOptions) once(ctx context.Context, ns netns.NS, argv []string, findi
 	if err != nil {
 		return Run{}, err
 	}
-	if err := ph.read(); err != nil {
-		return Run{}, fmt.Errorf("%s: %w", name, err)
-	}
-	return Run{Wall: wall, PeakRSS: rss, Floor: floor, Phases: ph, User: cmd.ProcessState.UserTime(), System: cmd.ProcessState.SystemTime()}, nil
+	return Run{Wall: wall, PeakRSS: rss, Floor: floor, User: cmd.ProcessState.UserTime(), System: cmd.ProcessState.SystemTime()}, nil
 }
 
 // lowerHWM brings our own peak RSS down to what we hold now and returns

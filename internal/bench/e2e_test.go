@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -173,15 +174,16 @@ func TestEndToEnd(t *testing.T) {
 		t.Skip("needs root (network namespaces)")
 	}
 	if testing.Short() {
-		t.Skip("builds tcpdoctor: not in -short")
+		t.Skip("builds tcpdoctor-lab and tcpdoctor: not in -short")
 	}
-	self := testns.Tcpdoctor(t)
+	self := testns.Lab(t)
+	tcpdoctor := filepath.Join(filepath.Dir(self), "tcpdoctor")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	res, err := EndToEnd(ctx, E2EOptions{
 		Sizes: []int{2000}, Runs: 1, Scrapes: 2, ScrapeEvery: 50 * time.Millisecond, ServeInterval: time.Second,
-		Timeout: time.Minute, MaxRSS: 2 << 30, Exe: self, Parallel: 2, ProcRoot: "/proc",
-		Self: Self{Hold: []string{self, "bench", "--hold-in"}, Stderr: os.Stderr},
+		Timeout: time.Minute, MaxRSS: 2 << 30, Exe: tcpdoctor, Parallel: 2, ProcRoot: "/proc",
+		Self: Self{Hold: []string{self, "hold"}, Stderr: os.Stderr}, Phases: true,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -218,7 +220,16 @@ func TestEndToEnd(t *testing.T) {
 	if len(res.Sizes[0].Rows) != want || strings.Contains(out, "sockets --bpf on") {
 		t.Errorf("%d rows, want %d, kernel-owners not among them", len(res.Sizes[0].Rows), want)
 	}
-	t.Log("\n" + out)
+	// --phases: the collection library timed in parts in this process.
+	lib := res.Sizes[0].Library
+	if len(lib) != 1 || lib[0].Phases == nil || len(lib[0].Phases.File.Spans) == 0 || lib[0].Wall <= 0 {
+		t.Errorf("library runs %+v: want one, timed in parts", lib)
+	}
+	b.Reset()
+	if err := res.WritePhases(&b, 0); err != nil || !strings.Contains(b.String(), "where the collection library spent its") {
+		t.Errorf("phases table %v:\n%s", err, b.String())
+	}
+	t.Log("\n" + out + b.String())
 	left, err := topo.List(topo.Prefix)
 	if err != nil {
 		t.Fatal(err)

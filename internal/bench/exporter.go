@@ -54,7 +54,7 @@ type ExporterResult struct {
 // cost of its cycles, scrape latency and its peak RSS.
 func Exporter(ctx context.Context, o ExporterOptions) (*ExporterResult, error) {
 	if o.Conns < 1 || o.Conns > MaxConns || o.Cycles < 1 || o.Cycles > 100 || o.Interval < 100*time.Millisecond {
-		return nil, fmt.Errorf("serve bench: --conns 1..%d, --cycles 1..100, --interval >= 100ms", MaxConns)
+		return nil, fmt.Errorf("serve-bench: --conns 1..%d, --cycles 1..100, --interval >= 100ms", MaxConns)
 	}
 	sp, err := newSpace(ctx, o.Self, o.Conns, o.Progress)
 	if err != nil {
@@ -67,7 +67,7 @@ func Exporter(ctx context.Context, o ExporterOptions) (*ExporterResult, error) {
 		return nil, err
 	}
 	if err := child.Start(); err != nil {
-		return nil, fmt.Errorf("serve bench: start exporter: %w", err)
+		return nil, fmt.Errorf("serve-bench: start exporter: %w", err)
 	}
 	waited := false
 	defer func() {
@@ -91,7 +91,7 @@ func Exporter(ctx context.Context, o ExporterOptions) (*ExporterResult, error) {
 	deadline := time.Now().Add(time.Duration(o.Cycles+3)*o.Interval + 5*time.Minute)
 	for len(res.Collect) < o.Cycles {
 		if time.Now().After(deadline) {
-			return nil, errors.New("serve bench: exporter did not complete its cycles in time")
+			return nil, errors.New("serve-bench: exporter did not complete its cycles in time")
 		}
 		if err := window.Sleep(ctx, 100*time.Millisecond); err != nil {
 			return nil, err
@@ -150,7 +150,7 @@ func serveAddr(r io.Reader) (string, error) {
 			return addr, nil
 		}
 		if err != nil {
-			return "", fmt.Errorf("serve bench: exporter did not start: %q", line)
+			return "", fmt.Errorf("serve-bench: exporter did not start: %q", line)
 		}
 	}
 }
@@ -160,11 +160,11 @@ func serveAddr(r io.Reader) (string, error) {
 func scrape(client *http.Client, url string) (map[string]float64, int, error) {
 	resp, err := client.Get(url)
 	if err != nil {
-		return nil, 0, fmt.Errorf("serve bench: scrape: %w", err)
+		return nil, 0, fmt.Errorf("serve-bench: scrape: %w", err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, 0, fmt.Errorf("serve bench: scrape: %s", resp.Status)
+		return nil, 0, fmt.Errorf("serve-bench: scrape: %s", resp.Status)
 	}
 	out := map[string]float64{}
 	n := 0

@@ -96,7 +96,7 @@ func History(ctx context.Context, o HistoryOptions) (*HistoryResult, error) {
 
 func historyCase(ctx context.Context, c *collect.Collector, ns netns.NS, name string, o HistoryOptions) (*HistoryCase, error) {
 	dir := filepath.Join(o.Dir, name)
-	opts := history.Options{Dir: dir, Tool: "tcpdoctor bench"}
+	opts := history.Options{Dir: dir, Tool: "tcpdoctor-lab bench"}
 	if name == "warning" {
 		// Evidence every window, unpaced: the cost of one file, measured
 		// o.Windows times. The per-day figures apply the default pace.
@@ -224,7 +224,7 @@ func fullListener(ns netns.NS) (closeAll func(), err error) {
 func HistoryWeek(dir string, interval time.Duration) (int, error) {
 	t0 := time.Date(2026, 1, 5, 0, 0, 0, 0, time.UTC)
 	n := int(7 * 24 * time.Hour / interval)
-	r := history.New(history.Options{Dir: dir, MaxBytes: 1 << 40, MaxAge: 1 << 62, Tool: "tcpdoctor bench", Now: func() time.Time { return t0.Add(7 * 24 * time.Hour) }})
+	r := history.New(history.Options{Dir: dir, MaxBytes: 1 << 40, MaxAge: 1 << 62, Tool: "tcpdoctor-lab bench", Now: func() time.Time { return t0.Add(7 * 24 * time.Hour) }})
 	f := diag.Finding{Rule: "listen-overflow", Severity: diag.Warning,
 		Subject: diag.Subject{Netns: "host", Local: diag.At(netip.MustParseAddrPort("127.0.0.1:8080")), Pid: 4242, Command: "java"},
 		Summary: "listener :8080 (java pid 4242) has a full accept queue: 9/8, backlog 8 is the application's own (somaxconn 4096)"}

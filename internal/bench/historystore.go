@@ -69,7 +69,7 @@ func HistoryStore(dir string, size int64, namespaces int, end time.Time) (window
 			gz, _ = gzip.NewWriterLevel(segOut, gzip.BestSpeed)
 			enc = json.NewEncoder(gz)
 			segAt = to
-			if err := enc.Encode(jsonl.Header{Format: history.FormatName, Version: history.FormatVersion, Tool: "tcpdoctor bench"}); err != nil {
+			if err := enc.Encode(jsonl.Header{Format: history.FormatName, Version: history.FormatVersion, Tool: "tcpdoctor-lab bench"}); err != nil {
 				return windows, written, err
 			}
 		}

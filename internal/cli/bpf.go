@@ -41,7 +41,7 @@ func (o *bpfOpts) validate(src *sourceOpts) error {
 // way every command that collects live gets its eBPF sources.
 func (o *bpfOpts) extras(e *Env, src *sourceOpts, need bpfload.Need) (*bpfload.Extras, error) {
 	x, err := bpfload.Open(bpfload.Config{Mode: bpfload.Mode(o.mode), Need: need, Replay: src.from != "",
-		PidFD: o.pidfd, ProcRoot: e.ProcRoot, Loaders: e.BPF, Note: e.progress, Phases: e.Phases})
+		PidFD: o.pidfd, ProcRoot: e.ProcRoot, Loaders: e.BPF, Note: e.progress})
 	if err != nil {
 		return nil, collectErr(err)
 	}

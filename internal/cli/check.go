@@ -122,12 +122,10 @@ func runCheck(cmd *cobra.Command, e *Env, o *checkOpts) error {
 		return err
 	}
 	defer x.Close()
-	e.Phases.Mark("setup")
-	ss, err := o.src.sample(cmd.Context(), e, x.Collector(collect.Options{Owners: !o.noOwners, Workloads: e.workloads(), Phases: e.Phases, FaultIn: true}, e.Now), count, o.interval, rs)
+	ss, err := o.src.sample(cmd.Context(), e, x.Collector(collect.Options{Owners: !o.noOwners, Workloads: e.workloads(), FaultIn: true}, e.Now), count, o.interval, rs)
 	if err != nil {
 		return err
 	}
-	e.Phases.Mark("samples, --interval apart")
 	if o.wl.Set() {
 		// Only the namespaces about the pod or container: their
 		// unknowns and counts are the report's.
@@ -137,7 +135,6 @@ func runCheck(cmd *cobra.Command, e *Env, o *checkOpts) error {
 		}
 	}
 	rep := report.Diagnose(window.Inputs(ss, opts), rs)
-	e.Phases.Mark("rules")
 	if o.wl.Set() {
 		rep.Findings = slices.DeleteFunc(rep.Findings, func(f diag.Finding) bool {
 			return !o.wl.Match(f.Subject.Workload)
@@ -161,7 +158,6 @@ func runCheck(cmd *cobra.Command, e *Env, o *checkOpts) error {
 		}
 		report.WriteText(e.Stdout, rep, report.Style{Color: e.IsTTY && e.Getenv("NO_COLOR") == "", MinSeverity: min, Width: e.columns()})
 	}
-	e.Phases.Mark("report")
 	if !o.json {
 		o.src.othersNote(e)
 	}

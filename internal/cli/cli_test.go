@@ -36,7 +36,6 @@ func run(t *testing.T, args ...string) (int, string, string) {
 		Now:      time.Now,
 		Sleep:    func(ctx context.Context, d time.Duration) error { return window.Sleep(ctx, d) },
 		ProcRoot: "/proc",
-		Args0:    os.Args[0],
 	}
 	code := Main(args, e)
 	return code, out.String(), errb.String()
@@ -169,8 +168,6 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"check", "--bogus"}, "unknown flag"},
 		{[]string{"frobnicate"}, "unknown command"},
 		{[]string{"chek"}, `unknown command "chek" for "tcpdoctor"; did you mean "check"?`},
-		{[]string{"lab", "rn"}, `unknown command "rn" for "tcpdoctor lab"; did you mean "run"?`},
-		{[]string{"lab", "zzzz"}, "(tcpdoctor lab --help lists them)"},
 		{[]string{"check", "--netns", "a", "--all-netns"}, "exclude each other"},
 		{[]string{"check", "--fail-on", "sometimes"}, "unknown severity"},
 		{[]string{"check", "--from", filepath.Join(dir, "missing")}, "no such file"},
@@ -184,7 +181,6 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"bdp", "--rtt", "20ms", "--bandwidth", "100"}, "has no unit"},
 		{[]string{"trace", "--from", overflowFixture, "--bandwidth", "100"}, "has no unit"},
 		{[]string{"serve", "--bandwidth", "100"}, "has no unit"},
-		{[]string{"lab", "link-bench", "--rate", "100"}, "has no unit"},
 		{[]string{"sockets", "--from", overflowFixture, "--state", "sleepy"}, "unknown state"},
 		{[]string{"sockets", "--from", overflowFixture, "--port", "70000"}, "out of range"},
 		{[]string{"record"}, "-o FILE is required"},
@@ -255,7 +251,7 @@ func TestExitCodeByType(t *testing.T) {
 	if code := exitCode(root, []string{"sockets"}, sysErr, io.Discard); code != ExitCollect {
 		t.Errorf("EINVAL from a command: exit %d, want %d", code, ExitCollect)
 	}
-	for _, args := range [][]string{{"explain"}, {"explain", "a", "b"}, {"rules", "extra"}, {"lab", "nosuch"}} {
+	for _, args := range [][]string{{"explain"}, {"explain", "a", "b"}, {"rules", "extra"}} {
 		if code, _, stderr := run(t, args...); code != ExitUsage {
 			t.Errorf("%v: exit %d (%s), want %d", args, code, stderr, ExitUsage)
 		}

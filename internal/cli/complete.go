@@ -9,7 +9,6 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/lab"
 	"github.com/tcpdoctor/tcpdoctor/internal/rules"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/watch"
@@ -55,9 +54,6 @@ func complete(root *cobra.Command, e *Env) {
 	walk(root)
 	if c, _, err := root.Find([]string{"explain"}); err == nil && c != root {
 		c.ValidArgsFunction = firstArg(fixed(ruleIDs()...))
-	}
-	if c, _, err := root.Find([]string{"lab", "run"}); err == nil && c.Name() == "run" {
-		c.ValidArgsFunction = firstArg(fixed(append(scenarioNames(), "all")...))
 	}
 }
 
@@ -111,14 +107,6 @@ func ruleIDs() []string {
 		ids = append(ids, r.ID)
 	}
 	return ids
-}
-
-func scenarioNames() []string {
-	var names []string
-	for _, s := range lab.Scenarios() {
-		names = append(names, s.Name)
-	}
-	return names
 }
 
 // stateNames are the socket states as --state takes them (lower case).

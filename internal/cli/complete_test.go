@@ -50,7 +50,6 @@ func TestCompletion(t *testing.T) {
 		{[]string{"check", "--fail-on", ""}, []string{"info", "warning", "critical"}, nil},
 		{[]string{"check", "--rule", "listen-overflow,"}, []string{"listen-overflow,port-exhaustion"}, []string{"listen-overflow,listen-overflow"}},
 		{[]string{"history", "--rule", "time-"}, []string{"time-wait-churn"}, nil},
-		{[]string{"lab", "run", ""}, []string{"all", "c1-rpc-connections", "c5-small-rcvbuf"}, nil},
 		{[]string{"watch", "--kind", ""}, []string{"failed-connect", "listen-overflow", "reset-sent"}, nil},
 		{[]string{"sockets", "--state", "time"}, []string{"time-wait"}, []string{"listen"}},
 		{[]string{"trace", "--bpf", ""}, []string{"auto", "on", "off"}, nil},

@@ -98,7 +98,7 @@ func init() {
 func podEnv(p *testpod.Pod, out, errb *bytes.Buffer) *Env {
 	proc, state, runc, docker := p.Roots()
 	return &Env{Stdout: out, Stderr: errb, Getenv: func(string) string { return "" }, Now: time.Now,
-		Sleep: window.Sleep, ProcRoot: "/proc", Args0: os.Args[0], BPF: bpfload.Programs(),
+		Sleep: window.Sleep, ProcRoot: "/proc", BPF: bpfload.Programs(),
 		Workloads: containers.NewResolver(containers.Options{Roots: containers.Roots{Proc: proc, ContainerdState: state, Runc: runc, Docker: docker}})}
 }
 

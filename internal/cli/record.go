@@ -86,7 +86,7 @@ func runRecord(cmd *cobra.Command, e *Env, o *recordOpts) error {
 		return err
 	}
 	defer x.Close()
-	c := x.Collector(collect.Options{Owners: !o.noOwners, Workloads: e.workloads(), Phases: e.Phases, FaultIn: true}, e.Now)
+	c := x.Collector(collect.Options{Owners: !o.noOwners, Workloads: e.workloads(), FaultIn: true}, e.Now)
 	var got int
 	var last time.Time
 	for i := 0; i < o.count; i++ {
@@ -98,19 +98,15 @@ func runRecord(cmd *cobra.Command, e *Env, o *recordOpts) error {
 			}
 		}
 		last = e.Now()
-		endSample := e.Phases.Begin("sample")
 		snaps := c.Collect(nss)
-		endSample()
 		ss := []series{{Snaps: snaps}}
 		warnErrors(e, ss)
-		endWrite := e.Phases.Begin("write the sample")
 		for _, s := range snaps {
 			if err := sw.Write(s); err != nil {
 				return collectErr(fmt.Errorf("record: %w", err))
 			}
 			got += len(s.Sockets)
 		}
-		endWrite()
 		fmt.Fprintf(e.Stderr, "tcpdoctor: sample %d/%d: %d namespaces, %d sockets\n", i+1, o.count, len(snaps), got)
 		got = 0
 		if window.NothingCollected(ss) {

@@ -24,10 +24,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/capability"
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
 	"github.com/tcpdoctor/tcpdoctor/internal/containers"
-	"github.com/tcpdoctor/tcpdoctor/internal/lab/linkemu"
-	"github.com/tcpdoctor/tcpdoctor/internal/lab/workload/workloadcmd"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
-	"github.com/tcpdoctor/tcpdoctor/internal/phases"
 	"github.com/tcpdoctor/tcpdoctor/internal/procs"
 	"github.com/tcpdoctor/tcpdoctor/internal/serve"
 	"github.com/tcpdoctor/tcpdoctor/internal/textsafe"
@@ -55,8 +52,6 @@ type Env struct {
 	Sleep func(ctx context.Context, d time.Duration) error
 	// ProcRoot is "/proc" in production.
 	ProcRoot string
-	// Args0 is the path of our own executable (the lab re-executes it).
-	Args0 string
 	// IsTTY reports whether stdout is a terminal (colour only then).
 	IsTTY bool
 	// Columns is the terminal's width, to wrap long lines to; 0 (a pipe,
@@ -74,36 +69,13 @@ type Env struct {
 	// Workloads names the containers, pods and units of namespaces and
 	// processes (docs/containers.md); nil names none.
 	Workloads *containers.Resolver
-	// Phases times the parts of this run when --phases-to is given (the
-	// bench's --phases view); nil records nothing.
-	Phases *phases.Recorder
 	// Build is this binary's version.Get(). The zero value is a build
 	// not known: `version` then says "dev", and check's JSON and a
 	// recording's header leave their build object out.
 	Build version.Info
-	// CatchSIGPIPE, called before a command marked cleansUp runs, makes a
-	// write to a closed stdout or stderr return EPIPE instead of the Go
-	// runtime ending the process by SIGPIPE, so the command removes what
-	// it built before it exits. nil leaves the default (tests in process).
-	CatchSIGPIPE func()
 	// TuneServe, when set, adjusts serve's options after its flags: what
 	// no flag sets (a test's shorter timeline segment). nil: none.
 	TuneServe func(*serve.Options)
-}
-
-// cleansUp is the annotation of the commands that build namespaces or
-// start processes they must remove before they exit (bench, lab run...):
-// the root catches SIGPIPE for them (Env.CatchSIGPIPE), and they stop
-// and clean up when writing their results fails. Other commands keep
-// Go's default: a closed stdout ends them at once, as it ends ss or cat.
-const cleansUp = "tcpdoctor/cleans-up"
-
-// catchSIGPIPE is DefaultEnv's CatchSIGPIPE. It asks for SIGPIPE on a
-// channel nobody reads (the signal package never blocks on it) rather
-// than ignoring it: an ignored signal stays ignored in the processes we
-// exec (holders, ss, workloads), a caught one is reset to the default.
-func catchSIGPIPE() {
-	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 }
 
 // build is Build, or a "dev" build of this toolchain when not known.
@@ -156,10 +128,6 @@ func processNetns() ([]netns.Task, error) {
 
 // DefaultEnv is the real process environment.
 func DefaultEnv() *Env {
-	self, err := os.Executable()
-	if err != nil {
-		self = os.Args[0]
-	}
 	fi, _ := os.Stdout.Stat()
 	return &Env{
 		Stdout:    os.Stdout,
@@ -169,7 +137,6 @@ func DefaultEnv() *Env {
 		Now:       time.Now,
 		Sleep:     window.Sleep,
 		ProcRoot:  "/proc",
-		Args0:     self,
 		IsTTY:     fi != nil && fi.Mode()&os.ModeCharDevice != 0,
 		Columns:   termColumns(),
 		BPF:       bpfload.Programs(),
@@ -177,8 +144,6 @@ func DefaultEnv() *Env {
 		FileLimit: softFileLimit,
 		Workloads: containers.NewResolver(containers.Options{}),
 		Build:     version.Get(),
-
-		CatchSIGPIPE: catchSIGPIPE,
 	}
 }
 
@@ -233,8 +198,6 @@ var errFindings = &exitError{code: ExitFindings}
 
 // NewRoot builds the command tree.
 func NewRoot(e *Env) *cobra.Command {
-	started := phases.Now()
-	var phasesTo string
 	root := &cobra.Command{
 		Use:           "tcpdoctor",
 		Short:         "Tell why TCP services are slow or fail to connect, with kernel evidence and the fix",
@@ -243,19 +206,6 @@ func NewRoot(e *Env) *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.SetVersionTemplate("tcpdoctor {{.Version}}\n")
-	// The bench's --phases view: where this run's time went, written to
-	// a file when the command ends.
-	root.PersistentFlags().StringVar(&phasesTo, "phases-to", "", "write the times of this run's parts to FILE as JSON (tcpdoctor bench --phases)")
-	_ = root.PersistentFlags().MarkHidden("phases-to")
-	root.PersistentPreRun = func(cmd *cobra.Command, _ []string) {
-		if phasesTo != "" {
-			e.Phases = phases.New(started, phasesTo)
-		}
-		if cmd.Annotations[cleansUp] != "" && e.CatchSIGPIPE != nil {
-			e.CatchSIGPIPE()
-		}
-	}
-
 	root.SetOut(e.Stdout)
 	root.SetErr(e.Stderr)
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
@@ -268,10 +218,7 @@ func NewRoot(e *Env) *cobra.Command {
 		newTraceCmd(e),
 		newRulesCmd(e),
 		newExplainCmd(e),
-		newBenchCmd(e),
 		newBDPCmd(e),
-		workloadcmd.New(e.Stdout, e.ProcRoot),
-		newLabCmd(e),
 		newServeCmd(e),
 		newWatchCmd(e),
 		newHistoryCmd(e),
@@ -285,7 +232,7 @@ func NewRoot(e *Env) *cobra.Command {
 
 // usageArgs makes every argument validator in the tree return a usage
 // error, so the exit code comes from the error's type, not its text.
-// Command groups below the root (lab, workload) print their help when
+// Command groups (the root) print their help when
 // called bare and reject an unknown subcommand (cobra prints help and
 // exits 0 for those).
 func usageArgs(c *cobra.Command) {
@@ -362,9 +309,6 @@ func runMain(ctx context.Context, args []string, e *Env) int {
 	root := NewRoot(e)
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
-	if werr := e.Phases.Write(); werr != nil {
-		fmt.Fprintf(e.Stderr, "tcpdoctor: %v\n", werr)
-	}
 	if code, ok := interruptCode(err, context.Cause(ctx), e.Stderr); ok {
 		return code
 	}
@@ -413,9 +357,6 @@ func exitCode(root *cobra.Command, args []string, err error, stderr io.Writer) i
 		return ee.code
 	}
 	printErr(stderr, err)
-	if errors.Is(err, workloadcmd.ErrUsage) {
-		return ExitUsage
-	}
 	// Flag and argument errors arrive as exitError (SetFlagErrorFunc,
 	// usageArgs); what remains from cobra is a command line naming no
 	// command, which Find reports again.
@@ -443,29 +384,12 @@ func permissionHint(err error, have func(uint) bool) string {
 	}{
 		{netns.ErrPermission, unix.CAP_SYS_ADMIN, "CAP_SYS_ADMIN"},
 		{procs.ErrPermission, unix.CAP_SYS_PTRACE, "CAP_SYS_PTRACE"},
-		{linkemu.ErrPermission, unix.CAP_NET_ADMIN, "CAP_NET_ADMIN"},
 	} {
 		if errors.Is(err, p.err) && !have(p.cap) {
 			return "; run as root or grant " + p.name
 		}
 	}
 	return ""
-}
-
-// stickyWriter keeps the first error of its writes, for printers that
-// return none; after one it writes nothing more.
-type stickyWriter struct {
-	w   io.Writer
-	err error
-}
-
-func (s *stickyWriter) Write(p []byte) (int, error) {
-	if s.err != nil {
-		return 0, s.err
-	}
-	n, err := s.w.Write(p)
-	s.err = err
-	return n, err
 }
 
 // openInput opens a file to read, or standard input for "-" (closing it

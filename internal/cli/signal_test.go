@@ -145,7 +145,7 @@ func TestInterruptedInProcess(t *testing.T) {
 	cancel(&interrupted{sig: syscall.SIGINT})
 	var out, errb strings.Builder
 	e := &Env{Stdout: &out, Stderr: &errb, Getenv: func(string) string { return "" }, Now: time.Now,
-		Sleep: window.Sleep, ProcRoot: "/proc", Args0: os.Args[0]}
+		Sleep: window.Sleep, ProcRoot: "/proc"}
 	code := runMain(ctx, []string{"sockets", "--interval", "30s", "--bpf", "off", "--no-owners"}, e)
 	if code != 130 || errb.String() != "tcpdoctor: interrupted\n" {
 		t.Errorf("sockets after SIGINT: exit %d, stderr %q; want 130 and interrupted", code, errb.String())

@@ -34,7 +34,6 @@ type socketsOpts struct {
 	json     bool
 	noOwners bool
 	locks    bool
-	splitMin int
 }
 
 func newSocketsCmd(e *Env) *cobra.Command {
@@ -66,8 +65,6 @@ container (else whose namespace it holds), looking in every namespace unless --n
 	fs.IntVar(&o.pid, "pid", 0, "only sockets owned by this process")
 	fs.BoolVar(&o.json, "json", false, "print a JSON array")
 	fs.BoolVar(&o.noOwners, "no-owners", false, "do not map sockets to processes (faster)")
-	fs.IntVar(&o.splitMin, "split-min", 0, "dump a namespace of this many sockets or more in two halves at once (0: the default, 200000; -1: never); for measuring where that pays")
-	_ = fs.MarkHidden("split-min")
 	fs.BoolVar(&o.locks, "locks", false, "read every socket's buffer lock bits (SO_SNDBUF/SO_RCVBUF set by the application) with eBPF iter/tcp: the table's Pinned column, buf_lock in --json; loading the program costs tens of ms")
 	return cmd
 }
@@ -222,7 +219,7 @@ func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
 		return usageErr("%v", err)
 	}
 	states, kf := flt.kernel()
-	st := x.Streamer(collect.Options{Owners: !o.noOwners, States: states, Filter: kf, Workloads: e.workloads(), Phases: e.Phases, SplitMin: o.splitMin}, e.Now)
+	st := x.Streamer(collect.Options{Owners: !o.noOwners, States: states, Filter: kf, Workloads: e.workloads()}, e.Now)
 	var first []*snapshot.Snapshot
 	var prev *tcpmodel.Chronos
 	if o.interval > 0 {
@@ -251,12 +248,10 @@ func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
 		po.Workload = po.Workload || ns.Workload != nil
 	}
 	var lim tcpmodel.Limited
-	e.Phases.Mark("setup")
 	heads, err := st.Stream(nss, func(s *snapshot.Snapshot, sk *snapshot.Socket) error {
 		if !flt.match(sk) {
 			return nil
 		}
-		defer e.Phases.Add("format rows (during the dump)", e.Phases.Stamp())
 		r := sockets.Row{Subject: output.SocketSubject(&s.Netns, sk, s.Procs), Socket: sk}
 		if !o.wl.Match(r.Subject.Workload) {
 			return nil
@@ -287,7 +282,6 @@ func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
 	if p.Rows() == 0 && noDump(heads) {
 		return collectErr(errors.New("nothing could be collected: " + firstErrors(ss)))
 	}
-	e.Phases.Mark("stream: dump, owners, rows")
 	if err := p.Close(); err != nil {
 		return err
 	}
@@ -296,7 +290,6 @@ func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
 		sockets.WriteEvents(w, windows(ss), flt.events())
 	}
 	err = w.Flush()
-	e.Phases.Mark("close and write")
 	if err == nil {
 		o.noneMatched(e, p.Rows())
 	}

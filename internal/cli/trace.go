@@ -62,7 +62,6 @@ and written whole or not at all. Exit codes: 0 no slow transfer, 1 slow transfer
 			return runTrace(cmd, e, o)
 		},
 	}
-	cmd.AddCommand(newTraceBenchCmd(e))
 	fs := cmd.Flags()
 	fs.UintSliceVar(&o.ports, "port", nil, "connections with this port at either end (repeatable)")
 	fs.UintSliceVar(&o.lports, "lport", nil, "connections with this local port")

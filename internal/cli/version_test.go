@@ -30,7 +30,6 @@ func runBuild(t *testing.T, b version.Info, args ...string) (int, string, string
 		Now:      time.Now,
 		Sleep:    func(ctx context.Context, d time.Duration) error { return window.Sleep(ctx, d) },
 		ProcRoot: "/proc",
-		Args0:    os.Args[0],
 		Build:    b,
 	}
 	code := Main(args, e)

@@ -52,7 +52,7 @@ func TestWatchFailedConnects(t *testing.T) {
 	testns.Run(t, "ip", "netns", "exec", ns.Name, "sysctl", "-qw", "net.ipv4.ip_local_port_range=40000 40001")
 	var out, errb bytes.Buffer
 	e := &Env{Stdout: &out, Stderr: &errb, Getenv: func(string) string { return "" }, Now: time.Now,
-		Sleep: window.Sleep, ProcRoot: "/proc", Args0: os.Args[0], BPF: bpfload.Programs()}
+		Sleep: window.Sleep, ProcRoot: "/proc", BPF: bpfload.Programs()}
 	done := make(chan int)
 	go func() {
 		done <- Main([]string{"watch", "--json", "--netns", ns.Name, "--kind", "failed-connect", "--count", "3", "--duration", "20s"}, e)

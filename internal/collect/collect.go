@@ -343,9 +343,8 @@ func (c *Collector) attachOwners(p *pass, snaps []*snapshot.Snapshot, fw *fileWa
 // kernel's whole table twice, and two dumps at once on two CPUs take
 // longer than one, so it pays back only for a big namespace: the dump
 // of `sockets --no-owners` took as long either way at 20,000 and 100,000
-// sockets, and 14% less split at 300,000 (`scripts/check-ab.sh -c` with
-// the hidden `--split-min`; docs/performance-history.md, "The night's
-// rerun").
+// sockets, and 14% less split at 300,000 (docs/performance-history.md,
+// "The night's rerun"; `tcpdoctor-lab bench --inner --split` times both).
 const splitMin = 200_000
 
 // splits reports whether a namespace expected to hold used sockets is

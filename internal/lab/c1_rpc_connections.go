@@ -11,7 +11,7 @@ import (
 
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/linkemu"
-	"github.com/tcpdoctor/tcpdoctor/internal/lab/workload"
+	"github.com/tcpdoctor/tcpdoctor/internal/lab/traffic"
 	"github.com/tcpdoctor/tcpdoctor/internal/units"
 	"github.com/tcpdoctor/tcpdoctor/internal/window"
 )
@@ -72,7 +72,7 @@ func runC1(ctx context.Context, o Options) (*Result, error) {
 	}
 	defer tb.Close()
 	res := &Result{Table: Table{Columns: []string{"buffers", "conns", "callers", "p50", "p99", "mean", "req/s", "server-side time"}}}
-	lat := map[[2]int]workload.RPCClientResult{}
+	lat := map[[2]int]traffic.RPCClientResult{}
 	for _, b := range bufs {
 		for _, n := range conns {
 			cell := c1Cell{buf: b, conns: n, callers: callers, req: req, dur: dur,
@@ -114,10 +114,10 @@ func runC1(ctx context.Context, o Options) (*Result, error) {
 
 // c1Measure runs one cell: a fresh server and a client for cell.dur, with a
 // check of both hosts during it when cell.check.
-func c1Measure(ctx context.Context, tb *Testbed, cell c1Cell) (workload.RPCClientResult, workload.RPCServerResult, []diag.Finding, error) {
+func c1Measure(ctx context.Context, tb *Testbed, cell c1Cell) (traffic.RPCClientResult, traffic.RPCServerResult, []diag.Finding, error) {
 	callers, req, dur := cell.callers, cell.req, cell.dur
-	var cl workload.RPCClientResult
-	var sr workload.RPCServerResult
+	var cl traffic.RPCClientResult
+	var sr traffic.RPCServerResult
 	buf := strconv.Itoa(cell.buf)
 	srv, err := tb.Start(tb.Topo.Server, true, "rpc-server", "--addr", netip.AddrPortFrom(tb.Topo.ServerAddrs[0], 0).String(),
 		"--think-max", c1ThinkMax.String(), "--sndbuf", buf, "--rcvbuf", buf, "--max-duration", "2m")
@@ -159,7 +159,7 @@ func c1Measure(ctx context.Context, tb *Testbed, cell c1Cell) (workload.RPCClien
 	return cl, sr, fs, nil
 }
 
-func c1Cells(cell c1Cell, cl workload.RPCClientResult, _ workload.RPCServerResult) []string {
+func c1Cells(cell c1Cell, cl traffic.RPCClientResult, _ traffic.RPCServerResult) []string {
 	return []string{units.Bytes(float64(cell.buf)), strconv.Itoa(cell.conns), strconv.Itoa(cl.Callers),
 		fmt.Sprintf("%.0f ms", cl.Latency.P50Ms), fmt.Sprintf("%.0f ms", cl.Latency.P99Ms), fmt.Sprintf("%.0f ms", cl.Latency.MeanMs),
 		fmt.Sprintf("%.0f", cl.RequestsPerSec), "150 ms mean (0-300)"}

@@ -16,7 +16,7 @@ import (
 
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/topo"
-	"github.com/tcpdoctor/tcpdoctor/internal/lab/workload"
+	"github.com/tcpdoctor/tcpdoctor/internal/lab/traffic"
 	"github.com/tcpdoctor/tcpdoctor/internal/procnet"
 	"github.com/tcpdoctor/tcpdoctor/internal/window"
 )
@@ -39,8 +39,8 @@ type stormPhase struct {
 	label            string
 	backlog, somax   int
 	sendQ            string // effective backlog as ss -lnt shows it
-	server           workload.StormServerResult
-	client           workload.StormClientResult
+	server           traffic.StormServerResult
+	client           traffic.StormClientResult
 	overflows, drops int64
 	established      int  // server-side ESTABLISHED on the port near the end (accepted + queued)
 	pid              int  // the storm server's pid

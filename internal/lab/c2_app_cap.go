@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
-	"github.com/tcpdoctor/tcpdoctor/internal/lab/workload"
+	"github.com/tcpdoctor/tcpdoctor/internal/lab/traffic"
 	"github.com/tcpdoctor/tcpdoctor/internal/window"
 )
 
@@ -38,7 +38,7 @@ func c2AppCap() Scenario {
 type capPhase struct {
 	label      string
 	conns      int // worker_connections
-	client     workload.HoldHTTPClientResult
+	client     traffic.HoldHTTPClientResult
 	held       []int // server-side ESTABLISHED on the port, once a second
 	notEnough  int   // nginx error.log "worker_connections are not enough"
 	nginxPid   int

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
-	"github.com/tcpdoctor/tcpdoctor/internal/lab/workload"
+	"github.com/tcpdoctor/tcpdoctor/internal/lab/traffic"
 	"github.com/tcpdoctor/tcpdoctor/internal/window"
 )
 
@@ -41,8 +41,8 @@ const (
 type proxyPhase struct {
 	label    string
 	backends []string
-	client   workload.ChurnClientResult
-	proxy    workload.ProxyResult
+	client   traffic.ChurnClientResult
+	proxy    traffic.ProxyResult
 	pid      int
 	named    bool
 }

@@ -13,7 +13,7 @@ import (
 
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/linkemu"
-	"github.com/tcpdoctor/tcpdoctor/internal/lab/workload"
+	"github.com/tcpdoctor/tcpdoctor/internal/lab/traffic"
 	"github.com/tcpdoctor/tcpdoctor/internal/sockdiag"
 	"github.com/tcpdoctor/tcpdoctor/internal/trace"
 	"github.com/tcpdoctor/tcpdoctor/internal/units"
@@ -147,7 +147,7 @@ type c3Send struct {
 // c3Out is one transfer as the client measured it, and the trace's
 // table cells for it.
 type c3Out struct {
-	workload.BulkClientResult
+	traffic.BulkClientResult
 	traced []string
 }
 
@@ -167,7 +167,7 @@ func c3Transfer(ctx context.Context, tb *Testbed, s c3Send) (out c3Out, findings
 	// The client waits after connecting so that the recorder, dumping
 	// every labTraceDiscover, finds the connection before it sends: the
 	// trace then sees the whole transfer and is compared with the client.
-	args := []string{"bulk-client", "--addr", addr, "--size", strconv.FormatInt(size, 10), "--direction", workload.Up, "--max-duration", "3m",
+	args := []string{"bulk-client", "--addr", addr, "--size", strconv.FormatInt(size, 10), "--direction", traffic.Up, "--max-duration", "3m",
 		"--start-delay", (5 * labTraceDiscover).String()}
 	if sndbuf > 0 {
 		args = append(args, "--sndbuf", strconv.Itoa(sndbuf))
@@ -266,7 +266,7 @@ func c3ChronoNote(rows [][]string) string {
 		strings.Join(seen, ", "))
 }
 
-func c3Row(link string, sndbuf int, t workload.BulkClientResult, rate float64) []string {
+func c3Row(link string, sndbuf int, t traffic.BulkClientResult, rate float64) []string {
 	asked, kern, cwnd, lim := "autotuned", "-", "-", "-"
 	if sndbuf > 0 {
 		asked = units.Bytes(float64(sndbuf))

@@ -10,7 +10,7 @@ import (
 
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/linkemu"
-	"github.com/tcpdoctor/tcpdoctor/internal/lab/workload"
+	"github.com/tcpdoctor/tcpdoctor/internal/lab/traffic"
 	"github.com/tcpdoctor/tcpdoctor/internal/window"
 )
 
@@ -40,7 +40,7 @@ const (
 type churnPhase struct {
 	label   string
 	pool    int
-	client  workload.ChurnClientResult
+	client  traffic.ChurnClientResult
 	tw      int64 // TIME_WAIT sockets in the client netns when the client ended
 	twCheck int64 // ... when the check ended
 	pid     int

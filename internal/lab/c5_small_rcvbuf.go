@@ -12,7 +12,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/linkemu"
-	"github.com/tcpdoctor/tcpdoctor/internal/lab/workload"
+	"github.com/tcpdoctor/tcpdoctor/internal/lab/traffic"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/procs"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
@@ -42,8 +42,8 @@ const (
 
 // c5Out is one row's measurements.
 type c5Out struct {
-	client   workload.BigClientResult
-	server   workload.BigServerResult
+	client   traffic.BigClientResult
+	server   traffic.BigServerResult
 	findings []diag.Finding
 	receiver string // who the client socket is, as a second look saw it
 	// traced are the responses as the recorder saw them on the server.

@@ -10,13 +10,13 @@ import (
 
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/linkemu"
-	"github.com/tcpdoctor/tcpdoctor/internal/lab/workload"
+	"github.com/tcpdoctor/tcpdoctor/internal/lab/traffic"
 	"github.com/tcpdoctor/tcpdoctor/internal/window"
 )
 
 // healthyScenario runs a mixed healthy load over an emulated link: check
 // must report nothing at warning or above. Any finding there is a false
-// positive (or an unhealthy workload).
+// positive (or unhealthy traffic).
 func healthyScenario() Scenario {
 	return Scenario{
 		Name:   "healthy",
@@ -99,9 +99,9 @@ func runHealthy(ctx context.Context, o Options) (*Result, error) {
 	out, re := c1["Tcp.OutSegs"]-c0["Tcp.OutSegs"], c1["Tcp.RetransSegs"]-c0["Tcp.RetransSegs"]
 	res.Before, res.After = windows[0], windows[1]
 	var (
-		b workload.BulkClientResult
-		c workload.ChurnClientResult
-		p workload.RPCClientResult
+		b traffic.BulkClientResult
+		c traffic.ChurnClientResult
+		p traffic.RPCClientResult
 	)
 	if err := bulk.Wait(dur+20*time.Second, &b); err != nil {
 		return res, err
@@ -112,7 +112,7 @@ func runHealthy(ctx context.Context, o Options) (*Result, error) {
 	if err := rpc.Wait(dur+20*time.Second, &p); err != nil {
 		return res, err
 	}
-	res.Table = Table{Columns: []string{"workload", "result", "errors"}}
+	res.Table = Table{Columns: []string{"traffic", "result", "errors"}}
 	res.Table.Rows = [][]string{
 		{"bulk up (autotuned)", fmt.Sprintf("%.0f MB in %.1f s: %.1f Mbit/s", float64(b.Bytes)/1e6, b.Seconds, b.Mbps), orNone(b.Error)},
 		{"churn 50/s, pool of 8", fmt.Sprintf("%d requests, %d new connections, p50 %s p99 %s", c.OK, c.NewConns, fmtMs(c.Latency.P50Ms), fmtMs(c.Latency.P99Ms)), fmtFailed(c.Failed, c.Errors)},
@@ -134,7 +134,7 @@ func runHealthy(ctx context.Context, o Options) (*Result, error) {
 }
 
 // judgeHealthy sets the verdict of the healthy scenario: reproduced means
-// no finding at warning or above in either window and every workload ran
+// no finding at warning or above in either window and every traffic generator ran
 // without errors.
 func judgeHealthy(res *Result, clean bool) {
 	var loud []string
@@ -152,7 +152,7 @@ func judgeHealthy(res *Result, clean bool) {
 		res.Verdict = append(res.Verdict, fmt.Sprintf("NOT healthy: %d findings at warning or above (false positives?): %s", len(loud), strings.Join(loud, "; ")))
 	}
 	if !clean {
-		res.Verdict = append(res.Verdict, "NOT clean: a workload reported errors (see the table)")
+		res.Verdict = append(res.Verdict, "NOT clean: a traffic generator reported errors (see the table)")
 	}
 }
 

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package lab reproduces the case catalogue in network namespaces: it
-// builds a topology with an emulated link, runs a workload, diagnoses it
-// with the same code as `check`, applies the fix, runs again and reports
-// a before/after table with a verdict.
+// builds a topology with an emulated link, runs traffic, has tcpdoctor
+// diagnose it (`tcpdoctor check --from` a recording of its namespaces),
+// applies the fix, runs again and reports a before/after table with a
+// verdict.
 package lab
 
 import (
@@ -30,7 +31,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/topo"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/report"
-	"github.com/tcpdoctor/tcpdoctor/internal/rules"
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/window"
 )
 
@@ -40,8 +41,12 @@ const PidDir = "/run/tcpdoctor-lab"
 
 // Options are what every scenario run shares.
 type Options struct {
-	// Self is our executable: workloads and the delay line run from it.
+	// Self is the lab's executable (tcpdoctor-lab): the traffic
+	// generators and the delay line run from it.
 	Self string
+	// Tcpdoctor is the product's executable: the lab diagnoses what it
+	// collected with `tcpdoctor check --from`, as a user would.
+	Tcpdoctor string
 	// DelayLine is the argv that makes Self serve a delay line
 	// (linkemu.Params.Exec); empty runs it in this process.
 	DelayLine []string
@@ -99,7 +104,7 @@ type Testbed struct {
 	Link *linkemu.Link
 
 	// ctx is the scenario's context: Ctrl-C cancels it, and waiting on a
-	// workload then stops at once.
+	// traffic process then stops at once.
 	ctx     context.Context
 	mu      sync.Mutex
 	procs   []*Proc
@@ -149,7 +154,7 @@ func (tb *Testbed) Logf(format string, a ...any) {
 	}
 }
 
-// Proc is a workload process the lab started inside a namespace.
+// Proc is a traffic process the lab started inside a namespace.
 type Proc struct {
 	Name string
 	Pid  int
@@ -165,10 +170,10 @@ type Proc struct {
 	err    error
 }
 
-// Start runs `Self workload ARGS...` inside namespace ns. If wantReady, it
+// Start runs `Self traffic ARGS...` inside namespace ns. If wantReady, it
 // waits (up to 15 s) for the ready line servers print.
 func (tb *Testbed) Start(ns string, wantReady bool, args ...string) (*Proc, error) {
-	return tb.start(ns, args[0], wantReady, append([]string{tb.Opts.Self, "workload"}, args...))
+	return tb.start(ns, args[0], wantReady, append([]string{tb.Opts.Self, "traffic"}, args...))
 }
 
 // StartProgram runs argv, another program than ours (nginx), inside
@@ -187,7 +192,7 @@ func (tb *Testbed) start(ns, name string, wantReady bool, argv []string) (*Proc,
 	}
 	p := &Proc{Name: name, ctx: ctx, cmd: cmd, done: make(chan struct{})}
 	cmd.Stderr = &p.stderr
-	// Its own process group: Close ends the workload, never anything else.
+	// Its own process group: Close ends the process, never anything else.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -195,7 +200,7 @@ func (tb *Testbed) start(ns, name string, wantReady bool, argv []string) (*Proc,
 	}
 	// Pdeathsig fires when the forking thread ends, not the process, and
 	// goroutines that lock a thread to enter a namespace end theirs: fork
-	// from a locked thread that stays until the workload is reaped.
+	// from a locked thread that stays until the process is reaped.
 	started := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
@@ -209,7 +214,7 @@ func (tb *Testbed) start(ns, name string, wantReady bool, argv []string) (*Proc,
 	if err := <-started; err != nil {
 		return nil, fmt.Errorf("lab: start %s: %w", p.Name, err)
 	}
-	p.Pid = cmd.Process.Pid // ip netns exec execs the workload in place
+	p.Pid = cmd.Process.Pid // ip netns exec execs the program in place
 	p.out = bufio.NewReaderSize(stdout, 1<<16)
 	tb.mu.Lock()
 	tb.procs = append(tb.procs, p)
@@ -323,9 +328,15 @@ func (tb *Testbed) recordPids() {
 	_ = os.WriteFile(tb.pidFile, []byte(b.String()), 0o644)
 }
 
-// Check diagnoses the given lab namespaces over interval, the same way
-// `check --netns` does, and returns the report.
+// Check diagnoses the given lab namespaces over interval: it takes two
+// samples of them (sockets with owners and buffer lock bits), records
+// them as `tcpdoctor record` does, and has the product diagnose the
+// recording (`tcpdoctor check --from FILE --json`, with the emulated
+// link's rate as --bandwidth), whose report it returns.
 func (tb *Testbed) Check(ctx context.Context, interval time.Duration, nsNames ...string) (*report.Report, error) {
+	if tb.Opts.Tcpdoctor == "" {
+		return nil, errors.New("lab: check: no tcpdoctor executable to diagnose with")
+	}
 	f := netns.Default()
 	var nss []netns.NS
 	for _, n := range nsNames {
@@ -335,17 +346,67 @@ func (tb *Testbed) Check(ctx context.Context, interval time.Duration, nsNames ..
 		}
 		nss = append(nss, ns)
 	}
-	c := &collect.Collector{Opts: collect.Options{Owners: true, BufLock: true, ProcRoot: "/proc"}, Now: time.Now}
-	rs := rules.All()
-	ss, err := window.Sample(ctx, c, nss, 2, interval, window.Sleep, rs)
+	rec, err := os.CreateTemp("", "tcpdoctor-lab-*.jsonl")
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("lab: check: %w", err)
 	}
-	opts := diag.Options{}
+	defer os.Remove(rec.Name())
+	err = recordSamples(ctx, rec, nss, interval)
+	if cerr := rec.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("lab: check: %w", err)
+	}
+	args := []string{"check", "--from", rec.Name(), "--json"}
 	if tb.Link != nil {
-		opts.Bandwidth = tb.linkRate()
+		if bw := tb.linkRate(); bw > 0 {
+			args = append(args, "--bandwidth", strconv.FormatFloat(bw, 'f', 0, 64)+"bit")
+		}
 	}
-	return report.Diagnose(window.Inputs(ss, opts), rs), nil
+	return runCheck(ctx, tb.Opts.Tcpdoctor, args)
+}
+
+// recordSamples writes two samples of nss, interval apart, to w.
+func recordSamples(ctx context.Context, w io.Writer, nss []netns.NS, interval time.Duration) error {
+	c := &collect.Collector{Opts: collect.Options{Owners: true, BufLock: true, ProcRoot: "/proc"}, Now: time.Now}
+	sw, err := snapshot.NewWriter(w, "tcpdoctor-lab")
+	if err != nil {
+		return err
+	}
+	var last time.Time
+	for i := range 2 {
+		if i > 0 {
+			if err := window.Sleep(ctx, window.Pause(interval, time.Since(last))); err != nil {
+				return err
+			}
+		}
+		last = time.Now()
+		for _, s := range c.Collect(nss) {
+			if err := sw.Write(s); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// runCheck runs `tcpdoctor ARGS` (a check --json) and decodes its
+// report: exit 0 (healthy) or 1 (findings) with a report is success.
+func runCheck(ctx context.Context, tcpdoctor string, args []string) (*report.Report, error) {
+	cmd := exec.CommandContext(ctx, tcpdoctor, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if err != nil && !(errors.As(err, &ee) && ee.ExitCode() == 1) {
+		return nil, fmt.Errorf("lab: %s %s: %w: %s", tcpdoctor, strings.Join(args, " "), err, bytes.TrimSpace(stderr.Bytes()))
+	}
+	var rep report.Report
+	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+		return nil, fmt.Errorf("lab: %s %s: reading its report: %w", tcpdoctor, strings.Join(args, " "), err)
+	}
+	return &rep, nil
 }
 
 // linkRate is the slower configured direction, 0 when unlimited.
@@ -364,7 +425,7 @@ func (tb *Testbed) linkRate() float64 {
 // unless Keep is set. It is safe to call twice.
 func (tb *Testbed) Close() error {
 	if tb.Opts.Keep {
-		tb.Logf("--keep: leaving run %s in place (tcpdoctor lab clean removes it)", tb.runID())
+		tb.Logf("--keep: leaving run %s in place (tcpdoctor-lab clean removes it)", tb.runID())
 		return nil
 	}
 	tb.mu.Lock()
@@ -396,7 +457,7 @@ func (tb *Testbed) runID() string {
 
 // Clean removes what killed runs left: namespaces named tdlab-* and the
 // processes recorded in PidDir (only those, by PID, and only if they are
-// still our workload executable).
+// still our traffic executable).
 func Clean(ctx context.Context, self string, log io.Writer) error {
 	files, _ := filepath.Glob(filepath.Join(PidDir, "*.pids"))
 	for _, f := range files {
@@ -410,7 +471,7 @@ func Clean(ctx context.Context, self string, log io.Writer) error {
 				continue
 			}
 			if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); err == nil && sameFile(exe, self) {
-				fmt.Fprintf(log, "lab clean: ending workload pid %d\n", pid)
+				fmt.Fprintf(log, "lab clean: ending traffic pid %d\n", pid)
 				_ = syscall.Kill(pid, syscall.SIGKILL)
 			}
 		}

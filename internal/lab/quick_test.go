@@ -5,6 +5,7 @@ package lab
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,8 +14,9 @@ import (
 )
 
 // runQuick runs s in quick form within limit with a freshly built
-// tcpdoctor (the workloads and the delay line run from it), and wants it
-// reproduced with before and after rows.
+// tcpdoctor-lab (the traffic and the delay line run from it) and the
+// tcpdoctor beside it (the diagnosis), and wants it reproduced with
+// before and after rows.
 func runQuick(t *testing.T, s Scenario, limit time.Duration) *Result {
 	t.Helper()
 	if os.Geteuid() != 0 {
@@ -23,11 +25,11 @@ func runQuick(t *testing.T, s Scenario, limit time.Duration) *Result {
 	if testing.Short() {
 		t.Skip("lab scenario: not in -short")
 	}
-	self := testns.Tcpdoctor(t)
+	self := testns.Lab(t)
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	var log, out strings.Builder
-	o := Options{Self: self, DelayLine: []string{self, "lab", "link-bench", "--delay-line-child"}, Quick: true, Log: &log}
+	o := Options{Self: self, Tcpdoctor: filepath.Join(filepath.Dir(self), "tcpdoctor"), DelayLine: []string{self, "delay-line"}, Quick: true, Log: &log}
 	res, err := Execute(ctx, s, o)
 	WriteText(&out, res)
 	t.Logf("%s\n%s", log.String(), out.String())

@@ -25,7 +25,7 @@ import (
 const (
 	labTraceInterval = 10 * time.Millisecond
 	// labTraceDiscover: a discovery dump walks the kernel's whole
-	// established hash (`tcpdoctor trace bench` prints what one costs),
+	// established hash (`tcpdoctor-lab trace-bench` prints what one costs),
 	// so five a second; a connection's
 	// transfers before it is found are not traced.
 	labTraceDiscover = 200 * time.Millisecond
@@ -129,7 +129,7 @@ func msList(ds []time.Duration) string {
 	return strings.Join(parts, " ") + " ms"
 }
 
-// measured is one transfer as the workload saw it.
+// measured is one transfer as the traffic generator saw it.
 type measured struct {
 	ms    float64
 	bytes int64
@@ -140,7 +140,7 @@ func (m measured) String() string {
 	return fmt.Sprintf("%s in %.0f ms", units.Bytes(float64(m.bytes)), m.ms)
 }
 
-// traceAccuracy compares traced durations and bytes with what the workload
+// traceAccuracy compares traced durations and bytes with what the traffic generator
 // measured (same order; a run of consecutive ones when the trace has
 // fewer): the worst differences, and whether every duration is within 5 %
 // or one sample interval and every byte count within 5 %.

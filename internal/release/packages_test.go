@@ -15,6 +15,7 @@ import (
 // installed are the files the packages must install (beyond the docs).
 var installed = []string{
 	"/usr/bin/tcpdoctor",
+	"/usr/bin/tcpdoctor-lab",
 	"/usr/share/man/man1/tcpdoctor.1.gz",
 	"/usr/share/man/man1/tcpdoctor-serve.1.gz",
 	"/usr/share/bash-completion/completions/tcpdoctor",
@@ -78,6 +79,10 @@ func TestDeb(t *testing.T) {
 	var ee *exec.ExitError
 	if (err != nil && !errors.As(err, &ee)) || (ee != nil && ee.ExitCode() != 1) || !strings.Contains(string(out), "checked ") {
 		t.Errorf("installed tcpdoctor check: %v\n%s", err, out)
+	}
+	// The lab beside it lists its scenarios (it runs this tcpdoctor).
+	if out, err := exec.Command("/usr/bin/tcpdoctor-lab", "list").Output(); err != nil || !strings.Contains(string(out), "c2-accept-backlog") {
+		t.Errorf("installed tcpdoctor-lab list: %v\n%s", err, out)
 	}
 	for _, p := range append(installed, "/etc/default/tcpdoctor") {
 		if _, err := os.Stat(p); err != nil {

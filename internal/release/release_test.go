@@ -153,7 +153,7 @@ func TestArchive(t *testing.T) {
 			seen[strings.TrimPrefix(h.Name, top)] = true
 		}
 		f.Close()
-		for _, p := range []string{"tcpdoctor", "README.md", "LICENSE", "NOTICE", "docs/exporter.md", "docs/rules/listen-overflow.md",
+		for _, p := range []string{"tcpdoctor", "tcpdoctor-lab", "README.md", "LICENSE", "NOTICE", "docs/exporter.md", "docs/rules/listen-overflow.md",
 			"man/man1/tcpdoctor.1.gz", "man/man1/tcpdoctor-check.1.gz", "man/man1/tcpdoctor-serve.1.gz",
 			"completions/tcpdoctor.bash", "completions/_tcpdoctor", "completions/tcpdoctor.fish",
 			"licenses/github.com/cilium/ebpf/LICENSE"} {

@@ -118,7 +118,7 @@ const traceStates = 1<<snapshot.Established | 1<<snapshot.SynSent | 1<<snapshot.
 // namespace holds) and, when due, runs a kernel-filtered dump to find new
 // ones; dumps run every tick while they cost less than cfg.DumpShare.
 // A dump walks the kernel's whole established hash table, shared by all
-// namespaces (`tcpdoctor trace bench` prints what one costs beside many
+// namespaces (`tcpdoctor-lab trace-bench` prints what one costs beside many
 // sockets; docs/performance.md), so discovery runs every quarter second
 // to several seconds and lookups fill the ticks.
 func Record(ctx context.Context, cfg Config) (_ *Trace, st Stats, _ error) {

@@ -15,7 +15,7 @@ import (
 
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/linkemu"
-	"github.com/tcpdoctor/tcpdoctor/internal/lab/workload"
+	"github.com/tcpdoctor/tcpdoctor/internal/lab/traffic"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 )
@@ -38,7 +38,7 @@ func TestConnectionBottleneck(t *testing.T) {
 	}{{"one32K", 1, 32 << 10}, {"eight-autotuned", 8, 0}} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := newPath(t, linkemu.Params{RTT: 20 * time.Millisecond, RateUp: 200e6, RateDown: 200e6})
-			bufs := workload.Buffers{SndBuf: tc.buf, RcvBuf: tc.buf}
+			bufs := traffic.Buffers{SndBuf: tc.buf, RcvBuf: tc.buf}
 			ctx, cancel := context.WithCancel(context.Background())
 			var wg sync.WaitGroup
 			t.Cleanup(func() { cancel(); wg.Wait() })
@@ -51,7 +51,7 @@ func TestConnectionBottleneck(t *testing.T) {
 				})
 			}
 			run(p.server, func() error {
-				_, err := workload.RunRPCServer(ctx, workload.RPCServerConfig{
+				_, err := traffic.RunRPCServer(ctx, traffic.RPCServerConfig{
 					Addr: netip.AddrPortFrom(p.srv, 0).String(), Buffers: bufs, ThinkMax: time.Millisecond,
 					Duration: 20 * time.Second, Ready: func(a string) { ready <- a }})
 				return err
@@ -63,7 +63,7 @@ func TestConnectionBottleneck(t *testing.T) {
 				t.Fatal("rpc server not ready")
 			}
 			run(p.client, func() error {
-				_, err := workload.RunRPCClient(ctx, workload.RPCClientConfig{
+				_, err := traffic.RunRPCClient(ctx, traffic.RPCClientConfig{
 					Addr: addr, Conns: tc.conns, Callers: 100, ReqSize: 16 << 10, Buffers: bufs, Duration: 20 * time.Second})
 				if errors.Is(err, context.Canceled) {
 					return nil

@@ -57,9 +57,25 @@ func New(t testing.TB, prefix string) netns.NS {
 // would (never the test binary itself, which would run the tests again).
 func Tcpdoctor(t testing.TB) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "tcpdoctor")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/tcpdoctor/tcpdoctor/cmd/tcpdoctor").CombinedOutput(); err != nil {
-		t.Fatalf("build tcpdoctor: %v\n%s", err, out)
+	return build(t, t.TempDir(), "tcpdoctor")
+}
+
+// Lab builds cmd/tcpdoctor-lab and, beside it, cmd/tcpdoctor (the
+// binary the lab runs, found next to itself) into the test's temporary
+// directory, and returns tcpdoctor-lab's path.
+func Lab(t testing.TB) string {
+	t.Helper()
+	dir := t.TempDir()
+	build(t, dir, "tcpdoctor")
+	return build(t, dir, "tcpdoctor-lab")
+}
+
+// build builds the command cmd/name into dir.
+func build(t testing.TB, dir, name string) string {
+	t.Helper()
+	bin := filepath.Join(dir, name)
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/tcpdoctor/tcpdoctor/cmd/"+name).CombinedOutput(); err != nil {
+		t.Fatalf("build %s: %v\n%s", name, err, out)
 	}
 	return bin
 }

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package workload
+package traffic
 
 import (
 	"context"
@@ -37,7 +37,7 @@ func RunStormServer(ctx context.Context, cfg StormServerConfig) (StormServerResu
 	}
 	ctx, cancel, ln, err := startListening(ctx, cfg.Duration, cfg.Addr, cfg.Backlog, cfg.Buffers, cfg.Ready)
 	if err != nil {
-		return StormServerResult{}, fmt.Errorf("workload: storm: %w", err)
+		return StormServerResult{}, fmt.Errorf("traffic: storm: %w", err)
 	}
 	defer cancel()
 	defer ln.Close()
@@ -103,10 +103,10 @@ func RunStormClient(ctx context.Context, cfg StormClientConfig) (StormClientResu
 		cfg.ConnectTimeout = 5 * time.Second
 	}
 	if cfg.Count < 0 || cfg.Rate < 0 || cfg.ConnectTimeout < 0 {
-		return StormClientResult{}, fmt.Errorf("workload: storm: negative count, rate or timeout")
+		return StormClientResult{}, fmt.Errorf("traffic: storm: negative count, rate or timeout")
 	}
 	if err := cfg.Buffers.validate(); err != nil {
-		return StormClientResult{}, fmt.Errorf("workload: storm: %w", err)
+		return StormClientResult{}, fmt.Errorf("traffic: storm: %w", err)
 	}
 	ctx, cancel := runCtx(ctx, cfg.Duration)
 	defer cancel()

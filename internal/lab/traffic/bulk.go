@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package workload
+package traffic
 
 import (
 	"context"
@@ -83,11 +83,11 @@ type BulkClientResult struct {
 // passes or cfg.Count transfers are done.
 func RunBulkServer(ctx context.Context, cfg BulkServerConfig) (BulkServerResult, error) {
 	if cfg.Count < 0 || cfg.ReadSize < 0 {
-		return BulkServerResult{}, fmt.Errorf("workload: bulk: negative count or read size")
+		return BulkServerResult{}, fmt.Errorf("traffic: bulk: negative count or read size")
 	}
 	ctx, cancel, ln, err := startListening(ctx, cfg.Duration, cfg.Addr, cfg.Backlog, cfg.Buffers, cfg.Ready)
 	if err != nil {
-		return BulkServerResult{}, fmt.Errorf("workload: bulk: %w", err)
+		return BulkServerResult{}, fmt.Errorf("traffic: bulk: %w", err)
 	}
 	defer cancel()
 	res := BulkServerResult{Addr: ln.Addr().String(), Transfers: []Transfer{}}
@@ -181,14 +181,14 @@ func RunBulkClient(ctx context.Context, cfg BulkClientConfig) (BulkClientResult,
 		cfg.DialTimeout = 5 * time.Second
 	}
 	if cfg.Size < 0 || cfg.ReadSize < 0 || (cfg.Direction != Up && cfg.Direction != Down) {
-		return BulkClientResult{}, fmt.Errorf("workload: bulk: bad size %d, read size %d or direction %q", cfg.Size, cfg.ReadSize, cfg.Direction)
+		return BulkClientResult{}, fmt.Errorf("traffic: bulk: bad size %d, read size %d or direction %q", cfg.Size, cfg.ReadSize, cfg.Direction)
 	}
 	if err := cfg.Buffers.validate(); err != nil {
-		return BulkClientResult{}, fmt.Errorf("workload: bulk: %w", err)
+		return BulkClientResult{}, fmt.Errorf("traffic: bulk: %w", err)
 	}
 	c, err := cfg.Buffers.dialer(cfg.DialTimeout).DialContext(ctx, "tcp", cfg.Addr)
 	if err != nil {
-		return BulkClientResult{}, fmt.Errorf("workload: bulk: dial %s: %w", cfg.Addr, err)
+		return BulkClientResult{}, fmt.Errorf("traffic: bulk: dial %s: %w", cfg.Addr, err)
 	}
 	defer c.Close()
 	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Now()) })
@@ -201,7 +201,7 @@ func RunBulkClient(ctx context.Context, cfg BulkClientConfig) (BulkClientResult,
 	if cfg.StartDelay > 0 {
 		select {
 		case <-ctx.Done():
-			return res, fmt.Errorf("workload: bulk: %w", ctx.Err())
+			return res, fmt.Errorf("traffic: bulk: %w", ctx.Err())
 		case <-time.After(cfg.StartDelay):
 		}
 	}
@@ -220,7 +220,7 @@ func RunBulkClient(ctx context.Context, cfg BulkClientConfig) (BulkClientResult,
 	res.Seconds, res.Mbps = d.Seconds(), mbps(res.Bytes, d)
 	res.ConnInfo = connInfo(c)
 	if err != nil {
-		return res, fmt.Errorf("workload: bulk: %s after %d bytes: %w", cfg.Direction, res.Bytes, err)
+		return res, fmt.Errorf("traffic: bulk: %s after %d bytes: %w", cfg.Direction, res.Bytes, err)
 	}
 	return res, nil
 }

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package workload
+package traffic
 
 import (
 	"bufio"
@@ -55,11 +55,11 @@ func RunBigServer(ctx context.Context, cfg BigServerConfig) (BigServerResult, er
 		cfg.Size = 3_400_000
 	}
 	if cfg.Size < 0 || cfg.Size > bigMaxSize || cfg.Count < 0 {
-		return BigServerResult{}, fmt.Errorf("workload: bigresponse: size %d or count %d out of range", cfg.Size, cfg.Count)
+		return BigServerResult{}, fmt.Errorf("traffic: bigresponse: size %d or count %d out of range", cfg.Size, cfg.Count)
 	}
 	ctx, cancel, ln, err := startListening(ctx, cfg.Duration, cfg.Addr, cfg.Backlog, cfg.Buffers, cfg.Ready)
 	if err != nil {
-		return BigServerResult{}, fmt.Errorf("workload: bigresponse: %w", err)
+		return BigServerResult{}, fmt.Errorf("traffic: bigresponse: %w", err)
 	}
 	defer cancel()
 	res := BigServerResult{Addr: ln.Addr().String(), Responses: []BigServed{}}
@@ -177,14 +177,14 @@ func RunBigClient(ctx context.Context, cfg BigClientConfig) (BigClientResult, er
 		cfg.Timeout = 30 * time.Second
 	}
 	if cfg.Size < 0 || cfg.Size > bigMaxSize || cfg.Requests < 0 || cfg.LinkRate < 0 {
-		return BigClientResult{}, fmt.Errorf("workload: bigresponse: size %d, requests %d or link rate %g out of range", cfg.Size, cfg.Requests, cfg.LinkRate)
+		return BigClientResult{}, fmt.Errorf("traffic: bigresponse: size %d, requests %d or link rate %g out of range", cfg.Size, cfg.Requests, cfg.LinkRate)
 	}
 	if err := cfg.Buffers.validate(); err != nil {
-		return BigClientResult{}, fmt.Errorf("workload: bigresponse: %w", err)
+		return BigClientResult{}, fmt.Errorf("traffic: bigresponse: %w", err)
 	}
 	c, err := cfg.Buffers.dialer(cfg.Timeout).DialContext(ctx, "tcp", cfg.Addr)
 	if err != nil {
-		return BigClientResult{}, fmt.Errorf("workload: bigresponse: dial %s: %w", cfg.Addr, err)
+		return BigClientResult{}, fmt.Errorf("traffic: bigresponse: dial %s: %w", cfg.Addr, err)
 	}
 	defer c.Close()
 	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Now()) })
@@ -204,15 +204,15 @@ func RunBigClient(ctx context.Context, cfg BigClientConfig) (BigClientResult, er
 		}
 		t0 := time.Now()
 		if _, err := io.WriteString(c, req); err != nil {
-			return res, fmt.Errorf("workload: bigresponse: request %d: %w", i, err)
+			return res, fmt.Errorf("traffic: bigresponse: request %d: %w", i, err)
 		}
 		if _, err := br.Peek(1); err != nil {
-			return res, fmt.Errorf("workload: bigresponse: request %d: %w", i, err)
+			return res, fmt.Errorf("traffic: bigresponse: request %d: %w", i, err)
 		}
 		t1 := time.Now()
 		n, err := readBigResponse(br)
 		if err != nil {
-			return res, fmt.Errorf("workload: bigresponse: request %d: %w", i, err)
+			return res, fmt.Errorf("traffic: bigresponse: request %d: %w", i, err)
 		}
 		t2 := time.Now()
 		total += t2.Sub(t0)

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package cli
+package labcli
 
 import (
 	"fmt"
@@ -20,19 +20,32 @@ type labLinkBenchOpts struct {
 	rate, slowRate, cc          string
 	inProcess, normalPriority   bool
 	check                       bool
-	delayLineChild              bool
 }
 
-// delayLineFlag makes link-bench serve as a delay-line child process.
-const delayLineFlag = "delay-line-child"
-
-// labDelayLineExec is the argv that runs a delay line in a child process
-// (linkemu.Params.Exec), assuming link-bench is registered as "lab link-bench".
-func labDelayLineExec(e *Env) []string {
-	return []string{e.Args0, "lab", "link-bench", "--" + delayLineFlag}
+// delayLineExec is the argv that runs a delay line in a child process
+// (linkemu.Params.Exec): tcpdoctor-lab's delay-line command.
+func delayLineExec(e *Env) []string {
+	return []string{e.Self, "delay-line"}
 }
 
-func newLabLinkBenchCmd(e *Env) *cobra.Command {
+// newDelayLineCmd is the delay line's child process (linkemu.ServeLine),
+// which the link emulator starts with the TUN device and its settings.
+func newDelayLineCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:    "delay-line",
+		Short:  "Serve as the link emulator's delay-line child process (internal)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			if !linkemu.IsChild() {
+				return usageErr("delay-line: run by the link emulator only")
+			}
+			return linkemu.ServeLine()
+		},
+	}
+}
+
+func newLinkBenchCmd(e *Env) *cobra.Command {
 	o := &labLinkBenchOpts{}
 	cmd := &cobra.Command{
 		Use:   "link-bench",
@@ -45,13 +58,7 @@ end and on Ctrl-C.`,
 		Args:        cobra.NoArgs,
 		Annotations: map[string]string{cleansUp: "true"},
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if o.delayLineChild {
-				if !linkemu.IsChild() {
-					return usageErr("link-bench: --%s is internal", delayLineFlag)
-				}
-				return linkemu.ServeLine()
-			}
-			return runLabLinkBench(cmd, e, o)
+			return runLinkBench(cmd, e, o)
 		},
 	}
 	fs := cmd.Flags()
@@ -65,12 +72,10 @@ end and on Ctrl-C.`,
 	fs.BoolVar(&o.inProcess, "in-process", false, "run the delay line on a thread of this process, not in a child")
 	fs.BoolVar(&o.normalPriority, "normal-priority", false, "do not give the delay line SCHED_FIFO priority")
 	fs.BoolVar(&o.check, "check", false, "exit 1 if a target of the default setup (20ms, 1gbit, 100mbit) is missed")
-	fs.BoolVar(&o.delayLineChild, delayLineFlag, false, "internal: serve as the delay-line child process")
-	_ = fs.MarkHidden(delayLineFlag)
 	return cmd
 }
 
-func runLabLinkBench(cmd *cobra.Command, e *Env, o *labLinkBenchOpts) error {
+func runLinkBench(cmd *cobra.Command, e *Env, o *labLinkBenchOpts) error {
 	if os.Geteuid() != 0 {
 		return usageErr("link-bench: needs root (creates network namespaces and a TUN device)")
 	}
@@ -100,12 +105,11 @@ func runLabLinkBench(cmd *cobra.Command, e *Env, o *labLinkBenchOpts) error {
 		bo.PingDuration = -1
 	}
 	if !o.inProcess {
-		p := append([]string{e.Args0}, strings.Fields(cmd.CommandPath())[1:]...)
-		bo.Exec = append(p, "--"+delayLineFlag)
+		bo.Exec = delayLineExec(e)
 	}
 	res, err := linkemu.Bench(cmd.Context(), bo)
 	if err != nil {
-		return collectErr(err)
+		return failedErr(err)
 	}
 	res.WriteTable(e.Stdout)
 	if o.rtt == 20*time.Millisecond && bo.Rate == 1e9 && bo.SlowRate == 100e6 && o.pingDuration > 0 {
@@ -118,7 +122,7 @@ func runLabLinkBench(cmd *cobra.Command, e *Env, o *labLinkBenchOpts) error {
 			fmt.Fprintf(e.Stdout, "target %-46s %-12s %s\n", c.Name, c.Value, mark)
 		}
 		if o.check && missed > 0 {
-			return errFindings
+			return errFailed
 		}
 	}
 	return nil

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package workload
+package traffic
 
 import (
 	"bufio"
@@ -53,7 +53,7 @@ type ChurnServerResult struct {
 func RunChurnServer(ctx context.Context, cfg ChurnServerConfig) (ChurnServerResult, error) {
 	ctx, cancel, ln, err := startListening(ctx, cfg.Duration, cfg.Addr, cfg.Backlog, cfg.Buffers, cfg.Ready)
 	if err != nil {
-		return ChurnServerResult{}, fmt.Errorf("workload: churn: %w", err)
+		return ChurnServerResult{}, fmt.Errorf("traffic: churn: %w", err)
 	}
 	defer cancel()
 	res := ChurnServerResult{Addr: ln.Addr().String()}
@@ -182,7 +182,7 @@ func RunChurnClient(ctx context.Context, cfg ChurnClientConfig) (ChurnClientResu
 	mode := ModeShort
 	switch {
 	case cfg.Pool > 0 && cfg.Hold > 0:
-		return ChurnClientResult{}, fmt.Errorf("workload: churn: pool and hold together")
+		return ChurnClientResult{}, fmt.Errorf("traffic: churn: pool and hold together")
 	case cfg.Pool > 0:
 		mode = ModePool
 	case cfg.Hold > 0:
@@ -191,14 +191,14 @@ func RunChurnClient(ctx context.Context, cfg ChurnClientConfig) (ChurnClientResu
 	}
 	switch {
 	case cfg.Rate < 0 || cfg.Count < 0 || cfg.Concurrency < 0 || cfg.Pool < 0 || cfg.Hold < 0 || cfg.Timeout < 0:
-		return ChurnClientResult{}, fmt.Errorf("workload: churn: negative rate, count, concurrency, pool, hold or timeout")
+		return ChurnClientResult{}, fmt.Errorf("traffic: churn: negative rate, count, concurrency, pool, hold or timeout")
 	case cfg.ReqSize < 0 || cfg.ReqSize > churnMaxSize || cfg.RespSize < 0 || cfg.RespSize > churnMaxSize:
-		return ChurnClientResult{}, fmt.Errorf("workload: churn: request or response size out of [0, %d]", churnMaxSize)
+		return ChurnClientResult{}, fmt.Errorf("traffic: churn: request or response size out of [0, %d]", churnMaxSize)
 	case cfg.Count == 0 && cfg.Duration <= 0:
-		return ChurnClientResult{}, fmt.Errorf("workload: churn: need a count or a duration")
+		return ChurnClientResult{}, fmt.Errorf("traffic: churn: need a count or a duration")
 	}
 	if err := cfg.Buffers.validate(); err != nil {
-		return ChurnClientResult{}, fmt.Errorf("workload: churn: %w", err)
+		return ChurnClientResult{}, fmt.Errorf("traffic: churn: %w", err)
 	}
 	ctx, cancel := runCtx(ctx, cfg.Duration)
 	defer cancel()

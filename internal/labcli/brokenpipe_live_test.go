@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package cli
+package labcli
 
 import (
 	"bufio"
@@ -21,7 +21,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/testkit/testns"
 )
 
-// TestBenchClosedStdout runs the built tcpdoctor's bench as `bench | head
+// TestBenchClosedStdout runs the built tcpdoctor-lab's bench as `bench | head
 // -1` would: stdout a pipe the test closes after the first line. The bench
 // must stop (no size measured after the failed write), remove its
 // namespaces and holders, and exit 3 saying the write broke, not die by
@@ -29,7 +29,7 @@ import (
 func TestBenchClosedStdout(t *testing.T) {
 	testns.NeedRoot(t)
 	if testing.Short() {
-		t.Skip("builds tcpdoctor and a lab namespace: not in -short")
+		t.Skip("builds tcpdoctor-lab and a lab namespace: not in -short")
 	}
 	// Three sizes (100, 200, 300 connections): the write fails after the
 	// first or the second, and the third must never be filled.
@@ -39,7 +39,7 @@ func TestBenchClosedStdout(t *testing.T) {
 	}
 	out := p.stderr()
 	wantExit3(t, p.err)
-	if !strings.Contains(out, "tcpdoctor: bench: writing results: ") || !strings.Contains(out, "broken pipe") {
+	if !strings.Contains(out, "tcpdoctor-lab: bench: writing results: ") || !strings.Contains(out, "broken pipe") {
 		t.Errorf("stderr lacks the one-line error \"bench: writing results: ... broken pipe\"")
 	}
 	if strings.Contains(out, "to 300 connections") {
@@ -60,17 +60,17 @@ func TestBenchClosedStdout(t *testing.T) {
 	}
 }
 
-// TestLabClosedOutput runs the built tcpdoctor's lab as `lab run NAME
-// 2>&1 | head -1` would: its first progress line read, then stdout and
+// TestLabClosedOutput runs the built tcpdoctor-lab as `tcpdoctor-lab run
+// NAME 2>&1 | head -1` would: its first progress line read, then stdout and
 // stderr closed while the scenario runs. The scenario must go on to remove
 // its namespaces (recorded as owned by the lab's PID in
 // topo.DefaultStateDir) and the lab exit 3, not die by SIGPIPE.
 func TestLabClosedOutput(t *testing.T) {
 	testns.NeedRoot(t)
 	if testing.Short() {
-		t.Skip("builds tcpdoctor and runs a lab scenario: not in -short")
+		t.Skip("builds tcpdoctor-lab and runs a lab scenario: not in -short")
 	}
-	p := headOne(t, true, "lab", "run", "c2-accept-backlog", "--quick")
+	p := headOne(t, true, "run", "c2-accept-backlog", "--quick")
 	if !strings.HasPrefix(p.line, "lab: running c2-accept-backlog") {
 		t.Errorf("first line %q, want the lab's first progress line", p.line)
 	}
@@ -81,7 +81,7 @@ func TestLabClosedOutput(t *testing.T) {
 	}
 }
 
-// piped is a tcpdoctor run whose reader went away after one line.
+// piped is a tcpdoctor-lab run whose reader went away after one line.
 type piped struct {
 	line       string // the first line it wrote
 	err        error  // from Wait
@@ -91,16 +91,16 @@ type piped struct {
 	stderrFile string
 }
 
-// headOne runs the built tcpdoctor with args, stdout (and, with both,
+// headOne runs the built tcpdoctor-lab (tcpdoctor beside it) with args, stdout (and, with both,
 // stderr) a pipe the test closes after reading one line, as `| head -1`
 // does, and waits for it to exit: at most 2 minutes for the line and 2 for
 // the exit, then it is killed by its PID and the test fails. Whatever its
 // runs left in topo.DefaultStateDir is removed when the test ends.
 func headOne(t *testing.T, both bool, args ...string) *piped {
 	t.Helper()
-	bin := testns.Tcpdoctor(t)
+	bin := testns.Lab(t)
 	cmd := exec.Command(bin, args...)
-	// If this test process dies, tcpdoctor is told to stop and clean up.
+	// If this test process dies, tcpdoctor-lab is told to stop and clean up.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	r, w, err := os.Pipe()
 	if err != nil {
@@ -154,7 +154,7 @@ func headOne(t *testing.T, both bool, args ...string) *piped {
 			if err := topo.Clean(context.Background(), nil, run); err != nil {
 				t.Logf("cleaning %s: %v", run, err)
 			}
-			// The workloads it recorded died with it (PR_SET_PDEATHSIG).
+			// The traffic processes it recorded died with it (PR_SET_PDEATHSIG).
 			id := strings.TrimSuffix(strings.TrimPrefix(run, topo.Prefix), "-")
 			_ = os.Remove(filepath.Join(lab.PidDir, id+".pids"))
 		}
@@ -228,7 +228,7 @@ func ownedBy(t *testing.T, pid int, start string) []string {
 }
 
 // holdersIn lists the processes whose command line names a namespace of
-// run (the bench's holders run "bench --hold-in NAME").
+// run (the bench's holders run "tcpdoctor-lab hold NAME").
 func holdersIn(t *testing.T, run string) []string {
 	t.Helper()
 	cmdlines, err := filepath.Glob("/proc/[0-9]*/cmdline")
@@ -241,7 +241,7 @@ func holdersIn(t *testing.T, run string) []string {
 		if err != nil {
 			continue // exited meanwhile
 		}
-		if strings.Contains(string(b), "--hold-in\x00"+run) {
+		if strings.Contains(string(b), "hold\x00"+run) {
 			pids = append(pids, filepath.Base(filepath.Dir(p)))
 		}
 	}

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package workload
+package traffic
 
 import (
 	"context"
@@ -44,7 +44,7 @@ type ProxyResult struct {
 // RunProxy proxies until ctx is done or cfg.Duration passes.
 func RunProxy(ctx context.Context, cfg ProxyConfig) (ProxyResult, error) {
 	if len(cfg.Backends) == 0 {
-		return ProxyResult{}, fmt.Errorf("workload: proxy: no backends")
+		return ProxyResult{}, fmt.Errorf("traffic: proxy: no backends")
 	}
 	if cfg.ConnectTimeout <= 0 {
 		cfg.ConnectTimeout = 5 * time.Second
@@ -53,13 +53,13 @@ func RunProxy(ctx context.Context, cfg ProxyConfig) (ProxyResult, error) {
 	for _, s := range cfg.Sources {
 		ip := net.ParseIP(s)
 		if ip == nil {
-			return ProxyResult{}, fmt.Errorf("workload: proxy: bad source address %q", s)
+			return ProxyResult{}, fmt.Errorf("traffic: proxy: bad source address %q", s)
 		}
 		sources = append(sources, &net.TCPAddr{IP: ip})
 	}
 	ctx, cancel, ln, err := startListening(ctx, cfg.Duration, cfg.Addr, cfg.Backlog, cfg.Buffers, cfg.Ready)
 	if err != nil {
-		return ProxyResult{}, fmt.Errorf("workload: proxy: %w", err)
+		return ProxyResult{}, fmt.Errorf("traffic: proxy: %w", err)
 	}
 	defer cancel()
 	res := ProxyResult{Addr: ln.Addr().String()}

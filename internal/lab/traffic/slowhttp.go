@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package workload
+package traffic
 
 import (
 	"bufio"
@@ -41,7 +41,7 @@ type SlowHTTPServerResult struct {
 func RunSlowHTTPServer(ctx context.Context, cfg SlowHTTPServerConfig) (SlowHTTPServerResult, error) {
 	ctx, cancel, ln, err := startListening(ctx, cfg.Duration, cfg.Addr, 0, Buffers{}, cfg.Ready)
 	if err != nil {
-		return SlowHTTPServerResult{}, fmt.Errorf("workload: slow-http: %w", err)
+		return SlowHTTPServerResult{}, fmt.Errorf("traffic: slow-http: %w", err)
 	}
 	defer cancel()
 	res := SlowHTTPServerResult{Addr: ln.Addr().String()}
@@ -111,7 +111,7 @@ type HoldHTTPClientResult struct {
 // RunHoldHTTPClient runs the clients until cfg.Duration passes.
 func RunHoldHTTPClient(ctx context.Context, cfg HoldHTTPClientConfig) (HoldHTTPClientResult, error) {
 	if cfg.Clients <= 0 || cfg.Duration <= 0 {
-		return HoldHTTPClientResult{}, errors.New("workload: hold-http: --clients and --duration must be positive")
+		return HoldHTTPClientResult{}, errors.New("traffic: hold-http: --clients and --duration must be positive")
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 30 * time.Second

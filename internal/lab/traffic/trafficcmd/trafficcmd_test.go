@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package workloadcmd
+package trafficcmd
 
 import (
 	"bufio"
@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/lab/workload"
+	"github.com/tcpdoctor/tcpdoctor/internal/lab/traffic"
 )
 
 func runWorkloadCmd(t *testing.T, stdout io.Writer, args ...string) error {
@@ -55,7 +55,7 @@ func TestWorkloadCmdServerAndClient(t *testing.T) {
 	if n := strings.Count(out.String(), "\n"); n != 1 {
 		t.Errorf("client printed %d lines, want one: %q", n, out.String())
 	}
-	var cres workload.RPCClientResult
+	var cres traffic.RPCClientResult
 	if err := json.Unmarshal(out.Bytes(), &cres); err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func TestWorkloadCmdServerAndClient(t *testing.T) {
 	if !lines.Scan() {
 		t.Fatalf("no server result: %v", lines.Err())
 	}
-	var sres workload.RPCServerResult
+	var sres traffic.RPCServerResult
 	if err := json.Unmarshal(lines.Bytes(), &sres); err != nil {
 		t.Fatal(err)
 	}

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package workloadcmd is the hidden `tcpdoctor workload` command the lab
-// runs inside its namespaces: one subcommand per side of each workload in
-// internal/lab/workload, flags in, one JSON result line out.
-package workloadcmd
+// Package trafficcmd is the hidden `tcpdoctor-lab traffic` command the lab
+// runs inside its namespaces: one subcommand per side of each generator in
+// internal/lab/traffic, flags in, one JSON result line out.
+package trafficcmd
 
 import (
 	"context"
@@ -23,7 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/bdp"
-	"github.com/tcpdoctor/tcpdoctor/internal/lab/workload"
+	"github.com/tcpdoctor/tcpdoctor/internal/lab/traffic"
 )
 
 // ErrUsage is wrapped by errors about the command line.
@@ -40,10 +40,10 @@ type env struct {
 	procRoot string
 }
 
-// wlCommon are the flags every workload side has.
+// wlCommon are the flags every traffic side has.
 type wlCommon struct {
 	addr        string
-	bufs        workload.Buffers
+	bufs        traffic.Buffers
 	sndbuf      byteSize
 	rcvbuf      byteSize
 	duration    time.Duration
@@ -52,14 +52,14 @@ type wlCommon struct {
 }
 
 // New is the hidden entry the lab executes inside its namespaces:
-// `tcpdoctor workload <name>-server|<name>-client|proxy`. Servers print
+// `tcpdoctor-lab traffic <name>-server|<name>-client|proxy`. Servers print
 // {"ready":true,"addr":...} on out once listening; every side prints its
 // result as one JSON line on out when done. procRoot is "/proc" but in
 // tests.
 func New(out io.Writer, procRoot string) *cobra.Command {
 	e := &env{out: out, procRoot: procRoot}
 	cmd := &cobra.Command{
-		Use:    "workload",
+		Use:    "traffic",
 		Short:  "Lab traffic generators (internal)",
 		Hidden: true,
 	}
@@ -74,7 +74,7 @@ func New(out io.Writer, procRoot string) *cobra.Command {
 	return cmd
 }
 
-// wlCmd builds one workload subcommand; flags adds its own flags and run
+// wlCmd builds one traffic subcommand; flags adds its own flags and run
 // runs it with ready (nil for clients).
 func wlCmd[R any](e *env, use, comm, short string, server bool, flags func(*pflag.FlagSet),
 	run func(ctx context.Context, c *wlCommon, ready func(string)) (R, error)) *cobra.Command {
@@ -85,12 +85,12 @@ func wlCmd[R any](e *env, use, comm, short string, server bool, flags func(*pfla
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if c.maxDuration <= 0 {
-				return usageErr("workload %s: --max-duration must be positive", use)
+				return usageErr("traffic %s: --max-duration must be positive", use)
 			}
 			if !server && c.addr == "" {
-				return usageErr("workload %s: --addr is required", use)
+				return usageErr("traffic %s: --addr is required", use)
 			}
-			c.bufs = workload.Buffers{SndBuf: int(c.sndbuf), RcvBuf: int(c.rcvbuf)}
+			c.bufs = traffic.Buffers{SndBuf: int(c.sndbuf), RcvBuf: int(c.rcvbuf)}
 			if c.comm != "" {
 				setComm(e.procRoot, c.comm)
 			}
@@ -152,8 +152,8 @@ func wlRPCServer(e *env) *cobra.Command {
 			fs.DurationVar(&thinkMin, "think-min", 0, "minimum think time")
 			fs.DurationVar(&thinkMax, "think-max", 0, "maximum think time (uniform in [min, max])")
 		},
-		func(ctx context.Context, c *wlCommon, ready func(string)) (workload.RPCServerResult, error) {
-			return workload.RunRPCServer(ctx, workload.RPCServerConfig{
+		func(ctx context.Context, c *wlCommon, ready func(string)) (traffic.RPCServerResult, error) {
+			return traffic.RunRPCServer(ctx, traffic.RPCServerConfig{
 				Addr: c.addr, Backlog: backlog, Buffers: c.bufs, ThinkMin: thinkMin, ThinkMax: thinkMax,
 				Duration: c.duration, Ready: ready,
 			})
@@ -176,12 +176,12 @@ func wlRPCClient(e *env) *cobra.Command {
 			fs.Int64Var(&count, "count", 0, "total requests (0: until --duration)")
 			fs.DurationVar(&dialTimeout, "dial-timeout", 5*time.Second, "connect timeout")
 		},
-		func(ctx context.Context, c *wlCommon, _ func(string)) (workload.RPCClientResult, error) {
+		func(ctx context.Context, c *wlCommon, _ func(string)) (traffic.RPCClientResult, error) {
 			d := c.duration
 			if d == 0 && count == 0 {
 				d = c.maxDuration
 			}
-			return workload.RunRPCClient(ctx, workload.RPCClientConfig{
+			return traffic.RunRPCClient(ctx, traffic.RPCClientConfig{
 				Addr: c.addr, Conns: conns, Callers: callers, ReqSize: int(reqSize), RespFactor: factor,
 				Duration: d, Count: count, Buffers: c.bufs, DialTimeout: dialTimeout,
 			})
@@ -199,8 +199,8 @@ func wlBulkServer(e *env) *cobra.Command {
 			fs.Var(&readSize, "read-size", "bytes per read when receiving (0: 64K)")
 			fs.DurationVar(&readDelay, "read-delay", 0, "sleep after each read (a slow reader)")
 		},
-		func(ctx context.Context, c *wlCommon, ready func(string)) (workload.BulkServerResult, error) {
-			return workload.RunBulkServer(ctx, workload.BulkServerConfig{
+		func(ctx context.Context, c *wlCommon, ready func(string)) (traffic.BulkServerResult, error) {
+			return traffic.RunBulkServer(ctx, traffic.BulkServerConfig{
 				Addr: c.addr, Backlog: backlog, Buffers: c.bufs, ReadSize: int(readSize), ReadDelay: readDelay,
 				Count: count, Duration: c.duration, Ready: ready,
 			})
@@ -214,18 +214,18 @@ func wlBulkClient(e *env) *cobra.Command {
 	return wlCmd(e, "bulk-client", "bulk-client", "Bulk transfer client", false,
 		func(fs *pflag.FlagSet) {
 			fs.Var(&size, "size", "bytes to transfer")
-			fs.StringVar(&dir, "direction", workload.Up, "up: client sends; down: server sends")
+			fs.StringVar(&dir, "direction", traffic.Up, "up: client sends; down: server sends")
 			fs.Var(&readSize, "read-size", "bytes per read when receiving (0: 64K)")
 			fs.DurationVar(&readDelay, "read-delay", 0, "sleep after each read (a slow reader)")
 			fs.DurationVar(&startDelay, "start-delay", 0, "wait this long after connecting before the transfer (not timed), e.g. for a tracer to find the connection")
 		},
-		func(ctx context.Context, c *wlCommon, _ func(string)) (workload.BulkClientResult, error) {
+		func(ctx context.Context, c *wlCommon, _ func(string)) (traffic.BulkClientResult, error) {
 			if c.duration > 0 {
 				var cancel context.CancelFunc
 				ctx, cancel = context.WithTimeout(ctx, c.duration)
 				defer cancel()
 			}
-			return workload.RunBulkClient(ctx, workload.BulkClientConfig{
+			return traffic.RunBulkClient(ctx, traffic.BulkClientConfig{
 				Addr: c.addr, Size: int64(size), Direction: dir, Buffers: c.bufs,
 				ReadSize: int(readSize), ReadDelay: readDelay, StartDelay: startDelay,
 			})
@@ -240,8 +240,8 @@ func wlStormServer(e *env) *cobra.Command {
 			fs.IntVar(&backlog, "backlog", 128, "listen backlog (capped by somaxconn)")
 			fs.Float64Var(&rate, "accept-rate", -1, "accepts per second (0: never; negative: as fast as possible)")
 		},
-		func(ctx context.Context, c *wlCommon, ready func(string)) (workload.StormServerResult, error) {
-			return workload.RunStormServer(ctx, workload.StormServerConfig{
+		func(ctx context.Context, c *wlCommon, ready func(string)) (traffic.StormServerResult, error) {
+			return traffic.RunStormServer(ctx, traffic.StormServerConfig{
 				Addr: c.addr, Backlog: backlog, AcceptRate: rate, Buffers: c.bufs, Duration: c.duration, Ready: ready,
 			})
 		})
@@ -257,8 +257,8 @@ func wlStormClient(e *env) *cobra.Command {
 			fs.Float64Var(&rate, "rate", 0, "connects started per second (0: all at once)")
 			fs.DurationVar(&timeout, "connect-timeout", 5*time.Second, "per-connect timeout")
 		},
-		func(ctx context.Context, c *wlCommon, _ func(string)) (workload.StormClientResult, error) {
-			return workload.RunStormClient(ctx, workload.StormClientConfig{
+		func(ctx context.Context, c *wlCommon, _ func(string)) (traffic.StormClientResult, error) {
+			return traffic.RunStormClient(ctx, traffic.StormClientConfig{
 				Addr: c.addr, Count: count, Rate: rate, ConnectTimeout: timeout, Duration: c.duration, Buffers: c.bufs,
 			})
 		})
@@ -270,15 +270,15 @@ func wlChurnServer(e *env) *cobra.Command {
 		func(fs *pflag.FlagSet) {
 			fs.IntVar(&backlog, "backlog", 0, "listen backlog (0: somaxconn)")
 		},
-		func(ctx context.Context, c *wlCommon, ready func(string)) (workload.ChurnServerResult, error) {
-			return workload.RunChurnServer(ctx, workload.ChurnServerConfig{
+		func(ctx context.Context, c *wlCommon, ready func(string)) (traffic.ChurnServerResult, error) {
+			return traffic.RunChurnServer(ctx, traffic.ChurnServerConfig{
 				Addr: c.addr, Backlog: backlog, Buffers: c.bufs, Duration: c.duration, Ready: ready,
 			})
 		})
 }
 
 func wlChurnClient(e *env) *cobra.Command {
-	var o workload.ChurnClientConfig
+	var o traffic.ChurnClientConfig
 	var reqSize, respSize byteSize
 	return wlCmd(e, "churn-client", "churn-client", "Short connections at a rate (or --pool, or --hold)", false,
 		func(fs *pflag.FlagSet) {
@@ -292,14 +292,14 @@ func wlChurnClient(e *env) *cobra.Command {
 			fs.DurationVar(&o.Timeout, "timeout", 5*time.Second, "per request, connect included")
 			fs.BoolVar(&o.Linger0, "linger0", false, "close with RST (SO_LINGER 0): no TIME_WAIT, unsent data lost")
 		},
-		func(ctx context.Context, c *wlCommon, _ func(string)) (workload.ChurnClientResult, error) {
+		func(ctx context.Context, c *wlCommon, _ func(string)) (traffic.ChurnClientResult, error) {
 			cfg := o
 			cfg.Addr, cfg.Buffers, cfg.Duration = c.addr, c.bufs, c.duration
 			cfg.ReqSize, cfg.RespSize = int(reqSize), int(respSize)
 			if cfg.Duration == 0 && (cfg.Count == 0 || cfg.Hold > 0) {
 				cfg.Duration = c.maxDuration
 			}
-			return workload.RunChurnClient(ctx, cfg)
+			return traffic.RunChurnClient(ctx, cfg)
 		})
 }
 
@@ -309,26 +309,26 @@ func wlSlowHTTPServer(e *env) *cobra.Command {
 		func(fs *pflag.FlagSet) {
 			fs.DurationVar(&delay, "delay", 5*time.Second, "wait before each answer")
 		},
-		func(ctx context.Context, c *wlCommon, ready func(string)) (workload.SlowHTTPServerResult, error) {
-			return workload.RunSlowHTTPServer(ctx, workload.SlowHTTPServerConfig{Addr: c.addr, Delay: delay, Duration: c.duration, Ready: ready})
+		func(ctx context.Context, c *wlCommon, ready func(string)) (traffic.SlowHTTPServerResult, error) {
+			return traffic.RunSlowHTTPServer(ctx, traffic.SlowHTTPServerConfig{Addr: c.addr, Delay: delay, Duration: c.duration, Ready: ready})
 		})
 }
 
 func wlHoldHTTPClient(e *env) *cobra.Command {
-	var o workload.HoldHTTPClientConfig
+	var o traffic.HoldHTTPClientConfig
 	return wlCmd(e, "hold-http-client", "hold-http", "HTTP clients each holding one request at a time, retrying after failures", false,
 		func(fs *pflag.FlagSet) {
 			fs.IntVar(&o.Clients, "clients", 400, "concurrent clients")
 			fs.DurationVar(&o.Retry, "retry", 200*time.Millisecond, "wait after a failed request")
 			fs.DurationVar(&o.Timeout, "timeout", 30*time.Second, "per request, connect included")
 		},
-		func(ctx context.Context, c *wlCommon, _ func(string)) (workload.HoldHTTPClientResult, error) {
+		func(ctx context.Context, c *wlCommon, _ func(string)) (traffic.HoldHTTPClientResult, error) {
 			cfg := o
 			cfg.Addr, cfg.Duration = c.addr, c.duration
 			if cfg.Duration == 0 {
 				cfg.Duration = c.maxDuration
 			}
-			return workload.RunHoldHTTPClient(ctx, cfg)
+			return traffic.RunHoldHTTPClient(ctx, cfg)
 		})
 }
 
@@ -343,8 +343,8 @@ func wlProxy(e *env) *cobra.Command {
 			fs.IntVar(&backlog, "backlog", 0, "listen backlog (0: somaxconn)")
 			fs.DurationVar(&timeout, "connect-timeout", 5*time.Second, "upstream connect timeout")
 		},
-		func(ctx context.Context, c *wlCommon, ready func(string)) (workload.ProxyResult, error) {
-			return workload.RunProxy(ctx, workload.ProxyConfig{
+		func(ctx context.Context, c *wlCommon, ready func(string)) (traffic.ProxyResult, error) {
+			return traffic.RunProxy(ctx, traffic.ProxyConfig{
 				Addr: c.addr, Backends: backends, Sources: sources, Backlog: backlog, Buffers: c.bufs,
 				ConnectTimeout: timeout, Duration: c.duration, Ready: ready,
 			})
@@ -360,8 +360,8 @@ func wlBigServer(e *env) *cobra.Command {
 			fs.IntVar(&backlog, "backlog", 0, "listen backlog (0: somaxconn)")
 			fs.IntVar(&count, "count", 0, "exit after this many responses (0: no limit)")
 		},
-		func(ctx context.Context, c *wlCommon, ready func(string)) (workload.BigServerResult, error) {
-			return workload.RunBigServer(ctx, workload.BigServerConfig{
+		func(ctx context.Context, c *wlCommon, ready func(string)) (traffic.BigServerResult, error) {
+			return traffic.RunBigServer(ctx, traffic.BigServerConfig{
 				Addr: c.addr, Size: int64(size), Backlog: backlog, Buffers: c.bufs, Count: count,
 				Duration: c.duration, Ready: ready,
 			})
@@ -380,13 +380,13 @@ func wlBigClient(e *env) *cobra.Command {
 			fs.Var(&rate, "link-rate", "link rate in bits/s (k/M/G suffixes) for the ideal time")
 			fs.DurationVar(&timeout, "timeout", 30*time.Second, "per request")
 		},
-		func(ctx context.Context, c *wlCommon, _ func(string)) (workload.BigClientResult, error) {
+		func(ctx context.Context, c *wlCommon, _ func(string)) (traffic.BigClientResult, error) {
 			if c.duration > 0 {
 				var cancel context.CancelFunc
 				ctx, cancel = context.WithTimeout(ctx, c.duration)
 				defer cancel()
 			}
-			return workload.RunBigClient(ctx, workload.BigClientConfig{
+			return traffic.RunBigClient(ctx, traffic.BigClientConfig{
 				Addr: c.addr, Size: int64(size), Requests: requests, LinkRate: float64(rate),
 				Buffers: c.bufs, Timeout: timeout,
 			})

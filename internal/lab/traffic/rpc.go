@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package workload
+package traffic
 
 import (
 	"bufio"
@@ -55,11 +55,11 @@ type RPCServerResult struct {
 // RunRPCServer serves rpc until ctx is done or cfg.Duration passes.
 func RunRPCServer(ctx context.Context, cfg RPCServerConfig) (RPCServerResult, error) {
 	if cfg.ThinkMin < 0 || cfg.ThinkMax < cfg.ThinkMin {
-		return RPCServerResult{}, fmt.Errorf("workload: rpc: bad think time [%v, %v]", cfg.ThinkMin, cfg.ThinkMax)
+		return RPCServerResult{}, fmt.Errorf("traffic: rpc: bad think time [%v, %v]", cfg.ThinkMin, cfg.ThinkMax)
 	}
 	ctx, cancel, ln, err := startListening(ctx, cfg.Duration, cfg.Addr, cfg.Backlog, cfg.Buffers, cfg.Ready)
 	if err != nil {
-		return RPCServerResult{}, fmt.Errorf("workload: rpc: %w", err)
+		return RPCServerResult{}, fmt.Errorf("traffic: rpc: %w", err)
 	}
 	defer cancel()
 	res := RPCServerResult{Addr: ln.Addr().String()}
@@ -211,14 +211,14 @@ func RunRPCClient(ctx context.Context, cfg RPCClientConfig) (RPCClientResult, er
 	respSize := int(float64(cfg.ReqSize) * cfg.RespFactor)
 	switch {
 	case cfg.Conns < 0 || cfg.Callers < 0 || cfg.Count < 0:
-		return RPCClientResult{}, fmt.Errorf("workload: rpc: negative conns, callers or count")
+		return RPCClientResult{}, fmt.Errorf("traffic: rpc: negative conns, callers or count")
 	case cfg.ReqSize < 0 || cfg.ReqSize > rpcMaxFrame || cfg.RespFactor < 0 || respSize > rpcMaxFrame:
-		return RPCClientResult{}, fmt.Errorf("workload: rpc: request %d x factor %g out of range", cfg.ReqSize, cfg.RespFactor)
+		return RPCClientResult{}, fmt.Errorf("traffic: rpc: request %d x factor %g out of range", cfg.ReqSize, cfg.RespFactor)
 	case cfg.Duration <= 0 && cfg.Count == 0:
-		return RPCClientResult{}, fmt.Errorf("workload: rpc: need a duration or a count")
+		return RPCClientResult{}, fmt.Errorf("traffic: rpc: need a duration or a count")
 	}
 	if err := cfg.Buffers.validate(); err != nil {
-		return RPCClientResult{}, fmt.Errorf("workload: rpc: %w", err)
+		return RPCClientResult{}, fmt.Errorf("traffic: rpc: %w", err)
 	}
 	ctx, cancel := runCtx(ctx, cfg.Duration)
 	defer cancel()
@@ -233,7 +233,7 @@ func RunRPCClient(ctx context.Context, cfg RPCClientConfig) (RPCClientResult, er
 	for range cfg.Conns {
 		c, err := d.DialContext(ctx, "tcp", cfg.Addr)
 		if err != nil {
-			return RPCClientResult{}, fmt.Errorf("workload: rpc: dial %s: %w", cfg.Addr, err)
+			return RPCClientResult{}, fmt.Errorf("traffic: rpc: dial %s: %w", cfg.Addr, err)
 		}
 		rc := &rpcConn{c: c, pending: map[uint64]chan struct{}{}, done: make(chan struct{})}
 		conns = append(conns, rc)

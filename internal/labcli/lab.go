@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package cli
+package labcli
 
 import (
 	"encoding/json"
@@ -20,16 +20,7 @@ type labRunOpts struct {
 	html              string
 }
 
-func newLabCmd(e *Env) *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "lab",
-		Short: "Reproduce the case catalogue in network namespaces: diagnosis, fix, before/after (root)",
-	}
-	cmd.AddCommand(newLabListCmd(e), newLabRunCmd(e), newLabCleanCmd(e), newLabLinkBenchCmd(e))
-	return cmd
-}
-
-func newLabListCmd(e *Env) *cobra.Command {
+func newListCmd(e *Env) *cobra.Command {
 	return &cobra.Command{
 		Use:   "list",
 		Short: "List the scenarios",
@@ -45,13 +36,22 @@ func newLabListCmd(e *Env) *cobra.Command {
 	}
 }
 
-func newLabRunCmd(e *Env) *cobra.Command {
+func newRunCmd(e *Env) *cobra.Command {
 	o := &labRunOpts{}
 	cmd := &cobra.Command{
 		Use:         "run NAME|all",
-		Short:       "Run a scenario (or all): table, findings before and after, verdict; exit 1 if not reproduced",
+		Short:       "Run a scenario (or all): table, tcpdoctor's findings before and after, verdict; exit 1 if not reproduced",
 		Args:        cobra.ExactArgs(1),
 		Annotations: map[string]string{cleansUp: "true"},
+		ValidArgsFunction: func(_ *cobra.Command, args []string, typed string) ([]cobra.Completion, cobra.ShellCompDirective) {
+			var out []cobra.Completion
+			for _, n := range append(scenarioNames(), "all") {
+				if len(args) == 0 && strings.HasPrefix(n, typed) {
+					out = append(out, n)
+				}
+			}
+			return out, cobra.ShellCompDirectiveNoFileComp
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var todo []lab.Scenario
 			if args[0] == "all" {
@@ -59,14 +59,18 @@ func newLabRunCmd(e *Env) *cobra.Command {
 			} else {
 				s, ok := lab.ByName(args[0])
 				if !ok {
-					return usageErr("lab: unknown scenario %q (see tcpdoctor lab list)", args[0])
+					return usageErr("lab: unknown scenario %q (see tcpdoctor-lab list)", args[0])
 				}
 				todo = []lab.Scenario{s}
 			}
 			if os.Geteuid() != 0 {
 				return usageErr("lab: needs root (creates network namespaces, veths and a TUN device)")
 			}
-			opts := lab.Options{Self: e.Args0, DelayLine: labDelayLineExec(e), Quick: o.quick, Keep: o.keep, Log: e.Stderr, HTMLDir: o.html}
+			tcpdoctor, err := e.tcpdoctor()
+			if err != nil {
+				return err
+			}
+			opts := lab.Options{Self: e.Self, Tcpdoctor: tcpdoctor, DelayLine: delayLineExec(e), Quick: o.quick, Keep: o.keep, Log: e.Stderr, HTMLDir: o.html}
 			var results []*lab.Result
 			failed := 0
 			out := &stickyWriter{w: e.Stdout}
@@ -87,7 +91,7 @@ func newLabRunCmd(e *Env) *cobra.Command {
 					// Each scenario has removed what it built by now; a
 					// closed stdout runs no more of them.
 					if lab.WriteText(out, res); out.err != nil {
-						return collectErr(fmt.Errorf("lab: writing results: %w", out.err))
+						return failedErr(fmt.Errorf("lab: writing results: %w", out.err))
 					}
 				}
 			}
@@ -95,14 +99,14 @@ func newLabRunCmd(e *Env) *cobra.Command {
 				enc := json.NewEncoder(e.Stdout)
 				enc.SetIndent("", "  ")
 				if err := enc.Encode(results); err != nil {
-					return collectErr(fmt.Errorf("lab: writing results: %w", err))
+					return failedErr(fmt.Errorf("lab: writing results: %w", err))
 				}
 			}
 			if cmd.Context().Err() != nil {
 				return fmt.Errorf("lab: interrupted; everything the runs created was removed")
 			}
 			if failed > 0 {
-				return &exitError{code: ExitFindings, err: fmt.Errorf("lab: %d of %d scenarios not reproduced", failed, len(results))}
+				return &exitError{code: ExitFailed, err: fmt.Errorf("lab: %d of %d scenarios not reproduced", failed, len(results))}
 			}
 			return nil
 		},
@@ -110,18 +114,26 @@ func newLabRunCmd(e *Env) *cobra.Command {
 	fs := cmd.Flags()
 	fs.BoolVar(&o.quick, "quick", false, "reduced matrix and shorter loads (CI)")
 	fs.BoolVar(&o.json, "json", false, "print results as JSON")
-	fs.BoolVar(&o.keep, "keep", false, "leave namespaces and processes for inspection (lab clean removes them)")
+	fs.BoolVar(&o.keep, "keep", false, "leave namespaces and processes for inspection (tcpdoctor-lab clean removes them)")
 	fs.StringVar(&o.html, "html", "", "write the trace reports of the scenarios that record one (c5-small-rcvbuf, c3-pinned-sndbuf) to this directory")
 	return cmd
 }
 
-func newLabCleanCmd(e *Env) *cobra.Command {
+func scenarioNames() []string {
+	var names []string
+	for _, s := range lab.Scenarios() {
+		names = append(names, s.Name)
+	}
+	return names
+}
+
+func newCleanCmd(e *Env) *cobra.Command {
 	return &cobra.Command{
 		Use:   "clean",
-		Short: "Remove what killed lab runs left behind (tdlab-* namespaces, recorded workload processes)",
+		Short: "Remove what killed lab runs left behind (tdlab-* namespaces, recorded traffic processes)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return lab.Clean(cmd.Context(), e.Args0, e.Stderr)
+			return lab.Clean(cmd.Context(), e.Self, e.Stderr)
 		},
 	}
 }

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package workload
+package traffic
 
 import (
 	"context"

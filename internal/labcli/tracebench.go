@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package cli
+package labcli
 
 import (
 	"fmt"
@@ -14,22 +14,23 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/units"
 )
 
-// newTraceBenchCmd measures the recorder's cost (docs/performance.md).
+// newTraceBenchCmd measures the trace recorder's cost (docs/performance.md):
+// the trace library in this process, as tcpdoctor trace runs it.
 func newTraceBenchCmd(e *Env) *cobra.Command {
 	var o bench.TraceOptions
 	cmd := &cobra.Command{
-		Use:         "bench",
+		Use:         "trace-bench",
 		Short:       "Measure trace's CPU share and sampling jitter: N traced sockets among many others in a private namespace (root)",
 		Args:        cobra.NoArgs,
 		Annotations: map[string]string{cleansUp: "true"},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if os.Geteuid() != 0 {
-				return usageErr("trace bench: needs root (creates network namespaces)")
+				return usageErr("trace-bench: needs root (creates network namespaces)")
 			}
 			o.Self, o.Progress = benchSelf(e), e.Stderr
 			res, err := bench.Trace(cmd.Context(), o)
 			if err != nil {
-				return collectErr(err)
+				return failedErr(err)
 			}
 			p50, p99, worst := res.Stats.JitterSummary()
 			us := func(d time.Duration) string { return fmt.Sprintf("%.0fµs", float64(d)/1e3) }

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package cli
+package labcli
 
 import (
 	"context"
@@ -10,13 +10,12 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/spf13/cobra"
 )
 
 // TestCleansUpCommands: the commands that build namespaces or start
-// processes are the ones that catch SIGPIPE (README, exit codes, lists them).
+// processes are the ones that catch SIGPIPE (docs/lab.md lists them).
 func TestCleansUpCommands(t *testing.T) {
 	var got []string
 	var walk func(c *cobra.Command)
@@ -30,7 +29,7 @@ func TestCleansUpCommands(t *testing.T) {
 	}
 	walk(NewRoot(&Env{Stdout: io.Discard, Stderr: io.Discard}))
 	slices.Sort(got)
-	want := []string{"tcpdoctor bench", "tcpdoctor lab link-bench", "tcpdoctor lab run", "tcpdoctor serve bench", "tcpdoctor trace bench"}
+	want := []string{"tcpdoctor-lab bench", "tcpdoctor-lab link-bench", "tcpdoctor-lab run", "tcpdoctor-lab serve-bench", "tcpdoctor-lab trace-bench"}
 	if !slices.Equal(got, want) {
 		t.Errorf("commands marked cleansUp: %v, want %v", got, want)
 	}
@@ -45,15 +44,13 @@ func TestCatchSIGPIPEWhen(t *testing.T) {
 		catch bool
 	}{
 		{[]string{"bench", "--sizes", "nine"}, true},
-		{[]string{"lab", "run", "no-such-scenario"}, true},
-		{[]string{"rules"}, false},
-		{[]string{"lab", "list"}, false},
-		{[]string{"version"}, false},
+		{[]string{"run", "no-such-scenario"}, true},
+		{[]string{"list"}, false},
+		{[]string{"clean", "extra"}, false},
 	} {
 		caught := 0
-		e := &Env{Stdout: io.Discard, Stderr: io.Discard, Getenv: func(string) string { return "" }, Now: time.Now,
-			ProcRoot: "/proc", CatchSIGPIPE: func() { caught++ }}
-		runMain(context.Background(), c.args, e)
+		e := &Env{Stdout: io.Discard, Stderr: io.Discard, ProcRoot: "/proc", CatchSIGPIPE: func() { caught++ }}
+		run(context.Background(), c.args, e)
 		if (caught > 0) != c.catch || caught > 1 {
 			t.Errorf("%s: CatchSIGPIPE called %d times, want it called: %v", strings.Join(c.args, " "), caught, c.catch)
 		}

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package workload holds the lab's traffic generators: rpc, bulk, storm,
+// Package traffic holds the lab's traffic generators: rpc, bulk, storm,
 // churn (with a proxy) and bigresponse. Each has a server and a client that
 // run in-process with a context and a config, and return a JSON-serialisable
-// result. The hidden `tcpdoctor workload` command runs them as processes.
-package workload
+// result. The hidden `tcpdoctor-lab traffic` command runs them as processes.
+package traffic
 
 import (
 	"context"
@@ -211,7 +211,7 @@ func mbps(bytes int64, d time.Duration) float64 {
 }
 
 // ConnInfo is one socket's buffers and TCP_INFO at a moment, as the
-// workload saw it from its own side.
+// generator saw it from its own side.
 type ConnInfo struct {
 	SndBuf          int    `json:"sndbuf"` // SO_SNDBUF read back: twice a pinned value
 	RcvBuf          int    `json:"rcvbuf"`

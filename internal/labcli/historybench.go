@@ -1,13 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package cli
+package labcli
 
 import (
+	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -22,23 +24,24 @@ import (
 // (history.Recorder's pace).
 const benchServeInterval = 15 * time.Second
 
-// runHistoryBench is `serve bench --history` (docs/performance.md;
-// docs/performance-history.md, "History").
-func runHistoryBench(ctx context.Context, e *Env, o *serveBenchOpts) error {
+// runHistoryBench is `serve-bench --history` (docs/performance.md;
+// docs/performance-history.md, "History"): the Recorder's own cost in
+// this process, then `tcpdoctor history` over a week as a person runs it.
+func runHistoryBench(ctx context.Context, e *Env, o *serveBenchOpts, tcpdoctor string) error {
 	dir, err := os.MkdirTemp("", "tcpdoctor-history-bench-")
 	if err != nil {
-		return collectErr(err)
+		return failedErr(err)
 	}
 	defer os.RemoveAll(dir)
 	res, err := bench.History(ctx, bench.HistoryOptions{Conns: o.conns, Windows: o.cycles, Dir: dir, Self: benchSelf(e), Progress: e.Stderr})
 	if err != nil {
-		return collectErr(err)
+		return failedErr(err)
 	}
-	e.progress("bench: history: writing a week of timeline at %s...", benchServeInterval)
+	fmt.Fprintf(e.Stderr, "tcpdoctor-lab: bench: history: writing a week of timeline at %s...\n", benchServeInterval)
 	week := filepath.Join(dir, "week")
 	n, err := bench.HistoryWeek(week, benchServeInterval)
 	if err != nil {
-		return collectErr(err)
+		return failedErr(err)
 	}
 	files, _ := os.ReadDir(week)
 	var weekBytes int64
@@ -47,13 +50,16 @@ func runHistoryBench(ctx context.Context, e *Env, o *serveBenchOpts) error {
 			weekBytes += fi.Size()
 		}
 	}
-	// `history` over the whole week, as a person runs it.
+	// `tcpdoctor history` over the whole week, as a person runs it (the
+	// week ends where HistoryWeek ends it).
 	end := time.Date(2026, 1, 12, 0, 0, 30, 0, time.UTC)
-	he := *e
-	he.Stdout, he.Now = io.Discard, func() time.Time { return end }
+	hist := exec.CommandContext(ctx, tcpdoctor, "history", "--history", week,
+		"--since", end.Add(-8*24*time.Hour).Format(time.RFC3339), "--until", end.Format(time.RFC3339))
+	var stderr bytes.Buffer
+	hist.Stderr = &stderr
 	start := time.Now()
-	if err := runHistory(&he, &historyOpts{dir: week, since: "8d"}); err != nil {
-		return err
+	if err := hist.Run(); err != nil {
+		return failedErr(fmt.Errorf("bench: %s: %w: %s", strings.Join(hist.Args, " "), err, bytes.TrimSpace(stderr.Bytes())))
 	}
 	took := time.Since(start)
 

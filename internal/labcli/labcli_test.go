@@ -1,0 +1,102 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package labcli
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// runLab runs tcpdoctor-lab in process and returns its exit code, stdout
+// and stderr.
+func runLab(t *testing.T, e *Env, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	if e == nil {
+		e = &Env{ProcRoot: "/proc"}
+	}
+	e.Stdout, e.Stderr = &out, &errb
+	code := run(context.Background(), args, e)
+	return code, out.String(), errb.String()
+}
+
+// TestUsageErrors: bad command lines exit 2 with one line saying why.
+func TestUsageErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"rn"}, `unknown command "rn" (did you mean run?)`},
+		{[]string{"zzzz"}, "(tcpdoctor-lab --help lists them)"},
+		{[]string{"nosuch"}, "unknown command"},
+		{[]string{"link-bench", "--rate", "100"}, "has no unit"},
+		{[]string{"run", "no-such-scenario"}, "unknown scenario"},
+		{[]string{"bench", "--sizes", "nine"}, "--sizes"},
+		{[]string{"run"}, "accepts 1 arg"},
+		{[]string{"list", "--bogus"}, "unknown flag"},
+	} {
+		code, _, stderr := runLab(t, nil, tc.args...)
+		if code != ExitUsage || !strings.Contains(stderr, tc.msg) || strings.Count(stderr, "\n") != 1 {
+			t.Errorf("%q: exit %d, stderr %q; want %d and one line with %q", tc.args, code, stderr, ExitUsage, tc.msg)
+		}
+	}
+}
+
+// TestRunCompletion completes the scenario names and "all".
+func TestRunCompletion(t *testing.T) {
+	_, out, _ := runLab(t, nil, "__complete", "run", "")
+	for _, w := range []string{"all", "c1-rpc-connections", "c5-small-rcvbuf"} {
+		if !slices.Contains(strings.Split(out, "\n"), w) {
+			t.Errorf("%q missing from %q", w, out)
+		}
+	}
+}
+
+// TestFindTcpdoctor: --tcpdoctor first, then the tcpdoctor next to
+// tcpdoctor-lab, then $PATH; none is a usage error saying how to give one.
+func TestFindTcpdoctor(t *testing.T) {
+	dir, other := t.TempDir(), t.TempDir()
+	exe := func(path string) string {
+		if err := os.WriteFile(path, []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	self := exe(filepath.Join(dir, "tcpdoctor-lab"))
+	onPath := exe(filepath.Join(other, "tcpdoctor"))
+	lookPath := func(string) (string, error) { return onPath, nil }
+	noPath := func(string) (string, error) { return "", errors.New("not found") }
+
+	e := &Env{Self: self, LookPath: lookPath}
+	if got, err := e.tcpdoctor(); err != nil || got != onPath {
+		t.Errorf("nothing beside: %q %v, want $PATH's %q", got, err, onPath)
+	}
+	next := exe(filepath.Join(dir, "tcpdoctor"))
+	if got, err := e.tcpdoctor(); err != nil || got != next {
+		t.Errorf("one beside: %q %v, want %q", got, err, next)
+	}
+	flag := exe(filepath.Join(t.TempDir(), "my-tcpdoctor"))
+	e.tcpdoctorFlag = flag
+	if got, err := e.tcpdoctor(); err != nil || got != flag {
+		t.Errorf("--tcpdoctor: %q %v, want %q", got, err, flag)
+	}
+	e.tcpdoctorFlag = filepath.Join(dir, "missing")
+	if _, err := e.tcpdoctor(); !isUsage(err) || !strings.Contains(err.Error(), "--tcpdoctor") {
+		t.Errorf("--tcpdoctor missing: %v, want a usage error", err)
+	}
+	e = &Env{Self: filepath.Join(other, "sub", "tcpdoctor-lab"), LookPath: noPath}
+	if _, err := e.tcpdoctor(); !isUsage(err) || !strings.Contains(err.Error(), "give --tcpdoctor PATH") {
+		t.Errorf("none anywhere: %v, want a usage error naming --tcpdoctor", err)
+	}
+}
+
+func isUsage(err error) bool {
+	var ee *exitError
+	return errors.As(err, &ee) && ee.code == ExitUsage
+}
