@@ -143,12 +143,67 @@ func PathSpanOf(a, b Reading, dt time.Duration) (PathSpan, bool) {
 	return sp, true
 }
 
+// PathSender is one sender's readings at the two ends of an interval.
+type PathSender struct{ From, To Reading }
+
+// SharedSpanOf is what the senders to one peer busy together moved over
+// an interval dt long in which at least one of them was held only by the
+// path (PathSpanOf): connections sharing a path each move only their
+// share of it, so one connection's rate is not the path's. A sender
+// counts when busy at least PathBusyShare of dt, whatever held it (its
+// bytes crossed the path), so any two that count were busy together at
+// least half of dt; a sender busy less (a burst) is left out, its bytes
+// perhaps moved while the others idled. The span is their bytes_acked in
+// all over dt. False unless at least two senders count (one alone is its
+// own span, PathSpanOf).
+func SharedSpanOf(dt time.Duration, senders []PathSender) (PathSpan, bool) {
+	var acked uint64
+	var held bool
+	n := 0
+	for _, s := range senders {
+		a, b := s.From, s.To
+		if dt <= 0 || !a.Chrono || !b.Chrono || b.Busy <= a.Busy || b.Acked < a.Acked ||
+			float64(time.Duration(b.Busy-a.Busy)*time.Microsecond) < PathBusyShare*float64(dt) {
+			continue
+		}
+		n++
+		acked += b.Acked - a.Acked
+		if _, ok := PathSpanOf(a, b, dt); ok {
+			held = true
+		}
+	}
+	if !held || n < 2 {
+		return PathSpan{}, false
+	}
+	return PathSpan{Acked: acked, Busy: dt}, true
+}
+
 // PathEst is the path's rate measured from the spans of the senders to
 // one peer address.
 type PathEst struct {
 	Rate  float64       // bytes/s
 	Busy  time.Duration // the spans' busy time in all
 	Spans int
+	// Shared: the rate is what the senders to the peer moved together
+	// (SharedSpanOf), above any one sender's.
+	Shared bool
+}
+
+// PathEstimateOf is the path's rate to one peer from its senders' own
+// spans (PathSpanOf) and the spans they shared (SharedSpanOf): the
+// busy-time median of the shared spans where it is above the one of the
+// own spans (several connections each moving their share), else the
+// own spans' median. It is check's and trace's one estimator.
+func PathEstimateOf(own, shared []PathSpan) (PathEst, bool) {
+	e, ok := PathEstimate(own)
+	if !ok {
+		return PathEst{}, false
+	}
+	if s, ok := PathEstimate(shared); ok && s.Rate > e.Rate {
+		s.Shared = true
+		return s, true
+	}
+	return e, true
 }
 
 // PathEstimate is the busy-time median of the spans' rates: the rate at
@@ -188,6 +243,10 @@ func PathEstimate(spans []PathSpan) (PathEst, bool) {
 // Source says where the estimate comes from, as check's evidence and
 // trace's path line both print it.
 func (e PathEst) Source() string {
+	if e.Shared {
+		return fmt.Sprintf("tcp_info.bytes_acked of all its senders together per busy_time over %s in which only the path held one of them (busy-time median of %s; --bandwidth overrides)",
+			units.Dur(e.Busy), units.N(e.Spans, "span"))
+	}
 	return fmt.Sprintf("tcp_info.bytes_acked per busy_time over %s in which only the path held a sender (busy-time median of %s; --bandwidth overrides)",
 		units.Dur(e.Busy), units.N(e.Spans, "span"))
 }
@@ -197,9 +256,12 @@ type PathRates map[netip.Addr]PathEst
 
 // PathRatesOf measures the path to each remote address from the
 // established connections of cur with a reading in the sample taken dt
-// before (prevOf finds it; nil when the connection was not there).
+// before (prevOf finds it; nil when the connection was not there): each
+// connection's own span and, where several moved data to one address,
+// the span they shared (PathEstimateOf).
 func PathRatesOf(cur *snapshot.Snapshot, dt time.Duration, prevOf func(*snapshot.Socket) *snapshot.Socket) PathRates {
 	spans := map[netip.Addr][]PathSpan{}
+	senders := map[netip.Addr][]PathSender{}
 	for i := range cur.Sockets {
 		sk := &cur.Sockets[i]
 		if sk.State != snapshot.Established {
@@ -214,14 +276,19 @@ func PathRatesOf(cur *snapshot.Snapshot, dt time.Duration, prevOf func(*snapshot
 		if !okA || !okB {
 			continue
 		}
+		addr := sk.Remote.Addr().Unmap()
+		senders[addr] = append(senders[addr], PathSender{From: a, To: b})
 		if s, ok := PathSpanOf(a, b, dt); ok {
-			addr := sk.Remote.Addr().Unmap()
 			spans[addr] = append(spans[addr], s)
 		}
 	}
 	out := PathRates{}
 	for a, ss := range spans {
-		if e, ok := PathEstimate(ss); ok {
+		var shared []PathSpan
+		if s, ok := SharedSpanOf(dt, senders[a]); ok {
+			shared = append(shared, s)
+		}
+		if e, ok := PathEstimateOf(ss, shared); ok {
 			out[a] = e
 		}
 	}

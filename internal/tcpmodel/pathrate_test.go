@@ -120,21 +120,24 @@ func TestPathSpanOf(t *testing.T) {
 	}
 }
 
+// pathSock is an established sender to far:5201 from port with reading r.
+func pathSock(far netip.Addr, port uint16, r Reading) snapshot.Socket {
+	ti := &snapshot.TCPInfo{Len: snapshot.SizeKnown, BytesAcked: r.Acked, BusyTime: r.Busy, RwndLimited: r.Rwnd, SndbufLimited: r.Sndbuf,
+		Unacked: r.Unacked, SndCwnd: r.Cwnd, SndMSS: r.MSS, SndWnd: r.SndWnd, NotsentBytes: r.Notsent}
+	sk := snapshot.Socket{State: snapshot.Established, Cookie: uint64(port),
+		Local:  snapshot.EndpointOf(netip.AddrPortFrom(netip.MustParseAddr("198.18.0.1"), port)),
+		Remote: snapshot.EndpointOf(netip.AddrPortFrom(far, 5201)), Mem: &snapshot.MemInfo{Sndbuf: r.SkSndbuf, WmemQueued: r.Queued}}
+	sk.Info = snapshot.TCPOf(ti)
+	return sk
+}
+
 // check measures the path from its window's two samples: a bulk sender
 // busy the whole window gives the path; a bursty one and a window-bound
 // one give none, so a lone bursty connection is never judged by its own
 // rate.
 func TestPathRatesOf(t *testing.T) {
 	far := netip.MustParseAddr("198.18.1.2")
-	sock := func(port uint16, r Reading) snapshot.Socket {
-		ti := &snapshot.TCPInfo{Len: snapshot.SizeKnown, BytesAcked: r.Acked, BusyTime: r.Busy, RwndLimited: r.Rwnd, SndbufLimited: r.Sndbuf,
-			Unacked: r.Unacked, SndCwnd: r.Cwnd, SndMSS: r.MSS, SndWnd: r.SndWnd, NotsentBytes: r.Notsent}
-		sk := snapshot.Socket{State: snapshot.Established, Cookie: uint64(port),
-			Local:  snapshot.EndpointOf(netip.AddrPortFrom(netip.MustParseAddr("198.18.0.1"), port)),
-			Remote: snapshot.EndpointOf(netip.AddrPortFrom(far, 5201)), Mem: &snapshot.MemInfo{Sndbuf: r.SkSndbuf, WmemQueued: r.Queued}}
-		sk.Info = snapshot.TCPOf(ti)
-		return sk
-	}
+	sock := func(port uint16, r Reading) snapshot.Socket { return pathSock(far, port, r) }
 	prev := &snapshot.Snapshot{Sockets: []snapshot.Socket{sock(1, reading(1000, 0, 0, 0, 1<<20)), sock(2, reading(1000, 0, 0, 0, 1<<20))}}
 	bursty := reading(1400, 0, 0, 12_000_000, 1<<20) // 400 ms busy of 2 s at 240 Mbit/s
 	cur := &snapshot.Snapshot{Sockets: []snapshot.Socket{sock(2, bursty)}}
@@ -153,5 +156,69 @@ func TestPathRatesOf(t *testing.T) {
 	r := PathRatesOf(cur, 2*time.Second, prevOf)
 	if e := r[far]; e.Rate != 2.5e6 || e.Spans != 1 {
 		t.Errorf("path to %v: %+v, want 20 Mbit/s from the bulk connection alone", far, e)
+	}
+}
+
+// Issue 38: N connections sharing a 100 Mbit/s path to one peer each move
+// about 100/N, every one held only by the path. Each one's rate is its
+// share, not the path: connection-bottleneck and retransmissions compare
+// the peer's total against the path, so the estimate is what they moved
+// together (~100), never less than one connection's own rate.
+func TestPathRatesOfShared(t *testing.T) {
+	far := netip.MustParseAddr("198.18.1.2")
+	const dt = 2 * time.Second
+	for _, n := range []int{2, 4, 8} {
+		var prev, cur snapshot.Snapshot
+		for i := range n {
+			port := uint16(40000 + i)
+			// ~100/n Mbit/s each over 1.98 s busy of 2 s; shares differ
+			// by a few percent as real flows' do.
+			each := mbit(100) / float64(n) * (1 + 0.04*float64(i-n/2)/float64(n))
+			prev.Sockets = append(prev.Sockets, pathSock(far, port, reading(1000, 0, 0, 0, 1<<20)))
+			cur.Sockets = append(cur.Sockets, pathSock(far, port, reading(2980, 0, 0, uint64(each*1.98), 1<<20)))
+		}
+		prevOf := func(sk *snapshot.Socket) *snapshot.Socket {
+			for i := range prev.Sockets {
+				if prev.Sockets[i].Cookie == sk.Cookie {
+					return &prev.Sockets[i]
+				}
+			}
+			return nil
+		}
+		e := PathRatesOf(&cur, dt, prevOf)[far]
+		// Together they moved 100 Mbit/s * 1.98 s in 2 s: 99 Mbit/s.
+		if e.Rate < mbit(97) || e.Rate > mbit(101) || !e.Shared {
+			t.Errorf("%d connections of ~%.1f Mbit/s each: path %.1f Mbit/s (shared %v), want ~100", n, 100/float64(n), e.Rate*8/1e6, e.Shared)
+		}
+		if !strings.Contains(e.Source(), "all its senders together") {
+			t.Errorf("%d connections: source %q does not say the rate is their sum", n, e.Source())
+		}
+	}
+	// One window-bound connection and one held only by the path: both
+	// moved bytes over the path, so the shared rate counts both; but a
+	// window-bound connection alone measures nothing (issue 38: its own
+	// rate is never the path).
+	a := reading(1000, 0, 0, 0, 1<<20)
+	wnd := reading(2980, 0, 0, 2_475_000, 1<<20)
+	wnd.SndWnd = 2048
+	bulk := reading(2980, 0, 0, 4_950_000, 1<<20)
+	if _, ok := SharedSpanOf(dt, []PathSender{{a, wnd}}); ok {
+		t.Error("one sender alone made a shared span")
+	}
+	if _, ok := SharedSpanOf(dt, []PathSender{{a, wnd}, {a, wnd}}); ok {
+		t.Error("two window-bound senders made a shared span: none was held only by the path")
+	}
+	s, ok := SharedSpanOf(dt, []PathSender{{a, wnd}, {a, bulk}})
+	if !ok || s.Acked != 7_425_000 || s.Busy != dt {
+		t.Errorf("a window-bound and a path-held sender: %+v %v, want 7425000 bytes over 2s", s, ok)
+	}
+	// Never less than the single-connection median: a shared span below
+	// the own spans' median leaves the own estimate.
+	own := []PathSpan{spanAt(mbit(20), time.Second)}
+	if e, ok := PathEstimateOf(own, []PathSpan{spanAt(mbit(15), 2*time.Second)}); !ok || e.Shared || e.Rate != mbit(20) {
+		t.Errorf("a lower shared span replaced the own median: %+v %v", e, ok)
+	}
+	if _, ok := PathEstimateOf(nil, []PathSpan{spanAt(mbit(100), 2*time.Second)}); ok {
+		t.Error("shared spans without an own span gave an estimate")
 	}
 }

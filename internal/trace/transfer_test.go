@@ -333,3 +333,32 @@ func TestRecoveringNeedsDataOrRetransmits(t *testing.T) {
 		}
 	}
 }
+
+// Issue 38: four traced connections to one peer sharing a 100 Mbit/s
+// path each move 25, every one held only by the path. The path is what
+// they moved together (tcpmodel.PathEstimateOf, as check measures it),
+// not one connection's share; one of them traced alone sees only its 25.
+func TestPathsSharedByTracedConns(t *testing.T) {
+	const n, per = 4, 31250 // bytes per 10 ms each: 25 Mbit/s
+	var cs []*Conn
+	for i := range n {
+		var rows [][6]int64
+		for k := range int64(31) {
+			rows = append(rows, [6]int64{10 * k, per * k, 0, 10000 * k, 0, 50000})
+		}
+		c := series(rows)
+		c.ID, c.Remote = i+1, netip.AddrPortFrom(c.Remote.Addr(), uint16(40000+i))
+		for j := range c.Points {
+			c.Points[j].Conn, c.Points[j].Notsent = c.ID, 40000
+		}
+		cs = append(cs, c)
+	}
+	peer := cs[0].Remote.Addr()
+	p := Paths(trace1(cs...), JudgeOptions{})[peer]
+	if p.Rate < 99e6/8 || p.Rate > 101e6/8 || !strings.Contains(p.Source, "all its senders together") {
+		t.Errorf("four connections of 25 Mbit/s each: path %.1f Mbit/s (%s), want 100", p.Rate*8/1e6, p.Source)
+	}
+	if one := Paths(trace1(cs[0]), JudgeOptions{})[peer]; one.Rate < 24.9e6/8 || one.Rate > 25.1e6/8 {
+		t.Errorf("one connection traced alone: path %.1f Mbit/s, want its own 25", one.Rate*8/1e6)
+	}
+}

@@ -85,20 +85,29 @@ type PathRate struct {
 // pathSpans lists, per peer address, the stretches in which only the
 // path held a sender to it (tcpmodel.PathSpanOf over each sampling
 // interval), consecutive qualifying intervals of a connection joined into
-// one stretch so that the chronographs' jiffies are counted over it whole.
-func pathSpans(tr *Trace) map[netip.Addr][]tcpmodel.PathSpan {
-	out := map[netip.Addr][]tcpmodel.PathSpan{}
+// one stretch so that the chronographs' jiffies are counted over it whole;
+// and the spans the traced senders to it shared (tcpmodel.SharedSpanOf
+// over each sampling interval they were read at both ends of).
+func pathSpans(tr *Trace) (own, shared map[netip.Addr][]tcpmodel.PathSpan) {
+	own, shared = map[netip.Addr][]tcpmodel.PathSpan{}, map[netip.Addr][]tcpmodel.PathSpan{}
+	type slot struct {
+		peer     netip.Addr
+		from, to time.Duration
+	}
+	slots := map[slot][]tcpmodel.PathSender{}
 	for _, c := range tr.Conns {
 		a := c.Remote.Addr().Unmap()
 		var run tcpmodel.PathSpan
 		flush := func() {
 			if run.Busy > 0 {
-				out[a] = append(out[a], run)
+				own[a] = append(own[a], run)
 			}
 			run = tcpmodel.PathSpan{}
 		}
 		for i := 1; i < len(c.Points); i++ {
 			p, q := &c.Points[i-1], &c.Points[i]
+			k := slot{a, p.T, q.T}
+			slots[k] = append(slots[k], tcpmodel.PathSender{From: p.reading(), To: q.reading()})
 			s, ok := tcpmodel.PathSpanOf(p.reading(), q.reading(), q.T-p.T)
 			if !ok {
 				flush()
@@ -108,7 +117,12 @@ func pathSpans(tr *Trace) map[netip.Addr][]tcpmodel.PathSpan {
 		}
 		flush()
 	}
-	return out
+	for k, ss := range slots { // the median does not depend on the order
+		if s, ok := tcpmodel.SharedSpanOf(k.to-k.from, ss); ok {
+			shared[k.peer] = append(shared[k.peer], s)
+		}
+	}
+	return own, shared
 }
 
 // Paths says what each peer address of tr is judged by: --bandwidth when
@@ -123,7 +137,7 @@ func Paths(tr *Trace, o JudgeOptions) map[netip.Addr]PathRate {
 	for _, c := range tr.Conns {
 		traced[tcpmodel.Tuple{Local: c.Local, Remote: c.Remote}] = true
 	}
-	spans := pathSpans(tr)
+	own, shared := pathSpans(tr)
 	out := map[netip.Addr]PathRate{}
 	for _, c := range tr.Conns {
 		a := c.Remote.Addr().Unmap()
@@ -133,7 +147,7 @@ func Paths(tr *Trace, o JudgeOptions) map[netip.Addr]PathRate {
 		out[a] = p
 	}
 	for a, p := range out {
-		switch e, ok := tcpmodel.PathEstimate(spans[a]); {
+		switch e, ok := tcpmodel.PathEstimateOf(own[a], shared[a]); {
 		case o.Bandwidth > 0:
 			p.Rate, p.Source = o.Bandwidth/8, "--bandwidth"
 		case p.Local:
