@@ -244,7 +244,7 @@ func PathEstimate(spans []PathSpan) (PathEst, bool) {
 // trace's path line both print it.
 func (e PathEst) Source() string {
 	if e.Shared {
-		return fmt.Sprintf("tcp_info.bytes_acked of all its senders together per busy_time over %s in which only the path held one of them (busy-time median of %s; --bandwidth overrides)",
+		return fmt.Sprintf("tcp_info.bytes_acked per busy_time over %s in which only the path held a sender, summed over all the senders busy with it (busy-time median of %s; --bandwidth overrides)",
 			units.Dur(e.Busy), units.N(e.Spans, "span"))
 	}
 	return fmt.Sprintf("tcp_info.bytes_acked per busy_time over %s in which only the path held a sender (busy-time median of %s; --bandwidth overrides)",

@@ -190,7 +190,7 @@ func TestPathRatesOfShared(t *testing.T) {
 		if e.Rate < mbit(97) || e.Rate > mbit(101) || !e.Shared {
 			t.Errorf("%d connections of ~%.1f Mbit/s each: path %.1f Mbit/s (shared %v), want ~100", n, 100/float64(n), e.Rate*8/1e6, e.Shared)
 		}
-		if !strings.Contains(e.Source(), "all its senders together") {
+		if !strings.Contains(e.Source(), "summed over all the senders busy with it") {
 			t.Errorf("%d connections: source %q does not say the rate is their sum", n, e.Source())
 		}
 	}

@@ -355,7 +355,7 @@ func TestPathsSharedByTracedConns(t *testing.T) {
 	}
 	peer := cs[0].Remote.Addr()
 	p := Paths(trace1(cs...), JudgeOptions{})[peer]
-	if p.Rate < 99e6/8 || p.Rate > 101e6/8 || !strings.Contains(p.Source, "all its senders together") {
+	if p.Rate < 99e6/8 || p.Rate > 101e6/8 || !strings.Contains(p.Source, "summed over all the senders busy with it") {
 		t.Errorf("four connections of 25 Mbit/s each: path %.1f Mbit/s (%s), want 100", p.Rate*8/1e6, p.Source)
 	}
 	if one := Paths(trace1(cs[0]), JudgeOptions{})[peer]; one.Rate < 24.9e6/8 || one.Rate > 25.1e6/8 {
