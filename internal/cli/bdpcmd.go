@@ -3,9 +3,6 @@
 package cli
 
 import (
-	"encoding/json"
-	"fmt"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -13,15 +10,13 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/bdp"
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
-	"github.com/tcpdoctor/tcpdoctor/internal/textsafe"
-	"github.com/tcpdoctor/tcpdoctor/internal/units"
 )
 
 type bdpOpts struct {
 	src       sourceOpts
 	rtt       time.Duration
 	bandwidth string
-	json      bool
+	json      jsonOpt
 }
 
 func newBDPCmd(e *Env) *cobra.Command {
@@ -37,7 +32,7 @@ func newBDPCmd(e *Env) *cobra.Command {
 	fs := cmd.Flags()
 	fs.DurationVar(&o.rtt, "rtt", 0, "round-trip time of the path, e.g. 20ms")
 	fs.StringVar(&o.bandwidth, "bandwidth", "", "path rate, e.g. 100mbit, 1gbit, 12.5MB/s")
-	fs.BoolVar(&o.json, "json", false, "print JSON")
+	o.json.register(fs)
 	o.src.register(fs)
 	return cmd
 }
@@ -61,48 +56,10 @@ func runBDP(e *Env, o *bdpOpts) error {
 		return err
 	}
 	plan := bdp.For(o.rtt, rate, s)
-	if o.json {
-		enc := json.NewEncoder(e.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(plan)
+	if o.json.on {
+		return o.json.write(e.Stdout, plan)
 	}
-	w := e.Stdout
-	fmt.Fprintf(w, "path: %s at %s\n", o.rtt, units.Rate(rate/8))
-	fmt.Fprintf(w, "BDP: %.0f bytes (%s): the data that must be in flight to fill the path\n", plan.BDP, units.Bytes(plan.BDP))
-	fmt.Fprintf(w, "sender needs a send buffer of %s (setsockopt SO_SNDBUF %s, which the kernel doubles; or leave it autotuned)\n",
-		units.Bytes(float64(plan.SndBuf)), units.Bytes(float64(plan.AskSndBuf)))
-	fmt.Fprintf(w, "receiver needs a receive buffer of %s (setsockopt SO_RCVBUF %s; about half of it becomes window)\n",
-		units.Bytes(float64(plan.RcvBuf)), units.Bytes(float64(plan.AskRcvBuf)))
-	if s == nil {
-		return nil
-	}
-	fmt.Fprintf(w, "\nthis host (netns %s):\n", textsafe.String(s.Netns.Name))
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SETTING\tCURRENT\tNEEDED\tOK\tCHANGE")
-	for _, c := range plan.Checks {
-		ok := "yes"
-		switch {
-		case c.Current == "unknown":
-			ok = "unknown"
-		case !c.OK:
-			ok = "NO"
-		}
-		need := "-"
-		if c.Needed > 0 {
-			need = fmt.Sprint(c.Needed)
-		}
-		// Current is read from the host or a file: escaped (textsafe).
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", c.Setting, textsafe.String(c.Current), need, ok, textsafe.String(c.Command))
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	for _, c := range plan.Checks {
-		if c.Note != "" {
-			fmt.Fprintf(w, "note: %s: %s\n", c.Setting, textsafe.String(c.Note))
-		}
-	}
-	return nil
+	return plan.WriteText(e.Stdout, s)
 }
 
 // settings reads the sysctls of the chosen namespace (or the last

@@ -22,7 +22,7 @@ type checkOpts struct {
 	at        atOpts
 	bpf       bpfOpts
 	interval  time.Duration
-	json      bool
+	json      jsonOpt
 	failOn    string
 	verbose   bool
 	bandwidth string
@@ -56,7 +56,7 @@ Exit codes: 0 nothing at or above --fail-on, 1 findings, 2 usage error, 3 collec
 	o.at.register(fs)
 	o.bpf.register(fs)
 	fs.DurationVar(&o.interval, "interval", 5*time.Second, "time from the first sample's start to the second's (0: one snapshot; back to back when collecting takes longer)")
-	fs.BoolVar(&o.json, "json", false, "print the versioned JSON report (docs/json.md)")
+	o.json.register(fs)
 	fs.StringVar(&o.failOn, "fail-on", "warning", "exit 1 when a finding is at or above this severity (info, warning, critical)")
 	fs.BoolVarP(&o.verbose, "verbose", "v", false, "also print info findings")
 	fs.StringVar(&o.bandwidth, "bandwidth", "", "path bandwidth for BDP arithmetic, e.g. 100mbit (default: the path's rate measured to the peer, bytes_acked per busy_time, as trace)")
@@ -99,22 +99,15 @@ func runCheck(cmd *cobra.Command, e *Env, o *checkOpts) error {
 			return usageErr("check: --bandwidth: %v", err)
 		}
 	}
-	rs := rules.All()
-	if len(o.only) > 0 {
-		rs = rs[:0:0]
-		for _, id := range o.only {
-			r, ok := rules.ByID(id)
-			if !ok {
-				return usageErr("check: unknown rule %q (see tcpdoctor rules)", id)
-			}
-			rs = append(rs, r)
-		}
+	rs, err := rules.Select(o.only)
+	if err != nil {
+		return usageErr("check: %v", err)
 	}
 	count := 2
 	if o.interval == 0 {
 		count = 1
 	}
-	if !o.json && o.src.from == "" && count == 2 {
+	if !o.json.on && o.src.from == "" && count == 2 {
 		o.src.begin = func() { e.progress("sampling for %s (--interval 0 for a single snapshot)...", o.interval) }
 	}
 	x, err := o.bpf.allExtras(e, &o.src)
@@ -142,12 +135,12 @@ func runCheck(cmd *cobra.Command, e *Env, o *checkOpts) error {
 	}
 	if o.pid != 0 {
 		rep.Findings = slices.DeleteFunc(rep.Findings, func(f diag.Finding) bool { return f.Subject.Pid != o.pid })
-		if len(rep.Findings) == 0 && !o.json {
+		if len(rep.Findings) == 0 && !o.json.on {
 			e.progress("note: no finding names pid %d (checked %s)", o.pid, o.src.where())
 		}
 	}
 	rep.Build = e.knownBuild()
-	if o.json {
+	if o.json.on {
 		if err := report.WriteJSON(e.Stdout, rep); err != nil {
 			return err
 		}
@@ -158,7 +151,7 @@ func runCheck(cmd *cobra.Command, e *Env, o *checkOpts) error {
 		}
 		report.WriteText(e.Stdout, rep, report.Style{Color: e.IsTTY && e.Getenv("NO_COLOR") == "", MinSeverity: min, Width: e.columns()})
 	}
-	if !o.json {
+	if !o.json.on {
 		o.src.othersNote(e)
 	}
 	for _, f := range rep.Findings {

@@ -18,7 +18,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/window"
 )
 
@@ -255,19 +254,5 @@ func TestExitCodeByType(t *testing.T) {
 		if code, _, stderr := run(t, args...); code != ExitUsage {
 			t.Errorf("%v: exit %d (%s), want %d", args, code, stderr, ExitUsage)
 		}
-	}
-}
-
-func TestPermissionHint(t *testing.T) {
-	err := fmt.Errorf("check: %w", fmt.Errorf("netns: enter x: %w (%w)", syscall.EPERM, netns.ErrPermission))
-	lacking := func(uint) bool { return false }
-	if got := permissionHint(err, lacking); got != "; run as root or grant CAP_SYS_ADMIN" {
-		t.Errorf("lacking the capability: %q", got)
-	}
-	if got := permissionHint(err, func(uint) bool { return true }); got != "" {
-		t.Errorf("holding the capability: %q", got)
-	}
-	if got := permissionHint(fmt.Errorf("x: %w", syscall.EPERM), lacking); got != "" {
-		t.Errorf("no package sentinel: %q", got)
 	}
 }

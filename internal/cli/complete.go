@@ -22,7 +22,7 @@ import (
 // what this process can see: as root, all of them.
 func complete(root *cobra.Command, e *Env) {
 	byFlag := map[string]cobra.CompletionFunc{
-		"rule":      fixed(ruleIDs()...),
+		"rule":      fixed(rules.IDs()...),
 		"fail-on":   fixed("info", "warning", "critical"),
 		"severity":  fixed("info", "warning", "critical"),
 		"state":     fixed(stateNames()...),
@@ -53,7 +53,7 @@ func complete(root *cobra.Command, e *Env) {
 	}
 	walk(root)
 	if c, _, err := root.Find([]string{"explain"}); err == nil && c != root {
-		c.ValidArgsFunction = firstArg(fixed(ruleIDs()...))
+		c.ValidArgsFunction = firstArg(fixed(rules.IDs()...))
 	}
 }
 
@@ -99,14 +99,6 @@ func firstArg(fn cobra.CompletionFunc) cobra.CompletionFunc {
 		}
 		return fn(c, args, typed)
 	}
-}
-
-func ruleIDs() []string {
-	var ids []string
-	for _, r := range rules.All() {
-		ids = append(ids, r.ID)
-	}
-	return ids
 }
 
 // stateNames are the socket states as --state takes them (lower case).

@@ -3,12 +3,8 @@
 package cli
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -16,11 +12,8 @@ import (
 
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/history"
-	"github.com/tcpdoctor/tcpdoctor/internal/jsonl"
 	"github.com/tcpdoctor/tcpdoctor/internal/outfile"
-	"github.com/tcpdoctor/tcpdoctor/internal/report"
 	"github.com/tcpdoctor/tcpdoctor/internal/rules"
-	"github.com/tcpdoctor/tcpdoctor/internal/textsafe"
 	"github.com/tcpdoctor/tcpdoctor/internal/trace"
 )
 
@@ -30,7 +23,7 @@ type historyOpts struct {
 	until   string
 	rules   []string
 	netns   string
-	json    bool
+	json    jsonOpt
 	verbose bool
 	picture bool
 	html    string
@@ -74,7 +67,7 @@ Times: RFC 3339, a clock time today (03:12), or a duration before now (2h, -30m,
 	fs.StringVar(&o.until, "until", "", "list windows ending at or before this time (default: now)")
 	fs.StringSliceVar(&o.rules, "rule", nil, "only these rules")
 	fs.StringVar(&o.netns, "netns", "", "only this network namespace (its name as check prints it)")
-	fs.BoolVar(&o.json, "json", false, "print the versioned JSON listing (docs/history.md)")
+	o.json.register(fs)
 	fs.BoolVar(&o.picture, "picture", false, "print the findings over time per subject even for one incident (printed by default for two or more)")
 	fs.StringVar(&o.html, "html", "", "also write a page with the timeline chart per subject and the incidents with their replay commands")
 	fs.BoolVarP(&o.verbose, "verbose", "v", false, "also list info findings")
@@ -85,10 +78,8 @@ func runHistory(e *Env, o *historyOpts) error {
 	if o.dir == "" {
 		return usageErr("history: the directory is required: history DIR (or --history DIR)")
 	}
-	for _, id := range o.rules {
-		if _, ok := rules.ByID(id); !ok {
-			return usageErr("history: unknown rule %q (see tcpdoctor rules)", id)
-		}
+	if _, err := rules.Select(o.rules); err != nil {
+		return usageErr("history: %v", err)
 	}
 	now := e.Now()
 	since, err := history.ParseTime(o.since, now)
@@ -121,18 +112,18 @@ func runHistory(e *Env, o *historyOpts) error {
 	if o.verbose {
 		f.Min = diag.Info
 	}
-	l, pic, hp, err := historyListing(st, since, until, f, !o.json, page != nil)
+	l, pic, hp, err := history.List(st, since, until, f, !o.json.on, page != nil)
 	if err != nil {
 		return usageErr("history: %v", err)
 	}
-	traceLinks(l, st.Traces(), o.html)
+	history.TraceLinks(l, st.Traces(), o.html)
 	if page != nil {
-		writeTracePages(e, l, o.html)
-		if err := writeHistoryHTML(page, l, &hp, now.Location()); err != nil {
+		history.WriteTracePages(l, o.html, func(name string, err error) { e.progress("history: --html: trace %s: %v", name, err) })
+		if err := history.WritePage(page, l, &hp, now.Location()); err != nil {
 			return fmt.Errorf("history: --html: %w", err)
 		}
 	}
-	if o.json {
+	if o.json.on {
 		return history.WriteJSON(e.Stdout, l)
 	}
 	if o.picture || len(l.Incidents) > 1 {
@@ -140,170 +131,6 @@ func runHistory(e *Env, o *historyOpts) error {
 	}
 	history.WriteText(e.Stdout, l, now.Location())
 	return nil
-}
-
-// maxListed bounds the incidents history holds and lists (the newest):
-// its memory stays bounded whatever the store holds.
-const maxListed = 10000
-
-// historyListing reads the store's windows ending in (since, until] as a
-// stream, one entry at a time, once (history's, and serve's /history):
-// the incidents f selects (at most maxListed held) with their replay
-// commands, and the pictures' cells, the terminal's when text, the
-// page's when html (the span of the pictures from the store's first and
-// last segments).
-func historyListing(st *history.Store, since, until time.Time, f history.Filter, text, html bool) (l *history.Listing, pic, hp history.Picture, err error) {
-	g := history.NewGrouper(f)
-	g.Max = maxListed
-	l = &history.Listing{Dir: st.Dir, Since: since, Until: until}
-	first, last, found := st.Bounds(since, until)
-	var tb, hb *history.PictureBuilder
-	if found {
-		if text {
-			tb = history.NewPictureBuilder(f, first, last, textPictureWidth)
-		}
-		if html {
-			hb = history.NewPictureBuilder(f, first, last, htmlPictureWidth)
-		}
-	}
-	err = st.Walk(since, until, func(en *history.Entry) error {
-		if l.Windows == 0 || en.From.Before(l.First) {
-			l.First = en.From
-		}
-		if en.To.After(l.Last) {
-			l.Last = en.To
-		}
-		l.Windows++
-		g.Add(en)
-		if tb != nil {
-			tb.Add(en)
-		}
-		if hb != nil {
-			hb.Add(en)
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, pic, hp, err
-	}
-	l.Incidents = g.Incidents(until)
-	l.Notes = st.Notes
-	if g.Dropped > 0 {
-		l.Notes = append(l.Notes, fmt.Sprintf("%d older incidents not listed: at most %d are (narrow with --since, --rule or --netns)", g.Dropped, maxListed))
-	}
-	kept := map[string]bool{}
-	for _, w := range st.Evidence() {
-		kept[w.Name] = true
-	}
-	for _, in := range l.Incidents {
-		cmd := ""
-		if in.Evidence != "" && kept[in.Evidence] {
-			cmd = history.ReplayCommand(st.Dir, in.At)
-		}
-		l.Replay = append(l.Replay, cmd)
-	}
-	if tb != nil {
-		pic = tb.Picture()
-	}
-	if hb != nil {
-		hp = hb.Picture()
-	}
-	return l, pic, hp, nil
-}
-
-// Buckets of the picture: a strip fits an 80-column terminal; the page's
-// chart is finer.
-const (
-	textPictureWidth = 60
-	htmlPictureWidth = 240
-)
-
-// traceLinks fills each incident's trace command (the trace's page named
-// after it in the working directory, or beside the --html page), or says
-// why the trace it names is not in the store.
-func traceLinks(l *history.Listing, kept map[string]bool, page string) {
-	for _, in := range l.Incidents {
-		cmd, note := "", ""
-		switch {
-		case in.Trace == "":
-		case kept[in.Trace]:
-			html := history.TracePage(in.Trace)
-			if page != "" {
-				html = tracePagePath(page, in.Trace)
-			}
-			cmd = history.TraceCommand(l.Dir, in.Trace, html)
-		default:
-			note = in.Trace + " is not in the store: still being recorded, evicted, or not kept (the timeline's notes say why)"
-		}
-		l.TraceReplay = append(l.TraceReplay, cmd)
-		l.TraceNote = append(l.TraceNote, note)
-	}
-}
-
-// tracePagePath is where history --html PAGE renders the page of the
-// trace name: beside PAGE, named after both.
-func tracePagePath(page, name string) string {
-	base := strings.TrimSuffix(filepath.Base(page), ".html")
-	return filepath.Join(filepath.Dir(page), base+"-"+history.TracePage(name))
-}
-
-// writeTracePages renders each incident's trace beside the history page
-// and links it (by its name: the two pages sit in one directory). A trace
-// that cannot be read or written is said on stderr and not linked.
-func writeTracePages(e *Env, l *history.Listing, page string) {
-	l.TracePages = make([]string, len(l.Incidents))
-	for i, in := range l.Incidents {
-		if l.TraceReplay[i] == "" {
-			continue
-		}
-		path := tracePagePath(page, in.Trace)
-		if err := writeTracePage(filepath.Join(l.Dir, in.Trace), path); err != nil {
-			e.progress("history: --html: trace %s: %v", in.Trace, err)
-			l.TraceNote[i] = "its page could not be written: " + err.Error()
-			l.TraceReplay[i] = ""
-			continue
-		}
-		l.TracePages[i] = filepath.Base(path)
-	}
-}
-
-// writeTracePage renders the trace file src as trace --from src --html
-// dst does.
-func writeTracePage(src, dst string) error {
-	tr, ts, err := analyzeTraceFile(src)
-	if err != nil {
-		return err
-	}
-	out, err := outfile.CreateAtomic(dst)
-	if err != nil {
-		return err
-	}
-	defer out.Abort()
-	return writeTraceHTML(out, tr, ts)
-}
-
-// analyzeTraceFile reads a kept trace (a torn one up to its damage) and
-// splits its transfers, as trace --from does.
-func analyzeTraceFile(src string) (*trace.Trace, []trace.Transfer, error) {
-	tr, err := readTraceFile(src)
-	var torn *jsonl.TornError
-	if err != nil && !errors.As(err, &torn) {
-		return nil, nil, err
-	}
-	a := trace.Analyze(tr, trace.SegmentOptions{}, trace.JudgeOptions{})
-	return tr, a.Transfers, nil
-}
-
-// writeHistoryHTML writes the page and renames it into place.
-func writeHistoryHTML(page *outfile.Atomic, l *history.Listing, p *history.Picture, loc *time.Location) error {
-	if err := history.WriteHTML(page, l, p, loc); err != nil {
-		page.Abort()
-		if werr := page.Err(); werr != nil {
-			return werr // the file's, not the template's wrapping of it
-		}
-		return err
-	}
-	return page.Commit()
 }
 
 // openStore opens a history directory; one that cannot be read is a
@@ -350,68 +177,35 @@ func (a *atOpts) resolve(e *Env, src *sourceOpts, name string) error {
 	if err != nil {
 		return err
 	}
-	cover, before, after := st.At(t)
-	loc := now.Location()
-	clock := func(t time.Time) string { return t.In(loc).Format("2006-01-02 15:04:05.000") }
-	// The incidents covering t: their spans, and their evidence nearest t
-	// when no window kept covers t itself.
-	moments, err := st.IncidentsAt(t, history.Filter{Min: diag.Warning})
+	r, err := st.ReplayAt(t, now.Location())
 	if err != nil {
 		return fmt.Errorf("%s: --history: %w", name, err)
 	}
-	spans := func() {
-		for _, m := range moments {
-			e.progress("the incident covering it: %s %s %s, %s .. %s (%d windows)", m.Severity.Label(), textsafe.String(m.Rule),
-				report.SubjectText(m.Subject), clock(m.Start), clock(m.End), m.Windows)
-		}
+	for _, line := range r.Said {
+		e.progress("%s", line)
 	}
-	if cover != nil {
-		if _, err := os.Stat(st.Path(cover.Name)); err == nil {
-			e.progress("replaying the window %s .. %s kept in %s (%s)", clock(cover.From), clock(cover.To), a.dir, cover.Name)
-			spans()
-			src.from = st.Path(cover.Name)
-			return nil
-		}
-	}
-	for _, m := range moments {
-		if m.Nearest == nil {
-			continue
-		}
-		if _, err := os.Stat(st.Path(m.Nearest.Name)); err != nil {
-			continue
-		}
-		e.progress("replaying the window %s .. %s kept in %s (%s): no window kept covers %s; this is the nearest kept of the incident covering it",
-			clock(m.Nearest.From), clock(m.Nearest.To), a.dir, m.Nearest.Name, clock(t))
-		spans()
-		src.from = st.Path(m.Nearest.Name)
+	if r.Path != "" {
+		src.from = r.Path
 		return nil
 	}
-	var b bytes.Buffer
-	fmt.Fprintf(&b, "no evidence kept in %s for %s\n", textsafe.String(a.dir), clock(t))
-	es, _ := st.Entries(t.Add(-time.Hour), t.Add(time.Hour))
-	if cv := history.Covering(es, t); len(cv) > 0 {
-		fmt.Fprintf(&b, "the timeline has:\n")
-		history.WriteEntries(&b, cv, loc)
-	} else {
-		fmt.Fprintf(&b, "the timeline has no window covering it\n")
-	}
-	for _, w := range []struct {
-		what string
-		win  *history.Window
-	}{{"before", before}, {"after", after}} {
-		if w.win != nil {
-			fmt.Fprintf(&b, "nearest window with evidence %s: %s .. %s: %s\n", w.what, clock(w.win.From), clock(w.win.To),
-				textsafe.String(history.ReplayCommand(a.dir, w.win.To)))
-		}
-	}
-	if before == nil && after == nil {
-		fmt.Fprintf(&b, "no window with evidence is kept\n")
-	}
-	for _, n := range st.Notes {
-		fmt.Fprintf(&b, "note: %s\n", textsafe.String(n))
-	}
-	_, _ = e.Stderr.Write(b.Bytes())
+	_, _ = e.Stderr.Write(r.Missing)
 	return usageErr("%s: %w", name, errNoEvidence)
 }
 
 var errNoEvidence = errors.New("no evidence kept for that time (see above)")
+
+// serve's names for what moved to history and trace; they go when serve
+// leaves the CLI.
+const maxListed = history.MaxListed
+
+func historyListing(st *history.Store, since, until time.Time, f history.Filter, text, html bool) (*history.Listing, history.Picture, history.Picture, error) {
+	return history.List(st, since, until, f, text, html)
+}
+
+func traceLinks(l *history.Listing, kept map[string]bool, page string) {
+	history.TraceLinks(l, kept, page)
+}
+
+func analyzeTraceFile(src string) (*trace.Trace, []trace.Transfer, error) {
+	return trace.AnalyzeFile(src)
+}

@@ -206,7 +206,7 @@ func TestHistoryTriggeredTrace(t *testing.T) {
 	var asked []history.TraceRequest
 	run1 := func(_ context.Context, req history.TraceRequest) (*trace.Trace, error) {
 		asked = append(asked, req)
-		return readTraceFile(recorded)
+		return trace.ReadFile(recorded)
 	}
 	dir := filepath.Join(t.TempDir(), "history")
 	x := report.NewWindows(window.NewChain(rules.All()), rules.All(), diag.Options{})

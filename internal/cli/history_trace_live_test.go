@@ -19,6 +19,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/history"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/testkit/testns"
+	"github.com/tcpdoctor/tcpdoctor/internal/trace"
 )
 
 // slowReader makes, in ns, a connection on 127.0.0.1 whose receiver
@@ -219,7 +220,7 @@ func TestHistoryLiveTrace(t *testing.T) {
 	if code != 0 && code != ExitFindings {
 		t.Fatalf("%v: exit %d: %s", argv, code, terr)
 	}
-	tr, err := readTraceFile(filepath.Join(dir, in.Trace))
+	tr, err := trace.ReadFile(filepath.Join(dir, in.Trace))
 	if err != nil || len(tr.Conns) == 0 || tr.Header.Netns != ns.Name {
 		t.Fatalf("%s: %v %+v", in.Trace, err, tr)
 	}

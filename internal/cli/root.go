@@ -25,7 +25,6 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
 	"github.com/tcpdoctor/tcpdoctor/internal/containers"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
-	"github.com/tcpdoctor/tcpdoctor/internal/procs"
 	"github.com/tcpdoctor/tcpdoctor/internal/serve"
 	"github.com/tcpdoctor/tcpdoctor/internal/textsafe"
 	"github.com/tcpdoctor/tcpdoctor/internal/version"
@@ -372,25 +371,8 @@ func printErr(stderr io.Writer, err error) {
 	fmt.Fprintf(stderr, "tcpdoctor: %s%s\n", textsafe.String(err.Error()), permissionHint(err, capability.Have))
 }
 
-// permissionHint says how to get the permission err lacked: the
-// capability its package names, when have (capability.Have) says this process
-// does not hold it (holding it, something else refused: an LSM or a user
-// namespace).
-func permissionHint(err error, have func(uint) bool) string {
-	for _, p := range []struct {
-		err  error
-		cap  uint
-		name string
-	}{
-		{netns.ErrPermission, unix.CAP_SYS_ADMIN, "CAP_SYS_ADMIN"},
-		{procs.ErrPermission, unix.CAP_SYS_PTRACE, "CAP_SYS_PTRACE"},
-	} {
-		if errors.Is(err, p.err) && !have(p.cap) {
-			return "; run as root or grant " + p.name
-		}
-	}
-	return ""
-}
+// permissionHint is capability.Hint (source.go's name for it).
+func permissionHint(err error, have func(uint) bool) string { return capability.Hint(err, have) }
 
 // openInput opens a file to read, or standard input for "-" (closing it
 // then closes nothing).

@@ -4,7 +4,6 @@ package cli
 
 import (
 	"fmt"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
@@ -18,16 +17,7 @@ func newRulesCmd(e *Env) *cobra.Command {
 		Short: "List the diagnosis rules",
 		Args:  cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			tw := tabwriter.NewWriter(e.Stdout, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "RULE\tNEEDS WINDOW\tTITLE")
-			for _, r := range rules.All() {
-				win := "no"
-				if r.NeedsDelta {
-					win = "yes"
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\n", r.ID, win, r.Title)
-			}
-			return tw.Flush()
+			return rules.WriteList(e.Stdout)
 		},
 	}
 }
@@ -38,8 +28,8 @@ func newExplainCmd(e *Env) *cobra.Command {
 		Short: "Print a rule's page: what it means, its evidence, thresholds and fixes",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
-			if _, ok := rules.ByID(args[0]); !ok {
-				return usageErr("explain: unknown rule %q (see tcpdoctor rules)", args[0])
+			if _, err := rules.Select(args); err != nil {
+				return usageErr("explain: %v", err)
 			}
 			page, err := docs.Rule(args[0])
 			if err != nil {

@@ -16,7 +16,6 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/output"
 	"github.com/tcpdoctor/tcpdoctor/internal/output/sockets"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
-	"github.com/tcpdoctor/tcpdoctor/internal/sockdiag"
 	"github.com/tcpdoctor/tcpdoctor/internal/tcpmodel"
 )
 
@@ -31,7 +30,7 @@ type socketsOpts struct {
 	lport    int
 	rport    int
 	pid      int
-	json     bool
+	json     jsonOpt
 	noOwners bool
 	locks    bool
 }
@@ -63,76 +62,10 @@ container (else whose namespace it holds), looking in every namespace unless --n
 	fs.IntVar(&o.lport, "lport", 0, "only sockets with this local port")
 	fs.IntVar(&o.rport, "rport", 0, "only sockets with this remote port")
 	fs.IntVar(&o.pid, "pid", 0, "only sockets owned by this process")
-	fs.BoolVar(&o.json, "json", false, "print a JSON array")
+	o.json.register(fs)
 	fs.BoolVar(&o.noOwners, "no-owners", false, "do not map sockets to processes (faster)")
 	fs.BoolVar(&o.locks, "locks", false, "read every socket's buffer lock bits (SO_SNDBUF/SO_RCVBUF set by the application) with eBPF iter/tcp: the table's Pinned column, buf_lock in --json; loading the program costs tens of ms")
 	return cmd
-}
-
-type socketFilter struct {
-	states             map[snapshot.State]bool
-	port, lport, rport int
-	pid                int
-}
-
-func (f *socketFilter) match(sk *snapshot.Socket) bool {
-	if f.states != nil && !f.states[sk.State] {
-		return false
-	}
-	if !f.ports(int(sk.Local.Port()), int(sk.Remote.Port())) {
-		return false
-	}
-	if f.pid != 0 {
-		found := false
-		for _, p := range sk.Pids.List() {
-			found = found || p == f.pid
-		}
-		return found
-	}
-	return true
-}
-
-// ports tests a local and a remote port against --port, --lport and
-// --rport (sockets and the eBPF events alike).
-func (f *socketFilter) ports(lp, rp int) bool {
-	return (f.port == 0 || lp == f.port || rp == f.port) &&
-		(f.lport == 0 || lp == f.lport) && (f.rport == 0 || rp == f.rport)
-}
-
-// events is f as the event tables apply it.
-func (f *socketFilter) events() sockets.EventFilter {
-	return sockets.EventFilter{Pid: f.pid, Ports: f.ports}
-}
-
-// kernel returns the dump request that does f's state and port tests in
-// the kernel (idiag_states and INET_DIAG bytecode), so rejected sockets
-// are never copied out; match still runs on what comes back, so the
-// result is match's either way.
-func (f *socketFilter) kernel() (states uint32, kf *sockdiag.Filter) {
-	for st := range f.states {
-		states |= 1 << st
-		switch st {
-		case snapshot.Close:
-			// Sockets only bound come as CLOSE but answer to this bit.
-			states |= 1 << snapshot.BoundInactive
-		case snapshot.SynRecv:
-			states |= 1 << snapshot.NewSynRecv
-		}
-	}
-	kf = &sockdiag.Filter{}
-	if f.port != 0 {
-		kf.Ports = []uint16{uint16(f.port)}
-	}
-	if f.lport != 0 {
-		kf.LPorts = []uint16{uint16(f.lport)}
-	}
-	if f.rport != 0 {
-		kf.RPorts = []uint16{uint16(f.rport)}
-	}
-	if kf.Empty() {
-		kf = nil
-	}
-	return states, kf
 }
 
 func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
@@ -161,20 +94,20 @@ func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
 	if o.wl.Container != "" && o.noOwners {
 		return usageErr("sockets: --container needs owners; drop --no-owners")
 	}
-	flt := &socketFilter{port: o.port, lport: o.lport, rport: o.rport, pid: o.pid}
+	flt := &collect.SocketFilter{Port: o.port, LPort: o.lport, RPort: o.rport, Pid: o.pid}
 	for _, p := range []int{o.port, o.lport, o.rport} {
 		if p < 0 || p > 65535 {
 			return usageErr("sockets: port %d out of range", p)
 		}
 	}
 	if len(o.states) > 0 {
-		flt.states = map[snapshot.State]bool{}
+		flt.States = map[snapshot.State]bool{}
 		for _, name := range o.states {
 			st, ok := snapshot.ParseState(name)
 			if !ok {
 				return usageErr("sockets: unknown state %q", name)
 			}
-			flt.states[st] = true
+			flt.States[st] = true
 		}
 	}
 	w := bufio.NewWriterSize(e.Stdout, 64<<10)
@@ -187,8 +120,8 @@ func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
 			return err
 		}
 		warnErrors(e, ss)
-		keep := func(r *sockets.Row) bool { return flt.match(r.Socket) && o.wl.Match(r.Subject.Workload) }
-		rows, err := sockets.WriteWindows(w, windows(ss), keep, sockets.Options{JSON: o.json, Locks: o.locks})
+		keep := func(r *sockets.Row) bool { return flt.Match(r.Socket) && o.wl.Match(r.Subject.Workload) }
+		rows, err := sockets.WriteWindows(w, windows(ss), keep, sockets.Options{JSON: o.json.on, Locks: o.locks})
 		if err != nil {
 			return err
 		}
@@ -218,14 +151,15 @@ func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
 	if err != nil {
 		return usageErr("%v", err)
 	}
-	states, kf := flt.kernel()
-	st := x.Streamer(collect.Options{Owners: !o.noOwners, States: states, Filter: kf, Workloads: e.workloads()}, e.Now)
+	co := collect.Options{Owners: !o.noOwners, Workloads: e.workloads()}
+	flt.Apply(&co)
+	st := x.Streamer(co, e.Now)
 	var first []*snapshot.Snapshot
 	var prev *tcpmodel.Chronos
 	if o.interval > 0 {
 		prev = tcpmodel.NewChronos()
 		first, err = st.Stream(nss, func(s *snapshot.Snapshot, sk *snapshot.Socket) error {
-			if flt.match(sk) && o.wl.Match(output.SocketSubject(&s.Netns, sk, s.Procs).Workload) {
+			if flt.Match(sk) && o.wl.Match(output.SocketSubject(&s.Netns, sk, s.Procs).Workload) {
 				prev.Add(s, sk)
 			}
 			return nil
@@ -243,13 +177,13 @@ func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
 	// Made at the first row, when the owners are named: the table has a
 	// Workload column when the host names any.
 	var p *sockets.Printer
-	po := sockets.Options{JSON: o.json, Netns: len(nss) > 1, Limited: o.interval > 0, Locks: o.locks}
+	po := sockets.Options{JSON: o.json.on, Netns: len(nss) > 1, Limited: o.interval > 0, Locks: o.locks}
 	for _, ns := range nss {
 		po.Workload = po.Workload || ns.Workload != nil
 	}
 	var lim tcpmodel.Limited
 	heads, err := st.Stream(nss, func(s *snapshot.Snapshot, sk *snapshot.Socket) error {
-		if !flt.match(sk) {
+		if !flt.Match(sk) {
 			return nil
 		}
 		r := sockets.Row{Subject: output.SocketSubject(&s.Netns, sk, s.Procs), Socket: sk}
@@ -285,9 +219,9 @@ func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
 	if err := p.Close(); err != nil {
 		return err
 	}
-	if o.interval > 0 && !o.json {
+	if o.interval > 0 && !o.json.on {
 		// Text tables: never after a JSON array.
-		sockets.WriteEvents(w, windows(ss), flt.events())
+		sockets.WriteEvents(w, windows(ss), sockets.EventFilter{Pid: flt.Pid, Ports: flt.Ports})
 	}
 	err = w.Flush()
 	if err == nil {

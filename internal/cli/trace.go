@@ -5,10 +5,7 @@ package cli
 import (
 	"errors"
 	"fmt"
-	"net/netip"
-	"os"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -17,7 +14,6 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/bpfload"
 	"github.com/tcpdoctor/tcpdoctor/internal/jsonl"
 	"github.com/tcpdoctor/tcpdoctor/internal/outfile"
-	"github.com/tcpdoctor/tcpdoctor/internal/sockdiag"
 	"github.com/tcpdoctor/tcpdoctor/internal/textsafe"
 	"github.com/tcpdoctor/tcpdoctor/internal/trace"
 )
@@ -27,20 +23,19 @@ import (
 const traceDefaultRate = 100
 
 type traceOpts struct {
-	ports, lports, rports []uint
-	peers                 []string
-	pid                   int
-	netns                 string
-	duration              time.Duration
-	rate                  int
-	out, from, html       string
-	json                  bool
-	bandwidth             string
-	top                   int
-	gap, discover         time.Duration
-	idleEvery             int
-	bpf                   string
-	wl                    workloadOpts
+	sel             trace.Select
+	pid             int
+	netns           string
+	duration        time.Duration
+	rate            int
+	out, from, html string
+	json            jsonOpt
+	bandwidth       string
+	top             int
+	gap, discover   time.Duration
+	idleEvery       int
+	bpf             string
+	wl              workloadOpts
 }
 
 func newTraceCmd(e *Env) *cobra.Command {
@@ -63,10 +58,10 @@ and written whole or not at all. Exit codes: 0 no slow transfer, 1 slow transfer
 		},
 	}
 	fs := cmd.Flags()
-	fs.UintSliceVar(&o.ports, "port", nil, "connections with this port at either end (repeatable)")
-	fs.UintSliceVar(&o.lports, "lport", nil, "connections with this local port")
-	fs.UintSliceVar(&o.rports, "rport", nil, "connections with this remote port")
-	fs.StringSliceVar(&o.peers, "peer", nil, "connections to this address or prefix (198.18.0.2, 2001:db8::/32)")
+	fs.UintSliceVar(&o.sel.Ports, "port", nil, "connections with this port at either end (repeatable)")
+	fs.UintSliceVar(&o.sel.LPorts, "lport", nil, "connections with this local port")
+	fs.UintSliceVar(&o.sel.RPorts, "rport", nil, "connections with this remote port")
+	fs.StringSliceVar(&o.sel.Peers, "peer", nil, "connections to this address or prefix (198.18.0.2, 2001:db8::/32)")
 	fs.IntVar(&o.pid, "pid", 0, "connections of this process (its network namespace unless --netns)")
 	fs.StringVar(&o.netns, "netns", "", "trace in the named network namespace (ip netns)")
 	o.wl.register(fs, "trace")
@@ -75,7 +70,7 @@ and written whole or not at all. Exit codes: 0 no slow transfer, 1 slow transfer
 	fs.StringVarP(&o.out, "output", "o", "", "also write the recording to this file (JSON lines; read back with --from)")
 	fs.StringVar(&o.from, "from", "", "analyse a recording instead of the live system (- for standard input)")
 	fs.StringVar(&o.html, "html", "", "write the report page to this file")
-	fs.BoolVar(&o.json, "json", false, "print one JSON line per transfer instead of the table")
+	o.json.register(fs)
 	fs.StringVar(&o.bandwidth, "bandwidth", "", "the path's rate, e.g. 100mbit (default: the path's rate measured to the peer, bytes_acked per busy_time, as check)")
 	fs.IntVar(&o.top, "top", 20, "rows in the table of slowest transfers (0: all)")
 	fs.DurationVar(&o.gap, "gap", 0, "idle time that ends a transfer (default: max(50ms, 3 samples))")
@@ -95,7 +90,7 @@ func runTrace(cmd *cobra.Command, e *Env, o *traceOpts) error {
 	if _, err := bpfload.ParseMode(o.bpf); err != nil {
 		return usageErr("trace: %v", err)
 	}
-	live := len(o.ports)+len(o.lports)+len(o.rports)+len(o.peers) > 0 || o.pid != 0 || o.netns != "" || o.duration > 0 || o.out != "" || o.discover > 0 || o.bpf != "auto" || o.wl.Set()
+	live := len(o.sel.Ports)+len(o.sel.LPorts)+len(o.sel.RPorts)+len(o.sel.Peers) > 0 || o.pid != 0 || o.netns != "" || o.duration > 0 || o.out != "" || o.discover > 0 || o.bpf != "auto" || o.wl.Set()
 	if o.from != "" && live {
 		return usageErr("trace: --from reads a recording; filters, --pid, --netns, --pod, --container, --duration, -o and --bpf apply to live tracing")
 	}
@@ -162,12 +157,12 @@ func runTrace(cmd *cobra.Command, e *Env, o *traceOpts) error {
 	}
 	a := trace.Analyze(tr, trace.SegmentOptions{Gap: o.gap}, jo)
 	if page != nil {
-		if err := writeTraceHTML(page, tr, a.Transfers); err != nil {
+		if err := trace.WritePage(page, tr, a.Transfers); err != nil {
 			failed = append(failed, fmt.Errorf("trace: --html: %w", err))
 		}
 	}
 	var err error
-	if o.json {
+	if o.json.on {
 		err = trace.WriteJSON(e.Stdout, a.Transfers, &tr.Header)
 	} else if err = trace.WriteSubject(e.Stdout, &tr.Header); err == nil {
 		if len(tr.Conns) == 0 {
@@ -204,27 +199,8 @@ func matchedWhat(h *trace.Header) string {
 }
 
 func traceLive(cmd *cobra.Command, e *Env, o *traceOpts, sink *sinkFile) (*trace.Trace, error) {
-	var flt sockdiag.Filter
-	for _, l := range []struct {
-		name string
-		in   []uint
-		out  *[]uint16
-	}{{"port", o.ports, &flt.Ports}, {"lport", o.lports, &flt.LPorts}, {"rport", o.rports, &flt.RPorts}} {
-		for _, p := range l.in {
-			if p == 0 || p > 65535 {
-				return nil, usageErr("trace: --%s %d: ports are 1..65535", l.name, p)
-			}
-			*l.out = append(*l.out, uint16(p))
-		}
-	}
-	for _, p := range o.peers {
-		pfx, err := parsePrefix(p)
-		if err != nil {
-			return nil, usageErr("trace: --peer %q: %v", p, err)
-		}
-		flt.Peers = append(flt.Peers, pfx)
-	}
-	if _, err := flt.Bytecode(); err != nil {
+	flt, err := o.sel.Filter()
+	if err != nil {
 		return nil, usageErr("trace: %v", err)
 	}
 	lo := trace.LiveOptions{Filter: flt, Pid: o.pid, ProcRoot: e.ProcRoot, Interval: time.Second / time.Duration(o.rate),
@@ -286,19 +262,7 @@ func traceLive(cmd *cobra.Command, e *Env, o *traceOpts, sink *sinkFile) (*trace
 	return tr, nil
 }
 
-// readTraceFile reads a recording, gzip-compressed (as serve --history
-// keeps triggered traces) or not. A torn last line gives the trace before
-// it and a *jsonl.TornError.
-func readTraceFile(path string) (*trace.Trace, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return trace.Read(f)
-}
-
-// readTraceInput is readTraceFile for --from: "-" reads standard input.
+// readTraceInput is trace.ReadFile for --from: "-" reads standard input.
 func readTraceInput(e *Env, path string) (*trace.Trace, error) {
 	f, err := e.openInput(path)
 	if err != nil {
@@ -306,30 +270,6 @@ func readTraceInput(e *Env, path string) (*trace.Trace, error) {
 	}
 	defer f.Close()
 	return trace.Read(f)
-}
-
-// parsePrefix reads an address (a host prefix) or a prefix.
-func parsePrefix(s string) (netip.Prefix, error) {
-	if strings.Contains(s, "/") {
-		return netip.ParsePrefix(s)
-	}
-	a, err := netip.ParseAddr(s)
-	if err != nil {
-		return netip.Prefix{}, err
-	}
-	return netip.PrefixFrom(a, a.BitLen()), nil
-}
-
-// writeTraceHTML writes the page and renames it into place.
-func writeTraceHTML(page *outfile.Atomic, tr *trace.Trace, ts []trace.Transfer) error {
-	if err := trace.WriteHTML(page, tr, ts, trace.PageTitle(&tr.Header)); err != nil {
-		page.Abort()
-		if werr := page.Err(); werr != nil {
-			return werr // the file's, not the template's wrapping of it
-		}
-		return err
-	}
-	return page.Commit()
 }
 
 // sinkFile is -o under a recording. When a write fails (a full disk) it

@@ -20,7 +20,7 @@ type watchOpts struct {
 	port, pid int
 	netns     []string
 	kinds     []string
-	json      bool
+	json      jsonOpt
 	duration  time.Duration
 	count     int
 	tick      time.Duration
@@ -54,7 +54,7 @@ Needs eBPF (root, kernel BTF); without it watch exits 3 and says why. Runs until
 	fs.StringSliceVar(&o.netns, "netns", nil, "only these network namespaces (`ip netns` names, or host)")
 	o.wl.register(fs, "watch")
 	fs.StringSliceVar(&o.kinds, "kind", nil, "only these kinds: "+strings.Join(watch.Kinds(), ","))
-	fs.BoolVar(&o.json, "json", false, "one JSON object per event and line")
+	o.json.register(fs)
 	fs.DurationVar(&o.duration, "duration", 0, "stop after this long (0: until Ctrl-C)")
 	fs.IntVar(&o.count, "count", 0, "stop after this many lines (0: no limit)")
 	fs.DurationVar(&o.tick, "tick", time.Second, "how often retransmit counts are read and text repeats summed")
@@ -123,7 +123,7 @@ func runWatch(ctx context.Context, e *Env, o *watchOpts) error {
 		ctx, cancel = context.WithTimeout(ctx, o.duration)
 		defer cancel()
 	}
-	wo := watch.Options{Filter: f, JSON: o.json, Tick: o.tick, Burst: o.burst, Count: o.count,
+	wo := watch.Options{Filter: f, JSON: o.json.on, Tick: o.tick, Burst: o.burst, Count: o.count,
 		NameOf: names.Of, WorkloadOf: workloadOf(e, names), Now: e.Now, Notes: e.Stderr}
 	if err := watch.Run(ctx, src, wo, e.Stdout); err != nil {
 		return collectErr(err)

@@ -3,13 +3,13 @@
 package history
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/tcpdoctor/tcpdoctor/internal/output"
 	"github.com/tcpdoctor/tcpdoctor/internal/report"
 	"github.com/tcpdoctor/tcpdoctor/internal/textsafe"
 	"github.com/tcpdoctor/tcpdoctor/internal/units"
@@ -85,9 +85,7 @@ func WriteJSON(w io.Writer, l *Listing) error {
 	if l.TraceNote == nil {
 		l.TraceNote = []string{}
 	}
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(l)
+	return output.WriteJSON(w, l)
 }
 
 // WriteText prints the incidents for people, oldest first, times in loc:

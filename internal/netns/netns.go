@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/tcpdoctor/tcpdoctor/internal/capability"
 	"github.com/tcpdoctor/tcpdoctor/internal/procs"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 )
@@ -27,7 +28,7 @@ var ErrNotFound = errors.New("no such namespace")
 // ErrPermission is wrapped, next to the system's error, by errors from
 // entering or inspecting a namespace this process may not: setns needs
 // CAP_SYS_ADMIN, and other processes' /proc/PID/ns need ptrace access.
-var ErrPermission = errors.New("needs CAP_SYS_ADMIN")
+var ErrPermission error = &capability.Missing{Cap: unix.CAP_SYS_ADMIN, Name: "CAP_SYS_ADMIN", Text: "needs CAP_SYS_ADMIN"}
 
 // permission adds ErrPermission to a permission error, leaves others.
 func permission(err error) error {

@@ -11,6 +11,7 @@ package outfile
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -213,6 +214,20 @@ func (a *Atomic) Commit() error {
 		return err
 	}
 	return nil
+}
+
+// Fill writes the file whole with write and commits it. When write
+// fails the path is as it was, and the error is the file's own write
+// error where there was one (not a printer's wrapping of it).
+func (a *Atomic) Fill(write func(io.Writer) error) error {
+	if err := write(a); err != nil {
+		a.Abort()
+		if a.err != nil {
+			return a.err
+		}
+		return err
+	}
+	return a.Commit()
 }
 
 // Abort drops what was written: the path is as it was. It does nothing

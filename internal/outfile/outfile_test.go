@@ -5,6 +5,7 @@ package outfile
 import (
 	"bytes"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -366,5 +367,33 @@ func TestCreateDeviceLink(t *testing.T) {
 	}
 	if _, err := Create("/dev/stdout"); err != nil {
 		t.Errorf("/dev/stdout: %v", err)
+	}
+}
+
+// TestAtomicFill: a write that fails leaves the path as it was and
+// returns the writer's error; one that succeeds is renamed into place.
+func TestAtomicFill(t *testing.T) {
+	dir := t.TempDir()
+	path := victim(t, dir)
+	old, _ := os.ReadFile(path)
+	a, err := CreateAtomic(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := errors.New("printer failed")
+	if err := a.Fill(func(w io.Writer) error { _, _ = w.Write([]byte("half")); return bad }); err != bad {
+		t.Errorf("Fill: %v, want the writer's error", err)
+	}
+	if now, _ := os.ReadFile(path); !bytes.Equal(now, old) {
+		t.Errorf("a failed Fill changed the file: %q", now)
+	}
+	if a, err = CreateAtomic(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Fill(func(w io.Writer) error { _, err := w.Write([]byte("whole")); return err }); err != nil {
+		t.Fatal(err)
+	}
+	if now, _ := os.ReadFile(path); string(now) != "whole" {
+		t.Errorf("after Fill: %q", now)
 	}
 }

@@ -20,6 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/tcpdoctor/tcpdoctor/internal/capability"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 )
 
@@ -27,7 +28,7 @@ import (
 // processes this one may not inspect: their /proc/PID/fd and pidfd_getfd
 // need ptrace access (CAP_SYS_PTRACE, unless an LSM or a user namespace
 // refuses it anyway).
-var ErrPermission = errors.New("needs ptrace access")
+var ErrPermission error = &capability.Missing{Cap: unix.CAP_SYS_PTRACE, Name: "CAP_SYS_PTRACE", Text: "needs ptrace access"}
 
 // Scanner reads process information below Root ("/proc" in production).
 type Scanner struct{ Root string }

@@ -6,7 +6,6 @@
 package report
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -64,9 +63,7 @@ func WriteJSON(w io.Writer, r *Report) error {
 	if r.Unknown == nil {
 		r.Unknown = []diag.Unknown{}
 	}
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(r)
+	return output.WriteJSON(w, r)
 }
 
 // Style controls text output.

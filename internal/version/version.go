@@ -8,9 +8,11 @@ package version
 
 import (
 	"fmt"
+	"io"
 	"runtime"
 	"runtime/debug"
 	"strings"
+	"text/tabwriter"
 )
 
 // version is the release's version, set at link time by
@@ -112,4 +114,25 @@ func (i Info) String() string {
 	}
 	parts = append(parts, strings.TrimSpace(i.GoVersion+" "+i.Platform))
 	return fmt.Sprintf("%s (%s)", i.Version, strings.Join(parts, ", "))
+}
+
+// WriteText prints the build for people, one field a line: version,
+// commit (and whether it had changes), the commit's time, Go and platform.
+func (i Info) WriteText(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "tcpdoctor\t%s\n", i.Version)
+	commit := i.Commit
+	if commit == "" {
+		commit = "unknown (not recorded by this build)"
+	} else if i.Modified {
+		commit += " (with changes not committed)"
+	}
+	fmt.Fprintf(tw, "commit\t%s\n", commit)
+	date := i.Date
+	if date == "" {
+		date = "unknown"
+	}
+	fmt.Fprintf(tw, "built\t%s\t(the commit's time)\n", date)
+	fmt.Fprintf(tw, "go\t%s %s\n", i.GoVersion, i.Platform)
+	return tw.Flush()
 }

@@ -8,6 +8,8 @@ import (
 	"os"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/capability"
 )
 
 // Offload flags for TUNSETOFFLOAD (linux/if_tun.h); x/sys lacks them.
@@ -24,7 +26,7 @@ const vnetHdrLen = 10
 
 // ErrPermission is wrapped, next to the system's error, by errors from
 // creating the TUN device without CAP_NET_ADMIN.
-var ErrPermission = errors.New("needs CAP_NET_ADMIN")
+var ErrPermission error = &capability.Missing{Cap: unix.CAP_NET_ADMIN, Name: "CAP_NET_ADMIN", Text: "needs CAP_NET_ADMIN"}
 
 // permission adds ErrPermission to a permission error, leaves others.
 func permission(err error) error {
