@@ -67,25 +67,9 @@ Exit codes: 0 nothing at or above --fail-on, 1 findings, 2 usage error, 3 collec
 }
 
 func runCheck(cmd *cobra.Command, e *Env, o *checkOpts) error {
-	if err := o.at.resolve(e, &o.src, "check"); err != nil {
+	if err := o.validate(e); err != nil {
 		return err
 	}
-	if err := o.src.validate(); err != nil {
-		return err
-	}
-	if err := o.bpf.validate(&o.src); err != nil {
-		return err
-	}
-	if o.wl.Container != "" && o.noOwners {
-		return usageErr("check: --container needs the sockets' owners; drop --no-owners")
-	}
-	if o.pid < 0 {
-		return usageErr("check: --pid %d: not a process id", o.pid)
-	}
-	if o.pid != 0 && (o.noOwners || o.wl.Set()) {
-		return usageErr("check: --pid needs the sockets' owners and chooses the process itself; drop --no-owners, --pod and --container")
-	}
-	o.src.pid = o.pid
 	failOn, err := diag.ParseSeverity(o.failOn)
 	if err != nil {
 		return usageErr("check: --fail-on: %v", err)
@@ -128,17 +112,7 @@ func runCheck(cmd *cobra.Command, e *Env, o *checkOpts) error {
 		}
 	}
 	rep := report.Diagnose(window.Inputs(ss, opts), rs)
-	if o.wl.Set() {
-		rep.Findings = slices.DeleteFunc(rep.Findings, func(f diag.Finding) bool {
-			return !o.wl.Match(f.Subject.Workload)
-		})
-	}
-	if o.pid != 0 {
-		rep.Findings = slices.DeleteFunc(rep.Findings, func(f diag.Finding) bool { return f.Subject.Pid != o.pid })
-		if len(rep.Findings) == 0 && !o.json.on {
-			e.progress("note: no finding names pid %d (checked %s)", o.pid, o.src.where())
-		}
-	}
+	o.keepAbout(e, rep)
 	rep.Build = e.knownBuild()
 	if o.json.on {
 		if err := report.WriteJSON(e.Stdout, rep); err != nil {
@@ -160,4 +134,43 @@ func runCheck(cmd *cobra.Command, e *Env, o *checkOpts) error {
 		}
 	}
 	return nil
+}
+
+// validate checks the flags that need more than their type.
+func (o *checkOpts) validate(e *Env) error {
+	if err := o.at.resolve(e, &o.src, "check"); err != nil {
+		return err
+	}
+	if err := o.src.validate(); err != nil {
+		return err
+	}
+	if err := o.bpf.validate(&o.src); err != nil {
+		return err
+	}
+	if o.wl.Container != "" && o.noOwners {
+		return usageErr("check: --container needs the sockets' owners; drop --no-owners")
+	}
+	if o.pid < 0 {
+		return usageErr("check: --pid %d: not a process id", o.pid)
+	}
+	if o.pid != 0 && (o.noOwners || o.wl.Set()) {
+		return usageErr("check: --pid needs the sockets' owners and chooses the process itself; drop --no-owners, --pod and --container")
+	}
+	o.src.pid = o.pid
+	return nil
+}
+
+// keepAbout keeps the findings about --pod, --container or --pid.
+func (o *checkOpts) keepAbout(e *Env, rep *report.Report) {
+	if o.wl.Set() {
+		rep.Findings = slices.DeleteFunc(rep.Findings, func(f diag.Finding) bool {
+			return !o.wl.Match(f.Subject.Workload)
+		})
+	}
+	if o.pid != 0 {
+		rep.Findings = slices.DeleteFunc(rep.Findings, func(f diag.Finding) bool { return f.Subject.Pid != o.pid })
+		if len(rep.Findings) == 0 && !o.json.on {
+			e.progress("note: no finding names pid %d (checked %s)", o.pid, o.src.where())
+		}
+	}
 }

@@ -11,8 +11,9 @@ import (
 )
 
 // jsonOpt is --json: one flag, one help text, on every command that
-// prints JSON. A command of one document writes it with write; one that
-// streams (sockets, trace, watch) hands on tells its printer.
+// prints JSON (docs/json.md). A command that prints one document writes
+// it with write; one that streams (sockets, trace, watch) passes on to
+// its printer that JSON was asked for.
 type jsonOpt struct{ on bool }
 
 func (j *jsonOpt) register(fs *pflag.FlagSet) {

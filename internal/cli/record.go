@@ -3,8 +3,8 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
-	"runtime"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -87,20 +87,10 @@ func runRecord(cmd *cobra.Command, e *Env, o *recordOpts) error {
 	}
 	defer x.Close()
 	c := x.Collector(collect.Options{Owners: !o.noOwners, Workloads: e.workloads(), FaultIn: true}, e.Now)
-	var got int
-	var last time.Time
-	for i := 0; i < o.count; i++ {
-		if i > 0 {
-			if err := e.Sleep(cmd.Context(), window.Pause(o.interval, e.Now().Sub(last))); err != nil {
-				// Ctrl-C: what was written stays, each sample whole.
-				e.progress("record: stopped after %d of %d samples, all in %s", i, o.count, outName(o.out))
-				return err
-			}
-		}
-		last = e.Now()
-		snaps := c.Collect(nss)
+	taken, err := window.Record(cmd.Context(), c, nss, o.count, o.interval, e.Sleep, func(i int, snaps []*snapshot.Snapshot) error {
 		ss := []series{{Snaps: snaps}}
 		warnErrors(e, ss)
+		got := 0
 		for _, s := range snaps {
 			if err := sw.Write(s); err != nil {
 				return collectErr(fmt.Errorf("record: %w", err))
@@ -108,18 +98,17 @@ func runRecord(cmd *cobra.Command, e *Env, o *recordOpts) error {
 			got += len(s.Sockets)
 		}
 		fmt.Fprintf(e.Stderr, "tcpdoctor: sample %d/%d: %d namespaces, %d sockets\n", i+1, o.count, len(snaps), got)
-		got = 0
 		if window.NothingCollected(ss) {
 			return collectErr(fmt.Errorf("record: nothing could be collected: %s", firstErrors(ss)))
 		}
-		if i < o.count-1 {
-			// The sample is written: free it before the next is built,
-			// or the heap, sized while this one was live, grows to hold
-			// both (docs/performance.md, record at a million sockets).
-			runtime.GC()
-		}
+		return nil
+	})
+	var xe *exitError
+	if err != nil && !errors.As(err, &xe) {
+		// Ctrl-C: what was written stays, each sample whole.
+		e.progress("record: stopped after %d of %d samples, all in %s", taken, o.count, outName(o.out))
 	}
-	return nil
+	return err
 }
 
 // outName names -o FILE in messages.

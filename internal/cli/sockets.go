@@ -13,6 +13,7 @@ import (
 
 	"github.com/tcpdoctor/tcpdoctor/internal/bpfload"
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
+	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/output"
 	"github.com/tcpdoctor/tcpdoctor/internal/output/sockets"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
@@ -69,35 +70,48 @@ container (else whose namespace it holds), looking in every namespace unless --n
 }
 
 func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
-	if err := o.at.resolve(e, &o.src, "sockets"); err != nil {
+	flt, err := o.filter(e)
+	if err != nil {
 		return err
+	}
+	w := bufio.NewWriterSize(e.Stdout, 64<<10)
+	if o.src.from != "" {
+		return listFile(e, o, flt, w)
+	}
+	return listLive(cmd, e, o, flt, w)
+}
+
+// filter checks the flags and returns the sockets they keep.
+func (o *socketsOpts) filter(e *Env) (*collect.SocketFilter, error) {
+	if err := o.at.resolve(e, &o.src, "sockets"); err != nil {
+		return nil, err
 	}
 	if err := o.src.validate(); err != nil {
-		return err
+		return nil, err
 	}
 	if err := o.bpf.validate(&o.src); err != nil {
-		return err
+		return nil, err
 	}
 	if o.interval < 0 {
-		return usageErr("sockets: --interval must not be negative")
+		return nil, usageErr("sockets: --interval must not be negative")
 	}
 	if o.pid != 0 && o.noOwners {
-		return usageErr("sockets: --pid needs owners; drop --no-owners")
+		return nil, usageErr("sockets: --pid needs owners; drop --no-owners")
 	}
 	if o.pid < 0 {
-		return usageErr("sockets: --pid %d: not a process id", o.pid)
+		return nil, usageErr("sockets: --pid %d: not a process id", o.pid)
 	}
 	if o.pid != 0 && o.wl.Set() {
-		return usageErr("sockets: --pod and --container choose the processes; leave out --pid")
+		return nil, usageErr("sockets: --pod and --container choose the processes; leave out --pid")
 	}
 	o.src.pid = o.pid
 	if o.wl.Container != "" && o.noOwners {
-		return usageErr("sockets: --container needs owners; drop --no-owners")
+		return nil, usageErr("sockets: --container needs owners; drop --no-owners")
 	}
 	flt := &collect.SocketFilter{Port: o.port, LPort: o.lport, RPort: o.rport, Pid: o.pid}
 	for _, p := range []int{o.port, o.lport, o.rport} {
 		if p < 0 || p > 65535 {
-			return usageErr("sockets: port %d out of range", p)
+			return nil, usageErr("sockets: port %d out of range", p)
 		}
 	}
 	if len(o.states) > 0 {
@@ -105,32 +119,39 @@ func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
 		for _, name := range o.states {
 			st, ok := snapshot.ParseState(name)
 			if !ok {
-				return usageErr("sockets: unknown state %q", name)
+				return nil, usageErr("sockets: unknown state %q", name)
 			}
 			flt.States[st] = true
 		}
 	}
-	w := bufio.NewWriterSize(e.Stdout, 64<<10)
-	if o.src.from != "" {
-		ss, _, err := readSeries(e, o.src.from)
-		if err != nil {
-			return err
-		}
-		if ss, err = o.src.narrowSeries(ss); err != nil {
-			return err
-		}
-		warnErrors(e, ss)
-		keep := func(r *sockets.Row) bool { return flt.Match(r.Socket) && o.wl.Match(r.Subject.Workload) }
-		rows, err := sockets.WriteWindows(w, windows(ss), keep, sockets.Options{JSON: o.json.on, Locks: o.locks})
-		if err != nil {
-			return err
-		}
-		if err := w.Flush(); err != nil {
-			return err
-		}
-		o.noneMatched(e, rows)
-		return nil
+	return flt, nil
+}
+
+// listFile lists the sockets of a snapshot file.
+func listFile(e *Env, o *socketsOpts, flt *collect.SocketFilter, w *bufio.Writer) error {
+	ss, _, err := readSeries(e, o.src.from)
+	if err != nil {
+		return err
 	}
+	if ss, err = o.src.narrowSeries(ss); err != nil {
+		return err
+	}
+	warnErrors(e, ss)
+	keep := func(r *sockets.Row) bool { return flt.Match(r.Socket) && o.wl.Match(r.Subject.Workload) }
+	rows, err := sockets.WriteWindows(w, windows(ss), keep, sockets.Options{JSON: o.json.on, Locks: o.locks})
+	if err != nil {
+		return err
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	o.noneMatched(e, rows)
+	return nil
+}
+
+// listLive lists the sockets of live namespaces as the dump streams them,
+// with their limiters over --interval when given.
+func listLive(cmd *cobra.Command, e *Env, o *socketsOpts, flt *collect.SocketFilter, w *bufio.Writer) error {
 	// Connection events show only under an --interval table; lock bits
 	// only in JSON, when asked (their program's load would double the
 	// time of a plain listing).
@@ -157,23 +178,42 @@ func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
 	var first []*snapshot.Snapshot
 	var prev *tcpmodel.Chronos
 	if o.interval > 0 {
-		prev = tcpmodel.NewChronos()
-		first, err = st.Stream(nss, func(s *snapshot.Snapshot, sk *snapshot.Socket) error {
-			if flt.Match(sk) && o.wl.Match(output.SocketSubject(&s.Netns, sk, s.Procs).Workload) {
-				prev.Add(s, sk)
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		for _, s := range first {
-			prev.Taken(s)
-		}
-		if err := e.Sleep(cmd.Context(), o.interval); err != nil {
+		if first, prev, err = o.firstSample(cmd, e, st, nss, flt); err != nil {
 			return err
 		}
 	}
+	heads, p, err := o.rows(e, st, nss, flt, prev, w)
+	if err != nil {
+		return err
+	}
+	ss := make([]series, len(heads))
+	for i, s := range heads {
+		ss[i] = series{Netns: s.Netns.Name, Snaps: []*snapshot.Snapshot{s}}
+		if first != nil {
+			ss[i].Snaps = []*snapshot.Snapshot{first[i], s}
+		}
+	}
+	warnErrors(e, ss)
+	if p.Rows() == 0 && noDump(heads) {
+		return collectErr(errors.New("nothing could be collected: " + firstErrors(ss)))
+	}
+	if err := p.Close(); err != nil {
+		return err
+	}
+	if o.interval > 0 && !o.json.on {
+		// Text tables: never after a JSON array.
+		sockets.WriteEvents(w, windows(ss), sockets.EventFilter{Pid: flt.Pid, Ports: flt.Ports})
+	}
+	err = w.Flush()
+	if err == nil {
+		o.noneMatched(e, p.Rows())
+	}
+	return err
+}
+
+// rows streams the sockets of nss to a printer on w, those flt and
+// --pod or --container keep, with their limiters since prev when given.
+func (o *socketsOpts) rows(e *Env, st *collect.Streamer, nss []netns.NS, flt *collect.SocketFilter, prev *tcpmodel.Chronos, w *bufio.Writer) ([]*snapshot.Snapshot, *sockets.Printer, error) {
 	// Made at the first row, when the owners are named: the table has a
 	// Workload column when the host names any.
 	var p *sockets.Printer
@@ -199,35 +239,29 @@ func runSockets(cmd *cobra.Command, e *Env, o *socketsOpts) error {
 		}
 		return p.Row(&r)
 	})
-	if err != nil {
-		return err
-	}
-	ss := make([]series, len(heads))
-	for i, s := range heads {
-		ss[i] = series{Netns: s.Netns.Name, Snaps: []*snapshot.Snapshot{s}}
-		if first != nil {
-			ss[i].Snaps = []*snapshot.Snapshot{first[i], s}
-		}
-	}
-	warnErrors(e, ss)
-	if p == nil {
+	if err == nil && p == nil {
 		p = sockets.NewPrinter(w, po)
 	}
-	if p.Rows() == 0 && noDump(heads) {
-		return collectErr(errors.New("nothing could be collected: " + firstErrors(ss)))
+	return heads, p, err
+}
+
+// firstSample is the start of --interval's window: the chronographs of
+// the sockets kept, then the wait for the second sample.
+func (o *socketsOpts) firstSample(cmd *cobra.Command, e *Env, st *collect.Streamer, nss []netns.NS, flt *collect.SocketFilter) ([]*snapshot.Snapshot, *tcpmodel.Chronos, error) {
+	prev := tcpmodel.NewChronos()
+	first, err := st.Stream(nss, func(s *snapshot.Snapshot, sk *snapshot.Socket) error {
+		if flt.Match(sk) && o.wl.Match(output.SocketSubject(&s.Netns, sk, s.Procs).Workload) {
+			prev.Add(s, sk)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
 	}
-	if err := p.Close(); err != nil {
-		return err
+	for _, s := range first {
+		prev.Taken(s)
 	}
-	if o.interval > 0 && !o.json.on {
-		// Text tables: never after a JSON array.
-		sockets.WriteEvents(w, windows(ss), sockets.EventFilter{Pid: flt.Pid, Ports: flt.Ports})
-	}
-	err = w.Flush()
-	if err == nil {
-		o.noneMatched(e, p.Rows())
-	}
-	return err
+	return first, prev, e.Sleep(cmd.Context(), o.interval)
 }
 
 // noneMatched says on stderr that the filters given kept no socket (the

@@ -14,7 +14,6 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/bpfload"
 	"github.com/tcpdoctor/tcpdoctor/internal/jsonl"
 	"github.com/tcpdoctor/tcpdoctor/internal/outfile"
-	"github.com/tcpdoctor/tcpdoctor/internal/textsafe"
 	"github.com/tcpdoctor/tcpdoctor/internal/trace"
 )
 
@@ -81,32 +80,9 @@ and written whole or not at all. Exit codes: 0 no slow transfer, 1 slow transfer
 }
 
 func runTrace(cmd *cobra.Command, e *Env, o *traceOpts) error {
-	if o.rate < 1 || o.rate > trace.MaxRate {
-		return usageErr("trace: --rate must be between 1 and %d", trace.MaxRate)
-	}
-	if o.duration < 0 || o.gap < 0 || o.top < 0 || o.discover < 0 || o.idleEvery < 0 {
-		return usageErr("trace: --duration, --gap, --discover, --idle-every and --top must not be negative")
-	}
-	if _, err := bpfload.ParseMode(o.bpf); err != nil {
-		return usageErr("trace: %v", err)
-	}
-	live := len(o.sel.Ports)+len(o.sel.LPorts)+len(o.sel.RPorts)+len(o.sel.Peers) > 0 || o.pid != 0 || o.netns != "" || o.duration > 0 || o.out != "" || o.discover > 0 || o.bpf != "auto" || o.wl.Set()
-	if o.from != "" && live {
-		return usageErr("trace: --from reads a recording; filters, --pid, --netns, --pod, --container, --duration, -o and --bpf apply to live tracing")
-	}
-	if err := o.wl.validate(); err != nil {
+	jo, err := o.validate()
+	if err != nil {
 		return err
-	}
-	if o.wl.Set() && (o.pid != 0 || o.netns != "") {
-		return usageErr("trace: --pod and --container choose the namespace and processes; leave out --pid and --netns")
-	}
-	var jo trace.JudgeOptions
-	if o.bandwidth != "" {
-		bw, err := bdp.ParseRate(o.bandwidth)
-		if err != nil {
-			return usageErr("trace: --bandwidth: %v", err)
-		}
-		jo.Bandwidth = bw
 	}
 	// The files are created before anything is recorded: a path that
 	// cannot be written is the user's argument, said at once.
@@ -125,27 +101,9 @@ func runTrace(cmd *cobra.Command, e *Env, o *traceOpts) error {
 		}
 		defer page.Abort()
 	}
-	var tr *trace.Trace
-	if o.from != "" {
-		var err error
-		tr, err = readTraceInput(e, o.from)
-		var torn *jsonl.TornError
-		if errors.As(err, &torn) {
-			e.progress("note: %s: line %d is incomplete (a recorder stopped mid-write): used the lines before it", o.from, torn.Line)
-			err = nil
-		}
-		if err != nil {
-			return usageErr("--from %s: %v", o.from, err)
-		}
-	} else {
-		var sink *sinkFile
-		if rec != nil {
-			sink = &sinkFile{f: rec, e: e}
-		}
-		var err error
-		if tr, err = traceLive(cmd, e, o, sink); err != nil {
-			return err
-		}
+	tr, err := readOrRecord(cmd, e, o, rec)
+	if err != nil {
+		return err
 	}
 	// An output that fails is named after the table, which is printed
 	// whatever happens to the files.
@@ -161,21 +119,16 @@ func runTrace(cmd *cobra.Command, e *Env, o *traceOpts) error {
 			failed = append(failed, fmt.Errorf("trace: --html: %w", err))
 		}
 	}
-	var err error
 	if o.json.on {
 		err = trace.WriteJSON(e.Stdout, a.Transfers, &tr.Header)
-	} else if err = trace.WriteSubject(e.Stdout, &tr.Header); err == nil {
-		if len(tr.Conns) == 0 {
-			_, err = fmt.Fprintf(e.Stdout, "no connection matched %s\n", matchedWhat(&tr.Header))
-		} else {
-			err = trace.WriteTable(e.Stdout, a.Transfers, o.top)
-		}
+	} else {
+		err = trace.WriteText(e.Stdout, tr, a.Transfers, o.top)
 	}
 	if err != nil {
 		return err
 	}
 	if len(tr.Conns) == 0 {
-		e.progress("note: no connection matched %s: nothing was traced", matchedWhat(&tr.Header))
+		e.progress("note: no connection matched %s: nothing was traced", tr.Header.Matched())
 	}
 	if len(failed) > 0 {
 		for _, err := range failed[:len(failed)-1] {
@@ -189,13 +142,56 @@ func runTrace(cmd *cobra.Command, e *Env, o *traceOpts) error {
 	return nil
 }
 
-// matchedWhat names a recording's filter for a note ("the filters" when
-// it recorded none).
-func matchedWhat(h *trace.Header) string {
-	if h.Filter == "" {
-		return "the filters"
+// validate checks the flags; it returns how transfers are judged.
+func (o *traceOpts) validate() (jo trace.JudgeOptions, err error) {
+	if o.rate < 1 || o.rate > trace.MaxRate {
+		return jo, usageErr("trace: --rate must be between 1 and %d", trace.MaxRate)
 	}
-	return textsafe.String(h.Filter)
+	if o.duration < 0 || o.gap < 0 || o.top < 0 || o.discover < 0 || o.idleEvery < 0 {
+		return jo, usageErr("trace: --duration, --gap, --discover, --idle-every and --top must not be negative")
+	}
+	if _, err := bpfload.ParseMode(o.bpf); err != nil {
+		return jo, usageErr("trace: %v", err)
+	}
+	live := len(o.sel.Ports)+len(o.sel.LPorts)+len(o.sel.RPorts)+len(o.sel.Peers) > 0 || o.pid != 0 || o.netns != "" || o.duration > 0 || o.out != "" || o.discover > 0 || o.bpf != "auto" || o.wl.Set()
+	if o.from != "" && live {
+		return jo, usageErr("trace: --from reads a recording; filters, --pid, --netns, --pod, --container, --duration, -o and --bpf apply to live tracing")
+	}
+	if err := o.wl.validate(); err != nil {
+		return jo, err
+	}
+	if o.wl.Set() && (o.pid != 0 || o.netns != "") {
+		return jo, usageErr("trace: --pod and --container choose the namespace and processes; leave out --pid and --netns")
+	}
+	if o.bandwidth != "" {
+		bw, err := bdp.ParseRate(o.bandwidth)
+		if err != nil {
+			return jo, usageErr("trace: --bandwidth: %v", err)
+		}
+		jo.Bandwidth = bw
+	}
+	return jo, nil
+}
+
+// readOrRecord reads --from, or records live (into rec, -o, when given).
+func readOrRecord(cmd *cobra.Command, e *Env, o *traceOpts, rec *outfile.Atomic) (*trace.Trace, error) {
+	if o.from == "" {
+		var sink *sinkFile
+		if rec != nil {
+			sink = &sinkFile{f: rec, e: e}
+		}
+		return traceLive(cmd, e, o, sink)
+	}
+	tr, err := readTraceInput(e, o.from)
+	var torn *jsonl.TornError
+	if errors.As(err, &torn) {
+		e.progress("note: %s: line %d is incomplete (a recorder stopped mid-write): used the lines before it", o.from, torn.Line)
+		err = nil
+	}
+	if err != nil {
+		return nil, usageErr("--from %s: %v", o.from, err)
+	}
+	return tr, nil
 }
 
 func traceLive(cmd *cobra.Command, e *Env, o *traceOpts, sink *sinkFile) (*trace.Trace, error) {

@@ -213,3 +213,25 @@ func WriteJSON(w io.Writer, ts []Transfer, h *Header) error {
 	}
 	return nil
 }
+
+// WriteText prints what tr recorded and its top slowest transfers ts (0:
+// all), or that no connection matched its filter.
+func WriteText(w io.Writer, tr *Trace, ts []Transfer, top int) error {
+	if err := WriteSubject(w, &tr.Header); err != nil {
+		return err
+	}
+	if len(tr.Conns) == 0 {
+		_, err := fmt.Fprintf(w, "no connection matched %s\n", tr.Header.Matched())
+		return err
+	}
+	return WriteTable(w, ts, top)
+}
+
+// Matched names a recording's filter for a note ("the filters" when it
+// recorded none), escaped.
+func (h *Header) Matched() string {
+	if h.Filter == "" {
+		return "the filters"
+	}
+	return textsafe.String(h.Filter)
+}
