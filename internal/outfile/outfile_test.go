@@ -381,7 +381,7 @@ func TestAtomicFill(t *testing.T) {
 		t.Fatal(err)
 	}
 	bad := errors.New("printer failed")
-	if err := a.Fill(func(w io.Writer) error { _, _ = w.Write([]byte("half")); return bad }); err != bad {
+	if err := a.Fill(func(w io.Writer) error { _, _ = w.Write([]byte("half")); return bad }); !errors.Is(err, bad) {
 		t.Errorf("Fill: %v, want the writer's error", err)
 	}
 	if now, _ := os.ReadFile(path); !bytes.Equal(now, old) {

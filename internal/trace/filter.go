@@ -37,7 +37,7 @@ func (s *Select) Filter() (sockdiag.Filter, error) {
 	for _, p := range s.Peers {
 		pfx, err := parsePrefix(p)
 		if err != nil {
-			return flt, fmt.Errorf("--peer %q: %v", p, err)
+			return flt, fmt.Errorf("--peer %q: %w", p, err)
 		}
 		flt.Peers = append(flt.Peers, pfx)
 	}
