@@ -16,6 +16,7 @@ import (
 
 	"github.com/tcpdoctor/tcpdoctor/internal/bpfsource"
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
+	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/phases"
 	"github.com/tcpdoctor/tcpdoctor/internal/procnet"
 	"github.com/tcpdoctor/tcpdoctor/internal/procs"
@@ -63,6 +64,20 @@ func Programs() Loaders {
 		Files: bpfsource.OpenFileOwners,
 		Trace: bpfsource.OpenTrace,
 	}
+}
+
+// Tasks is every process with its network namespace from the kernel's
+// walk (bpfsource.ProcessNetns), as netns.Finder.Tasks takes it.
+func Tasks() ([]netns.Task, error) {
+	ps, err := bpfsource.ProcessNetns()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]netns.Task, len(ps))
+	for i, p := range ps {
+		out[i] = netns.Task{Pid: int(p.Pid), Netns: uint64(p.Netns)}
+	}
+	return out, nil
 }
 
 // Need says which extras a command's output uses: the others are not

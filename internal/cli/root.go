@@ -20,7 +20,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/bpfload"
-	"github.com/tcpdoctor/tcpdoctor/internal/bpfsource"
 	"github.com/tcpdoctor/tcpdoctor/internal/capability"
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
 	"github.com/tcpdoctor/tcpdoctor/internal/containers"
@@ -112,19 +111,6 @@ func (e *Env) workloads() collect.Workloads {
 	return e.Workloads
 }
 
-// processNetns is bpfsource.ProcessNetns as netns.Finder.Tasks takes it.
-func processNetns() ([]netns.Task, error) {
-	ps, err := bpfsource.ProcessNetns()
-	if err != nil {
-		return nil, err
-	}
-	out := make([]netns.Task, len(ps))
-	for i, p := range ps {
-		out[i] = netns.Task{Pid: int(p.Pid), Netns: uint64(p.Netns)}
-	}
-	return out, nil
-}
-
 // DefaultEnv is the real process environment.
 func DefaultEnv() *Env {
 	fi, _ := os.Stdout.Stat()
@@ -139,7 +125,7 @@ func DefaultEnv() *Env {
 		IsTTY:     fi != nil && fi.Mode()&os.ModeCharDevice != 0,
 		Columns:   termColumns(),
 		BPF:       bpfload.Programs(),
-		Tasks:     processNetns,
+		Tasks:     bpfload.Tasks,
 		FileLimit: softFileLimit,
 		Workloads: containers.NewResolver(containers.Options{}),
 		Build:     version.Get(),

@@ -18,6 +18,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/output/sockets"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/tcpmodel"
+	"github.com/tcpdoctor/tcpdoctor/internal/window"
 )
 
 type socketsOpts struct {
@@ -194,7 +195,7 @@ func listLive(cmd *cobra.Command, e *Env, o *socketsOpts, flt *collect.SocketFil
 		}
 	}
 	warnErrors(e, ss)
-	if p.Rows() == 0 && noDump(heads) {
+	if p.Rows() == 0 && window.NoDump(ss) {
 		return collectErr(errors.New("nothing could be collected: " + firstErrors(ss)))
 	}
 	if err := p.Close(); err != nil {
@@ -289,20 +290,6 @@ func (o *socketsOpts) noneMatched(e *Env, rows int) {
 		return
 	}
 	e.progress("note: no socket matched %s in %s", strings.Join(given, " "), o.src.where())
-}
-
-// noDump is true when no namespace's dump succeeded.
-func noDump(heads []*snapshot.Snapshot) bool {
-	for _, s := range heads {
-		ok := false
-		for _, src := range s.Sources {
-			ok = ok || (src.Source == snapshot.SourceSockdiag && src.OK)
-		}
-		if ok {
-			return false
-		}
-	}
-	return true
 }
 
 // windows is each namespace's samples as the listing prints them.

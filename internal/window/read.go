@@ -92,3 +92,19 @@ func Failures(ss []Series) []Failure {
 	}
 	return out
 }
+
+// NoDump is true when no namespace's last sample holds a socket dump that
+// succeeded: a listing of them collected nothing.
+func NoDump(ss []Series) bool {
+	for _, sr := range ss {
+		if len(sr.Snaps) == 0 {
+			continue
+		}
+		for _, src := range sr.Snaps[len(sr.Snaps)-1].Sources {
+			if src.Source == snapshot.SourceSockdiag && src.OK {
+				return false
+			}
+		}
+	}
+	return true
+}
