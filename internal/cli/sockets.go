@@ -215,35 +215,15 @@ func listLive(cmd *cobra.Command, e *Env, o *socketsOpts, flt *collect.SocketFil
 // rows streams the sockets of nss to a printer on w, those flt and
 // --pod or --container keep, with their limiters since prev when given.
 func (o *socketsOpts) rows(e *Env, st *collect.Streamer, nss []netns.NS, flt *collect.SocketFilter, prev *tcpmodel.Chronos, w *bufio.Writer) ([]*snapshot.Snapshot, *sockets.Printer, error) {
-	// Made at the first row, when the owners are named: the table has a
-	// Workload column when the host names any.
-	var p *sockets.Printer
 	po := sockets.Options{JSON: o.json.on, Netns: len(nss) > 1, Limited: o.interval > 0, Locks: o.locks}
 	for _, ns := range nss {
 		po.Workload = po.Workload || ns.Workload != nil
 	}
-	var lim tcpmodel.Limited
-	heads, err := st.Stream(nss, func(s *snapshot.Snapshot, sk *snapshot.Socket) error {
-		if !flt.Match(sk) {
-			return nil
-		}
-		r := sockets.Row{Subject: output.SocketSubject(&s.Netns, sk, s.Procs), Socket: sk}
-		if !o.wl.Match(r.Subject.Workload) {
-			return nil
-		}
-		if p == nil {
-			po.Workload = po.Workload || sockets.HasWorkloads(s)
-			p = sockets.NewPrinter(w, po)
-		}
-		if prev != nil && prev.Limited(s, sk, &lim) {
-			r.Limited = &lim
-		}
-		return p.Row(&r)
-	})
-	if err == nil && p == nil {
-		p = sockets.NewPrinter(w, po)
+	stream := func(fn func(*snapshot.Snapshot, *snapshot.Socket) error) ([]*snapshot.Snapshot, error) {
+		return st.Stream(nss, fn)
 	}
-	return heads, p, err
+	keep := func(r *sockets.Row) bool { return o.wl.Match(r.Subject.Workload) }
+	return sockets.WriteStream(w, stream, flt.Match, keep, prev, po)
 }
 
 // firstSample is the start of --interval's window: the chronographs of
