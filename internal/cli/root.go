@@ -354,7 +354,7 @@ func exitCode(root *cobra.Command, args []string, err error, stderr io.Writer) i
 // printErr prints err on one line, escaped: errors quote file, process
 // and namespace names (and errors.Join's newlines show as \n).
 func printErr(stderr io.Writer, err error) {
-	fmt.Fprintf(stderr, "tcpdoctor: %s%s\n", textsafe.String(err.Error()), permissionHint(err, capability.Have))
+	fmt.Fprintf(stderr, "tcpdoctor: %s%s\n", textsafe.String(err.Error()), capability.Hint(err, capability.Have))
 }
 
 // permissionHint is capability.Hint (source.go's name for it).
