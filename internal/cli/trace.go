@@ -5,6 +5,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"time"
 
@@ -176,9 +177,9 @@ func (o *traceOpts) validate() (jo trace.JudgeOptions, err error) {
 // readOrRecord reads --from, or records live (into rec, -o, when given).
 func readOrRecord(cmd *cobra.Command, e *Env, o *traceOpts, rec *outfile.Atomic) (*trace.Trace, error) {
 	if o.from == "" {
-		var sink *sinkFile
+		var sink io.Writer
 		if rec != nil {
-			sink = &sinkFile{f: rec, e: e}
+			sink = trace.FileSink(rec, func(err error) { e.progress("trace: -o: %v; recording on, for the table", err) })
 		}
 		return traceLive(cmd, e, o, sink)
 	}
@@ -194,7 +195,7 @@ func readOrRecord(cmd *cobra.Command, e *Env, o *traceOpts, rec *outfile.Atomic)
 	return tr, nil
 }
 
-func traceLive(cmd *cobra.Command, e *Env, o *traceOpts, sink *sinkFile) (*trace.Trace, error) {
+func traceLive(cmd *cobra.Command, e *Env, o *traceOpts, sink io.Writer) (*trace.Trace, error) {
 	flt, err := o.sel.Filter()
 	if err != nil {
 		return nil, usageErr("trace: %v", err)
@@ -246,14 +247,8 @@ func traceLive(cmd *cobra.Command, e *Env, o *traceOpts, sink *sinkFile) (*trace
 	if err != nil {
 		return nil, collectErr(err)
 	}
-	if st.Ended != "" {
-		e.progress("trace: stopped early: %s", st.Ended)
-	}
-	p50, p99, worst := st.JitterSummary()
-	e.progress("trace: %d samples (%d dumps, %d lookups) of %d connections, %d missed; lateness median %s, p99 %s, max %s", st.Ticks, st.Dumps, st.Lookups, len(tr.Conns), st.Missed,
-		p50.Round(time.Microsecond), p99.Round(time.Microsecond), worst.Round(time.Microsecond))
-	if tr.Header.Events {
-		e.progress("trace: %d eBPF events; %d ticks had a discovery dump due and skipped it (no connection established since the last)", st.Events, st.DumpsSkipped)
+	for _, line := range st.Summary(len(tr.Conns), tr.Header.Events) {
+		e.progress("trace: %s", line)
 	}
 	return tr, nil
 }
@@ -266,25 +261,6 @@ func readTraceInput(e *Env, path string) (*trace.Trace, error) {
 	}
 	defer f.Close()
 	return trace.Read(f)
-}
-
-// sinkFile is -o under a recording. When a write fails (a full disk) it
-// says so once and takes nothing more, and the recording goes on for the
-// table; the file's Commit then returns the error.
-type sinkFile struct {
-	f      *outfile.Atomic
-	e      *Env
-	failed bool
-}
-
-func (s *sinkFile) Write(p []byte) (int, error) {
-	if !s.failed {
-		if _, err := s.f.Write(p); err != nil {
-			s.failed = true
-			s.e.progress("trace: -o: %v; recording on, for the table", err)
-		}
-	}
-	return len(p), nil
 }
 
 // traceWorkload points lo at --pod and --container: a pod's own

@@ -55,3 +55,24 @@ func WritePageFile(src, dst string) error {
 	defer out.Abort()
 	return WritePage(out, tr, ts)
 }
+
+// FileSink is a recording's -o file f: when a write fails (a full disk)
+// it calls failed once and takes nothing more, and the recording goes on
+// for the table; f keeps its error for its Commit.
+func FileSink(f io.Writer, failed func(error)) io.Writer { return &fileSink{f: f, failed: failed} }
+
+type fileSink struct {
+	f      io.Writer
+	failed func(error)
+	done   bool
+}
+
+func (s *fileSink) Write(p []byte) (int, error) {
+	if !s.done {
+		if _, err := s.f.Write(p); err != nil {
+			s.done = true
+			s.failed(err)
+		}
+	}
+	return len(p), nil
+}

@@ -214,6 +214,23 @@ func (s Stats) JitterSummary() (p50, p99, worst time.Duration) {
 	return j[len(j)/2], j[len(j)*99/100], j[len(j)-1]
 }
 
+// Summary is what a live recording of conns connections says when it
+// ends, a line each: why it stopped early (if it did), its samples and
+// how late their ticks were, and its eBPF events when it had them.
+func (s Stats) Summary(conns int, events bool) []string {
+	var out []string
+	if s.Ended != "" {
+		out = append(out, "stopped early: "+s.Ended)
+	}
+	p50, p99, worst := s.JitterSummary()
+	out = append(out, fmt.Sprintf("%d samples (%d dumps, %d lookups) of %d connections, %d missed; lateness median %s, p99 %s, max %s", s.Ticks, s.Dumps, s.Lookups, conns, s.Missed,
+		p50.Round(time.Microsecond), p99.Round(time.Microsecond), worst.Round(time.Microsecond)))
+	if events {
+		out = append(out, fmt.Sprintf("%d eBPF events; %d ticks had a discovery dump due and skipped it (no connection established since the last)", s.Events, s.DumpsSkipped))
+	}
+	return out
+}
+
 // ThreadCPU is the calling thread's CPU time, user and system
 // (CLOCK_THREAD_CPUTIME_ID: exact, unlike rusage, which is brought up to
 // date only at ticks and sleeps).
