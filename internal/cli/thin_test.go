@@ -33,7 +33,7 @@ func TestNoKernelReader(t *testing.T) {
 }
 
 // TestOneJSONOption: every command's --json is the one option, with one
-// help text. (lab's goes with the lab, out of the product binary.)
+// help text.
 func TestOneJSONOption(t *testing.T) {
 	root := NewRoot(&Env{Stdout: io.Discard, Stderr: io.Discard})
 	var want jsonOpt
@@ -43,9 +43,6 @@ func TestOneJSONOption(t *testing.T) {
 	var walk func(c *cobra.Command)
 	n := 0
 	walk = func(c *cobra.Command) {
-		if c.Name() == "lab" {
-			return
-		}
 		if f := c.Flags().Lookup("json"); f != nil {
 			n++
 			if f.Usage != usage || f.Value.Type() != "bool" {

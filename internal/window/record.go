@@ -26,9 +26,7 @@ func Record(ctx context.Context, c *collect.Collector, nss []netns.NS, count int
 			}
 		}
 		last = c.Now()
-		endSample := c.Opts.Phases.Begin("sample")
 		snaps := c.Collect(nss)
-		endSample()
 		if err := write(i, snaps); err != nil {
 			return i, err
 		}
