@@ -180,6 +180,12 @@ contents:
     dst: /usr/share/zsh/vendor-completions/_tcpdoctor
   - src: $stage/completions/tcpdoctor.fish
     dst: /usr/share/fish/vendor_completions.d/tcpdoctor.fish
+  - src: $stage/completions/tcpdoctor-lab.bash
+    dst: /usr/share/bash-completion/completions/tcpdoctor-lab
+  - src: $stage/completions/_tcpdoctor-lab
+    dst: /usr/share/zsh/vendor-completions/_tcpdoctor-lab
+  - src: $stage/completions/tcpdoctor-lab.fish
+    dst: /usr/share/fish/vendor_completions.d/tcpdoctor-lab.fish
   - src: $work/pkg/tcpdoctor.service
     dst: /usr/lib/systemd/system/tcpdoctor.service
   - src: $work/pkg/tcpdoctor.default

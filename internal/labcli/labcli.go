@@ -22,6 +22,7 @@ import (
 
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/traffic/trafficcmd"
 	"github.com/tcpdoctor/tcpdoctor/internal/textsafe"
+	"github.com/tcpdoctor/tcpdoctor/internal/version"
 )
 
 // Exit codes, as tcpdoctor's: 1 a scenario not reproduced or a target
@@ -48,6 +49,9 @@ type Env struct {
 	// starts processes runs, makes a write to a closed stdout return
 	// EPIPE, so the command removes what it built before it exits.
 	CatchSIGPIPE func()
+	// Build is this binary's version.Get(), which --version prints; the
+	// zero value is a "dev" build of this toolchain.
+	Build version.Info
 
 	// tcpdoctorFlag is --tcpdoctor.
 	tcpdoctorFlag string
@@ -63,7 +67,16 @@ func DefaultEnv() *Env {
 		Stdout: os.Stdout, Stderr: os.Stderr, Stdin: os.Stdin, ProcRoot: "/proc", Self: self,
 		LookPath:     exec.LookPath,
 		CatchSIGPIPE: catchSIGPIPE,
+		Build:        version.Get(),
 	}
+}
+
+// build is Build, or a "dev" build of this toolchain when not known.
+func (e *Env) build() version.Info {
+	if e.Build.Version == "" {
+		return version.FromBuildInfo("", nil)
+	}
+	return e.Build
 }
 
 // catchSIGPIPE asks for SIGPIPE on a channel nobody reads (the signal
@@ -147,9 +160,11 @@ func NewRoot(e *Env) *cobra.Command {
 measures tcpdoctor. It runs tcpdoctor as users do, as a separate process:
 the binary --tcpdoctor names, else the tcpdoctor next to tcpdoctor-lab,
 else the one on $PATH.`,
+		Version:       e.build().String(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.SetVersionTemplate("tcpdoctor-lab {{.Version}}\n")
 	// Bare, the help; an unknown command is a usage error on one line.
 	root.Args = cobra.ArbitraryArgs
 	root.RunE = func(cmd *cobra.Command, args []string) error {

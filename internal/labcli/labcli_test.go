@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/tcpdoctor/tcpdoctor/internal/version"
 )
 
 // runLab runs tcpdoctor-lab in process and returns its exit code, stdout
@@ -99,4 +101,44 @@ func TestFindTcpdoctor(t *testing.T) {
 func isUsage(err error) bool {
 	var ee *exitError
 	return errors.As(err, &ee) && ee.code == ExitUsage
+}
+
+// TestVersion: --version prints the build on one line, as tcpdoctor's
+// does, and the real environment carries this binary's build.
+func TestVersion(t *testing.T) {
+	b := version.Info{Version: "v9.8.7-test", Commit: "0123abc", Date: "2026-01-02T03:04:05Z", GoVersion: "go1.99", Platform: "linux/amd64"}
+	code, out, stderr := runLab(t, &Env{ProcRoot: "/proc", Build: b}, "--version")
+	if want := "tcpdoctor-lab " + b.String() + "\n"; code != ExitOK || out != want || stderr != "" {
+		t.Errorf("--version: exit %d, stdout %q, stderr %q; want 0 and %q", code, out, stderr, want)
+	}
+	code, out, _ = runLab(t, nil, "--version")
+	if want := "tcpdoctor-lab " + version.FromBuildInfo("", nil).String() + "\n"; code != ExitOK || out != want {
+		t.Errorf("--version of an unknown build: exit %d, %q; want %q", code, out, want)
+	}
+	if got, want := DefaultEnv().Build, version.Get(); got != want {
+		t.Errorf("DefaultEnv().Build = %+v, want version.Get() %+v", got, want)
+	}
+}
+
+// TestShellCompletion: tcpdoctor-lab writes bash, zsh and fish
+// completions, as tcpdoctor does, and they complete its own commands.
+func TestShellCompletion(t *testing.T) {
+	for _, shell := range []string{"bash", "zsh", "fish"} {
+		code, out, stderr := runLab(t, nil, "completion", shell)
+		if code != ExitOK || !strings.Contains(out, "tcpdoctor-lab") || stderr != "" {
+			t.Errorf("completion %s: exit %d, stderr %q, %d bytes", shell, code, stderr, len(out))
+		}
+	}
+	_, out, _ := runLab(t, nil, "__complete", "")
+	got := strings.Split(out, "\n")
+	for _, w := range []string{"list", "run", "clean", "link-bench", "completion"} {
+		if !slices.ContainsFunc(got, func(l string) bool { return strings.HasPrefix(l, w+"\t") || l == w }) {
+			t.Errorf("command %q missing from %q", w, out)
+		}
+	}
+	for _, hidden := range []string{"traffic", "delay-line", "hold"} {
+		if slices.ContainsFunc(got, func(l string) bool { return strings.HasPrefix(l, hidden+"\t") || l == hidden }) {
+			t.Errorf("hidden command %q completed: %q", hidden, out)
+		}
+	}
 }

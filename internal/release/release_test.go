@@ -156,6 +156,8 @@ func TestArchive(t *testing.T) {
 		for _, p := range []string{"tcpdoctor", "tcpdoctor-lab", "README.md", "LICENSE", "NOTICE", "docs/exporter.md", "docs/rules/listen-overflow.md",
 			"man/man1/tcpdoctor.1.gz", "man/man1/tcpdoctor-check.1.gz", "man/man1/tcpdoctor-serve.1.gz",
 			"completions/tcpdoctor.bash", "completions/_tcpdoctor", "completions/tcpdoctor.fish",
+			"man/man1/tcpdoctor-lab.1.gz", "man/man1/tcpdoctor-lab-run.1.gz",
+			"completions/tcpdoctor-lab.bash", "completions/_tcpdoctor-lab", "completions/tcpdoctor-lab.fish",
 			"licenses/github.com/cilium/ebpf/LICENSE"} {
 			if !seen[p] {
 				t.Errorf("%s archive has no %s", arch, p)

@@ -1,13 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Command genman writes tcpdoctor's man pages, generated from its cobra
-// command tree, and its bash, zsh and fish completions (scripts/release.sh
-// runs it; docs/release.md).
+// Command genman writes the man pages of tcpdoctor and tcpdoctor-lab,
+// generated from their cobra command trees, and their bash, zsh and fish
+// completions (scripts/release.sh runs it; docs/release.md).
 //
 //	go run ./genman -version v1.2.3 -out DIR
 //
-// writes DIR/man/man1/tcpdoctor*.1 and DIR/completions/{tcpdoctor.bash,
-// _tcpdoctor,tcpdoctor.fish}. The pages' date is SOURCE_DATE_EPOCH's,
+// writes DIR/man/man1/tcpdoctor*.1 (tcpdoctor-lab*.1 among them) and
+// DIR/completions/{tcpdoctor.bash,_tcpdoctor,tcpdoctor.fish} and the same
+// three for tcpdoctor-lab. The pages' date is SOURCE_DATE_EPOCH's,
 // which it requires, so two runs give the same bytes.
 package main
 
@@ -26,6 +27,7 @@ import (
 	"github.com/spf13/cobra/doc"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/cli"
+	"github.com/tcpdoctor/tcpdoctor/internal/labcli"
 	"github.com/tcpdoctor/tcpdoctor/internal/version"
 )
 
@@ -51,7 +53,22 @@ func run(args []string) error {
 		return fmt.Errorf("SOURCE_DATE_EPOCH: %w (the commit's time, for the pages' date)", err)
 	}
 	date := time.Unix(epoch, 0).UTC()
-	root := cli.NewRoot(&cli.Env{Stdout: io.Discard, Stderr: io.Discard, Build: version.Info{Version: *ver}})
+	for _, root := range []*cobra.Command{
+		cli.NewRoot(&cli.Env{Stdout: io.Discard, Stderr: io.Discard, Build: version.Info{Version: *ver}}),
+		labcli.NewRoot(&labcli.Env{Stdout: io.Discard, Stderr: io.Discard, Build: version.Info{Version: *ver}}),
+	} {
+		if err := write(root, *ver, date, *out); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// write writes root's man pages (one per command, titled by cobra
+// TCPDOCTOR-CHECK, TCPDOCTOR-LAB-RUN) and its three completions, named by
+// the command (tcpdoctor.bash, _tcpdoctor-lab).
+func write(root *cobra.Command, ver string, date time.Time, out string) error {
+	name := root.Name()
 	root.InitDefaultCompletionCmd()
 	// Linux shells only: no PowerShell page or completion in Linux packages.
 	if comp, _, err := root.Find([]string{"completion"}); err == nil && comp != root {
@@ -62,29 +79,29 @@ func run(args []string) error {
 		}
 	}
 	root.DisableAutoGenTag = true
-	man := filepath.Join(*out, "man", "man1")
+	man := filepath.Join(out, "man", "man1")
 	if err := os.MkdirAll(man, 0o755); err != nil {
 		return err
 	}
 	// No Title: cobra titles each page by its command (TCPDOCTOR-CHECK).
-	hdr := &doc.GenManHeader{Section: "1", Date: &date, Source: "tcpdoctor " + *ver, Manual: "tcpdoctor manual"}
+	hdr := &doc.GenManHeader{Section: "1", Date: &date, Source: "tcpdoctor " + ver, Manual: "tcpdoctor manual"}
 	if err := doc.GenManTree(root, hdr, man); err != nil {
-		return fmt.Errorf("man pages: %w", err)
+		return fmt.Errorf("%s man pages: %w", name, err)
 	}
-	comp := filepath.Join(*out, "completions")
+	comp := filepath.Join(out, "completions")
 	if err := os.MkdirAll(comp, 0o755); err != nil {
 		return err
 	}
-	for name, gen := range map[string]func(*cobra.Command, io.Writer) error{
-		"tcpdoctor.bash": func(c *cobra.Command, w io.Writer) error { return c.GenBashCompletionV2(w, true) },
-		"_tcpdoctor":     func(c *cobra.Command, w io.Writer) error { return c.GenZshCompletion(w) },
-		"tcpdoctor.fish": func(c *cobra.Command, w io.Writer) error { return c.GenFishCompletion(w, true) },
+	for file, gen := range map[string]func(*cobra.Command, io.Writer) error{
+		name + ".bash": func(c *cobra.Command, w io.Writer) error { return c.GenBashCompletionV2(w, true) },
+		"_" + name:     func(c *cobra.Command, w io.Writer) error { return c.GenZshCompletion(w) },
+		name + ".fish": func(c *cobra.Command, w io.Writer) error { return c.GenFishCompletion(w, true) },
 	} {
 		var b bytes.Buffer
 		if err := gen(root, &b); err != nil {
-			return fmt.Errorf("completion %s: %w", name, err)
+			return fmt.Errorf("completion %s: %w", file, err)
 		}
-		if err := os.WriteFile(filepath.Join(comp, name), b.Bytes(), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(comp, file), b.Bytes(), 0o644); err != nil {
 			return err
 		}
 	}
