@@ -82,13 +82,16 @@ func newBenchCmd(e *Env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Time each tcpdoctor command end to end against the matching ss, with peak memory, at N sockets in a private namespace (root)",
-		Long: `Fill a lab namespace with loopback connections held by child processes, and at each size
-in --sizes (TCP sockets: two per connection, plus one listener per holder) run every tcpdoctor
-command as a separate process in that namespace, output to /dev/null: sockets, sockets --no-owners and
-sockets --json alternating with ss -tinmp, ss -tinm and ss -tinmp; check --interval 1s --json,
-record --count 2 and serve (scraped --scrapes times) alone. Prints wall time (median, min, max of
---runs), peak RSS, the ratio to ss, kernel memory taken by the sockets, the load average, and the
-targets of docs/performance.md met or missed. --inner times the collection library alone instead.`,
+		Long: `Fill a lab namespace with loopback connections held by child processes, and
+at each size in --sizes (TCP sockets: two per connection, plus one listener
+per holder) run every tcpdoctor command as a separate process in that
+namespace, output to /dev/null: sockets, sockets --no-owners and sockets
+--json alternating with ss -tinmp, ss -tinm and ss -tinmp; check --interval
+1s --json, record --count 2 and serve (scraped --scrapes times) alone.
+Prints wall time (median, min, max of --runs), peak RSS, the ratio to ss,
+kernel memory taken by the sockets, the load average, and the targets of
+docs/performance.md met or missed. --inner times the collection library
+alone instead.`,
 		Args:        cobra.NoArgs,
 		Annotations: map[string]string{cleansUp: "true"},
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -11,7 +11,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
+	"github.com/spf13/cobra"
 	"github.com/tcpdoctor/tcpdoctor/internal/version"
 )
 
@@ -139,6 +141,22 @@ func TestShellCompletion(t *testing.T) {
 	for _, hidden := range []string{"traffic", "delay-line", "hold"} {
 		if slices.ContainsFunc(got, func(l string) bool { return strings.HasPrefix(l, hidden+"\t") || l == hidden }) {
 			t.Errorf("hidden command %q completed: %q", hidden, out)
+		}
+	}
+}
+
+// TestLongHelpFitsEightyColumns: every command's description keeps its
+// own line breaks inside 80 columns, so a terminal of 80 does not break
+// its lines again mid-word.
+func TestLongHelpFitsEightyColumns(t *testing.T) {
+	todo := []*cobra.Command{NewRoot(&Env{ProcRoot: "/proc"})}
+	for len(todo) > 0 {
+		c := todo[len(todo)-1]
+		todo = append(todo[:len(todo)-1], c.Commands()...)
+		for i, line := range strings.Split(c.Long, "\n") {
+			if n := utf8.RuneCountInString(line); n > 80 {
+				t.Errorf("%s: line %d of its description is %d columns: %q", c.CommandPath(), i+1, n, line)
+			}
 		}
 	}
 }
