@@ -59,7 +59,7 @@ func newRunCmd(e *Env) *cobra.Command {
 			} else {
 				s, ok := lab.ByName(args[0])
 				if !ok {
-					return usageErr("lab: unknown scenario %q (see tcpdoctor-lab list)", args[0])
+					return usageErr("lab: unknown scenario %q (%s)", args[0], scenarioHint(args[0]))
 				}
 				todo = []lab.Scenario{s}
 			}
@@ -125,6 +125,21 @@ func scenarioNames() []string {
 		names = append(names, s.Name)
 	}
 	return names
+}
+
+// scenarioHint names the scenarios a mistyped name begins, case
+// insensitively ("c1" is case C1's), else points at the list.
+func scenarioHint(typed string) string {
+	var near []string
+	for _, n := range scenarioNames() {
+		if typed != "" && strings.HasPrefix(n, strings.ToLower(typed)) {
+			near = append(near, n)
+		}
+	}
+	if len(near) == 0 {
+		return "see tcpdoctor-lab list"
+	}
+	return "did you mean " + strings.Join(near, ", ") + "?"
 }
 
 func newCleanCmd(e *Env) *cobra.Command {
