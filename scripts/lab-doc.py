@@ -50,11 +50,10 @@ one line on stderr, such as `tcpdoctor-lab: bench: writing results: write /dev/s
 pipe`. Exit codes: 0 reproduced (or the targets met), 1 a scenario not reproduced or a target
 missed (`link-bench --check`), 2 a usage error, 3 a run that failed.
 
-The tables below are real output of a full run of each scenario on the project's 2-core Linux
-6.18 VM, copied by `scripts/lab-doc.sh` from the files in docs/lab/ (which hold the complete
-output, progress lines included); they were recorded with `tcpdoctor lab run NAME`, the same
-scenarios before the lab moved out of tcpdoctor into tcpdoctor-lab, and `scripts/lab-doc.sh`
-records them anew with `tcpdoctor-lab run NAME`. Absolute figures vary from run to run; the shape (who
+The tables below are real output of a full run of each scenario (`tcpdoctor-lab run NAME`, which
+has the tcpdoctor beside it diagnose) on the project's 2-core Linux 6.18 VM, copied by
+`scripts/lab-doc.sh` from the files in docs/lab/ (which hold the complete output, progress lines
+included). Absolute figures vary from run to run; the shape (who
 wins, by roughly how much) is what the lab asserts. Where this kernel differs from the case as
 reported (the figures each scenario's notes quote), the scenario says so in its notes.
 
