@@ -53,9 +53,9 @@ missed (`link-bench --check`), 2 a usage error, 3 a run that failed.
 The tables below are real output of a full run of each scenario (`tcpdoctor-lab run NAME`, which
 has the tcpdoctor beside it diagnose) on the project's 2-core Linux 6.18 VM, copied by
 `scripts/lab-doc.sh` from the files in docs/lab/ (which hold the complete output, progress lines
-included). Absolute figures vary from run to run; the shape (who
-wins, by roughly how much) is what the lab asserts. Where this kernel differs from the case as
-reported (the figures each scenario's notes quote), the scenario says so in its notes.
+included). Absolute figures vary from run to run and with the machine's load; the shape (who wins,
+by roughly how much) is what the lab asserts. Where this kernel differs from the case as reported
+(the figures each scenario's notes quote), the scenario says so in its notes.
 
 The quick forms (`--quick`, what `go test ./internal/lab` runs) must not depend on a quiet
 machine. A check window judges two instants, and a busy machine can catch the writer or the delay

@@ -96,7 +96,7 @@ func runC5(ctx context.Context, o Options) (*Result, error) {
 		fmt.Sprintf("link %s, %v RTT; responses of %d bytes, sequential on one keep-alive connection; ideal %.0f ms is the bytes at the link rate, without the request's RTT or slow start", units.Rate(c5Rate/8), c5RTT, c5Size, ideal),
 		"cubic on the hosts' routes (as on most production hosts): with bbr, this machine's default, the same 128K run gave the same times but the server's rwnd_limited chronograph only 33-41 % of busy time, since bbr's pacing stops most transmissions before the window does; rwnd-limited still fired at its 30 % threshold, with less margin",
 		"the case as reported (C5): 500-700 ms with the client's 128K buffer, 366 ms (transfer 309 ms) with 4M, ideal 272 ms; its RTT is not stated, so absolute times differ",
-		"rules judge one namespace at a time: rwnd-limited sees the server's socket and names the receiver by address; the note above ties that address to the client process and its buffer from a sock_diag look at the client namespace during the same run")
+		"the check records the server and client namespaces together, so rwnd-limited, judging the server's socket, finds the receiving socket in the client namespace and names its process and pinned buffer itself; the note above confirms that from a separate sock_diag look at the client namespace during the same run, with the socket's SO_BUF_LOCK bits")
 	if o.Quick {
 		res.Notes = append(res.Notes, fmt.Sprintf("quick form: 128K vs 4M only, %d responses each", requests))
 	}
