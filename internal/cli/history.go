@@ -5,7 +5,6 @@ package cli
 import (
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -14,7 +13,6 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/history"
 	"github.com/tcpdoctor/tcpdoctor/internal/outfile"
 	"github.com/tcpdoctor/tcpdoctor/internal/rules"
-	"github.com/tcpdoctor/tcpdoctor/internal/trace"
 )
 
 type historyOpts struct {
@@ -193,19 +191,3 @@ func (a *atOpts) resolve(e *Env, src *sourceOpts, name string) error {
 }
 
 var errNoEvidence = errors.New("no evidence kept for that time (see above)")
-
-// serve's names for what moved to history and trace; they go when serve
-// leaves the CLI.
-const maxListed = history.MaxListed
-
-func historyListing(st *history.Store, since, until time.Time, f history.Filter, text, html bool) (*history.Listing, history.Picture, history.Picture, error) {
-	return history.List(st, since, until, f, text, html)
-}
-
-func traceLinks(l *history.Listing, kept map[string]bool, page string) {
-	history.TraceLinks(l, kept, page)
-}
-
-func analyzeTraceFile(src string) (*trace.Trace, []trace.Transfer, error) {
-	return trace.AnalyzeFile(src)
-}

@@ -129,7 +129,8 @@ func runServe(ctx context.Context, e *Env, o *serveOpts) error {
 	}
 	so.Web, so.External = o.web.exporter(), o.web.external
 	if o.history != "" && o.pages {
-		so.Pages = newEvidencePages(e, o.history, so.Diag, o.web.external).handler()
+		so.PagesBuild = e.knownBuild()
+		so.Pages = serve.NewPages(so)
 	}
 	if e.TuneServe != nil {
 		e.TuneServe(&so)

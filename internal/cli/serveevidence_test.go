@@ -21,6 +21,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/history"
 	"github.com/tcpdoctor/tcpdoctor/internal/report"
 	"github.com/tcpdoctor/tcpdoctor/internal/rules"
+	"github.com/tcpdoctor/tcpdoctor/internal/serve"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/window"
 )
@@ -47,8 +48,7 @@ func TestEvidencePages(t *testing.T) {
 	dir, rec, snaps := storeFrom(t, overflowFixture)
 	from, to := snaps[0].Taken, snaps[len(snaps)-1].Taken
 	since, until := from.Add(-time.Minute).UTC().Format(time.RFC3339), to.Add(time.Minute).UTC().Format(time.RFC3339)
-	e := &Env{Stderr: io.Discard, Now: time.Now, Getenv: func(string) string { return "" }}
-	srv := httptest.NewServer(newEvidencePages(e, dir, diag.Options{}, "").handler())
+	srv := httptest.NewServer(serve.NewPages(serve.Options{History: history.Options{Dir: dir}, Now: time.Now, Logf: func(string, ...any) {}}))
 	defer srv.Close()
 
 	code, body, _ := pageGet(t, srv.URL+"/history?format=json&since="+since+"&until="+until)
@@ -63,13 +63,13 @@ func TestEvidencePages(t *testing.T) {
 	if len(l.Incidents) != 1 || l.Incidents[0].URL == "" {
 		t.Fatalf("incidents: %s", body)
 	}
+	u := l.Incidents[0].URL
 	l.Incidents[0].URL = ""
 	a, _ := json.Marshal(l)
 	b, _ := json.Marshal(wl)
 	if !bytes.Equal(a, b) {
 		t.Errorf("/history?format=json differs from history --json but for url:\n%s\nwant\n%s", a, b)
 	}
-	u := srv.URL + incidentPath(&l.Incidents[0])
 	_, wantJSON, _ := run(t, "check", "--json", "--from", rec)
 	if code, got, _ := pageGet(t, u+"&format=json"); code != 200 || got != wantJSON {
 		t.Errorf("incident JSON page: %d, differs from check --json --from:\n%s\nwant\n%s", code, got, wantJSON)
@@ -143,8 +143,7 @@ func TestEvidencePagesEscape(t *testing.T) {
 		r.Add(col, rep)
 	}
 	r.Close()
-	e := &Env{Stderr: io.Discard, Now: time.Now, Getenv: func(string) string { return "" }}
-	srv := httptest.NewServer(newEvidencePages(e, dir, diag.Options{}, "").handler())
+	srv := httptest.NewServer(serve.NewPages(serve.Options{History: history.Options{Dir: dir}, Now: time.Now, Logf: func(string, ...any) {}}))
 	defer srv.Close()
 	since := url.QueryEscape(snaps[0].Taken.Add(-time.Minute).UTC().Format(time.RFC3339))
 	until := url.QueryEscape(snaps[len(snaps)-1].Taken.Add(time.Minute).UTC().Format(time.RFC3339))

@@ -3,11 +3,10 @@
 package cli
 
 import (
-	"net/url"
-
 	"github.com/spf13/pflag"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/exporter"
+	"github.com/tcpdoctor/tcpdoctor/internal/serve"
 )
 
 // webOpts are serve's exporter-toolkit flags (docs/exporter.md).
@@ -44,11 +43,8 @@ func (w *webOpts) validate() error {
 	if w.systemd && (webSet || legacySet) {
 		return usageErr("serve: --web.systemd-socket serves on systemd's socket: drop --web.listen-address")
 	}
-	if w.external != "" {
-		u, err := url.Parse(w.external)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
-			return usageErr("serve: --web.external-url %q: want http:// or https://, a host, and an optional path", w.external)
-		}
+	if err := serve.CheckExternal(w.external); err != nil {
+		return usageErr("serve: %v", err)
 	}
 	if err := w.exporter().Validate(); err != nil {
 		return usageErr("serve: %v", err)

@@ -77,8 +77,10 @@ type Options struct {
 	Trace     history.TraceOptions
 	TraceRate int
 	// Pages, when set with History, serves the evidence pages at
-	// PathHistory.
-	Pages http.Handler
+	// PathHistory (NewPages); their reports say PagesBuild (nil: not
+	// known, as check --json says).
+	Pages      http.Handler
+	PagesBuild *version.Info
 
 	Now   func() time.Time
 	Sleep func(ctx context.Context, d time.Duration) error

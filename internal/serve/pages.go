@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package cli
+package serve
 
 import (
 	"bytes"
@@ -8,23 +8,25 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/history"
+	"github.com/tcpdoctor/tcpdoctor/internal/jsonl"
 	"github.com/tcpdoctor/tcpdoctor/internal/report"
 	"github.com/tcpdoctor/tcpdoctor/internal/rules"
-	"github.com/tcpdoctor/tcpdoctor/internal/serve"
 	"github.com/tcpdoctor/tcpdoctor/internal/trace"
+	"github.com/tcpdoctor/tcpdoctor/internal/version"
 	"github.com/tcpdoctor/tcpdoctor/internal/window"
 )
 
 // Paths of serve --history's evidence pages (docs/history.md, "Evidence
 // pages").
 const (
-	pathHistory  = serve.PathHistory
+	pathHistory  = PathHistory
 	pathIncident = pathHistory + "/incident"
 	pathTrace    = pathHistory + "/trace"
 )
@@ -46,17 +48,24 @@ const (
 // incident's diagnosis (as check --history --at prints it) and its
 // trace's page. Every page is made by the printers the commands use.
 type evidencePages struct {
-	e    *Env
-	dir  string
-	diag diag.Options
+	dir   string
+	diag  diag.Options
+	now   func() time.Time
+	logf  func(format string, a ...any)
+	build *version.Info
 	// base is --web.external-url: the URL links start with; empty, the
 	// scheme and Host the request came with.
 	base string
 	turn chan struct{}
 }
 
-func newEvidencePages(e *Env, dir string, d diag.Options, base string) *evidencePages {
-	return &evidencePages{e: e, dir: dir, diag: d, base: strings.TrimSuffix(base, "/"), turn: make(chan struct{}, 1)}
+// NewPages is the handler of the evidence pages of o.History.Dir, for
+// Options.Pages: their links start with o.External, their reports are
+// made with o.Diag and say o.PagesBuild, their times are o.Now's.
+func NewPages(o Options) http.Handler {
+	p := &evidencePages{dir: o.History.Dir, diag: o.Diag, now: o.Now, logf: o.Logf, build: o.PagesBuild,
+		base: strings.TrimSuffix(o.External, "/"), turn: make(chan struct{}, 1)}
+	return p.handler()
 }
 
 // handler is the pages' handler, bounded in time and taken one at a
@@ -88,6 +97,20 @@ func (p *evidencePages) handler() http.Handler {
 	// TimeoutHandler answers 503 at the bound; the page's work ends
 	// before the next one starts (the turn is held until then).
 	return http.TimeoutHandler(limited, pageTimeout, "the evidence page took longer than "+pageTimeout.String())
+}
+
+// CheckExternal checks --web.external-url (Options.External): "" or an
+// http or https URL with a host and an optional path, where the pages'
+// links start.
+func CheckExternal(external string) error {
+	if external == "" {
+		return nil
+	}
+	u, err := url.Parse(external)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+		return fmt.Errorf("--web.external-url %q: want http:// or https://, a host, and an optional path", external)
+	}
+	return nil
 }
 
 // baseURL is what links start with.
@@ -126,7 +149,7 @@ func (p *evidencePages) timeline(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	now := p.e.Now()
+	now := p.now()
 	since, until := now.Add(-24*time.Hour), now
 	var err error
 	if s := q.Get("since"); s != "" {
@@ -154,12 +177,12 @@ func (p *evidencePages) timeline(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
-	l, _, pic, err := historyListing(st, since, until, f, false, !wantJSON(r))
+	l, _, pic, err := history.List(st, since, until, f, false, !wantJSON(r))
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
-	traceLinks(l, st.Traces(), "")
+	history.TraceLinks(l, st.Traces(), "")
 	base := p.baseURL(r)
 	l.Pages = make([]string, len(l.Incidents))
 	l.TracePages = make([]string, len(l.Incidents))
@@ -231,7 +254,7 @@ func findIncident(st *history.Store, rule, ns, local, remote string, at time.Tim
 	// Not covering it: an alert evaluated after the incident's last
 	// window.
 	g := history.NewGrouper(f)
-	g.Max = maxListed
+	g.Max = history.MaxListed
 	if err := st.Walk(at.Add(-history.AtLookback), at, func(e *history.Entry) error { g.Add(e); return nil }); err != nil {
 		return history.Incident{}, nil, err
 	}
@@ -279,7 +302,7 @@ func (p *evidencePages) incident(w http.ResponseWriter, r *http.Request) {
 		badRequest(w, "rule and at are required (and netns: its name, host for the host's)")
 		return
 	}
-	now := p.e.Now()
+	now := p.now()
 	at, err := pageTime(q.Get("at"), now)
 	if err != nil {
 		badRequest(w, "at: %v", err)
@@ -371,12 +394,22 @@ func evidenceWindow(st *history.Store, name string) (history.Window, bool) {
 
 // diagnose runs check's rules over a kept window, as check --from does.
 func (p *evidencePages) diagnose(path string) (*report.Report, error) {
-	ss, _, err := readSeries(p.e, path)
+	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("--from: %w", err)
+	}
+	defer f.Close()
+	ss, err := window.ReadSeries(f)
+	var te *jsonl.TornError
+	if n := window.Samples(ss); errors.As(err, &te) && n > 0 {
+		p.logf("note: %s: line %d is incomplete (a recorder stopped mid-write): used the %d complete samples before it", path, te.Line, n)
+		err = nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("--from %s: %w", path, err)
 	}
 	rep := report.Diagnose(window.Inputs(ss, p.diag), rules.All())
-	rep.Build = p.e.knownBuild()
+	rep.Build = p.build
 	return rep, nil
 }
 
@@ -404,7 +437,7 @@ func (p *evidencePages) trace(w http.ResponseWriter, r *http.Request) {
 
 // renderTrace renders the trace file src as trace --from src --html does.
 func renderTrace(src string, b *bytes.Buffer) error {
-	tr, ts, err := analyzeTraceFile(src)
+	tr, ts, err := trace.AnalyzeFile(src)
 	if err != nil {
 		return err
 	}
