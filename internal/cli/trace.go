@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -233,8 +232,17 @@ func traceLive(cmd *cobra.Command, e *Env, o *traceOpts, sink io.Writer) (*trace
 		}
 		lo.NS = ns
 	case o.wl.Set():
-		if err := traceWorkload(e, &o.wl, &lo); err != nil {
+		f := e.finder()
+		nss, _ := f.All() // a partial list still names what it can
+		known, byPid, err := knownLive(e, "trace", nss)
+		if err != nil {
 			return nil, err
+		}
+		if err := o.wl.find("on this host", known); err != nil {
+			return nil, err
+		}
+		if err := lo.Target(&o.wl.Selector, nss, byPid, f.OfPid); err != nil {
+			return nil, usageErr("trace: %v", err)
 		}
 	}
 	if sink != nil {
@@ -261,48 +269,4 @@ func readTraceInput(e *Env, path string) (*trace.Trace, error) {
 	}
 	defer f.Close()
 	return trace.Read(f)
-}
-
-// traceWorkload points lo at --pod and --container: a pod's own
-// namespace (all of it for --pod alone), and the container's processes
-// (or, for a pod on the host's network, the pod's) by their sockets.
-func traceWorkload(e *Env, wl *workloadOpts, lo *trace.LiveOptions) error {
-	f := e.finder()
-	nss, _ := f.All() // a partial list still names what it can
-	known, byPid, err := knownLive(e, "trace", nss)
-	if err != nil {
-		return err
-	}
-	if err := wl.find("on this host", known); err != nil {
-		return err
-	}
-	for _, ns := range nss {
-		if w := ns.Workload; w != nil && w.Pod != "" && wl.MayHold(w) {
-			lo.NS, lo.Workload = ns, w
-			break
-		}
-	}
-	if wl.Container == "" && lo.NS.Path != "" {
-		return nil // the pod's namespace, whole
-	}
-	for pid, w := range byPid {
-		if wl.Match(&w) {
-			lo.Pids = append(lo.Pids, pid)
-			if lo.Workload == nil || lo.Workload.Sandbox {
-				lo.Workload = &w
-			}
-		}
-	}
-	if len(lo.Pids) == 0 {
-		return usageErr("trace: %s has no process to trace", wl.What())
-	}
-	slices.Sort(lo.Pids)
-	if lo.NS.Path == "" {
-		ns, err := f.OfPid(lo.Pids[0])
-		if err != nil {
-			return usageErr("trace: %s: %v", wl.What(), err)
-		}
-		lo.NS = ns
-	}
-	return nil
 }

@@ -11,8 +11,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/bpfload"
+	"github.com/tcpdoctor/tcpdoctor/internal/collect"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
-	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/watch"
 )
 
@@ -124,29 +124,9 @@ func runWatch(ctx context.Context, e *Env, o *watchOpts) error {
 		defer cancel()
 	}
 	wo := watch.Options{Filter: f, JSON: o.json.on, Tick: o.tick, Burst: o.burst, Count: o.count,
-		NameOf: names.Of, WorkloadOf: workloadOf(e, names), Now: e.Now, Notes: e.Stderr}
+		NameOf: names.Of, WorkloadOf: collect.EventWorkload(e.workloads(), names), Now: e.Now, Notes: e.Stderr}
 	if err := watch.Run(ctx, src, wo, e.Stdout); err != nil {
 		return collectErr(err)
 	}
 	return nil
-}
-
-// workloadOf names an event's pod, container or unit: its process's, by
-// the Env's resolver (cached by pid and start time, bounded), else its
-// namespace's; nil when the Env resolves none.
-func workloadOf(e *Env, names *netns.Names) func(pid int, ino uint64) *snapshot.Workload {
-	if e.Workloads == nil {
-		return nil
-	}
-	return func(pid int, ino uint64) *snapshot.Workload {
-		if pid > 0 {
-			if w, _ := e.Workloads.ForPid(pid); w != (snapshot.Workload{}) {
-				return &w
-			}
-		}
-		if _, ok := names.Of(ino); ok {
-			return names.WorkloadOf(ino)
-		}
-		return nil
-	}
 }

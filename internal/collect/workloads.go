@@ -17,6 +17,30 @@ type Workloads interface {
 	ForPid(pid int) (snapshot.Workload, error)
 }
 
+// EventWorkload names a streamed event's pod, container or unit by
+// snapshot.WorkloadIn's rule: its process's (w, at the event's time),
+// else its namespace's (names); nil when w is.
+func EventWorkload(w Workloads, names *netns.Names) func(pid int, ino uint64) *snapshot.Workload {
+	if w == nil {
+		return nil
+	}
+	return func(pid int, ino uint64) *snapshot.Workload {
+		var procs map[int]*snapshot.Proc
+		if pid > 0 {
+			if got, _ := w.ForPid(pid); got != (snapshot.Workload{}) {
+				procs = map[int]*snapshot.Proc{pid: {Workload: &got}}
+			}
+		}
+		var ns snapshot.Netns
+		if procs == nil {
+			if _, ok := names.Of(ino); ok { // Of looks again for a new namespace
+				ns.Workload = names.WorkloadOf(ino)
+			}
+		}
+		return snapshot.WorkloadIn(&ns, procs, pid)
+	}
+}
+
 // header is the snapshot of ns before any source ran: its name and the
 // pod, container or unit holding it, with what could not be resolved.
 func header(ns netns.NS) *snapshot.Snapshot {
