@@ -99,7 +99,7 @@ func runRecord(cmd *cobra.Command, e *Env, o *recordOpts) error {
 		}
 		fmt.Fprintf(e.Stderr, "tcpdoctor: sample %d/%d: %d namespaces, %d sockets\n", i+1, o.count, len(snaps), got)
 		if window.NothingCollected(ss) {
-			return collectErr(fmt.Errorf("record: nothing could be collected: %s", firstErrors(ss)))
+			return collectErr(fmt.Errorf("record: nothing could be collected: %s", window.FirstErrorText(ss)))
 		}
 		return nil
 	})

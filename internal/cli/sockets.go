@@ -196,7 +196,7 @@ func listLive(cmd *cobra.Command, e *Env, o *socketsOpts, flt *collect.SocketFil
 	}
 	warnErrors(e, ss)
 	if p.Rows() == 0 && window.NoDump(ss) {
-		return collectErr(errors.New("nothing could be collected: " + firstErrors(ss)))
+		return collectErr(errors.New("nothing could be collected: " + window.FirstErrorText(ss)))
 	}
 	if err := p.Close(); err != nil {
 		return err

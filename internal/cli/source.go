@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -19,8 +18,6 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/jsonl"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
-	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
-	"github.com/tcpdoctor/tcpdoctor/internal/textsafe"
 	"github.com/tcpdoctor/tcpdoctor/internal/window"
 )
 
@@ -206,7 +203,7 @@ func (o *sourceOpts) sample(ctx context.Context, e *Env, c *collect.Collector, c
 		return nil, err
 	}
 	if window.NothingCollected(out) {
-		return out, collectErr(errors.New("nothing could be collected: " + firstErrors(out)))
+		return out, collectErr(errors.New("nothing could be collected: " + window.FirstErrorText(out)))
 	}
 	return out, nil
 }
@@ -239,46 +236,10 @@ func readSeries(e *Env, path string) (ss []series, torn bool, err error) {
 	return ss, torn, nil
 }
 
-// firstErrors is the first source failure of ss, for an error.
-func firstErrors(ss []series) string {
-	if er, ok := window.FirstError(ss); ok {
-		return sourceErr(er)
-	}
-	return "no source answered"
-}
-
 // warnErrors prints each source failure once to stderr, however many
-// namespaces it struck (their names listed), escaped: a snapshot file's
-// errors and names come from outside.
+// namespaces it struck (window.Failure.Note).
 func warnErrors(e *Env, ss []series) {
 	for _, f := range window.Failures(ss) {
-		fmt.Fprintf(e.Stderr, "tcpdoctor: note: %s: source %s incomplete: %s\n",
-			netnsList(f.Netns), textsafe.String(f.Source), textsafe.String(f.Err))
+		fmt.Fprintf(e.Stderr, "tcpdoctor: note: %s\n", f.Note())
 	}
-}
-
-// netnsList names namespaces for a note: "netns a", "netns a, b", or
-// "4 network namespaces (a, b, c, ...)".
-func netnsList(names []string) string {
-	esc := make([]string, 0, 3)
-	for i, n := range names {
-		if i == 3 {
-			esc = append(esc, "...")
-			break
-		}
-		esc = append(esc, textsafe.String(n))
-	}
-	if len(names) <= 3 {
-		return "netns " + strings.Join(esc, ", ")
-	}
-	return fmt.Sprintf("%d network namespaces (%s)", len(names), strings.Join(esc, ", "))
-}
-
-// sourceErr names the source unless its error already starts with it
-// ("netns: enter host: ...").
-func sourceErr(e snapshot.SourceError) string {
-	if strings.HasPrefix(e.Err, e.Source+":") {
-		return e.Err
-	}
-	return e.Source + ": " + e.Err
 }

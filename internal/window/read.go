@@ -3,10 +3,13 @@
 package window
 
 import (
+	"fmt"
 	"io"
 	"slices"
+	"strings"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/textsafe"
 )
 
 // ReadSeries reads a snapshot file (`tcpdoctor record`) as each
@@ -91,6 +94,43 @@ func Failures(ss []Series) []Failure {
 		}
 	}
 	return out
+}
+
+// Note says f on one line, escaped (a snapshot file's errors and names
+// come from outside): "netns a, b: source S incomplete: ERR".
+func (f Failure) Note() string {
+	return fmt.Sprintf("%s: source %s incomplete: %s", netnsList(f.Netns), textsafe.String(f.Source), textsafe.String(f.Err))
+}
+
+// netnsList names namespaces for a note: "netns a", "netns a, b", or
+// "4 network namespaces (a, b, c, ...)".
+func netnsList(names []string) string {
+	esc := make([]string, 0, 3)
+	for i, n := range names {
+		if i == 3 {
+			esc = append(esc, "...")
+			break
+		}
+		esc = append(esc, textsafe.String(n))
+	}
+	if len(names) <= 3 {
+		return "netns " + strings.Join(esc, ", ")
+	}
+	return fmt.Sprintf("%d network namespaces (%s)", len(names), strings.Join(esc, ", "))
+}
+
+// FirstErrorText is the first source failure of ss, for an error: its
+// source named unless its error already starts with it ("netns: enter
+// host: ..."); "no source answered" when there is none.
+func FirstErrorText(ss []Series) string {
+	e, ok := FirstError(ss)
+	switch {
+	case !ok:
+		return "no source answered"
+	case strings.HasPrefix(e.Err, e.Source+":"):
+		return e.Err
+	}
+	return e.Source + ": " + e.Err
 }
 
 // NoDump is true when no namespace's last sample holds a socket dump that
