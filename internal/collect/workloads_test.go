@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
@@ -66,5 +67,23 @@ func TestHeaderWorkload(t *testing.T) {
 	}
 	if len(s.Errors) != 1 || s.Errors[0].Source != snapshot.SourceContainers {
 		t.Errorf("errors %+v", s.Errors)
+	}
+}
+
+// TestEventWorkload: an event is named by its process's workload; with
+// none, and a namespace no one holds, by nothing; with no resolver
+// there is no function at all.
+func TestEventWorkload(t *testing.T) {
+	api := snapshot.Workload{Runtime: "containerd", ID: "aa", Container: "api", Pod: "web-1", PodNamespace: "shop"}
+	names := &netns.Names{Find: netns.Finder{ProcRoot: t.TempDir(), RunDir: t.TempDir()}, Now: time.Now}
+	of := EventWorkload(fakeWorkloads{7: {w: api}}, names)
+	if w := of(7, 1); w == nil || *w != api {
+		t.Errorf("pid 7: %+v, want its container", w)
+	}
+	if w := of(8, 1); w != nil {
+		t.Errorf("pid 8 in an unknown namespace: %+v, want nil", w)
+	}
+	if EventWorkload(nil, names) != nil {
+		t.Error("no resolver: want no function")
 	}
 }
