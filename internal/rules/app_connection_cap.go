@@ -113,7 +113,11 @@ func judgeAppCaps(in *diag.Input) ([]diag.Finding, []*snapshot.Socket, error) {
 	for i := range cur.AppCaps {
 		c := &cur.AppCaps[i]
 		u := tcpmodel.CapUseOf(cur, c)
-		if lim := tcpmodel.CapLimitIn(cur, c); lim <= 0 || float64(u.Held[u.Top]) < capWarnFrac*float64(lim) {
+		// Judged over the window: a holder at the line in either sample
+		// (a busy nginx worker swings by tens of connections between
+		// turning clients away and reopening its upstream ones).
+		held := max(u.Held[u.Top], prevHeld[u.Top])
+		if lim := tcpmodel.CapLimitIn(cur, c); lim <= 0 || float64(held) < capWarnFrac*float64(lim) {
 			continue
 		}
 		f := capFinding(in, &u, prevHeld)
@@ -338,13 +342,16 @@ func capFixes(cur *snapshot.Snapshot, u *tcpmodel.CapUse, perSec float64, ev *[]
 		per += float64(outgoing) / float64(clients)
 	}
 	need := int64(math.Ceil(want*per/float64(len(u.Pids)))) + int64(max(listeners, 0))
-	value := tcpmodel.NextPow2(max(need+tcpmodel.CapReserved(cur, c), 2*c.Value))
+	// The demand below the warning line of the new limit (it fills at
+	// most capWarnFrac of it), so the fix leaves the rule quiet.
+	room := capHeadroom(int(need))
+	value := tcpmodel.NextPow2(max(room+tcpmodel.CapReserved(cur, c), 2*c.Value))
 	// nginx's reserve grows with the value (tcpmodel.NginxReserve).
-	for c.App == "nginx" && c.Per == snapshot.CapPerProcess && value-tcpmodel.NginxReserve(value) < need {
+	for c.App == "nginx" && c.Per == snapshot.CapPerProcess && value-tcpmodel.NginxReserve(value) < room {
 		value *= 2
 	}
 	*ev = append(*ev, diag.Evidence{Name: "connections wanted",
-		Value:  fmt.Sprintf("about %.0f clients (%d held + %.0f turned away each second) x %.2f connections each, over %d process(es): %d each", want, clients, math.Ceil(perSec), per, len(u.Pids), need),
+		Value:  fmt.Sprintf("about %.0f clients (%d held + %.0f turned away each second) x %.2f connections each, over %d process(es): %d each; the value below gives them at least %d, so they fill under %.0f%% of it (the warning line)", want, clients, math.Ceil(perSec), per, len(u.Pids), need, room, capWarnFrac*100),
 		Source: "the counts above: a client turned away that retries within a second counts once, one that retries faster once per retry, so this is an upper bound for fast retriers (the value below is on the safe side)"})
 	// The lower bound: connections that want the listeners now, each
 	// client address:port once.

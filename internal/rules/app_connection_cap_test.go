@@ -149,7 +149,8 @@ func TestAppCapEnvoyFix(t *testing.T) {
 // many open connections", 649 in 12 s), because it rejects a client once
 // accept() returns a descriptor at -c - 1 and holds 24 descriptors of its
 // own; it set its own open-file limit to 64. app-connection-cap names the
-// cap (39 for clients, fix -c 128); fd-exhaustion, at 64 of 64 open files,
+// cap (39 for clients; 95 wanted, so the fix is -c 256: -c 128 would
+// give clients 103, which 95 fill past the 80 % warning line); fd-exhaustion, at 64 of 64 open files,
 // says the connection limit binds first and stays a note, without
 // claiming EMFILE or proposing LimitNOFILE.
 func TestMemcachedRealCap(t *testing.T) {
@@ -169,10 +170,10 @@ func TestMemcachedRealCap(t *testing.T) {
 	}
 	fixed := false
 	for _, x := range capF.Fixes {
-		fixed = fixed || strings.Contains(x.Command, "-c 128")
+		fixed = fixed || strings.Contains(x.Command, "-c 256")
 	}
 	if !fixed {
-		t.Errorf("fixes do not raise -c to 128: %+v", capF.Fixes)
+		t.Errorf("fixes do not raise -c to 256: %+v", capF.Fixes)
 	}
 	fd := runFixtureOpts(t, fdExhaustion(), path, diag.Options{})
 	for _, f := range fd.Findings {
@@ -344,9 +345,16 @@ func TestNginxReserve(t *testing.T) {
 			t.Errorf("nginx worker with %d clients and their upstreams (%d TCP connections of worker_connections 64): %v (%+v), err %v; want %v", c.clients, 2*c.clients+1, got, fs, err, c.want)
 		}
 	}
+	// Over the window: at the cap at its start, below the warning line at
+	// its end (20 clients: 41 of the 59 it gives its connections) is
+	// still a server at its limit.
+	fs, err := checkAppCap(diag.NewInput(build(29), build(20), diag.Options{}))
+	if err != nil || len(fs) == 0 || fs[0].Severity < diag.Warning || !strings.Contains(fs[0].Evidence[1].Value+fs[0].Evidence[2].Value, "at the window's start") {
+		t.Errorf("at the cap at the window's start, 41 of 59 at its end: want a warning or more saying the start, got %+v, err %v", fs, err)
+	}
 	// The fix: 1,000 clients and their upstreams need 2,001 TCP
 	// connections; 2048 keeps 129 of them, so the value is 4096.
-	fs, err := checkAppCap(diag.NewInput(nil, build(1000), diag.Options{}))
+	fs, err = checkAppCap(diag.NewInput(nil, build(1000), diag.Options{}))
 	if err != nil || len(fs) != 1 || len(fs[0].Fixes) == 0 || !strings.Contains(fs[0].Fixes[0].Command, "worker_connections 4096;") {
 		t.Errorf("1000 clients: want worker_connections 4096, got %+v, err %v", fs, err)
 	}

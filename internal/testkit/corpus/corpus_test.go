@@ -293,7 +293,7 @@ func scenarios() []scenario {
 		{name: "memcached at its -c",
 			software: "memcached as Debian ships it (1.6, 4 worker threads, -U 0) with -c 64 on 127.0.0.1:11211, and 50 clients each holding a connection and sending a get every 0.5 s for 14 s, reconnecting 0.2 s after a failure: memcached turns a client away (\"ERROR Too many open connections\", rejected_connections) once accept() returns a descriptor at -c - 1, and it holds about 24 descriptors of its own, so it takes 39 clients, not 64; it set its own open-file limit to 64",
 			want: []Expect{
-				{Rule: "app-connection-cap", Min: diag.Critical, Command: "memcached", Proc: "memcached", Service: memcAddr, Fix: "-c 128"},
+				{Rule: "app-connection-cap", Min: diag.Critical, Command: "memcached", Proc: "memcached", Service: memcAddr, Fix: "-c 256"},
 				{Rule: "fd-exhaustion", Optional: true, Max: diag.Info, Command: "memcached"},
 				{Rule: "connection-churn", Optional: true, Max: diag.Warning},
 			},
