@@ -121,6 +121,11 @@ type Point struct {
 	// MaxPace is the pacing cap the application set (SO_MAX_PACING_RATE),
 	// bytes/s; absent when none.
 	MaxPace uint64 `json:"max_pace,omitempty"`
+	// MinRTT is tcpi_min_rtt, µs; absent in recordings made before it
+	// was kept. SinceRecv is tcpi_last_data_recv: ms since data last
+	// arrived, read only where MinRTT is set (0 is "just now").
+	MinRTT    uint32 `json:"min_rtt,omitempty"`
+	SinceRecv uint32 `json:"last_recv_ms,omitempty"`
 }
 
 // Inflight is what is in flight, in bytes.
@@ -144,6 +149,7 @@ func pointOf(t time.Duration, id int, sk *snapshot.Socket) Point {
 		p.Unacked, p.MSS, p.Cwnd, p.RTT = ti.Unacked, ti.SndMSS, ti.SndCwnd, ti.RTT
 		p.SndWnd, p.RcvWnd, p.Notsent, p.Rate = ti.SndWnd, ti.RcvWnd, ti.NotsentBytes, ti.DeliveryRate
 		p.MaxPace = tcpmodel.AppPaceCap(ti)
+		p.MinRTT, p.SinceRecv = ti.MinRTT, ti.LastDataRecv
 	}
 	if m := sk.Mem; m != nil {
 		p.SkSnd, p.SkRcv, p.Queued, p.Rmem = m.Sndbuf, m.Rcvbuf, m.WmemQueued, m.RmemAlloc

@@ -108,6 +108,13 @@ type Transfer struct {
 	// under way is clipped and starts at the first sample. Kept because
 	// the JSON only ever gains fields.
 	StartEstimated bool `json:"start_estimated,omitempty"`
+	// Uncertain: a boundary between this transfer and the one before or
+	// after it fell inside one long sampling interval (a late sample on
+	// a busy host) that may hold bytes of both, or an idle gap long
+	// enough to end a transfer hides inside one: its bytes, start and
+	// duration may be off by that interval's. Not judged slow or fast,
+	// and left out of the connection's verdict (UncertainNote).
+	Uncertain bool `json:"uncertain,omitempty"`
 	// Events counts the connection's eBPF events within the transfer's
 	// sampling intervals; nil when the trace has no events.
 	Events *EventCounts `json:"events,omitempty"`
@@ -227,16 +234,22 @@ func segmentConn(c *Conn, dir Direction, gap time.Duration, events bool) []Trans
 	ps := c.Points
 	var out []Transfer
 	first, last := -1, -1
+	// unsure: the transfer being built holds a boundary no sample
+	// placed; hidden: its last interval hides an idle gap; unsureAt: a
+	// transfer starting at that interval follows an uncertain turn.
+	unsure, hidden, unsureAt := false, false, -1
 	flush := func() {
 		if first >= 0 {
 			if t, ok := measure(c, ps, dir, first, last); ok {
 				if events {
 					t.Events = countEvents(c, dir, ps[first-1].T, ps[last].T)
 				}
+				t.Uncertain = unsure
 				out = append(out, t)
 			}
 		}
 		first, last = -1, -1
+		unsure, hidden = false, false
 	}
 	for i := 1; i < len(ps); i++ {
 		speaks := grow(&ps[i-1], &ps[i], other(dir)) > 0
@@ -250,9 +263,17 @@ func segmentConn(c *Conn, dir Direction, gap time.Duration, events bool) []Trans
 			}
 			if first < 0 {
 				first = i
+				unsure = i == unsureAt
 			}
+			// An interval inside the transfer (not its last) hiding an
+			// idle gap may join two transfers.
+			unsure = unsure || hidden
+			hidden = first < i && hiddenGap(&ps[i-1], &ps[i], dir, gap)
 			last = i
 			if starts && first < i {
+				if mixedTurn(&ps[i-1], &ps[i], dir) {
+					unsure, unsureAt = true, i+1
+				}
 				flush() // this interval is the tail; the reply starts after it
 			}
 			continue
@@ -263,6 +284,38 @@ func segmentConn(c *Conn, dir Direction, gap time.Duration, events bool) []Trans
 	}
 	flush()
 	return out
+}
+
+// hiddenGap: the interval a..b may hide an idle gap of at least gap in
+// dir: sending with chronographs, busy time fell short of the interval
+// by that much; otherwise (receiving, or no chronographs) the interval
+// itself is that long.
+func hiddenGap(a, b *Point, dir Direction, gap time.Duration) bool {
+	dt := b.T - a.T
+	if dir == Send && a.Chrono && b.Chrono && b.Busy >= a.Busy {
+		return dt-time.Duration(b.Busy-a.Busy)*time.Microsecond >= gap
+	}
+	return dt >= gap
+}
+
+// mixedTurn: the interval a..b, in which the other side started a
+// message while dir's bytes grew, may also hold the reply's first
+// bytes. Those come a round trip after the message (sending: acked a
+// round trip after the request came; receiving: arriving a round trip
+// after our request left), so only an interval, or for a sender the time
+// since the request came (tcpi_last_data_recv, one 4 ms jiffy added),
+// at least the minimum RTT long can hold them. Recordings without
+// min_rtt take half the smoothed RTT.
+func mixedTurn(a, b *Point, dir Direction) bool {
+	since := b.T - a.T
+	rtt := time.Duration(min(a.RTT, b.RTT)) * time.Microsecond / 2
+	if b.MinRTT > 0 {
+		rtt = time.Duration(b.MinRTT) * time.Microsecond
+		if dir == Send {
+			since = min(since, time.Duration(b.SinceRecv)*time.Millisecond+4*time.Millisecond)
+		}
+	}
+	return since >= rtt
 }
 
 // measure builds the transfer over intervals first..last. Everything is

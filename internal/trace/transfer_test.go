@@ -362,3 +362,104 @@ func TestPathsSharedByTracedConns(t *testing.T) {
 		t.Errorf("one connection traced alone: path %.1f Mbit/s, want its own 25", one.Rate*8/1e6)
 	}
 }
+
+// lateSeries is a server sending 3.4 MB responses at 12,500 bytes a msec
+// over a 30 msec path, each a round trip after its request, sampled every
+// 10 msec; late, when set, is a sample (msec) after which the sampler
+// stalls for 100 msec, as on a busy host. rows are t (msec), acked, recvd,
+// busy (µs), msec since the request came.
+func lateSeries(late int64) *Conn {
+	const rate, size, rtt = 12500, 3_400_000, 30
+	// Response k is requested at req[k] and acked from req[k]+rtt at rate.
+	req := []int64{0}
+	for k := 1; k < 3; k++ {
+		req = append(req, req[k-1]+rtt+size/rate)
+	}
+	end := req[2] + rtt + size/rate + 100
+	c := &Conn{ID: 1, Local: netip.MustParseAddrPort("198.18.0.1:80"), Remote: netip.MustParseAddrPort("198.18.1.2:40000")}
+	for t := int64(0); t <= end; t += 10 {
+		if t > late && t < late+100 {
+			continue
+		}
+		var acked, recvd, busy, since int64
+		for _, r := range req {
+			if t < r {
+				break
+			}
+			recvd += 100
+			since = t - r
+			acked += min(size, max(0, (t-r-rtt)*rate))
+			busy += min(rtt+size/rate, t-r) * 1000
+		}
+		c.Points = append(c.Points, Point{T: time.Duration(t) * msec, Conn: 1, State: snapshot.Established, Acked: uint64(acked), Recvd: uint64(recvd),
+			Busy: uint64(busy), Chrono: true, MSS: 1448, Cwnd: 300, RTT: rtt * 1000, MinRTT: rtt * 1000, SinceRecv: uint32(since)})
+	}
+	return c
+}
+
+// TestSegmentLateSample: a sample 100 msec late spans the end of a
+// response, the next request and the first 70 msec of the next response.
+// The turn cannot be placed inside it: both responses are uncertain, the
+// others right to the byte. Before, the first was reported as one
+// response with 875,000 bytes of the next (26 %) and nothing said.
+func TestSegmentLateSample(t *testing.T) {
+	sends := func(c *Conn) []Transfer {
+		var out []Transfer
+		for _, x := range Segment(trace1(c), SegmentOptions{}) {
+			if x.Dir == Send {
+				out = append(out, x)
+			}
+		}
+		return out
+	}
+	for _, x := range sends(lateSeries(1 << 40)) {
+		if x.Uncertain || x.Bytes != 3_400_000 {
+			t.Errorf("sampled on time: %d bytes, uncertain %v, want 3400000 and certain", x.Bytes, x.Uncertain)
+		}
+	}
+	// The first response is acked from 30 to 302 msec, the second
+	// requested at 302: the sample after 270 comes at 370.
+	ts := sends(lateSeries(270))
+	if len(ts) != 3 {
+		t.Fatalf("%d send transfers, want 3: %+v", len(ts), ts)
+	}
+	for i, x := range ts {
+		wrong := x.Bytes != 3_400_000
+		if i < 2 && !x.Uncertain {
+			t.Errorf("transfer %d: %d bytes, not marked uncertain", i, x.Bytes)
+		}
+		if i == 2 && (x.Uncertain || wrong) {
+			t.Errorf("transfer 2: %d bytes, uncertain %v, want 3400000 and certain", x.Bytes, x.Uncertain)
+		}
+	}
+}
+
+// TestSegmentHiddenGap: a late sample spans the end of one send, 60 msec
+// of idle sender and the start of the next, with no request between:
+// busy time short of the interval by more than the gap says a boundary
+// may hide there, so the joined transfer is uncertain. An interval as
+// long but busy throughout is not.
+func TestSegmentHiddenGap(t *testing.T) {
+	c := series([][6]int64{
+		{0, 0, 0, 0, 0, 0},
+		{10, 1000, 0, 10000, 0, 0},
+		{20, 2000, 0, 20000, 0, 0},
+		{120, 5000, 0, 60000, 0, 0}, // busy 40 of 100 msec
+		{130, 6000, 0, 70000, 0, 0},
+		{140, 7000, 0, 80000, 0, 0},
+		{230, 16000, 0, 170000, 0, 0}, // late but busy throughout
+		{240, 17000, 0, 180000, 0, 0},
+		{400, 17000, 0, 180000, 0, 0},
+	})
+	ts := Segment(trace1(c), SegmentOptions{})
+	if len(ts) != 1 || !ts[0].Uncertain {
+		t.Fatalf("got %+v, want one uncertain transfer", ts)
+	}
+	c.Points[3].Busy = 110000 // busy all of 20..120
+	for i := 4; i < len(c.Points); i++ {
+		c.Points[i].Busy += 50000
+	}
+	if ts := Segment(trace1(c), SegmentOptions{}); len(ts) != 1 || ts[0].Uncertain {
+		t.Errorf("busy throughout: %+v, want one certain transfer", ts)
+	}
+}
