@@ -53,6 +53,9 @@ func RowOf(t *Transfer) Row {
 	if t.Clipped {
 		r.Dur += "*" // part of it is outside the recording: ClippedNote
 	}
+	if t.Uncertain {
+		r.Dur += "?" // a boundary no sample placed: UncertainNote
+	}
 	if v := t.Verdict; v != nil {
 		r.Ideal = ms(v.Ideal)
 		r.Held = string(v.Held)
@@ -64,6 +67,9 @@ func RowOf(t *Transfer) Row {
 
 // ClippedNote explains the "*" after a clipped transfer's duration.
 const ClippedNote = "* clipped: under way at the connection's first sample or still at its last; bytes, duration and split count only what the samples saw"
+
+// UncertainNote explains the "?" after an uncertain transfer's duration.
+const UncertainNote = "? uncertain: its boundary with the transfer before or after fell inside one long sampling interval (a late sample); bytes and duration may be off by that interval's, so it is not judged and the verdict leaves it out"
 
 // eventsText is an EventCounts as the table shows it: "-" without eBPF,
 // "none", or e.g. "3 retx, 1 rst sent".
@@ -107,13 +113,14 @@ func WriteTable(w io.Writer, ts []Transfer, n int) error {
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "CONN\tDIR\tSOCKETS\tBYTES\tSTART\tDURATION\tIDEAL\tGOODPUT\tPEER WND\tSNDBUF\tCONGEST\tRECOVERY\tAPP\tZWIN\tRETX\tRTT\tCWND\tEVENTS")
-	clipped := false
+	clipped, uncertain := false, false
 	for i := range ts {
 		r := RowOf(&ts[i])
 		for _, c := range []*string{&r.Dir, &r.Peer, &r.Events} {
 			*c = textsafe.String(*c)
 		}
 		clipped = clipped || ts[i].Clipped
+		uncertain = uncertain || ts[i].Uncertain
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", r.Conn, r.Dir, r.Peer, r.Bytes, r.Start, r.Dur, r.Ideal,
 			r.Goodput, r.Rwnd, r.Sndbuf, r.Cong, r.Recov, r.App, r.ZeroWin, r.Retrans, r.RTT, r.Cwnd, r.Events)
 	}
@@ -122,6 +129,9 @@ func WriteTable(w io.Writer, ts []Transfer, n int) error {
 	}
 	if clipped {
 		fmt.Fprintln(w, ClippedNote)
+	}
+	if uncertain {
+		fmt.Fprintln(w, UncertainNote)
 	}
 	verdicts := ConnLines(all)
 	if len(verdicts) > 0 {

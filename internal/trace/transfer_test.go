@@ -463,3 +463,31 @@ func TestSegmentHiddenGap(t *testing.T) {
 		t.Errorf("busy throughout: %+v, want one certain transfer", ts)
 	}
 }
+
+// TestUncertainNotJudged: uncertain transfers carry "?" and the note in
+// the table, are never slow, and the connection's line counts them apart.
+func TestUncertainNotJudged(t *testing.T) {
+	tr := trace1(lateSeries(270))
+	// A path far faster than the responses: every certain one is slow.
+	a := Analyze(tr, SegmentOptions{}, JudgeOptions{Bandwidth: 1e10})
+	var unsure int
+	for _, x := range a.Transfers {
+		if x.Uncertain {
+			unsure++
+			if x.Verdict == nil || x.Verdict.Slow {
+				t.Errorf("uncertain transfer judged: %+v", x.Verdict)
+			}
+		}
+	}
+	if unsure != 2 {
+		t.Fatalf("%d uncertain transfers, want 2", unsure)
+	}
+	var b strings.Builder
+	if err := WriteTable(&b, a.Transfers, 0); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	if strings.Count(out, "ms?") != 2 || !strings.Contains(out, UncertainNote) || !strings.Contains(out, "1 of 1 send transfers slow (2 more uncertain, not judged)") {
+		t.Errorf("table:\n%s", out)
+	}
+}

@@ -190,7 +190,7 @@ func Judge(tr *Trace, ts []Transfer, o JudgeOptions) []ConnVerdict {
 		}
 		// A transfer inside one sampling interval has a duration no better
 		// than that interval (a small request): not judged.
-		verdict := &Verdict{PathRate: rate, PathFrom: pr.Source, PathKnown: pr.Rate > 0, Slow: v.Lost && t.Dur >= minSlow && t.Samples >= 3}
+		verdict := &Verdict{PathRate: rate, PathFrom: pr.Source, PathKnown: pr.Rate > 0, Slow: v.Lost && t.Dur >= minSlow && t.Samples >= 3 && !t.Uncertain}
 		if verdict.PathFrom == "" {
 			verdict.PathFrom = "reference " + units.Rate(tcpmodel.ReferenceRate)
 		}
@@ -215,9 +215,15 @@ func connVerdicts(ts []Transfer, byTuple map[tcpmodel.Tuple]*Conn) []ConnVerdict
 	}
 	idx := map[key][]int{}
 	var keys []key
-	total := map[key]int{}
+	// Uncertain transfers are counted apart: neither slow nor in the
+	// total the slow ones are out of.
+	total, unsure := map[key]int{}, map[key]int{}
 	for i := range ts {
 		k := key{ts[i].Conn, ts[i].Dir}
+		if ts[i].Uncertain {
+			unsure[k]++
+			continue
+		}
 		total[k]++
 		if ts[i].Verdict == nil || !ts[i].Verdict.Slow {
 			continue
@@ -280,6 +286,9 @@ func connVerdicts(ts []Transfer, byTuple map[tcpmodel.Tuple]*Conn) []ConnVerdict
 		}
 		v := &Verdict{PathRate: first.Verdict.PathRate, Held: cv.Held, HeldFor: cv.HeldFor}
 		head := fmt.Sprintf("%d of %d %s transfers slow", cv.Slow, cv.Transfers, k.dir)
+		if n := unsure[k]; n > 0 {
+			head += fmt.Sprintf(" (%d more uncertain, not judged)", n)
+		}
 		cv.Line = head + ": " + verdictLine(&agg, v, plan, byTuple[tcpmodel.Tuple{Local: first.Remote, Remote: first.Local}])
 		for _, i := range is {
 			ts[i].Verdict.FixBytes = cv.FixBytes
