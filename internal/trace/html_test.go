@@ -169,8 +169,9 @@ func responsesTrace(n int) (*Trace, []Transfer) {
 			busy += 10000
 			rwnd += 9000
 			if r == 1 && i == 20 {
-				t += 300 * time.Millisecond // the sampler stalled
-				acked += 0
+				// The sampler stalled; the kernel's busy time ran on
+				// (data stayed queued), most of it window-limited.
+				t, busy, rwnd = t+300*time.Millisecond, busy+300000, rwnd+270000
 			}
 			add(uint32(left), 1)
 		}

@@ -37,7 +37,10 @@ func Responses(n int, interval time.Duration) *trace.Trace {
 			d := min(left, total/60)
 			left, acked, busy, rwnd = left-d, acked+d, busy+us, rwnd+us*9/10
 			if r == 1 && i == 20 {
-				at += 300 * time.Millisecond // the sampler stalled
+				// The sampler stalled; the kernel's busy time ran on
+				// (data stayed queued), most of it window-limited.
+				stall := uint64(300 * time.Millisecond / time.Microsecond)
+				at, busy, rwnd = at+300*time.Millisecond, busy+stall, rwnd+stall*9/10
 			}
 			add(uint32(left), 1)
 		}
