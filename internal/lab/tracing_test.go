@@ -40,6 +40,28 @@ func TestTraceAccuracy(t *testing.T) {
 	if s, ok := traceAccuracy(short, want[1:2]); ok {
 		t.Errorf("%s: want not within", s)
 	}
+	// A late sample: the first response lent 10 % of its bytes to the
+	// second, both marked uncertain; they keep their places in the
+	// line-up, are not compared, and are counted apart.
+	lent := tr(700, 560, 670, 645)
+	lent[1].Bytes, lent[2].Bytes = 3_740_000, 3_060_000
+	lent[1].Uncertain, lent[2].Uncertain = true, true
+	if s, ok := traceAccuracy(lent, want); !ok || !strings.Contains(s, "4 traced (2 uncertain, not compared), worst 5.0 ms") {
+		t.Errorf("%s %v", s, ok)
+	}
+	lent[1].Uncertain = false
+	if s, ok := traceAccuracy(lent, want); ok {
+		t.Errorf("%s: an unmarked wrong one, want not within", s)
+	}
+	if s, ok := traceAccuracy(lent[1:3:3], want[1:3]); ok || !strings.Contains(s, "1 uncertain") {
+		t.Errorf("%s %v", s, ok)
+	}
+	for i := range lent {
+		lent[i].Uncertain = true
+	}
+	if s, ok := traceAccuracy(lent, want); ok {
+		t.Errorf("%s: nothing compared, want not within", s)
+	}
 	if s, ok := traceAccuracy(nil, want); ok || s != "-" {
 		t.Errorf("nothing traced: %s %v", s, ok)
 	}
