@@ -312,7 +312,7 @@ func mixedTurn(a, b *Point, dir Direction) bool {
 	if b.MinRTT > 0 {
 		rtt = time.Duration(b.MinRTT) * time.Microsecond
 		if dir == Send {
-			since = min(since, time.Duration(b.SinceRecv)*time.Millisecond+4*time.Millisecond)
+			since = min(since, time.Duration(b.SinceRecv)*time.Millisecond+jiffy)
 		}
 	}
 	return since >= rtt
@@ -335,6 +335,10 @@ func measure(c *Conn, ps []Point, dir Direction, first, last int) (Transfer, boo
 		return t, false
 	}
 	start, end := edges(ps, dir, first, last)
+	var lead time.Duration
+	if dir == Send {
+		start, end, lead = turnEdges(ps, first, last, start, end)
+	}
 	t.Start, t.Dur = start, end-start
 	if t.Dur <= 0 {
 		return t, false
@@ -342,6 +346,9 @@ func measure(c *Conn, ps []Point, dir Direction, first, last int) (Transfer, boo
 	t.Goodput = float64(t.Bytes) / t.Dur.Seconds()
 	if dir == Send {
 		t.Split = sendSplit(ps, first, last, t.Dur)
+		// The reply's first round trip, before its first interval.
+		lead = min(lead, t.Split.App)
+		t.Split.Congestion, t.Split.App = t.Split.Congestion+lead, t.Split.App-lead
 	} else {
 		t.Split = recvSplit(ps, first, last, start, end)
 	}
@@ -423,6 +430,42 @@ func edges(ps []Point, dir Direction, first, last int) (start, end time.Duration
 	}
 	return start, end
 }
+
+// requestAt: the other side's data (a request) came in interval i, and
+// the sample at its end says when (tcpi_last_data_recv, ms, kept with
+// min_rtt); the time, not before the interval.
+func requestAt(ps []Point, i int) (time.Duration, bool) {
+	a, b := &ps[i-1], &ps[i]
+	if b.MinRTT == 0 || grow(a, b, Recv) == 0 {
+		return 0, false
+	}
+	return max(a.T, b.T-time.Duration(b.SinceRecv)*time.Millisecond), true
+}
+
+// turnEdges moves a send transfer's edges to the request that turned
+// the exchange, where the samples say when it came: the interval it came
+// in holds, after it, the reply's first busy time, which edges gives to
+// the transfer before. That one ends that much earlier (floored at its
+// interval's start); a reply busy from its first sample on starts when
+// the request came (a server answering at once), the lead before its
+// first interval returned for the split. Within a 10 ms interval this
+// moves an edge by under 10 ms; after a late sample by up to a round
+// trip.
+func turnEdges(ps []Point, first, last int, start, end time.Duration) (time.Duration, time.Duration, time.Duration) {
+	if at, ok := requestAt(ps, last); ok && last > first && ps[last].SendQ > 0 {
+		end = max(ps[last-1].T, end-(ps[last].T-at))
+	}
+	var lead time.Duration
+	if first >= 2 && start <= ps[first-1].T+jiffy {
+		if at, ok := requestAt(ps, first-1); ok && at < start {
+			lead, start = start-at, at
+		}
+	}
+	return start, end, lead
+}
+
+// jiffy is the chronographs' and last_data_recv's grain at HZ=250.
+const jiffy = 4 * time.Millisecond
 
 // sendSplit sums the chronographs over the transfer's intervals. Where the
 // kernel's sndbuf_limited stays low but the sample shows the send buffer
