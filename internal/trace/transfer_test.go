@@ -381,18 +381,19 @@ func lateSeries(late int64) *Conn {
 		if t > late && t < late+100 {
 			continue
 		}
-		var acked, recvd, busy, since int64
+		var acked, recvd, busy, since, sendq int64
 		for _, r := range req {
 			if t < r {
 				break
 			}
 			recvd += 100
 			since = t - r
-			acked += min(size, max(0, (t-r-rtt)*rate))
+			a := min(size, max(0, (t-r-rtt)*rate))
+			acked, sendq = acked+a, size-a // written at once, acked as it goes
 			busy += min(rtt+size/rate, t-r) * 1000
 		}
 		c.Points = append(c.Points, Point{T: time.Duration(t) * msec, Conn: 1, State: snapshot.Established, Acked: uint64(acked), Recvd: uint64(recvd),
-			Busy: uint64(busy), Chrono: true, MSS: 1448, Cwnd: 300, RTT: rtt * 1000, MinRTT: rtt * 1000, SinceRecv: uint32(since)})
+			Busy: uint64(busy), SendQ: uint32(sendq), Chrono: true, MSS: 1448, Cwnd: 300, RTT: rtt * 1000, MinRTT: rtt * 1000, SinceRecv: uint32(since)})
 	}
 	return c
 }
@@ -412,9 +413,15 @@ func TestSegmentLateSample(t *testing.T) {
 		}
 		return out
 	}
-	for _, x := range sends(lateSeries(1 << 40)) {
+	// On time, each response runs from its request (at 0, 302 and 604
+	// msec) to its last ACK 302 msec later: the request's time inside its
+	// interval is last_data_recv's, not the interval's end.
+	for i, x := range sends(lateSeries(1 << 40)) {
 		if x.Uncertain || x.Bytes != 3_400_000 {
 			t.Errorf("sampled on time: %d bytes, uncertain %v, want 3400000 and certain", x.Bytes, x.Uncertain)
+		}
+		if at := time.Duration(302*i) * msec; i > 0 && (x.Start != at || x.Dur != 302*msec) {
+			t.Errorf("response %d: at %v for %v, want at %v for 302ms", i, x.Start, x.Dur, at)
 		}
 	}
 	// The first response is acked from 30 to 302 msec, the second
@@ -464,7 +471,8 @@ func TestSegmentHiddenGap(t *testing.T) {
 	}
 }
 
-// TestUncertainNotJudged: uncertain transfers carry "?" and the note in
+// TestUncertainNotJudged: uncertain transfers carry "?" (after "*" when
+// clipped too) and the note in
 // the table, are never slow, and the connection's line counts them apart.
 func TestUncertainNotJudged(t *testing.T) {
 	tr := trace1(lateSeries(270))
@@ -487,7 +495,7 @@ func TestUncertainNotJudged(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := b.String()
-	if strings.Count(out, "ms?") != 2 || !strings.Contains(out, UncertainNote) || !strings.Contains(out, "1 of 1 send transfers slow (2 more uncertain, not judged)") {
+	if strings.Count(out, "ms?")+strings.Count(out, "ms*?") != 2 || !strings.Contains(out, UncertainNote) || !strings.Contains(out, "1 of 1 send transfers slow (2 more uncertain, not judged)") {
 		t.Errorf("table:\n%s", out)
 	}
 }
