@@ -270,11 +270,22 @@ func segmentConn(c *Conn, dir Direction, gap time.Duration, events bool) []Trans
 			unsure = unsure || hidden
 			hidden = first < i && hiddenGap(&ps[i-1], &ps[i], dir, gap)
 			last = i
-			if starts && first < i {
-				if mixedTurn(&ps[i-1], &ps[i], dir) {
+			if !starts {
+				continue
+			}
+			mixed := mixedTurn(&ps[i-1], &ps[i], dir)
+			// Sending, an interval that starts a transfer with data
+			// already outstanding holds the tail of the message before
+			// (an application that paused in it longer than the gap).
+			tail := first == i && dir == Send && !idle(&ps[i-1])
+			switch {
+			case first < i || tail && !mixed:
+				if mixed {
 					unsure, unsureAt = true, i+1
 				}
 				flush() // this interval is the tail; the reply starts after it
+			case tail:
+				unsure = true // the tail's bytes and the reply's share it
 			}
 			continue
 		}

@@ -4,6 +4,7 @@ package trace
 
 import (
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -497,5 +498,41 @@ func TestUncertainNotJudged(t *testing.T) {
 	out := b.String()
 	if strings.Count(out, "ms?")+strings.Count(out, "ms*?") != 2 || !strings.Contains(out, UncertainNote) || !strings.Contains(out, "1 of 1 send transfers slow (2 more uncertain, not judged)") {
 		t.Errorf("table:\n%s", out)
+	}
+}
+
+// TestSegmentPausedTail: the server's application pauses longer than the
+// gap before writing a response's last 100,000 bytes, which are acked in
+// the interval the next request arrives in (a busy host, recorded in the
+// lab): that interval is the paused tail, not the next response's start.
+// Before, the tail was counted into the next response.
+func TestSegmentPausedTail(t *testing.T) {
+	c := series([][6]int64{
+		{0, 0, 0, 0, 0, 0},
+		{10, 100000, 42, 10000, 0, 200000},
+		{20, 200000, 42, 20000, 0, 100000},
+		{30, 300000, 42, 30000, 0, 0},       // all acked; the writer paused
+		{90, 300000, 42, 40000, 0, 100000},  // writes the rest 50 msec later
+		{100, 400000, 84, 50000, 0, 300000}, // the rest acked, the next request came
+		{110, 500000, 84, 60000, 0, 200000},
+		{120, 600000, 84, 70000, 0, 100000},
+		{130, 700000, 84, 80000, 0, 0},
+		{300, 700000, 84, 80000, 0, 0},
+	})
+	for i := range c.Points {
+		c.Points[i].MinRTT, c.Points[i].RTT = 30000, 30000 // 30 msec: the reply cannot be acked within 10
+		c.Points[i].Unacked = c.Points[i].SendQ / 1000
+	}
+	var got []uint64
+	for _, x := range Segment(trace1(c), SegmentOptions{}) {
+		if x.Dir == Send {
+			got = append(got, x.Bytes)
+			if x.Uncertain {
+				t.Errorf("%d bytes uncertain", x.Bytes)
+			}
+		}
+	}
+	if !slices.Equal(got, []uint64{300000, 100000, 300000}) {
+		t.Errorf("send transfers %v, want 300000, the paused tail 100000, the next response 300000", got)
 	}
 }
