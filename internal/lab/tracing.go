@@ -143,8 +143,9 @@ func (m measured) String() string {
 	return fmt.Sprintf("%s in %.0f ms", units.Bytes(float64(m.bytes)), m.ms)
 }
 
-// traceAccuracy compares traced durations and bytes with what the traffic generator
-// measured (same order; a run of consecutive ones when the trace has
+// traceAccuracy compares traced durations (each with the server's wait
+// after its request, RequestWait: the client's time holds it) and bytes
+// with what the traffic generator measured (same order; a run of consecutive ones when the trace has
 // fewer): the worst differences, and whether every duration is within 5 %
 // or one sample interval and every byte count within 5 %. Uncertain
 // transfers (trace marks them: a boundary no sample placed) take their
@@ -170,7 +171,7 @@ func traceAccuracy(traced []trace.Transfer, want []measured) (string, bool) {
 			if t.Uncertain {
 				continue
 			}
-			sum += math.Abs(float64(t.Dur)/float64(time.Millisecond) - measuredMs[off+i])
+			sum += math.Abs(float64(t.Dur+t.RequestWait)/float64(time.Millisecond) - measuredMs[off+i])
 		}
 		if sum < bestSum {
 			best, bestSum = off, sum
@@ -184,7 +185,7 @@ func traceAccuracy(traced []trace.Transfer, want []measured) (string, bool) {
 			unsure++
 			continue
 		}
-		got := float64(t.Dur) / float64(time.Millisecond)
+		got := float64(t.Dur+t.RequestWait) / float64(time.Millisecond)
 		diff := math.Abs(got - measuredMs[i])
 		if diff > 0.05*measuredMs[i] && diff > float64(labTraceInterval)/float64(time.Millisecond) {
 			ok = false

@@ -30,6 +30,13 @@ func TestTraceAccuracy(t *testing.T) {
 	if s, ok := traceAccuracy(tr(606, 615, 645), want); !ok || !strings.Contains(s, "worst 5.0 ms") {
 		t.Errorf("%s %v", s, ok)
 	}
+	// The server answered the last one 35 ms after its request: the
+	// client's 640 ms holds that wait and trace's 605 ms transfer not.
+	waited := tr(606, 615, 605)
+	waited[2].RequestWait = 35 * time.Millisecond
+	if s, ok := traceAccuracy(waited, want); !ok {
+		t.Errorf("%s: the server's wait not counted", s)
+	}
 	// 700 against 640: off by more than 5 % and one sample.
 	if s, ok := traceAccuracy(tr(610, 612, 700), want[1:]); ok {
 		t.Errorf("%s: want not within", s)

@@ -115,6 +115,11 @@ type Transfer struct {
 	// duration may be off by that interval's. Not judged slow or fast,
 	// and left out of the connection's verdict (UncertainNote).
 	Uncertain bool `json:"uncertain,omitempty"`
+	// RequestWait (sending) is the time from the request before it (the
+	// other side's data, when tcpi_last_data_recv says it came) to its
+	// start: the application answering, not part of the transfer. A
+	// client's request-to-last-byte time is about Dur plus this.
+	RequestWait time.Duration `json:"request_wait_ns,omitempty"`
 	// Events counts the connection's eBPF events within the transfer's
 	// sampling intervals; nil when the trace has no events.
 	Events *EventCounts `json:"events,omitempty"`
@@ -354,6 +359,9 @@ func measure(c *Conn, ps []Point, dir Direction, first, last int) (Transfer, boo
 	if t.Dur <= 0 {
 		return t, false
 	}
+	if dir == Send {
+		t.RequestWait = requestWait(ps, first, start)
+	}
 	t.Goodput = float64(t.Bytes) / t.Dur.Seconds()
 	if dir == Send {
 		t.Split = sendSplit(ps, first, last, t.Dur)
@@ -451,6 +459,22 @@ func requestAt(ps []Point, i int) (time.Duration, bool) {
 		return 0, false
 	}
 	return max(a.T, b.T-time.Duration(b.SinceRecv)*time.Millisecond), true
+}
+
+// requestWait is the time from the request a send transfer starting in
+// interval first answers to its start: the latest interval, from first
+// back to the one ending the transfer before, in which data came and a
+// sample says when; 0 when none does.
+func requestWait(ps []Point, first int, start time.Duration) time.Duration {
+	for j := first; j >= 1; j-- {
+		if at, ok := requestAt(ps, j); ok {
+			return max(0, start-at)
+		}
+		if j < first && active(ps, j, Send) {
+			break // the transfer before, with no request in its last interval
+		}
+	}
+	return 0
 }
 
 // turnEdges moves a send transfer's edges to the request that turned

@@ -421,8 +421,8 @@ func TestSegmentLateSample(t *testing.T) {
 		if x.Uncertain || x.Bytes != 3_400_000 {
 			t.Errorf("sampled on time: %d bytes, uncertain %v, want 3400000 and certain", x.Bytes, x.Uncertain)
 		}
-		if at := time.Duration(302*i) * msec; i > 0 && (x.Start != at || x.Dur != 302*msec) {
-			t.Errorf("response %d: at %v for %v, want at %v for 302ms", i, x.Start, x.Dur, at)
+		if at := time.Duration(302*i) * msec; i > 0 && (x.Start != at || x.Dur != 302*msec || x.RequestWait != 0) {
+			t.Errorf("response %d: at %v for %v, %v after its request, want at %v for 302ms at once", i, x.Start, x.Dur, x.RequestWait, at)
 		}
 	}
 	// The first response is acked from 30 to 302 msec, the second
@@ -532,7 +532,36 @@ func TestSegmentPausedTail(t *testing.T) {
 			}
 		}
 	}
+	ts := Segment(trace1(c), SegmentOptions{})
+	if n := len(ts); n < 3 || ts[2].Dir != Send || ts[2].RequestWait != 0 {
+		t.Errorf("the next response: %+v, want it answering its request at once", ts)
+	}
 	if !slices.Equal(got, []uint64{300000, 100000, 300000}) {
 		t.Errorf("send transfers %v, want 300000, the paused tail 100000, the next response 300000", got)
+	}
+}
+
+// TestRequestWait: a server that writes its response 40 msec after the
+// request came: the transfer starts at the write, and RequestWait is the
+// 40 msec a client's own time has on top of it.
+func TestRequestWait(t *testing.T) {
+	c := series([][6]int64{
+		{0, 0, 0, 0, 0, 0},
+		{10, 0, 42, 0, 0, 0}, // the request, 3 msec before the sample
+		{20, 0, 42, 0, 0, 0},
+		{30, 0, 42, 0, 0, 0},
+		{40, 0, 42, 0, 0, 0},
+		{50, 10000, 42, 3000, 0, 90000}, // written 47 msec in
+		{60, 60000, 42, 13000, 0, 40000},
+		{70, 100000, 42, 20000, 0, 0},
+		{200, 100000, 42, 20000, 0, 0},
+	})
+	for i := range c.Points {
+		c.Points[i].MinRTT, c.Points[i].SinceRecv = 2000, uint32(c.Points[i].T/msec)-7
+	}
+	for _, x := range Segment(trace1(c), SegmentOptions{}) {
+		if x.Dir == Send && (x.Start != 47*msec || x.RequestWait != 40*msec) {
+			t.Errorf("at %v, %v after the request; want at 47ms, 40ms after", x.Start, x.RequestWait)
+		}
 	}
 }
