@@ -158,10 +158,19 @@ func TestKubeletChartPod(t *testing.T) {
 	})
 	restarted := time.Now()
 	n.writeStatic("tcpdoctor", staticPod(t, ds))
-	_, ids = n.waitRunning("tcpdoctor", "tcpdoctor", 180*time.Second)
-	if ids["tcpdoctor"] == first {
-		t.Fatalf("container %s was not replaced", first)
-	}
+	// The same manifest gives the same static pod UID, and the kubelet's
+	// /pods can show the old status (the old container "running") until
+	// its pod worker syncs the new one: wait for a new container.
+	n.waitFor("a new tcpdoctor container", 180*time.Second, func() error {
+		var err error
+		if _, ids, err = n.running("tcpdoctor", "tcpdoctor"); err != nil {
+			return err
+		}
+		if ids["tcpdoctor"] == first {
+			return fmt.Errorf("container %s was not replaced yet", first)
+		}
+		return nil
+	})
 	checkChartContainer(t, n, ds, ids["tcpdoctor"])
 	names()
 	n.waitFor("the restarted pod's windows in the history, beside the first pod's incident", 120*time.Second, func() error {
