@@ -374,21 +374,15 @@ func recordSamples(ctx context.Context, w io.Writer, nss []netns.NS, interval ti
 	if err != nil {
 		return err
 	}
-	var last time.Time
-	for i := range 2 {
-		if i > 0 {
-			if err := window.Sleep(ctx, window.Pause(interval, time.Since(last))); err != nil {
-				return err
-			}
-		}
-		last = time.Now()
-		for _, s := range c.Collect(nss) {
+	_, err = window.Record(ctx, c, nss, 2, interval, window.Sleep, func(_ int, snaps []*snapshot.Snapshot) error {
+		for _, s := range snaps {
 			if err := sw.Write(s); err != nil {
 				return err
 			}
 		}
-	}
-	return nil
+		return nil
+	})
+	return err
 }
 
 // runCheck runs `tcpdoctor ARGS` (a check --json) and decodes its
