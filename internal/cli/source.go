@@ -16,7 +16,6 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/capability"
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
-	"github.com/tcpdoctor/tcpdoctor/internal/jsonl"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/window"
 )
@@ -217,17 +216,17 @@ func readSeries(e *Env, path string) (ss []series, torn bool, err error) {
 		return nil, false, usageErr("--from: %v", err)
 	}
 	defer f.Close()
-	ss, err = window.ReadSeries(f)
-	var te *jsonl.TornError
-	if n := window.Samples(ss); errors.As(err, &te) && n > 0 {
+	ss, te, err := window.ReadKept(f)
+	if te != nil {
+		n := window.Samples(ss)
 		plural := "s"
 		if n == 1 {
 			plural = ""
 		}
 		e.progress("note: %s: line %d is incomplete (a recorder stopped mid-write): used the %d complete sample%s before it", path, te.Line, n, plural)
-		err, torn = nil, true
+		torn = true
 	}
-	if te != nil && len(ss) == 0 {
+	if errors.As(err, &te) && len(ss) == 0 {
 		return nil, false, usageErr("--from %s: no complete sample: %v", path, err)
 	}
 	if err != nil {

@@ -15,7 +15,6 @@ import (
 
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/history"
-	"github.com/tcpdoctor/tcpdoctor/internal/jsonl"
 	"github.com/tcpdoctor/tcpdoctor/internal/report"
 	"github.com/tcpdoctor/tcpdoctor/internal/rules"
 	"github.com/tcpdoctor/tcpdoctor/internal/trace"
@@ -399,11 +398,9 @@ func (p *evidencePages) diagnose(path string) (*report.Report, error) {
 		return nil, fmt.Errorf("--from: %w", err)
 	}
 	defer f.Close()
-	ss, err := window.ReadSeries(f)
-	var te *jsonl.TornError
-	if n := window.Samples(ss); errors.As(err, &te) && n > 0 {
-		p.logf("note: %s: line %d is incomplete (a recorder stopped mid-write): used the %d complete samples before it", path, te.Line, n)
-		err = nil
+	ss, te, err := window.ReadKept(f)
+	if te != nil {
+		p.logf("note: %s: line %d is incomplete (a recorder stopped mid-write): used the %d complete samples before it", path, te.Line, window.Samples(ss))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("--from %s: %w", path, err)

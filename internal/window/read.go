@@ -3,11 +3,13 @@
 package window
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"slices"
 	"strings"
 
+	"github.com/tcpdoctor/tcpdoctor/internal/jsonl"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/textsafe"
 )
@@ -147,4 +149,16 @@ func NoDump(ss []Series) bool {
 		}
 	}
 	return true
+}
+
+// ReadKept is ReadSeries for a file a recorder may have left mid-write:
+// a torn last line after at least one complete sample is not an error,
+// and torn says where it was (nil when the file ended cleanly).
+func ReadKept(r io.Reader) (ss []Series, torn *jsonl.TornError, err error) {
+	ss, err = ReadSeries(r)
+	var te *jsonl.TornError
+	if errors.As(err, &te) && Samples(ss) > 0 {
+		return ss, te, nil
+	}
+	return ss, nil, err
 }
