@@ -19,8 +19,9 @@ import (
 // TestCheckTraceAgreeBursty (root): a sender that writes 4 MB and sleeps
 // 1 s into a loopback receiver pinned at SO_RCVBUF 2048 (issue 38). check
 // names it rwnd-limited at warning in each of three 2 s windows, and
-// trace calls each of its transfers slow, held by the peer's receive
-// window, with one verdict for the connection: the two agree.
+// trace calls each burst it judges slow, most of them held by the peer's
+// receive window, with one verdict for the connection naming the window:
+// the two agree.
 //
 // What the kernel's chronographs say of this flow depends on the host's
 // load: loaded, they give the 2K window most of the busy time; quiet, a
@@ -31,6 +32,12 @@ import (
 // rwnd_limited >= 10 % of busy time), and counts a window busy 50 ms or
 // more, which one burst always is (docs/rules/rwnd-limited.md says the
 // margins). Each check's figures are logged.
+//
+// Both commands are told the path (--bandwidth 10gbit: loopback carries
+// tens of Gbit/s). Without it they judge against the 1 Gbit/s reference,
+// and how fast a host's CPUs turn a 2K window over decides the verdict:
+// bursts took 70-90 ms here (under half the reference: slow) and 62 ms
+// in CI (540 Mbit/s: not slow, to check and trace alike).
 func TestCheckTraceAgreeBursty(t *testing.T) {
 	testns.NeedRoot(t)
 	ns := testns.New(t, "bursty")
@@ -87,7 +94,7 @@ func TestCheckTraceAgreeBursty(t *testing.T) {
 	}()
 	local := srv.LocalAddr().String()
 	for i := range 3 {
-		code, out, stderr := run(t, "check", "--netns", ns.Name, "--interval", "2s", "--rule", "rwnd-limited", "--json")
+		code, out, stderr := run(t, "check", "--netns", ns.Name, "--interval", "2s", "--rule", "rwnd-limited", "--bandwidth", "10gbit", "--json")
 		var rep struct {
 			Findings []struct {
 				Rule, Severity string
@@ -119,21 +126,22 @@ func TestCheckTraceAgreeBursty(t *testing.T) {
 		}
 	}
 	// Six seconds hold at least two whole bursts of a 1.1-1.6 s cycle.
-	code, out, stderr := run(t, "trace", "--netns", ns.Name, "--port", strconv.Itoa(port), "--duration", "6s", "--bpf", "off", "--json")
+	code, out, stderr := run(t, "trace", "--netns", ns.Name, "--port", strconv.Itoa(port), "--duration", "6s", "--bpf", "off", "--bandwidth", "10gbit", "--json")
 	if code != ExitFindings {
 		t.Fatalf("trace: exit %d, want %d (slow transfers): %s", code, ExitFindings, stderr)
 	}
 	// One verdict for the connection, on whichever of its transfers lost
 	// the most (clipped ones too), naming the window; each whole burst
-	// that is slow is held by the window. A burst moved at over half of
-	// the 1 Gbit/s reference is not slow: the rule check judges the
-	// window's busy-time rate by (tcpmodel.Path.Judge).
-	sends, slow, lines := 0, 0, 0
+	// is slow against the stated path and held by the window, as check
+	// judged the windows (tcpmodel.Path.Judge).
+	sends, slow, byWnd, lines := 0, 0, 0, 0
 	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
 		var tr struct {
 			Local, Dir string
 			Bytes      int
 			Clipped    bool
+			Uncertain  bool
+			Samples    int
 			Dur        time.Duration `json:"duration_ns"`
 			Verdict    struct {
 				Slow     bool
@@ -157,16 +165,27 @@ func TestCheckTraceAgreeBursty(t *testing.T) {
 		if tr.Clipped || tr.Bytes < 1<<20 {
 			continue
 		}
+		t.Logf("trace: %d bytes in %v (%.0f Mbit/s) over %d samples, uncertain %v, slow %v, held by %q", tr.Bytes, tr.Dur, float64(tr.Bytes)*8/tr.Dur.Seconds()/1e6, tr.Samples, tr.Uncertain, tr.Verdict.Slow, tr.Verdict.HeldBy)
+		if tr.Uncertain || tr.Samples < 3 {
+			continue // trace judges neither (docs/trace.md: uncertain; minimum slow)
+		}
 		sends++
-		t.Logf("trace: %d bytes in %v (%.0f Mbit/s), slow %v, held by %q", tr.Bytes, tr.Dur, float64(tr.Bytes)*8/tr.Dur.Seconds()/1e6, tr.Verdict.Slow, tr.Verdict.HeldBy)
 		if tr.Verdict.Slow {
 			slow++
-			if tr.Verdict.HeldBy != "peer's receive window" {
-				t.Errorf("trace: a slow %d-byte transfer held by %q, want the peer's receive window", tr.Bytes, tr.Verdict.HeldBy)
+			if tr.Verdict.HeldBy == "peer's receive window" {
+				byWnd++
 			}
 		}
 	}
-	if sends < 2 || slow == 0 || lines != 1 {
-		t.Errorf("trace: %d whole bursts, %d slow, %d connection verdicts; want at least 2, some slow, exactly 1 verdict", sends, slow, lines)
+	if sends < 2 || slow != sends || lines != 1 {
+		t.Errorf("trace: %d whole bursts judged, %d slow, %d connection verdicts; want at least 2, all slow, exactly 1 verdict", sends, slow, lines)
+	}
+	// Each burst's holder comes from its own few samples: with both CPUs
+	// busy, one in about ten was seen with too few of them to show the
+	// window (a zero window at a sample, or a sample missing mid-burst),
+	// its time left to congestion. The connection's verdict, said above,
+	// weighs them all; most bursts name the window on their own.
+	if 2*byWnd <= slow {
+		t.Errorf("trace: %d of %d slow bursts held by the peer's receive window, want most", byWnd, slow)
 	}
 }

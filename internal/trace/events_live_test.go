@@ -80,13 +80,21 @@ func TestLiveResetEvent(t *testing.T) {
 	// record.
 	var stopAborted, stopKept atomic.Bool
 	var movers sync.WaitGroup
+	// abortedWriter ends when the aborted connection's writer has
+	// returned: its descriptor is closed only then (a write after the
+	// close would go to whatever took the number).
+	abortedWriter := make(chan struct{})
 	for _, m := range []struct {
-		w, r int
-		stop *atomic.Bool
-	}{{aborted, fds[2], &stopAborted}, {kept, fds[4], &stopKept}} {
+		w, r    int
+		stop    *atomic.Bool
+		stopped chan struct{}
+	}{{aborted, fds[2], &stopAborted, abortedWriter}, {kept, fds[4], &stopKept, nil}} {
 		movers.Add(2)
 		go func() {
 			defer movers.Done()
+			if m.stopped != nil {
+				defer close(m.stopped)
+			}
 			for !m.stop.Load() {
 				if _, err := unix.Write(m.w, []byte{1}); err != nil {
 					return
@@ -142,7 +150,7 @@ func TestLiveResetEvent(t *testing.T) {
 		}
 	}
 	stopAborted.Store(true)
-	time.Sleep(3 * time.Millisecond) // its writer is done
+	<-abortedWriter
 	if err := unix.SetsockoptLinger(aborted, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 0}); err != nil {
 		t.Fatal(err)
 	}
@@ -185,8 +193,8 @@ func TestLiveResetEvent(t *testing.T) {
 		ev := x.c.Events[0]
 		last := x.c.Points[len(x.c.Points)-1].T
 		next := time.Duration(-1)
-		for _, p := range steady.Points {
-			if p.T > last {
+		for _, p := range steady.Points { // of a later tick: a sample is stamped when read
+			if p.T > last+tr.Header.Interval/2 {
 				next = p.T
 				break
 			}

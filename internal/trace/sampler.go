@@ -165,7 +165,6 @@ func Record(ctx context.Context, cfg Config) (_ *Trace, st Stats, _ error) {
 		st.Ticks++
 		st.Jitter = append(st.Jitter, now.Sub(next))
 		t0 := now
-		t := now.Sub(start)
 		var err error
 		// A due dump is skipped while the eBPF count shows nothing new;
 		// the count is read again each tick, so a new connection is
@@ -181,7 +180,7 @@ func Record(ctx context.Context, cfg Config) (_ *Trace, st Stats, _ error) {
 		}
 		if err == nil && due {
 			c0 := cpu()
-			err = r.discover(opts, t)
+			err = r.discover(opts)
 			st.DumpCPU += cpu() - c0
 			st.Dumps++
 			cost := cfg.Now().Sub(t0)
@@ -204,7 +203,7 @@ func Record(ctx context.Context, cfg Config) (_ *Trace, st Stats, _ error) {
 			}
 			nextDump = t0.Add(gap)
 		} else if err == nil && len(r.live) > 0 {
-			err = r.lookup(opts, t)
+			err = r.lookup(opts)
 			st.Lookups++
 		}
 		if err == nil && cfg.Events != nil {
@@ -314,7 +313,7 @@ func (r *recorder) unwatch(idx int) error {
 
 // discover dumps the matching sockets, adds the new ones, and records a
 // point for each.
-func (r *recorder) discover(opts sockdiag.Options, t time.Duration) error {
+func (r *recorder) discover(opts sockdiag.Options) error {
 	if r.cfg.Inodes != nil {
 		m, err := r.cfg.Inodes()
 		if err != nil {
@@ -348,7 +347,7 @@ func (r *recorder) discover(opts sockdiag.Options, t time.Duration) error {
 		}
 		live = append(live, idx)
 		keys = append(keys, sockdiag.KeyOf(sk))
-		return r.add(idx, t, sk)
+		return r.add(idx, sk)
 	})
 	if err != nil {
 		return err
@@ -374,7 +373,7 @@ func (r *recorder) discover(opts sockdiag.Options, t time.Duration) error {
 // Connections quiet for two samples or more are read every IdleEvery-th
 // tick only, spread over the ticks; any change brings them back to every
 // tick.
-func (r *recorder) lookup(opts sockdiag.Options, t time.Duration) error {
+func (r *recorder) lookup(opts sockdiag.Options) error {
 	r.tick++
 	every := r.cfg.IdleEvery
 	refresh := max(every, int(time.Second/r.cfg.Interval))
@@ -409,7 +408,7 @@ func (r *recorder) lookup(opts sockdiag.Options, t time.Duration) error {
 		}
 		i := r.sel[j]
 		gone[i] = false
-		return r.add(r.live[i], t, sk)
+		return r.add(r.live[i], sk)
 	})
 	if err != nil {
 		return err
@@ -429,9 +428,14 @@ func (r *recorder) lookup(opts sockdiag.Options, t time.Duration) error {
 	return nil
 }
 
-func (r *recorder) add(idx int, t time.Duration, sk *snapshot.Socket) error {
+// add records sk's sample, stamped when its reply was read: the kernel
+// filled it between the tick's start and then, and a sampler preempted
+// or kept waiting inside the request (a socket lock) reads it late. A
+// stamp from the tick's start put 76 ms of a burst's busy time into a
+// "10 ms" interval on a loaded host.
+func (r *recorder) add(idx int, sk *snapshot.Socket) error {
 	c := r.tr.Conns[idx]
-	p := pointOf(t, c.ID, sk)
+	p := pointOf(r.cfg.Now().Sub(r.tr.Header.Started), c.ID, sk)
 	for len(r.quiet) <= idx {
 		r.quiet = append(r.quiet, 0)
 	}

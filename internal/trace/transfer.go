@@ -249,7 +249,7 @@ func segmentConn(c *Conn, dir Direction, gap time.Duration, events bool) []Trans
 				if events {
 					t.Events = countEvents(c, dir, ps[first-1].T, ps[last].T)
 				}
-				t.Uncertain = unsure
+				t.Uncertain = unsure || unseen(ps, dir, first, last, gap)
 				out = append(out, t)
 			}
 		}
@@ -312,6 +312,27 @@ func hiddenGap(a, b *Point, dir Direction, gap time.Duration) bool {
 		return dt-time.Duration(b.Busy-a.Busy)*time.Microsecond >= gap
 	}
 	return dt >= gap
+}
+
+// unseen: sending, intervals at least gap long (late samples) with no
+// data seen waiting at either end hold half or more of the span from the
+// transfer's first sample to its last. Such an interval's busy time not
+// on the kernel's rwnd/sndbuf chronographs goes to congestion by default,
+// although neither sample shows cwnd or pacing holding data: a burst
+// between an idle sample and one at its tail shows the window bound at
+// neither (a paced sender leaves rwnd_limited before the window does).
+func unseen(ps []Point, dir Direction, first, last int, gap time.Duration) bool {
+	if dir != Send {
+		return false
+	}
+	var late time.Duration
+	for i := first; i <= last; i++ {
+		a, b := &ps[i-1], &ps[i]
+		if dt := b.T - a.T; dt >= gap && a.Notsent == 0 && b.Notsent == 0 {
+			late += dt
+		}
+	}
+	return 2*late >= ps[last].T-ps[first-1].T
 }
 
 // mixedTurn: the interval a..b, in which the other side started a
@@ -591,11 +612,20 @@ func wndBound(p *Point) bool { return p.reading().WndBound() }
 
 // wndInterval: the window bounds the interval's busy time: one end is
 // window-bound and the other too, or idle (nothing unsent or in flight:
-// the transfer's edge, its busy time next to the bound end).
+// the transfer's edge, its busy time next to the bound end), or drained
+// at the window (the transfer's tail: all of it sent, a window's worth
+// in flight, cwnd twice that).
 func wndInterval(a, b *Point) bool {
 	idle := func(p *Point) bool { return p.Notsent == 0 && p.Unacked == 0 }
 	wa, wb := wndBound(a), wndBound(b)
-	return (wa || wb) && (wa || idle(a)) && (wb || idle(b))
+	return (wa || wb) && (wa || idle(a) || drained(a)) && (wb || idle(b) || drained(b))
+}
+
+// drained: nothing unsent and the flight fills the peer's window, at
+// most half of what cwnd allows.
+func drained(p *Point) bool {
+	flight := uint64(p.Unacked) * uint64(p.MSS)
+	return p.Notsent == 0 && p.SndWnd > 0 && flight >= uint64(p.SndWnd) && 2*uint64(p.SndWnd) <= uint64(p.Cwnd)*uint64(p.MSS)
 }
 
 // recvSplit: the receiver's own part is the time it advertised a zero

@@ -446,7 +446,9 @@ func TestSegmentLateSample(t *testing.T) {
 // of idle sender and the start of the next, with no request between:
 // busy time short of the interval by more than the gap says a boundary
 // may hide there, so the joined transfer is uncertain. An interval as
-// long but busy throughout is not.
+// long but busy throughout, with data seen waiting at its samples
+// (cwnd held it), is not; with nothing seen waiting at either end, the
+// samples cannot say what held those intervals, so it is (unseen).
 func TestSegmentHiddenGap(t *testing.T) {
 	c := series([][6]int64{
 		{0, 0, 0, 0, 0, 0},
@@ -467,8 +469,37 @@ func TestSegmentHiddenGap(t *testing.T) {
 	for i := 4; i < len(c.Points); i++ {
 		c.Points[i].Busy += 50000
 	}
+	if ts := Segment(trace1(c), SegmentOptions{}); len(ts) != 1 || !ts[0].Uncertain {
+		t.Errorf("busy throughout, nothing seen waiting: %+v, want one uncertain transfer", ts)
+	}
+	for _, i := range []int{3, 6} {
+		c.Points[i].Notsent = 1000
+	}
 	if ts := Segment(trace1(c), SegmentOptions{}); len(ts) != 1 || ts[0].Uncertain {
-		t.Errorf("busy throughout: %+v, want one certain transfer", ts)
+		t.Errorf("busy throughout, data waiting: %+v, want one certain transfer", ts)
+	}
+}
+
+// TestSegmentUnseenBurst: a 4 MB burst through a 2K window, the sampler
+// away for 75 ms of it (a loaded host): the sample before is idle, the
+// one after at its tail with nothing unsent, and rwnd_limited counted 8
+// of the 72 ms busy (the sender paced). Neither sample shows what held
+// the burst: uncertain, not judged, rather than 64 ms of congestion.
+func TestSegmentUnseenBurst(t *testing.T) {
+	c := series([][6]int64{
+		{0, 0, 0, 0, 0, 0},
+		{10, 0, 0, 0, 0, 0},
+		{85, 4_192_256, 0, 72000, 8000, 2048},
+		{90, 4_194_304, 0, 72000, 8000, 0},
+		{200, 4_194_304, 0, 72000, 8000, 0},
+	})
+	for i := range c.Points {
+		c.Points[i].SndWnd, c.Points[i].Cwnd, c.Points[i].MSS = 2048, 196, 1024
+	}
+	c.Points[2].Unacked = 2
+	a := Analyze(trace1(c), SegmentOptions{}, JudgeOptions{Bandwidth: 1e10})
+	if len(a.Transfers) != 1 || !a.Transfers[0].Uncertain || a.Transfers[0].Verdict == nil || a.Transfers[0].Verdict.Slow {
+		t.Fatalf("got %+v, want one uncertain transfer, not judged slow", a.Transfers)
 	}
 }
 
@@ -563,5 +594,32 @@ func TestRequestWait(t *testing.T) {
 		if x.Dir == Send && (x.Start != 47*msec || x.RequestWait != 40*msec) {
 			t.Errorf("at %v, %v after the request; want at 47ms, 40ms after", x.Start, x.RequestWait)
 		}
+	}
+}
+
+// TestSendSplitDrainedTail: a burst through a 2K window whose last
+// sample before the end finds it drained (all sent, the window's worth in
+// flight) after a late interval: the interval's busy time is the
+// window's, as at its window-bound start, not congestion (rwnd_limited
+// counted none of it: the sender paced).
+func TestSendSplitDrainedTail(t *testing.T) {
+	c := series([][6]int64{
+		{0, 0, 0, 0, 0, 0},
+		{10, 600_000, 0, 10000, 4000, 1_600_000},
+		{48, 2_198_000, 0, 46000, 4000, 2048},
+		{50, 2_200_000, 0, 46000, 4000, 0},
+		{200, 2_200_000, 0, 46000, 4000, 0},
+	})
+	for i := range c.Points {
+		c.Points[i].SndWnd, c.Points[i].Cwnd, c.Points[i].MSS = 2048, 194, 1024
+	}
+	c.Points[1].Notsent, c.Points[1].Unacked = 1_597_952, 2
+	c.Points[2].Unacked = 2
+	ts := Segment(trace1(c), SegmentOptions{})
+	if len(ts) != 1 {
+		t.Fatalf("got %+v, want one transfer", ts)
+	}
+	if s := ts[0].Split; s.Congestion > 4*msec || s.Rwnd < 40*msec {
+		t.Errorf("split %+v: want the window's 46 ms, no congestion", s)
 	}
 }
