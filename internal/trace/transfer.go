@@ -245,7 +245,7 @@ func segmentConn(c *Conn, dir Direction, gap time.Duration, events bool) []Trans
 	unsure, hidden, unsureAt := false, false, -1
 	flush := func() {
 		if first >= 0 {
-			if t, ok := measure(c, ps, dir, first, last); ok {
+			if t, ok := measure(c, ps, dir, first, last, gap); ok {
 				if events {
 					t.Events = countEvents(c, dir, ps[first-1].T, ps[last].T)
 				}
@@ -380,13 +380,13 @@ func sinceData(p *Point, d Direction) (time.Duration, bool) {
 // a difference between two samples of the trace: a connection found
 // sending counts from its first sample, never its past (its counters and
 // chronographs run from its start, minutes or days before the trace).
-func measure(c *Conn, ps []Point, dir Direction, first, last int) (Transfer, bool) {
+func measure(c *Conn, ps []Point, dir Direction, first, last int, gap time.Duration) (Transfer, bool) {
 	a, b := &ps[first-1], &ps[last]
 	t := Transfer{Conn: c.ID, Local: c.Local, Remote: c.Remote, Dir: dir, Bytes: counter(b, dir) - counter(a, dir),
 		first: first, last: last, Samples: last - first + 2}
 	busyAtStart := dir == Send && ps[0].SendQ > 0 || dir == Recv && ps[0].RecvQ > 0
 	busyAtEnd := dir == Send && b.SendQ > 0
-	t.ClippedStart = first == 1 && (busyAtStart || counter(&ps[0], dir) > 0 && dir == Recv)
+	t.ClippedStart = first == 1 && busyAtStart || dir == Recv && recvUnderway(ps, first, gap)
 	t.ClippedEnd = last == len(ps)-1 && busyAtEnd
 	t.Clipped = t.ClippedStart || t.ClippedEnd
 	if t.Bytes == 0 {
@@ -443,6 +443,32 @@ func measure(c *Conn, ps []Point, dir Direction, first, last int) (Transfer, boo
 		t.SkBuf = b.SkRcv
 	}
 	return t, true
+}
+
+// recvUnderway: a receive transfer starting in interval first was under
+// way at the connection's first sample: data had come before that
+// sample, no interval between carried data or our request for it, and
+// the data came (tcpi_last_data_recv) less than the gap before the
+// transfer's first interval, so that a sample there would have joined
+// them. Without last_data_recv, a transfer starting in the first
+// interval.
+func recvUnderway(ps []Point, first int, gap time.Duration) bool {
+	if ps[0].Recvd == 0 {
+		return false
+	}
+	if _, ok := lastRequest(ps, Recv, first); ok {
+		return false
+	}
+	for j := 1; j < first; j++ {
+		if active(ps, j, Recv) || otherMoves(ps, j, Recv) {
+			return false
+		}
+	}
+	since, ok := sinceData(&ps[0], Recv)
+	if !ok {
+		return first == 1
+	}
+	return ps[first-1].T-(ps[0].T-since) < gap
 }
 
 // edges places a transfer's start and end inside its first and last

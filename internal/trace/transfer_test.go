@@ -690,3 +690,54 @@ func TestSegmentRecvPausedTail(t *testing.T) {
 		t.Errorf("receive transfers %+v, want %+v: response 1, its paused tail, response 2 from its request to its last byte", gs, want)
 	}
 }
+
+// TestSegmentRecvFoundMidResponse: a client found 8 msec after a
+// response's bytes last came, with nothing more in the next interval (its
+// small window drained, as in the lab's C5 run): the response was under
+// way at the first sample and is clipped, not taken for one that starts
+// there. Data last come more than the gap before the first sample, and
+// a response after our own request, start afresh.
+func TestSegmentRecvFoundMidResponse(t *testing.T) {
+	c := series([][6]int64{
+		{200, 43, 386700, 0, 0, 0},
+		{210, 43, 386700, 0, 0, 0},
+		{220, 43, 492732, 0, 0, 0},
+		{230, 43, 600000, 0, 0, 0},
+		{240, 43, 700000, 0, 0, 0},
+		{400, 43, 700000, 0, 0, 0},
+	})
+	for i := range c.Points {
+		p := &c.Points[i]
+		p.MinRTT, p.RTT, p.Sent = 30000, 30000, 42
+		p.SinceRecv, p.SinceSent = uint32(max(0, p.T/msec-232)), uint32(p.T/msec-32)
+	}
+	c.Points[0].SinceRecv, c.Points[1].SinceRecv = 8, 18
+	recv := func() Transfer {
+		t.Helper()
+		var out []Transfer
+		for _, x := range Segment(trace1(c), SegmentOptions{}) {
+			if x.Dir == Recv {
+				out = append(out, x)
+			}
+		}
+		if len(out) != 1 {
+			t.Fatalf("%d receive transfers, want 1: %+v", len(out), out)
+		}
+		return out[0]
+	}
+	if x := recv(); !x.Clipped || !x.ClippedStart || x.Bytes != 313300 {
+		t.Errorf("found mid-response: %d bytes, clipped %v (start %v), want 313300 clipped at its start", x.Bytes, x.Clipped, x.ClippedStart)
+	}
+	c.Points[0].SinceRecv, c.Points[1].SinceRecv = 100, 110
+	if x := recv(); x.Clipped {
+		t.Errorf("data last came 100 msec before the first sample: clipped, want a transfer of its own")
+	}
+	c.Points[0].SinceRecv, c.Points[1].SinceRecv = 8, 18
+	c.Points[1].Sent, c.Points[1].SinceSent = 84, 1 // our request at 209
+	for i := 2; i < len(c.Points); i++ {
+		c.Points[i].Sent, c.Points[i].SinceSent = 84, uint32(c.Points[i].T/msec-209)
+	}
+	if x := recv(); x.Clipped || x.Start != 209*msec {
+		t.Errorf("after our request at 209 msec: clipped %v, start %v, want its own from the request", x.Clipped, x.Start)
+	}
+}
