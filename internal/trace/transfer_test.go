@@ -424,21 +424,24 @@ func exchangeSeries(late int64, client bool) *Conn {
 	return c
 }
 
+// segmentDir is c's transfers in direction dir.
+func segmentDir(c *Conn, dir Direction) []Transfer {
+	var out []Transfer
+	for _, x := range Segment(trace1(c), SegmentOptions{}) {
+		if x.Dir == dir {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
 // TestSegmentLateSample: a sample 100 msec late spans the end of a
 // response, the next request and the first 70 msec of the next response.
 // The turn cannot be placed inside it: both responses are uncertain, the
 // others right to the byte. Before, the first was reported as one
 // response with 875,000 bytes of the next (26 %) and nothing said.
 func TestSegmentLateSample(t *testing.T) {
-	sends := func(c *Conn) []Transfer {
-		var out []Transfer
-		for _, x := range Segment(trace1(c), SegmentOptions{}) {
-			if x.Dir == Send {
-				out = append(out, x)
-			}
-		}
-		return out
-	}
+	sends := func(c *Conn) []Transfer { return segmentDir(c, Send) }
 	// On time, each response runs from its request (at 0, 302 and 604
 	// msec) to its last ACK 302 msec later: the request's time inside its
 	// interval is last_data_recv's, not the interval's end.
@@ -600,15 +603,7 @@ func TestRequestWait(t *testing.T) {
 // bytes), and the edges sat at sample times. A sample 100 msec late
 // across a turn leaves the two responses around it uncertain.
 func TestSegmentRecvLateSample(t *testing.T) {
-	recvs := func(c *Conn) []Transfer {
-		var out []Transfer
-		for _, x := range Segment(trace1(c), SegmentOptions{}) {
-			if x.Dir == Recv {
-				out = append(out, x)
-			}
-		}
-		return out
-	}
+	recvs := func(c *Conn) []Transfer { return segmentDir(c, Recv) }
 	ts := recvs(exchangeSeries(1<<40, true))
 	if len(ts) != 3 {
 		t.Fatalf("%d receive transfers, want 3: %+v", len(ts), ts)
@@ -698,14 +693,11 @@ func TestSegmentRecvPausedTail(t *testing.T) {
 // there. Data last come more than the gap before the first sample, and
 // a response after our own request, start afresh.
 func TestSegmentRecvFoundMidResponse(t *testing.T) {
-	c := series([][6]int64{
-		{200, 43, 386700, 0, 0, 0},
-		{210, 43, 386700, 0, 0, 0},
-		{220, 43, 492732, 0, 0, 0},
-		{230, 43, 600000, 0, 0, 0},
-		{240, 43, 700000, 0, 0, 0},
-		{400, 43, 700000, 0, 0, 0},
-	})
+	var rows [][6]int64 // t (msec), bytes received
+	for _, r := range [][2]int64{{200, 386700}, {210, 386700}, {220, 492732}, {230, 600000}, {240, 700000}, {400, 700000}} {
+		rows = append(rows, [6]int64{r[0], 43, r[1]})
+	}
+	c := series(rows)
 	for i := range c.Points {
 		p := &c.Points[i]
 		p.MinRTT, p.RTT, p.Sent = 30000, 30000, 42
@@ -714,12 +706,7 @@ func TestSegmentRecvFoundMidResponse(t *testing.T) {
 	c.Points[0].SinceRecv, c.Points[1].SinceRecv = 8, 18
 	recv := func() Transfer {
 		t.Helper()
-		var out []Transfer
-		for _, x := range Segment(trace1(c), SegmentOptions{}) {
-			if x.Dir == Recv {
-				out = append(out, x)
-			}
-		}
+		out := segmentDir(c, Recv)
 		if len(out) != 1 {
 			t.Fatalf("%d receive transfers, want 1: %+v", len(out), out)
 		}
