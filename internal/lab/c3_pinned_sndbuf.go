@@ -218,7 +218,7 @@ func c3Transfer(ctx context.Context, tb *Testbed, s c3Send) (out c3Out, findings
 	// only what its samples saw (clipped), which is not the client's
 	// whole transfer, and is not compared with it. Only this client's connection counts: the
 	// last transfer's may still be closing when the recording starts.
-	if ts := ofLocal(tracedSends(tr, 1, s.rate, false), out.Local); len(ts) > 0 {
+	if ts := ofLocal(tracedOf(tr, trace.Send, 1, s.rate, false), out.Local); len(ts) > 0 {
 		// The connection carries one transfer of the client's; a loaded
 		// machine can stall the sender past the gap and cut it in parts:
 		// taken together, from the first's start to the last's end.

@@ -48,8 +48,11 @@ type c5Out struct {
 	receiver string // who the client socket is, as a second look saw it
 	// traced are the responses as the recorder saw them on the server.
 	traced   []trace.Transfer
-	accuracy string // traced durations against the client's
+	accuracy string // the server's traced responses against the client's own
 	accOK    bool
+	// recvAcc: the client's, traced on its side (receive transfers).
+	recvAcc string
+	recvOK  bool
 }
 
 func runC5(ctx context.Context, o Options) (*Result, error) {
@@ -64,7 +67,7 @@ func runC5(ctx context.Context, o Options) (*Result, error) {
 	}
 	defer tb.Close()
 	ideal := float64(c5Size) * 8 / c5Rate * 1000
-	res := &Result{Table: Table{Columns: []string{"client SO_RCVBUF", "rcvbuf (kernel)", "responses", "mean total", "mean transfer", "ideal (S*8/rate)", "transfer / ideal", "server rwnd_limited", "server snd_wnd", "trace: waiting for the window, per response", "trace vs client response time"}}}
+	res := &Result{Table: Table{Columns: []string{"client SO_RCVBUF", "rcvbuf (kernel)", "responses", "mean total", "mean transfer", "ideal (S*8/rate)", "transfer / ideal", "server rwnd_limited", "server snd_wnd", "trace: waiting for the window, per response", "trace vs client response time", "client's trace vs client"}}}
 	outs := map[int]c5Out{}
 	for _, b := range bufs {
 		row, err := c5Row(ctx, tb, b, requests, b == 128<<10 || b == 4<<20)
@@ -90,8 +93,11 @@ func runC5(ctx context.Context, o Options) (*Result, error) {
 		if !outs[b].accOK && len(outs[b].traced) > 0 {
 			res.Notes = append(res.Notes, fmt.Sprintf("trace accuracy, %s run: %s", c5BufLabel(b), outs[b].accuracy))
 		}
+		if !outs[b].recvOK {
+			res.Notes = append(res.Notes, fmt.Sprintf("client's trace accuracy, %s run: %s", c5BufLabel(b), outs[b].recvAcc))
+		}
 	}
-	res.Notes = append(res.Notes, fmt.Sprintf("trace columns: tcpdoctor trace on the server namespace at %v a sample (docs/trace.md); a response is a send transfer of the server's socket; the time waiting for the window is the trace's split (the kernel's rwnd_limited over it, plus intervals the samples show window-bound); durations, with the server's wait from the request to its first write (trace's request_wait), are compared with the client's request-to-last-byte time, within 5 %% or one sample interval; responses before the recorder found the connection are not traced; responses trace marks uncertain (a boundary inside a late sample's interval, docs/trace.md) keep their place but are not compared, and are counted apart", labTraceInterval))
+	res.Notes = append(res.Notes, fmt.Sprintf("trace columns: tcpdoctor trace on the server namespace at %v a sample (docs/trace.md); a response is a send transfer of the server's socket; the time waiting for the window is the trace's split (the kernel's rwnd_limited over it, plus intervals the samples show window-bound); the client reports each response's request and last byte on the wall clock, and each traced transfer is matched to the response whose span it overlaps most, so a merge or a split shows as a byte error; a response's transfers together, from the first one's request (the server's wait before its first write, trace's request_wait, counted in) to the last one's end, are compared with the client's request-to-last-byte time, within 5 %% or one sample interval, and their bytes within 5 %%; the client's trace (the client namespace, the same interval) is compared the same way with its receive transfers, and its edges (the request going out, by last_data_sent; the last byte, by last_data_recv) with the client's own times (edges: the worst difference); responses before a recorder found the connection are not traced; responses matched to a transfer trace marks uncertain (a boundary inside a late sample's interval, docs/trace.md) are not compared, and are counted apart", labTraceInterval))
 	res.Notes = append(res.Notes,
 		fmt.Sprintf("link %s, %v RTT; responses of %d bytes, sequential on one keep-alive connection; ideal %.0f ms is the bytes at the link rate, without the request's RTT or slow start", units.Rate(c5Rate/8), c5RTT, c5Size, ideal),
 		"cubic on the hosts' routes (as on most production hosts): with bbr, this machine's default, the same 128K run gave the same times but the server's rwnd_limited chronograph only 33-41 % of busy time, since bbr's pacing stops most transmissions before the window does; rwnd-limited still fired at its 30 % threshold, with less margin",
@@ -126,6 +132,11 @@ func c5Row(ctx context.Context, tb *Testbed, rcvbuf, requests int, check bool) (
 		return o, err
 	}
 	defer lt.stop()
+	ltc, err := startTrace(ctx, tb.Topo.Client, sockdiag.Filter{RPorts: []uint16{port}})
+	if err != nil {
+		return o, err
+	}
+	defer ltc.stop()
 	args := []string{"bigresponse-client", "--addr", addr, "--requests", strconv.Itoa(requests), "--link-rate", strconv.FormatFloat(c5Rate, 'f', 0, 64) + "bit", "--max-duration", "2m"}
 	if rcvbuf > 0 {
 		args = append(args, "--rcvbuf", strconv.Itoa(rcvbuf))
@@ -153,20 +164,32 @@ func c5Row(ctx context.Context, tb *Testbed, rcvbuf, requests int, check bool) (
 	if err := srv.Wait(30*time.Second, &o.server); err != nil {
 		return o, err
 	}
+	// The recorders sample the closing sockets a few more ticks: stopped
+	// as the client exits, they missed the last response's final
+	// interval (up to 2.3 % of its bytes in the client's trace).
+	if err := window.Sleep(ctx, 3*labTraceInterval); err != nil {
+		return o, err
+	}
 	tr, err := lt.stop()
 	if err != nil {
 		return o, err
 	}
-	// One traced only in part (before the recorder found the connection)
-	// is left out; the rest line up with the client's last ones.
-	o.traced = tracedSends(tr, c5Size*9/10, c5Rate, true)
-	got := make([]measured, len(o.client.Requests))
-	for i, r := range o.client.Requests {
-		got[i] = measured{ms: r.TotalMs, bytes: r.Bytes}
+	trc, err := ltc.stop()
+	if err != nil {
+		return o, err
 	}
-	o.accuracy, o.accOK = traceAccuracy(o.traced, got)
+	// One traced only in part (before the recorder found the connection)
+	// is left out of the column.
+	o.traced = tracedOf(tr, trace.Send, c5Size*9/10, c5Rate, true)
+	got, gotc := c5Measured(o.client.Requests, tr), c5Measured(o.client.Requests, trc)
+	o.accuracy, o.accOK = traceAccuracy(tracedOf(tr, trace.Send, 1, c5Rate, false), got)
+	o.recvAcc, o.recvOK = traceAccuracy(tracedOf(trc, trace.Recv, 1, c5Rate, false), gotc)
 	tb.Logf("c5: SO_RCVBUF %d: traced response times %s, the client's %v: %s", rcvbuf, msList(durations(o.traced)), got, o.accuracy)
+	tb.Logf("c5: SO_RCVBUF %d: the client's trace: %s", rcvbuf, o.recvAcc)
 	if err := writeLabHTML(tb.Opts.HTMLDir, "c5-small-rcvbuf-"+c5BufLabel(rcvbuf), tr, c5Rate); err != nil {
+		return o, err
+	}
+	if err := writeLabHTML(tb.Opts.HTMLDir, "c5-small-rcvbuf-"+c5BufLabel(rcvbuf)+"-client", trc, c5Rate); err != nil {
 		return o, err
 	}
 	if n := len(o.server.Responses); n > 0 && o.server.Responses[n-1].ConnInfo != nil {
@@ -174,6 +197,18 @@ func c5Row(ctx context.Context, tb *Testbed, rcvbuf, requests int, check bool) (
 	}
 	tb.Logf("c5: SO_RCVBUF %d: mean %.0f ms (transfer %.0f ms) over %d responses", rcvbuf, o.client.MeanTotalMs, o.client.MeanTransfer, len(o.client.Requests))
 	return o, nil
+}
+
+// c5Measured are the client's responses on the clock of trace tr.
+func c5Measured(rs []traffic.BigRequest, tr *trace.Trace) []measured {
+	if tr == nil {
+		return nil
+	}
+	out := make([]measured, len(rs))
+	for i, r := range rs {
+		out[i] = onTrace(r.TotalMs, r.Bytes, r.Start, r.End, tr.Header.Started)
+	}
+	return out
 }
 
 // c5Receiver looks up, in the client namespace, the socket at the remote
@@ -257,7 +292,7 @@ func c5Cells(rcvbuf int, o c5Out, ideal float64) []string {
 	}
 	return []string{asked, kern, strconv.Itoa(len(o.client.Requests)), fmt.Sprintf("%.0f ms", o.client.MeanTotalMs),
 		fmt.Sprintf("%.0f ms", o.client.MeanTransfer), fmt.Sprintf("%.0f ms", ideal), fmt.Sprintf("%.2fx", o.client.MeanTransfer/ideal), lim, wnd,
-		msList(waits), o.accuracy}
+		msList(waits), o.accuracy, o.recvAcc}
 }
 
 // c5BufLabel names a row by the client's buffer: "rcvbuf-128K", "autotuned".

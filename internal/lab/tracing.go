@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -74,10 +75,10 @@ func portOf(addr string) (uint16, error) {
 	return ap.Port(), nil
 }
 
-// tracedSends are the send transfers of at least minBytes in tr (with
-// whole, only those the recording did not clip), judged against bandwidth
-// (bits/s), in start order.
-func tracedSends(tr *trace.Trace, minBytes uint64, bandwidth float64, whole bool) []trace.Transfer {
+// tracedOf are the transfers in direction dir of at least minBytes in tr
+// (with whole, only those the recording did not clip), judged against
+// bandwidth (bits/s), in start order.
+func tracedOf(tr *trace.Trace, dir trace.Direction, minBytes uint64, bandwidth float64, whole bool) []trace.Transfer {
 	if tr == nil {
 		return nil
 	}
@@ -87,7 +88,7 @@ func tracedSends(tr *trace.Trace, minBytes uint64, bandwidth float64, whole bool
 		// An uncertain one (a boundary inside a late sample's interval)
 		// may have lent bytes to its neighbour: kept whatever its size,
 		// so the responses stay in order.
-		if t.Dir == trace.Send && (t.Bytes >= minBytes || t.Uncertain) && (!whole || !t.Clipped) {
+		if t.Dir == dir && (t.Bytes >= minBytes || t.Uncertain) && (!whole || !t.Clipped) {
 			out = append(out, t)
 		}
 	}
@@ -132,10 +133,14 @@ func msList(ds []time.Duration) string {
 	return strings.Join(parts, " ") + " ms"
 }
 
-// measured is one transfer as the traffic generator saw it.
+// measured is one transfer as the traffic generator saw it: its bytes
+// and time, and where the generator said (timed) its first and last
+// moment on the trace's clock (from, to: since the trace started).
 type measured struct {
-	ms    float64
-	bytes int64
+	ms       float64
+	bytes    int64
+	from, to time.Duration
+	timed    bool
 }
 
 // String is one measured transfer for the lab's log: "3.4M in 512 ms".
@@ -143,70 +148,100 @@ func (m measured) String() string {
 	return fmt.Sprintf("%s in %.0f ms", units.Bytes(float64(m.bytes)), m.ms)
 }
 
-// traceAccuracy compares traced durations (each with the server's wait
-// after its request, RequestWait: the client's time holds it) and bytes
-// with what the traffic generator measured (same order; a run of consecutive ones when the trace has
-// fewer): the worst differences, and whether every duration is within 5 %
-// or one sample interval and every byte count within 5 %. Uncertain
-// transfers (trace marks them: a boundary no sample placed) take their
-// place in the line-up but are not compared, and are counted apart; with
-// none compared the result is not within.
-func traceAccuracy(traced []trace.Transfer, want []measured) (string, bool) {
-	measuredMs := make([]float64, len(want))
-	for i, m := range want {
-		measuredMs[i] = m.ms
-	}
-	if len(traced) == 0 || len(measuredMs) == 0 {
-		return "-", false
-	}
-	if len(traced) > len(measuredMs) {
-		traced = traced[len(traced)-len(measuredMs):]
-	}
-	// Responses the trace lacks (found late, clipped at the close) leave
-	// gaps at either end: line the traced ones up where they differ least.
-	best, bestSum := 0, math.Inf(1)
-	for off := 0; off+len(traced) <= len(measuredMs); off++ {
-		sum := 0.0
-		for i, t := range traced {
-			if t.Uncertain {
+// onTrace is a generator's wall-clock span on the clock of the trace
+// started at started.
+func onTrace(ms float64, bytes int64, start, end, started time.Time) measured {
+	return measured{ms: ms, bytes: bytes, from: start.Sub(started), to: end.Sub(started), timed: true}
+}
+
+// matchByTime gives each traced transfer to the measured one its span
+// (from its request, RequestWait before its start, to its end) overlaps
+// most; one overlapping none is left out. Untimed measured ones take the
+// traced ones in order, one each.
+func matchByTime(traced []trace.Transfer, want []measured) [][]trace.Transfer {
+	groups := make([][]trace.Transfer, len(want))
+	for i, t := range traced {
+		best, most := -1, time.Duration(0)
+		for k, m := range want {
+			if !m.timed {
+				if k == i {
+					best = k
+				}
 				continue
 			}
-			sum += math.Abs(float64(t.Dur+t.RequestWait)/float64(time.Millisecond) - measuredMs[off+i])
+			if o := min(t.Start+t.Dur, m.to) - max(t.Start-t.RequestWait, m.from); o > most {
+				best, most = k, o
+			}
 		}
-		if sum < bestSum {
-			best, bestSum = off, sum
+		if best >= 0 {
+			groups[best] = append(groups[best], t)
 		}
 	}
-	measuredMs = measuredMs[best : best+len(traced)]
-	want = want[best : best+len(traced)]
-	worst, worstBytes, ok, unsure := 0.0, 0.0, true, 0
-	for i, t := range traced {
-		if t.Uncertain {
+	return groups
+}
+
+// traceAccuracy compares each transfer the traffic generator measured
+// with the traced ones matched to it by time (matchByTime): their bytes
+// together, and their span, from the first one's request (RequestWait
+// before its start: the generator's time holds the peer's wait) to the
+// last one's end. It gives the worst differences, and whether every
+// duration is within 5 % or one sample interval and every byte count
+// within 5 %; receiving, also the worst difference of the edges
+// themselves (the same clock, the same host). A transfer with no traced
+// one (before the recorder found the connection), or one clipped, is not
+// traced; one matched to an uncertain transfer (trace marks them: a
+// boundary no sample placed) is not compared, and counted apart; with
+// none compared the result is not within.
+func traceAccuracy(traced []trace.Transfer, want []measured) (string, bool) {
+	var n, unsure int
+	worst, worstBytes, worstEdge, ok, recv := 0.0, 0.0, 0.0, true, false
+	for i, g := range matchByTime(traced, want) {
+		if len(g) == 0 || slices.ContainsFunc(g, func(t trace.Transfer) bool { return t.Clipped }) {
+			continue
+		}
+		n++
+		if slices.ContainsFunc(g, func(t trace.Transfer) bool { return t.Uncertain }) {
 			unsure++
 			continue
 		}
-		got := float64(t.Dur+t.RequestWait) / float64(time.Millisecond)
-		diff := math.Abs(got - measuredMs[i])
-		if diff > 0.05*measuredMs[i] && diff > float64(labTraceInterval)/float64(time.Millisecond) {
+		var bytes uint64
+		from, to := g[0].Start-g[0].RequestWait, g[0].Start+g[0].Dur
+		for _, t := range g {
+			bytes += t.Bytes
+			from, to = min(from, t.Start-t.RequestWait), max(to, t.Start+t.Dur)
+		}
+		m := want[i]
+		diff := math.Abs(float64(to-from)/float64(time.Millisecond) - m.ms)
+		if diff > 0.05*m.ms && diff > float64(labTraceInterval)/float64(time.Millisecond) {
 			ok = false
 		}
 		worst = max(worst, diff)
-		db := math.Abs(float64(t.Bytes)-float64(want[i].bytes)) / float64(max(want[i].bytes, 1))
+		db := math.Abs(float64(bytes)-float64(m.bytes)) / float64(max(m.bytes, 1))
 		if db > 0.05 {
 			ok = false
 		}
 		worstBytes = max(worstBytes, db)
+		if g[0].Dir == trace.Recv && m.timed {
+			recv = true
+			worstEdge = max(worstEdge, math.Abs(float64(from-m.from)), math.Abs(float64(to-m.to)))
+		}
 	}
-	ok = ok && unsure < len(traced)
+	if n == 0 {
+		return "-", false
+	}
+	ok = ok && unsure < n
 	within := "within"
 	if !ok {
 		within = "NOT within"
 	}
-	apart := ""
+	apart, edges := "", ""
 	if unsure > 0 {
 		apart = fmt.Sprintf(" (%d uncertain, not compared)", unsure)
 	}
-	return fmt.Sprintf("%d traced%s, worst %.1f ms, bytes %.2f%% (%s 5%% or %v)", len(traced), apart, worst, 100*worstBytes, within, labTraceInterval), ok
+	if recv {
+		edges = fmt.Sprintf(", edges %.1f ms", worstEdge/float64(time.Millisecond))
+	}
+	return fmt.Sprintf("%d traced%s, worst %.1f ms%s, bytes %.2f%% (%s 5%% or %v)", n, apart, worst, edges, 100*worstBytes, within, labTraceInterval), ok
 }
 
 // writeLabHTML writes a trace's report to dir/name.html, and the

@@ -17,57 +17,87 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/trace"
 )
 
+// TestTraceAccuracy: the client's responses, back to back on its wall
+// clock, and the server's traced ones a one-way delay (15 ms) later,
+// matched by time.
 func TestTraceAccuracy(t *testing.T) {
-	tr := func(ms ...int) []trace.Transfer {
+	ms := func(v int) time.Duration { return time.Duration(v) * time.Millisecond }
+	var want []measured
+	at := 0
+	for _, d := range []int{700, 610, 612, 640} {
+		want = append(want, measured{ms: float64(d), bytes: 3_400_000, from: ms(at), to: ms(at + d), timed: true})
+		at += d
+	}
+	// tr: the server's responses to want[from:], each d ms long.
+	tr := func(from int, ds ...int) []trace.Transfer {
 		var out []trace.Transfer
-		for _, m := range ms {
-			out = append(out, trace.Transfer{Dur: time.Duration(m) * time.Millisecond, Bytes: 3_400_090})
+		for i, d := range ds {
+			out = append(out, trace.Transfer{Dir: trace.Send, Start: want[from+i].from + ms(15), Dur: ms(d), Bytes: 3_400_090})
 		}
 		return out
 	}
-	want := []measured{{700, 3_400_000}, {610, 3_400_000}, {612, 3_400_000}, {640, 3_400_000}}
-	// The first response was not traced: the rest line up after it.
-	if s, ok := traceAccuracy(tr(606, 615, 645), want); !ok || !strings.Contains(s, "worst 5.0 ms") {
+	// The first response was not traced: the rest are matched by time.
+	if s, ok := traceAccuracy(tr(1, 606, 615, 645), want); !ok || !strings.HasPrefix(s, "3 traced, worst 5.0 ms, bytes 0.00% (within") {
 		t.Errorf("%s %v", s, ok)
 	}
 	// The server answered the last one 35 ms after its request: the
 	// client's 640 ms holds that wait and trace's 605 ms transfer not.
-	waited := tr(606, 615, 605)
-	waited[2].RequestWait = 35 * time.Millisecond
+	waited := tr(1, 606, 615, 605)
+	waited[2].Start += ms(35)
+	waited[2].RequestWait = ms(35)
 	if s, ok := traceAccuracy(waited, want); !ok {
 		t.Errorf("%s: the server's wait not counted", s)
 	}
 	// 700 against 640: off by more than 5 % and one sample.
-	if s, ok := traceAccuracy(tr(610, 612, 700), want[1:]); ok {
+	if s, ok := traceAccuracy(tr(1, 610, 612, 700), want); ok {
 		t.Errorf("%s: want not within", s)
 	}
 	// Bytes off by 10 %.
-	short := tr(610)
+	short := tr(1, 610)
 	short[0].Bytes = 3_060_000
-	if s, ok := traceAccuracy(short, want[1:2]); ok {
+	if s, ok := traceAccuracy(short, want); ok {
 		t.Errorf("%s: want not within", s)
 	}
-	// A late sample: the first response lent 10 % of its bytes to the
-	// second, both marked uncertain; they keep their places in the
-	// line-up, are not compared, and are counted apart.
-	lent := tr(700, 560, 670, 645)
-	lent[1].Bytes, lent[2].Bytes = 3_740_000, 3_060_000
-	lent[1].Uncertain, lent[2].Uncertain = true, true
-	if s, ok := traceAccuracy(lent, want); !ok || !strings.Contains(s, "4 traced (2 uncertain, not compared), worst 5.0 ms") {
+	// The trace joined the first 10 % of the third response to the
+	// second: matched by the time they overlap most, the second shows
+	// the bytes it took, where a line-up by duration would not.
+	merged := tr(1, 671, 551, 645)
+	merged[0].Bytes, merged[1].Bytes = 3_740_000, 3_060_000
+	merged[1].Start += ms(61)
+	if s, ok := traceAccuracy(merged, want); ok || !strings.Contains(s, "bytes 10.00%") {
+		t.Errorf("%s: an unmarked merge, want not within", s)
+	}
+	// Marked uncertain, both are counted apart and not compared.
+	merged[0].Uncertain, merged[1].Uncertain = true, true
+	if s, ok := traceAccuracy(merged, want); !ok || !strings.HasPrefix(s, "3 traced (2 uncertain, not compared), worst 5.0 ms") {
 		t.Errorf("%s %v", s, ok)
 	}
-	lent[1].Uncertain = false
-	if s, ok := traceAccuracy(lent, want); ok {
-		t.Errorf("%s: an unmarked wrong one, want not within", s)
+	if s, ok := traceAccuracy(merged[:2], want); ok || !strings.Contains(s, "2 uncertain") {
+		t.Errorf("%s %v: nothing compared, want not within", s, ok)
 	}
-	if s, ok := traceAccuracy(lent[1:3:3], want[1:3]); ok || !strings.Contains(s, "1 uncertain") {
-		t.Errorf("%s %v", s, ok)
+	// A writer that paused in the second response: two transfers, one
+	// response, compared together.
+	split := tr(1, 606, 615, 645)
+	tail := split[0]
+	split[0].Dur, split[0].Bytes = ms(400), 3_000_000
+	tail.Start, tail.Dur, tail.Bytes = tail.Start+ms(500), ms(106), 400_090
+	if s, ok := traceAccuracy(append(split, tail), want); !ok || !strings.HasPrefix(s, "3 traced, worst 5.0 ms") {
+		t.Errorf("a paused tail: %s %v", s, ok)
 	}
-	for i := range lent {
-		lent[i].Uncertain = true
+	// Clipped (under way when the recorder found it): not traced.
+	clipped := tr(0, 500, 615)
+	clipped[0].Clipped = true
+	if s, ok := traceAccuracy(clipped, want); !ok || !strings.HasPrefix(s, "1 traced,") {
+		t.Errorf("clipped: %s %v", s, ok)
 	}
-	if s, ok := traceAccuracy(lent, want); ok {
-		t.Errorf("%s: nothing compared, want not within", s)
+	// The client's own trace: its edges are the client's, 3 ms off here.
+	recv := []trace.Transfer{{Dir: trace.Recv, Start: want[2].from + ms(3), Dur: ms(612), Bytes: 3_400_000}}
+	if s, ok := traceAccuracy(recv, want); !ok || !strings.HasPrefix(s, "1 traced, worst 0.0 ms, edges 3.0 ms,") {
+		t.Errorf("receiving: %s %v", s, ok)
+	}
+	// Untimed (a generator that gives durations only): in order.
+	if s, ok := traceAccuracy(tr(0, 704), []measured{{ms: 700, bytes: 3_400_000}}); !ok || !strings.HasPrefix(s, "1 traced, worst 4.0 ms") {
+		t.Errorf("untimed: %s %v", s, ok)
 	}
 	if s, ok := traceAccuracy(nil, want); ok || s != "-" {
 		t.Errorf("nothing traced: %s %v", s, ok)

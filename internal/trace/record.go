@@ -126,6 +126,11 @@ type Point struct {
 	// arrived, read only where MinRTT is set (0 is "just now").
 	MinRTT    uint32 `json:"min_rtt,omitempty"`
 	SinceRecv uint32 `json:"last_recv_ms,omitempty"`
+	// Sent is tcpi_bytes_sent (retransmissions included), SinceSent
+	// tcpi_last_data_sent (ms since data last went out, read only where
+	// Sent is set); both absent in recordings made before they were kept.
+	Sent      uint64 `json:"sent,omitempty"`
+	SinceSent uint32 `json:"last_sent_ms,omitempty"`
 }
 
 // Inflight is what is in flight, in bytes.
@@ -150,6 +155,9 @@ func pointOf(t time.Duration, id int, sk *snapshot.Socket) Point {
 		p.SndWnd, p.RcvWnd, p.Notsent, p.Rate = ti.SndWnd, ti.RcvWnd, ti.NotsentBytes, ti.DeliveryRate
 		p.MaxPace = tcpmodel.AppPaceCap(ti)
 		p.MinRTT, p.SinceRecv = ti.MinRTT, ti.LastDataRecv
+		if ti.Has(snapshot.EndBytesRetrans) {
+			p.Sent, p.SinceSent = ti.BytesSent, ti.LastDataSent
+		}
 	}
 	if m := sk.Mem; m != nil {
 		p.SkSnd, p.SkRcv, p.Queued, p.Rmem = m.Sndbuf, m.Rcvbuf, m.WmemQueued, m.RmemAlloc

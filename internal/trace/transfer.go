@@ -245,7 +245,7 @@ func segmentConn(c *Conn, dir Direction, gap time.Duration, events bool) []Trans
 	unsure, hidden, unsureAt := false, false, -1
 	flush := func() {
 		if first >= 0 {
-			if t, ok := measure(c, ps, dir, first, last); ok {
+			if t, ok := measure(c, ps, dir, first, last, gap); ok {
 				if events {
 					t.Events = countEvents(c, dir, ps[first-1].T, ps[last].T)
 				}
@@ -257,11 +257,12 @@ func segmentConn(c *Conn, dir Direction, gap time.Duration, events bool) []Trans
 		unsure, hidden = false, false
 	}
 	for i := 1; i < len(ps); i++ {
-		speaks := grow(&ps[i-1], &ps[i], other(dir)) > 0
+		speaks := otherMoves(ps, i, dir)
 		// The other side starts a message: the next request of a
 		// keep-alive exchange, often arriving with the last ACK of the
-		// response before it.
-		starts := speaks && (i == 1 || grow(&ps[i-2], &ps[i-1], other(dir)) == 0)
+		// response before it (receiving: our request going out after
+		// the response's last byte).
+		starts := speaks && (i == 1 || !otherMoves(ps, i-1, dir))
 		if active(ps, i, dir) {
 			if first >= 0 && ps[i-1].T-ps[last].T >= gap {
 				flush()
@@ -279,10 +280,10 @@ func segmentConn(c *Conn, dir Direction, gap time.Duration, events bool) []Trans
 				continue
 			}
 			mixed := mixedTurn(&ps[i-1], &ps[i], dir)
-			// Sending, an interval that starts a transfer with data
-			// already outstanding holds the tail of the message before
-			// (an application that paused in it longer than the gap).
-			tail := first == i && dir == Send && !idle(&ps[i-1])
+			// An interval that starts a transfer with the message before
+			// maybe unfinished holds its tail (an application that paused
+			// in it longer than the gap).
+			tail := first == i && unfinished(&ps[i-1], &ps[i], dir)
 			switch {
 			case first < i || tail && !mixed:
 				if mixed {
@@ -300,6 +301,31 @@ func segmentConn(c *Conn, dir Direction, gap time.Duration, events bool) []Trans
 	}
 	flush()
 	return out
+}
+
+// otherMoves: in interval i the other side's message moves: sending, its
+// data came (bytes_received grew); receiving, our own data went out
+// (bytes_sent grew; where it was not recorded, bytes_acked, which
+// grows only when the peer acknowledges, often with its reply).
+func otherMoves(ps []Point, i int, dir Direction) bool {
+	a, b := &ps[i-1], &ps[i]
+	if dir == Recv && b.Sent > 0 {
+		return b.Sent > a.Sent
+	}
+	return grow(a, b, other(dir)) > 0
+}
+
+// unfinished: bytes of dir in the interval a..b, in which the other side
+// starts a message, may be the tail of the message before: sending, data
+// was outstanding at a; receiving (bytes_sent recorded), always: the
+// reply to our message comes a round trip after it (mixedTurn says
+// whether the interval is that long), so only the peer's message before
+// can move in it.
+func unfinished(a, b *Point, dir Direction) bool {
+	if dir == Send {
+		return !idle(a)
+	}
+	return b.Sent > 0
 }
 
 // hiddenGap: the interval a..b may hide an idle gap of at least gap in
@@ -339,33 +365,49 @@ func unseen(ps []Point, dir Direction, first, last int, gap time.Duration) bool 
 // message while dir's bytes grew, may also hold the reply's first
 // bytes. Those come a round trip after the message (sending: acked a
 // round trip after the request came; receiving: arriving a round trip
-// after our request left), so only an interval, or for a sender the time
-// since the request came (tcpi_last_data_recv, one 4 ms jiffy added),
-// at least the minimum RTT long can hold them. Recordings without
-// min_rtt take half the smoothed RTT.
+// after our request left), so only an interval, and the time since the
+// message (sinceData, one 4 ms jiffy added) where recorded, at least
+// the minimum RTT long can hold them. Recordings without min_rtt take
+// half the smoothed RTT.
 func mixedTurn(a, b *Point, dir Direction) bool {
 	since := b.T - a.T
 	rtt := time.Duration(min(a.RTT, b.RTT)) * time.Microsecond / 2
 	if b.MinRTT > 0 {
 		rtt = time.Duration(b.MinRTT) * time.Microsecond
-		if dir == Send {
-			since = min(since, time.Duration(b.SinceRecv)*time.Millisecond+jiffy)
+		if s, ok := sinceData(b, other(dir)); ok {
+			since = min(since, s+jiffy)
 		}
 	}
 	return since >= rtt
+}
+
+// sinceData is the time, at sample p, since data last moved in
+// direction d: came (Recv, tcpi_last_data_recv) or went out (Send,
+// tcpi_last_data_sent). Whole ms, with a 4 ms jiffy of grain; false
+// where the recording lacks it.
+func sinceData(p *Point, d Direction) (time.Duration, bool) {
+	switch {
+	case p.MinRTT == 0:
+		return 0, false
+	case d == Recv:
+		return time.Duration(p.SinceRecv) * time.Millisecond, true
+	case p.Sent > 0:
+		return time.Duration(p.SinceSent) * time.Millisecond, true
+	}
+	return 0, false
 }
 
 // measure builds the transfer over intervals first..last. Everything is
 // a difference between two samples of the trace: a connection found
 // sending counts from its first sample, never its past (its counters and
 // chronographs run from its start, minutes or days before the trace).
-func measure(c *Conn, ps []Point, dir Direction, first, last int) (Transfer, bool) {
+func measure(c *Conn, ps []Point, dir Direction, first, last int, gap time.Duration) (Transfer, bool) {
 	a, b := &ps[first-1], &ps[last]
 	t := Transfer{Conn: c.ID, Local: c.Local, Remote: c.Remote, Dir: dir, Bytes: counter(b, dir) - counter(a, dir),
 		first: first, last: last, Samples: last - first + 2}
 	busyAtStart := dir == Send && ps[0].SendQ > 0 || dir == Recv && ps[0].RecvQ > 0
 	busyAtEnd := dir == Send && b.SendQ > 0
-	t.ClippedStart = first == 1 && (busyAtStart || counter(&ps[0], dir) > 0 && dir == Recv)
+	t.ClippedStart = first == 1 && busyAtStart || dir == Recv && recvUnderway(ps, first, gap)
 	t.ClippedEnd = last == len(ps)-1 && busyAtEnd
 	t.Clipped = t.ClippedStart || t.ClippedEnd
 	if t.Bytes == 0 {
@@ -375,13 +417,15 @@ func measure(c *Conn, ps []Point, dir Direction, first, last int) (Transfer, boo
 	var lead time.Duration
 	if dir == Send {
 		start, end, lead = turnEdges(ps, first, last, start, end)
+	} else {
+		start, end = recvEdges(ps, first, last, start, end)
 	}
 	t.Start, t.Dur = start, end-start
 	if t.Dur <= 0 {
 		return t, false
 	}
-	if dir == Send {
-		t.RequestWait = requestWait(ps, first, start)
+	if at, ok := lastRequest(ps, dir, first); ok {
+		t.RequestWait = max(0, start-at)
 	}
 	t.Goodput = float64(t.Bytes) / t.Dur.Seconds()
 	if dir == Send {
@@ -420,6 +464,32 @@ func measure(c *Conn, ps []Point, dir Direction, first, last int) (Transfer, boo
 		t.SkBuf = b.SkRcv
 	}
 	return t, true
+}
+
+// recvUnderway: a receive transfer starting in interval first was under
+// way at the connection's first sample: data had come before that
+// sample, no interval between carried data or our request for it, and
+// the data came (tcpi_last_data_recv) less than the gap before the
+// transfer's first interval, so that a sample there would have joined
+// them. Without last_data_recv, a transfer starting in the first
+// interval.
+func recvUnderway(ps []Point, first int, gap time.Duration) bool {
+	if ps[0].Recvd == 0 {
+		return false
+	}
+	if _, ok := lastRequest(ps, Recv, first); ok {
+		return false
+	}
+	for j := 1; j < first; j++ {
+		if active(ps, j, Recv) || otherMoves(ps, j, Recv) {
+			return false
+		}
+	}
+	since, ok := sinceData(&ps[0], Recv)
+	if !ok {
+		return first == 1
+	}
+	return ps[first-1].T-(ps[0].T-since) < gap
 }
 
 // edges places a transfer's start and end inside its first and last
@@ -471,31 +541,54 @@ func edges(ps []Point, dir Direction, first, last int) (start, end time.Duration
 	return start, end
 }
 
-// requestAt: the other side's data (a request) came in interval i, and
-// the sample at its end says when (tcpi_last_data_recv, ms, kept with
-// min_rtt); the time, not before the interval.
-func requestAt(ps []Point, i int) (time.Duration, bool) {
+// requestAt: the request a transfer of dir answers moved in interval i
+// (sending: the other side's data came; receiving: ours went out), and
+// the sample at its end says when (sinceData); the time, not before
+// the interval.
+func requestAt(ps []Point, i int, dir Direction) (time.Duration, bool) {
 	a, b := &ps[i-1], &ps[i]
-	if b.MinRTT == 0 || grow(a, b, Recv) == 0 {
+	since, ok := sinceData(b, other(dir))
+	if !ok || !otherMoves(ps, i, dir) {
 		return 0, false
 	}
-	return max(a.T, b.T-time.Duration(b.SinceRecv)*time.Millisecond), true
+	return max(a.T, b.T-since), true
 }
 
-// requestWait is the time from the request a send transfer starting in
-// interval first answers to its start: the latest interval, from first
-// back to the one ending the transfer before, in which data came and a
-// sample says when; 0 when none does.
-func requestWait(ps []Point, first int, start time.Duration) time.Duration {
+// lastRequest is when the request a transfer starting in interval first
+// answers moved: the latest interval, from first back to the one ending
+// the transfer before, in which it did and a sample says when.
+func lastRequest(ps []Point, dir Direction, first int) (time.Duration, bool) {
 	for j := first; j >= 1; j-- {
-		if at, ok := requestAt(ps, j); ok {
-			return max(0, start-at)
+		if at, ok := requestAt(ps, j, dir); ok {
+			return at, true
 		}
-		if j < first && active(ps, j, Send) {
+		if j < first && active(ps, j, dir) {
 			break // the transfer before, with no request in its last interval
 		}
 	}
-	return 0
+	return 0, false
+}
+
+// recvEdges moves a receive transfer's edges to what the kernel says:
+// its end to when its last byte came (tcpi_last_data_recv, in its last
+// interval), its start to when our request went out (tcpi_last_data_sent)
+// where the sender answered at once: the request went out at most a
+// round trip (the larger smoothed RTT of the first interval's samples,
+// plus a 4 ms jiffy) before the interval its first bytes came in. The
+// round trip is then the transfer's, as a client's own
+// request-to-last-byte time counts it; a later answer leaves the start
+// at the first bytes, the wait in RequestWait. Recordings without these
+// fields keep the edges' placement.
+func recvEdges(ps []Point, first, last int, start, end time.Duration) (time.Duration, time.Duration) {
+	if since, ok := sinceData(&ps[last], Recv); ok {
+		end = max(ps[last-1].T, ps[last].T-since)
+	}
+	a, b := &ps[first-1], &ps[first]
+	rtt := time.Duration(max(a.RTT, b.RTT)) * time.Microsecond
+	if at, ok := lastRequest(ps, Recv, first); ok && at < end && a.T-at <= rtt+jiffy {
+		start = at
+	}
+	return start, end
 }
 
 // turnEdges moves a send transfer's edges to the request that turned
@@ -508,12 +601,12 @@ func requestWait(ps []Point, first int, start time.Duration) time.Duration {
 // moves an edge by under 10 ms; after a late sample by up to a round
 // trip.
 func turnEdges(ps []Point, first, last int, start, end time.Duration) (time.Duration, time.Duration, time.Duration) {
-	if at, ok := requestAt(ps, last); ok && last > first && ps[last].SendQ > 0 {
+	if at, ok := requestAt(ps, last, Send); ok && last > first && ps[last].SendQ > 0 {
 		end = max(ps[last-1].T, end-(ps[last].T-at))
 	}
 	var lead time.Duration
 	if first >= 2 && start <= ps[first-1].T+jiffy {
-		if at, ok := requestAt(ps, first-1); ok && at < start {
+		if at, ok := requestAt(ps, first-1, Send); ok && at < start {
 			lead, start = start-at, at
 		}
 	}

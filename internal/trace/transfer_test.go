@@ -369,7 +369,15 @@ func TestPathsSharedByTracedConns(t *testing.T) {
 // 10 msec; late, when set, is a sample (msec) after which the sampler
 // stalls for 100 msec, as on a busy host. rows are t (msec), acked, recvd,
 // busy (µs), msec since the request came.
-func lateSeries(late int64) *Conn {
+func lateSeries(late int64) *Conn { return exchangeSeries(late, false) }
+
+// exchangeSeries is lateSeries, or with client its client's side: each
+// request (100 bytes, bytes_sent and last_data_sent) goes out just after
+// the sample at 0 and then as the last byte of the response before
+// comes, and is acknowledged with the response's first bytes, which
+// arrive a round trip later, the rest at the same rate (bytes_received,
+// last_data_recv).
+func exchangeSeries(late int64, client bool) *Conn {
 	const rate, size, rtt = 12500, 3_400_000, 30
 	// Response k is requested at req[k] and acked from req[k]+rtt at rate.
 	req := []int64{0}
@@ -382,21 +390,49 @@ func lateSeries(late int64) *Conn {
 		if t > late && t < late+100 {
 			continue
 		}
-		var acked, recvd, busy, since, sendq int64
+		var acked, recvd, busy, since, sendq, lastByte, reqAcked int64
 		for _, r := range req {
 			if t < r {
 				break
 			}
 			recvd += 100
+			if t >= r+rtt {
+				reqAcked += 100 // with the response's first bytes
+			}
 			since = t - r
 			a := min(size, max(0, (t-r-rtt)*rate))
 			acked, sendq = acked+a, size-a // written at once, acked as it goes
 			busy += min(rtt+size/rate, t-r) * 1000
+			if a > 0 {
+				lastByte = min(t, r+rtt+size/rate)
+			}
 		}
-		c.Points = append(c.Points, Point{T: time.Duration(t) * msec, Conn: 1, State: snapshot.Established, Acked: uint64(acked), Recvd: uint64(recvd),
-			Busy: uint64(busy), SendQ: uint32(sendq), Chrono: true, MSS: 1448, Cwnd: 300, RTT: rtt * 1000, MinRTT: rtt * 1000, SinceRecv: uint32(since)})
+		p := Point{T: time.Duration(t) * msec, Conn: 1, State: snapshot.Established, Acked: uint64(acked), Recvd: uint64(recvd),
+			Busy: uint64(busy), SendQ: uint32(sendq), Chrono: true, MSS: 1448, Cwnd: 300, RTT: rtt * 1000, MinRTT: rtt * 1000, SinceRecv: uint32(since)}
+		if client {
+			// The server's acked bytes are the client's received ones; the
+			// request at 0 goes out just after the first sample.
+			sent := recvd
+			if t == 0 {
+				sent, since = 0, 0
+			}
+			p.Acked, p.Recvd, p.Busy, p.SendQ = uint64(reqAcked), uint64(acked), 0, 0
+			p.Sent, p.SinceSent, p.SinceRecv = uint64(sent), uint32(since), uint32(t-lastByte)
+		}
+		c.Points = append(c.Points, p)
 	}
 	return c
+}
+
+// segmentDir is c's transfers in direction dir.
+func segmentDir(c *Conn, dir Direction) []Transfer {
+	var out []Transfer
+	for _, x := range Segment(trace1(c), SegmentOptions{}) {
+		if x.Dir == dir {
+			out = append(out, x)
+		}
+	}
+	return out
 }
 
 // TestSegmentLateSample: a sample 100 msec late spans the end of a
@@ -405,15 +441,7 @@ func lateSeries(late int64) *Conn {
 // others right to the byte. Before, the first was reported as one
 // response with 875,000 bytes of the next (26 %) and nothing said.
 func TestSegmentLateSample(t *testing.T) {
-	sends := func(c *Conn) []Transfer {
-		var out []Transfer
-		for _, x := range Segment(trace1(c), SegmentOptions{}) {
-			if x.Dir == Send {
-				out = append(out, x)
-			}
-		}
-		return out
-	}
+	sends := func(c *Conn) []Transfer { return segmentDir(c, Send) }
 	// On time, each response runs from its request (at 0, 302 and 604
 	// msec) to its last ACK 302 msec later: the request's time inside its
 	// interval is last_data_recv's, not the interval's end.
@@ -621,5 +649,140 @@ func TestSendSplitDrainedTail(t *testing.T) {
 	}
 	if s := ts[0].Split; s.Congestion > 4*msec || s.Rwnd < 40*msec {
 		t.Errorf("split %+v: want the window's 46 ms, no congestion", s)
+	}
+}
+
+// TestSegmentRecvLateSample: the client's side of TestSegmentLateSample.
+// On time, each response runs from its request going out (last_data_sent)
+// to its last byte coming (last_data_recv), the client's own
+// request-to-last-byte time, 302 msec, to the msec. Before, the next
+// request was seen only when acknowledged with the next response's first
+// bytes, which were counted into the response before it (3,500,000
+// bytes), and the edges sat at sample times. A sample 100 msec late
+// across a turn leaves the two responses around it uncertain.
+func TestSegmentRecvLateSample(t *testing.T) {
+	recvs := func(c *Conn) []Transfer { return segmentDir(c, Recv) }
+	ts := recvs(exchangeSeries(1<<40, true))
+	if len(ts) != 3 {
+		t.Fatalf("%d receive transfers, want 3: %+v", len(ts), ts)
+	}
+	for i, x := range ts {
+		if at := time.Duration(302*i) * msec; x.Uncertain || x.Bytes != 3_400_000 || x.Start != at || x.Dur != 302*msec || x.RequestWait != 0 {
+			t.Errorf("response %d: %d bytes at %v for %v (wait %v, uncertain %v), want 3400000 at %v for 302ms", i, x.Bytes, x.Start, x.Dur, x.RequestWait, x.Uncertain, at)
+		}
+	}
+	ts = recvs(exchangeSeries(270, true))
+	if len(ts) != 3 {
+		t.Fatalf("late sample: %d receive transfers, want 3: %+v", len(ts), ts)
+	}
+	for i, x := range ts {
+		if i < 2 && !x.Uncertain {
+			t.Errorf("late sample: transfer %d: %d bytes, not marked uncertain", i, x.Bytes)
+		}
+		if i == 2 && (x.Uncertain || x.Bytes != 3_400_000 || x.Start != 604*msec || x.Dur != 302*msec) {
+			t.Errorf("late sample: transfer 2: %d bytes at %v for %v, uncertain %v, want 3400000 at 604ms for 302ms, certain", x.Bytes, x.Start, x.Dur, x.Uncertain)
+		}
+	}
+}
+
+// TestSegmentRecvPausedTail: the client's side of TestSegmentPausedTail.
+// The server pauses 60 msec before the last 100,000 bytes of a response;
+// the client reads them and sends its next request in the same interval.
+// That interval is the paused tail, and the next response runs from the
+// request (last_data_sent) to its last byte (last_data_recv). Before, the
+// tail and the next response's first interval were one transfer.
+func TestSegmentRecvPausedTail(t *testing.T) {
+	c := series([][6]int64{
+		{0, 0, 0, 0, 0, 0},
+		{10, 0, 0, 0, 0, 0}, // request 1 out at 2
+		{20, 0, 0, 0, 0, 0},
+		{30, 0, 0, 0, 0, 0},
+		{40, 100, 100000, 0, 0, 0}, // from 32, with the request's ACK
+		{50, 100, 200000, 0, 0, 0},
+		{60, 100, 300000, 0, 0, 0}, // last byte at 58; the server pauses
+		{70, 100, 300000, 0, 0, 0},
+		{120, 100, 300000, 0, 0, 0},
+		{130, 100, 400000, 0, 0, 0}, // the tail, last byte at 125; request 2 out at 126
+		{140, 100, 400000, 0, 0, 0},
+		{150, 100, 400000, 0, 0, 0},
+		{160, 200, 500000, 0, 0, 0}, // from 156
+		{170, 200, 600000, 0, 0, 0},
+		{180, 200, 700000, 0, 0, 0}, // last byte at 178
+		{300, 200, 700000, 0, 0, 0},
+	})
+	lastByte := map[int64]int64{0: 0, 40: 40, 50: 50, 60: 58, 130: 125, 160: 160, 170: 170, 180: 178}
+	var lb, sentAt, sent int64
+	for i := range c.Points {
+		p := &c.Points[i]
+		ms := int64(p.T / msec)
+		if at, ok := lastByte[ms]; ok {
+			lb = at
+		}
+		switch ms {
+		case 10:
+			sentAt, sent = 2, 100
+		case 130:
+			sentAt, sent = 126, 200
+		}
+		p.MinRTT, p.RTT = 30000, 30000
+		p.Sent, p.SinceSent, p.SinceRecv = uint64(sent), uint32(ms-sentAt), uint32(ms-lb)
+	}
+	type got struct {
+		bytes      uint64
+		start, dur time.Duration
+		unsure     bool
+	}
+	var gs []got
+	for _, x := range Segment(trace1(c), SegmentOptions{}) {
+		if x.Dir == Recv {
+			gs = append(gs, got{x.Bytes, x.Start, x.Dur, x.Uncertain})
+		}
+	}
+	want := []got{{300000, 2 * msec, 56 * msec, false}, {100000, 120 * msec, 5 * msec, false}, {300000, 126 * msec, 52 * msec, false}}
+	if !slices.Equal(gs, want) {
+		t.Errorf("receive transfers %+v, want %+v: response 1, its paused tail, response 2 from its request to its last byte", gs, want)
+	}
+}
+
+// TestSegmentRecvFoundMidResponse: a client found 8 msec after a
+// response's bytes last came, with nothing more in the next interval (its
+// small window drained, as in the lab's C5 run): the response was under
+// way at the first sample and is clipped, not taken for one that starts
+// there. Data last come more than the gap before the first sample, and
+// a response after our own request, start afresh.
+func TestSegmentRecvFoundMidResponse(t *testing.T) {
+	var rows [][6]int64 // t (msec), bytes received
+	for _, r := range [][2]int64{{200, 386700}, {210, 386700}, {220, 492732}, {230, 600000}, {240, 700000}, {400, 700000}} {
+		rows = append(rows, [6]int64{r[0], 43, r[1]})
+	}
+	c := series(rows)
+	for i := range c.Points {
+		p := &c.Points[i]
+		p.MinRTT, p.RTT, p.Sent = 30000, 30000, 42
+		p.SinceRecv, p.SinceSent = uint32(max(0, p.T/msec-232)), uint32(p.T/msec-32)
+	}
+	c.Points[0].SinceRecv, c.Points[1].SinceRecv = 8, 18
+	recv := func() Transfer {
+		t.Helper()
+		out := segmentDir(c, Recv)
+		if len(out) != 1 {
+			t.Fatalf("%d receive transfers, want 1: %+v", len(out), out)
+		}
+		return out[0]
+	}
+	if x := recv(); !x.Clipped || !x.ClippedStart || x.Bytes != 313300 {
+		t.Errorf("found mid-response: %d bytes, clipped %v (start %v), want 313300 clipped at its start", x.Bytes, x.Clipped, x.ClippedStart)
+	}
+	c.Points[0].SinceRecv, c.Points[1].SinceRecv = 100, 110
+	if x := recv(); x.Clipped {
+		t.Errorf("data last came 100 msec before the first sample: clipped, want a transfer of its own")
+	}
+	c.Points[0].SinceRecv, c.Points[1].SinceRecv = 8, 18
+	c.Points[1].Sent, c.Points[1].SinceSent = 84, 1 // our request at 209
+	for i := 2; i < len(c.Points); i++ {
+		c.Points[i].Sent, c.Points[i].SinceSent = 84, uint32(c.Points[i].T/msec-209)
+	}
+	if x := recv(); x.Clipped || x.Start != 209*msec {
+		t.Errorf("after our request at 209 msec: clipped %v, start %v, want its own from the request", x.Clipped, x.Start)
 	}
 }

@@ -148,11 +148,15 @@ type BigClientConfig struct {
 }
 
 // BigRequest is one response as the client saw it: TotalMs from the
-// request to the last byte, TransferMs from the first byte to the last.
+// request to the last byte, TransferMs from the first byte to the last;
+// Start (just before the request was written) and End (the last byte
+// read) on the wall clock, the one a trace's header starts on.
 type BigRequest struct {
-	Bytes      int64   `json:"bytes"`
-	TotalMs    float64 `json:"total_ms"`
-	TransferMs float64 `json:"transfer_ms"`
+	Bytes      int64     `json:"bytes"`
+	TotalMs    float64   `json:"total_ms"`
+	TransferMs float64   `json:"transfer_ms"`
+	Start      time.Time `json:"start"`
+	End        time.Time `json:"end"`
 }
 
 // BigClientResult sums up the requests; IdealMs = bytes*8/LinkRate and the
@@ -217,7 +221,7 @@ func RunBigClient(ctx context.Context, cfg BigClientConfig) (BigClientResult, er
 		t2 := time.Now()
 		total += t2.Sub(t0)
 		transfer += t2.Sub(t1)
-		res.Requests = append(res.Requests, BigRequest{Bytes: n, TotalMs: ms(t2.Sub(t0)), TransferMs: ms(t2.Sub(t1))})
+		res.Requests = append(res.Requests, BigRequest{Bytes: n, TotalMs: ms(t2.Sub(t0)), TransferMs: ms(t2.Sub(t1)), Start: t0, End: t2})
 	}
 	res.ConnInfo = connInfo(c)
 	if n := len(res.Requests); n > 0 {

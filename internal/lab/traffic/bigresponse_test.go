@@ -10,6 +10,7 @@ import (
 	"net"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestBigResponse(t *testing.T) {
@@ -26,10 +27,16 @@ func TestBigResponse(t *testing.T) {
 	if len(res.Requests) != 3 {
 		t.Fatalf("%d requests, want 3", len(res.Requests))
 	}
+	var prev time.Time
 	for _, r := range res.Requests {
 		if r.Bytes != 3_400_000 || r.TransferMs > r.TotalMs || r.TotalMs <= 0 {
 			t.Errorf("request %+v, want 3400000 bytes and transfer <= total", r)
 		}
+		// Its wall-clock edges, in order, TotalMs apart.
+		if d := ms(r.End.Sub(r.Start)); r.Start.Before(prev) || math.Abs(d-r.TotalMs) > 1e-6 {
+			t.Errorf("request %+v: %.3f ms from start to end, want %.3f after the one before", r, d, r.TotalMs)
+		}
+		prev = r.End
 	}
 	if math.Abs(res.IdealMs-272) > 1e-9 || res.TotalRatio <= 0 {
 		t.Errorf("ideal %.3f ms (want 272), ratio %.3f", res.IdealMs, res.TotalRatio)
