@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -38,6 +39,21 @@ func run(t *testing.T, args ...string) (int, string, string) {
 	}
 	code := Main(args, e)
 	return code, out.String(), errb.String()
+}
+
+// runProcess runs tcpdoctor as a process of its own (this test binary,
+// TestMain), as users run it: its collection shares no Go runtime with
+// the test's own sockets and goroutines.
+func runProcess(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), childArgs+"="+strings.Join(args, "\x1f"))
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil && cmd.ProcessState == nil {
+		t.Fatalf("%v: %v", args, err)
+	}
+	return cmd.ProcessState.ExitCode(), out.String(), errb.String()
 }
 
 func golden(t *testing.T, name, got string) {

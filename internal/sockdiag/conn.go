@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/netip"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -33,6 +34,8 @@ type Conn struct {
 	// fd2, when not 0, is the socket a split dump's second half comes
 	// over (OpenHalf).
 	fd2 int
+	// served is when the last lookup batch's sendmsg returned.
+	served time.Time
 }
 
 // slotLen holds one lookup reply: inet_diag_msg, tcp_info, meminfo and
@@ -139,6 +142,13 @@ func (c *Conn) Lookup(opts Options, keys []Key, fn func(int, *snapshot.Socket) e
 	return c.lookup(lookupExt(opts), keys, fn)
 }
 
+// Served is when the kernel had answered the lookup batch whose replies
+// fn is being given: it fills every reply inside the batch's sendmsg (a
+// socket another thread holds locked, inside that wait), so the time
+// sendmsg returned dates the readings better than any time taken around
+// the receive.
+func (c *Conn) Served() time.Time { return c.served }
+
 // lookupExt is the idiag_ext bits a lookup asks for.
 func lookupExt(opts Options) uint8 {
 	var ext uint8
@@ -171,6 +181,7 @@ func (c *Conn) lookupBatch(ext uint8, keys []Key, base int, fn func(int, *snapsh
 	if err := unix.Sendto(c.fd, c.req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return fmt.Errorf("sockdiag: lookup: send: %w", err)
 	}
+	c.served = time.Now()
 	c.ensureSlots()
 	left := len(keys)
 	for left > 0 {

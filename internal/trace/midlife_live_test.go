@@ -260,9 +260,8 @@ func foundMidLife(t *testing.T, rcvbuf int) {
 	// transfer of each burst lasts the reader's first-to-last byte time,
 	// within two sample intervals and a tenth (the edges sit inside
 	// their intervals; the reader wakes after the data arrives), plus the
-	// latest tick's lateness: a point is stamped when its tick starts, and
-	// a loaded machine (load average 26 on 2 cores here) can read the
-	// kernel tens of ms after that.
+	// latest tick's lateness: a loaded machine (load average 26 on 2
+	// cores here) started ticks tens of ms late, leaving long intervals.
 	_, _, late := st.JitterSummary()
 	t.Logf("ticks late by at most %v", late)
 	if len(sends) != bursts {

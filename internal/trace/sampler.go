@@ -25,6 +25,12 @@ type Source interface {
 	Lookup(opts sockdiag.Options, keys []sockdiag.Key, fn func(int, *snapshot.Socket) error) error
 }
 
+// servedSource is a Source that says when the kernel answered the
+// lookup whose replies it is giving (sockdiag.Conn.Served).
+type servedSource interface {
+	Served() time.Time
+}
+
 // EventSource is the eBPF program that times events of watched sockets
 // (bpfsource.Tracer), or a fake in tests.
 type EventSource interface {
@@ -347,7 +353,7 @@ func (r *recorder) discover(opts sockdiag.Options) error {
 		}
 		live = append(live, idx)
 		keys = append(keys, sockdiag.KeyOf(sk))
-		return r.add(idx, sk)
+		return r.add(idx, r.cfg.Now(), sk)
 	})
 	if err != nil {
 		return err
@@ -408,7 +414,11 @@ func (r *recorder) lookup(opts sockdiag.Options) error {
 		}
 		i := r.sel[j]
 		gone[i] = false
-		return r.add(r.live[i], sk)
+		at := r.cfg.Now()
+		if ss, ok := r.cfg.Source.(servedSource); ok && !ss.Served().IsZero() {
+			at = ss.Served()
+		}
+		return r.add(r.live[i], at, sk)
 	})
 	if err != nil {
 		return err
@@ -428,14 +438,15 @@ func (r *recorder) lookup(opts sockdiag.Options) error {
 	return nil
 }
 
-// add records sk's sample, stamped when its reply was read: the kernel
-// filled it between the tick's start and then, and a sampler preempted
-// or kept waiting inside the request (a socket lock) reads it late. A
-// stamp from the tick's start put 76 ms of a burst's busy time into a
-// "10 ms" interval on a loaded host.
-func (r *recorder) add(idx int, sk *snapshot.Socket) error {
+// add records sk's sample, stamped at: when the kernel had answered (a
+// lookup's sendmsg returned), else when the reply was read. The kernel
+// fills a reply after the tick starts, and a sampler preempted, or kept
+// waiting inside the request for a socket its writer holds locked, reads
+// it late: stamped at the tick's start, a loaded host put 76 ms of a
+// burst's busy time into a "10 ms" interval.
+func (r *recorder) add(idx int, at time.Time, sk *snapshot.Socket) error {
 	c := r.tr.Conns[idx]
-	p := pointOf(r.cfg.Now().Sub(r.tr.Header.Started), c.ID, sk)
+	p := pointOf(at.Sub(r.tr.Header.Started), c.ID, sk)
 	for len(r.quiet) <= idx {
 		r.quiet = append(r.quiet, 0)
 	}
