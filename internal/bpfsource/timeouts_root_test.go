@@ -3,8 +3,10 @@
 package bpfsource
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"sync"
@@ -16,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
+	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
 	"github.com/tcpdoctor/tcpdoctor/internal/testkit/testns"
 )
 
@@ -30,9 +33,24 @@ import (
 // (Reading.Skipped; it skips the program when an interrupt comes while
 // it runs on that CPU). Here that is rare: in most runs nothing is
 // skipped and the count must be exact.
+//
+// The test watches each socket's state (TCP_INFO) until it is CLOSE and
+// only then reads SO_ERROR: reading SO_ERROR clears sk_err, and a read
+// between the timer's setting it and the state change the program sees
+// makes the program count the connect as abandoned (bpf/lifecycle.c).
+// Every counter of the namespace, the failed connects streamed by
+// reason, and the lost and skipped counts are logged, so that a shortfall
+// says where the runs went.
 func TestTimedOutConnectsCounted(t *testing.T) {
 	src := openWith(t, Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch, err := src.Events(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ns := testns.New(t, "bpftimeo")
+	streamed := failedConnectReasons(ch, ns.Inode)
 	stop := churnUntilStopped(t, testns.New(t, "bpfchurn"))
 	const n = 1000
 	var fds []int
@@ -41,7 +59,7 @@ func TestTimedOutConnectsCounted(t *testing.T) {
 			_ = unix.Close(fd)
 		}
 	}()
-	err := netns.Do(ns, func() error {
+	err = netns.Do(ns, func() error {
 		lfd, sa, err := loopbackListener(0)
 		if err != nil {
 			return err
@@ -72,8 +90,9 @@ func TestTimedOutConnectsCounted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// One SYN retransmission after 1 s, ETIMEDOUT 2 s later. Reading
-	// SO_ERROR clears it: each socket is read until it says.
+	// One SYN retransmission after 1 s, ETIMEDOUT 2 s later. A socket
+	// is done once TCP_INFO says CLOSE (its state is stored after the
+	// tracepoint ran); then SO_ERROR is read once and must say why.
 	pending := map[int]bool{}
 	for _, fd := range fds[2:] {
 		pending[fd] = true
@@ -81,15 +100,21 @@ func TestTimedOutConnectsCounted(t *testing.T) {
 	timedOut := 0
 	for deadline := time.Now().Add(10 * time.Second); len(pending) > 0 && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		for fd := range pending {
+			ti, err := unix.GetsockoptTCPInfo(fd, unix.IPPROTO_TCP, unix.TCP_INFO)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ti.State != uint8(snapshot.Close) {
+				continue
+			}
+			delete(pending, fd)
 			switch e, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR); {
 			case err != nil:
 				t.Fatal(err)
-			case e == int(unix.ETIMEDOUT):
-				timedOut++
-				delete(pending, fd)
-			case e != 0:
-				t.Fatalf("connect: %v, want ETIMEDOUT", unix.Errno(e))
+			case e != int(unix.ETIMEDOUT):
+				t.Fatalf("connect ended with %v, want ETIMEDOUT", unix.Errno(e))
 			}
+			timedOut++
 		}
 	}
 	churned := stop()
@@ -100,13 +125,22 @@ func TestTimedOutConnectsCounted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var opens, counted uint64
+	var sum Flow
 	for _, f := range r.ByNetns[ns.Inode] {
-		opens += f.Opens
-		counted += f.TimedOut
+		sum.Opens += f.Opens
+		sum.FailedPorts += f.FailedPorts
+		sum.Refused += f.Refused
+		sum.TimedOut += f.TimedOut
+		sum.Unreachable += f.Unreachable
+		sum.Abandoned += f.Abandoned
+		sum.ActiveCloses += f.ActiveCloses
 	}
+	opens, counted := sum.Opens, sum.TimedOut
 	skipped := r.Skipped["inet_sock_set_state"]
 	t.Logf("%d connects timed out beside %d connections churned: %d opens, %d counted as timed out, %d runs of the lifecycle program skipped (host-wide)", n, churned, opens, counted, skipped)
+	t.Logf("namespace counts: opens %d, failed_ports %d, refused %d, timed_out %d, unreachable %d, abandoned %d, active_closes %d; lost flows %d, lost events %d, skipped %v",
+		sum.Opens, sum.FailedPorts, sum.Refused, sum.TimedOut, sum.Unreachable, sum.Abandoned, sum.ActiveCloses, r.LostFlows, r.LostEvents, r.Skipped)
+	t.Logf("failed connects streamed, by reason: %v", streamed(n, 2*time.Second))
 	if opens != n+1 {
 		t.Errorf("%d opens counted, want %d", opens, n+1)
 	}
@@ -115,6 +149,35 @@ func TestTimedOutConnectsCounted(t *testing.T) {
 	}
 	if counted+skipped < n {
 		t.Errorf("%d timeouts counted and %d runs reported skipped, fewer than the %d made: runs lost without a word", counted, skipped, n)
+	}
+}
+
+// failedConnectReasons counts the failed connects of namespace ns that ch
+// streams, by reason, until ch closes. The function it returns waits
+// until n are counted or within passes, and returns the counts so far.
+func failedConnectReasons(ch <-chan Event, ns uint64) func(n int, within time.Duration) map[string]int {
+	var mu sync.Mutex
+	reasons := map[string]int{}
+	total := 0
+	go func() {
+		for e := range ch {
+			if e.Kind == FailedConnect && e.Netns == ns {
+				mu.Lock()
+				reasons[e.Reason]++
+				total++
+				mu.Unlock()
+			}
+		}
+	}()
+	return func(n int, within time.Duration) map[string]int {
+		for end := time.Now().Add(within); ; time.Sleep(10 * time.Millisecond) {
+			mu.Lock()
+			if total >= n || time.Now().After(end) {
+				defer mu.Unlock()
+				return maps.Clone(reasons)
+			}
+			mu.Unlock()
+		}
 	}
 }
 
