@@ -28,6 +28,18 @@
  *                  refused, timed_out and unreachable end in softirq or
  *                  timer context: counted under pid 0 (the opener is
  *                  unknown) unless track_lifetimes stored it at open
+ *                  A reader of SO_ERROR racing the kernel takes the
+ *                  error away: getsockopt(SO_ERROR) clears sk_err
+ *                  (xchg, without the socket lock), and the kernel sets
+ *                  sk_err, purges the write queue, then closes
+ *                  (tcp_done_with_error). A read in between makes the
+ *                  connect count as abandoned, under whatever task the
+ *                  timer or packet interrupted. A process waiting in
+ *                  poll or epoll is woken only after the close; one that
+ *                  reads SO_ERROR without waiting can race it, and so
+ *                  can a woken one on kernels without commit
+ *                  853c3bd7b791 ("tcp: fix race in tcp_write_err()"),
+ *                  where a timeout wakes pollers before the close
  *   active_closes  ESTABLISHED->FIN_WAIT1: close()/shutdown() of a
  *                  connection whose peer had not closed, in the closer's
  *                  context (it will hold the TIME_WAIT). Sockets that
