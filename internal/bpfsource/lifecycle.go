@@ -36,7 +36,10 @@ type Flow struct {
 	// other error (EHOSTUNREACH, ENETUNREACH...). The kernel ends them in
 	// softirq or timer context: Pid is 0 unless Options.Lifetimes kept
 	// the opener. Abandoned counts connects the process closed before
-	// the handshake finished (its own connect timeout), under its pid.
+	// the handshake finished (its own connect timeout), under its pid;
+	// also a reset or ICMP error that a reader of SO_ERROR took in the
+	// moment before the kernel closed the socket (a timeout taken that
+	// way still counts in TimedOut: bpf/lifecycle.c).
 	Refused, TimedOut, Unreachable, Abandoned uint64
 	// ActiveCloses counts connections this process closed before its peer
 	// did (ESTABLISHED->FIN_WAIT1): it holds their TIME_WAIT.

@@ -20,6 +20,7 @@
  *                    in the caller's context
  *     refused        sk_err ECONNREFUSED: a reset answered the SYN
  *     timed_out      sk_err ETIMEDOUT: no answer to the SYN retransmits
+ *                    (or sk_err taken, below)
  *     unreachable    sk_err EHOSTUNREACH/ENETUNREACH (an ICMP error) or
  *                    any other error the kernel set
  *     abandoned      sk_err 0 after the SYN left: the process closed
@@ -28,6 +29,22 @@
  *                  refused, timed_out and unreachable end in softirq or
  *                  timer context: counted under pid 0 (the opener is
  *                  unknown) unless track_lifetimes stored it at open
+ *                  A reader of SO_ERROR can take the error first:
+ *                  getsockopt(SO_ERROR) clears sk_err (xchg, without the
+ *                  socket lock), and the kernel sets sk_err, purges the
+ *                  write queue, then closes (tcp_done_with_error). A
+ *                  process waiting in poll or epoll is woken only after
+ *                  the close; one that reads SO_ERROR without waiting
+ *                  can race it, and so can a woken one on kernels
+ *                  without commit 853c3bd7b791 ("tcp: fix race in
+ *                  tcp_write_err()"), where a timeout wakes pollers
+ *                  before the close. A timeout is still told apart: the
+ *                  retransmit timer is no longer pending and the queue
+ *                  is purged (a process's own close comes with its SYN
+ *                  queued and the timer set), and its error was
+ *                  sk_err_soft or ETIMEDOUT. A reset or ICMP error taken
+ *                  that way counts as abandoned, under whatever task the
+ *                  packet interrupted
  *   active_closes  ESTABLISHED->FIN_WAIT1: close()/shutdown() of a
  *                  connection whose peer had not closed, in the closer's
  *                  context (it will hold the TIME_WAIT). Sockets that
@@ -115,6 +132,16 @@ const volatile __u64 wakeup_bytes = 64 * 1024;
 struct task_struct___lc {
 	int tgid;
 	char comm[16];
+};
+/* What the retransmit timer leaves on a connect it gives up on. */
+struct sock___lc {
+	int sk_err_soft;
+};
+struct inet_connection_sock___lc {
+	__u8 icsk_pending;
+};
+struct tcp_sock___lc {
+	__u32 packets_out;
 };
 #pragma clang attribute pop
 
@@ -311,6 +338,24 @@ int lifecycle(__u64 *ctx)
 		/* Past struct sock: the verifier allows no direct load. */
 		bpf_probe_read_kernel(&sport, sizeof(sport), &inet->inet_sport);
 		bpf_probe_read_kernel(&sent, sizeof(sent), &tp->segs_out);
+		if (err == 0 && sent != 0) {
+			/* The retransmit timer gave up (tcp_write_err) and a
+			 * reader of SO_ERROR took the error before this
+			 * tracepoint: the timer is no longer pending and the
+			 * write queue is already purged, whereas a process's
+			 * own close() or shutdown() comes here with its SYN
+			 * still queued and the timer set. The error was
+			 * sk_err_soft, else ETIMEDOUT; a reader takes
+			 * sk_err_soft only when sk_err was 0. */
+			__u32 packets = 1;
+			__u8 pending = 1;
+			bpf_probe_read_kernel(&packets, sizeof(packets), &((struct tcp_sock___lc *)sk)->packets_out);
+			bpf_probe_read_kernel(&pending, sizeof(pending), &((struct inet_connection_sock___lc *)sk)->icsk_pending);
+			if (packets == 0 && pending == 0) {
+				int soft = ((struct sock___lc *)sk)->sk_err_soft;
+				err = soft ? soft : ETIMEDOUT;
+			}
+		}
 		/* Ended by the process itself (no port, or its own close) or
 		 * by the network (softirq/timer: pid and comm are not the
 		 * opener's). */
