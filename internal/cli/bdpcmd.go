@@ -23,7 +23,8 @@ func newBDPCmd(e *Env) *cobra.Command {
 	o := &bdpOpts{}
 	cmd := &cobra.Command{
 		Use:   "bdp --rtt 20ms --bandwidth 100mbit",
-		Short: "Bandwidth-delay product: the buffers a path needs and whether this host allows them",
+		Short: "Bandwidth-delay product: the buffers a path needs, host limits",
+		Long:  "Bandwidth-delay product: the buffers a path needs and whether this host allows them.",
 		Args:  cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			return runBDP(e, o)

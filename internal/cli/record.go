@@ -29,7 +29,8 @@ func newRecordCmd(e *Env) *cobra.Command {
 	o := &recordOpts{}
 	cmd := &cobra.Command{
 		Use:   "record -o FILE",
-		Short: "Write timestamped snapshots to a file (for bug reports, replay with --from)",
+		Short: "Write timestamped snapshots to a file (replay them with --from)",
+		Long:  "Write timestamped snapshots to a file, for bug reports; check --from and sockets --from replay them.",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runRecord(cmd, e, o)

@@ -25,7 +25,7 @@ func newRulesCmd(e *Env) *cobra.Command {
 func newExplainCmd(e *Env) *cobra.Command {
 	return &cobra.Command{
 		Use:   "explain RULE",
-		Short: "Print a rule's page: what it means, its evidence, thresholds and fixes",
+		Short: "Print a rule's page: meaning, evidence, thresholds and fixes",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
 			if _, err := rules.Select(args); err != nil {

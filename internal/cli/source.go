@@ -82,7 +82,7 @@ func (o *sourceOpts) where() string {
 }
 
 func (o *sourceOpts) register(fs *pflag.FlagSet) {
-	fs.StringVar(&o.from, "from", "", "read snapshots from a file written by `tcpdoctor record` instead of the live host (- for standard input)")
+	fs.StringVar(&o.from, "from", "", "read snapshots from `FILE`, written by tcpdoctor record, instead of the live host (- for standard input)")
 	fs.StringVar(&o.netns, "netns", "", "collect in the named network namespace (ip netns)")
 	fs.BoolVar(&o.allNetns, "all-netns", false, "collect in every network namespace on the host")
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tcpdoctor/tcpdoctor/internal/helptext"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/traffic/trafficcmd"
 	"github.com/tcpdoctor/tcpdoctor/internal/textsafe"
 	"github.com/tcpdoctor/tcpdoctor/internal/version"
@@ -194,6 +195,7 @@ else the one on $PATH.`,
 		newDelayLineCmd(), newHoldCmd(e), newCollectOnceCmd(e),
 	)
 	usageArgs(root)
+	helptext.Fit(root, helptext.Width)
 	return root
 }
 
