@@ -129,7 +129,7 @@ func runHistory(e *Env, o *historyOpts) error {
 	if o.picture || len(l.Incidents) > 1 {
 		l.Picture = &pic
 	}
-	history.WriteText(e.Stdout, l, now.Location())
+	history.WriteText(e.Stdout, l, now.Location(), e.columns())
 	return nil
 }
 

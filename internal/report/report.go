@@ -176,6 +176,13 @@ func WriteText(w io.Writer, r *Report, st Style) {
 	}
 }
 
+// Wrap prints prefix and text on one line when it fits width (or width
+// is 0), else broken at spaces as check's text is, continuations indented
+// by indent spaces.
+func Wrap(w io.Writer, width int, prefix string, indent int, text string) {
+	wrap(w, Style{Width: width}, prefix, indent, text, "")
+}
+
 // wrap prints prefix, text and (dimmed) tail on one line when it fits
 // st.Width (or Width is 0), else broken at spaces into lines of at most
 // Width (a word longer than a line stays whole), each continuation
