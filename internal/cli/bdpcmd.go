@@ -50,7 +50,7 @@ func runBDP(e *Env, o *bdpOpts) error {
 	}
 	rate, err := bdp.ParseRate(o.bandwidth)
 	if err != nil {
-		return usageErr("bdp: --bandwidth: %v", err)
+		return usageErr("--bandwidth: %v", err) // "bdp: rate ...: ..."
 	}
 	s, err := settings(e, &o.src)
 	if err != nil {

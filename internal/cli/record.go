@@ -13,6 +13,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/jsonl"
 	"github.com/tcpdoctor/tcpdoctor/internal/outfile"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/units"
 	"github.com/tcpdoctor/tcpdoctor/internal/window"
 )
 
@@ -98,7 +99,7 @@ func runRecord(cmd *cobra.Command, e *Env, o *recordOpts) error {
 			}
 			got += len(s.Sockets)
 		}
-		fmt.Fprintf(e.Stderr, "tcpdoctor: sample %d/%d: %d namespaces, %d sockets\n", i+1, o.count, len(snaps), got)
+		fmt.Fprintf(e.Stderr, "tcpdoctor: sample %d/%d: %s, %s\n", i+1, o.count, units.N(len(snaps), "namespace"), units.N(got, "socket"))
 		if window.NothingCollected(ss) {
 			return collectErr(fmt.Errorf("record: nothing could be collected: %s", window.FirstErrorText(ss)))
 		}

@@ -195,7 +195,7 @@ func NewRoot(e *Env) *cobra.Command {
 	root.SetOut(e.Stdout)
 	root.SetErr(e.Stderr)
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
-		return &exitError{code: ExitUsage, err: err}
+		return usageErr("%v (see %s --help)", err, c.CommandPath())
 	})
 	root.AddCommand(
 		newSocketsCmd(e),

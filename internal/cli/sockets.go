@@ -120,7 +120,7 @@ func (o *socketsOpts) filter(e *Env) (*collect.SocketFilter, error) {
 		for _, name := range o.states {
 			st, ok := snapshot.ParseState(name)
 			if !ok {
-				return nil, usageErr("sockets: unknown state %q", name)
+				return nil, usageErr("sockets: unknown state %q (want %s)", name, strings.Join(stateNames(), ", "))
 			}
 			flt.States[st] = true
 		}

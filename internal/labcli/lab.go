@@ -39,10 +39,15 @@ func newListCmd(e *Env) *cobra.Command {
 func newRunCmd(e *Env) *cobra.Command {
 	o := &labRunOpts{}
 	cmd := &cobra.Command{
-		Use:         "run NAME|all",
-		Short:       "Run a scenario (or all): findings before and after, verdict",
-		Long:        "Run a scenario (or all): its table, tcpdoctor's findings before and after the fix, and the verdict; exit 1 if not reproduced.",
-		Args:        cobra.ExactArgs(1),
+		Use:   "run NAME|all",
+		Short: "Run a scenario (or all): findings before and after, verdict",
+		Long:  "Run a scenario (or all): its table, tcpdoctor's findings before and after the fix, and the verdict; exit 1 if not reproduced.",
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usageErr("run: name one scenario, or all (tcpdoctor-lab list lists them)")
+			}
+			return nil
+		},
 		Annotations: map[string]string{cleansUp: "true"},
 		ValidArgsFunction: func(_ *cobra.Command, args []string, typed string) ([]cobra.Completion, cobra.ShellCompDirective) {
 			var out []cobra.Completion

@@ -187,7 +187,9 @@ else the one on $PATH.`,
 	}
 	root.SetOut(e.Stdout)
 	root.SetErr(e.Stderr)
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitError{code: ExitUsage, err: err} })
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return &exitError{code: ExitUsage, err: fmt.Errorf("%w (see %s --help)", err, c.CommandPath())}
+	})
 	root.AddCommand(
 		newListCmd(e), newRunCmd(e), newCleanCmd(e),
 		newLinkBenchCmd(e), newBenchCmd(e), newServeBenchCmd(e), newTraceBenchCmd(e),
