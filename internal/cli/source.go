@@ -55,7 +55,7 @@ func (o *sourceOpts) othersNote(e *Env) {
 	}
 	all, _ := e.finder().All() // a partial list undercounts; the note is a hint
 	if n := len(all) - 1; n > 0 {
-		e.progress("note: %s on this host not checked (--all-netns checks every one, --netns NAME one)", otherNetns(n))
+		e.progress("note: %s not checked (--all-netns or --netns)", otherNetns(n)) // 80 columns up to 9
 	}
 }
 
