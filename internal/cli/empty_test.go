@@ -6,8 +6,8 @@ import (
 	"bytes"
 	"os"
 	"os/exec"
-	"strconv"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 

@@ -128,7 +128,7 @@ func runTrace(cmd *cobra.Command, e *Env, o *traceOpts) error {
 		return err
 	}
 	if len(tr.Conns) == 0 {
-		e.progress("note: no connection matched %s: nothing was traced", tr.Header.Matched())
+		e.progress("note: %s: nothing was traced", tr.Header.NothingMatched())
 	}
 	if len(failed) > 0 {
 		for _, err := range failed[:len(failed)-1] {
