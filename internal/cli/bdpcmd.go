@@ -23,7 +23,8 @@ func newBDPCmd(e *Env) *cobra.Command {
 	o := &bdpOpts{}
 	cmd := &cobra.Command{
 		Use:   "bdp --rtt 20ms --bandwidth 100mbit",
-		Short: "Bandwidth-delay product: the buffers a path needs and whether this host allows them",
+		Short: "Bandwidth-delay product: the buffers a path needs, host limits",
+		Long:  "Bandwidth-delay product: the buffers a path needs and whether this host allows them.",
 		Args:  cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			return runBDP(e, o)
@@ -49,7 +50,7 @@ func runBDP(e *Env, o *bdpOpts) error {
 	}
 	rate, err := bdp.ParseRate(o.bandwidth)
 	if err != nil {
-		return usageErr("bdp: --bandwidth: %v", err)
+		return usageErr("--bandwidth: %v", err) // "bdp: rate ...: ..."
 	}
 	s, err := settings(e, &o.src)
 	if err != nil {

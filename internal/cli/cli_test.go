@@ -180,7 +180,11 @@ func TestUsageErrors(t *testing.T) {
 		args []string
 		msg  string
 	}{
-		{[]string{"check", "--bogus"}, "unknown flag"},
+		{[]string{"check", "--bogus"}, "unknown flag: --bogus (see tcpdoctor check --help)"},
+		{[]string{"check", "--interval", "5"}, `missing unit in duration "5" (see tcpdoctor check --help)`},
+		{[]string{"bdp", "--rtt", "20ms", "--bandwidth", "1"}, `tcpdoctor: --bandwidth: bdp: rate "1" has no unit`},
+		{[]string{"explain"}, "explain: name one rule (tcpdoctor rules lists them)"},
+		{[]string{"explain", "a", "b"}, "explain: name one rule"},
 		{[]string{"frobnicate"}, "unknown command"},
 		{[]string{"chek"}, `unknown command "chek" for "tcpdoctor"; did you mean "check"?`},
 		{[]string{"check", "--netns", "a", "--all-netns"}, "exclude each other"},
@@ -196,7 +200,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"bdp", "--rtt", "20ms", "--bandwidth", "100"}, "has no unit"},
 		{[]string{"trace", "--from", overflowFixture, "--bandwidth", "100"}, "has no unit"},
 		{[]string{"serve", "--bandwidth", "100"}, "has no unit"},
-		{[]string{"sockets", "--from", overflowFixture, "--state", "sleepy"}, "unknown state"},
+		{[]string{"sockets", "--from", overflowFixture, "--state", "sleepy"}, `unknown state "sleepy" (want estab, syn-sent,`},
 		{[]string{"sockets", "--from", overflowFixture, "--port", "70000"}, "out of range"},
 		{[]string{"record"}, "-o FILE is required"},
 		{[]string{"serve", "--max-connections", "0"}, "--max-connections must be 1..10000"},

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"os"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -110,6 +111,11 @@ func TestOtherNetnsNoted(t *testing.T) {
 	code, _, stderr := run(t, "check", "--interval", "0", "--bpf", "off")
 	if code != ExitOK && code != ExitFindings || !strings.Contains(stderr, "other network namespace") || !strings.Contains(stderr, "--all-netns") {
 		t.Errorf("check: exit %d, stderr %q", code, stderr)
+	}
+	// One line of 80 columns for up to 9 others (a terminal's width).
+	m := regexp.MustCompile(`tcpdoctor: note: (\d+) other network namespaces? not checked.*`).FindStringSubmatch(stderr)
+	if m == nil || len(m[1]) == 1 && len(m[0]) > 80 {
+		t.Errorf("check's note on other namespaces: %q (from %q), want one of 80 columns or fewer", m, stderr)
 	}
 	if _, _, stderr := run(t, "check", "--interval", "0", "--bpf", "off", "--all-netns"); strings.Contains(stderr, "not checked") {
 		t.Errorf("check --all-netns still notes others: %q", stderr)

@@ -32,14 +32,16 @@ func newHistoryCmd(e *Env) *cobra.Command {
 	o := &historyOpts{}
 	cmd := &cobra.Command{
 		Use:   "history [DIR]",
-		Short: "List the incidents `serve --history` kept: when, how bad, what, and the command that replays each",
+		Short: "List the incidents serve --history kept, each with its replay",
 		Long: `Read the store serve --history DIR keeps and print its incidents, oldest first: a finding seen in
 consecutive windows of its namespace is one incident, with its start, its end or "ongoing", its
 peak severity, subject and summary, and the check --history DIR --at TIME command that prints
 the full diagnosis of its window (evidence and fixes) where the samples were kept.
+
 With two or more incidents (or --picture) a strip per subject shows its findings over time,
 one character per bucket (C critical, W warning, i info, . quiet, blank no window); --html FILE
 writes a page with that chart and the incidents.
+
 Times: RFC 3339, a clock time today (03:12), or a duration before now (2h, -30m, 7d).`,
 		Args: cobra.MaximumNArgs(1),
 		// DIR completes as a directory.
@@ -127,7 +129,7 @@ func runHistory(e *Env, o *historyOpts) error {
 	if o.picture || len(l.Incidents) > 1 {
 		l.Picture = &pic
 	}
-	history.WriteText(e.Stdout, l, now.Location())
+	history.WriteText(e.Stdout, l, now.Location(), e.columns())
 	return nil
 }
 

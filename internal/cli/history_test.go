@@ -3,6 +3,7 @@
 package cli
 
 import (
+	"bytes"
 	"compress/gzip"
 	"context"
 	"encoding/json"
@@ -13,6 +14,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/tcpdoctor/tcpdoctor/internal/diag"
 	"github.com/tcpdoctor/tcpdoctor/internal/history"
@@ -419,5 +421,32 @@ func TestHistoryDirCompletes(t *testing.T) {
 	}
 	if _, out, _ := run(t, "__complete", "history", "dir", ""); !strings.HasSuffix(strings.TrimSpace(out), ":4") {
 		t.Errorf("history DIR <TAB>: %q", out)
+	}
+}
+
+// TestHistoryWrapsToWidth: at a terminal's width (here $COLUMNS) the
+// incident's heading and summary wrap at spaces; the replay command
+// stays whole; the words are the unwrapped listing's.
+func TestHistoryWrapsToWidth(t *testing.T) {
+	dir, _, _ := storeFrom(t, overflowFixture)
+	flat := mustRun(t, 0, "history", dir, "--since", "7000d")
+	var out, errb bytes.Buffer
+	e := &Env{Stdout: &out, Stderr: &errb, Now: time.Now, ProcRoot: "/proc",
+		Getenv: func(k string) string {
+			if k == "COLUMNS" {
+				return "80"
+			}
+			return ""
+		}}
+	if code := Main([]string{"history", dir, "--since", "7000d"}, e); code != ExitOK {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	for _, l := range strings.Split(out.String(), "\n") {
+		if n := utf8.RuneCountInString(l); n > 80 && !strings.HasPrefix(l, "  replay: ") && !strings.HasPrefix(l, "history ") {
+			t.Errorf("line of %d: %q", n, l)
+		}
+	}
+	if strings.Join(strings.Fields(out.String()), " ") != strings.Join(strings.Fields(flat), " ") || !strings.Contains(flat, "1 incident") {
+		t.Errorf("the words differ from the unwrapped listing:\n%s\nwant\n%s", out.String(), flat)
 	}
 }

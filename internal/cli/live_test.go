@@ -32,6 +32,9 @@ func TestRecordReplay(t *testing.T) {
 	if code != ExitOK {
 		t.Fatalf("record: exit %d: %s", code, stderr)
 	}
+	if !strings.Contains(stderr, "sample 2/2: 1 namespace, ") {
+		t.Errorf("record's progress %q: want one namespace counted as one", stderr)
+	}
 	f, err := os.Open(file)
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/jsonl"
 	"github.com/tcpdoctor/tcpdoctor/internal/outfile"
 	"github.com/tcpdoctor/tcpdoctor/internal/snapshot"
+	"github.com/tcpdoctor/tcpdoctor/internal/units"
 	"github.com/tcpdoctor/tcpdoctor/internal/window"
 )
 
@@ -29,7 +30,8 @@ func newRecordCmd(e *Env) *cobra.Command {
 	o := &recordOpts{}
 	cmd := &cobra.Command{
 		Use:   "record -o FILE",
-		Short: "Write timestamped snapshots to a file (for bug reports, replay with --from)",
+		Short: "Write timestamped snapshots to a file (replay them with --from)",
+		Long:  "Write timestamped snapshots to a file, for bug reports; check --from and sockets --from replay them.",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runRecord(cmd, e, o)
@@ -97,7 +99,7 @@ func runRecord(cmd *cobra.Command, e *Env, o *recordOpts) error {
 			}
 			got += len(s.Sockets)
 		}
-		fmt.Fprintf(e.Stderr, "tcpdoctor: sample %d/%d: %d namespaces, %d sockets\n", i+1, o.count, len(snaps), got)
+		fmt.Fprintf(e.Stderr, "tcpdoctor: sample %d/%d: %s, %s\n", i+1, o.count, units.N(len(snaps), "namespace"), units.N(got, "socket"))
 		if window.NothingCollected(ss) {
 			return collectErr(fmt.Errorf("record: nothing could be collected: %s", window.FirstErrorText(ss)))
 		}

@@ -23,6 +23,7 @@ import (
 	"github.com/tcpdoctor/tcpdoctor/internal/capability"
 	"github.com/tcpdoctor/tcpdoctor/internal/collect"
 	"github.com/tcpdoctor/tcpdoctor/internal/containers"
+	"github.com/tcpdoctor/tcpdoctor/internal/helptext"
 	"github.com/tcpdoctor/tcpdoctor/internal/netns"
 	"github.com/tcpdoctor/tcpdoctor/internal/serve"
 	"github.com/tcpdoctor/tcpdoctor/internal/textsafe"
@@ -185,7 +186,7 @@ var errFindings = &exitError{code: ExitFindings}
 func NewRoot(e *Env) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "tcpdoctor",
-		Short:         "Tell why TCP services are slow or fail to connect, with kernel evidence and the fix",
+		Short:         "Tell why TCP services are slow or fail to connect: kernel evidence, the fix",
 		Version:       e.build().String(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -194,7 +195,7 @@ func NewRoot(e *Env) *cobra.Command {
 	root.SetOut(e.Stdout)
 	root.SetErr(e.Stderr)
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
-		return &exitError{code: ExitUsage, err: err}
+		return usageErr("%v (see %s --help)", err, c.CommandPath())
 	})
 	root.AddCommand(
 		newSocketsCmd(e),
@@ -212,6 +213,7 @@ func NewRoot(e *Env) *cobra.Command {
 	root.DisableSuggestions = true // unknownCommand suggests, on one line
 	usageArgs(root)
 	complete(root, e)
+	helptext.Fit(root, helptext.Width)
 	return root
 }
 

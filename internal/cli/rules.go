@@ -25,9 +25,11 @@ func newRulesCmd(e *Env) *cobra.Command {
 func newExplainCmd(e *Env) *cobra.Command {
 	return &cobra.Command{
 		Use:   "explain RULE",
-		Short: "Print a rule's page: what it means, its evidence, thresholds and fixes",
-		Args:  cobra.ExactArgs(1),
+		Short: "Print a rule's page: meaning, evidence, thresholds and fixes",
 		RunE: func(_ *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usageErr("explain: name one rule (tcpdoctor rules lists them)")
+			}
 			if _, err := rules.Select(args); err != nil {
 				return usageErr("explain: %v", err)
 			}

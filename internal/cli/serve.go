@@ -64,7 +64,7 @@ socket systemd passes. See docs/exporter.md for every metric.`,
 	fs.BoolVar(&o.noOwners, "no-owners", false, "do not map sockets to processes (no command labels, cheaper)")
 	fs.StringVar(&o.bandwidth, "bandwidth", "", "path bandwidth for BDP arithmetic, e.g. 100mbit (default: estimated)")
 	fs.IntVar(&o.maxConns, "max-connections", exporter.DefaultMaxConns, "HTTP connections open at once; at the cap the longest-idle one is closed (at most a quarter of RLIMIT_NOFILE)")
-	fs.StringVar(&o.history, "history", "", "keep every window's findings and the evidence of incidents in this directory, for `tcpdoctor history` and `check --history --at` (docs/history.md)")
+	fs.StringVar(&o.history, "history", "", "keep every window's findings and the evidence of incidents in `DIR`, for tcpdoctor history and check --history --at (docs/history.md)")
 	fs.StringVar(&o.histSize, "history-size", "256MiB", "bound of the --history directory; the oldest files go first")
 	fs.StringVar(&o.histAge, "history-age", "7d", "files in --history older than this go (a duration: 168h, 7d)")
 	fs.DurationVar(&o.traceDur, "history-trace-duration", history.DefaultTraceDuration, "with --history: length of the trace of a connection-bottleneck, rwnd-limited, slow-reader or sndbuf-limited finding's connections recorded when it warns (at trace's default 100 samples a second; one at a time)")

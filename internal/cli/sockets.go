@@ -41,7 +41,7 @@ func newSocketsCmd(e *Env) *cobra.Command {
 	o := &socketsOpts{}
 	cmd := &cobra.Command{
 		Use:   "sockets",
-		Short: "List TCP sockets with the figures these diagnoses need (an ss for people)",
+		Short: "List TCP sockets with the figures diagnoses need (ss for people)",
 		Long: `List TCP sockets: state, queues, RTT, congestion window, delivery rate, buffers and
 owning process. With --interval, take two samples and show the share of the window each connection
 was busy and what limited it (send buffer, receiver's window, congestion), from the kernel's
@@ -120,7 +120,7 @@ func (o *socketsOpts) filter(e *Env) (*collect.SocketFilter, error) {
 		for _, name := range o.states {
 			st, ok := snapshot.ParseState(name)
 			if !ok {
-				return nil, usageErr("sockets: unknown state %q", name)
+				return nil, usageErr("sockets: unknown state %q (want %s)", name, strings.Join(stateNames(), ", "))
 			}
 			flt.States[st] = true
 		}

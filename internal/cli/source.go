@@ -55,7 +55,7 @@ func (o *sourceOpts) othersNote(e *Env) {
 	}
 	all, _ := e.finder().All() // a partial list undercounts; the note is a hint
 	if n := len(all) - 1; n > 0 {
-		e.progress("note: %s on this host not checked (--all-netns checks every one, --netns NAME one)", otherNetns(n))
+		e.progress("note: %s not checked (--all-netns or --netns)", otherNetns(n)) // 80 columns up to 9
 	}
 }
 
@@ -82,7 +82,7 @@ func (o *sourceOpts) where() string {
 }
 
 func (o *sourceOpts) register(fs *pflag.FlagSet) {
-	fs.StringVar(&o.from, "from", "", "read snapshots from a file written by `tcpdoctor record` instead of the live host (- for standard input)")
+	fs.StringVar(&o.from, "from", "", "read snapshots from `FILE`, written by tcpdoctor record, instead of the live host (- for standard input)")
 	fs.StringVar(&o.netns, "netns", "", "collect in the named network namespace (ip netns)")
 	fs.BoolVar(&o.allNetns, "all-netns", false, "collect in every network namespace on the host")
 }

@@ -41,7 +41,7 @@ func newTraceCmd(e *Env) *cobra.Command {
 	o := &traceOpts{}
 	cmd := &cobra.Command{
 		Use:   "trace",
-		Short: "Record chosen connections many times a second and explain each transfer on them",
+		Short: "Sample chosen connections often and explain each transfer",
 		Long: `Sample the matching connections --rate times a second (sock_diag, filtered in the kernel),
 cut each connection's life into transfers (runs of data one way, ended by idle gaps and
 request/response turns), split each transfer's time by what held it (the peer's receive window,
@@ -128,7 +128,7 @@ func runTrace(cmd *cobra.Command, e *Env, o *traceOpts) error {
 		return err
 	}
 	if len(tr.Conns) == 0 {
-		e.progress("note: no connection matched %s: nothing was traced", tr.Header.Matched())
+		e.progress("note: %s: nothing was traced", tr.Header.NothingMatched())
 	}
 	if len(failed) > 0 {
 		for _, err := range failed[:len(failed)-1] {

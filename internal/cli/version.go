@@ -13,7 +13,7 @@ func newVersionCmd(e *Env) *cobra.Command {
 	var asJSON jsonOpt
 	cmd := &cobra.Command{
 		Use:   "version",
-		Short: "Print the version, commit, build date and Go version of this binary",
+		Short: "Print this binary's version, commit, build date and Go version",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			b := e.build()

@@ -32,7 +32,7 @@ func newWatchCmd(e *Env) *cobra.Command {
 	o := &watchOpts{}
 	cmd := &cobra.Command{
 		Use:   "watch",
-		Short: "Stream notable TCP events as they happen (eBPF): failed connects, resets, overflows, retransmits",
+		Short: "Stream failed connects, resets, overflows, retransmits (eBPF)",
 		Long: `Stream, as the kernel sees them, the events two snapshots cannot: connect() calls that
 fail, by cause (no free port, refused, timed out, unreachable, abandoned), resets sent and
 received with the kernel's reason, handshakes dropped by a full accept queue, SYN
@@ -51,9 +51,9 @@ Needs eBPF (root, kernel BTF); without it watch exits 3 and says why. Runs until
 	fs := cmd.Flags()
 	fs.IntVar(&o.port, "port", 0, "only events with this local or remote port")
 	fs.IntVar(&o.pid, "pid", 0, "only events caused by this process (events with no process, e.g. received resets, need --port)")
-	fs.StringSliceVar(&o.netns, "netns", nil, "only these network namespaces (`ip netns` names, or host)")
+	fs.StringSliceVar(&o.netns, "netns", nil, "only these network namespaces: a `NAME` that ip netns lists, or host (repeatable, or comma-separated)")
 	o.wl.register(fs, "watch")
-	fs.StringSliceVar(&o.kinds, "kind", nil, "only these kinds: "+strings.Join(watch.Kinds(), ","))
+	fs.StringSliceVar(&o.kinds, "kind", nil, "only these kinds (repeatable, or comma-separated): "+strings.Join(watch.Kinds(), ", "))
 	o.json.register(fs)
 	fs.DurationVar(&o.duration, "duration", 0, "stop after this long (0: until Ctrl-C)")
 	fs.IntVar(&o.count, "count", 0, "stop after this many lines (0: no limit)")

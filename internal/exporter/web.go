@@ -116,6 +116,7 @@ func (w Web) Handler(metrics http.Handler, version string, pages ...Page) (http.
 		Description: "Why TCP services on this host are slow or fail to connect, as Prometheus metrics",
 		Version:     version,
 		Links:       links,
+		Profiling:   "false", // no /debug/pprof here: its links would be 404s
 	})
 	if err != nil {
 		return nil, fmt.Errorf("landing page: %w", err)

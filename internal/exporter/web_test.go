@@ -16,9 +16,11 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -356,5 +358,27 @@ func TestWebSystemdSocket(t *testing.T) {
 	resp.Body.Close()
 	if string(b) != "systemd socket ok\n" {
 		t.Errorf("GET on the passed socket: %d %q", resp.StatusCode, b)
+	}
+}
+
+// TestLandingLinksAnswer: every link of the landing page answers (it
+// once offered pprof profiles tcpdoctor does not serve).
+func TestLandingLinksAnswer(t *testing.T) {
+	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	h, err := Web{}.Handler(ok, "v1.2.3-test", Page{Path: "/history", Text: "History", Handler: ok})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	code, body := status(t, srv.Client(), srv.URL+"/", "", "")
+	links := regexp.MustCompile(`href="(/[^"]*)"`).FindAllStringSubmatch(body, -1)
+	if code != http.StatusOK || len(links) < 2 {
+		t.Fatalf("landing page: %d, links %q", code, links)
+	}
+	for _, l := range links {
+		if c, _ := status(t, srv.Client(), srv.URL+l[1], "", ""); c != http.StatusOK {
+			t.Errorf("landing page link %s answers %d", l[1], c)
+		}
 	}
 }

@@ -187,6 +187,10 @@ func TestHTMLFits(t *testing.T) {
 	if scroll > client || client < 1200 {
 		t.Errorf("the document is %d px wide in a %d px viewport", scroll, client)
 	}
+	// A phone: nothing to scroll sideways either.
+	if scroll, client := testbrowser.Width(t, page, 390, 844, 3000); scroll > client || client < 350 {
+		t.Errorf("on a phone the document is %d px wide in a %d px viewport", scroll, client)
+	}
 	if os.Getenv("HISTORY_FIT_SCREENSHOT") != "" {
 		_, img := testbrowser.Render(t, page, 1280, 900, 3000)
 		testbrowser.Save(t, "HISTORY_FIT_SCREENSHOT", img)

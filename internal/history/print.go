@@ -91,7 +91,8 @@ func WriteJSON(w io.Writer, l *Listing) error {
 // WriteText prints the incidents for people, oldest first, times in loc:
 // one block each with its span, peak, subject, summary and replay
 // command, then a strip of each subject's findings over the listing.
-func WriteText(w io.Writer, l *Listing, loc *time.Location) {
+// Headings and summaries longer than width (0: none) wrap at spaces.
+func WriteText(w io.Writer, l *Listing, loc *time.Location, width int) {
 	safe := textsafe.String
 	day := func(t time.Time) string { return t.In(loc).Format("2006-01-02 15:04:05") }
 	fmt.Fprintf(w, "history %s: %d windows", safe(l.Dir), l.Windows)
@@ -104,8 +105,9 @@ func WriteText(w io.Writer, l *Listing, loc *time.Location) {
 		if in.Ongoing {
 			end = "ongoing (since " + units.Dur(in.End.Sub(in.Start)) + ")"
 		}
-		fmt.Fprintf(w, "\n%s .. %s  %s %s  %s\n", day(in.Start), end, in.Severity.Label(), safe(in.Rule), report.SubjectText(in.Subject))
-		fmt.Fprintf(w, "  %s\n", safe(in.Summary))
+		fmt.Fprintln(w)
+		report.Wrap(w, width, day(in.Start)+" .. ", 4, fmt.Sprintf("%s  %s %s  %s", end, in.Severity.Label(), safe(in.Rule), report.SubjectText(in.Subject)))
+		report.Wrap(w, width, "  ", 4, safe(in.Summary))
 		if l.Replay[i] != "" {
 			fmt.Fprintf(w, "  replay: %s\n", safe(l.Replay[i]))
 		} else {

@@ -81,7 +81,7 @@ func newBenchCmd(e *Env) *cobra.Command {
 	o := &benchOpts{}
 	cmd := &cobra.Command{
 		Use:   "bench",
-		Short: "Time each tcpdoctor command end to end against the matching ss, with peak memory, at N sockets in a private namespace (root)",
+		Short: "Time each tcpdoctor command against ss at N sockets (root)",
 		Long: `Fill a lab namespace with loopback connections held by child processes, and
 at each size in --sizes (TCP sockets: two per connection, plus one listener
 per holder) run every tcpdoctor command as a separate process in that

@@ -39,9 +39,15 @@ func newListCmd(e *Env) *cobra.Command {
 func newRunCmd(e *Env) *cobra.Command {
 	o := &labRunOpts{}
 	cmd := &cobra.Command{
-		Use:         "run NAME|all",
-		Short:       "Run a scenario (or all): table, tcpdoctor's findings before and after, verdict; exit 1 if not reproduced",
-		Args:        cobra.ExactArgs(1),
+		Use:   "run NAME|all",
+		Short: "Run a scenario (or all): findings before and after, verdict",
+		Long:  "Run a scenario (or all): its table, tcpdoctor's findings before and after the fix, and the verdict; exit 1 if not reproduced.",
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usageErr("run: name one scenario, or all (tcpdoctor-lab list lists them)")
+			}
+			return nil
+		},
 		Annotations: map[string]string{cleansUp: "true"},
 		ValidArgsFunction: func(_ *cobra.Command, args []string, typed string) ([]cobra.Completion, cobra.ShellCompDirective) {
 			var out []cobra.Completion
@@ -145,7 +151,8 @@ func scenarioHint(typed string) string {
 func newCleanCmd(e *Env) *cobra.Command {
 	return &cobra.Command{
 		Use:   "clean",
-		Short: "Remove what killed lab runs left behind (tdlab-* namespaces, recorded traffic processes)",
+		Short: "Remove what killed lab runs left (namespaces, processes)",
+		Long:  "Remove what killed lab runs left behind: tdlab-* network namespaces and the traffic processes they recorded.",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return lab.Clean(cmd.Context(), e.Self, e.Stderr)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tcpdoctor/tcpdoctor/internal/helptext"
 	"github.com/tcpdoctor/tcpdoctor/internal/lab/traffic/trafficcmd"
 	"github.com/tcpdoctor/tcpdoctor/internal/textsafe"
 	"github.com/tcpdoctor/tcpdoctor/internal/version"
@@ -186,7 +187,9 @@ else the one on $PATH.`,
 	}
 	root.SetOut(e.Stdout)
 	root.SetErr(e.Stderr)
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitError{code: ExitUsage, err: err} })
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return &exitError{code: ExitUsage, err: fmt.Errorf("%w (see %s --help)", err, c.CommandPath())}
+	})
 	root.AddCommand(
 		newListCmd(e), newRunCmd(e), newCleanCmd(e),
 		newLinkBenchCmd(e), newBenchCmd(e), newServeBenchCmd(e), newTraceBenchCmd(e),
@@ -194,6 +197,7 @@ else the one on $PATH.`,
 		newDelayLineCmd(), newHoldCmd(e), newCollectOnceCmd(e),
 	)
 	usageArgs(root)
+	helptext.Fit(root, helptext.Width)
 	return root
 }
 

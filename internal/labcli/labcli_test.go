@@ -44,8 +44,9 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"run", "c1", "--quick"}, `unknown scenario "c1" (did you mean c1-rpc-connections?)`},
 		{[]string{"run", "C2"}, "(did you mean c2-accept-backlog, c2-port-exhaustion, c2-app-cap?)"},
 		{[]string{"bench", "--sizes", "nine"}, "--sizes"},
-		{[]string{"run"}, "accepts 1 arg"},
-		{[]string{"list", "--bogus"}, "unknown flag"},
+		{[]string{"run"}, "run: name one scenario, or all (tcpdoctor-lab list lists them)"},
+		{[]string{"run", "a", "b"}, "run: name one scenario"},
+		{[]string{"list", "--bogus"}, "unknown flag: --bogus (see tcpdoctor-lab list --help)"},
 	} {
 		code, _, stderr := runLab(t, nil, tc.args...)
 		if code != ExitUsage || !strings.Contains(stderr, tc.msg) || strings.Count(stderr, "\n") != 1 {

@@ -49,7 +49,7 @@ func newLinkBenchCmd(e *Env) *cobra.Command {
 	o := &labLinkBenchOpts{}
 	cmd := &cobra.Command{
 		Use:   "link-bench",
-		Short: "Measure the lab's link emulator: delay accuracy, throughput and its CPU use (root)",
+		Short: "Measure the link emulator: delay, throughput, CPU use (root)",
 		Long: `link-bench builds a client/router/server namespace topology and measures the
 emulated link: UDP ping-pongs at --rtt (measured RTT minus configured RTT),
 then one autotuned TCP flow at --rate and one at --slow-rate, with the

@@ -30,7 +30,8 @@ func newServeBenchCmd(e *Env) *cobra.Command {
 	o := &serveBenchOpts{}
 	cmd := &cobra.Command{
 		Use:         "serve-bench",
-		Short:       "Measure tcpdoctor serve (cycle cost, scrape latency, peak RSS) at N connections in a private namespace (root)",
+		Short:       "Measure serve: cycle cost, scrape latency, peak RSS (root)",
+		Long:        "Measure tcpdoctor serve (cycle cost, scrape latency, peak RSS) at N connections in a private namespace (root).",
 		Args:        cobra.NoArgs,
 		Annotations: map[string]string{cleansUp: "true"},
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -71,7 +72,7 @@ func newServeBenchCmd(e *Env) *cobra.Command {
 	fs.IntVar(&o.cycles, "cycles", 5, "collection cycles to measure")
 	fs.DurationVar(&o.interval, "interval", 2*time.Second, "the exporter's --interval")
 	fs.BoolVar(&o.withHist, "with-history", false, "run serve with --history (a temporary directory): its peak RSS holding the previous collection whole")
-	fs.BoolVar(&o.history, "history", false, "measure what --history adds instead: disk and CPU per window, quiet and with a persisting warning, and `history` over a week (--cycles windows per case)")
+	fs.BoolVar(&o.history, "history", false, "measure what --history adds instead: disk and CPU per window, quiet and with a persisting warning, and history over a week (--cycles windows per case)")
 	return cmd
 }
 

@@ -20,7 +20,8 @@ func newTraceBenchCmd(e *Env) *cobra.Command {
 	var o bench.TraceOptions
 	cmd := &cobra.Command{
 		Use:         "trace-bench",
-		Short:       "Measure trace's CPU share and sampling jitter: N traced sockets among many others in a private namespace (root)",
+		Short:       "Measure trace's CPU share and sampling jitter (root)",
+		Long:        "Measure trace's CPU share and sampling jitter: N traced sockets among many others in a private namespace (root).",
 		Args:        cobra.NoArgs,
 		Annotations: map[string]string{cleansUp: "true"},
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -71,8 +71,8 @@ type Style struct {
 	Color bool
 	// MinSeverity hides findings below it (info is shown with --verbose).
 	MinSeverity diag.Severity
-	// Width wraps the summary, evidence, fix and risk lines longer than it
-	// at spaces, their continuations indented under their text; commands
+	// Width wraps the heading, summary, evidence, fix, risk and closing
+	// lines longer than it at spaces, their continuations indented under their text; commands
 	// and pod specs are never wrapped (they are copied whole). 0 wraps
 	// nothing (a pipe: one line per item, for grep).
 	Width int
@@ -111,7 +111,7 @@ func WriteText(w io.Writer, r *Report, st Style) {
 		case diag.Warning:
 			col = yellow
 		}
-		fmt.Fprintf(w, "%s %s  %s\n", paint(col, f.Severity.Label()), safe(f.Rule), SubjectText(f.Subject))
+		wrap(w, st, paint(col, f.Severity.Label())+" "+safe(f.Rule)+"  ", 4, SubjectText(f.Subject), "")
 		wrap(w, st, "  ", 4, safe(f.Summary), "")
 		if len(f.Evidence) > 0 {
 			fmt.Fprintln(w, "  evidence:")
@@ -154,12 +154,12 @@ func WriteText(w io.Writer, r *Report, st Style) {
 	if shown == 0 {
 		fmt.Fprintf(w, "%s no TCP problem found at %s or above\n", paint(cyan, "OK"), st.MinSeverity)
 	}
-	fmt.Fprintf(w, "checked %s in %s over %s with %s",
+	done := fmt.Sprintf("checked %s in %s over %s with %s",
 		units.N(r.Sockets, "socket"), units.N(len(r.Netns), "network namespace"), windowText(r.Window), units.N(len(r.RulesRun), "rule"))
 	if hidden > 0 {
-		fmt.Fprintf(w, "; %s hidden (--verbose shows them)", units.N(hidden, "info finding"))
+		done += fmt.Sprintf("; %s hidden (--verbose shows them)", units.N(hidden, "info finding"))
 	}
-	fmt.Fprintln(w)
+	wrap(w, st, "", 2, done, "")
 	for _, u := range r.Unknown {
 		ns := ""
 		if u.Netns != "" && len(r.Netns) > 1 {
@@ -174,6 +174,13 @@ func WriteText(w io.Writer, r *Report, st Style) {
 		}
 		wrap(w, st, paint(yellow, "NOTE")+" ", 2, "source "+safe(se.Source)+where+" incomplete: "+safe(se.Error), "")
 	}
+}
+
+// Wrap prints prefix and text on one line when it fits width (or width
+// is 0), else broken at spaces as check's text is, continuations indented
+// by indent spaces.
+func Wrap(w io.Writer, width int, prefix string, indent int, text string) {
+	wrap(w, Style{Width: width}, prefix, indent, text, "")
 }
 
 // wrap prints prefix, text and (dimmed) tail on one line when it fits

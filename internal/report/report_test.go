@@ -148,3 +148,34 @@ func TestSubjectText(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteTextWidth: at a terminal's width every line but a command
+// fits, the finding's heading and the closing line included, and the
+// words are those of the unwrapped text.
+func TestWriteTextWidth(t *testing.T) {
+	r := &Report{
+		Netns:   []string{"tdlab-2b8705-server"},
+		Sockets: 530, RulesRun: make([]string, 14),
+		Window: Window{Seconds: 3},
+		Findings: []diag.Finding{{
+			Rule: "rwnd-limited", Severity: diag.Warning,
+			Subject: diag.Subject{Netns: "tdlab-2b8705-server", Local: zoned("x", 54753), Remote: zoned("y", 40346), Pid: 26780, Command: "livetest.test"},
+			Summary: "short",
+			Fixes:   []diag.Fix{{Scope: "host", Text: "t", Command: strings.Repeat("sysctl ", 20)}},
+		}, {Rule: "slow-reader", Severity: diag.Info, Summary: "hidden"}},
+	}
+	var flat, b bytes.Buffer
+	WriteText(&flat, r, Style{MinSeverity: diag.Warning})
+	WriteText(&b, r, Style{MinSeverity: diag.Warning, Width: 80})
+	for _, l := range strings.Split(b.String(), "\n") {
+		if n := len([]rune(l)); n > 80 && !strings.HasPrefix(l, "        sysctl") {
+			t.Errorf("line of %d: %q", n, l)
+		}
+	}
+	if strings.Join(strings.Fields(b.String()), " ") != strings.Join(strings.Fields(flat.String()), " ") {
+		t.Errorf("the words differ from the unwrapped text:\n%s", b.String())
+	}
+	if !strings.Contains(flat.String(), "1 info finding hidden") {
+		t.Errorf("no hidden-finding count in:\n%s", flat.String())
+	}
+}

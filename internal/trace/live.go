@@ -172,7 +172,7 @@ func Describe(f *sockdiag.Filter, pid int) string {
 		parts = append(parts, "pid "+strconv.Itoa(pid))
 	}
 	if len(parts) == 0 {
-		return "all connections"
+		return allConnections
 	}
 	return strings.Join(parts, " and ")
 }

@@ -280,7 +280,7 @@ func Read(r io.Reader) (*Trace, error) {
 		}
 		if tr.Header.Trace == 0 {
 			if l.Header == nil || l.Header.Trace == 0 {
-				return nil, fmt.Errorf("%w (line %d)", ErrNoHeader, n)
+				return nil, fmt.Errorf("%w (line %d): trace -o writes trace files; check --from and sockets --from read record's snapshots", ErrNoHeader, n)
 			}
 			if l.Header.Trace < 1 || l.Header.Trace > Version {
 				return nil, fmt.Errorf("%w %d: trace format %d, this build reads %d", ErrFormat, n, l.Header.Trace, Version)

@@ -50,6 +50,11 @@ func TestReadErrors(t *testing.T) {
 			t.Errorf("%q: %v, want %v", c.in, err, c.want)
 		}
 	}
+	// A snapshot file given to trace --from: the error says what reads it.
+	_, err := Read(strings.NewReader(`{"format":"tcpdoctor-snapshot","version":1}` + "\n"))
+	if !errors.Is(err, ErrNoHeader) || !strings.Contains(err.Error(), "check --from and sockets --from read record's snapshots") {
+		t.Errorf("a snapshot file: %v", err)
+	}
 }
 
 // TestReadTornAndTimes: a last line the file ends inside is dropped as a

@@ -231,10 +231,22 @@ func WriteText(w io.Writer, tr *Trace, ts []Transfer, top int) error {
 		return err
 	}
 	if len(tr.Conns) == 0 {
-		_, err := fmt.Fprintf(w, "no connection matched %s\n", tr.Header.Matched())
+		_, err := fmt.Fprintln(w, tr.Header.NothingMatched())
 		return err
 	}
 	return WriteTable(w, ts, top)
+}
+
+// allConnections is the filter of a trace without one.
+const allConnections = "all connections"
+
+// NothingMatched says that a recording traced no connection: none
+// matched its filter, or, without one, none was seen established.
+func (h *Header) NothingMatched() string {
+	if h.Filter == allConnections {
+		return "no established connection was seen"
+	}
+	return "no connection matched " + h.Matched()
 }
 
 // Matched names a recording's filter for a note ("the filters" when it
