@@ -25,6 +25,16 @@ func series(rows [][6]int64) *Conn {
 	return c
 }
 
+// window2K is series with the peer's window at 2K, segments of 1K and
+// cwnd at cwnd segments: a receiver pinned small on a fast path.
+func window2K(cwnd uint32, rows [][6]int64) *Conn {
+	c := series(rows)
+	for i := range c.Points {
+		c.Points[i].SndWnd, c.Points[i].Cwnd, c.Points[i].MSS = 2048, cwnd, 1024
+	}
+	return c
+}
+
 func trace1(c ...*Conn) *Trace {
 	return &Trace{Header: Header{Trace: Version, Interval: 10 * msec}, Conns: c}
 }
@@ -514,16 +524,13 @@ func TestSegmentHiddenGap(t *testing.T) {
 // of the 72 ms busy (the sender paced). Neither sample shows what held
 // the burst: uncertain, not judged, rather than 64 ms of congestion.
 func TestSegmentUnseenBurst(t *testing.T) {
-	c := series([][6]int64{
+	c := window2K(196, [][6]int64{
 		{0, 0, 0, 0, 0, 0},
 		{10, 0, 0, 0, 0, 0},
 		{85, 4_192_256, 0, 72000, 8000, 2048},
 		{90, 4_194_304, 0, 72000, 8000, 0},
 		{200, 4_194_304, 0, 72000, 8000, 0},
 	})
-	for i := range c.Points {
-		c.Points[i].SndWnd, c.Points[i].Cwnd, c.Points[i].MSS = 2048, 196, 1024
-	}
 	c.Points[2].Unacked = 2
 	a := Analyze(trace1(c), SegmentOptions{}, JudgeOptions{Bandwidth: 1e10})
 	if len(a.Transfers) != 1 || !a.Transfers[0].Uncertain || a.Transfers[0].Verdict == nil || a.Transfers[0].Verdict.Slow {
@@ -631,16 +638,13 @@ func TestRequestWait(t *testing.T) {
 // window's, as at its window-bound start, not congestion (rwnd_limited
 // counted none of it: the sender paced).
 func TestSendSplitDrainedTail(t *testing.T) {
-	c := series([][6]int64{
+	c := window2K(194, [][6]int64{
 		{0, 0, 0, 0, 0, 0},
 		{10, 600_000, 0, 10000, 4000, 1_600_000},
 		{48, 2_198_000, 0, 46000, 4000, 2048},
 		{50, 2_200_000, 0, 46000, 4000, 0},
 		{200, 2_200_000, 0, 46000, 4000, 0},
 	})
-	for i := range c.Points {
-		c.Points[i].SndWnd, c.Points[i].Cwnd, c.Points[i].MSS = 2048, 194, 1024
-	}
 	c.Points[1].Notsent, c.Points[1].Unacked = 1_597_952, 2
 	c.Points[2].Unacked = 2
 	ts := Segment(trace1(c), SegmentOptions{})
