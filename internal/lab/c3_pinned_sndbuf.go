@@ -208,6 +208,12 @@ func c3Transfer(ctx context.Context, tb *Testbed, s c3Send) (out c3Out, findings
 	if err := p.Wait(3*time.Minute, &out.BulkClientResult); err != nil {
 		return out, findings, err
 	}
+	// The recorder samples the closing socket a few more ticks (as c5's):
+	// stopped as the client exits, its last sample still held the
+	// transfer's tail, which made the transfer clipped and not compared.
+	if err := window.Sleep(ctx, 3*labTraceInterval); err != nil {
+		return out, findings, err
+	}
 	tr, err := lt.stop()
 	if err != nil {
 		return out, findings, err
