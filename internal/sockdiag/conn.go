@@ -36,6 +36,9 @@ type Conn struct {
 	fd2 int
 	// served is when the last lookup batch's sendmsg returned.
 	served time.Time
+	// Now is the clock Served reads; nil: time.Now. A sampler sets its
+	// own, so that the two agree.
+	Now func() time.Time
 }
 
 // slotLen holds one lookup reply: inet_diag_msg, tcp_info, meminfo and
@@ -143,8 +146,8 @@ func (c *Conn) Lookup(opts Options, keys []Key, fn func(int, *snapshot.Socket) e
 }
 
 // Served is when the kernel had answered the lookup batch whose replies
-// fn is being given: it fills every reply inside the batch's sendmsg (a
-// socket another thread holds locked, inside that wait), so the time
+// fn is being given: it fills every reply inside the batch's sendmsg
+// (waiting there for a socket another thread holds locked), so the time
 // sendmsg returned dates the readings better than any time taken around
 // the receive.
 func (c *Conn) Served() time.Time { return c.served }
@@ -181,7 +184,11 @@ func (c *Conn) lookupBatch(ext uint8, keys []Key, base int, fn func(int, *snapsh
 	if err := unix.Sendto(c.fd, c.req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return fmt.Errorf("sockdiag: lookup: send: %w", err)
 	}
-	c.served = time.Now()
+	if c.Now != nil {
+		c.served = c.Now()
+	} else {
+		c.served = time.Now()
+	}
 	c.ensureSlots()
 	left := len(keys)
 	for left > 0 {

@@ -89,6 +89,7 @@ func Live(ctx context.Context, o LiveOptions) (*Trace, Stats, error) {
 		return nil, Stats{}, err
 	}
 	defer conn.Close()
+	conn.Now = o.Now // the samples' stamps and the recording's start on one clock
 	host, _ := os.Hostname()
 	cfg := Config{Source: conn, Filter: o.Filter, Interval: o.Interval, Duration: o.Duration, Discover: o.Discover, IdleEvery: o.IdleEvery, Now: o.Now, Sleep: o.Sleep, ThreadCPU: ThreadCPU,
 		Sink: o.Sink, Header: Header{Host: host, Netns: o.NS.Name, Filter: Describe(&o.Filter, o.Pid), NoEvents: o.NoEvents, Workload: o.Workload}}

@@ -414,11 +414,10 @@ func (r *recorder) lookup(opts sockdiag.Options) error {
 		}
 		i := r.sel[j]
 		gone[i] = false
-		at := r.cfg.Now()
 		if ss, ok := r.cfg.Source.(servedSource); ok && !ss.Served().IsZero() {
-			at = ss.Served()
+			return r.add(r.live[i], ss.Served(), sk)
 		}
-		return r.add(r.live[i], at, sk)
+		return r.add(r.live[i], r.cfg.Now(), sk)
 	})
 	if err != nil {
 		return err
