@@ -34,14 +34,13 @@ import (
 // more, which one burst always is (docs/rules/rwnd-limited.md says the
 // margins). Each check's figures are logged.
 //
-// Both commands run as processes of their own, as users run them (in
-// this process their collection and garbage collection held up the
-// test's reader and writer: one check window in thirty, with both CPUs
-// busy, saw no finding). Both are told the path (--bandwidth 10gbit: loopback carries
-// tens of Gbit/s). Without it they judge against the 1 Gbit/s reference,
-// and how fast a host's CPUs turn a 2K window over decides the verdict:
-// bursts took 70-90 ms here (under half the reference: slow) and 62 ms
-// in CI (540 Mbit/s: not slow, to check and trace alike).
+// Both commands run as processes of their own, as users run them: their
+// collection shares no Go runtime with the test's reader and writer.
+// Both are told the path (--bandwidth 10gbit: loopback carries tens of
+// Gbit/s). Without it they judge against the 1 Gbit/s reference, and how
+// fast a host's CPUs turn a 2K window over decides the verdict: bursts
+// took 70-90 ms here (under half the reference: slow) and 62 ms in CI
+// (540 Mbit/s: not slow, to check and trace alike).
 func TestCheckTraceAgreeBursty(t *testing.T) {
 	testns.NeedRoot(t)
 	ns := testns.New(t, "bursty")
@@ -194,9 +193,9 @@ func TestCheckTraceAgreeBursty(t *testing.T) {
 		t.Errorf("trace: %d whole bursts judged, %d slow, %d connection verdicts; want at least 2, all slow, exactly 1 verdict", sends, slow, lines)
 	}
 	// Each burst's holder comes from its own few samples: with both CPUs
-	// busy, one in about ten was seen with too few of them to show the
-	// window (a zero window at a sample, or a sample missing mid-burst),
-	// its time left to congestion. The connection's verdict, said above,
+	// busy, about one in ten had no sample that showed the window bound
+	// (its samples at the burst's edges, or a late one), its time left to
+	// congestion. The connection's verdict, said above,
 	// weighs them all; most bursts name the window on their own.
 	if 2*byWnd <= slow {
 		t.Errorf("trace: %d of %d slow bursts held by the peer's receive window, want most", byWnd, slow)

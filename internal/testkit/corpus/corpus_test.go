@@ -165,7 +165,7 @@ func scenarios() []scenario {
 			want:     []Expect{churnWarn("nginx", upstream)},
 			body:     func(r *run) { nginxProxy(r, "", 32) }},
 		{name: "nginx proxy, upstream pool of 4",
-			software: "nginx upstream keepalive 4 (HTTP/1.1, Connection \"\") under wrk -t2 -c64 -d8s: most proxied requests need a new upstream connection, which nginx closes when the idle pool is full; at about 14,000 upstream connections/s the 1 s TIME_WAIT reuse delay holds about half of the 28,232 usable ports, right at time-wait-churn's warning line (CI's faster run crossed it)",
+			software: "nginx upstream keepalive 4 (HTTP/1.1, Connection \"\") under wrk -t2 -c64 -d8s: most proxied requests need a new upstream connection, which nginx closes when the idle pool is full; at about 14,000 upstream connections/s the 1 s TIME_WAIT reuse delay holds about half of the 28,232 usable ports, right at time-wait-churn's warning line (a CI run crossed it: 14,125 of 28,232 held)",
 			want: []Expect{
 				churnWarn("nginx", upstream),
 				{Rule: "time-wait-churn", Optional: true, Max: diag.Warning, Command: "nginx", Remote: upstream},
