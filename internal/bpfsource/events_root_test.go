@@ -360,13 +360,13 @@ func TestEventsListenOverflow(t *testing.T) {
 // exactly as often as the kernel's own counter of the sender's namespace
 // (Tcp RetransSegs) says.
 //
-// The blackhole stays until the kernel has retransmitted twice. With an
-// RTO of 200 ms that takes about 0.6 s; but when the handshake itself
-// timed out once (under load, its first segments can be lost while the
-// veth comes up), the kernel starts the connection with an RTO of 3 s
-// (RFC 6298 5.7), and a fixed 1.5 s saw no retransmit at all (measured:
-// 3 of 60 rounds beside a nice-19 build of std, the kernel's RetransSegs
-// 0 too).
+// The blackhole stays until the kernel has retransmitted twice (15 s at
+// most). With an RTO of 200 ms that takes about 0.6 s, but a fixed 1.5 s
+// saw no retransmit at all in 3 of 60 rounds beside a nice-19 build of
+// std: the kernel's RetransSegs stayed 0 too, and its TCPTimeouts was
+// already 1 before the blackhole (a timeout while the connection was
+// set up, after which the kernel may start from an RTO of 3 s, RFC 6298
+// 5.7).
 func TestRetransmitsPerPeer(t *testing.T) {
 	src := openAll(t)
 	a, b := testns.New(t, "bpfrta"), testns.New(t, "bpfrtb")

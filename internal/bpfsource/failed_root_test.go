@@ -192,7 +192,18 @@ func failedConnectCauses(t *testing.T, opts Options) (short []string, shortBy, s
 	skipped = r.Skipped["inet_sock_set_state"]
 	// Runs the source says it lost (the flow map full, the ring buffer
 	// full) are said too, like skipped ones.
-	t.Logf("reading: %d runs skipped, %d flow counts and %d events lost (host-wide)", skipped, r.LostFlows, r.LostEvents)
+	t.Logf("reading: %d runs skipped, %d flow counts, %d lifetimes and %d events lost (host-wide)", skipped, r.LostFlows, r.LostConns, r.LostEvents)
+	// The kernel's own count of the connects the network ended
+	// (tcp_done in SYN_SENT: refused, timed out, unreachable; neither
+	// a failed port allocation nor the process's own close), so that a
+	// shortfall says whether the kernel ended them.
+	k := nsCounters(t, ns)
+	kernelEnded := k["Tcp.AttemptFails"]
+	t.Logf("the kernel, in the namespace: Tcp ActiveOpens %d AttemptFails %d, TcpExt LockDroppedIcmps %d",
+		k["Tcp.ActiveOpens"], kernelEnded, k["TcpExt.LockDroppedIcmps"])
+	if kernelEnded != refused+2 {
+		t.Errorf("the kernel ended %d connects in SYN_SENT (Tcp AttemptFails), want %d (%d refused, 1 timed out, 1 unreachable)", kernelEnded, refused+2, refused)
+	}
 	skipped += r.LostFlows + r.LostEvents
 	pid := os.Getpid()
 	// What each destination's failures must be counted as, and under
@@ -234,7 +245,7 @@ func failedConnectCauses(t *testing.T, opts Options) (short []string, shortBy, s
 		switch {
 		case g == w:
 		case g.ports == w.ports && g.abandoned == w.abandoned && g.refused <= w.refused && g.timedOut <= w.timedOut && g.unreach <= w.unreach:
-			short = append(short, fmt.Sprintf("to %v: counted %+v, want %+v", dst, g, w))
+			short = append(short, fmt.Sprintf("to %v: counted %+v, want %+v (the kernel ended %d connects in SYN_SENT)", dst, g, w, kernelEnded))
 			countedShort += w.refused - g.refused + w.timedOut - g.timedOut + w.unreach - g.unreach
 		default:
 			t.Errorf("to %v: counted %+v, want %+v", dst, g, w)
@@ -275,7 +286,7 @@ func failedConnectCauses(t *testing.T, opts Options) (short []string, shortBy, s
 			streamedShort += uint64(d)
 		}
 	}
-	msg := fmt.Sprintf("failed-connect events by reason %v, want %v", byReason, wantByReason)
+	msg := fmt.Sprintf("failed-connect events by reason %v, want %v (the kernel ended %d connects in SYN_SENT)", byReason, wantByReason, kernelEnded)
 	switch {
 	case wrong:
 		t.Error(msg)
