@@ -86,20 +86,7 @@ func failedConnectCauses(t *testing.T, opts Options) (short []string, shortBy, s
 	ns := testns.New(t, "bpfcause")
 	exec := func(args ...string) { testns.Run(t, "ip", append([]string{"netns", "exec", ns.Name}, args...)...) }
 	exec("sysctl", "-qw", "net.ipv4.ip_local_port_range=40000 40001")
-	// A router namespace: 198.18.11.0/24 is a blackhole there (the SYNs
-	// vanish: ETIMEDOUT), 198.18.10.0/24 unreachable (it answers ICMP host
-	// unreachable: EHOSTUNREACH).
-	router := testns.New(t, "bpfrtr")
-	exec("ip", "link", "add", "tdc0", "type", "veth", "peer", "name", "tdc1", "netns", router.Name)
-	exec("ip", "addr", "add", "198.18.9.1/24", "dev", "tdc0")
-	exec("ip", "link", "set", "tdc0", "up")
-	exec("ip", "route", "add", "198.18.10.0/23", "via", "198.18.9.254")
-	rexec := func(args ...string) { testns.Run(t, "ip", append([]string{"netns", "exec", router.Name}, args...)...) }
-	rexec("ip", "addr", "add", "198.18.9.254/24", "dev", "tdc1")
-	rexec("ip", "link", "set", "tdc1", "up")
-	rexec("sysctl", "-qw", "net.ipv4.ip_forward=1")
-	rexec("ip", "route", "add", "blackhole", "198.18.11.0/24")
-	rexec("ip", "route", "add", "unreachable", "198.18.10.0/24")
+	behindRouter(t, ns)
 
 	const refused = 5
 	var noPort int
@@ -298,6 +285,27 @@ func failedConnectCauses(t *testing.T, opts Options) (short []string, shortBy, s
 		short = append(short, msg)
 	}
 	return short, max(countedShort, streamedShort), skipped
+}
+
+// behindRouter routes 198.18.10.0/23 from ns through a router namespace
+// of its own: 198.18.11.0/24 is a blackhole there (the SYNs vanish:
+// ETIMEDOUT), 198.18.10.0/24 unreachable (it answers ICMP host
+// unreachable: EHOSTUNREACH; it limits the rate of those answers, so of
+// five connects at once two or three time out instead).
+func behindRouter(t *testing.T, ns netns.NS) {
+	t.Helper()
+	exec := func(args ...string) { testns.Run(t, "ip", append([]string{"netns", "exec", ns.Name}, args...)...) }
+	router := testns.New(t, "bpfrtr")
+	exec("ip", "link", "add", "tdc0", "type", "veth", "peer", "name", "tdc1", "netns", router.Name)
+	exec("ip", "addr", "add", "198.18.9.1/24", "dev", "tdc0")
+	exec("ip", "link", "set", "tdc0", "up")
+	exec("ip", "route", "add", "198.18.10.0/23", "via", "198.18.9.254")
+	rexec := func(args ...string) { testns.Run(t, "ip", append([]string{"netns", "exec", router.Name}, args...)...) }
+	rexec("ip", "addr", "add", "198.18.9.254/24", "dev", "tdc1")
+	rexec("ip", "link", "set", "tdc1", "up")
+	rexec("sysctl", "-qw", "net.ipv4.ip_forward=1")
+	rexec("ip", "route", "add", "blackhole", "198.18.11.0/24")
+	rexec("ip", "route", "add", "unreachable", "198.18.10.0/24")
 }
 
 // connectFd makes a blocking IPv4 socket and connects it to dst; on
