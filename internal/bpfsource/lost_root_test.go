@@ -30,11 +30,11 @@ import (
 // SYN_SENT->CLOSE to that address, so that a shortfall says whether the
 // tracepoint reached any program at all.
 //
-// Measured on Linux 6.18 beside a nice-19 build of std and this
-// package's tests in a loop: 3 rounds of about 150 were short by one
-// connect, with nothing skipped or lost and the second program short by
-// one as well. It runs only with TCPDOCTOR_BPF_LOST=1 (rounds:
-// TCPDOCTOR_BPF_LOST_ROUNDS, 100 unless set; about 3 s each).
+// Beside a nice-19 build of std and this package's tests in a loop, 4
+// rounds of about 510 fell short with nothing reported skipped or lost
+// (docs/bpf.md, "Runs lost without a word"). It runs only with
+// TCPDOCTOR_BPF_LOST=1 (rounds: TCPDOCTOR_BPF_LOST_ROUNDS, 100 unless
+// set; about 3 s each).
 func TestNetworkEndedReachProgram(t *testing.T) {
 	testns.NeedRoot(t)
 	if os.Getenv("TCPDOCTOR_BPF_LOST") != "1" {
