@@ -79,7 +79,7 @@ func TestTimedOutConnectsCounted(t *testing.T) {
 		t.Fatalf("%d of %d connects timed out", timedOut, n)
 	}
 	t.Logf("%d connects timed out beside %d connections churned", n, churned)
-	checkTimeouts(t, src, ns.Inode, n, streamed)
+	checkTimeouts(t, src, ns, n, streamed)
 }
 
 // TestTimedOutConnectsReadEarly reads SO_ERROR of n connects in a loop
@@ -122,7 +122,7 @@ func TestTimedOutConnectsReadEarly(t *testing.T) {
 		t.Fatalf("%d of %d connects timed out", timedOut, n)
 	}
 	t.Logf("%d connects timed out, read in %d sweeps", n, sweeps)
-	checkTimeouts(t, src, ns.Inode, n, streamed)
+	checkTimeouts(t, src, ns, n, streamed)
 }
 
 // timingOutConnects makes n non-blocking connects in ns to a loopback
@@ -177,14 +177,14 @@ func timingOutConnects(t *testing.T, ns netns.NS, n int) []int {
 // full flow map lost, none abandoned. It logs every
 // counter of ns, the lost and skipped counts and the failed connects
 // streamed by reason.
-func checkTimeouts(t *testing.T, src *Source, ns uint64, n uint64, streamed func(n int, within time.Duration) map[string]int) {
+func checkTimeouts(t *testing.T, src *Source, ns netns.NS, n uint64, streamed func(n int, within time.Duration) map[string]int) {
 	t.Helper()
 	r, err := src.Read()
 	if err != nil {
 		t.Fatal(err)
 	}
 	var sum Flow
-	for _, f := range r.ByNetns[ns] {
+	for _, f := range r.ByNetns[ns.Inode] {
 		sum.Opens += f.Opens
 		sum.FailedPorts += f.FailedPorts
 		sum.Refused += f.Refused
@@ -199,6 +199,12 @@ func checkTimeouts(t *testing.T, src *Source, ns uint64, n uint64, streamed func
 	t.Logf("namespace counts: opens %d, failed_ports %d, refused %d, timed_out %d, unreachable %d, abandoned %d, active_closes %d; lost flows %d, lost events %d, skipped %v",
 		sum.Opens, sum.FailedPorts, sum.Refused, sum.TimedOut, sum.Unreachable, sum.Abandoned, sum.ActiveCloses, r.LostFlows, r.LostEvents, r.Skipped)
 	t.Logf("failed connects streamed, by reason: %v", streamed(int(n), 2*time.Second))
+	// The kernel's own count of the connects it ended in SYN_SENT there.
+	kernelEnded := nsCounters(t, ns)["Tcp.AttemptFails"]
+	t.Logf("the kernel ended %d connects in SYN_SENT in the namespace (Tcp AttemptFails)", kernelEnded)
+	if kernelEnded != int64(n) {
+		t.Errorf("the kernel ended %d connects in SYN_SENT (Tcp AttemptFails), want %d", kernelEnded, n)
+	}
 	if sum.Opens != n+1 {
 		t.Errorf("%d opens counted, want %d", sum.Opens, n+1)
 	}
@@ -209,7 +215,7 @@ func checkTimeouts(t *testing.T, src *Source, ns uint64, n uint64, streamed func
 		t.Errorf("%d timed-out connects counted as abandoned", sum.Abandoned)
 	}
 	if counted+skipped+r.LostFlows < n {
-		t.Errorf("%d timeouts counted, %d runs reported skipped and %d counts lost to a full flow map, fewer than the %d made: runs lost without a word", counted, skipped, r.LostFlows, n)
+		t.Errorf("%d timeouts counted, %d runs reported skipped and %d counts lost to a full flow map, fewer than the %d made (the kernel ended %d): runs lost without a word", counted, skipped, r.LostFlows, n, kernelEnded)
 	}
 }
 
