@@ -147,7 +147,7 @@ func (c *Conn) Lookup(opts Options, keys []Key, fn func(int, *snapshot.Socket) e
 
 // Served is when the kernel had answered the lookup batch whose replies
 // fn is being given: it fills every reply inside the batch's sendmsg
-// (waiting there for a socket another thread holds locked), so the time
+// (tcp_info under the socket lock, which a writer may hold), so the time
 // sendmsg returned dates the readings better than any time taken around
 // the receive.
 func (c *Conn) Served() time.Time { return c.served }

@@ -440,7 +440,7 @@ func (r *recorder) lookup(opts sockdiag.Options) error {
 // add records sk's sample, stamped at: when the kernel had answered (a
 // lookup's sendmsg returned), else when the reply was read. The kernel
 // fills a reply after the tick starts, and a sampler preempted, or kept
-// waiting inside the request for a socket its writer holds locked, reads
+// waiting inside the request (tcp_info is read under the socket lock), reads
 // it late: stamped at the tick's start, a loaded host put 76 ms of a
 // burst's busy time into a "10 ms" interval.
 func (r *recorder) add(idx int, at time.Time, sk *snapshot.Socket) error {
